@@ -1,0 +1,37 @@
+# Two commands for a fresh machine: `make demo` and `make test`.
+# Each creates .venv when it is missing. torch is installed first from its CPU build
+# (pinned below; pip finds the +cpu wheel locally on these machines) so that resolving
+# sentence-transformers never pulls the multi-GB CUDA wheels. Elsewhere, point
+# TORCH_CPU at your platform's CPU build, e.g. `make test TORCH_CPU="torch==2.13.0+cpu"`.
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+TORCH_CPU ?= torch==2.13.0
+STAMP  := $(VENV)/.installed
+
+export HF_HUB_OFFLINE := 1
+export TRANSFORMERS_OFFLINE := 1
+export TOKENIZERS_PARALLELISM := false
+
+.PHONY: demo test bench install clean
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q "$(TORCH_CPU)"
+	$(PY) -m pip install -q -e ".[dev]"
+	touch $(STAMP)
+
+install: $(STAMP)
+
+demo: $(STAMP)
+	$(VENV)/bin/hiqa demo
+
+test: $(STAMP)
+	$(PY) -m pytest -q
+
+bench: $(STAMP)
+	$(PY) benchmarks/run_all.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache

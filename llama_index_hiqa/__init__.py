@@ -1,0 +1,72 @@
+"""llama-index-hiqa: LlamaIndex components for QA over many structurally similar documents.
+
+Every public component is importable from here; imports are lazy so that
+``import llama_index_hiqa`` stays fast and loads torch, spaCy or pymupdf only when the
+component that needs them is first used.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any, Dict
+
+__version__ = "0.1.0"
+
+# Public name -> module that defines it. Each issue adds its block; keep the blocks apart.
+_EXPORTS: Dict[str, str] = {
+    # -- foundation: schema, defaults, reader, errors (issue 2)
+    "PDFLayoutReader": "llama_index_hiqa.readers.pdf",
+    "CachedEmbedding": "llama_index_hiqa.embedding_cache",
+    "HiQAError": "llama_index_hiqa.errors",
+    "DocumentReadError": "llama_index_hiqa.errors",
+    "EncryptedDocumentError": "llama_index_hiqa.errors",
+    "CorruptDocumentError": "llama_index_hiqa.errors",
+    "EmptyDocumentError": "llama_index_hiqa.errors",
+    "UnsupportedDocumentError": "llama_index_hiqa.errors",
+    "OfflineModelError": "llama_index_hiqa.errors",
+    "LLMOutputError": "llama_index_hiqa.errors",
+    "UnknownNodeError": "llama_index_hiqa.errors",
+    #
+    # -- HiQA Markdown formatter and layout parser (issue 3)
+    # "MarkdownFormatterParser": "llama_index_hiqa.parsers.markdown_formatter",
+    # "LayoutMarkdownParser": "llama_index_hiqa.parsers.layout_markdown",
+    #
+    # -- TextRAG sectioning and context headers (issue 4)
+    # "LineNumberSegmentParser": "llama_index_hiqa.parsers.line_number_segment",
+    # "ContextHeaderTransform": "llama_index_hiqa.transforms.context_header",
+    #
+    # -- HiQA cascading metadata (issue 5)
+    # "CascadingMetadataTransform": "llama_index_hiqa.transforms.cascading_metadata",
+    #
+    # -- HiQA multi-route retrieval and critical keywords (issue 6)
+    # "CriticalKeywordExtractor": "llama_index_hiqa.transforms.critical_keywords",
+    # "MultiRouteRetriever": "llama_index_hiqa.retrievers.multi_route",
+    #
+    # -- IIER chunk graph (issue 7)
+    # "ChunkInteractionGraph": "llama_index_hiqa.retrievers.chunk_graph",
+    # "ChunkGraphRetriever": "llama_index_hiqa.retrievers.chunk_graph",
+    #
+    # -- TextRAG segment integration (issue 8)
+    # "SegmentIntegrationPostprocessor": "llama_index_hiqa.postprocessors.segment_integration",
+    #
+    # -- evaluation (issue 9)
+    # "FaithfulnessScoreEvaluator": "llama_index_hiqa.evaluation.faithfulness",
+    #
+    # -- the pack (issue 10)
+    # "HiQAPack": "llama_index_hiqa.pack",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'llama_index_hiqa' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list:
+    return sorted(set(globals()) | set(__all__))

@@ -1,0 +1,47 @@
+"""Typed errors of the pack: every failure a user can cause has a class and names its input."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Union
+
+
+class HiQAError(Exception):
+    """Base class of every error the pack raises on purpose."""
+
+
+class DocumentReadError(HiQAError):
+    """A file could not be read. ``path`` names the file, ``reason`` says why."""
+
+    def __init__(self, path: Union[str, Path], reason: str) -> None:
+        self.path = str(path)
+        self.reason = reason
+        super().__init__(f"{self.path}: {reason}")
+
+
+class EncryptedDocumentError(DocumentReadError):
+    """The PDF is password protected."""
+
+
+class CorruptDocumentError(DocumentReadError):
+    """The file is not a readable document of its type."""
+
+
+class EmptyDocumentError(DocumentReadError):
+    """The file has no pages or no text."""
+
+
+class UnsupportedDocumentError(DocumentReadError):
+    """The file type is not one the reader handles."""
+
+
+class OfflineModelError(HiQAError):
+    """A default model that should ship inside a PyPI package could not be loaded."""
+
+
+class LLMOutputError(HiQAError):
+    """An LLM answer could not be used even after retries (malformed, truncated, empty)."""
+
+
+class UnknownNodeError(HiQAError, KeyError):
+    """A node id that the index, docstore or graph does not hold."""

@@ -1,0 +1,1 @@
+"""Evaluation: datasets with gold evidence, ranking metrics, faithfulness, benchmark runner."""

@@ -1,0 +1,1 @@
+"""Parsers of llama-index-hiqa (see DESIGN: the flow of data)."""

@@ -1,0 +1,1 @@
+"""Postprocessors of llama-index-hiqa (see DESIGN: the flow of data)."""

@@ -1,0 +1,1 @@
+"""Readers of llama-index-hiqa (see DESIGN: the flow of data)."""

@@ -1,0 +1,1 @@
+"""Retrievers of llama-index-hiqa (see DESIGN: the flow of data)."""

@@ -1,0 +1,277 @@
+"""The shared metadata vocabulary of llama-index-hiqa (one place for each fact).
+
+Every reader, parser, transform, retriever and postprocessor of the pack reads and writes
+node metadata through the constants and helpers below, never through string literals of
+its own (see ``DESIGN.md``, "One shared vocabulary").
+
+Document-level facts (written by :class:`~llama_index_hiqa.PDFLayoutReader`):
+
+========================  ==============================================================
+``DOCUMENT_ID``           stable id of the source document (file name without suffix)
+``DOCUMENT_TITLE``        human title of the document; root of the heading cascade
+``FILE_PATH``             path the document was read from
+``PAGE_SPANS``            ``[[page, char_start, char_end], ...]``: where every page lies in
+                          ``Document.text`` (pages numbered from 0, as PyMuPDF does)
+``LAYOUT_HEADINGS``       compact layout facts for heading detection: ``[[char_start,
+                          char_end, font_size, bold], ...]`` for lines set larger or
+                          bolder than the body text
+``BODY_FONT_SIZE``        the most common font size of the document's body text
+``IMAGES``                ``[{"page", "bbox", "caption", "char_offset"}, ...]``
+========================  ==============================================================
+
+Segment/node facts (written by the parsers, read by everything downstream):
+
+========================  ==============================================================
+``POSITION``              0, 1, 2, ... order of the node inside its document
+``CHAR_START/CHAR_END``   the node's span in its document's text (end exclusive)
+``HEADING_PATH``          ``[[number, title, level], ...]`` from the top heading down to
+                          the node's own heading (document title not included)
+``PAGE_START/PAGE_END``   first and last page (inclusive, from 0) the node lies on
+``SEGMENT_KIND``          ``"text"``, ``"table"`` or ``"image"``
+``TABLE_TITLE``           for tables: the table's title or caption
+``TABLE_COLUMNS``         for tables: column labels
+``TABLE_ROWS``            for tables: row labels (first column)
+``PARSE_PATH``            which path produced the node: ``"llm"``, ``"layout"``,
+                          ``"layout_fallback"``, ``"markdown"``, ``"text"``
+========================  ==============================================================
+
+Every key above is bookkeeping, hidden from both the embedding and the LLM view with
+:func:`hide_from_views`. Only the rendered views (``HEADING_CASCADE``, ``DOCUMENT_SUMMARY``,
+``SECTION_SUMMARY``, written by the transforms) are shown, so what each view holds is
+decided in one place and read with LlamaIndex's own
+``node.get_content(MetadataMode.EMBED)`` / ``MetadataMode.LLM``; ``node.text`` is never
+rewritten.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable, List, NamedTuple, Optional, Sequence, Tuple
+
+from llama_index.core.schema import BaseNode
+
+# --- document-level facts --------------------------------------------------------------
+DOCUMENT_ID = "document_id"
+DOCUMENT_TITLE = "document_title"
+FILE_PATH = "file_path"
+FILE_NAME = "file_name"
+PAGE_COUNT = "page_count"
+PAGE_SPANS = "page_spans"
+LAYOUT_HEADINGS = "layout_headings"
+BODY_FONT_SIZE = "body_font_size"
+IMAGES = "images"
+
+# --- segment / node facts --------------------------------------------------------------
+POSITION = "position"
+CHAR_START = "char_start"
+CHAR_END = "char_end"
+HEADING_PATH = "heading_path"
+PAGE_START = "page_start"
+PAGE_END = "page_end"
+SEGMENT_KIND = "segment_kind"
+TABLE_TITLE = "table_title"
+TABLE_COLUMNS = "table_columns"
+TABLE_ROWS = "table_rows"
+IMAGE_CAPTION = "image_caption"
+PARSE_PATH = "parse_path"
+COVERAGE = "coverage"
+
+# --- derived views and indexes (written by transforms, read by retrievers) -------------
+HEADING_CASCADE = "heading_cascade"  # rendered "Doc > 2 Features > 2.3 Timing"
+SECTION_TITLE = "section_title"
+DOCUMENT_SUMMARY = "document_summary"
+SECTION_SUMMARY = "section_summary"
+CRITICAL_KEYWORDS = "critical_keywords"  # normalised keyword list, never embedded
+
+# --- retrieval provenance (written by retrievers/postprocessors) -----------------------
+ROUTE_SCORES = "route_scores"  # {"vector": .., "bm25": .., "keywords": ..}
+CHAIN_ID = "chain_id"
+CHAIN_HOP = "chain_hop"
+SEGMENT_NODE_IDS = "segment_node_ids"
+POSITION_START = "position_start"
+POSITION_END = "position_end"
+
+KIND_TEXT = "text"
+KIND_TABLE = "table"
+KIND_IMAGE = "image"
+SEGMENT_KINDS = (KIND_TEXT, KIND_TABLE, KIND_IMAGE)
+
+# Keys that are bookkeeping: never embedded, never shown to the LLM. Every key of the pack
+# is bookkeeping except the rendered views below, which transforms add on purpose.
+BOOKKEEPING_KEYS: Tuple[str, ...] = (
+    DOCUMENT_ID,
+    DOCUMENT_TITLE,
+    FILE_PATH,
+    FILE_NAME,
+    PAGE_COUNT,
+    PAGE_SPANS,
+    LAYOUT_HEADINGS,
+    BODY_FONT_SIZE,
+    IMAGES,
+    POSITION,
+    CHAR_START,
+    CHAR_END,
+    HEADING_PATH,
+    PAGE_START,
+    PAGE_END,
+    SEGMENT_KIND,
+    TABLE_TITLE,
+    TABLE_COLUMNS,
+    TABLE_ROWS,
+    IMAGE_CAPTION,
+    PARSE_PATH,
+    COVERAGE,
+    SECTION_TITLE,
+    CRITICAL_KEYWORDS,
+    ROUTE_SCORES,
+    CHAIN_ID,
+    CHAIN_HOP,
+    SEGMENT_NODE_IDS,
+    POSITION_START,
+    POSITION_END,
+)
+
+# The rendered views: shown to the embedding model (and, as configured, the LLM).
+VIEW_KEYS: Tuple[str, ...] = (HEADING_CASCADE, DOCUMENT_SUMMARY, SECTION_SUMMARY)
+
+# Keys that only make sense for a whole document and are not copied onto its segments.
+DOCUMENT_ONLY_KEYS: Tuple[str, ...] = (PAGE_SPANS, LAYOUT_HEADINGS, IMAGES)
+
+
+class Heading(NamedTuple):
+    """One level of a heading path: the document's own number ("2.3", "Item 7A", "" when
+    unnumbered), the title text without the number, and the depth (1 = top level)."""
+
+    number: str
+    title: str
+    level: int
+
+    def label(self) -> str:
+        """``"2.3 Timing"``; just the title when the heading has no number."""
+        return f"{self.number} {self.title}".strip() if self.number else self.title
+
+
+class PageSpan(NamedTuple):
+    page: int
+    start: int
+    end: int
+
+
+# --- helpers -------------------------------------------------------------------------
+
+
+def hide_from_views(node: BaseNode, keys: Iterable[str] = BOOKKEEPING_KEYS) -> None:
+    """Exclude ``keys`` from both the embedding and the LLM view of ``node`` (idempotent)."""
+    for excluded in (node.excluded_embed_metadata_keys, node.excluded_llm_metadata_keys):
+        for key in keys:
+            if key not in excluded:
+                excluded.append(key)
+
+
+def get_heading_path(node: BaseNode) -> List[Heading]:
+    """The node's heading path as typed :class:`Heading` tuples (empty when unknown)."""
+    raw = node.metadata.get(HEADING_PATH) or []
+    return [Heading(str(n), str(t), int(lvl)) for n, t, lvl in raw]
+
+
+def set_heading_path(node: BaseNode, path: Sequence[Sequence]) -> None:
+    """Store a heading path as plain JSON-serialisable lists."""
+    node.metadata[HEADING_PATH] = [[str(n), str(t), int(lvl)] for n, t, lvl in path]
+    if path:
+        node.metadata[SECTION_TITLE] = Heading(*[path[-1][0], path[-1][1], path[-1][2]]).label()
+
+
+def get_document_id(node: BaseNode) -> Optional[str]:
+    """The document a node belongs to: our key, else LlamaIndex's ``ref_doc_id``."""
+    return node.metadata.get(DOCUMENT_ID) or node.ref_doc_id
+
+
+def get_document_title(node: BaseNode) -> str:
+    """Title for the cascade root: our key, else the file name, else the document id."""
+    meta = node.metadata
+    return str(
+        meta.get(DOCUMENT_TITLE) or meta.get(FILE_NAME) or get_document_id(node) or ""
+    )
+
+
+def get_position(node: BaseNode) -> Optional[int]:
+    value = node.metadata.get(POSITION)
+    return int(value) if value is not None else None
+
+
+def get_char_span(node: BaseNode) -> Optional[Tuple[int, int]]:
+    start, end = node.metadata.get(CHAR_START), node.metadata.get(CHAR_END)
+    if start is None or end is None:
+        return None
+    return int(start), int(end)
+
+
+def get_page_range(node: BaseNode) -> Optional[Tuple[int, int]]:
+    """``(first_page, last_page)`` inclusive, pages from 0; ``None`` when unknown."""
+    start, end = node.metadata.get(PAGE_START), node.metadata.get(PAGE_END)
+    if start is None:
+        return None
+    return int(start), int(end if end is not None else start)
+
+
+def get_segment_kind(node: BaseNode) -> str:
+    return node.metadata.get(SEGMENT_KIND) or KIND_TEXT
+
+
+def get_page_spans(node: BaseNode) -> List[PageSpan]:
+    return [PageSpan(int(p), int(s), int(e)) for p, s, e in node.metadata.get(PAGE_SPANS) or []]
+
+
+def pages_for_span(
+    page_spans: Sequence[Sequence[int]], start: int, end: int
+) -> Optional[Tuple[int, int]]:
+    """The inclusive page range that the character span ``[start, end)`` touches."""
+    pages = [int(p) for p, s, e in page_spans if s < max(end, start + 1) and e > start]
+    if not pages:
+        return None
+    return min(pages), max(pages)
+
+
+def set_segment_facts(
+    node: BaseNode,
+    *,
+    document_id: str,
+    document_title: str,
+    position: int,
+    char_span: Optional[Tuple[int, int]] = None,
+    heading_path: Optional[Sequence[Sequence]] = None,
+    page_range: Optional[Tuple[int, int]] = None,
+    kind: str = KIND_TEXT,
+    parse_path: Optional[str] = None,
+) -> None:
+    """Write the facts every segment node carries, and hide the bookkeeping ones."""
+    if kind not in SEGMENT_KINDS:
+        raise ValueError(f"segment kind must be one of {SEGMENT_KINDS}, got {kind!r}")
+    meta = node.metadata
+    for key in DOCUMENT_ONLY_KEYS:
+        meta.pop(key, None)
+    meta[DOCUMENT_ID] = document_id
+    meta[DOCUMENT_TITLE] = document_title
+    meta[POSITION] = int(position)
+    meta[SEGMENT_KIND] = kind
+    if char_span is not None:
+        meta[CHAR_START], meta[CHAR_END] = int(char_span[0]), int(char_span[1])
+    if heading_path is not None:
+        set_heading_path(node, heading_path)
+    if page_range is not None:
+        meta[PAGE_START], meta[PAGE_END] = int(page_range[0]), int(page_range[1])
+    if parse_path is not None:
+        meta[PARSE_PATH] = parse_path
+    hide_from_views(node)
+
+
+def set_table_facts(
+    node: BaseNode, *, title: str, columns: Sequence[str], rows: Sequence[str]
+) -> None:
+    node.metadata[TABLE_TITLE] = title
+    node.metadata[TABLE_COLUMNS] = [str(c) for c in columns]
+    node.metadata[TABLE_ROWS] = [str(r) for r in rows]
+    hide_from_views(node)
+
+
+def get_critical_keywords(node: BaseNode) -> List[str]:
+    return list(node.metadata.get(CRITICAL_KEYWORDS) or [])

@@ -1,0 +1,116 @@
+"""A scripted LLM for tests, benchmarks and notebooks that must run offline.
+
+``ScriptedLLM`` is an ordinary LlamaIndex ``CustomLLM``: it answers each call from a script
+(a list of answers used in order, or a function of the prompt), can raise or sleep to play a
+failing or slow LLM, and counts calls and prompt tokens so benchmarks can report LLM cost.
+
+>>> from llama_index_hiqa.testing import ScriptedLLM
+>>> llm = ScriptedLLM(responses=["# 1 Intro", TimeoutError("slow"), "not markdown"])
+>>> llm.complete("window 1").text
+'# 1 Intro'
+>>> llm.calls
+1
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from typing import Any, Callable, List, Optional, Sequence, Union
+
+from llama_index.core.bridge.pydantic import Field, PrivateAttr
+from llama_index.core.llms import (
+    CompletionResponse,
+    CompletionResponseGen,
+    CustomLLM,
+    LLMMetadata,
+)
+from llama_index.core.llms.callbacks import llm_completion_callback
+
+Answer = Union[str, BaseException]
+Script = Union[Sequence[Answer], Callable[[str], Answer]]
+
+
+def count_tokens(text: str) -> int:
+    """A model-free token estimate: words plus punctuation runs (≈ tiktoken within ~20%)."""
+    import re
+
+    return len(re.findall(r"\w+|[^\w\s]+", text))
+
+
+class ScriptedLLM(CustomLLM):
+    """Answers from a script; records prompts, calls and token counts."""
+
+    latency_seconds: float = Field(default=0.0, description="Sleep before each answer.")
+    default_response: Optional[str] = Field(
+        default=None, description="Answer once a list script is used up (None: raise)."
+    )
+    context_window: int = Field(default=128_000, description="Reported context window.")
+
+    _script: Script = PrivateAttr()
+    _lock: threading.Lock = PrivateAttr()
+    _index: int = PrivateAttr(default=0)
+    prompts: List[str] = Field(default_factory=list, exclude=True)
+    prompt_tokens: int = Field(default=0, exclude=True)
+    completion_tokens: int = Field(default=0, exclude=True)
+
+    def __init__(self, responses: Script = (), **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._script = responses if callable(responses) else list(responses)
+        self._lock = threading.Lock()
+
+    @classmethod
+    def class_name(cls) -> str:
+        return "ScriptedLLM"
+
+    @property
+    def metadata(self) -> LLMMetadata:
+        return LLMMetadata(context_window=self.context_window, num_output=4096, model_name="scripted")
+
+    @property
+    def calls(self) -> int:
+        return len(self.prompts)
+
+    def _next_answer(self, prompt: str) -> str:
+        with self._lock:
+            self.prompts.append(prompt)
+            self.prompt_tokens += count_tokens(prompt)
+            if callable(self._script):
+                answer = self._script(prompt)
+            elif self._index < len(self._script):
+                answer = self._script[self._index]
+                self._index += 1
+            elif self.default_response is not None:
+                answer = self.default_response
+            else:
+                raise RuntimeError(f"ScriptedLLM script exhausted after {self._index} answers")
+        if isinstance(answer, BaseException):
+            raise answer
+        self.completion_tokens += count_tokens(answer)
+        return answer
+
+    @llm_completion_callback()
+    def complete(self, prompt: str, formatted: bool = False, **kwargs: Any) -> CompletionResponse:
+        if self.latency_seconds:
+            time.sleep(self.latency_seconds)
+        return CompletionResponse(text=self._next_answer(prompt))
+
+    @llm_completion_callback()
+    async def acomplete(
+        self, prompt: str, formatted: bool = False, **kwargs: Any
+    ) -> CompletionResponse:
+        if self.latency_seconds:
+            await asyncio.sleep(self.latency_seconds)
+        return CompletionResponse(text=self._next_answer(prompt))
+
+    @llm_completion_callback()
+    def stream_complete(
+        self, prompt: str, formatted: bool = False, **kwargs: Any
+    ) -> CompletionResponseGen:
+        text = self.complete(prompt, formatted=formatted).text
+
+        def gen() -> CompletionResponseGen:
+            yield CompletionResponse(text=text, delta=text)
+
+        return gen()

@@ -1,0 +1,1 @@
+"""Transforms of llama-index-hiqa (see DESIGN: the flow of data)."""
