@@ -26,6 +26,7 @@ spans of one document's nodes are consecutive and cover all of it, so no text is
 from __future__ import annotations
 
 import bisect
+import logging
 import re
 from collections import Counter
 from typing import Any, Dict, List, Optional, Sequence, Set, Tuple
@@ -49,6 +50,8 @@ from llama_index_hiqa.parsers._markdown_segments import (
     parse_heading_number,
     pieces_to_nodes,
 )
+
+logger = logging.getLogger(__name__)
 
 # A ToC entry: a heading number or dotted leaders, ending with a page number.
 _TOC_TAIL_RE = re.compile(r"(?:\.{3,}|…+|\s)\s*\d{1,4}\s*$")
@@ -116,7 +119,10 @@ class LayoutMarkdownParser(NodeParser):
     # --- public helpers -------------------------------------------------------------
 
     def parse_document(self, doc: Document, parse_path: Optional[str] = None) -> List[TextNode]:
-        """The segment nodes of one document (positions from 0)."""
+        """The segment nodes of one document (positions from 0); none for a blank one."""
+        if not doc.text.strip():
+            logger.warning("document %s has no text: no segments", doc.doc_id)
+            return []
         pieces = self.pieces(doc.text, doc.metadata)
         path = parse_path or _default_parse_path(doc)
         return pieces_to_nodes(
