@@ -371,6 +371,9 @@ class MarkdownFormatterParser(NodeParser):
             result.attempts = attempt + 1
             try:
                 answer = clean_answer(await self._call(self._prompt(window, text, prev, reason)))
+                if prev is not None and prev.path == PARSE_PATH_LLM:
+                    # what the model repeats of its previous answer is not new text
+                    answer = _trim_seam(prev.markdown, answer)
             except Exception as exc:  # any LLM/client error or timeout: retry with backoff
                 reason = f"{type(exc).__name__}: {exc}"
                 result.errors.append(reason)
@@ -434,8 +437,6 @@ class MarkdownFormatterParser(NodeParser):
         prev_md = ""
         for res in results:
             piece_md = res.markdown
-            if res.path == PARSE_PATH_LLM and prev_md:
-                piece_md = _trim_seam(prev_md, piece_md)
             joiner = ""
             if md_parts:
                 joiner = "\n" if _ends_in_table(prev_md) and _starts_in_table(piece_md) else "\n\n"
@@ -479,8 +480,11 @@ class MarkdownFormatterParser(NodeParser):
         part_starts = [p[0] for p in parts]
 
         def path_of(piece: Any) -> str:
-            idx = max(0, bisect.bisect_right(part_starts, piece.start) - 1)
-            return parts[idx][2].path
+            # a node with any text from a fallback window says so
+            first = max(0, bisect.bisect_right(part_starts, piece.start) - 1)
+            last = max(0, bisect.bisect_left(part_starts, piece.end) - 1)
+            paths = {parts[i][2].path for i in range(first, last + 1)}
+            return PARSE_PATH_FALLBACK if PARSE_PATH_FALLBACK in paths else PARSE_PATH_LLM
 
         coverage = _coverage(text, markdown)
         if coverage < self.min_document_coverage:
