@@ -58,6 +58,11 @@ _TOC_TAIL_RE = re.compile(r"(?:\.{3,}|…+|\s)\s*\d{1,4}\s*$")
 _TOC_TITLE_RE = re.compile(r"^(table of contents|contents|index)$", re.I)
 _LEADERS_RE = re.compile(r"(\.\s?){4,}\s*\d{1,4}\s*$")
 _MAX_HEADING_WORDS = 25
+_RUN_IN_RE = re.compile(r"^(\*\*|__)(.+?)\1")
+# Cheap test before the regex work: can this plain line start with a heading number?
+_MAYBE_NUMBERED_RE = re.compile(
+    r"^[\s*_#>]*(?:<[^>]+>\s*)*(?:part|item|chapter|section|appendix|annex|\d|[A-Z]\.\d)", re.I
+)
 
 
 def _norm_running(line: str) -> str:
@@ -168,6 +173,17 @@ class LayoutMarkdownParser(NodeParser):
                 body = line.strip()
                 if not body or body.startswith("|"):
                     continue
+                if not _MAYBE_NUMBERED_RE.match(body):
+                    continue
+                # A run-in heading: "**ITEM 2 - Properties** We own our offices ..." —
+                # the bold lead is the heading, the rest of the line its first sentence.
+                lead = _RUN_IN_RE.match(body)
+                if lead and lead.end() < len(body.rstrip()):
+                    run_in = clean_inline(lead.group(2))
+                    if parse_heading_number(run_in).family != "none":
+                        body = lead.group(0)
+                if len(body) > 300:
+                    continue
                 cleaned = clean_inline(body)
                 numbered = parse_heading_number(cleaned).family != "none"
                 emphasised = body.startswith(("**", "__")) and body.rstrip().endswith(("**", "__"))
@@ -185,9 +201,18 @@ class LayoutMarkdownParser(NodeParser):
 
         min_style = min((c[3] for c in candidates), default=1)
         resolver = LevelResolver(min_style=min_style)
-        marks = []
+        marks: List[HeadingMark] = []
+        open_numbers: Dict[str, str] = {}  # family -> number of the last Part / Item
         for start, end, cleaned, style in candidates:
             parsed = parse_heading_number(cleaned)
+            if parsed.family in ("part", "item"):
+                # "Item 8 (continued)", side markers repeating the current item on every
+                # page: a repeat of the open Part/Item is not a new chapter.
+                if open_numbers.get(parsed.family) == parsed.number:
+                    continue
+                open_numbers[parsed.family] = parsed.number
+                if parsed.family == "part":
+                    open_numbers.pop("item", None)
             level = resolver.level(parsed, style)
             marks.append(HeadingMark(start, end, parsed.number, parsed.title, level))
         return marks
