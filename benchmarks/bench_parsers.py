@@ -203,7 +203,9 @@ def bench_speed(docs) -> str:
     ), out
 
 
-_HEADING_LINE = re.compile(r"(?m)^(#+\s*)?\**\s*((?:\d+(?:\.\d+)*|Item \d+[A-Z]?\.?|PART [IVX]+)\s[^\n]*)$")
+_HEADING_LINE = re.compile(
+    r"(?m)^(#+\s*)?\**\s*((?:\d+(?:\.\d+)*|Item \d+[A-Z]?\.?|PART [IVX]+)\s+[A-Za-z][^\n]*)$"
+)
 
 
 def _echo_formatter(prompt: str) -> str:
@@ -276,9 +278,9 @@ def plot(per_doc: Dict, llm_rows: List, path: Path) -> None:
 
 
 def main() -> None:
-    base = shared_data_dir() / "financebench" / "pages_markdown.jsonl.gz"
-    if not base.exists():
-        print(f"SKIP: {base} not found (set HIQA_DATA_DIR)")
+    data = shared_data_dir()
+    if data is None or not (data / "financebench" / "pages_markdown.jsonl.gz").exists():
+        print("SKIP: ../shared/data/financebench not found (set HIQA_DATA_DIR)")
         return
     docs, kinds = financebench_documents()
     items_table, per_doc = bench_items(docs, kinds)

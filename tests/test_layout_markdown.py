@@ -372,3 +372,31 @@ def test_demo_corpus_every_datasheet_chapter_heading_is_recovered():
         found = {h.number: (h.title, h.level) for n in nodes
                  for h in schema.get_heading_path(n) if h.number}
         assert found == DEMO_CHAPTERS, pdf.name
+
+
+# --- property: nothing is ever lost ---------------------------------------------------
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+_LINES = st.sampled_from([
+    "# 1 Intro", "## 1.1 Scope", "### **2.3 Timing**", "Item 7. Management", "PART II",
+    "**Table 2. Pins**", "|a|b|", "|---|---|", "|1|2|", "", "", "plain text line.",
+    "```", "# inside code?", "Revision History", "#### Notes", "   ", "A.1 Pins",
+])
+
+
+@settings(max_examples=40, deadline=None)
+@given(pages=st.lists(st.lists(_LINES, max_size=12).map("\n".join), min_size=1, max_size=4),
+       max_chars=st.sampled_from([None, 20, 200]))
+def test_any_markdown_is_tiled_without_loss(pages, max_chars):
+    doc = _doc(pages)
+    nodes = LayoutMarkdownParser(max_segment_chars=max_chars).get_nodes_from_documents([doc])
+    if not doc.text.strip():
+        assert nodes == []
+        return
+    _assert_tiles(doc, nodes)
+    assert "".join(n.text for n in nodes) == doc.text
+    for node in nodes:
+        levels = [h.level for h in schema.get_heading_path(node)]
+        assert levels == sorted(set(levels))  # a path goes strictly deeper

@@ -347,3 +347,44 @@ def test_works_in_ingestion_pipeline_and_serialises():
     with warnings.catch_warnings():
         warnings.simplefilter("error", MarkdownCoverageWarning)
         parser([_doc(datasheet_text(), doc_id="again")])
+
+
+# --- property: whatever the model answers, no source text is lost ----------------------
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+_ANSWERS = st.one_of(
+    st.just(""),
+    st.just("Sorry, I cannot do that."),
+    st.just('{"markdown": "x"}'),
+    st.just("GOOD"),
+    st.just("HALF"),
+    st.text(alphabet="# |-abc\n12.", max_size=60),
+)
+
+
+@settings(max_examples=25, deadline=None)
+@given(answers=st.lists(_ANSWERS, min_size=1, max_size=12))
+def test_no_text_is_lost_for_any_answers(answers):
+    text = datasheet_text()
+    script = iter(answers)
+
+    def answer(prompt):
+        choice = next(script, "GOOD")
+        window = window_from_prompt(prompt)
+        if choice == "GOOD":
+            return good_markdown(window)
+        if choice == "HALF":
+            return good_markdown(window)[: len(window) // 2]
+        return choice
+
+    doc = _doc(text)
+    parser = MarkdownFormatterParser(
+        llm=ScriptedLLM(answer), window_words=60, padding_words=10, retry_backoff_seconds=0
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", MarkdownCoverageWarning)  # coverage never drops
+        nodes = parser([doc])
+    _assert_nothing_lost(doc, nodes)
+    _assert_consecutive(doc, nodes)

@@ -245,7 +245,8 @@ def find_tables(text: str, start: int, end: int) -> List[Tuple[int, int, str, Li
                 while k >= 0 and not lines[k][2].strip():
                     k -= 1
                 above = clean_inline(lines[k][2].lstrip("#")) if k >= 0 else ""
-                if k >= 0 and above and not _TABLE_LINE_RE.match(lines[k][2]) and (
+                # (never the chapter's own heading line, which opens the span)
+                if k >= 0 and lines[k][0] > start and above and not _TABLE_LINE_RE.match(lines[k][2]) and (
                     _CAPTION_RE.match(above) or len(above.split()) <= 12
                 ) and not markdown_headings(lines[k][2]):
                     title = above
