@@ -120,6 +120,9 @@ def test_datasheet_segments_heading_paths_and_tiling():
     # running header/footer and the fenced code line never become headings
     labels = {h.title for n in nodes for h in schema.get_heading_path(n)}
     assert not any("Confidential" in t or "acme.example" in t or "not a heading" in t for t in labels)
+    # the title heading is the document title, not a chapter: its segment has no path
+    assert nodes[0].text.startswith("ACME Corp Confidential\n\n# **ACM1234")
+    assert schema.get_heading_path(nodes[0]) == []
     levels = {h.label(): h.level for n in nodes for h in schema.get_heading_path(n)}
     assert levels["2.2 Electrical Characteristics"] == 2 and levels["4 Layout"] == 1
     for node in nodes:

@@ -200,6 +200,16 @@ def markdown_headings(text: str) -> List[Tuple[int, int, int, str]]:
     return out
 
 
+def drop_title_marks(marks: List[HeadingMark], title: Optional[str]) -> List[HeadingMark]:
+    """Leave out unnumbered headings that repeat the document title: the title is the root
+    of the cascade already, and ``HEADING_PATH`` must not hold it (the title's segment then
+    has an empty path, like any preamble)."""
+    key = clean_inline(title or "").lower()
+    if not key:
+        return list(marks)
+    return [m for m in marks if m.number or clean_inline(m.title).lower() != key]
+
+
 def heading_paths(marks: Sequence[HeadingMark]) -> List[List[Tuple[str, str, int]]]:
     """The path from the top heading down to each mark (a stack walk over levels)."""
     stack: List[Tuple[str, str, int]] = []

@@ -43,6 +43,7 @@ from llama_index_hiqa.parsers._markdown_segments import (
     Piece,
     build_pieces,
     clean_inline,
+    drop_title_marks,
     finish_nodes,
     is_strong_sec_heading,
     iter_lines,
@@ -215,7 +216,7 @@ class LayoutMarkdownParser(NodeParser):
                     open_numbers.pop("item", None)
             level = resolver.level(parsed, style)
             marks.append(HeadingMark(start, end, parsed.number, parsed.title, level))
-        return marks
+        return drop_title_marks(marks, metadata.get(schema.DOCUMENT_TITLE))
 
     # --- layout noise -----------------------------------------------------------------
 

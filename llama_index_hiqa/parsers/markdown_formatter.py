@@ -52,6 +52,7 @@ from llama_index_hiqa.parsers._markdown_segments import (
     HeadingMark,
     LevelResolver,
     build_pieces,
+    drop_title_marks,
     finish_nodes,
     markdown_headings,
     parse_heading_number,
@@ -465,6 +466,7 @@ class MarkdownFormatterParser(NodeParser):
                                              parsed.number, parsed.title, level))
             prev_md = piece_md
         markdown = "".join(md_parts)
+        marks = drop_title_marks(marks, doc.metadata.get(schema.DOCUMENT_TITLE))
         anchors.sort()
         pieces = build_pieces(
             markdown, marks, max_chars=self.max_segment_chars,
