@@ -388,3 +388,39 @@ def test_no_text_is_lost_for_any_answers(answers):
         nodes = parser([doc])
     _assert_nothing_lost(doc, nodes)
     _assert_consecutive(doc, nodes)
+
+
+# --- a generated PDF through the reader's Document contract -----------------------------
+
+
+@pytest.fixture(scope="module")
+def pdf_document(tmp_path_factory):
+    from test_layout_markdown import make_datasheet_pdf, pdf_to_document
+
+    path = tmp_path_factory.mktemp("pdf") / "ACM5678.pdf"
+    make_datasheet_pdf(path, "ACM5678 Current Sensor")
+    return pdf_to_document(path)
+
+
+def test_generated_pdf_through_the_llm_path(pdf_document):
+    from test_layout_markdown import CHAPTERS
+
+    def model(prompt):  # a model that writes '# n title' for pymupdf4llm's bold headings
+        window = window_from_prompt(prompt)
+        return re.sub(r"(?m)^#+ \*\*(\d+(?:\.\d+)*) ([^*]+)\*\*\s*$", r"# \1 \2", window)
+
+    llm = ScriptedLLM(model)
+    parser = MarkdownFormatterParser(llm=llm, window_words=150, padding_words=20)
+    nodes = parser([pdf_document])
+    assert llm.calls == math.ceil(len(pdf_document.text.split()) / 150)
+    found = {h.number: (h.title, h.level) for n in nodes for h in schema.get_heading_path(n) if h.number}
+    assert found == {num: (title, num.count(".") + 1) for num, title, _, _ in CHAPTERS}
+    assert {n.metadata[schema.PARSE_PATH] for n in nodes} == {"llm"}
+    _assert_nothing_lost(pdf_document, nodes)
+    _assert_consecutive(pdf_document, nodes)
+    last_page = pdf_document.metadata[schema.PAGE_COUNT] - 1
+    assert schema.get_page_range(nodes[-1])[1] == last_page
+    layout_5 = next(n for n in nodes if schema.get_heading_path(n)
+                    and schema.get_heading_path(n)[-1].number == "5")
+    start, _ = schema.get_char_span(layout_5)
+    assert "5 Layout" in pdf_document.text[start : start + 40]
