@@ -11,6 +11,7 @@ part plus the heading-number patterns (``1``, ``1.2.3``, ``A.1``, ``Chapter 3``,
 
 from __future__ import annotations
 
+import bisect
 import re
 from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
@@ -47,18 +48,29 @@ class HeadingNumber:
     family: str  # "part", "item", "chapter", "decimal", "none"
 
 
+_RUN_JOIN_RE = re.compile(r"(?<=[’'])\*\*\s+\*\*|\*\*\s+\*\*(?=(?:<[^>]+>)*[a-z](?![a-z]))")
+_HTML_RE = re.compile(r"</?(u|b|i|em|strong|sup|sub|span)[^>]*>", re.I)
+_EMPH_RE = re.compile(r"[*_`]{1,3}")
+_ESCAPE_RE = re.compile(r"\\([\\`*_{}\[\]()#+\-.!|])")
+_SPACES_RE = re.compile(r"\s+")
+_MARKUP_CHARS = frozenset("*_`<\\")
+
+
 def clean_inline(text: str) -> str:
     """Heading text without Markdown/HTML emphasis.
 
     pymupdf4llm splits a heading set in two styles into runs (``**Item 1. Busines**
-    **<u>s.</u>**``); the runs are re-joined without a space when the next one starts in
-    lower case (a word cut by a style change), else with one.
+    **<u>s.</u>**``); the runs are re-joined without a space when the next one starts with
+    a single lower-case letter or follows an apostrophe (a word cut by a style change),
+    else with one.
     """
-    text = re.sub(r"(?<=[’'])\*\*\s+\*\*|\*\*\s+\*\*(?=(?:<[^>]+>)*[a-z](?![a-z]))", "", text)
-    text = re.sub(r"</?(u|b|i|em|strong|sup|sub|span)[^>]*>", "", text, flags=re.I)
-    text = re.sub(r"[*_`]{1,3}", " ", text)
-    text = re.sub(r"\\([\\`*_{}\[\]()#+\-.!|])", r"\1", text)
-    return re.sub(r"\s+", " ", text).strip()
+    if not _MARKUP_CHARS.intersection(text):  # most table cells and body lines: no markup
+        return " ".join(text.split())
+    text = _RUN_JOIN_RE.sub("", text)
+    text = _HTML_RE.sub("", text)
+    text = _EMPH_RE.sub(" ", text)
+    text = _ESCAPE_RE.sub(r"\1", text)
+    return _SPACES_RE.sub(" ", text).strip()
 
 
 def parse_heading_number(text: str) -> HeadingNumber:
@@ -229,14 +241,20 @@ def _split_cells(line: str) -> List[str]:
     return [clean_inline(c.replace("<br>", " ")) for c in inner.split("|")]
 
 
-def find_tables(text: str, start: int, end: int) -> List[Tuple[int, int, str, List[str], List[str]]]:
+def find_tables(
+    text: str, start: int, end: int, all_lines: Optional[List[Tuple[int, int, str]]] = None
+) -> List[Tuple[int, int, str, List[str], List[str]]]:
     """Markdown tables inside ``text[start:end]``: ``(start, end, title, columns, rows)``.
 
     The title is a caption line ("Table 3. Pin functions") just above or below the table,
     else the nearest non-empty line above it when short; the span includes that caption
     when it sits directly above, so the table node carries its own title.
     """
-    lines = [ln for ln in iter_lines(text) if ln[0] >= start and ln[1] <= end]
+    all_lines = all_lines if all_lines is not None else iter_lines(text)
+    # the lines inside [start, end), found by bisection (one chapter of a long document)
+    first = bisect.bisect_left(all_lines, (start, -1, ""))
+    last = bisect.bisect_right(all_lines, (end, end + 1, ""))
+    lines = [ln for ln in all_lines[first:last] if ln[0] >= start and ln[1] <= end]
     tables = []
     i = 0
     while i < len(lines):
@@ -309,9 +327,10 @@ def build_pieces(
             bounds.append((start, nxt, paths[idx]))
 
     pieces: List[Piece] = []
+    all_lines = iter_lines(text) if tables_as_nodes else []
     for b_start, b_end, path in bounds:
         cursor = b_start
-        tables = find_tables(text, b_start, b_end) if tables_as_nodes else []
+        tables = find_tables(text, b_start, b_end, all_lines) if tables_as_nodes else []
         for t_start, t_end, title, cols, rows in tables:
             if text[cursor:t_start].strip():
                 pieces.extend(_sub_split(text, cursor, t_start, path, max_chars))
@@ -379,6 +398,7 @@ def pieces_to_nodes(
 ) -> List[TextNode]:
     """One ``TextNode`` per piece with the shared schema facts; positions from 0."""
     page_spans = doc.metadata.get(schema.PAGE_SPANS) or []
+    span_starts = [int(s) for _, s, _ in page_spans]
     base_meta = {
         k: v for k, v in doc.metadata.items() if k not in schema.DOCUMENT_ONLY_KEYS
     }
@@ -399,7 +419,12 @@ def pieces_to_nodes(
             start_char_idx=c_start,
             end_char_idx=c_end,
         )
-        pages = schema.pages_for_span(page_spans, c_start, c_end) if page_spans else None
+        pages = None
+        if page_spans:
+            # only the pages around the span (page spans are sorted): keeps this linear
+            lo = max(0, bisect.bisect_right(span_starts, c_start) - 1)
+            hi = bisect.bisect_right(span_starts, max(c_end, c_start + 1))
+            pages = schema.pages_for_span(page_spans[lo:hi], c_start, c_end)
         if pages is None and not page_spans:
             pages = (0, 0)  # .md/.txt input is one page
         schema.set_segment_facts(
