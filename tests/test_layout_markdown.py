@@ -220,6 +220,21 @@ def test_long_segments_are_sub_split_keeping_metadata():
     assert len(whole) == 3
 
 
+def test_long_tables_are_cut_between_rows_keeping_labels():
+    rows = "\n".join(f"|Revenue line {i}|{i * 10}|{i * 11}|" for i in range(60))
+    page = "# 8 Financial Statements\n\nTable 5. Income\n|Item|2022|2023|\n|---|---|---|\n" + rows + "\n\nAfter."
+    doc = _doc([page])
+    nodes = LayoutMarkdownParser(max_segment_chars=500).get_nodes_from_documents([doc])
+    _assert_tiles(doc, nodes)
+    tables = [n for n in nodes if schema.get_segment_kind(n) == schema.KIND_TABLE]
+    assert len(tables) >= 4 and all(len(t.text) <= 500 for t in tables)
+    assert all(t.metadata[schema.TABLE_TITLE] == "Table 5. Income" for t in tables)
+    assert all(t.metadata[schema.TABLE_COLUMNS] == ["Item", "2022", "2023"] for t in tables)
+    all_rows = [r for t in tables for r in t.metadata[schema.TABLE_ROWS]]
+    assert all_rows == [f"Revenue line {i}" for i in range(60)]
+    assert all(t.text.endswith("\n") or t is tables[-1] for t in tables)  # cut between rows
+
+
 def test_markdown_file_is_parsed_by_its_headings():
     text = "Intro line.\n\n# Guide\n\n## 1 Install\n\npip install x\n\n## 2 Use\n\n### 2.1 Query\n\nask\n"
     doc = Document(text=text, metadata={schema.FILE_NAME: "guide.md"}, id_="g")

@@ -336,16 +336,44 @@ def build_pieces(
                 pieces.extend(_sub_split(text, cursor, t_start, path, max_chars))
                 cursor = t_start
             # blank text before a table joins the table; the table keeps its chapter path
-            pieces.append(
-                Piece(cursor, t_end, list(path), schema.KIND_TABLE,
-                      title or (path[-1][1] if path else ""), cols, rows)
-            )
+            table_title = title or (path[-1][1] if path else "")
+            pieces.extend(_split_table(text, cursor, t_end, path, table_title, cols, max_chars))
             cursor = t_end
         if cursor < b_end:
             if text[cursor:b_end].strip() or not pieces:
                 pieces.extend(_sub_split(text, cursor, b_end, path, max_chars))
             else:
                 pieces[-1].end = b_end  # trailing blank text joins the previous piece
+    return pieces
+
+
+def _split_table(
+    text: str, start: int, end: int, path: List[Tuple[str, str, int]], title: str,
+    columns: List[str], max_chars: Optional[int],
+) -> List[Piece]:
+    """A table piece, cut between rows when longer than ``max_chars`` (financial statements
+    run to pages); every part keeps the title and column labels and lists its own rows."""
+    parts = [(start, end)]
+    if max_chars and end - start > max_chars:
+        parts, cursor = [], start
+        while end - cursor > max_chars:
+            cut = text.rfind("\n", cursor, cursor + max_chars)
+            cut = cut + 1 if cut > cursor else cursor + max_chars
+            parts.append((cursor, cut))
+            cursor = cut
+        parts.append((cursor, end))
+    pieces = []
+    for p_start, p_end in parts:
+        rows = [
+            cells[0]
+            for line in text[p_start:p_end].split("\n")
+            if _TABLE_LINE_RE.match(line) and not _TABLE_SEP_RE.match(line)
+            for cells in [_split_cells(line)]
+            if cells and cells[0]
+        ]
+        if p_start == start and rows and columns and rows[0] == columns[0]:
+            rows = rows[1:]  # the header row is columns, not a row label
+        pieces.append(Piece(p_start, p_end, list(path), schema.KIND_TABLE, title, list(columns), rows))
     return pieces
 
 
