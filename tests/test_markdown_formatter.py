@@ -208,6 +208,16 @@ def test_check_window_detects_bad_answers():
     assert "truncated" in check_window(source, tail_cut, min_coverage=0.8, max_novelty=0.15).reason
 
 
+def test_invented_chapter_numbers_are_rejected():
+    source = "2.3 Timing\n\n" + "\n".join(words(f"t{i}x", 8) for i in range(8))
+    kw = dict(min_coverage=0.85, max_novelty=0.15)
+    assert check_window(source, "# 2.3 Timing\n\n" + source.split("\n\n", 1)[1], **kw).ok
+    renumbered = check_window(source, "# 3.1 Timing\n\n" + source.split("\n\n", 1)[1], **kw)
+    assert not renumbered.ok and "3.1" in renumbered.reason
+    # a number written in the padding or the previous window is the document's own
+    assert check_window(source, "# 3.1 Timing\n\n" + source, context="see 3.1 Timing", **kw).ok
+
+
 @pytest.mark.parametrize(
     "bad",
     [

@@ -174,12 +174,25 @@ def clean_answer(answer: str) -> str:
     return (match.group(1) if match else answer).strip("\n")
 
 
+def invented_numbers(output: str, context: str) -> List[str]:
+    """Chapter numbers of the answer's headings that the source text never writes: the
+    paper's rule is the document's own number, so an invented one is a hallucination."""
+    out = []
+    for _, _, _, body in markdown_headings(output):
+        number = parse_heading_number(body).number
+        digits = number.split()[-1] if number else ""
+        if digits and not re.search(rf"(?<![\w.]){re.escape(digits)}(?![\w])", context, re.I):
+            out.append(number)
+    return out
+
+
 def check_window(
-    source: str, output: str, *, min_coverage: float, max_novelty: float
+    source: str, output: str, *, min_coverage: float, max_novelty: float, context: str = ""
 ) -> WindowCheck:
     """Coverage of the source's words in ``output`` and share of output words that are not
-    in the source; also flags empty, truncated (the window's last words missing) and
-    non-Markdown (JSON, one flattened line for a multi-line source) answers."""
+    in the source; also flags empty, truncated (the window's last words missing),
+    non-Markdown (JSON, one flattened line for a multi-line source) answers and heading
+    numbers found nowhere in ``source`` + ``context`` (the padding, the previous window)."""
     src, out = _words(source), _words(output)
     if not src:
         return WindowCheck(True, 1.0, 0.0)
@@ -200,6 +213,11 @@ def check_window(
     tail = src[-8:]
     if len(src) >= 40 and sum(w in set(out[-80:]) for w in tail) < len(tail) / 2:
         return WindowCheck(False, coverage, novelty, "truncated: the window's end is missing")
+    invented = invented_numbers(output, source + "\n" + context)
+    if invented:
+        return WindowCheck(
+            False, coverage, novelty, f"chapter numbers not in the source: {', '.join(invented)}"
+        )
     return WindowCheck(True, coverage, novelty)
 
 
@@ -382,9 +400,12 @@ class MarkdownFormatterParser(NodeParser):
                 if attempt < self.max_retries and self.retry_backoff_seconds:
                     await asyncio.sleep(self.retry_backoff_seconds * 2**attempt)
                 continue
+            context = window.before + "\n" + window.after
+            if prev is not None:
+                context += "\n" + text[prev.window.start : prev.window.end]
             check = check_window(
                 source, answer, min_coverage=self.min_window_coverage,
-                max_novelty=self.max_window_novelty,
+                max_novelty=self.max_window_novelty, context=context,
             )
             result.check = check
             if check.ok:
