@@ -606,11 +606,18 @@ class CascadingMetadataTransform(TransformComponent):
             return ""
         doc = schema.get_document_id(node)
         half = self.image_context_chars // 2
-        before = after = ""
-        if index > 0 and schema.get_document_id(nodes[index - 1]) == doc:
-            before = nodes[index - 1].get_content(MetadataMode.NONE)[-half:]
-        if index + 1 < len(nodes) and schema.get_document_id(nodes[index + 1]) == doc:
-            after = nodes[index + 1].get_content(MetadataMode.NONE)[:half]
+
+        def nearest_text(step: int) -> str:
+            # The nearest non-image node of the same document: a figure next to a figure
+            # says nothing about either.
+            i = index + step
+            while 0 <= i < len(nodes) and schema.get_document_id(nodes[i]) == doc:
+                if not self._is_image(nodes[i]):
+                    return nodes[i].get_content(MetadataMode.NONE)
+                i += step
+            return ""
+
+        before, after = nearest_text(-1)[-half:], nearest_text(1)[:half]
         return " … ".join(_clean(t) for t in (before, after) if t.strip())
 
     # -- multimodal descriptions, cached by image hash ------------------------------------
