@@ -286,18 +286,30 @@ def check_partition(sections: Sequence[Section], n_lines: int) -> None:
 
 
 def chunk_section(
-    spans: Sequence[Tuple[int, int]], section: Section, chunk_chars: int
+    spans: Sequence[Tuple[int, int]],
+    section: Section,
+    chunk_chars: int,
+    text: Optional[str] = None,
 ) -> List[Tuple[int, int]]:
-    """Character spans of the section's chunks: whole lines packed up to ``chunk_chars``."""
+    """Character spans of the section's chunks: whole lines packed up to ``chunk_chars``.
+
+    A chunk ends preferably after a real line end (not a wrap point inside a paragraph)
+    when one lies in its second half, so chunks rarely start mid-sentence.
+    """
     chunks: List[Tuple[int, int]] = []
     start = spans[section.start][0]
     end = start
+    last_break = -1  # end of the last line in this chunk that ends with a line break
     for i in range(section.start, section.end):
         s, e = spans[i]
         if e - start > chunk_chars and end > start:
-            chunks.append((start, end))
-            start = s
+            cut = last_break if last_break - start >= chunk_chars // 2 else end
+            chunks.append((start, cut))
+            start = cut
+            last_break = -1
         end = e
+        if text is not None and e > s and text[e - 1] in _LINE_ENDS:
+            last_break = e
     chunks.append((start, end))
     return chunks
 
@@ -505,7 +517,7 @@ class LineNumberSegmentParser(NodeParser):
         for sec in sections:
             title = sec.title or doc_title or line_range_title(sec.start, sec.end)
             if self.chunk_chars:
-                pieces = chunk_section(spans, sec, self.chunk_chars)
+                pieces = chunk_section(spans, sec, self.chunk_chars, text)
             else:
                 pieces = [(spans[sec.start][0], spans[sec.end - 1][1])]
             for start, end in pieces:
