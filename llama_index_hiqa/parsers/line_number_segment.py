@@ -93,7 +93,9 @@ _LINE_ENDS = "\r\n\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"
 class SectionAnswer(BaseModel):
     """One section of the LLM's answer (paper: title, start_index, end_index, summary)."""
 
-    title: str = Field(description="Concise, descriptive title of the section.")
+    title: Optional[str] = Field(
+        default=None, description="Concise, descriptive title of the section."
+    )
     start_index: int = Field(description="Line number of the first line of the section.")
     end_index: Optional[int] = Field(
         default=None, description="Line number of the last line of the section."
