@@ -170,19 +170,26 @@ def _one_line(text: str, prefix: Optional[str] = None, max_chars: int = 600) -> 
     if prefix:
         # Models often answer with the prefix on its own line, or with a quoted sentence.
         joined = " ".join(lines) if line.rstrip(":").lower() == prefix.strip().rstrip(":").lower() else line
-        line = joined.strip().strip('"').strip()
+        line = _unquote(joined)
         body = line[len(prefix) :] if line.lower().startswith(prefix.lower()) else line
         body = body.strip()
         if not body:
             raise LLMOutputError("the LLM returned a summary prefix without a summary")
         line = prefix + body
     else:
-        line = line.strip().strip('"').strip("'").strip("*# ").strip()
+        line = _unquote(line.strip("*# "))
         if line.lower().startswith("title:"):
             line = line[len("title:") :].strip()
         if not line:
             raise LLMOutputError("the LLM returned an empty title")
     return line[:max_chars]
+
+
+def _unquote(text: str) -> str:
+    text = text.strip()
+    if len(text) >= 2 and text[0] == text[-1] and text[0] in "\"'`":
+        text = text[1:-1].strip()
+    return text
 
 
 class _HeaderCache:
