@@ -312,3 +312,21 @@ def test_without_llm_every_document_is_one_section():
     text = _doc_text(paragraphs=12)
     nodes = LineNumberSegmentParser(chunk_chars=None).get_nodes_from_documents([Document(text=text)])
     assert len(nodes) == 1 and nodes[0].metadata[schema.PARSE_PATH] == "text"
+
+
+def test_llm_section_summaries_can_be_kept_in_the_embedding_view():
+    text = _doc_text(paragraphs=12)
+
+    def answer(prompt):
+        lo = _line_numbers(prompt)[0]
+        return json.dumps({"sections": [{"title": "All", "start_index": lo, "summary": "revenue by topic"}]})
+
+    nodes = _parser(ScriptedLLM(answer), keep_section_summaries=True).get_nodes_from_documents(
+        [Document(text=text)]
+    )
+    for n in nodes:
+        embed = n.get_content(MetadataMode.EMBED)
+        assert embed.startswith("This section is about: revenue by topic\n\n")
+        assert embed.count("This section is about") == 1
+    plain = _parser(ScriptedLLM(answer)).get_nodes_from_documents([Document(text=text)])
+    assert all(schema.SECTION_SUMMARY not in n.metadata for n in plain)

@@ -42,6 +42,7 @@ from llama_index.core.schema import BaseNode, Document, NodeRelationship, TextNo
 from llama_index_hiqa import schema
 from llama_index_hiqa.defaults import resolve_llm
 from llama_index_hiqa.errors import LLMOutputError
+from llama_index_hiqa.transforms.context_header import apply_header_format
 
 logger = logging.getLogger(__name__)
 
@@ -549,6 +550,7 @@ class LineNumberSegmentParser(NodeParser):
                 )
                 if self.keep_section_summaries and sec.summary:
                     node.metadata[schema.SECTION_SUMMARY] = _as_section_summary(sec.summary)
+                    apply_header_format(node)
                 nodes.append(node)
         return nodes
 
