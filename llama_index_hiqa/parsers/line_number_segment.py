@@ -516,6 +516,7 @@ class LineNumberSegmentParser(NodeParser):
         # Only a real title; the context header transform asks the LLM for one when empty.
         doc_title = str(doc.metadata.get(schema.DOCUMENT_TITLE) or "")
         page_spans = doc.metadata.get(schema.PAGE_SPANS)
+        source = doc.as_related_node_info()  # hashes the whole text: once per document
         nodes: List[TextNode] = []
         for sec in sections:
             title = sec.title or doc_title or line_range_title(sec.start, sec.end)
@@ -536,7 +537,7 @@ class LineNumberSegmentParser(NodeParser):
                     end_char_idx=end,
                 )
                 node.id_ = self.id_func(len(nodes), doc)
-                node.relationships[NodeRelationship.SOURCE] = doc.as_related_node_info()
+                node.relationships[NodeRelationship.SOURCE] = source
                 page_range = schema.pages_for_span(page_spans, start, end) if page_spans else None
                 schema.set_segment_facts(
                     node,
