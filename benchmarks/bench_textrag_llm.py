@@ -182,7 +182,7 @@ def main() -> None:
     ax.set_xticks(list(x), labels)
     ax.set_ylabel("wall time, 20 documents (s)")
     ax.set_title(f"TextRAG LLM steps, fake LLM with {int(LATENCY * 1000)} ms latency")
-    ax.legend()
+    ax.legend(loc="upper left")
     fig.tight_layout()
     fig.savefig(FIGURE, dpi=120)
     _results.write_section(

@@ -189,3 +189,12 @@ def test_usable_with_llamaindex_document_context_extractor_in_one_pipeline():
         assert embed.count(DOC_SUMMARY) == 1
         assert n.metadata[extractor.key] == "This chunk reports ACME's sales by region."
         assert n.metadata[extractor.key] in embed
+
+
+async def test_sync_call_and_acall_inside_a_running_event_loop():
+    node = TextNode(text="ACME widgets", metadata={schema.DOCUMENT_TITLE: "t"})
+    ContextHeaderTransform(llm=_llm(), use_cache=False)([node])
+    assert node.metadata[schema.DOCUMENT_SUMMARY] == DOC_SUMMARY
+    other = TextNode(text="ACME gadgets", metadata={schema.DOCUMENT_TITLE: "t"})
+    await ContextHeaderTransform(llm=_llm(), use_cache=False).acall([other])
+    assert other.metadata[schema.DOCUMENT_SUMMARY] == DOC_SUMMARY

@@ -330,3 +330,9 @@ def test_llm_section_summaries_can_be_kept_in_the_embedding_view():
         assert embed.count("This section is about") == 1
     plain = _parser(ScriptedLLM(answer)).get_nodes_from_documents([Document(text=text)])
     assert all(schema.SECTION_SUMMARY not in n.metadata for n in plain)
+
+
+async def test_sync_call_works_inside_a_running_event_loop_like_a_notebook():
+    text = _doc_text(paragraphs=12)
+    nodes = _parser(ScriptedLLM(_sections_every(8))).get_nodes_from_documents([Document(text=text)])
+    _assert_partition(nodes, text)
