@@ -336,3 +336,10 @@ async def test_sync_call_works_inside_a_running_event_loop_like_a_notebook():
     text = _doc_text(paragraphs=12)
     nodes = _parser(ScriptedLLM(_sections_every(8))).get_nodes_from_documents([Document(text=text)])
     _assert_partition(nodes, text)
+
+
+def test_line_numbers_echoed_as_labels_or_strings_are_read():
+    answer = SectionAnswer.model_validate_json('{"title": "t", "start_index": "[12]", "end_index": " 30 "}')
+    assert (answer.start_index, answer.end_index) == (12, 30)
+    with pytest.raises(ValueError):
+        SectionAnswer.model_validate_json('{"title": "t", "start_index": "line twelve"}')

@@ -33,7 +33,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from llama_index.core.async_utils import asyncio_run, run_jobs
-from llama_index.core.bridge.pydantic import BaseModel, Field, PrivateAttr
+from llama_index.core.bridge.pydantic import BaseModel, Field, PrivateAttr, field_validator
 from llama_index.core.llms import LLM
 from llama_index.core.node_parser import NodeParser
 from llama_index.core.prompts import PromptTemplate
@@ -104,6 +104,16 @@ class SectionAnswer(BaseModel):
     summary: Optional[str] = Field(
         default=None, description="Optional one-sentence summary of the section."
     )
+
+    @field_validator("start_index", "end_index", mode="before")
+    @classmethod
+    def _line_number(cls, value: Any) -> Any:
+        # LLMs often echo the label as shown ("[12]") or as a string; read the number.
+        if isinstance(value, str):
+            match = re.fullmatch(r"\s*\[?\s*(-?\d+)\s*\]?\s*", value)
+            if match:
+                return int(match.group(1))
+        return value
 
 
 class SectionedWindow(BaseModel):
