@@ -27,10 +27,11 @@ Where the heading path comes from, in order:
    without a heading line (a SentenceSplitter continuation) inherits its section's path and
    skipped levels (H1 then H3) nest correctly.
 
-Embed view format (agreed with ContextHeaderTransform, issue 4): one header line per shown
-metadata value, cascade first, then the document / section summaries, a blank line, then the
-body. With ``metadata_template="{value}"`` (the default here) the values are shown without
-their key names.
+Embed view format (shared with ContextHeaderTransform, issue 4, through its
+``apply_header_format``): one header line per view value, in ``schema.VIEW_KEYS`` order —
+cascade, document summary, section summary, image description — a blank line, then the
+body. Values are shown without key names (``metadata_template="{value}"``) unless the node
+carries a template the user customised.
 """
 
 from __future__ import annotations
@@ -55,6 +56,7 @@ from llama_index.core.schema import (
 from llama_index_hiqa import schema
 from llama_index_hiqa.errors import InvalidMetadataError
 from llama_index_hiqa.schema import Heading
+from llama_index_hiqa.transforms.context_header import apply_header_format
 
 logger = logging.getLogger(__name__)
 
@@ -303,13 +305,6 @@ class CascadingMetadataTransform(TransformComponent):
         default=True,
         description="Also show the cascade to the LLM (MetadataMode.LLM), as a source line.",
     )
-    metadata_template: Optional[str] = Field(
-        default="{value}",
-        description=(
-            "LlamaIndex metadata_template set on every node: '{value}' shows the cascade "
-            "without its key name; None keeps each node's own template."
-        ),
-    )
     augment_tables: bool = Field(
         default=True,
         description="Embed tables by cascade, title, column and row labels, not their cells.",
@@ -399,8 +394,6 @@ class CascadingMetadataTransform(TransformComponent):
                 schema.set_heading_path(node, path)
             schema.hide_from_views(node)
             schema.hide_from_views(node, [LLAMA_INDEX_HEADER_PATH])
-            if self.metadata_template is not None and self.variant != "none":
-                node.metadata_template = self.metadata_template
             self._render(node, path, nodes, index, descriptions.get(index))
             out.append(node)
         return out
@@ -516,16 +509,17 @@ class CascadingMetadataTransform(TransformComponent):
                 title = ""  # the own heading is the document title, already in the text
             cascade = shorten_cascade([title, *levels], self.separator, self.max_cascade_chars)
         if cascade:
-            # Cascade first in the header (metadata is rendered in insertion order), then
-            # whatever else is shown (document / section summaries of issue 4).
-            node.metadata = {schema.HEADING_CASCADE: cascade, **meta}
-        self._show(node, schema.HEADING_CASCADE, embed=True, llm=self.cascade_in_llm_view)
-
+            meta[schema.HEADING_CASCADE] = cascade
         if kind == schema.KIND_IMAGE:
             view = self._image_view(node, nodes, index, description)
             if view:
-                node.metadata[schema.IMAGE_DESCRIPTION] = view
-            self._show(node, schema.IMAGE_DESCRIPTION, embed=True, llm=True)
+                meta[schema.IMAGE_DESCRIPTION] = view
+        # The header format shared with ContextHeaderTransform: view keys shown in the
+        # embed view, last, in schema.VIEW_KEYS order (cascade, document summary, section
+        # summary, image description), one value per line.
+        apply_header_format(node)
+        self._show(node, schema.HEADING_CASCADE, embed=True, llm=self.cascade_in_llm_view)
+        self._show(node, schema.IMAGE_DESCRIPTION, embed=True, llm=True)
 
     @staticmethod
     def _show(node: BaseNode, key: str, embed: bool, llm: bool) -> None:
