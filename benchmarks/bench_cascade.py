@@ -260,11 +260,11 @@ def plot(results: Dict[str, Dict[str, Dict]]) -> None:
                     label=f"{LABELS[variant]} (median {np.median(ranks):.0f})")
         ax.set_xscale("log")
         ax.set_xlabel(f"rank of the gold segment among {next(iter(by_variant.values()))['n']:,}")
-        ax.set_ylabel("share of questions with gold at this rank or better")
+        ax.set_ylabel("share of questions, gold at rank ≤ x")
         ax.set_title(name)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8, loc="lower right")
-    fig.suptitle("HiQA HCA: where the gold segment ranks (exact cosine, all-MiniLM-L6-v2)")
+    fig.suptitle("HiQA HCA: rank of the gold segment (exact cosine, MiniLM)", fontsize=10)
     fig.tight_layout()
     fig.savefig(PNG, dpi=110)
     print(f"wrote {PNG}")
@@ -289,7 +289,9 @@ def main() -> None:
         "`CascadingMetadataTransform`; the segments are LlamaIndex `MarkdownNodeParser` "
         "output, so `none` is what a LlamaIndex user embeds today. Lower ranks are better; "
         "hit@k = gold in the top k; top-1 right document = the best segment comes from a "
-        "gold filing/datasheet/passage.",
+        "gold filing/datasheet/passage. `own_heading` differs from `none` only for "
+        "table segments and segments without a heading line: a MarkdownNodeParser segment's "
+        "text already opens with its own heading (which HCA does not embed twice).",
     ]
     for corpus in corpora:
         print(corpus.note)
