@@ -12,7 +12,7 @@ its gold segment, for the paper's ablation variants:
 Corpora: the demo datasheets (``examples/data``, when present), FinanceBench filings from
 ``../shared/data`` (segments = ``MarkdownNodeParser`` over each filing's pymupdf4llm Markdown;
 gold = every segment on a gold page; document title "3M 2018 10-K"), and, with
-``--multihop``, HotpotQA passages with their Wikipedia title as document title.
+``--multihop``, HotpotQA and MuSiQue passages with their Wikipedia title as document title.
 FinanceBench is restricted by default to the companies with several filings and the most
 questions (``--companies``), to keep the embedding work on a shared 2-core machine within
 ~25 CPU minutes; ``--companies all`` runs the 46 filings.
@@ -168,10 +168,10 @@ def demo() -> Optional[Corpus]:
     return Corpus("demo datasheets", segments, questions, gold, note)
 
 
-def hotpotqa() -> Optional[Corpus]:
-    if _common.require_shared_data("HotpotQA") is None:
+def multihop(name: str, label: str) -> Optional[Corpus]:
+    if _common.require_shared_data(label) is None:
         return None
-    passages = datasets.load_multihop_corpus("hotpotqa")
+    passages = datasets.load_multihop_corpus(name)
     segments, index = [], {}
     for position, row in enumerate(passages):
         node = TextNode(text=row["text"], id_=row["id"])
@@ -180,14 +180,14 @@ def hotpotqa() -> Optional[Corpus]:
         index[row["id"]] = position
         segments.append(node)
     questions, gold = [], []
-    for q in datasets.load_multihop_questions("hotpotqa"):
+    for q in datasets.load_multihop_questions(name):
         hits = [index[g.passage_id] for g in q.gold if g.passage_id in index]
         if hits:
             questions.append(q.question)
             gold.append(hits)
-    note = (f"HotpotQA (HippoRAG corpus): {len(segments)} passages, {len(questions)} questions; "
-            "cascade = the passage's Wikipedia title")
-    return Corpus("HotpotQA", segments, questions, gold, note)
+    note = (f"{label} (HippoRAG corpus): {len(segments):,} passages, {len(questions)} questions; "
+            "cascade = the passage's Wikipedia title; rank of the best-ranked gold passage")
+    return Corpus(label, segments, questions, gold, note)
 
 
 def _norm(text: str) -> str:
@@ -274,11 +274,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--companies", default=",".join(DEFAULT_COMPANIES),
                         help="FinanceBench companies, comma separated, or 'all'")
-    parser.add_argument("--multihop", action="store_true", help="also HotpotQA passages")
+    parser.add_argument("--multihop", action="store_true", help="also HotpotQA and MuSiQue passages")
     args = parser.parse_args()
     companies = None if args.companies == "all" else [c.strip() for c in args.companies.split(",")]
 
-    corpora = [c for c in (demo(), financebench(companies), hotpotqa() if args.multihop else None) if c]
+    extra = [multihop("hotpotqa", "HotpotQA"), multihop("musique", "MuSiQue")] if args.multihop else []
+    corpora = [c for c in (demo(), financebench(companies), *extra) if c]
     if not corpora:
         print("SKIP: no corpus available")
         return
@@ -297,7 +298,7 @@ def main() -> None:
         print(corpus.note)
         results[corpus.name] = {}
         for variant in VARIANTS:
-            if corpus.name == "HotpotQA" and variant == "own_heading":
+            if corpus.name in ("HotpotQA", "MuSiQue") and variant == "own_heading":
                 continue  # passages have no headings: identical to 'none'
             results[corpus.name][variant] = measure(corpus, variant)
             print(corpus.name, variant, json.dumps(
