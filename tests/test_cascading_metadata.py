@@ -100,6 +100,14 @@ def test_skipped_levels_h1_then_h3_nest_under_the_h1():
     assert ordering.metadata[schema.HEADING_CASCADE] == "NX-2040 Datasheet > Appendix"
 
 
+def test_heading_with_a_slash_is_one_level():
+    text = "# Board\n## 3 Input/Output\nPins.\n### 3.1 GPIO\nEight pins."
+    out = CascadingMetadataTransform()(_md_nodes(text))
+    gpio = _by_cascade_suffix(out, "Eight pins")
+    assert [h.label() for h in schema.get_heading_path(gpio)] == ["Board", "3 Input/Output", "3.1 GPIO"]
+    assert gpio.metadata[schema.HEADING_CASCADE] == "Board > 3 Input/Output"
+
+
 def test_algorithm2_walk_over_plain_chunks_gives_continuations_their_section():
     # SentenceSplitter chunks carry no header_path: the walk over the document in order
     # must close H3s on the next H2/H1 and hand the path to chunks without a heading line.
