@@ -39,7 +39,9 @@ _EXPORTS: Dict[str, str] = {
     # "CascadingMetadataTransform": "llama_index_hiqa.transforms.cascading_metadata",
     #
     # -- HiQA multi-route retrieval and critical keywords (issue 6)
-    # "CriticalKeywordExtractor": "llama_index_hiqa.transforms.critical_keywords",
+    "CriticalKeywordExtractor": "llama_index_hiqa.transforms.critical_keywords",
+    "KeywordIndex": "llama_index_hiqa.transforms.critical_keywords",
+    "normalize_keyword": "llama_index_hiqa.transforms.critical_keywords",
     # "MultiRouteRetriever": "llama_index_hiqa.retrievers.multi_route",
     #
     # -- IIER chunk graph (issue 7)
