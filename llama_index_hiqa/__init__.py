@@ -42,7 +42,9 @@ _EXPORTS: Dict[str, str] = {
     "CriticalKeywordExtractor": "llama_index_hiqa.transforms.critical_keywords",
     "KeywordIndex": "llama_index_hiqa.transforms.critical_keywords",
     "normalize_keyword": "llama_index_hiqa.transforms.critical_keywords",
-    # "MultiRouteRetriever": "llama_index_hiqa.retrievers.multi_route",
+    "MultiRouteRetriever": "llama_index_hiqa.retrievers.multi_route",
+    "MultiRouteConfig": "llama_index_hiqa.retrievers.multi_route",
+    "RetrievalRouteError": "llama_index_hiqa.errors",
     #
     # -- IIER chunk graph (issue 7)
     # "ChunkInteractionGraph": "llama_index_hiqa.retrievers.chunk_graph",
