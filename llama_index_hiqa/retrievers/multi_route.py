@@ -479,27 +479,36 @@ class MultiRouteRetriever(BaseRetriever):
 
     # -- full ranking (Log-Rank Index) -----------------------------------------------------
     def full_ranking(self, query: Union[str, QueryBundle]) -> List[str]:
-        """Every indexed node id, best first, fused over the whole collection.
+        """Every indexed node id, best first: the rank of every node, for the Log-Rank Index.
 
-        The vector route is asked for all nodes (through its ``similarity_top_k``); nodes it
-        does not return get the normalised vector score 0. For the Log-Rank Index.
+        Two stages, as retrieval itself works: first the fused candidates exactly as
+        :meth:`retrieve` orders them (so ``full_ranking(q)[:top_k]`` is what ``retrieve``
+        returns), then every other node, fused over the whole collection (each route asked for
+        all nodes; the vector route through its ``similarity_top_k``).
         """
         bundle = QueryBundle(query) if isinstance(query, str) else query
         if not self._nodes:
             raise ValueError("full_ranking needs the retriever's nodes (pass nodes or a docstore)")
         if not (bundle.query_str or "").strip():
             return list(self._nodes)
-        n = len(self._nodes)
         self.last_route_errors = {}
+        n = self.config.candidates_per_route
         vector, _ = self._run_route(VECTOR, lambda: self._vector_scores(bundle, n), ({}, {}))
-        bm25: Dict[str, float] = {}
+        bm25 = self._run_route(BM25, lambda: self._bm25_scores(bundle, n), {})
+        _, counts = self._run_route(KEYWORDS, lambda: self._keyword_counts(bundle), ([], {}))
+        first = [node_id for node_id, _ in self._fuse(vector, bm25, counts, None)]
+        seen = set(first)
+        rest = [node_id for node_id in self._nodes if node_id not in seen]
+        if not rest:
+            return first
+        all_vector, _ = self._run_route(VECTOR, lambda: self._vector_scores(bundle, len(self._nodes)), ({}, {}))
+        all_bm25: Dict[str, float] = {}
         if self._bm25 is not None and self.config.use_bm25:
             scores = self._run_route(BM25, lambda: self._bm25.all_scores(bundle.query_str), None)
             if scores is not None:
-                bm25 = {i: float(s) for i, s in zip(self._bm25.node_ids, scores)}
-        _, counts = self._run_route(KEYWORDS, lambda: self._keyword_counts(bundle), ([], {}))
-        fused = self._fuse(vector, bm25, counts, None, candidates=list(self._nodes))
-        return [node_id for node_id, _ in fused]
+                all_bm25 = {i: float(s) for i, s in zip(self._bm25.node_ids, scores) if s > 0}
+        tail = self._fuse(all_vector, all_bm25, counts, None, candidates=rest)
+        return first + [node_id for node_id, _ in tail]
 
     def rank_of(self, query: Union[str, QueryBundle], node_ids: Sequence[str]) -> Dict[str, int]:
         """The 1-based rank of each of ``node_ids`` in :meth:`full_ranking`."""
