@@ -41,6 +41,13 @@ def test_identifiers_the_ner_model_misses_are_found():
         assert expected in kws
 
 
+def test_part_numbers_typed_with_a_space_match_the_printed_code():
+    extractor = rules_only()
+    assert "opt3004" in extractor.extract("supply current of the OPT 3004?")
+    assert "adc12qj1600sp" in extractor.extract("Which package has the ADC 12QJ1600-SP?")
+    assert extractor.extract("Revenue 2018 and Section 404") == ["2018"]
+
+
 def test_units_ordinals_and_money_are_not_identifiers():
     kws = rules_only().extract("Revenue rose $5M to 12m units in the 12th week; 3.3V at 25 MHz.")
     assert not {"5m", "12m", "12th"} & set(kws)

@@ -94,7 +94,11 @@ DEFAULT_NER_LABELS = (
 # ADC12QJ1600-SP, 10-K, 3M, TPS7A4700. Whole-token match so "ADC12QJ1600-SP" stays one.
 _IDENTIFIER = re.compile(r"(?<![\w$€£])([A-Za-z0-9]+(?:[-./][A-Za-z0-9]+)*)(?![\w])")
 # A product name followed by a model number: "iPhone 15", "Pixel 8a", "Galaxy S23".
-_NAME_NUMBER = re.compile(r"\b([A-Za-z][A-Za-z]*[A-Z][A-Za-z]*|[A-Z][a-z]{2,})[ -](\d{1,3}[A-Za-z]{0,2})\b")
+# A product name or code prefix followed by a model number: "iPhone 15", "Pixel 8a",
+# "OPT 3004", "ADC 12QJ1600-SP" (people type part numbers with a space in them).
+_NAME_NUMBER = re.compile(
+    r"(?<![\w-])([A-Za-z]*[A-Z][A-Za-z]*|[A-Z][a-z]{2,})[ -](\d[A-Za-z0-9]*(?:-[A-Za-z0-9]+)*)(?![\w-])"
+)
 _YEAR = re.compile(r"(?<![\w.,$])((?:19|20)\d{2})(?![\w%]|[.,]\d)")
 _FISCAL_YEAR = re.compile(r"\b(?:FY|fiscal(?:\s+year)?)\s*'?((?:19|20)?\d{2})\b", re.I)
 _QUARTER = re.compile(
@@ -147,7 +151,9 @@ def _rule_keywords(text: str) -> List[str]:
         found.append(token)
     for match in _NAME_NUMBER.finditer(text):
         name, number = match.group(1), match.group(2)
-        if name.lower() in _NAME_STOPWORDS or (len(number) == 4 and number.isdigit()):
+        if name.lower() in _NAME_STOPWORDS or _YEAR.fullmatch(number) or _ORDINAL.match(number):
+            continue
+        if _UNIT.match(number):
             continue
         found.append(f"{name} {number}")
     for match in _QUARTER.finditer(text):
