@@ -238,9 +238,9 @@ def filing_titles() -> Tuple[Dict[str, str], List[str]]:
     for row in datasets.load_financebench_documents():
         match = re.search(r"_(\d{4})(Q[1-4])?_", row["doc_name"] + "_")
         year = match.group(1) if match else str(row["doc_period"])
-        quarter = f" {match.group(2)}" if match and match.group(2) else ""
+        quarter = f"{match.group(2)} " if match and match.group(2) else ""
         label = TYPE_LABEL.get(str(row["doc_type"]).lower(), str(row["doc_type"]))
-        titles[row["doc_name"]] = f"{row['company']} {year}{quarter} {label}"
+        titles[row["doc_name"]] = f"{row['company']} {quarter}{year} {label}"  # "Amcor Q4 2023 Earnings"
         companies.append(row["company"])
     return titles, sorted(set(companies))
 

@@ -109,10 +109,10 @@ def test_relative_score_hand_computed():
 
 
 def test_auto_beta_grows_with_documents_per_page():
-    assert fusion.auto_beta(46, 132) == pytest.approx(0.1 + 0.9 * (46 / 132) / (1 + 46 / 132))
-    assert fusion.auto_beta(10, 10) == pytest.approx(0.55)
-    assert fusion.auto_beta(0, 10) == 0.1
-    assert fusion.auto_beta(5, 100) < fusion.auto_beta(50, 100) < fusion.auto_beta(500, 5) < 1.0
+    assert fusion.auto_beta(46, 132) == pytest.approx(0.5 + 1.5 * (46 / 132) / (1 + 46 / 132))
+    assert fusion.auto_beta(10, 10) == pytest.approx(1.25)
+    assert fusion.auto_beta(0, 10) == 0.5
+    assert fusion.auto_beta(5, 100, 0.1, 1.0) < fusion.auto_beta(50, 100, 0.1, 1.0) < fusion.auto_beta(500, 5, 0.1, 1.0) < 1.0
 
 
 # --- the retriever -----------------------------------------------------------------------

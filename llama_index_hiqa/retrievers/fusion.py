@@ -68,15 +68,18 @@ def hiqa_fusion(
 
 
 def auto_beta(
-    n_documents: int, average_pages: float, beta_min: float = 0.1, beta_max: float = 1.0
+    n_documents: int, average_pages: float, beta_min: float = 0.5, beta_max: float = 2.0
 ) -> float:
     """β from the ratio ``x = |D| / average pages`` (HiQA: "increasing β when this ratio is large").
 
     The paper gives the direction, not the formula. We use the saturating map
     ``β = β_min + (β_max − β_min) · x / (1 + x)``: a few long documents (x → 0) give
     ``β_min``, as many documents as pages per document (x = 1) the midpoint, many short
-    look-alike documents (x → ∞) approach ``β_max``. With the defaults: 46 filings of 132
-    pages (FinanceBench) -> 0.33; 88 five-page datasheets -> 0.95.
+    look-alike documents (x → ∞) approach ``β_max``. The scale: the vector/BM25 mix spans
+    [0, 1] and one matched keyword adds ``β·log 2``, so with ``β_min = 0.5`` one keyword is
+    worth a third of the whole similarity range even for few long documents. The defaults
+    (0.5, 2.0) were chosen after a β sweep on FinanceBench (benchmarks/RESULTS.md), where
+    larger β helped; with them 46 filings of 132 pages -> 0.89, 24 four-page datasheets -> 1.79.
     """
     if n_documents <= 0:
         return beta_min

@@ -89,8 +89,8 @@ class MultiRouteConfig(BaseModel):
         description="HiQA β: weight of the keyword bonus log(1+|C|). 'auto' ties it to "
         "|documents| / average pages (fusion.auto_beta): more, shorter documents -> larger β.",
     )
-    beta_min: float = Field(default=0.1, ge=0.0, description="β for beta='auto' as |D|/pages -> 0.")
-    beta_max: float = Field(default=1.0, ge=0.0, description="β for beta='auto' as |D|/pages -> ∞.")
+    beta_min: float = Field(default=0.5, ge=0.0, description="β for beta='auto' as |D|/pages -> 0.")
+    beta_max: float = Field(default=2.0, ge=0.0, description="β for beta='auto' as |D|/pages -> ∞.")
     route_weights: Dict[str, float] = Field(
         default_factory=lambda: {VECTOR: 1.0, BM25: 1.0, KEYWORDS: 1.0},
         description="Per-route weights of the 'rrf', 'relative_score' and 'dist_based_score' modes.",
