@@ -238,6 +238,11 @@ class MultiRouteRetriever(BaseRetriever):
         self.last_route_errors: Dict[str, BaseException] = {}
 
         nodes_list = list(self._nodes.values())
+        if not nodes_list and (self.config.use_bm25 or self.config.use_keywords):
+            logger.warning(
+                "MultiRouteRetriever got no nodes: the BM25 and keyword routes are off "
+                "(pass nodes=, docstore= or use from_index)"
+            )
         if self.config.use_keywords:
             if keyword_index is None:
                 missing = [n for n in nodes_list if schema.CRITICAL_KEYWORDS not in n.metadata]
