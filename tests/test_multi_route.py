@@ -305,11 +305,12 @@ def test_unknown_settings_are_rejected():
         MultiRouteConfig(alpha=2.0)
 
 
-def test_full_ranking_covers_every_node_and_agrees_with_top_k():
-    retriever, _ = make_retriever(similarity_top_k=2, candidates_per_route=10)
+@pytest.mark.parametrize("mode", ["hiqa", "rrf", "relative_score", "dist_based_score"])
+def test_full_ranking_covers_every_node_once_and_agrees_with_top_k(mode):
+    retriever, _ = make_retriever(similarity_top_k=2, candidates_per_route=2, mode=mode)
     query = "OPT3004 quiescent current"
     ranking = retriever.full_ranking(query)
-    assert sorted(ranking) == sorted(DOCS)
+    assert sorted(ranking) == sorted(DOCS)  # every node exactly once
     assert ranking[:2] == ids(retriever.retrieve(query))
     assert retriever.rank_of(query, ["opt3004", "cats"]) == {"opt3004": 1, "cats": ranking.index("cats") + 1}
 

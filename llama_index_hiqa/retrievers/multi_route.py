@@ -402,8 +402,8 @@ class MultiRouteRetriever(BaseRetriever):
                 else fusion.dist_based_score_fusion
             )
             fused = fuse(route_scores, config.route_weights)
-        for node_id in candidates:
-            fused.setdefault(node_id, 0.0)
+        # Rank fusion scores every node a route returned; only the candidates are ranked here.
+        fused = {node_id: fused.get(node_id, 0.0) for node_id in candidates}
         ordered = fusion.rank_ids(fused, top_k)
         return [(node_id, fused[node_id]) for node_id in ordered]
 
