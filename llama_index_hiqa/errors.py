@@ -45,3 +45,12 @@ class LLMOutputError(HiQAError):
 
 class UnknownNodeError(HiQAError, KeyError):
     """A node id that the index, docstore or graph does not hold."""
+
+
+class RetrievalRouteError(HiQAError):
+    """Every route of a multi-route retriever failed. ``errors`` maps route name -> exception."""
+
+    def __init__(self, errors: dict) -> None:
+        self.errors = dict(errors)
+        detail = "; ".join(f"{name}: {type(exc).__name__}: {exc}" for name, exc in self.errors.items())
+        super().__init__(f"every retrieval route failed ({detail})")
