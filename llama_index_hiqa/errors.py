@@ -55,3 +55,12 @@ class InvalidMetadataError(HiQAError, ValueError):
         self.key = key
         self.reason = reason
         super().__init__(f"node {node_id}: metadata {key!r}: {reason}")
+
+
+class RetrievalRouteError(HiQAError):
+    """Every route of a multi-route retriever failed. ``errors`` maps route name -> exception."""
+
+    def __init__(self, errors: dict) -> None:
+        self.errors = dict(errors)
+        detail = "; ".join(f"{name}: {type(exc).__name__}: {exc}" for name, exc in self.errors.items())
+        super().__init__(f"every retrieval route failed ({detail})")
