@@ -432,3 +432,31 @@ def test_bm25_tells_near_identical_documents_apart_only_with_the_cascade():
     plain = CascadingMetadataTransform(variant="none")(corpus())
     texts = {n.get_content(MetadataMode.EMBED) for n in plain if "Supply voltage" in n.text}
     assert len(texts) == 1  # without the cascade the three sections are indistinguishable
+
+
+def test_combined_header_with_context_header_transform_in_either_order():
+    from llama_index_hiqa.transforms.context_header import ContextHeaderTransform
+
+    summary = "This document is about: the NX-2040 buck converter."
+
+    def answer(prompt):
+        if "summarize the content of the document" in prompt:
+            return summary
+        raise AssertionError(f"unexpected prompt: {prompt[:80]}")
+
+    def header_lines(order):
+        context = ContextHeaderTransform(
+            llm=ScriptedLLM(answer), generate_title=False, section_summaries=False,
+            use_cache=False,
+        )
+        steps = [CascadingMetadataTransform(), context]
+        nodes = _md_nodes(file_name="nx2040.md")
+        for step in steps if order == "cascade first" else reversed(steps):
+            nodes = step(nodes)
+        node = _by_cascade_suffix(nodes, "Supply voltage")
+        return node.get_content(MetadataMode.EMBED).split("\n\n")[0].splitlines(), node
+
+    for order in ("cascade first", "context first"):
+        lines, node = header_lines(order)
+        assert lines == ["NX-2040 Datasheet > 4 Specifications", summary], order
+        assert node.text.startswith("### 4.2 Electrical characteristics")
