@@ -47,6 +47,16 @@ class UnknownNodeError(HiQAError, KeyError):
     """A node id that the index, docstore or graph does not hold."""
 
 
+class InvalidMetadataError(HiQAError, ValueError):
+    """A node's metadata value has the wrong shape. Names the node, the key and the value."""
+
+    def __init__(self, node_id: str, key: str, reason: str) -> None:
+        self.node_id = node_id
+        self.key = key
+        self.reason = reason
+        super().__init__(f"node {node_id}: metadata {key!r}: {reason}")
+
+
 class RetrievalRouteError(HiQAError):
     """Every route of a multi-route retriever failed. ``errors`` maps route name -> exception."""
 
