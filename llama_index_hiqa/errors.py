@@ -45,3 +45,13 @@ class LLMOutputError(HiQAError):
 
 class UnknownNodeError(HiQAError, KeyError):
     """A node id that the index, docstore or graph does not hold."""
+
+
+class RerankerError(HiQAError):
+    """A reranker (Cohere or a LlamaIndex reranker postprocessor) failed. ``source`` names
+    which one, ``reason`` says why."""
+
+    def __init__(self, source: str, reason: str) -> None:
+        self.source = source
+        self.reason = reason
+        super().__init__(f"{source} reranking failed: {reason}")
