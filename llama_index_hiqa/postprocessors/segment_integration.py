@@ -394,8 +394,11 @@ class SegmentIntegrationPostprocessor(BaseNodePostprocessor):
         if score_range is None:
             if not known or (min(known) >= 0.0 and max(known) <= 1.0):
                 score_range = (0.0, 1.0)
+            elif min(known) >= 0.0:
+                # Unknown scale (BM25, cross-encoder logits): only relative relevance can be
+                # had; the ratio to the best keeps "half as good" at 0.5.
+                score_range = (0.0, max(known))
             else:
-                # Unknown scale (e.g. BM25): only relative relevance can be had.
                 score_range = (min(known), max(known))
         low, high = score_range
         span = (high - low) or 1.0
@@ -445,9 +448,8 @@ class SegmentIntegrationPostprocessor(BaseNodePostprocessor):
                 return source, self._cohere_scores(result, len(nodes))
             if source == "reranker":
                 copies = [NodeWithScore(node=n.node, score=n.score) for n in nodes]
-                return source, self._reranked_scores(
-                    nodes, self.reranker.postprocess_nodes(copies, query_bundle)
-                )
+                reranked = self.reranker.postprocess_nodes(copies, query_bundle)
+                return source, self._reranked_scores(nodes, reranked)
         except Exception as exc:  # noqa: BLE001 - any SDK/network failure
             return self._fallback(source, exc, nodes, query_bundle)
         if source == "embedding":
@@ -479,7 +481,9 @@ class SegmentIntegrationPostprocessor(BaseNodePostprocessor):
         nodes: List[NodeWithScore],
         query_bundle: Optional[QueryBundle],
     ) -> Tuple[str, List[Optional[float]]]:
-        if isinstance(exc, RerankerError) or not self.fallback_on_reranker_error:
+        missing_key = isinstance(exc, RerankerError) and exc.source == "cohere"
+        if not self.fallback_on_reranker_error or missing_key:
+            # A missing Cohere key is a configuration error, never silently worked around.
             if isinstance(exc, RerankerError):
                 raise exc
             raise RerankerError(source, str(exc)) from exc
@@ -493,7 +497,10 @@ class SegmentIntegrationPostprocessor(BaseNodePostprocessor):
         nodes: List[NodeWithScore], reranked: List[NodeWithScore]
     ) -> List[Optional[float]]:
         # Rerankers may cut to their own top_n: the chunks they dropped get relevance 0.
-        by_id = {n.node.node_id: n.score for n in reranked}
+        by_id = {n.node.node_id: n.score for n in reranked if n.score is not None}
+        if not by_id:
+            # e.g. LLMRerank given an answer it cannot parse returns nothing at all.
+            raise RerankerError("reranker", "it scored none of the chunks")
         return [by_id.get(n.node.node_id) for n in nodes]
 
     def _embed(self) -> BaseEmbedding:
