@@ -178,19 +178,16 @@ def select_segments(
         return []
     runs = np.asarray(run_ids)
     prefix = np.concatenate([[0.0], np.cumsum(v)]).tolist()
-    # Last index (exclusive) of the run each chunk belongs to.
-    run_end = [0] * n
-    end = n
-    for i in range(n - 1, -1, -1):
-        if i < n - 1 and runs[i] != runs[i + 1]:
-            end = i + 1
-        run_end[i] = end
+    starts = np.flatnonzero(v >= 0)  # only non-negative chunks may start (or end) a segment
+    # End (exclusive) of the run each candidate start belongs to.
+    run_ends = np.append(np.flatnonzero(runs[1:] != runs[:-1]) + 1, n)
+    run_end = dict(zip(starts.tolist(), run_ends[np.searchsorted(run_ends, starts, side="right")].tolist()))
     nonneg = (v >= 0).tolist()
-    used = [False] * n
+    used = bytearray(n)
     remaining = overall_max_length
 
     def best_from(start: int) -> Optional[Tuple[float, int]]:
-        if used[start] or not nonneg[start]:
+        if used[start]:
             return None
         limit = min(start + max_length, start + remaining, run_end[start])
         best: Optional[Tuple[float, int]] = None
@@ -205,7 +202,7 @@ def select_segments(
         return best
 
     heap: List[Tuple[float, int, int]] = []
-    for start in range(n):
+    for start in starts.tolist():
         found = best_from(start)
         if found is not None:
             heap.append((-found[0], start, found[1]))
@@ -223,8 +220,7 @@ def select_segments(
         if current[0] < minimum_value:
             break  # the best remaining segment is not worth it; neither is any other
         chosen.append((start, stop, current[0]))
-        for i in range(start, stop):
-            used[i] = True
+        used[start:stop] = b"\x01" * (stop - start)
         remaining -= stop - start
     return chosen
 
