@@ -336,6 +336,7 @@ def _figure(all_results: Dict[str, Dict[str, Dict[str, float]]]) -> None:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    import matplotlib.ticker  # noqa: F401
 
     fig, axes = plt.subplots(1, len(all_results), figsize=(6 * len(all_results), 4.2), squeeze=False)
     for ax, (name, res) in zip(axes[0], all_results.items()):
@@ -345,7 +346,9 @@ def _figure(all_results: Dict[str, Dict[str, Dict[str, float]]]) -> None:
             r = res[label]
             ax.plot(r["seg_chars"], r["seg_whole"], marker, markersize=9, label=f"segments ({label})")
             ax.plot(r["top_chars"], r["top_whole"], marker, markersize=9, mfc="none", color="grey")
+        ax.plot([], [], "o", mfc="none", color="grey", label="top-k at each preset's size")
         ax.set_xscale("log")
+        ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
         ax.set_xlabel("mean context size (characters)")
         ax.set_ylabel("questions with the whole gold evidence in context")
         ax.set_title(name)

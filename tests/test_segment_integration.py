@@ -249,9 +249,10 @@ def test_docstore_fill_in_reproduces_the_source_span():
     # The header reaches the LLM; the bookkeeping does not.
     llm_view = seg.get_content("llm")
     assert llm_view.startswith(f"{schema.HEADING_CASCADE}: ACME 10-K 2023 > 1 Intro") and "segment_node_ids" not in llm_view
-    # Score = segment value: three retrieved chunks minus one filled gap (length-adjusted).
+    # Score = segment value: three retrieved chunks (incoming scores relative to the best,
+    # 0.2 ranks last) minus one filled gap; chunks of 200 chars are not length-scaled.
     assert out[0].score == pytest.approx(
-        sum(chunk_values([0, 1, 2], [0.9, 0.85, 0.8], 0.18, 30)) - 0.18
+        sum(chunk_values([0, 1, 2], [1.0, 0.85 / 0.9, 0.8 / 0.9], 0.18, 30)) - 0.18
     )
 
 
@@ -308,7 +309,7 @@ def test_duplicate_hits_count_once():
     hits = _hits(nodes, {2: 0.9}) + _hits(nodes, {2: 0.5})
     out = SegmentIntegrationPostprocessor(minimum_value=0.1).postprocess_nodes(hits, query_str="q")
     assert [o.node.metadata[schema.SEGMENT_NODE_IDS] for o in out] == [["d-2"]]
-    assert out[0].score == pytest.approx(0.9 - 0.18)
+    assert out[0].score == pytest.approx(1.0 - 0.18)  # the best incoming score is relevance 1
 
 
 def test_top_k_for_document_selection_limits_documents():
@@ -345,9 +346,13 @@ def test_presets_change_the_segments():
     hits = _hits(nodes, {2: 0.62, 3: 0.6, 4: 0.58})
     balanced = SegmentIntegrationPostprocessor(preset="balanced").postprocess_nodes(hits, query_str="q")
     precision = SegmentIntegrationPostprocessor(preset="precision").postprocess_nodes(hits, query_str="q")
-    assert len(balanced) == 1 and balanced[0].score > 0.5  # three chunks of ~0.41 each...
-    # ...while precision (penalty 0.2, minimum 0.7) still takes them but scores them lower.
-    assert precision and precision[0].score < balanced[0].score
+    # Same chunks, but precision's larger penalty values each lower.
+    assert len(balanced) == len(precision) == 1
+    assert balanced[0].score - precision[0].score == pytest.approx(3 * 0.02)
+    # A lone chunk far behind the best passes balanced's minimum (0.5) but not precision's (0.7).
+    lone = hits + _hits(nodes, {20: 0.8 * 0.62})  # rank 3: 0.8 * exp(-3/30) = 0.72
+    assert len(SegmentIntegrationPostprocessor(preset="balanced").postprocess_nodes(lone, query_str="q")) == 2
+    assert len(SegmentIntegrationPostprocessor(preset="precision").postprocess_nodes(lone, query_str="q")) == 1
 
 
 def test_serialisation_round_trip_hides_secrets():

@@ -95,17 +95,19 @@ PRESETS: Dict[str, Dict[str, Any]] = {
 
 RelevanceSource = Literal["auto", "cohere", "reranker", "scores", "embedding"]
 
-# How raw scores of each source become a relevance in [0, 1]: a linear map of ``score_range``
-# (None: the scores as they are when already in [0, 1], else min-max over the candidates),
-# then the Beta CDF with (a, b). (1, 1) is the identity. Cohere's values are dsRAG's; the
-# cosine range of all-MiniLM-L6-v2 is where its top-100 FinanceBench scores lie (0.1-0.8);
-# LLMRerank scores 1-10.
+# How raw scores of each source become a relevance in [0, 1]: a linear map of ``score_range``,
+# then the Beta CDF with (a, b); (1, 1) is the identity. Cohere's values are dsRAG's (its
+# scores crowd near 0 and 1, about Beta(0.4, 0.4)); LLMRerank scores 1-10. Scores of no known
+# scale — retrieval scores (cosine of whatever embedding model, BM25, fused), the embedding
+# cosine, an unknown reranker — have range None: relevance = score / best score (min-max if
+# any is negative). dsRAG's thresholds are tuned on calibrated reranker scores; raw cosines
+# of small models rarely pass 0.7, so read absolutely they would return nothing at all.
 CALIBRATION: Dict[str, Tuple[Optional[Tuple[float, float]], Tuple[float, float]]] = {
     "cohere": ((0.0, 1.0), (0.4, 0.4)),
     "CohereRerank": ((0.0, 1.0), (0.4, 0.4)),
     "LLMRerank": ((0.0, 10.0), (1.0, 1.0)),
     "SentenceTransformerRerank": ((0.0, 1.0), (0.4, 0.4)),
-    "embedding": ((0.1, 0.8), (1.0, 1.0)),
+    "embedding": (None, (1.0, 1.0)),
     "scores": (None, (1.0, 1.0)),
     "reranker": (None, (1.0, 1.0)),
 }
@@ -388,11 +390,11 @@ class SegmentIntegrationPostprocessor(BaseNodePostprocessor):
         score_range, (a, b) = self._calibration(source)
         known = [s for s in raw if s is not None and math.isfinite(s)]
         if score_range is None:
-            if not known or (min(known) >= 0.0 and max(known) <= 1.0):
+            # Unknown scale: only relative relevance can be had; the ratio to the best keeps
+            # "half as good" at 0.5.
+            if not known:
                 score_range = (0.0, 1.0)
             elif min(known) >= 0.0:
-                # Unknown scale (BM25, cross-encoder logits): only relative relevance can be
-                # had; the ratio to the best keeps "half as good" at 0.5.
                 score_range = (0.0, max(known))
             else:
                 score_range = (min(known), max(known))
