@@ -405,6 +405,22 @@ async def test_async_cohere_client_is_awaited():
     assert client.calls and [o.node.node_id for o in out] == ["segment:doc:2-2"]
 
 
+def test_async_cohere_client_also_serves_the_sync_path():
+    nodes, hits = _mixed_corpus()
+    out = SegmentIntegrationPostprocessor(cohere_client=AsyncFakeCohere(_cash_score)).postprocess_nodes(
+        hits, query_str="operating cash flow"
+    )
+    assert [o.node.node_id for o in out] == ["segment:doc:2-2"]
+
+
+def test_cohere_answer_without_results_falls_back():
+    nodes, hits = _mixed_corpus()
+    empty = FakeCohere(lambda doc: 0.5)
+    empty.rerank = lambda **kw: SimpleNamespace(results=[])  # type: ignore[method-assign]
+    out = SegmentIntegrationPostprocessor(cohere_client=empty).postprocess_nodes(hits, query_str="q")
+    assert out[0].node.metadata[schema.SEGMENT_RELEVANCE] == "scores (fallback from cohere)"
+
+
 def test_cohere_failure_falls_back_or_raises():
     nodes, hits = _mixed_corpus()
     failing = FakeCohere(error=TimeoutError("cohere timed out"))
@@ -497,3 +513,21 @@ def test_docstore_lookup_is_built_once():
     for _ in range(3):
         rse.postprocess_nodes(_hits(nodes, {3: 0.9, 5: 0.9}), query_str="q")
     assert scans["n"] == 1
+
+
+def test_from_index_fills_gaps_from_the_index_docstore():
+    from llama_index.core import VectorStoreIndex
+
+    doc = _document("d")
+    nodes = _tiled_chunks("d", doc.text)
+    index = VectorStoreIndex(nodes, embed_model=KeywordEmbedding())
+    rse = SegmentIntegrationPostprocessor.from_index(index, minimum_value=0.3)
+    out = rse.postprocess_nodes(_hits(nodes, {8: 0.9, 10: 0.9}), query_str="q")
+    assert out[0].node.metadata[schema.SEGMENT_NODE_IDS] == ["d-8", "d-9", "d-10"]
+    assert out[0].node.text == doc.text[1600:2200]
+
+
+def test_reranker_setting_serialises():
+    rse = SegmentIntegrationPostprocessor(reranker=PickyReranker(top_n=3))
+    data = rse.to_dict()
+    assert data["reranker"]["top_n"] == 3

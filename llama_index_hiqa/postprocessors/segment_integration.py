@@ -411,6 +411,8 @@ class SegmentIntegrationPostprocessor(BaseNodePostprocessor):
             index = getattr(item, "index", None)
             if isinstance(index, int) and 0 <= index < count:
                 scores[index] = float(item.relevance_score)
+        if all(s is None for s in scores):
+            raise ValueError("Cohere returned no usable results")
         return scores
 
     def _cohere_client_sync(self) -> Any:
@@ -443,6 +445,8 @@ class SegmentIntegrationPostprocessor(BaseNodePostprocessor):
         try:
             if source == "cohere":
                 result = self._cohere_client_sync().rerank(**self._rerank_args(nodes, query_bundle.query_str))
+                if inspect.isawaitable(result):  # an AsyncClientV2 given to the sync path
+                    result = asyncio.run(_await(result))
                 return source, self._cohere_scores(result, len(nodes))
             if source == "reranker":
                 copies = [NodeWithScore(node=n.node, score=n.score) for n in nodes]
@@ -733,6 +737,10 @@ class SegmentIntegrationPostprocessor(BaseNodePostprocessor):
 
 
 # --- small helpers ---------------------------------------------------------------------
+
+
+async def _await(awaitable: Any) -> Any:
+    return await awaitable
 
 
 def _text(node: BaseNode) -> str:
