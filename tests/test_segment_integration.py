@@ -531,3 +531,25 @@ def test_reranker_setting_serialises():
     rse = SegmentIntegrationPostprocessor(reranker=PickyReranker(top_n=3))
     data = rse.to_dict()
     assert data["reranker"]["top_n"] == 3
+
+
+def test_query_engine_prompt_gets_whole_segments_with_header():
+    from llama_index.core import VectorStoreIndex
+    from llama_index.core.query_engine import RetrieverQueryEngine
+
+    doc = _document("acme-2023")
+    nodes = _tiled_chunks("acme-2023", doc.text, title="ACME 10-K 2023")
+    index = VectorStoreIndex(nodes, embed_model=KeywordEmbedding())
+    llm = ScriptedLLM(default_response="Cash rose.")
+    engine = RetrieverQueryEngine.from_args(
+        index.as_retriever(similarity_top_k=5),
+        llm=llm,
+        node_postprocessors=[SegmentIntegrationPostprocessor.from_index(index)],
+    )
+    response = engine.query("cash dividend")
+    assert str(response) == "Cash rose."
+    segment = response.source_nodes[0].node
+    assert "ACME 10-K 2023 >" in llm.prompts[0] and segment.text in llm.prompts[0]
+    assert "segment_node_ids" not in llm.prompts[0]
+    span = segment.metadata[schema.CHAR_START], segment.metadata[schema.CHAR_END]
+    assert segment.text == doc.text[span[0] : span[1]]
