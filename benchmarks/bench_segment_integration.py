@@ -200,6 +200,24 @@ def _retrieve(nodes: List[TextNode], questions: List[str], retriever: str) -> Li
     return [bm25.retrieve(q) for q in questions]
 
 
+def _neighbour_context(
+    hits: List[NodeWithScore], budget: int, by_position: Dict[Tuple[str, int], str], length: Dict[str, int]
+) -> set:
+    """PrevNextNodePostprocessor's idea: each hit with its previous and next chunk, best first."""
+    ids: set = set()
+    used = 0
+    for hit in hits:
+        if used >= budget:
+            break
+        doc, pos = hit.node.metadata[schema.DOCUMENT_ID], hit.node.metadata[schema.POSITION]
+        for p in (pos - 1, pos, pos + 1):
+            node_id = by_position.get((doc, p))
+            if node_id and node_id not in ids and used < budget:
+                ids.add(node_id)
+                used += length[node_id]
+    return ids
+
+
 def _topk_context(hits: List[NodeWithScore], budget: int) -> List[str]:
     ids, used = [], 0
     for hit in hits:
@@ -220,6 +238,7 @@ def _evaluate(
     docstore = SimpleDocumentStore()
     docstore.add_documents(nodes, allow_update=True)
     length = {n.node_id: len(n.get_content()) for n in nodes}
+    by_position = {(n.metadata[schema.DOCUMENT_ID], n.metadata[schema.POSITION]): n.node_id for n in nodes}
     t0 = time.perf_counter()
     candidates = _retrieve(nodes, [q for q, _ in questions], retriever)
     print(f"{name}: retrieved in {time.perf_counter() - t0:.1f}s", flush=True)
@@ -240,6 +259,7 @@ def _evaluate(
         curve.append((float(np.mean(chars)), float(np.mean(whole))))
     for label, rse in variants.items():
         seg_whole, seg_touch, top_whole, top_touch, seg_chars, top_chars, n_segs = ([] for _ in range(7))
+        nb_whole, nb_chars = [], []
         for (q, gold), hits in zip(questions, candidates):
             segments = rse.postprocess_nodes(list(hits), QueryBundle(q))
             ids = {i for s in segments for i in s.node.metadata[schema.SEGMENT_NODE_IDS]}
@@ -251,6 +271,9 @@ def _evaluate(
             top_touch.append(all(g & top_ids for g in gold))
             seg_chars.append(budget)
             top_chars.append(sum(length[i] for i in top_ids))
+            nb_ids = _neighbour_context(hits, budget, by_position, length)
+            nb_whole.append(all(g <= nb_ids for g in gold))
+            nb_chars.append(sum(length[i] for i in nb_ids))
             n_segs.append(len(segments))
         results[label] = {
             "seg_whole": float(np.mean(seg_whole)),
@@ -259,6 +282,8 @@ def _evaluate(
             "top_touch": float(np.mean(top_touch)),
             "seg_chars": float(np.mean(seg_chars)),
             "top_chars": float(np.mean(top_chars)),
+            "nb_whole": float(np.mean(nb_whole)),
+            "nb_chars": float(np.mean(nb_chars)),
             "segments": float(np.mean(n_segs)),
         }
         print(name, label, results[label], flush=True)
@@ -362,9 +387,10 @@ def _quality_table(name: str, res: Dict[str, Dict[str, float]]) -> str:
         rows.append(
             [
                 label,
-                f"{r['seg_chars']:,.0f} / {r['top_chars']:,.0f}",
+                f"{r['seg_chars']:,.0f} / {r['top_chars']:,.0f} / {r['nb_chars']:,.0f}",
                 f"{r['segments']:.1f}",
                 r["top_whole"],
+                r["nb_whole"],
                 r["seg_whole"],
                 r["top_touch"],
                 r["seg_touch"],
@@ -373,9 +399,10 @@ def _quality_table(name: str, res: Dict[str, Dict[str, float]]) -> str:
     return f"**{name}**\n\n" + markdown_table(
         [
             "preset",
-            "mean context chars (segments / top-k)",
+            "mean context chars (segments / top-k / top-k ± 1)",
             "segments per question",
             "whole evidence: top-k",
+            "whole evidence: top-k ± 1 neighbour",
             "whole evidence: segments",
             "every gold unit touched: top-k",
             "every gold unit touched: segments",
@@ -399,7 +426,9 @@ def _figure(all_results: Dict[str, Dict[str, Dict[str, float]]]) -> None:
             r = res[label]
             ax.plot(r["seg_chars"], r["seg_whole"], marker, markersize=9, label=f"segments ({label})")
             ax.plot(r["top_chars"], r["top_whole"], marker, markersize=9, mfc="none", color="grey")
+            ax.plot(r["nb_chars"], r["nb_whole"], marker, markersize=9, mfc="none", color="black", alpha=0.6)
         ax.plot([], [], "o", mfc="none", color="grey", label="top-k at each preset's size")
+        ax.plot([], [], "o", mfc="none", color="black", alpha=0.6, label="top-k ± 1 neighbour, same size")
         ax.set_xscale("log")
         ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
         ax.set_xlabel("mean context size (characters)")
@@ -465,7 +494,9 @@ def main() -> None:
             "top-k context gets at least as many characters as the segments (chunks best "
             "first until the segments' size is reached). *Whole evidence*: every chunk of "
             "every gold unit (FinanceBench: gold page; HotpotQA: supporting sentence) is in "
-            "the context; *touched*: at least one chunk of each.\n\n"
+            "the context; *touched*: at least one chunk of each. *top-k ± 1 neighbour*: "
+            "PrevNextNodePostprocessor's idea (each hit with its previous and next chunk, best "
+            "first) at the same size.\n\n"
             + quality
             + f"\n\n![whole evidence vs context size]({FIGURE.name})",
         )
