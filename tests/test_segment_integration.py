@@ -553,3 +553,33 @@ def test_query_engine_prompt_gets_whole_segments_with_header():
     assert "segment_node_ids" not in llm.prompts[0]
     span = segment.metadata[schema.CHAR_START], segment.metadata[schema.CHAR_END]
     assert segment.text == doc.text[span[0] : span[1]]
+
+
+def test_api_key_builds_the_cohere_sdk_clients(monkeypatch):
+    import inspect as _inspect
+
+    import cohere
+
+    made = {}
+
+    class FakeClientV2(FakeCohere):
+        def __init__(self, api_key=None):
+            made["sync"] = api_key
+            super().__init__(_cash_score)
+
+    class FakeAsyncClientV2(AsyncFakeCohere):
+        def __init__(self, api_key=None):
+            made["async"] = api_key
+            super().__init__(_cash_score)
+
+    # The real SDK method takes exactly the arguments the postprocessor passes.
+    params = _inspect.signature(cohere.ClientV2.rerank).parameters
+    assert {"model", "query", "documents", "top_n"} <= set(params)
+    monkeypatch.setattr(cohere, "ClientV2", FakeClientV2)
+    monkeypatch.setattr(cohere, "AsyncClientV2", FakeAsyncClientV2)
+    nodes, hits = _mixed_corpus()
+    rse = SegmentIntegrationPostprocessor(cohere_api_key="k-123")
+    assert rse.postprocess_nodes(hits, query_str="cash")[0].node.node_id == "segment:doc:2-2"
+    out = asyncio.run(rse.apostprocess_nodes(hits, query_str="cash"))
+    assert out[0].node.node_id == "segment:doc:2-2"
+    assert made == {"sync": "k-123", "async": "k-123"}
