@@ -43,10 +43,6 @@ class LLMOutputError(HiQAError):
     """An LLM answer could not be used even after retries (malformed, truncated, empty)."""
 
 
-class UnknownNodeError(HiQAError, KeyError):
-    """A node id that the index, docstore or graph does not hold."""
-
-
 class RerankerError(HiQAError):
     """A reranker (Cohere or a LlamaIndex reranker postprocessor) failed. ``source`` names
     which one, ``reason`` says why."""
@@ -55,3 +51,8 @@ class RerankerError(HiQAError):
         self.source = source
         self.reason = reason
         super().__init__(f"{source} reranking failed: {reason}")
+
+
+class UnknownNodeError(HiQAError, KeyError):
+    """A node id that the index, docstore or graph does not hold."""
+
