@@ -55,4 +55,3 @@ class RerankerError(HiQAError):
 
 class UnknownNodeError(HiQAError, KeyError):
     """A node id that the index, docstore or graph does not hold."""
-
