@@ -53,7 +53,8 @@ _EXPORTS: Dict[str, str] = {
     # "ChunkGraphRetriever": "llama_index_hiqa.retrievers.chunk_graph",
     #
     # -- TextRAG segment integration (issue 8)
-    # "SegmentIntegrationPostprocessor": "llama_index_hiqa.postprocessors.segment_integration",
+    "SegmentIntegrationPostprocessor": "llama_index_hiqa.postprocessors.segment_integration",
+    "RerankerError": "llama_index_hiqa.errors",
     #
     # -- evaluation (issue 9)
     # "FaithfulnessScoreEvaluator": "llama_index_hiqa.evaluation.faithfulness",

@@ -43,6 +43,16 @@ class LLMOutputError(HiQAError):
     """An LLM answer could not be used even after retries (malformed, truncated, empty)."""
 
 
+class RerankerError(HiQAError):
+    """A reranker (Cohere or a LlamaIndex reranker postprocessor) failed. ``source`` names
+    which one, ``reason`` says why."""
+
+    def __init__(self, source: str, reason: str) -> None:
+        self.source = source
+        self.reason = reason
+        super().__init__(f"{source} reranking failed: {reason}")
+
+
 class UnknownNodeError(HiQAError, KeyError):
     """A node id that the index, docstore or graph does not hold."""
 
