@@ -45,3 +45,8 @@ class LLMOutputError(HiQAError):
 
 class UnknownNodeError(HiQAError, KeyError):
     """A node id that the index, docstore or graph does not hold."""
+
+
+class GraphBuildError(HiQAError):
+    """A chunk graph could not be built, extended or loaded (no nodes, duplicate ids,
+    embeddings of different dimensions, unreadable persist folder)."""
