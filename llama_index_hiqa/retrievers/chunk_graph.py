@@ -575,6 +575,11 @@ class ChainSearchSettings(BaseModel):
         "(titles are excluded from keyword edges only, as the paper argues for graph density).",
     )
     merge_chains: bool = Field(default=False, description="Return each chain as one merged node.")
+    fill_budget: bool = Field(
+        default=True,
+        description="When the chains end before max_nodes, fill the rest with the best vector hits "
+        "not yet returned (each a one-node chain), so the budget is used as with vector top-k.",
+    )
 
 
 class ChunkGraphRetriever(BaseRetriever):
@@ -806,6 +811,14 @@ class ChunkGraphRetriever(BaseRetriever):
             chain = self._walk(seed, q_vec, q_keywords, taken | {seed})
             taken |= {i for i, _ in chain}
             chains.append(chain)
+        if self.settings.fill_budget and len(taken) < self.settings.max_nodes:
+            sims = self.graph.vectors @ q_vec
+            for i in np.argsort(-sims)[: self.settings.max_nodes + len(taken)]:
+                if len(taken) >= self.settings.max_nodes:
+                    break
+                if int(i) not in taken:
+                    taken.add(int(i))
+                    chains.append([(int(i), float(sims[i]))])
         return chains
 
     # --- output ---------------------------------------------------------------------------
