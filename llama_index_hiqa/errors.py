@@ -50,3 +50,12 @@ class UnknownNodeError(HiQAError, KeyError):
 class GraphBuildError(HiQAError):
     """A chunk graph could not be built, extended or loaded (no nodes, duplicate ids,
     embeddings of different dimensions, unreadable persist folder)."""
+
+
+class RetrievalRouteError(HiQAError):
+    """Every route of a multi-route retriever failed. ``errors`` maps route name -> exception."""
+
+    def __init__(self, errors: dict) -> None:
+        self.errors = dict(errors)
+        detail = "; ".join(f"{name}: {type(exc).__name__}: {exc}" for name, exc in self.errors.items())
+        super().__init__(f"every retrieval route failed ({detail})")

@@ -121,7 +121,11 @@ def test_document_titles_and_too_common_keywords_are_not_keywords():
     g = ChunkInteractionGraph.from_nodes(
         nodes, semantic_top_k=0, keyword_threshold=2, max_keyword_fraction=0.5, min_common_count=2
     )
-    assert "acme annual report" not in g.keywords("c0")
+    assert "acmeannualreport" not in g.keywords("c0")
+    assert "acmeannualreport" in g.title_keywords("c0")
+    # identifier/year tokens of a filing-style title are title keywords too
+    filing = make_node("f", unit(1), doc="3M_2018_10K", title="3M_2018_10K", keywords=["3M", "2018", "revenue"])
+    assert ChunkInteractionGraph.from_nodes([filing]).keywords("f") == {"revenue"}
     # "revenue" is in all 6 chunks (> 50%): it links nobody, so only the designed pairs share 2.
     assert g.edge_counts()["keyword"] == 3
     assert g.edge("c0", "c1")["keyword"] == 2
@@ -320,7 +324,7 @@ def test_llm_keywords_use_prompt_a1_and_fall_back_on_malformed_or_failing_answer
 def test_parse_keyword_list_accepts_python_json_and_plain_lists():
     assert parse_keyword_list("['a', 'b c']") == ["a", "b c"]
     assert parse_keyword_list('Answer: ["x", "y"]') == ["x", "y"]
-    assert parse_keyword_list("Philipsburg, Malakoff") == ["Philipsburg", " Malakoff"]
+    assert parse_keyword_list("Philipsburg, Malakoff") == ["Philipsburg", "Malakoff"]
     with pytest.raises(ValueError):
         parse_keyword_list("")
 

@@ -50,6 +50,11 @@ from llama_index.core.storage.docstore import BaseDocumentStore, SimpleDocumentS
 from llama_index_hiqa import schema
 from llama_index_hiqa.defaults import resolve_embed_model, resolve_llm
 from llama_index_hiqa.errors import GraphBuildError, UnknownNodeError
+from llama_index_hiqa.transforms.critical_keywords import (
+    QUERY_KEYWORD_PROMPT,
+    CriticalKeywordExtractor,
+    normalize_keyword,
+)
 from llama_index_hiqa.retrievers.chain_scorers import (
     N_FEATURES,
     ChainScorer,
@@ -61,22 +66,8 @@ logger = logging.getLogger(__name__)
 
 KeywordFn = Callable[[str], List[str]]
 
-# IIER appendix A.1, verbatim apart from the placeholder.
-QUESTION_KEYWORDS_PROMPT = (
-    "Instruction: Please select all the topics and keywords covered in the following query "
-    "and return them as a list with the keywords separated by commas.\n"
-    "Example:\n"
-    "Question A: When did the people who captured Malakoff come to the region where "
-    "Philipsburg is located?\n"
-    "Answer A:\n"
-    "['Philipsburg', 'Malakoff']\n"
-    "Question B: When was the first establishment that McDonaldization is named after, open "
-    "in the country Horndean is located?\n"
-    "Answer B: ['McDonaldization', 'Horndean']\n"
-    "Question:\n"
-    "{question}\n"
-    "Answer:"
-)
+# IIER appendix A.1 lives with the keyword extractor (one copy of the prompt in the pack).
+QUESTION_KEYWORDS_PROMPT = QUERY_KEYWORD_PROMPT
 
 GRAPH_FILE = "chunk_graph.json"
 VECTORS_FILE = "chunk_graph_vectors.npz"
@@ -91,61 +82,31 @@ _EDGE_KINDS = (STRUCTURAL, SEMANTIC, KEYWORD)
 # --- keywords ------------------------------------------------------------------------
 
 
-def normalise_keyword(keyword: str) -> str:
-    """Lower case, collapsed whitespace, no surrounding punctuation or quotes."""
-    text = re.sub(r"\s+", " ", str(keyword)).strip().lower()
-    return text.strip(" \t\"'`.,;:!?()[]{}")
-
-
 def _normalised_set(keywords: Iterable[str]) -> Set[str]:
-    return {k for k in (normalise_keyword(w) for w in keywords) if k}
-
-
-_STOP_WORDS = frozenset(
-    "a an the this that these those it its he she they them his her their who whom whose what "
-    "which when where why how i you we us our your one ones there here".split()
-)
-
-
-def _spacy_keywords(text: str) -> List[str]:
-    """Named entities and noun chunks from the offline spaCy model (fallback extractor).
-
-    Used only when no ``CriticalKeywordExtractor`` is available: entities first, then noun
-    chunks without leading determiners/pronouns; numbers-only phrases and stop words dropped.
-    """
-    from llama_index_hiqa.defaults import load_ner_model
-
-    doc = load_ner_model()(text)
-    found: List[str] = []
-    for ent in doc.ents:
-        if ent.label_ not in {"CARDINAL", "ORDINAL", "PERCENT", "QUANTITY"}:
-            found.append(ent.text)
-    for chunk in doc.noun_chunks:
-        tokens = [t for t in chunk if not (t.is_stop or t.is_punct or t.pos_ in {"DET", "PRON"})]
-        if tokens:
-            found.append(chunk.doc[tokens[0].i : tokens[-1].i + 1].text)
-    out = []
-    for word in found:
-        norm = normalise_keyword(word)
-        if norm and norm not in _STOP_WORDS and not norm.replace(" ", "").isdigit():
-            out.append(norm)
-    return list(dict.fromkeys(out))
+    """Keywords in the pack's one matching form (``normalize_keyword``), empties dropped."""
+    return {k for k in (normalize_keyword(w) for w in keywords) if k}
 
 
 def default_keyword_fn() -> KeywordFn:
-    """The pack's keyword extractor: ``CriticalKeywordExtractor`` when installed, else spaCy."""
-    try:
-        from llama_index_hiqa.transforms.critical_keywords import (  # type: ignore
-            CriticalKeywordExtractor,
-        )
-    except ImportError:
-        return _spacy_keywords
-    extractor = CriticalKeywordExtractor()
-    for name in ("extract_keywords", "extract", "keywords_for_text"):
-        method = getattr(extractor, name, None)
-        if callable(method):
-            return lambda text: list(method(text))
-    return _spacy_keywords
+    """Question keywords from the pack's ``CriticalKeywordExtractor`` (NER + rules)."""
+    return CriticalKeywordExtractor().extract_query
+
+
+_title_rules: Optional[CriticalKeywordExtractor] = None
+
+
+def title_keywords(title: str) -> Set[str]:
+    """What a document title contributes as keywords: the whole title and its identifier/year
+    tokens (the extractor's rules, no NER), e.g. ``"3M_2018_10K"`` -> {3m201810k, 3m, 2018, 10k}.
+    ``CriticalKeywordExtractor(include_document_keywords=True)`` copies these onto every chunk;
+    IIER keeps them out of the keyword edges."""
+    global _title_rules
+    if _title_rules is None:
+        _title_rules = CriticalKeywordExtractor(use_ner=False)
+    words = _normalised_set([title])
+    if title:
+        words |= set(_title_rules.extract(title.replace("_", " ")))
+    return words
 
 
 def parse_keyword_list(answer: str) -> List[str]:
@@ -164,7 +125,7 @@ def parse_keyword_list(answer: str) -> List[str]:
                 words = [str(v) for v in value if str(v).strip()]
                 if words:
                     return words
-    parts = [p for p in re.split(r"[,\n]", text.strip("[]")) if normalise_keyword(p)]
+    parts = [p.strip() for p in re.split(r"[,\n]", text.strip("[]")) if normalize_keyword(p)]
     if not parts or len(parts) > 50 or any(len(p) > 100 for p in parts):
         raise ValueError(f"no keyword list in LLM answer: {text[:200]!r}")
     return parts
@@ -212,7 +173,7 @@ class ChunkInteractionGraph(BaseModel):
     _knn_ids: np.ndarray = PrivateAttr(default_factory=lambda: np.zeros((0, 0), np.int64))
     _knn_sims: np.ndarray = PrivateAttr(default_factory=lambda: np.zeros((0, 0), np.float32))
     _keywords: List[Set[str]] = PrivateAttr(default_factory=list)  # edge keywords, no title
-    _titles: List[str] = PrivateAttr(default_factory=list)
+    _titles: List[Set[str]] = PrivateAttr(default_factory=list)  # title keywords
     _docs: List[Optional[str]] = PrivateAttr(default_factory=list)
     _positions: List[Optional[int]] = PrivateAttr(default_factory=list)
     _keyword_index: Dict[str, Set[int]] = PrivateAttr(default_factory=lambda: defaultdict(set))
@@ -265,8 +226,8 @@ class ChunkInteractionGraph(BaseModel):
             idx = start + offset
             self._ids.append(node.node_id)
             self._index[node.node_id] = idx
-            title = normalise_keyword(schema.get_document_title(node))
-            self._titles.append(title)
+            title_words = title_keywords(schema.get_document_title(node))
+            self._titles.append(title_words)
             self._docs.append(schema.get_document_id(node))
             self._positions.append(schema.get_position(node))
             raw = schema.get_critical_keywords(node)
@@ -274,7 +235,7 @@ class ChunkInteractionGraph(BaseModel):
                 raw = keyword_fn(node.get_content(MetadataMode.NONE))
             # IIER: titles describe the whole document, not the chunk, and would link every
             # chunk of a document to every other; they are not keywords.
-            self._keywords.append(_normalised_set(raw) - {title})
+            self._keywords.append(_normalised_set(raw) - title_words)
             self._graph.add_node(node.node_id)
         self._vectors = vectors if not self._vectors.size else np.vstack([self._vectors, vectors])
         self._update_structural(range(start, len(self._ids)))
@@ -479,14 +440,15 @@ class ChunkInteractionGraph(BaseModel):
         """The node's edge keywords (normalised; the document title removed)."""
         return set(self._keywords[self.index_of(node_id)])
 
-    def title(self, node_id: str) -> str:
-        return self._titles[self.index_of(node_id)]
+    def title_keywords(self, node_id: str) -> Set[str]:
+        """Keywords of the node's document title (kept out of the edges, used for seeds)."""
+        return set(self._titles[self.index_of(node_id)])
 
     def document_id(self, node_id: str) -> Optional[str]:
         return self._docs[self.index_of(node_id)]
 
     def nodes_with_keyword(self, keyword: str) -> Set[str]:
-        return {self._ids[i] for i in self._keyword_index.get(normalise_keyword(keyword), ())}
+        return {self._ids[i] for i in self._keyword_index.get(normalize_keyword(keyword), ())}
 
     def edge(self, u: str, v: str) -> Dict[str, float]:
         """The three weights between two chunks (all 0 when not linked)."""
@@ -514,7 +476,7 @@ class ChunkInteractionGraph(BaseModel):
                     "id": node_id,
                     schema.DOCUMENT_ID: self._docs[i],
                     schema.POSITION: self._positions[i],
-                    "title": self._titles[i],
+                    "title_keywords": sorted(self._titles[i]),
                     "keywords": sorted(self._keywords[i]),
                 }
                 for i, node_id in enumerate(self._ids)
@@ -543,7 +505,7 @@ class ChunkInteractionGraph(BaseModel):
             graph._index[row["id"]] = i
             graph._docs.append(row[schema.DOCUMENT_ID])
             graph._positions.append(row[schema.POSITION])
-            graph._titles.append(row["title"])
+            graph._titles.append(set(row["title_keywords"]))
             graph._keywords.append(set(row["keywords"]))
             for w in row["keywords"]:
                 graph._keyword_index[w].add(i)
@@ -666,7 +628,7 @@ class ChunkGraphRetriever(BaseRetriever):
         answer = None
         if self._llm is not None:
             try:
-                answer = self._llm.complete(QUESTION_KEYWORDS_PROMPT.format(question=question)).text
+                answer = self._llm.complete(QUESTION_KEYWORDS_PROMPT.format(text=question)).text
             except Exception as exc:  # noqa: BLE001 - any LLM failure falls back, never loses the query
                 logger.warning("IIER keyword prompt failed (%s); using the keyword extractor", exc)
         return self._keywords_from_llm_answer(question, answer)
@@ -675,7 +637,7 @@ class ChunkGraphRetriever(BaseRetriever):
         answer = None
         if self._llm is not None:
             try:
-                answer = (await self._llm.acomplete(QUESTION_KEYWORDS_PROMPT.format(question=question))).text
+                answer = (await self._llm.acomplete(QUESTION_KEYWORDS_PROMPT.format(text=question))).text
             except Exception as exc:  # noqa: BLE001
                 logger.warning("IIER keyword prompt failed (%s); using the keyword extractor", exc)
         if answer is None:
@@ -698,8 +660,8 @@ class ChunkGraphRetriever(BaseRetriever):
     def _node_seed_keywords(self) -> List[Set[str]]:
         g = self.graph
         if self._seed_keywords is None or len(self._seed_keywords) != len(g):
-            titles = g._titles if self.settings.title_keywords_for_seeds else [""] * len(g)
-            self._seed_keywords = [kw | ({t} if t else set()) for kw, t in zip(g._keywords, titles)]
+            titles = g._titles if self.settings.title_keywords_for_seeds else [set()] * len(g)
+            self._seed_keywords = [kw | t for kw, t in zip(g._keywords, titles)]
         return self._seed_keywords
 
     def _seed_index(self) -> Dict[str, Set[int]]:
