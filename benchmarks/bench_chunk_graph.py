@@ -202,12 +202,15 @@ def synthetic_nodes(n: int, dim: int = 384, seed: int = 0) -> List[TextNode]:
     rng = np.random.default_rng(seed)
     vectors = rng.normal(size=(n, dim)).astype(np.float32)
     vocab = max(n // 2, 100)
-    words = np.minimum(rng.zipf(1.3, size=(n, 5)), vocab) - 1
+    words = np.minimum(rng.zipf(1.3, size=(n, 2)), vocab) - 1
     nodes = []
     for i in range(n):
         node = TextNode(text="", id_=f"c{i}", embedding=vectors[i].tolist())
-        schema.set_segment_facts(node, document_id=f"d{i // 20}", document_title=f"doc {i // 20}", position=i % 20)
-        node.metadata[schema.CRITICAL_KEYWORDS] = [f"kw{w}" for w in words[i]]
+        doc = i // 20
+        schema.set_segment_facts(node, document_id=f"d{doc}", document_title=f"doc {doc}", position=i % 20)
+        # 3 keywords from a topic pool shared by pairs of documents, 2 from a Zipf vocabulary
+        topic = [f"t{doc // 2}x{j}" for j in rng.choice(6, size=3, replace=False)]
+        node.metadata[schema.CRITICAL_KEYWORDS] = topic + [f"kw{w}" for w in words[i]]
         nodes.append(node)
     return nodes
 
@@ -333,7 +336,8 @@ def report(quality: List[Dict], scale: List[Dict]) -> None:
     if scale:
         parts.append(
             "Graph cost on synthetic corpora (random 384-d unit vectors, 20-chunk documents, 5 "
-            "Zipf-distributed keywords per chunk; each variant in a fresh process; memory = peak "
+            "keywords per chunk: 3 from a 6-word topic pool shared by pairs of documents, 2 from a "
+            "Zipf vocabulary; each variant in a fresh process; memory = peak "
             "RSS growth during the build). Vector-only = the normalised matrix and exact top-10.\n"
         )
         rows = []

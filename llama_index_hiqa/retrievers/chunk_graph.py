@@ -25,12 +25,14 @@ from __future__ import annotations
 
 import asyncio
 import ast
+import functools
+import gc
 import json
 import logging
 import re
 from collections import defaultdict
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Set, Tuple, Union
+from typing import Any, Callable, Dict, FrozenSet, Iterable, List, Optional, Sequence, Set, Tuple, Union
 
 import networkx as nx
 import numpy as np
@@ -45,7 +47,7 @@ from llama_index.core.schema import (
     QueryBundle,
     TextNode,
 )
-from llama_index.core.storage.docstore import BaseDocumentStore, SimpleDocumentStore
+from llama_index.core.storage.docstore import BaseDocumentStore
 
 from llama_index_hiqa import schema
 from llama_index_hiqa.defaults import resolve_embed_model, resolve_llm
@@ -95,7 +97,8 @@ def default_keyword_fn() -> KeywordFn:
 _title_rules: Optional[CriticalKeywordExtractor] = None
 
 
-def title_keywords(title: str) -> Set[str]:
+@functools.lru_cache(maxsize=65536)
+def title_keywords(title: str) -> FrozenSet[str]:
     """What a document title contributes as keywords: the whole title and its identifier/year
     tokens (the extractor's rules, no NER), e.g. ``"3M_2018_10K"`` -> {3m201810k, 3m, 2018, 10k}.
     ``CriticalKeywordExtractor(include_document_keywords=True)`` copies these onto every chunk;
@@ -106,7 +109,7 @@ def title_keywords(title: str) -> Set[str]:
     words = _normalised_set([title])
     if title:
         words |= set(_title_rules.extract(title.replace("_", " ")))
-    return words
+    return frozenset(words)
 
 
 def parse_keyword_list(answer: str) -> List[str]:
@@ -217,6 +220,19 @@ class ChunkInteractionGraph(BaseModel):
                 raise GraphBuildError(f"node id {node.node_id!r} is already in the chunk graph")
             seen.add(node.node_id)
         vectors = self._embed(nodes, embed_model, show_progress)
+        # The build allocates millions of small dicts (networkx edges); the cyclic GC would
+        # rescan them all again and again without ever finding garbage.
+        gc_was_enabled = gc.isenabled()
+        gc.disable()
+        try:
+            self._add_embedded(nodes, vectors, keyword_fn, show_progress)
+        finally:
+            if gc_was_enabled:
+                gc.enable()
+
+    def _add_embedded(
+        self, nodes: List[BaseNode], vectors: np.ndarray, keyword_fn: Optional[KeywordFn], show_progress: bool
+    ) -> None:
         if self._vectors.size and vectors.shape[1] != self._vectors.shape[1]:
             raise GraphBuildError(
                 f"embedding dimension {vectors.shape[1]} does not match the graph's {self._vectors.shape[1]}"
@@ -262,40 +278,29 @@ class ChunkInteractionGraph(BaseModel):
         return matrix
 
     # --- edges --------------------------------------------------------------------------
-    def _set_weight(self, u: str, v: str, kind: str, weight: float) -> None:
-        if self._graph.has_edge(u, v):
-            self._graph[u][v][kind] = weight
-        elif weight:
-            attrs = {k: 0 for k in _EDGE_KINDS}
-            attrs[kind] = weight
-            self._graph.add_edge(u, v, **attrs)
-
-    def _clear_weight(self, u: str, v: str, kind: str) -> None:
-        if self._graph.has_edge(u, v):
-            data = self._graph[u][v]
-            data[kind] = 0
-            if not any(data[k] for k in _EDGE_KINDS):
-                self._graph.remove_edge(u, v)
+    # (Hot loops bind the private attributes to locals: pydantic resolves ``self._x`` through a
+    # slow ``__getattr__``, which dominated the build time at 50k chunks.)
 
     def _update_structural(self, new: Iterable[int]) -> None:
         """Chain the chunks of every document touched by ``new`` in position order."""
-        docs = {self._docs[i] for i in new if self._docs[i] is not None and self._positions[i] is not None}
+        G, all_docs, positions, all_ids, index = self._graph, self._docs, self._positions, self._ids, self._index
+        docs = {all_docs[i] for i in new if all_docs[i] is not None and positions[i] is not None}
         if not docs:
             return
         members: Dict[str, List[int]] = defaultdict(list)
-        for i, (doc, pos) in enumerate(zip(self._docs, self._positions)):
+        for i, (doc, pos) in enumerate(zip(all_docs, positions)):
             if doc in docs and pos is not None:
                 members[doc].append(i)
         for doc, idxs in members.items():
-            idxs.sort(key=lambda i: self._positions[i])
-            ids = [self._ids[i] for i in idxs]
+            idxs.sort(key=lambda i: positions[i])
+            ids = [all_ids[i] for i in idxs]
             # A chunk inserted between two old ones breaks their adjacency: clear, then relink.
             for u in ids:
-                for v in list(self._graph[u]):
-                    if self._docs[self._index[v]] == doc:
-                        self._clear_weight(u, v, STRUCTURAL)
+                for v in list(G[u]):
+                    if all_docs[index[v]] == doc:
+                        _clear_weight(G, u, v, STRUCTURAL)
             for u, v in zip(ids, ids[1:]):
-                self._set_weight(u, v, STRUCTURAL, 1)
+                _set_weight(G, u, v, STRUCTURAL, 1)
 
     def _update_semantic(self, start: int, show_progress: bool) -> None:
         """Top-k cosine neighbours for the new rows, and the new rows entering old top-k lists.
@@ -354,28 +359,26 @@ class ChunkInteractionGraph(BaseModel):
         self._apply_semantic(old_ids, start)
 
     def _knn_lists(self, ids: np.ndarray, sims: np.ndarray, rows: Iterable[int]) -> Dict[int, Dict[int, float]]:
-        out = {}
-        for r in rows:
-            out[r] = {
-                int(j): float(s)
-                for j, s in zip(ids[r], sims[r])
-                if j >= 0 and np.isfinite(s) and s >= self.min_similarity
-            }
-        return out
+        keep = (ids >= 0) & np.isfinite(sims) & (sims >= self.min_similarity)
+        ids_l, sims_l, keep_l = ids.tolist(), sims.tolist(), keep.tolist()
+        return {
+            r: {j: s for j, s, k in zip(ids_l[r], sims_l[r], keep_l[r]) if k} for r in rows
+        }
 
     def _apply_semantic(self, old_ids: np.ndarray, start: int) -> None:
         """Edges = union over i of (i, j in top-k(i)); touch only rows whose list changed."""
-        n = len(self._ids)
+        G, ids = self._graph, self._ids
+        n = len(ids)
         now = self._knn_lists(self._knn_ids, self._knn_sims, range(n))
-        changed = [r for r in range(start)
-                   if set(now[r]) != {int(j) for j in old_ids[r] if j >= 0}]
+        old = [{j for j in row if j >= 0} for row in old_ids[:start].tolist()]
+        changed = [r for r in range(start) if set(now[r]) != old[r]]
         for r in changed:  # neighbours pushed out of r's list lose the edge unless r is in theirs
-            for j in {int(j) for j in old_ids[r] if j >= 0} - set(now[r]):
+            for j in old[r] - set(now[r]):
                 if r not in now[j]:
-                    self._clear_weight(self._ids[r], self._ids[j], SEMANTIC)
+                    _clear_weight(G, ids[r], ids[j], SEMANTIC)
         for r in list(changed) + list(range(start, n)):
             for j, s in now[r].items():
-                self._set_weight(self._ids[r], self._ids[j], SEMANTIC, round(s, 6))
+                _set_weight(G, ids[r], ids[j], SEMANTIC, round(s, 6))
 
     def _rebuild_keyword_edges(self) -> None:
         """Keyword edges from a sparse chunk×keyword matrix product (no pair loop in Python).
@@ -385,29 +388,30 @@ class ChunkInteractionGraph(BaseModel):
         """
         from scipy import sparse
 
-        n = len(self._ids)
-        self._keyword_index = defaultdict(set)
-        for i, words in enumerate(self._keywords):
+        G, ids, all_keywords = self._graph, self._ids, self._keywords
+        n = len(ids)
+        self._keyword_index = keyword_index = defaultdict(set)
+        for i, words in enumerate(all_keywords):
             for w in words:
-                self._keyword_index[w].add(i)
+                keyword_index[w].add(i)
         limit = max(self.max_keyword_fraction * n, self.min_common_count)
-        vocab = {w: c for c, w in enumerate(w for w, p in self._keyword_index.items() if len(p) <= limit)}
+        vocab = {w: c for c, w in enumerate(w for w, p in keyword_index.items() if len(p) <= limit)}
         rows, cols = [], []
-        for i, words in enumerate(self._keywords):
+        for i, words in enumerate(all_keywords):
             for w in words:
                 if w in vocab:
                     rows.append(i)
                     cols.append(vocab[w])
-        for u, v, data in list(self._graph.edges(data=True)):
+        for u, v, data in list(G.edges(data=True)):
             if data.get(KEYWORD):
-                self._clear_weight(u, v, KEYWORD)
+                _clear_weight(G, u, v, KEYWORD)
         if not rows:
             return
         m = sparse.csr_matrix((np.ones(len(rows), np.int32), (rows, cols)), shape=(n, len(vocab)))
         shared = sparse.triu(m @ m.T, k=1).tocoo()
         keep = shared.data >= self.keyword_threshold
-        for i, j, c in zip(shared.row[keep], shared.col[keep], shared.data[keep]):
-            self._set_weight(self._ids[i], self._ids[j], KEYWORD, int(c))
+        for i, j, c in zip(shared.row[keep].tolist(), shared.col[keep].tolist(), shared.data[keep].tolist()):
+            _set_weight(G, ids[i], ids[j], KEYWORD, int(c))
 
     # --- reading ------------------------------------------------------------------------
     @property
@@ -569,13 +573,13 @@ class ChunkGraphRetriever(BaseRetriever):
         verbose: bool = False,
         **settings: Any,
     ) -> None:
-        if docstore is None:
-            if nodes is None:
-                raise ValueError("ChunkGraphRetriever needs the docstore (or the nodes) holding the text")
-            docstore = SimpleDocumentStore()
-            docstore.add_documents(list(nodes), allow_update=True)
+        if docstore is None and nodes is None:
+            raise ValueError("ChunkGraphRetriever needs the docstore (or the nodes) holding the text")
         self.graph = graph
         self.docstore = docstore
+        # Nodes given directly are looked up in a dict: building a SimpleDocumentStore
+        # serialises every node (about a minute at 50k chunks) for nothing.
+        self._nodes: Dict[str, BaseNode] = {n.node_id: n for n in nodes} if docstore is None else {}
         self.settings = ChainSearchSettings(**settings)
         self.scorer: ChainScorer = scorer or DefaultChainScorer()
         self._embed_model = embed_model
@@ -719,11 +723,11 @@ class ChunkGraphRetriever(BaseRetriever):
         hop: int,
     ) -> np.ndarray:
         g = self.graph
-        vecs = g.vectors
+        vecs, ids = g.vectors, g._ids
         cand = vecs[candidates]
         path_vec = _unit(vecs[path].mean(axis=0))
         cur = path[-1]
-        cur_id = g._ids[cur]
+        cur_id = ids[cur]
         seed_kw = self._node_seed_keywords()
         covered: Set[str] = set().union(*(seed_kw[i] for i in path)) & q_keywords
         uncovered = q_keywords - covered
@@ -734,7 +738,7 @@ class ChunkGraphRetriever(BaseRetriever):
         out[:, 2] = cand @ vecs[cur]
         adj = g._graph[cur_id]
         for r, c in enumerate(candidates):
-            data = adj[g._ids[c]]
+            data = adj[ids[c]]
             out[r, 3] = data.get(STRUCTURAL, 0)
             out[r, 4] = data.get(SEMANTIC, 0)
             out[r, 5] = np.log1p(data.get(KEYWORD, 0))
@@ -746,12 +750,12 @@ class ChunkGraphRetriever(BaseRetriever):
 
     def _walk(self, seed: int, q_vec: np.ndarray, q_keywords: Set[str], taken: Set[int]) -> List[Tuple[int, float]]:
         g = self.graph
+        G, ids, index = g._graph, g._ids, g._index
         chain = [(seed, float(g.vectors[seed] @ q_vec))]
         path = [seed]
         for hop in range(1, self.settings.max_hops + 1):
             candidates = [
-                g._index[v] for v in g._graph[g._ids[path[-1]]]
-                if g._index[v] not in taken and g._index[v] not in path
+                i for i in (index[v] for v in G[ids[path[-1]]]) if i not in taken and i not in path
             ]
             if not candidates:
                 break
@@ -802,7 +806,7 @@ class ChunkGraphRetriever(BaseRetriever):
         ]
 
     def _get_node(self, node_id: str) -> BaseNode:
-        node = self.docstore.get_node(node_id, raise_error=False)
+        node = self._nodes.get(node_id) if self.docstore is None else self.docstore.get_node(node_id, raise_error=False)
         if node is None:
             raise UnknownNodeError(f"chunk graph node {node_id!r} is not in the docstore")
         return node
@@ -856,10 +860,11 @@ class ChunkGraphRetriever(BaseRetriever):
         if len(questions) != len(gold_evidence):
             raise ValueError("questions and gold_evidence must have the same length")
         g, rng = self.graph, np.random.default_rng(seed)
+        G, ids, index = g._graph, g._ids, g._index
         feats: List[np.ndarray] = []
         labels: List[np.ndarray] = []
         for question, gold in zip(questions, gold_evidence):
-            golds = [g._index[x] for x in gold if x in g._index]
+            golds = [index[x] for x in gold if x in index]
             if not golds:
                 continue
             q_vec = self._query_vector(QueryBundle(question))
@@ -871,15 +876,15 @@ class ChunkGraphRetriever(BaseRetriever):
                     if t == s:
                         continue
                     try:
-                        path_ids = nx.shortest_path(g._graph, g._ids[s], g._ids[t])
+                        path_ids = nx.shortest_path(G, ids[s], ids[t])
                     except nx.NetworkXNoPath:
                         continue
-                    path = [g._index[p] for p in path_ids]
+                    path = [index[p] for p in path_ids]
                     if len(path) - 1 > self.settings.max_hops:
                         continue
                     for step in range(len(path)):
                         prefix = path[: step + 1]
-                        cands = [g._index[v] for v in g._graph[g._ids[prefix[-1]]] if g._index[v] not in prefix]
+                        cands = [index[v] for v in G[ids[prefix[-1]]] if index[v] not in prefix]
                         if not cands:
                             continue
                         nxt = path[step + 1] if step + 1 < len(path) else None
@@ -906,6 +911,24 @@ class ChunkGraphRetriever(BaseRetriever):
         fitted = (scorer or TrainedChainScorer()).fit(x, y)
         self.scorer = fitted
         return fitted
+
+
+def _set_weight(G: nx.Graph, u: str, v: str, kind: str, weight: float) -> None:
+    data = G.get_edge_data(u, v)
+    if data is not None:
+        data[kind] = weight
+    elif weight:
+        attrs = {k: 0 for k in _EDGE_KINDS}
+        attrs[kind] = weight
+        G.add_edge(u, v, **attrs)
+
+
+def _clear_weight(G: nx.Graph, u: str, v: str, kind: str) -> None:
+    data = G.get_edge_data(u, v)
+    if data is not None:
+        data[kind] = 0
+        if not any(data[k] for k in _EDGE_KINDS):
+            G.remove_edge(u, v)
 
 
 def _unit(vec: Any) -> np.ndarray:
