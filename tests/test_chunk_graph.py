@@ -401,3 +401,28 @@ def test_fit_uses_shortest_path_labels_and_the_fitted_scorer_walks_to_the_eviden
     assert isinstance(r.scorer, TrainedChainScorer)
     trained_hits = sum("B%d" % i in [n.node.node_id for n in r.retrieve(questions[i])] for i in range(8, 12))
     assert trained_hits == 4 and trained_hits > default_hits
+
+
+@pytest.mark.slow
+def test_from_nodes_with_the_offline_models_drops_into_a_query_engine():
+    from llama_index.core.query_engine import RetrieverQueryEngine
+    from llama_index.core.response_synthesizers import get_response_synthesizer
+
+    texts = [
+        ("Journal of Psychotherapy Integration", "The Journal of Psychotherapy Integration is published by the American Psychological Association."),
+        ("American Psychological Association", "G. Stanley Hall was the first president of the American Psychological Association, founded in 1892."),
+        ("Paris", "Paris is the capital of France and hosts the Louvre museum."),
+        ("Berlin", "Berlin is the capital of Germany."),
+    ]
+    nodes = []
+    for i, (title, text) in enumerate(texts):
+        node = TextNode(text=text, id_=f"p{i}")
+        schema.set_segment_facts(node, document_id=f"p{i}", document_title=title, position=0)
+        nodes.append(node)
+    retriever = ChunkGraphRetriever.from_nodes(nodes, max_nodes=2, graph_settings={"keyword_threshold": 1})
+    assert all(schema.CRITICAL_KEYWORDS in n.metadata for n in nodes)
+    engine = RetrieverQueryEngine(retriever, response_synthesizer=get_response_synthesizer(llm=ScriptedLLM(default_response="Hall")))
+    response = engine.query("Who was the first president of the publisher of the Journal of Psychotherapy Integration?")
+    got = [n.node.node_id for n in response.source_nodes]
+    assert set(got) == {"p0", "p1"}
+    assert str(response) == "Hall"

@@ -598,7 +598,16 @@ class ChunkGraphRetriever(BaseRetriever):
         show_progress: bool = False,
         **kwargs: Any,
     ) -> "ChunkGraphRetriever":
-        """Build the graph over ``nodes`` and a retriever reading their text from a docstore."""
+        """Build the graph over ``nodes`` and a retriever reading their text from them.
+
+        Nodes without ``schema.CRITICAL_KEYWORDS`` get them first: from ``keyword_fn`` when
+        given, else from a default ``CriticalKeywordExtractor`` run over them (as an ingestion
+        pipeline would, writing the hidden metadata key).
+        """
+        if keyword_fn is None:
+            missing = [n for n in nodes if schema.CRITICAL_KEYWORDS not in n.metadata]
+            if missing:
+                CriticalKeywordExtractor(show_progress=show_progress)(missing)
         graph = ChunkInteractionGraph.from_nodes(
             nodes, embed_model=embed_model, keyword_fn=keyword_fn, show_progress=show_progress,
             **(graph_settings or {}),
