@@ -50,6 +50,8 @@ from llama_index_hiqa.retrievers.chunk_graph import (  # noqa: E402
 HERE = Path(__file__).resolve().parent
 KS = (5, 10)
 COMMAND = ".venv/bin/python benchmarks/bench_chunk_graph.py"
+SCALE_FILE = HERE / "chunk_graph_scale.json"  # last cost figures (re-used by --skip-scale)
+QUALITY_FILE = HERE / "chunk_graph_quality.json"  # last quality figures (re-used by --skip-quality)
 
 
 # --- quality --------------------------------------------------------------------------
@@ -365,13 +367,24 @@ def main() -> None:
     if args.scale_worker:
         print(json.dumps(scale_worker(int(args.scale_worker[0]), args.scale_worker[1])))
         return
-    quality = []
+    quality: List[Dict] = []
     if not args.skip_quality and _common.require_shared_data("chunk graph quality") is not None:
         for name in ("musique", "hotpotqa"):
             quality.append(run_quality(name))
             print(json.dumps({k: v for k, v in quality[-1].items()}, indent=1, default=str), flush=True)
         plot(quality)
-    scale = [] if args.skip_scale else run_scale([int(s) for s in args.sizes.split(",")])
+    if args.skip_scale:
+        # keep the last measured cost figures in the section (their run date is in the file)
+        scale = json.loads(SCALE_FILE.read_text())["rows"] if SCALE_FILE.exists() else []
+    else:
+        scale = run_scale([int(s) for s in args.sizes.split(",")])
+        SCALE_FILE.write_text(json.dumps({"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "rows": scale}, indent=1))
+    if args.skip_quality:
+        quality = json.loads(QUALITY_FILE.read_text()) if QUALITY_FILE.exists() else []
+        for q in quality:  # JSON turned the k keys into strings
+            q["results"] = {nm: {int(k): v for k, v in by_k.items()} for nm, by_k in q["results"].items()}
+    elif quality:
+        QUALITY_FILE.write_text(json.dumps(quality, indent=1, default=str))
     report(quality, scale)
 
 

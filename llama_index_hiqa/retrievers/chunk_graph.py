@@ -166,7 +166,9 @@ class ChunkInteractionGraph(BaseModel):
         description="...but a keyword is only ever 'too common' above this many chunks (small corpora).",
     )
     block_size: int = Field(
-        default=1024, description="Rows per block of the top-k similarity product (memory bound)."
+        default=1024,
+        description="Most rows per block of the top-k similarity product (also capped at ~4M "
+        "similarities per block, which bounds the build's memory).",
     )
 
     _graph: nx.Graph = PrivateAttr(default_factory=nx.Graph)
@@ -324,13 +326,16 @@ class ChunkInteractionGraph(BaseModel):
         # Best new candidates for every old row (new rows can push old neighbours out).
         cand_old_ids = np.full((start, k_eff), -1, dtype=np.int64)
         cand_old_sims = np.full((start, k_eff), -np.inf, dtype=np.float32)
-        blocks = range(0, n, self.block_size)
+        # Rows per block: at most block_size, and at most ~4M similarities per block, so the
+        # peak memory of the build stays flat as the corpus grows.
+        rows_per_block = max(1, min(self.block_size, 4_000_000 // max(n, 1)))
+        blocks = range(0, n, rows_per_block)
         if show_progress:
             from tqdm import tqdm
 
             blocks = tqdm(blocks, desc="semantic top-k", unit="block")
         for b0 in blocks:
-            b1 = min(b0 + self.block_size, n)
+            b1 = min(b0 + rows_per_block, n)
             sims = self._vectors[b0:b1] @ new_vecs.T  # (block, n_new)
             rows = np.arange(b0, b1)
             is_new = rows >= start
@@ -339,16 +344,14 @@ class ChunkInteractionGraph(BaseModel):
                 hi = min(b1, start)
                 part = sims[: hi - b0]
                 kk = min(k_eff, n_new)
-                top = np.argpartition(-part, kk - 1, axis=1)[:, :kk]
+                top, top_s = _top_k_rows(part, kk)
                 cand_old_ids[b0:hi, :kk] = top + start
-                cand_old_sims[b0:hi, :kk] = np.take_along_axis(part, top, axis=1)
+                cand_old_sims[b0:hi, :kk] = top_s
             if b1 > start:  # new rows: top-k over old and new columns
                 lo = max(b0, start)
                 part = sims[lo - b0 :]
                 full = np.hstack([self._vectors[lo:b1] @ self._vectors[:start].T, part]) if start else part
-                top = np.argpartition(-full, k_eff - 1, axis=1)[:, :k_eff]
-                new_ids[lo:b1, :k_eff] = top
-                new_sims[lo:b1, :k_eff] = np.take_along_axis(full, top, axis=1)
+                new_ids[lo:b1, :k_eff], new_sims[lo:b1, :k_eff] = _top_k_rows(full, k_eff)
         if start:
             merged_ids = np.concatenate([new_ids[:start], cand_old_ids], axis=1)
             merged_sims = np.concatenate([new_sims[:start], cand_old_sims], axis=1)
@@ -713,8 +716,7 @@ class ChunkGraphRetriever(BaseRetriever):
             uncovered -= seed_kw[pick]
             cand.remove(pick)
         n_vector = s.vector_seeds if seeds else max(s.vector_seeds, 1)
-        top = np.argsort(-sims)[: n_vector + len(seeds)]
-        for i in top:
+        for i in _top_indices(sims, n_vector + len(seeds)):
             if n_vector <= 0:
                 break
             if int(i) not in seeds:
@@ -788,7 +790,7 @@ class ChunkGraphRetriever(BaseRetriever):
             chains.append(chain)
         if self.settings.fill_budget and len(taken) < self.settings.max_nodes:
             sims = self.graph.vectors @ q_vec
-            for i in np.argsort(-sims)[: self.settings.max_nodes + len(taken)]:
+            for i in _top_indices(sims, self.settings.max_nodes + len(taken)):
                 if len(taken) >= self.settings.max_nodes:
                     break
                 if int(i) not in taken:
@@ -920,6 +922,37 @@ class ChunkGraphRetriever(BaseRetriever):
         fitted = (scorer or TrainedChainScorer()).fit(x, y)
         self.scorer = fitted
         return fitted
+
+
+def _top_indices(scores: np.ndarray, m: int) -> np.ndarray:
+    """Indices of the m largest scores, best first (argpartition: O(n), not a full sort)."""
+    if m <= 0:
+        return np.zeros(0, dtype=np.int64)
+    if m >= len(scores):
+        return np.argsort(-scores, kind="stable")
+    top = np.argpartition(-scores, m - 1)[:m]
+    return top[np.argsort(-scores[top], kind="stable")]
+
+
+def _top_k_rows(mat: np.ndarray, k: int) -> Tuple[np.ndarray, np.ndarray]:
+    """Column indices and values of the k largest entries of every row, best first.
+
+    ``np.partition`` finds each row's k-th largest value (faster than ``argpartition`` and
+    without its int64 matrix); the entries at or above it are then ranked per row.
+    """
+    n_rows, n_cols = mat.shape
+    kth = np.partition(mat, n_cols - k, axis=1)[:, n_cols - k]
+    rows, cols = np.nonzero(mat >= kth[:, None])
+    vals = mat[rows, cols]
+    order = np.lexsort((-vals, rows))
+    rows, cols, vals = rows[order], cols[order], vals[order]
+    rank = np.arange(len(rows)) - np.searchsorted(rows, np.arange(n_rows))[rows]
+    keep = rank < k  # ties at the k-th value: keep the first k
+    ids = np.full((n_rows, k), -1, dtype=np.int64)
+    out = np.full((n_rows, k), -np.inf, dtype=np.float32)
+    ids[rows[keep], rank[keep]] = cols[keep]
+    out[rows[keep], rank[keep]] = vals[keep]
+    return ids, out
 
 
 def _set_weight(G: nx.Graph, u: str, v: str, kind: str, weight: float) -> None:
