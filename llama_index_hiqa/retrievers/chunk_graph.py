@@ -705,16 +705,17 @@ class ChunkGraphRetriever(BaseRetriever):
         for w in q_keywords:
             candidates |= index.get(w, set())
         uncovered, seeds = set(q_keywords), []
-        cand = sorted(candidates)
-        while uncovered and cand and len(seeds) < s.max_seeds:
-            gains = np.array([len(seed_kw[i] & uncovered) for i in cand])
-            if gains.max() == 0:
+        cand = np.array(sorted(candidates), dtype=np.int64)
+        while uncovered and len(cand) and len(seeds) < s.max_seeds:
+            gains = np.fromiter((len(seed_kw[i] & uncovered) for i in cand.tolist()), np.int64, len(cand))
+            best = gains.max()
+            if best == 0:
                 break
-            ties = [i for i, gain in zip(cand, gains) if gain == gains.max()]
-            pick = max(ties, key=lambda i: sims[i])
+            ties = cand[gains == best]
+            pick = int(ties[np.argmax(sims[ties])])  # equal coverage: the most similar chunk
             seeds.append(pick)
             uncovered -= seed_kw[pick]
-            cand.remove(pick)
+            cand = cand[cand != pick]
         n_vector = s.vector_seeds if seeds else max(s.vector_seeds, 1)
         for i in _top_indices(sims, n_vector + len(seeds)):
             if n_vector <= 0:
@@ -829,7 +830,16 @@ class ChunkGraphRetriever(BaseRetriever):
                 continue
             members = []
             for idx, hop, score in chain:
-                node = self._get_node(self.graph._ids[idx]).model_copy(deep=True)
+                source = self._get_node(self.graph._ids[idx])
+                # A shallow copy with its own metadata and exclusion lists: the docstore's node
+                # is left untouched, and the embedding is not copied.
+                node = source.model_copy(
+                    update={
+                        "metadata": dict(source.metadata),
+                        "excluded_embed_metadata_keys": list(source.excluded_embed_metadata_keys),
+                        "excluded_llm_metadata_keys": list(source.excluded_llm_metadata_keys),
+                    }
+                )
                 node.metadata[schema.CHAIN_ID] = c
                 node.metadata[schema.CHAIN_HOP] = hop
                 schema.hide_from_views(node, (schema.CHAIN_ID, schema.CHAIN_HOP))
