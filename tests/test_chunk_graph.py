@@ -426,3 +426,17 @@ def test_from_nodes_with_the_offline_models_drops_into_a_query_engine():
     got = [n.node.node_id for n in response.source_nodes]
     assert set(got) == {"p0", "p1"}
     assert str(response) == "Hall"
+
+
+def test_from_index_reuses_the_vector_store_embeddings_and_docstore():
+    from llama_index.core import VectorStoreIndex
+    from llama_index.core.embeddings import MockEmbedding
+
+    nodes = two_hop_corpus()
+    index = VectorStoreIndex(nodes, embed_model=MockEmbedding(embed_dim=DIM))
+    retriever = ChunkGraphRetriever.from_index(index, graph_settings={"semantic_top_k": 2, "min_similarity": 0.95},
+                                               keyword_fn=lambda q: ["zorblax"], max_nodes=3)
+    np.testing.assert_allclose(retriever.graph.vectors[0], np.asarray(nodes[0].embedding), atol=1e-6)
+    assert retriever.graph.edge("A", "B")["keyword"] == 3
+    ids = [n.node.node_id for n in retriever.retrieve(QueryBundle("q", embedding=Q_VEC))]
+    assert "B" in ids

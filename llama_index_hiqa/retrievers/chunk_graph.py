@@ -617,6 +617,25 @@ class ChunkGraphRetriever(BaseRetriever):
         )
         return cls(graph, nodes=nodes, embed_model=embed_model, keyword_fn=keyword_fn, **kwargs)
 
+    @classmethod
+    def from_index(cls, index: Any, show_progress: bool = False, **kwargs: Any) -> "ChunkGraphRetriever":
+        """Build over the nodes of a ``VectorStoreIndex``: text from its docstore, vectors from
+        its vector store where the store can return them (``SimpleVectorStore``), else the
+        index's embed model recomputes them."""
+        nodes = [n.model_copy() for n in index.docstore.docs.values()]
+        if not nodes:
+            raise GraphBuildError("the index's docstore holds no nodes (store_nodes_override?)")
+        for node in nodes:
+            if node.embedding is None:
+                try:
+                    node.embedding = index.vector_store.get(node.node_id)
+                except Exception:  # noqa: BLE001 - stores without get(): embed below instead
+                    pass
+        kwargs.setdefault("embed_model", getattr(index, "_embed_model", None))
+        retriever = cls.from_nodes(nodes, show_progress=show_progress, **kwargs)
+        retriever.docstore, retriever._nodes = index.docstore, {}
+        return retriever
+
     # --- question analysis ----------------------------------------------------------------
     @property
     def embed_model(self) -> BaseEmbedding:
