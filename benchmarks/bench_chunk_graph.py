@@ -40,6 +40,7 @@ from llama_index.core.schema import QueryBundle, TextNode  # noqa: E402
 from llama_index_hiqa import schema  # noqa: E402
 from llama_index_hiqa.evaluation import datasets  # noqa: E402
 from llama_index_hiqa.retrievers.chain_scorers import TrainedChainScorer  # noqa: E402
+from llama_index_hiqa.testing import ScriptedLLM  # noqa: E402
 from llama_index_hiqa.transforms.critical_keywords import CriticalKeywordExtractor  # noqa: E402
 from llama_index_hiqa.retrievers.chunk_graph import (  # noqa: E402
     ChunkGraphRetriever,
@@ -154,6 +155,7 @@ def run_quality(name: str) -> Dict:
     fusion = QueryFusionRetriever(
         [index.as_retriever(similarity_top_k=max(KS)), BM25Retriever.from_defaults(nodes=nodes, similarity_top_k=max(KS))],
         similarity_top_k=max(KS), num_queries=1, mode="reciprocal_rerank", use_async=False,
+        llm=ScriptedLLM(),  # num_queries=1 never asks it; without one it resolves OpenAI
     )
     t0 = time.perf_counter()
     fu_rank = [[n.node.node_id for n in fusion.retrieve(t)] for t in texts]
