@@ -543,6 +543,11 @@ class ChainSearchSettings(BaseModel):
         description="Seed matching also matches question keywords against chunk document titles "
         "(titles are excluded from keyword edges only, as the paper argues for graph density).",
     )
+    max_candidates_per_keyword: int = Field(
+        default=100,
+        description="Seed candidates per question keyword: a keyword in more chunks contributes "
+        "only its chunks most similar to the question.",
+    )
     merge_chains: bool = Field(default=False, description="Return each chain as one merged node.")
     fill_budget: bool = Field(
         default=True,
@@ -721,8 +726,16 @@ class ChunkGraphRetriever(BaseRetriever):
         index = self._seed_index()
         sims = g.vectors @ q_vec
         candidates: Set[int] = set()
+        cap = s.max_candidates_per_keyword
         for w in q_keywords:
-            candidates |= index.get(w, set())
+            postings = index.get(w, set())
+            if len(postings) > cap:
+                # A keyword found in thousands of chunks: only its chunks most similar to the
+                # question compete (bounds the greedy cover's cost; the rest would lose the
+                # similarity tie-break anyway).
+                arr = np.fromiter(postings, np.int64, len(postings))
+                postings = set(arr[_top_indices(sims[arr], cap)].tolist())
+            candidates |= postings
         uncovered, seeds = set(q_keywords), []
         cand = np.array(sorted(candidates), dtype=np.int64)
         while uncovered and len(cand) and len(seeds) < s.max_seeds:
