@@ -237,7 +237,7 @@ def build(part: Dict) -> Dict[str, int]:
         [110, 90, 70, 170],
     )
     w.finish(OUT / f"{pn}.pdf")
-    return {**w.pages_of, "code": code, "pins": pins}
+    return {**w.pages_of, "code": code, "pin_names": pins}
 
 
 def questions(part: Dict, pages: Dict) -> List[Dict]:
@@ -250,7 +250,7 @@ def questions(part: Dict, pages: Dict) -> List[Dict]:
         (f"What is the typical dropout voltage of the {pn}?", f"{part['drop']} mV", "4.2 Electrical characteristics", "electrical"),
         (f"Which package is the {pn} offered in?", part["pkg"], "6 Ordering information", "ordering"),
         (f"What is the absolute maximum input voltage of the {pn}?", f"{part['vin_max'] + 2} V", "4.1 Absolute maximum ratings", "abs_max"),
-        (f"What is the function of pin 3 of the {pn}?", pages["pins"][2], "5 Pin configuration", "pins"),
+        (f"What is the function of pin 3 of the {pn}?", pages["pin_names"][2], "5 Pin configuration", "pins"),
         (f"Which NX-204x regulator is designed for {part['app']}?", pn, "2 Applications", "applications"),
         (f"What is the typical quiescent current of the {pn}?", f"{part['iq']} uA", "4.2 Electrical characteristics", "electrical"),
         (f"What is the order code of the {pn} on tape and reel?", f"{pages['code']}-TR", "6 Ordering information", "ordering"),
