@@ -91,8 +91,11 @@ class PDFLayoutReader(BasePydanticReader):
         description="Render ruled tables as Markdown tables (fast engine: only pages with ruling lines are searched).",
     )
     min_table_rules: int = Field(
-        default=6,
-        description="Fast engine: a page is searched for tables only when it has at least this many line/rectangle drawings.",
+        default=3,
+        description=(
+            "Fast engine: a page is searched for tables only when it has at least this many "
+            "horizontal rules and 2 vertical ones (a grid); pages with underlines only are skipped."
+        ),
     )
     heading_size_ratio: float = Field(
         default=1.15,
