@@ -1,0 +1,159 @@
+"""How fast does PDFLayoutReader read real filings, per engine, and what does each keep?
+
+Question: which engine can be the default and still read >= 20 pages/s on 2 cores?
+Sample: 25 consecutive pages (from page 20, where the financial tables start) of 6 FinanceBench
+10-K/10-Q filings of different companies = 150 pages, copied into temporary PDFs so every engine
+reads whole files. All engines run in the same process on the same pages, one after the other,
+so their ratios hold even when the shared machine is busy (absolute pages/s do not).
+
+Measured per engine: pages/s, Markdown tables found, heading candidates, and word coverage
+(share of the words of PyMuPDF's plain ``page.get_text()`` that survive in ``Document.text``;
+running headers/footers removed on purpose keep it a little under 100%).
+
+    PYTHONPATH=. python benchmarks/bench_reader.py
+"""
+
+from __future__ import annotations
+
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+
+import _common  # noqa: F401  (sys.path, offline env)
+from _results import markdown_table, write_section
+
+from llama_index_hiqa import schema
+from llama_index_hiqa.readers.pdf import PDFLayoutReader
+
+FILINGS = [
+    "3M_2018_10K.pdf",
+    "ADOBE_2017_10K.pdf",
+    "AMCOR_2023Q2_10Q.pdf",
+    "BESTBUY_2019_10K.pdf",
+    "BOEING_2022_10K.pdf",
+    "COCACOLA_2017_10K.pdf",
+]
+FIRST_PAGE, PAGES_PER_FILING = 20, 25
+TARGET_PAGES_PER_S = 20.0
+PNG = Path(__file__).resolve().parent / "bench_reader.png"
+
+
+def sample_pdfs(folder: Path, out: Path) -> list:
+    import pymupdf
+
+    paths = []
+    for name in FILINGS:
+        source = folder / name
+        if not source.exists():
+            continue
+        with pymupdf.open(source) as src:
+            last = min(src.page_count, FIRST_PAGE + PAGES_PER_FILING) - 1
+            dst = pymupdf.open()
+            dst.insert_pdf(src, from_page=FIRST_PAGE, to_page=last)
+            target = out / name
+            dst.save(target)
+            dst.close()
+            paths.append(target)
+    return paths
+
+
+def words(text: str) -> Counter:
+    return Counter(w.strip("|*#_.,;:()$%").lower() for w in text.split() if w.strip("|*#_.,;:()$%"))
+
+
+def coverage(reference: Counter, text: str) -> float:
+    got = words(text)
+    return sum(min(n, got[w]) for w, n in reference.items()) / max(1, sum(reference.values()))
+
+
+def main() -> int:
+    root = _common.require_shared_data("bench_reader")
+    if root is None:
+        return 0
+    import pymupdf
+
+    pdf_dir = root / "financebench" / "pdfs"
+    with tempfile.TemporaryDirectory() as tmp:
+        paths = sample_pdfs(pdf_dir, Path(tmp))
+        pages = sum(pymupdf.open(p).page_count for p in paths)
+        print(f"sample: {len(paths)} filings, {pages} pages")
+
+        # Reference: plain text, no layout facts, no Markdown.
+        started = time.perf_counter()
+        plain = {}
+        for path in paths:
+            with pymupdf.open(path) as doc:
+                plain[path.stem] = "\n".join(page.get_text() for page in doc)
+        plain_s = time.perf_counter() - started
+        reference = {k: words(v) for k, v in plain.items()}
+
+        engines = [
+            ("fast (default)", PDFLayoutReader()),
+            ("fast, no tables", PDFLayoutReader(detect_tables=False)),
+            ("pymupdf4llm, no layout model", PDFLayoutReader(engine="pymupdf4llm")),
+            ("pymupdf4llm + layout model", PDFLayoutReader(engine="layout")),
+        ]
+        rows = [["plain page.get_text() (reference)", round(pages / plain_s, 1), "1.00", "-", "-", "100.0%"]]
+        speeds = {"plain get_text": pages / plain_s}
+        for label, reader in engines:
+            print(f"reading with {label} ...", flush=True)
+            started = time.perf_counter()
+            docs = reader.load_data(paths)
+            seconds = time.perf_counter() - started
+            tables = sum(d.text.count("\n|---") + d.text.startswith("|---") for d in docs)
+            headings = sum(len(d.metadata[schema.LAYOUT_HEADINGS]) for d in docs)
+            cov = sum(coverage(reference[d.metadata[schema.DOCUMENT_ID]], d.text) for d in docs) / len(docs)
+            speed = pages / seconds
+            speeds[label] = speed
+            rows.append([label, round(speed, 1), f"{(pages / plain_s) / speed:.0f}x slower", tables, headings, f"{cov:.1%}"])
+            print(f"  {speed:.1f} pages/s, {tables} tables, {headings} headings, coverage {cov:.1%}", flush=True)
+
+    table = markdown_table(
+        ["engine", "pages/s", "vs plain text", "Markdown tables", "heading candidates", "word coverage"], rows
+    )
+    fast = speeds["fast (default)"]
+    verdict = (
+        f"The default engine read {fast:.1f} pages/s "
+        f"({'meets' if fast >= TARGET_PAGES_PER_S else 'misses'} the {TARGET_PAGES_PER_S:.0f} pages/s target "
+        f"on this run); pymupdf4llm without its layout model was {fast / speeds['pymupdf4llm, no layout model']:.1f}x "
+        f"slower and with it {fast / speeds['pymupdf4llm + layout model']:.1f}x slower."
+    )
+    body = f"""Sample: {pages} pages (pages {FIRST_PAGE}-{FIRST_PAGE + PAGES_PER_FILING - 1} of {len(paths)} FinanceBench filings: {', '.join(p.replace('.pdf', '') for p in FILINGS)}), all engines in one process, one after another. The machine's 2 cores are shared with other jobs, so absolute pages/s vary between runs; the ratios are what to compare.
+
+{table}
+
+{verdict}
+
+Trade-off: the fast engine renders Markdown from PyMuPDF's text with font sizes (headings), reads two-column pages column by column and searches for ruled tables only on pages whose drawings form a grid (with `use_layout=False`; PyMuPDF 2's default table search runs the layout model). pymupdf4llm finds more tables (it also reads unruled and shaded ones) and orders complex pages better, at a multiple of the cost; choose it with `PDFLayoutReader(engine="pymupdf4llm")` or `engine="layout"` when reading quality matters more than time.
+
+![pages per second per engine](bench_reader.png)
+"""
+    write_section("reader", "PDF reader speed (bench_reader.py)", body, command="python benchmarks/bench_reader.py")
+    plot(speeds)
+    print(verdict)
+    return 0
+
+
+def plot(speeds: dict) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    labels, values = list(speeds), list(speeds.values())
+    fig, ax = plt.subplots(figsize=(7, 3.2))
+    bars = ax.barh(labels[::-1], values[::-1], color=["#999"] + ["#4a7"] * (len(values) - 1))
+    ax.axvline(TARGET_PAGES_PER_S, color="#c33", linestyle="--", label=f"target {TARGET_PAGES_PER_S:.0f} pages/s")
+    ax.set_xscale("log")
+    ax.set_xlabel("pages per second (log scale, 2 shared cores)")
+    for bar, value in zip(bars, values[::-1]):
+        ax.text(value * 1.05, bar.get_y() + bar.get_height() / 2, f"{value:.1f}", va="center", fontsize=8)
+    ax.legend(loc="lower right", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(PNG, dpi=110)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
