@@ -20,8 +20,8 @@ section "PDF reader speed" of ``benchmarks/RESULTS.md``):
 
 * ``"fast"`` (default): PyMuPDF's own text extraction (``page.get_text("dict")``) rendered to
   Markdown here, headings from font size/weight, two-column pages read column by column, and
-  tables found by PyMuPDF's ``find_tables`` (``Table.to_markdown``) only on pages that carry
-  ruling lines. It reads at plain-text speed (tens of pages per second on 2 shared cores).
+  ruled tables found from the page's grid of rules (see ``_tables`` for why not
+  ``find_tables``). It reads at near plain-text speed.
 * ``"pymupdf4llm"``: ``pymupdf4llm.to_markdown`` without its layout model: better table and
   multi-column handling on complex pages, several times slower (table detection dominates).
 * ``"layout"``: ``pymupdf4llm`` with the ``pymupdf_layout`` model: the best reading order and
@@ -93,8 +93,8 @@ class PDFLayoutReader(BasePydanticReader):
     min_table_rules: int = Field(
         default=3,
         description=(
-            "Fast engine: a page is searched for tables only when it has at least this many "
-            "horizontal rules and 2 vertical ones (a grid); pages with underlines only are skipped."
+            "Fast engine: a grid of rules is a table when it has at least this many "
+            "horizontal rules (header + one row) and 2 vertical ones."
         ),
     )
     heading_size_ratio: float = Field(
@@ -363,27 +363,29 @@ class PDFLayoutReader(BasePydanticReader):
         return page_texts, absolute
 
     def _tables(self, page: Any) -> List[Tuple[Tuple[float, float, float, float], str]]:
-        """Ruled tables of a page as (bbox, Markdown); skipped cheaply when there are no rules.
+        """Ruled tables of a page as (bbox, Markdown), from the page's grid of rules and words.
 
-        ``find_tables`` costs a few hundred milliseconds a page even on pages without a table,
-        so it only runs where the drawings could form a grid. ``use_layout=False``: by default
-        PyMuPDF 2 gates tables with its layout model, ten times slower again. Cell text comes
-        from the page's words (``Table.extract`` drops spaces in some fonts, and
-        ``Table.to_markdown`` is slower than the table search itself).
+        Why not PyMuPDF's ``find_tables``: measured on FinanceBench pages it costs 0.3-1 s a
+        page on 2 shared cores (its per-character extraction in Python dominates; with its
+        default ``use_layout=True`` it also runs the layout model), which alone would hold the
+        reader under 5 pages/s. A ruled table is a connected grid of horizontal and vertical
+        rules; finding that grid and dropping the page's words into its cells takes
+        milliseconds. Tables without vertical rules stay plain text lines (no text is lost);
+        the pymupdf4llm engines find those too.
         """
         try:
-            horizontal, vertical = _count_rules(page)
-            if horizontal < self.min_table_rules or vertical < 2:
+            horizontal, vertical = _rules(page)
+            if len(horizontal) < self.min_table_rules or len(vertical) < 2:
                 return []
-            found = page.find_tables(strategy="lines_strict", use_layout=False)
-            if not found.tables:
+            grids = _grids(horizontal, vertical, self.min_table_rules)
+            if not grids:
                 return []
             words = page.get_text("words")
             tables = []
-            for table in found.tables:
-                markdown = _table_markdown(table, words)
+            for ys, xs in grids:
+                markdown = _grid_markdown(ys, xs, words)
                 if markdown:
-                    tables.append((tuple(table.bbox), markdown))
+                    tables.append(((xs[0], ys[0], xs[-1], ys[-1]), markdown))
             return tables
         except Exception as exc:  # a table we cannot parse stays as plain lines: no text lost
             logger.debug("table detection failed on page %s: %s", page.number, exc)
@@ -547,51 +549,89 @@ def _body_font_size(pages: List[_PageLines]) -> float:
     return float(weights.most_common(1)[0][0]) if weights else 0.0
 
 
-def _count_rules(page: Any) -> Tuple[int, int]:
-    """Horizontal and vertical rules (lines, thin rectangles, box edges) drawn on a page."""
-    horizontal = vertical = 0
+def _rules(page: Any) -> Tuple[List[Tuple[float, float, float]], List[Tuple[float, float, float]]]:
+    """Horizontal ``(y, x0, x1)`` and vertical ``(x, y0, y1)`` rules: stroked lines, thin
+    rectangles and the edges of stroked boxes (filled shading is not a rule)."""
+    horizontal: List[Tuple[float, float, float]] = []
+    vertical: List[Tuple[float, float, float]] = []
     for drawing in page.get_drawings():
+        stroked = "s" in (drawing.get("type") or "")
         for item in drawing["items"]:
             if item[0] == "l":
                 a, b = item[1], item[2]
                 if abs(a.y - b.y) < 1 and abs(a.x - b.x) > 5:
-                    horizontal += 1
+                    horizontal.append((a.y, min(a.x, b.x), max(a.x, b.x)))
                 elif abs(a.x - b.x) < 1 and abs(a.y - b.y) > 5:
-                    vertical += 1
+                    vertical.append((a.x, min(a.y, b.y), max(a.y, b.y)))
             elif item[0] == "re":
-                rect = item[1]
-                if rect.height < 3 and rect.width > 5:
-                    horizontal += 1
-                elif rect.width < 3 and rect.height > 5:
-                    vertical += 1
-                elif rect.width > 5 and rect.height > 5:
-                    horizontal += 2
-                    vertical += 2
+                r = item[1]
+                if r.height < 3 and r.width > 5:
+                    horizontal.append(((r.y0 + r.y1) / 2, r.x0, r.x1))
+                elif r.width < 3 and r.height > 5:
+                    vertical.append(((r.x0 + r.x1) / 2, r.y0, r.y1))
+                elif stroked and r.width > 5 and r.height > 5:
+                    horizontal += [(r.y0, r.x0, r.x1), (r.y1, r.x0, r.x1)]
+                    vertical += [(r.x0, r.y0, r.y1), (r.x1, r.y0, r.y1)]
     return horizontal, vertical
 
 
-def _table_markdown(table: Any, words: Sequence[Sequence[Any]]) -> str:
-    """A Markdown table from the cell grid of ``table`` and the words inside each cell."""
-    grid: List[List[str]] = []
-    for row in table.rows:
-        cells = []
-        for cell in row.cells:
-            if cell is None:
-                cells.append("")
-                continue
-            x0, y0, x1, y1 = cell
-            inside = [
-                w for w in words
-                if x0 - 1 <= (w[0] + w[2]) / 2 <= x1 + 1 and y0 - 1 <= (w[1] + w[3]) / 2 <= y1 + 1
-            ]
-            inside.sort(key=lambda w: (w[5], w[6], w[7]))
-            cells.append(" ".join(str(w[4]) for w in inside).replace("|", "\\|"))
-        grid.append(cells)
-    grid = [r for r in grid if any(c.strip() for c in r)]
-    if not grid:
+def _cluster(values: Iterable[float], tol: float = 2.0) -> List[float]:
+    out: List[float] = []
+    for v in sorted(values):
+        if not out or v - out[-1] > tol:
+            out.append(v)
+    return out
+
+
+def _grids(horizontal, vertical, min_rows: int) -> List[Tuple[List[float], List[float]]]:
+    """Connected components of crossing rules that form a grid: (row ys, column xs)."""
+    tol = 2.0
+    n_h = len(horizontal)
+    parent = list(range(n_h + len(vertical)))
+
+    def find(i: int) -> int:
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        return i
+
+    for i, (y, x0, x1) in enumerate(horizontal):
+        for j, (x, y0, y1) in enumerate(vertical):
+            if x0 - tol <= x <= x1 + tol and y0 - tol <= y <= y1 + tol:
+                parent[find(i)] = find(n_h + j)
+    groups: Dict[int, List[int]] = {}
+    for i in range(len(parent)):
+        groups.setdefault(find(i), []).append(i)
+    grids = []
+    for members in groups.values():
+        ys = _cluster(horizontal[i][0] for i in members if i < n_h)
+        xs = _cluster(vertical[i - n_h][0] for i in members if i >= n_h)
+        if len(ys) >= min_rows and len(xs) >= 2:
+            grids.append((ys, xs))
+    return sorted(grids)
+
+
+def _grid_markdown(ys: List[float], xs: List[float], words: Sequence[Sequence[Any]]) -> str:
+    """A Markdown table: every word goes to the grid cell holding its centre."""
+    cells: Dict[Tuple[int, int], List[Sequence[Any]]] = {}
+    for word in words:
+        cx, cy = (word[0] + word[2]) / 2, (word[1] + word[3]) / 2
+        if not (xs[0] <= cx <= xs[-1] and ys[0] <= cy <= ys[-1]):
+            continue
+        row = max(i for i in range(len(ys) - 1) if ys[i] <= cy) if cy < ys[-1] else len(ys) - 2
+        col = max(i for i in range(len(xs) - 1) if xs[i] <= cx) if cx < xs[-1] else len(xs) - 2
+        cells.setdefault((row, col), []).append(word)
+    if not cells:
         return ""
-    width = max(len(r) for r in grid)
-    grid = [r + [""] * (width - len(r)) for r in grid]
+    grid = []
+    for r in range(len(ys) - 1):
+        row = []
+        for c in range(len(xs) - 1):
+            inside = sorted(cells.get((r, c), []), key=lambda w: (w[5], w[6], w[7]))
+            row.append(" ".join(str(w[4]) for w in inside).replace("|", "\\|"))
+        if any(row):
+            grid.append(row)
+    width = len(xs) - 1
     lines = ["|" + "|".join(grid[0]) + "|", "|" + "|".join(["---"] * width) + "|"]
     lines += ["|" + "|".join(r) + "|" for r in grid[1:]]
     return "\n".join(lines)
@@ -603,6 +643,7 @@ def _normalise(text: str) -> str:
 
 
 def _inside(inner: Sequence[float], outer: Sequence[float], tol: float = 2.0) -> bool:
+    """Whether the centre of box ``inner`` lies in box ``outer``."""
     cx, cy = (inner[0] + inner[2]) / 2, (inner[1] + inner[3]) / 2
     return outer[0] - tol <= cx <= outer[2] + tol and outer[1] - tol <= cy <= outer[3] + tol
 
