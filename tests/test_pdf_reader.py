@@ -274,3 +274,13 @@ def test_pymupdf4llm_engine_keeps_the_same_contract(tmp_path):
     lines = [doc.text[s:e] for s, e, _, _ in doc.metadata[schema.LAYOUT_HEADINGS]]
     assert any("2 Chapter 2" in line for line in lines)
     assert all("Body sentence" not in line for line in lines)
+
+
+def test_drops_into_simple_directory_reader(tmp_path):
+    from llama_index.core import SimpleDirectoryReader
+
+    _manual_pdf(tmp_path / "manual.pdf")
+    docs = SimpleDirectoryReader(str(tmp_path), file_extractor={".pdf": PDFLayoutReader()}).load_data()
+    (doc,) = docs
+    assert doc.metadata[schema.DOCUMENT_ID] == "manual"
+    assert doc.metadata[schema.PAGE_COUNT] == 3 and "## 2 Chapter 2" in doc.text

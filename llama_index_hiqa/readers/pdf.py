@@ -397,6 +397,7 @@ class PDFLayoutReader(BasePydanticReader):
         import pymupdf4llm
 
         with _PYMUPDF4LLM_LOCK:
+            previous = bool(getattr(pymupdf4llm, "_use_layout", False))
             pymupdf4llm.use_layout(self.engine == "layout")
             try:
                 kwargs: Dict[str, Any] = {"page_chunks": True, "show_progress": False}
@@ -405,8 +406,8 @@ class PDFLayoutReader(BasePydanticReader):
                 elif not self.detect_tables:
                     kwargs["table_strategy"] = None
                 chunks = pymupdf4llm.to_markdown(pdf, **kwargs)
-            finally:
-                pymupdf4llm.use_layout(False)
+            finally:  # leave the process-wide switch as we found it
+                pymupdf4llm.use_layout(previous)
         texts = [chunk.get("text", "") for chunk in chunks]
         if running:
             texts = [
@@ -518,7 +519,10 @@ class _Parsed:
 def _page_lines(page: Any, number: int) -> _PageLines:
     """Text lines of a page with their dominant font size and weight (one get_text call)."""
     lines: List[_Line] = []
-    data = page.get_text("dict", flags=0)  # flags=0: no images, no ligature/whitespace tweaks
+    import pymupdf
+
+    # Text flags without images: image blocks are read separately (get_image_info), cheaper.
+    data = page.get_text("dict", flags=pymupdf.TEXTFLAGS_TEXT)
     for b_idx, block in enumerate(data.get("blocks", [])):
         for line in block.get("lines", []):
             spans = [s for s in line.get("spans", []) if s.get("text")]
