@@ -205,6 +205,7 @@ def test_encrypted_corrupt_empty_and_unsupported_files_raise_typed_errors(tmp_pa
         (blank, EmptyDocumentError),
         (unsupported, UnsupportedDocumentError),
     ]
+    cases.append((tmp_path / "missing.pdf", DocumentReadError))
     for path, error in cases:
         with pytest.raises(error) as info:
             reader.load_data(path)

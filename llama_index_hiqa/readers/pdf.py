@@ -164,12 +164,14 @@ class PDFLayoutReader(BasePydanticReader):
         """One file to one ``Document``; raises a typed ``DocumentReadError`` naming the file."""
         path = Path(file_path)
         suffix = path.suffix.lower()
+        if not path.exists():
+            raise DocumentReadError(path, "no such file or folder")
         if suffix not in SUPPORTED_SUFFIXES:
             raise UnsupportedDocumentError(
                 path, f"unsupported file type {suffix or '(none)'}; expected one of {SUPPORTED_SUFFIXES}"
             )
         if not path.is_file():
-            raise CorruptDocumentError(path, "file not found")
+            raise UnsupportedDocumentError(path, "not a regular file")
         if path.stat().st_size == 0:
             raise EmptyDocumentError(path, "the file is empty (0 bytes)")
         if suffix in PDF_SUFFIXES:
