@@ -41,6 +41,7 @@ class DemoAnswer:
     evidence: List[NodeWithScore]
     gold_rank: Optional[int]  # 1-based rank of the first node from a gold document, None = missed
     page_hit: bool = False  # a top-k node lies on a gold page of a gold document
+    section_hit: bool = False  # a top-k node of a gold document sits under the gold section
 
 
 @dataclass
@@ -130,7 +131,12 @@ def answer_questions(
             for n in evidence
             for page in _pages(n.node)
         )
-        answers.append(DemoAnswer(question, evidence, rank, page_hit))
+        gold_sections = {(g.document_id, g.section) for g in question.gold if g.section}
+        section_hit = any(
+            (schema.get_document_id(n.node), n.node.metadata.get(schema.SECTION_TITLE)) in gold_sections
+            for n in evidence
+        )
+        answers.append(DemoAnswer(question, evidence, rank, page_hit, section_hit))
     return answers
 
 
@@ -176,13 +182,16 @@ def run_demo(
                 f" ({hit.score or 0:.2f})  {_snippet(node.get_content())}"
             )
         found = f"gold document at rank {answer.gold_rank}" if answer.gold_rank else "gold document NOT found"
-        echo(f"        -> {found}{' (gold page retrieved)' if answer.page_hit else ''}\n")
+        extras = [x for x, ok in (("gold page", answer.page_hit), ("gold section", answer.section_hit)) if ok]
+        echo(f"        -> {found}{' (' + ', '.join(extras) + ' retrieved)' if extras else ''}\n")
     hits = sum(a.gold_rank is not None for a in report.answers)
     top1 = sum(a.gold_rank == 1 for a in report.answers)
     pages = sum(a.page_hit for a in report.answers)
+    sections = sum(a.section_hit for a in report.answers)
     echo(
         f"gold document in top {top_k}: {hits}/{total} ({report.hit_rate:.0%}); at rank 1: "
         f"{top1}/{total} ({report.top1_rate:.0%}); gold page in top {top_k}: {pages}/{total}; "
+        f"gold section in top {top_k}: {sections}/{total}; "
         f"{report.seconds:.1f} s"
     )
     return 0

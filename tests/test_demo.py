@@ -84,3 +84,33 @@ def test_hiqa_demo_end_to_end(capsys, questions):
     assert out.count("-> gold document NOT found") == len(questions) - hits
     assert hits > 0  # real retrieval, not a stub
     assert re.search(r"NX-204\d p\.\d", out)  # evidence with document and page
+    assert re.search(r"gold section in top 3: \d+/%d" % len(questions), out)
+
+
+def test_answers_rank_the_first_gold_document_and_check_page_and_section():
+    from llama_index.core.base.base_retriever import BaseRetriever
+    from llama_index.core.schema import NodeWithScore, TextNode
+
+    from llama_index_hiqa.demo import answer_questions
+    from llama_index_hiqa.evaluation.datasets import EvalQuestion, GoldEvidence
+
+    def node(doc, page, section):
+        n = TextNode(text=f"{doc} {section}")
+        schema.set_segment_facts(n, document_id=doc, document_title=doc, position=0,
+                                 page_range=(page, page), heading_path=[section.split(" ", 1) + [1]])
+        return n
+
+    class Fixed(BaseRetriever):
+        def _retrieve(self, query_bundle):
+            return [NodeWithScore(node=node("NX-2041", 1, "4.2 Electrical characteristics"), score=0.9),
+                    NodeWithScore(node=node("NX-2043", 0, "3 Description"), score=0.8)]
+
+    gold = lambda doc, page, section: EvalQuestion("q", "?", [GoldEvidence(doc, page=page, section=section)])  # noqa: E731
+    hit_wrong_page, miss, exact = answer_questions(
+        [gold("NX-2043", 1, "4.2 Electrical characteristics"), gold("NX-2049", 1, "1 Features"),
+         gold("NX-2041", 1, "4.2 Electrical characteristics")],
+        Fixed(),
+    )
+    assert (hit_wrong_page.gold_rank, hit_wrong_page.page_hit, hit_wrong_page.section_hit) == (2, False, False)
+    assert (miss.gold_rank, miss.page_hit, miss.section_hit) == (None, False, False)
+    assert (exact.gold_rank, exact.page_hit, exact.section_hit) == (1, True, True)
