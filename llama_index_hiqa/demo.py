@@ -15,6 +15,7 @@ retriever) and :func:`load_demo_documents`.
 
 from __future__ import annotations
 
+import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,6 +32,7 @@ DEMO_DATA_DIR = PROJECT_ROOT / "examples" / "data"
 CHUNK_SIZE = 256  # tokens, the same baseline as the benchmarks (benchmarks/_common.py)
 CHUNK_OVERLAP = 32
 SNIPPET_CHARS = 90
+_HEADING_LINE = re.compile(r"^#{1,6} +(.+?)\s*$", re.M)
 
 
 @dataclass
@@ -41,7 +43,7 @@ class DemoAnswer:
     evidence: List[NodeWithScore]
     gold_rank: Optional[int]  # 1-based rank of the first node from a gold document, None = missed
     page_hit: bool = False  # a top-k node lies on a gold page of a gold document
-    section_hit: bool = False  # a top-k node of a gold document sits under the gold section
+    section_hit: bool = False  # a top-k node of a gold document overlaps the gold section
 
 
 @dataclass
@@ -133,8 +135,9 @@ def answer_questions(
         )
         gold_sections = {(g.document_id, g.section) for g in question.gold if g.section}
         section_hit = any(
-            (schema.get_document_id(n.node), n.node.metadata.get(schema.SECTION_TITLE)) in gold_sections
+            (schema.get_document_id(n.node), section) in gold_sections
             for n in evidence
+            for section in _sections(n.node)
         )
         answers.append(DemoAnswer(question, evidence, rank, page_hit, section_hit))
     return answers
@@ -176,7 +179,8 @@ def run_demo(
         for rank, hit in enumerate(answer.evidence, 1):
             node = hit.node
             mark = "✓" if schema.get_document_id(node) in q.gold_documents else " "
-            section = node.metadata.get(schema.SECTION_TITLE) or "-"
+            sections = _sections(node)
+            section = sections[0] + (f" … {sections[-1]}" if len(sections) > 1 else "") if sections else "-"
             echo(
                 f"   {mark} {rank}. {schema.get_document_id(node)} p.{_page_label(node)} · {section}"
                 f" ({hit.score or 0:.2f})  {_snippet(node.get_content())}"
@@ -219,6 +223,13 @@ def _heading_at(text: str, headings: Sequence[Sequence], start: int, chunk: str)
     if number and number[0].isdigit():
         return [[number, title, number.count(".") + 1]]
     return [["", label, 1]]
+
+
+def _sections(node: TextNode) -> List[str]:
+    """Sections a chunk overlaps: the one it starts in, then every heading inside it."""
+    first = node.metadata.get(schema.SECTION_TITLE)
+    inside = [m.strip().strip("*").strip() for m in _HEADING_LINE.findall(node.get_content())]
+    return list(dict.fromkeys(([first] if first else []) + inside))
 
 
 def _pages(node: TextNode) -> List[int]:

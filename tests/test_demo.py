@@ -103,14 +103,18 @@ def test_answers_rank_the_first_gold_document_and_check_page_and_section():
     class Fixed(BaseRetriever):
         def _retrieve(self, query_bundle):
             return [NodeWithScore(node=node("NX-2041", 1, "4.2 Electrical characteristics"), score=0.9),
-                    NodeWithScore(node=node("NX-2043", 0, "3 Description"), score=0.8)]
+                    NodeWithScore(node=node("NX-2043", 0, "3 Description"), score=0.8),
+                    NodeWithScore(node=TextNode(text="tail of 3\n\n## 4 Specifications\n\nmore",
+                                                metadata={schema.DOCUMENT_ID: "NX-2045",
+                                                          schema.SECTION_TITLE: "3 Description"}), score=0.7)]
 
     gold = lambda doc, page, section: EvalQuestion("q", "?", [GoldEvidence(doc, page=page, section=section)])  # noqa: E731
-    hit_wrong_page, miss, exact = answer_questions(
+    hit_wrong_page, miss, exact, spans_into = answer_questions(
         [gold("NX-2043", 1, "4.2 Electrical characteristics"), gold("NX-2049", 1, "1 Features"),
-         gold("NX-2041", 1, "4.2 Electrical characteristics")],
+         gold("NX-2041", 1, "4.2 Electrical characteristics"), gold("NX-2045", 0, "4 Specifications")],
         Fixed(),
     )
+    assert (spans_into.gold_rank, spans_into.section_hit) == (3, True)  # heading inside the chunk
     assert (hit_wrong_page.gold_rank, hit_wrong_page.page_hit, hit_wrong_page.section_hit) == (2, False, False)
     assert (miss.gold_rank, miss.page_hit, miss.section_hit) == (None, False, False)
     assert (exact.gold_rank, exact.page_hit, exact.section_hit) == (1, True, True)
