@@ -156,7 +156,7 @@ class Writer:
         self.doc.save(path, garbage=4, deflate=True, no_new_id=True)
 
 
-def build(part: Dict) -> Dict[str, int]:
+def build(part: Dict, out: Path = OUT) -> Dict[str, int]:
     pn, lo, hi = part["pn"], part["temp"][0], part["temp"][1]
     w = Writer(part)
     w.page.insert_text((MARGIN_X, w.y + TITLE), f"{pn} {FAMILY}", fontname="hebo", fontsize=TITLE)
@@ -236,7 +236,7 @@ def build(part: Dict) -> Dict[str, int]:
         ],
         [110, 90, 70, 170],
     )
-    w.finish(OUT / f"{pn}.pdf")
+    w.finish(out / f"{pn}.pdf")
     return {**w.pages_of, "code": code, "pin_names": pins}
 
 
@@ -262,17 +262,17 @@ def questions(part: Dict, pages: Dict) -> List[Dict]:
     return rows
 
 
-def main() -> None:
-    OUT.mkdir(parents=True, exist_ok=True)
+def main(out: Path = OUT) -> None:
+    out.mkdir(parents=True, exist_ok=True)
     rows: List[Dict] = []
     for part in PARTS:
-        pages = build(part)
+        pages = build(part, out)
         rows.extend(questions(part, pages))
-    with open(OUT / "questions.jsonl", "w", encoding="utf-8") as handle:
+    with open(out / "questions.jsonl", "w", encoding="utf-8") as handle:
         for row in rows:
             handle.write(json.dumps(row) + "\n")
-    sizes = sum((OUT / f"{p['pn']}.pdf").stat().st_size for p in PARTS)
-    print(f"wrote {len(PARTS)} datasheets ({sizes / 1024:.0f} KB) and {len(rows)} questions to {OUT}")
+    sizes = sum((out / f"{p['pn']}.pdf").stat().st_size for p in PARTS)
+    print(f"wrote {len(PARTS)} datasheets ({sizes / 1024:.0f} KB) and {len(rows)} questions to {out}")
 
 
 if __name__ == "__main__":

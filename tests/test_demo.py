@@ -118,3 +118,18 @@ def test_answers_rank_the_first_gold_document_and_check_page_and_section():
     assert (hit_wrong_page.gold_rank, hit_wrong_page.page_hit, hit_wrong_page.section_hit) == (2, False, False)
     assert (miss.gold_rank, miss.page_hit, miss.section_hit) == (None, False, False)
     assert (exact.gold_rank, exact.page_hit, exact.section_hit) == (1, True, True)
+
+
+def test_committed_corpus_is_what_the_script_generates(tmp_path):
+    import importlib.util
+
+    script = DEMO_DATA_DIR.parent / "make_demo_corpus.py"
+    spec = importlib.util.spec_from_file_location("make_demo_corpus", script)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    module.main(tmp_path)
+    generated = sorted(p.name for p in tmp_path.iterdir())
+    assert generated == sorted(p.name for p in DEMO_DATA_DIR.iterdir())
+    for name in generated:
+        assert (tmp_path / name).read_bytes() == (DEMO_DATA_DIR / name).read_bytes(), name
+    assert max((tmp_path / n).stat().st_size for n in generated) < 10_000  # a few KB each
