@@ -88,8 +88,19 @@ def _two_column_pdf(path: Path) -> Path:
     page = doc.new_page(width=W, height=H)
     _text(page, 60, "A full width title line that crosses the middle of the page", size=12)
     for i in range(6):
-        _text(page, 100 + i * 14, f"Left column line {i}.", x=56)
-        _text(page, 100 + i * 14, f"Right column line {i}.", x=320)
+        _text(page, 100 + i * 14, f"Left column line {i}. It carries running text.", x=56)
+        _text(page, 100 + i * 14, f"Right column line {i}. It carries running text.", x=320)
+    doc.save(path)
+    return path
+
+
+def _label_figure_rows_pdf(path: Path) -> Path:
+    """An unruled table: labels on the left, figures on the right half of the page."""
+    doc = pymupdf.open()
+    page = doc.new_page(width=W, height=H)
+    for i, (label, value) in enumerate([("Net sales", "32,765"), ("Cost of sales", "16,682"), ("Operating income", "7,207")]):
+        _text(page, 100 + i * 14, label, x=56)
+        _text(page, 100 + i * 14, value, x=420)
     doc.save(path)
     return path
 
@@ -184,6 +195,11 @@ def test_two_columns_are_read_column_by_column(tmp_path, reader):
     first_right = min(text.index(f"Right column line {i}.") for i in range(6))
     assert text.index("A full width title") < last_left < first_right
     assert text.index("Left column line 0.") < text.index("Left column line 5.")
+
+
+def test_unruled_table_rows_keep_label_and_figure_together(tmp_path, reader):
+    text = reader.load_data(_label_figure_rows_pdf(tmp_path / "rows.pdf"))[0].text
+    assert text.index("Net sales") < text.index("32,765") < text.index("Cost of sales") < text.index("16,682")
 
 
 def test_encrypted_corrupt_empty_and_unsupported_files_raise_typed_errors(tmp_path, reader):

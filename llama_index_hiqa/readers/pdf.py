@@ -657,19 +657,26 @@ def _inside(inner: Sequence[float], outer: Sequence[float], tol: float = 2.0) ->
 def _reading_order(items: List[Tuple[Tuple[float, ...], str, Any]], width: float) -> List[Tuple]:
     """Order page items top to bottom, reading two-column bands column by column.
 
-    Full-width items (crossing the page middle) split the page into bands; inside a band the
-    left column is read before the right one. PyMuPDF's ``sort=True`` orders by y only and
-    would interleave the two columns line by line.
+    Full-width items (crossing the page middle) split the page into bands. A band is read
+    left column first only when both sides hold running text (wide lines); otherwise (a label
+    on the left, figures on the right, as in unruled financial tables) it stays in line order
+    so each row keeps its label and numbers together. PyMuPDF's ``sort=True`` orders by y
+    only and would interleave two text columns line by line.
     """
     mid = width / 2
-    items = sorted(items, key=lambda it: (round(it[0][1], 1), it[0][0]))
+    # Same baseline first (bottom edge, 2 pt buckets), then left to right.
+    items = sorted(items, key=lambda it: (round(it[0][3] / 2), it[0][0]))
     ordered: List[Tuple] = []
     band: List[Tuple] = []
+
+    def is_column(side: List[Tuple]) -> bool:
+        wide = [it for it in side if it[0][2] - it[0][0] >= width * 0.25]
+        return len(wide) >= 2 and len(wide) >= 0.5 * len(side)
 
     def close_band() -> None:
         left = [it for it in band if it[0][2] <= mid + 1]
         right = [it for it in band if it[0][2] > mid + 1]
-        ordered.extend(left + right)
+        ordered.extend(left + right if is_column(left) and is_column(right) else band)
         band.clear()
 
     for item in items:
