@@ -12,7 +12,8 @@ the embedding model or the LLM (every key is hidden with :func:`schema.hide_from
   covering ``Document.text``, so any character span maps back to its pages.
 * ``LAYOUT_HEADINGS``: ``[[char_start, char_end, font_size, bold], ...]`` for the lines of
   ``Document.text`` set larger or bolder than the body text (the whole line, Markdown marks
-  included); ``BODY_FONT_SIZE``: the most common font size of the text.
+  included); ``BODY_FONT_SIZE``: the most common font size of the text. For ``.md`` files the
+  ``#`` lines are the headings (font size 0.0 = unknown, bold ``True``).
 * ``IMAGES``: ``[{"page", "bbox", "caption", "char_offset"}, ...]``.
 
 Three engines (``engine=``), chosen by measured pages per second (``benchmarks/bench_reader.py``,
@@ -122,6 +123,7 @@ class PDFLayoutReader(BasePydanticReader):
         description="Maximum distance in points between an image and its caption line.",
     )
     recursive: bool = Field(default=False, description="Folder loading: include subfolders.")
+    show_progress: bool = Field(default=False, description="Show a progress bar over the files of a folder or list.")
 
     _failures: List[DocumentReadError] = PrivateAttr(default_factory=list)
 
@@ -147,6 +149,10 @@ class PDFLayoutReader(BasePydanticReader):
             return [self.read_file(file_path, extra_info)]
         paths = self._collect(file_path)
         documents: List[Document] = []
+        if self.show_progress:
+            from tqdm import tqdm
+
+            paths = tqdm(paths, desc="reading", unit="file")
         for path in paths:
             try:
                 documents.append(self.read_file(path, extra_info))
