@@ -33,22 +33,32 @@ _EXPORTS: Dict[str, str] = {
     "LayoutMarkdownParser": "llama_index_hiqa.parsers.layout_markdown",
     #
     # -- TextRAG sectioning and context headers (issue 4)
-    # "LineNumberSegmentParser": "llama_index_hiqa.parsers.line_number_segment",
-    # "ContextHeaderTransform": "llama_index_hiqa.transforms.context_header",
+    "LineNumberSegmentParser": "llama_index_hiqa.parsers.line_number_segment",
+    "ContextHeaderTransform": "llama_index_hiqa.transforms.context_header",
     #
     # -- HiQA cascading metadata (issue 5)
-    # "CascadingMetadataTransform": "llama_index_hiqa.transforms.cascading_metadata",
+    "CascadingMetadataTransform": "llama_index_hiqa.transforms.cascading_metadata",
+    "HCATableNode": "llama_index_hiqa.transforms.cascading_metadata",
+    "InvalidMetadataError": "llama_index_hiqa.errors",
     #
     # -- HiQA multi-route retrieval and critical keywords (issue 6)
-    # "CriticalKeywordExtractor": "llama_index_hiqa.transforms.critical_keywords",
-    # "MultiRouteRetriever": "llama_index_hiqa.retrievers.multi_route",
+    "CriticalKeywordExtractor": "llama_index_hiqa.transforms.critical_keywords",
+    "KeywordIndex": "llama_index_hiqa.transforms.critical_keywords",
+    "normalize_keyword": "llama_index_hiqa.transforms.critical_keywords",
+    "MultiRouteRetriever": "llama_index_hiqa.retrievers.multi_route",
+    "MultiRouteConfig": "llama_index_hiqa.retrievers.multi_route",
+    "RetrievalRouteError": "llama_index_hiqa.errors",
     #
     # -- IIER chunk graph (issue 7)
-    # "ChunkInteractionGraph": "llama_index_hiqa.retrievers.chunk_graph",
-    # "ChunkGraphRetriever": "llama_index_hiqa.retrievers.chunk_graph",
+    "ChunkInteractionGraph": "llama_index_hiqa.retrievers.chunk_graph",
+    "ChunkGraphRetriever": "llama_index_hiqa.retrievers.chunk_graph",
+    "DefaultChainScorer": "llama_index_hiqa.retrievers.chain_scorers",
+    "TrainedChainScorer": "llama_index_hiqa.retrievers.chain_scorers",
+    "GraphBuildError": "llama_index_hiqa.errors",
     #
     # -- TextRAG segment integration (issue 8)
-    # "SegmentIntegrationPostprocessor": "llama_index_hiqa.postprocessors.segment_integration",
+    "SegmentIntegrationPostprocessor": "llama_index_hiqa.postprocessors.segment_integration",
+    "RerankerError": "llama_index_hiqa.errors",
     #
     # -- evaluation (issue 9)
     # "FaithfulnessScoreEvaluator": "llama_index_hiqa.evaluation.faithfulness",
