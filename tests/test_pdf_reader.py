@@ -1,0 +1,303 @@
+"""PDFLayoutReader: PDFs drawn here with PyMuPDF, so every expected fact is known exactly."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import pymupdf
+import pytest
+from llama_index.core.schema import MetadataMode
+
+from llama_index_hiqa import schema
+from llama_index_hiqa.errors import (
+    CorruptDocumentError,
+    DocumentReadError,
+    EmptyDocumentError,
+    EncryptedDocumentError,
+    UnsupportedDocumentError,
+)
+from llama_index_hiqa.readers.pdf import PDFLayoutReader
+
+W, H = 595, 842
+HEADER = "ACME Widget Manual | Confidential"
+
+
+def _text(page, y, text, size=10, bold=False, x=56):
+    page.insert_text((x, y), text, fontname="hebo" if bold else "helv", fontsize=size)
+
+
+def _manual_pdf(path: Path, title: str = "") -> Path:
+    """Three pages: a title, numbered bold headings, body text, running header and footer."""
+    doc = pymupdf.open()
+    for number in range(3):
+        page = doc.new_page(width=W, height=H)
+        _text(page, 40, HEADER, size=8)
+        _text(page, 815, f"Page {number + 1} of 3", size=8, x=270)
+        y = 100
+        if number == 0:
+            _text(page, y, "Widget Manual", size=20, bold=True)
+            y += 40
+        _text(page, y, f"{number + 1} Chapter {number + 1}", size=14, bold=True)
+        y += 26
+        for i in range(4):
+            _text(page, y, f"Body sentence {i} of chapter {number + 1} explains the widget.")
+            y += 14
+        _text(page, y + 10, f"{number + 1}.1 Details {number + 1}", size=12, bold=True)
+        _text(page, y + 34, f"Detail text for section {number + 1}.1 with value {number * 7}.")
+    if title:
+        doc.set_metadata({"title": title})
+    doc.save(path)
+    return path
+
+
+def _table_pdf(path: Path) -> Path:
+    doc = pymupdf.open()
+    page = doc.new_page(width=W, height=H)
+    _text(page, 80, "1 Specifications", size=14, bold=True)
+    _text(page, 110, "Table 1. Limits of the widget")
+    rows = [["Parameter", "Min", "Max"], ["Supply voltage", "2.7", "5.5"], ["Output current", "", "800"]]
+    top, xs = 120, [56, 216, 276, 336]
+    for r, row in enumerate(rows):
+        for c, cell in enumerate(row):
+            _text(page, top + r * 16 + 11, cell, size=9, x=xs[c] + 4)
+    for r in range(len(rows) + 1):
+        page.draw_line((xs[0], top + r * 16), (xs[-1], top + r * 16))
+    for x in xs:
+        page.draw_line((x, top), (x, top + len(rows) * 16))
+    _text(page, 200, "Text after the table stays after it.")
+    doc.save(path)
+    return path
+
+
+def _image_pdf(path: Path) -> Path:
+    doc = pymupdf.open()
+    page = doc.new_page(width=W, height=H)
+    _text(page, 80, "Text before the figure.")
+    pix = pymupdf.Pixmap(pymupdf.csRGB, pymupdf.IRect(0, 0, 16, 8), 0)  # 2:1 like its box: drawn exactly there
+    pix.set_rect(pix.irect, (10, 120, 200))
+    page.insert_image(pymupdf.Rect(100, 100, 300, 200), pixmap=pix)
+    _text(page, 215, "Figure 3. Block diagram of the widget", size=9, x=100)
+    _text(page, 260, "Text after the figure.")
+    doc.save(path)
+    return path
+
+
+def _two_column_pdf(path: Path) -> Path:
+    doc = pymupdf.open()
+    page = doc.new_page(width=W, height=H)
+    _text(page, 60, "A full width title line that crosses the middle of the page", size=12)
+    for i in range(6):
+        _text(page, 100 + i * 14, f"Left column line {i}. It carries running text.", x=56)
+        _text(page, 100 + i * 14, f"Right column line {i}. It carries running text.", x=320)
+    doc.save(path)
+    return path
+
+
+def _label_figure_rows_pdf(path: Path) -> Path:
+    """An unruled table: labels on the left, figures on the right half of the page."""
+    doc = pymupdf.open()
+    page = doc.new_page(width=W, height=H)
+    for i, (label, value) in enumerate([("Net sales", "32,765"), ("Cost of sales", "16,682"), ("Operating income", "7,207")]):
+        _text(page, 100 + i * 14, label, x=56)
+        _text(page, 100 + i * 14, value, x=420)
+    doc.save(path)
+    return path
+
+
+def _encrypted_pdf(path: Path) -> Path:
+    doc = pymupdf.open()
+    _text(doc.new_page(), 100, "secret")
+    doc.save(path, encryption=pymupdf.PDF_ENCRYPT_AES_256, owner_pw="owner", user_pw="user")
+    return path
+
+
+@pytest.fixture
+def reader() -> PDFLayoutReader:
+    return PDFLayoutReader()
+
+
+def test_page_spans_are_contiguous_cover_the_text_and_hold_each_pages_text(tmp_path, reader):
+    doc = reader.load_data(_manual_pdf(tmp_path / "manual.pdf"))[0]
+    spans = doc.metadata[schema.PAGE_SPANS]
+    assert [p for p, _, _ in spans] == [0, 1, 2]
+    assert spans[0][1] == 0 and spans[-1][2] == len(doc.text)
+    assert all(spans[i][2] == spans[i + 1][1] for i in range(len(spans) - 1))
+    for page, start, end in spans:
+        assert f"chapter {page + 1} explains" in doc.text[start:end]
+        assert f"value {page * 7}." in doc.text[start:end]
+    start = doc.text.index("with value 7.")
+    assert schema.pages_for_span(spans, start, start + 5) == (1, 1)
+    assert doc.metadata[schema.PAGE_COUNT] == 3
+
+
+def test_headings_carry_the_drawn_font_sizes_and_weight(tmp_path, reader):
+    doc = reader.load_data(_manual_pdf(tmp_path / "manual.pdf"))[0]
+    assert doc.metadata[schema.BODY_FONT_SIZE] == 10
+    found = {doc.text[s:e].lstrip("#* ").rstrip("* "): (size, bold) for s, e, size, bold in doc.metadata[schema.LAYOUT_HEADINGS]}
+    assert found["Widget Manual"] == (20, True)
+    for n in (1, 2, 3):
+        assert found[f"{n} Chapter {n}"] == (14, True)
+        assert found[f"{n}.1 Details {n}"] == (12, True)
+    assert len(found) == 7  # compact: headings only, no body line
+    # Larger sizes become deeper-or-equal Markdown levels in size order.
+    assert "\n# Widget Manual" in "\n" + doc.text
+    assert "\n## 2 Chapter 2" in doc.text and "\n### 2.1 Details 2" in doc.text
+
+
+def test_running_header_and_page_footer_are_removed(tmp_path, reader):
+    doc = reader.load_data(_manual_pdf(tmp_path / "manual.pdf"))[0]
+    assert "Confidential" not in doc.text
+    assert "Page 1 of 3" not in doc.text and "Page 3 of 3" not in doc.text
+    kept = PDFLayoutReader(remove_running_lines=False).load_data(tmp_path / "manual.pdf")[0]
+    assert kept.text.count("Confidential") == 3
+
+
+def test_title_id_and_views(tmp_path, reader):
+    path = _manual_pdf(tmp_path / "manual.pdf")
+    doc = reader.load_data(path)[0]
+    meta = doc.metadata
+    assert meta[schema.DOCUMENT_ID] == "manual"
+    assert meta[schema.DOCUMENT_TITLE] == "Widget Manual"  # no PDF title: first top heading
+    assert meta[schema.FILE_NAME] == "manual.pdf" and meta[schema.FILE_PATH] == str(path)
+    assert doc.id_ == reader.load_data(path)[0].id_  # stable per path
+    # Bookkeeping never reaches the embedding model or the LLM.
+    assert doc.get_content(MetadataMode.EMBED) == doc.text
+    assert doc.get_content(MetadataMode.LLM) == doc.text
+    titled = reader.load_data(_manual_pdf(tmp_path / "titled.pdf", title="Official Title"))[0]
+    assert titled.metadata[schema.DOCUMENT_TITLE] == "Official Title"
+    assert titled.id_ != doc.id_
+
+
+def test_ruled_table_becomes_markdown_after_its_caption(tmp_path, reader):
+    doc = reader.load_data(_table_pdf(tmp_path / "table.pdf"))[0]
+    text = doc.text
+    assert "|Parameter|Min|Max|" in text
+    assert "|Supply voltage|2.7|5.5|" in text and "|Output current||800|" in text
+    caption, table, after = (text.index(s) for s in ("Table 1. Limits", "|Parameter|", "Text after the table"))
+    assert caption < table < after
+    assert text.count("Supply voltage") == 1  # table words are not repeated as plain lines
+
+
+def test_image_has_page_bbox_caption_and_offset(tmp_path, reader):
+    doc = reader.load_data(_image_pdf(tmp_path / "figure.pdf"))[0]
+    (image,) = doc.metadata[schema.IMAGES]
+    assert image["page"] == 0
+    assert image["bbox"] == pytest.approx([100, 100, 300, 200], abs=1)
+    assert image["caption"] == "Figure 3. Block diagram of the widget"
+    assert doc.text[image["char_offset"]:].startswith("Figure 3.")
+    assert doc.text.index("Text before") < image["char_offset"] < doc.text.index("Text after")
+
+
+def test_two_columns_are_read_column_by_column(tmp_path, reader):
+    text = reader.load_data(_two_column_pdf(tmp_path / "columns.pdf"))[0].text
+    last_left = max(text.index(f"Left column line {i}.") for i in range(6))
+    first_right = min(text.index(f"Right column line {i}.") for i in range(6))
+    assert text.index("A full width title") < last_left < first_right
+    assert text.index("Left column line 0.") < text.index("Left column line 5.")
+
+
+def test_unruled_table_rows_keep_label_and_figure_together(tmp_path, reader):
+    text = reader.load_data(_label_figure_rows_pdf(tmp_path / "rows.pdf"))[0].text
+    assert text.index("Net sales") < text.index("32,765") < text.index("Cost of sales") < text.index("16,682")
+
+
+def test_encrypted_corrupt_empty_and_unsupported_files_raise_typed_errors(tmp_path, reader):
+    encrypted = _encrypted_pdf(tmp_path / "locked.pdf")
+    corrupt = tmp_path / "broken.pdf"
+    corrupt.write_bytes(b"%PDF-1.7\nthis is not really a pdf\n")
+    empty = tmp_path / "empty.pdf"
+    empty.write_bytes(b"")
+    blank = tmp_path / "blank.pdf"
+    blank_doc = pymupdf.open()
+    blank_doc.new_page()
+    blank_doc.save(blank)
+    unsupported = tmp_path / "notes.docx"
+    unsupported.write_bytes(b"PK")
+    cases = [
+        (encrypted, EncryptedDocumentError),
+        (corrupt, CorruptDocumentError),
+        (empty, EmptyDocumentError),
+        (blank, EmptyDocumentError),
+        (unsupported, UnsupportedDocumentError),
+    ]
+    cases.append((tmp_path / "missing.pdf", DocumentReadError))
+    for path, error in cases:
+        with pytest.raises(error) as info:
+            reader.load_data(path)
+        assert info.value.path == str(path) and str(path) in str(info.value)
+
+
+def test_folder_goes_on_past_bad_files_and_records_them(tmp_path, reader, caplog):
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    _manual_pdf(folder / "a_manual.pdf")
+    _encrypted_pdf(folder / "b_locked.pdf")
+    (folder / "c_empty.txt").write_text("   \n")
+    (folder / "d_notes.md").write_text("# Notes\n\nSome notes.\n")
+    (folder / "ignored.csv").write_text("x,y\n")
+    with caplog.at_level(logging.WARNING):
+        docs = reader.load_data(folder)
+    assert [d.metadata[schema.DOCUMENT_ID] for d in docs] == ["a_manual", "d_notes"]
+    failures = {Path(f.path).name: type(f) for f in reader.failures}
+    assert failures == {"b_locked.pdf": EncryptedDocumentError, "c_empty.txt": EmptyDocumentError}
+    assert all(isinstance(f, DocumentReadError) for f in reader.failures)
+    assert "b_locked.pdf" in caplog.text and "c_empty.txt" in caplog.text
+    # A list of paths behaves like a folder; failures reset per call.
+    docs = reader.load_data([folder / "a_manual.pdf", folder / "d_notes.md"])
+    assert len(docs) == 2 and reader.failures == []
+
+
+def test_markdown_and_text_files_are_kept_as_is(tmp_path, reader):
+    md_text = "# Guide\n\nIntro.\n\n## 1 Setup\n\nStep one.\n"
+    md = tmp_path / "guide.md"
+    md.write_text(md_text, encoding="utf-8")
+    txt = tmp_path / "plain.txt"
+    txt.write_text("Just text, no headings.\nSecond line.", encoding="utf-8")
+    md_doc, txt_doc = reader.load_data([md, txt])
+    assert md_doc.text == md_text
+    assert md_doc.metadata[schema.PAGE_SPANS] == [[0, 0, len(md_text)]]
+    assert md_doc.metadata[schema.DOCUMENT_TITLE] == "Guide"
+    headings = [md_text[s:e] for s, e, _, _ in md_doc.metadata[schema.LAYOUT_HEADINGS]]
+    assert headings == ["# Guide", "## 1 Setup"]
+    assert txt_doc.text == "Just text, no headings.\nSecond line."
+    assert txt_doc.metadata[schema.DOCUMENT_TITLE] == "plain"
+    assert txt_doc.metadata[schema.PAGE_COUNT] == 1
+
+
+def test_non_utf8_text_loses_no_bytes(tmp_path, reader):
+    path = tmp_path / "legacy.txt"
+    path.write_bytes("Caf\xe9 cr\xe8me".encode("latin-1"))
+    assert reader.load_data(path)[0].text == "Café crème"
+
+
+def test_public_import_and_serialisable_settings():
+    from llama_index_hiqa import PDFLayoutReader as Exported
+
+    assert Exported is PDFLayoutReader
+    reader = Exported(engine="pymupdf4llm", detect_tables=False)
+    assert reader.to_dict()["engine"] == "pymupdf4llm"
+    with pytest.raises(ValueError):
+        Exported(engine="nonsense")
+
+
+@pytest.mark.slow
+def test_pymupdf4llm_engine_keeps_the_same_contract(tmp_path):
+    path = _manual_pdf(tmp_path / "manual.pdf")
+    doc = PDFLayoutReader(engine="pymupdf4llm").load_data(path)[0]
+    spans = doc.metadata[schema.PAGE_SPANS]
+    assert spans[0][1] == 0 and spans[-1][2] == len(doc.text)
+    assert "Confidential" not in doc.text
+    lines = [doc.text[s:e] for s, e, _, _ in doc.metadata[schema.LAYOUT_HEADINGS]]
+    assert any("2 Chapter 2" in line for line in lines)
+    assert all("Body sentence" not in line for line in lines)
+
+
+def test_drops_into_simple_directory_reader(tmp_path):
+    from llama_index.core import SimpleDirectoryReader
+
+    _manual_pdf(tmp_path / "manual.pdf")
+    docs = SimpleDirectoryReader(str(tmp_path), file_extractor={".pdf": PDFLayoutReader()}).load_data()
+    (doc,) = docs
+    assert doc.metadata[schema.DOCUMENT_ID] == "manual"
+    assert doc.metadata[schema.PAGE_COUNT] == 3 and "## 2 Chapter 2" in doc.text
