@@ -28,8 +28,9 @@ _EXPORTS: Dict[str, str] = {
     "UnknownNodeError": "llama_index_hiqa.errors",
     #
     # -- HiQA Markdown formatter and layout parser (issue 3)
-    # "MarkdownFormatterParser": "llama_index_hiqa.parsers.markdown_formatter",
-    # "LayoutMarkdownParser": "llama_index_hiqa.parsers.layout_markdown",
+    "MarkdownFormatterParser": "llama_index_hiqa.parsers.markdown_formatter",
+    "MarkdownCoverageWarning": "llama_index_hiqa.parsers.markdown_formatter",
+    "LayoutMarkdownParser": "llama_index_hiqa.parsers.layout_markdown",
     #
     # -- TextRAG sectioning and context headers (issue 4)
     "LineNumberSegmentParser": "llama_index_hiqa.parsers.line_number_segment",

@@ -1,0 +1,487 @@
+"""Shared helpers of the two HiQA segment parsers (HiQA paper, §Markdown Formatter).
+
+Both :class:`~llama_index_hiqa.parsers.layout_markdown.LayoutMarkdownParser` and
+:class:`~llama_index_hiqa.parsers.markdown_formatter.MarkdownFormatterParser` end the same
+way: Markdown text is cut at its headings into *segments* (one per chapter of any depth),
+tables become segments of their own inside their chapter, long segments are sub-split, and
+every piece becomes a node carrying the shared schema facts. This module holds that common
+part plus the heading-number patterns (``1``, ``1.2.3``, ``A.1``, ``Chapter 3``, ``Part II``,
+``Item 7A.``) that turn a heading into ``(number, title, level)``.
+"""
+
+from __future__ import annotations
+
+import bisect
+import re
+from dataclasses import dataclass, field
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
+
+from llama_index.core.schema import Document, NodeRelationship, TextNode
+
+from llama_index_hiqa import schema
+
+# --- heading numbers -------------------------------------------------------------------
+
+# SEC filings: "PART II", "Part II." and "Item 7.", "ITEM 7A", "Item 2.02" (8-K items).
+# pymupdf sometimes spaces the letters of a numeral ("PART I V"): rejoined in the number.
+_PART_RE = re.compile(r"^(part)\s+([IVX]+(?:\s[IVX]+)*|\d+)\b[.:\-–—]?\s*(.*)$", re.I)
+_ITEM_RE = re.compile(r"^(item)\s+(\d{1,2}(?:\.\d{2})?[A-Z]?)\b[.:\-–—]?\s*(.*)$", re.I)
+_CHAPTER_RE = re.compile(r"^(chapter|section|appendix|annex)\s+(\d+|[A-Z]|[IVX]+)\b[.:\-–—]?\s*(.*)$", re.I)
+# "1", "1.", "1.2", "1.2.3", "A.1", "A.1.2" followed by a title that starts with a letter.
+_DECIMAL_RE = re.compile(r"^((?:\d{1,2}|[A-Z])(?:\.\d{1,2})*)(\.?)\s+(?=[^\d\s])(.*)$")
+
+_MD_HEADING_RE = re.compile(r"^(#{1,6})\s+(.*?)\s*#*\s*$")
+_FENCE_RE = re.compile(r"^\s*(```|~~~)")
+_TABLE_LINE_RE = re.compile(r"^\s*\|.*\|\s*$")
+_TABLE_SEP_RE = re.compile(r"^\s*\|?\s*:?-{2,}:?\s*(\|\s*:?-{2,}:?\s*)*\|?\s*$")
+_CAPTION_RE = re.compile(r"^(table|tab\.)\s*[\dA-Z][\w.\-]*\b", re.I)
+
+
+@dataclass(frozen=True)
+class HeadingNumber:
+    """What a heading's numbering says: the number as written, the title after it, the depth
+    it implies (``None`` when the number says nothing about depth) and its family."""
+
+    number: str
+    title: str
+    level: Optional[int]
+    family: str  # "part", "item", "chapter", "decimal", "none"
+
+
+_RUN_JOIN_RE = re.compile(r"(?<=[’'])\*\*\s+\*\*|\*\*\s+\*\*(?=(?:<[^>]+>)*[a-z](?![a-z]))")
+_HTML_RE = re.compile(r"</?(u|b|i|em|strong|sup|sub|span)[^>]*>", re.I)
+_EMPH_RE = re.compile(r"[*_`]{1,3}")
+_ESCAPE_RE = re.compile(r"\\([\\`*_{}\[\]()#+\-.!|])")
+_SPACES_RE = re.compile(r"\s+")
+_MARKUP_CHARS = frozenset("*_`<\\")
+
+
+def clean_inline(text: str) -> str:
+    """Heading text without Markdown/HTML emphasis.
+
+    pymupdf4llm splits a heading set in two styles into runs (``**Item 1. Busines**
+    **<u>s.</u>**``); the runs are re-joined without a space when the next one starts with
+    a single lower-case letter or follows an apostrophe (a word cut by a style change),
+    else with one.
+    """
+    if not _MARKUP_CHARS.intersection(text):  # most table cells and body lines: no markup
+        return " ".join(text.split())
+    text = _RUN_JOIN_RE.sub("", text)
+    text = _HTML_RE.sub("", text)
+    text = _EMPH_RE.sub(" ", text)
+    text = _ESCAPE_RE.sub(r"\1", text)
+    return _SPACES_RE.sub(" ", text).strip()
+
+
+def parse_heading_number(text: str) -> HeadingNumber:
+    """Split a heading into number, title and implied level.
+
+    ``"2.3 Timing"`` -> ``("2.3", "Timing", 2)``; ``"Item 7A. Market Risk"`` ->
+    ``("Item 7A", "Market Risk", None)`` (SEC items take their level from the parts around
+    them, see :class:`LevelResolver`); ``"Revision History"`` -> ``("", ..., None)``.
+    """
+    text = clean_inline(text)
+    for regex, family in ((_PART_RE, "part"), (_ITEM_RE, "item"), (_CHAPTER_RE, "chapter")):
+        match = regex.match(text)
+        if match and (family != "part" or match.group(2)):
+            word, num, title = match.group(1), match.group(2), match.group(3)
+            if family == "part":
+                num = num.replace(" ", "")
+            number = f"{word.capitalize()} {num.upper()}"
+            return HeadingNumber(number, _clean_title(title), None, family)
+    match = _DECIMAL_RE.match(text)
+    if match:
+        number, title = match.group(1), match.group(3)
+        # A lone capital letter is only a number when dotted ("A.1") or followed by a dot.
+        if re.fullmatch(r"[A-Z]", number) and not match.group(2):
+            return HeadingNumber("", _clean_title(text), None, "none")
+        return HeadingNumber(number, _clean_title(title), number.count(".") + 1, "decimal")
+    return HeadingNumber("", _clean_title(text), None, "none")
+
+
+def _clean_title(title: str) -> str:
+    return title.strip().strip(".:;–—- ").strip()
+
+
+def is_strong_sec_heading(text: str) -> bool:
+    """A plain line that is an SEC ``Item``/``Part`` heading even without emphasis:
+    short, starts the line, and the item number is followed by a title or nothing."""
+    text = clean_inline(text)
+    if len(text.split()) > 16 or text.endswith((",", ";")):
+        return False
+    part = _PART_RE.match(text)
+    if part and part.group(2):
+        rest = part.group(3)
+        return len(rest.split()) <= 10 and (not rest or rest[:1].isupper())
+    item = _ITEM_RE.match(text)
+    return bool(item) and (not item.group(3) or item.group(3)[:1].isupper())
+
+
+class LevelResolver:
+    """Gives every heading of one document its true depth, in reading order.
+
+    Numbers win: ``1.2.3`` is level 3 whatever its font, ``Chapter 3`` level 1. SEC filings:
+    ``Part`` is level 1 and an ``Item`` one below the last part (level 1 in filings without
+    parts). Unnumbered headings are placed relative to the last numbered one by their style
+    (Markdown ``#`` count, larger = smaller type): smaller type -> one level below; the same
+    type -> below an Item/Part/Chapter (filings set "OVERVIEW" in the same type as
+    "Item 7."), beside a decimal section; bigger type -> as many levels up as styles up.
+    Before any numbered heading, the style rank (relative to the biggest style) is the level.
+    """
+
+    def __init__(self, min_style: int = 1) -> None:
+        self.min_style = min_style
+        self.seen_part = False
+        self.last: Optional[Tuple[int, int, str]] = None  # level, style, family
+
+    def level(self, parsed: HeadingNumber, style: int) -> int:
+        if parsed.family == "part":
+            self.seen_part = True
+            lvl = 1
+        elif parsed.family == "item":
+            lvl = 2 if self.seen_part else 1
+        elif parsed.family == "chapter":
+            lvl = 1
+        elif parsed.level is not None:
+            lvl = parsed.level
+        elif self.last is None:
+            return max(1, style - self.min_style + 1)
+        else:
+            last_level, last_style, family = self.last
+            if style > last_style or (style == last_style and family != "decimal"):
+                return last_level + 1
+            if style == last_style:
+                return last_level
+            return max(1, last_level - (last_style - style))
+        self.last = (lvl, style, parsed.family)
+        return lvl
+
+
+# --- Markdown structure ------------------------------------------------------------------
+
+
+@dataclass
+class HeadingMark:
+    """A heading found in a text: its line span and what it says."""
+
+    start: int
+    end: int
+    number: str
+    title: str
+    level: int
+
+
+@dataclass
+class Piece:
+    """One future node: a span of the Markdown text with its chapter and kind."""
+
+    start: int
+    end: int
+    path: List[Tuple[str, str, int]]
+    kind: str = schema.KIND_TEXT
+    table_title: str = ""
+    table_columns: List[str] = field(default_factory=list)
+    table_rows: List[str] = field(default_factory=list)
+
+
+def iter_lines(text: str) -> List[Tuple[int, int, str]]:
+    """``(start, end, line)`` for every line; ``end`` excludes the newline."""
+    out, pos = [], 0
+    for line in text.split("\n"):
+        out.append((pos, pos + len(line), line))
+        pos += len(line) + 1
+    return out
+
+
+def markdown_headings(text: str) -> List[Tuple[int, int, int, str]]:
+    """``(start, end, hashes, heading_text)`` of the ``#`` lines outside code fences.
+
+    Same rule as LlamaIndex's ``MarkdownNodeParser`` (``^#+\\s``, fenced code skipped), but
+    with character offsets, which that parser does not keep.
+    """
+    out, in_code = [], False
+    for start, end, line in iter_lines(text):
+        if _FENCE_RE.match(line):
+            in_code = not in_code
+            continue
+        if in_code:
+            continue
+        match = _MD_HEADING_RE.match(line)
+        if match and clean_inline(match.group(2)):
+            out.append((start, end, len(match.group(1)), match.group(2)))
+    return out
+
+
+def drop_title_marks(marks: List[HeadingMark], title: Optional[str]) -> List[HeadingMark]:
+    """Leave out unnumbered headings that repeat the document title: the title is the root
+    of the cascade already, and ``HEADING_PATH`` must not hold it (the title's segment then
+    has an empty path, like any preamble)."""
+    key = clean_inline(title or "").lower()
+    if not key:
+        return list(marks)
+    return [m for m in marks if m.number or clean_inline(m.title).lower() != key]
+
+
+def heading_paths(marks: Sequence[HeadingMark]) -> List[List[Tuple[str, str, int]]]:
+    """The path from the top heading down to each mark (a stack walk over levels)."""
+    stack: List[Tuple[str, str, int]] = []
+    paths = []
+    for mark in marks:
+        while stack and stack[-1][2] >= mark.level:
+            stack.pop()
+        stack.append((mark.number, mark.title, mark.level))
+        paths.append(list(stack))
+    return paths
+
+
+def _split_cells(line: str) -> List[str]:
+    inner = line.strip()
+    inner = inner[1:] if inner.startswith("|") else inner
+    inner = inner[:-1] if inner.endswith("|") else inner
+    return [clean_inline(c.replace("<br>", " ")) for c in inner.split("|")]
+
+
+def find_tables(
+    text: str, start: int, end: int, all_lines: Optional[List[Tuple[int, int, str]]] = None
+) -> List[Tuple[int, int, str, List[str], List[str]]]:
+    """Markdown tables inside ``text[start:end]``: ``(start, end, title, columns, rows)``.
+
+    The title is a caption line ("Table 3. Pin functions") just above or below the table,
+    else the nearest non-empty line above it when short; the span includes that caption
+    when it sits directly above, so the table node carries its own title.
+    """
+    all_lines = all_lines if all_lines is not None else iter_lines(text)
+    # the lines inside [start, end), found by bisection (one chapter of a long document)
+    first = bisect.bisect_left(all_lines, (start, -1, ""))
+    last = bisect.bisect_right(all_lines, (end, end + 1, ""))
+    lines = [ln for ln in all_lines[first:last] if ln[0] >= start and ln[1] <= end]
+    tables = []
+    i = 0
+    while i < len(lines):
+        if _TABLE_LINE_RE.match(lines[i][2]):
+            j = i
+            while j + 1 < len(lines) and _TABLE_LINE_RE.match(lines[j + 1][2]):
+                j += 1
+            block = lines[i : j + 1]
+            if len(block) >= 2:
+                t_start, t_end = block[0][0], block[-1][1]
+                header = _split_cells(block[0][2])
+                body = [ln for ln in block[1:] if not _TABLE_SEP_RE.match(ln[2])]
+                rows = [c[0] for c in (_split_cells(ln[2]) for ln in body) if c and c[0]]
+                title = ""
+                k = i - 1
+                while k >= 0 and not lines[k][2].strip():
+                    k -= 1
+                above = clean_inline(lines[k][2].lstrip("#")) if k >= 0 else ""
+                # (never the chapter's own heading line, which opens the span)
+                if k >= 0 and lines[k][0] > start and above and not _TABLE_LINE_RE.match(lines[k][2]) and (
+                    _CAPTION_RE.match(above) or len(above.split()) <= 12
+                ) and not markdown_headings(lines[k][2]):
+                    title = above
+                    t_start = lines[k][0]
+                else:
+                    m = j + 1
+                    while m < len(lines) and not lines[m][2].strip():
+                        m += 1
+                    below = clean_inline(lines[m][2]) if m < len(lines) else ""
+                    if below and _CAPTION_RE.match(below):
+                        title = below
+                        t_end = lines[m][1]
+                        j = m
+                tables.append((t_start, t_end, title, [c for c in header if c], rows))
+            i = j + 1
+        else:
+            i += 1
+    return tables
+
+
+def build_pieces(
+    text: str,
+    marks: Sequence[HeadingMark],
+    *,
+    span: Tuple[int, int] = None,
+    max_chars: Optional[int] = None,
+    tables_as_nodes: bool = True,
+) -> List[Piece]:
+    """Cut ``text`` at ``marks`` into pieces that tile ``span`` (default the whole text).
+
+    Text before the first heading is a piece with an empty heading path. Tables become
+    pieces of their own (kind ``table``) inside their chapter; long text pieces are cut at
+    paragraph, then line, then word boundaries into parts of at most ``max_chars``.
+    """
+    lo, hi = span or (0, len(text))
+    marks = [m for m in marks if lo <= m.start < hi]
+    paths = heading_paths(marks)
+    bounds: List[Tuple[int, int, List[Tuple[str, str, int]]]] = []
+    if not marks:
+        bounds.append((lo, hi, []))
+    else:
+        first_start = marks[0].start
+        if text[lo:first_start].strip():
+            bounds.append((lo, first_start, []))  # preamble: before any heading
+        else:
+            first_start = lo  # leading blank text joins the first chapter
+        for idx, mark in enumerate(marks):
+            start = first_start if idx == 0 else mark.start
+            nxt = marks[idx + 1].start if idx + 1 < len(marks) else hi
+            bounds.append((start, nxt, paths[idx]))
+
+    pieces: List[Piece] = []
+    all_lines = iter_lines(text) if tables_as_nodes else []
+    for b_start, b_end, path in bounds:
+        cursor = b_start
+        tables = find_tables(text, b_start, b_end, all_lines) if tables_as_nodes else []
+        for t_start, t_end, title, cols, rows in tables:
+            if text[cursor:t_start].strip():
+                pieces.extend(_sub_split(text, cursor, t_start, path, max_chars))
+                cursor = t_start
+            # blank text before a table joins the table; the table keeps its chapter path
+            table_title = title or (path[-1][1] if path else "")
+            pieces.extend(_split_table(text, cursor, t_end, path, table_title, cols, max_chars))
+            cursor = t_end
+        if cursor < b_end:
+            if text[cursor:b_end].strip() or not pieces:
+                pieces.extend(_sub_split(text, cursor, b_end, path, max_chars))
+            else:
+                pieces[-1].end = b_end  # trailing blank text joins the previous piece
+    return pieces
+
+
+def _split_table(
+    text: str, start: int, end: int, path: List[Tuple[str, str, int]], title: str,
+    columns: List[str], max_chars: Optional[int],
+) -> List[Piece]:
+    """A table piece, cut between rows when longer than ``max_chars`` (financial statements
+    run to pages); every part keeps the title and column labels and lists its own rows."""
+    parts = [(start, end)]
+    if max_chars and end - start > max_chars:
+        parts, cursor = [], start
+        while end - cursor > max_chars:
+            cut = text.rfind("\n", cursor, cursor + max_chars)
+            cut = cut + 1 if cut > cursor else cursor + max_chars
+            parts.append((cursor, cut))
+            cursor = cut
+        parts.append((cursor, end))
+    pieces = []
+    for p_start, p_end in parts:
+        rows = [
+            cells[0]
+            for line in text[p_start:p_end].split("\n")
+            if _TABLE_LINE_RE.match(line) and not _TABLE_SEP_RE.match(line)
+            for cells in [_split_cells(line)]
+            if cells and cells[0]
+        ]
+        if p_start == start and rows and columns and rows[0] == columns[0]:
+            rows = rows[1:]  # the header row is columns, not a row label
+        pieces.append(Piece(p_start, p_end, list(path), schema.KIND_TABLE, title, list(columns), rows))
+    return pieces
+
+
+def _sub_split(
+    text: str, start: int, end: int, path: List[Tuple[str, str, int]], max_chars: Optional[int]
+) -> List[Piece]:
+    if not max_chars or end - start <= max_chars:
+        return [Piece(start, end, list(path))]
+    out, cursor = [], start
+    while end - cursor > max_chars:
+        limit = cursor + max_chars
+        window = text[cursor:limit]
+        cut = -1
+        for sep in ("\n\n", "\n", ". ", " "):
+            pos = window.rfind(sep)
+            if pos > max_chars // 3:
+                cut = cursor + pos + len(sep)
+                break
+        if cut <= cursor:
+            cut = limit
+        out.append(Piece(cursor, cut, list(path)))
+        cursor = cut
+    out.append(Piece(cursor, end, list(path)))
+    return out
+
+
+def document_title(doc: Document) -> str:
+    meta = doc.metadata
+    return str(
+        meta.get(schema.DOCUMENT_TITLE)
+        or meta.get(schema.FILE_NAME)
+        or meta.get(schema.DOCUMENT_ID)
+        or doc.doc_id
+    )
+
+
+def document_id(doc: Document) -> str:
+    return str(doc.metadata.get(schema.DOCUMENT_ID) or doc.doc_id)
+
+
+def pieces_to_nodes(
+    doc: Document,
+    pieces: Sequence[Piece],
+    *,
+    node_text: Callable[[Piece], str],
+    source_span: Callable[[Piece], Tuple[int, int]],
+    parse_path: Callable[[Piece], str],
+    id_func: Callable,
+    extra_metadata: Optional[Dict] = None,
+) -> List[TextNode]:
+    """One ``TextNode`` per piece with the shared schema facts; positions from 0."""
+    page_spans = doc.metadata.get(schema.PAGE_SPANS) or []
+    span_starts = [int(s) for _, s, _ in page_spans]
+    base_meta = {
+        k: v for k, v in doc.metadata.items() if k not in schema.DOCUMENT_ONLY_KEYS
+    }
+    source = doc.as_related_node_info()
+    nodes: List[TextNode] = []
+    for pos, piece in enumerate(pieces):
+        c_start, c_end = source_span(piece)
+        node = TextNode(
+            id_=id_func(pos, doc),
+            text=node_text(piece),
+            metadata=dict(base_meta, **(extra_metadata or {})),
+            excluded_embed_metadata_keys=list(doc.excluded_embed_metadata_keys),
+            excluded_llm_metadata_keys=list(doc.excluded_llm_metadata_keys),
+            metadata_seperator=doc.metadata_separator,
+            metadata_template=doc.metadata_template,
+            text_template=doc.text_template,
+            relationships={NodeRelationship.SOURCE: source},
+            start_char_idx=c_start,
+            end_char_idx=c_end,
+        )
+        pages = None
+        if page_spans:
+            # only the pages around the span (page spans are sorted): keeps this linear
+            lo = max(0, bisect.bisect_right(span_starts, c_start) - 1)
+            hi = bisect.bisect_right(span_starts, max(c_end, c_start + 1))
+            pages = schema.pages_for_span(page_spans[lo:hi], c_start, c_end)
+        if pages is None and not page_spans:
+            pages = (0, 0)  # .md/.txt input is one page
+        schema.set_segment_facts(
+            node,
+            document_id=document_id(doc),
+            document_title=document_title(doc),
+            position=pos,
+            char_span=(c_start, c_end),
+            heading_path=piece.path,
+            page_range=pages,
+            kind=piece.kind,
+            parse_path=parse_path(piece),
+        )
+        if piece.kind == schema.KIND_TABLE:
+            schema.set_table_facts(
+                node, title=piece.table_title, columns=piece.table_columns, rows=piece.table_rows
+            )
+        nodes.append(node)
+    return nodes
+
+
+def finish_nodes(nodes: List[TextNode]) -> List[TextNode]:
+    """After LlamaIndex's post-processing (which copies the whole Document metadata back
+    onto every node): drop the document-only facts again and restore our character spans,
+    which LlamaIndex re-derives by string search and cannot find for LLM-rewritten text."""
+    for node in nodes:
+        for key in schema.DOCUMENT_ONLY_KEYS:
+            node.metadata.pop(key, None)
+        span = schema.get_char_span(node)
+        if span is not None:
+            node.start_char_idx, node.end_char_idx = span
+    return nodes

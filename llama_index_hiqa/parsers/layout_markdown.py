@@ -1,0 +1,296 @@
+"""LayoutMarkdownParser: HiQA's chapter segments without an LLM, from the PDF's layout.
+
+The HiQA paper (§Markdown Formatter, Algorithm 1) has an LLM rewrite each document as
+Markdown whose every chapter is a numbered heading, then cuts it into *segments*, one per
+chapter. This parser produces the same segments with no LLM, from what
+:class:`~llama_index_hiqa.PDFLayoutReader` provides: pymupdf4llm's Markdown headings and
+tables plus the font size/weight of candidate heading lines (``schema.LAYOUT_HEADINGS``),
+corrected by numbering patterns (``1``, ``1.2``, ``1.2.3``, ``A.1``, ``Chapter 3``, and SEC
+filings' ``Part II``, ``Item 7.``, ``Item 7A.``) to get true heading levels. Running
+headers/footers and table-of-contents pages never become headings. Markdown files are parsed
+by their ``#`` headings (the rule of LlamaIndex's ``MarkdownNodeParser``, with character
+offsets kept).
+
+It is the default of the pack when no LLM is configured and the fallback of
+:class:`~llama_index_hiqa.parsers.markdown_formatter.MarkdownFormatterParser` for a window
+whose LLM output cannot be used.
+
+Nodes tile the document: node text is exactly ``document.text[CHAR_START:CHAR_END]`` and the
+spans of one document's nodes are consecutive and cover all of it, so no text is lost
+(running headers stay inside the text they interrupt; they are only kept out of headings).
+
+>>> from llama_index_hiqa import LayoutMarkdownParser
+>>> nodes = LayoutMarkdownParser().get_nodes_from_documents(documents)
+"""
+
+from __future__ import annotations
+
+import bisect
+import logging
+import re
+from collections import Counter
+from typing import Any, Dict, List, Optional, Sequence, Set, Tuple
+
+from llama_index.core.bridge.pydantic import Field
+from llama_index.core.node_parser import NodeParser
+from llama_index.core.schema import BaseNode, Document, TextNode
+from llama_index.core.utils import get_tqdm_iterable
+
+from llama_index_hiqa import schema
+from llama_index_hiqa.parsers._markdown_segments import (
+    HeadingMark,
+    LevelResolver,
+    Piece,
+    build_pieces,
+    clean_inline,
+    drop_title_marks,
+    finish_nodes,
+    is_strong_sec_heading,
+    iter_lines,
+    markdown_headings,
+    parse_heading_number,
+    pieces_to_nodes,
+)
+
+logger = logging.getLogger(__name__)
+
+# A ToC entry: a heading number or dotted leaders, ending with a page number.
+_TOC_TAIL_RE = re.compile(r"(?:\.{3,}|…+|\s)\s*\d{1,4}\s*$")
+_TOC_TITLE_RE = re.compile(r"^(table of contents|contents|index)$", re.I)
+_LEADERS_RE = re.compile(r"(\.\s?){4,}\s*\d{1,4}\s*$")
+_MAX_HEADING_WORDS = 25
+_RUN_IN_RE = re.compile(r"^(\*\*|__)(.+?)\1")
+# Cheap test before the regex work: can this plain line start with a heading number?
+_MAYBE_NUMBERED_RE = re.compile(
+    r"^[\s*_#>]*(?:<[^>]+>\s*)*(?:part|item|chapter|section|appendix|annex|\d|[A-Z]\.\d)", re.I
+)
+
+
+def _norm_running(line: str) -> str:
+    """Key of a possibly running line: no markup, case or digits (page numbers vary)."""
+    return re.sub(r"\d+", "#", clean_inline(line.replace("|", " ")).lower()).strip()
+
+
+class LayoutMarkdownParser(NodeParser):
+    """One node per chapter segment (tables as their own nodes) from layout Markdown."""
+
+    max_segment_chars: Optional[int] = Field(
+        default=4000,
+        description=(
+            "Sub-split segments longer than this many characters at paragraph/line/word "
+            "boundaries (all parts keep the chapter's metadata; positions stay "
+            "consecutive). None keeps every chapter whole, as the paper does."
+        ),
+    )
+    tables_as_nodes: bool = Field(
+        default=True,
+        description="Give each Markdown table (with its title) a node of its own, kind 'table'.",
+    )
+    skip_running_lines: bool = Field(
+        default=True,
+        description="Never take a line repeated at the top/bottom of many pages as a heading.",
+    )
+    running_line_min_share: float = Field(
+        default=0.4,
+        description="Share of pages a top/bottom line must repeat on to count as running.",
+    )
+    skip_toc_pages: bool = Field(
+        default=True,
+        description="Never take headings from table-of-contents pages.",
+    )
+    use_sec_patterns: bool = Field(
+        default=True,
+        description="Take plain 'Item 7.' / 'PART II' lines as headings even without emphasis.",
+    )
+
+    @classmethod
+    def class_name(cls) -> str:
+        return "LayoutMarkdownParser"
+
+    # --- LlamaIndex NodeParser API ------------------------------------------------------
+
+    def _parse_nodes(
+        self, nodes: Sequence[BaseNode], show_progress: bool = False, **kwargs: Any
+    ) -> List[BaseNode]:
+        out: List[BaseNode] = []
+        for node in get_tqdm_iterable(nodes, show_progress, "Parsing layout segments"):
+            out.extend(self.parse_document(_as_document(node)))
+        return out
+
+    def _postprocess_parsed_nodes(
+        self, nodes: List[BaseNode], parent_doc_map: Dict[str, Document]
+    ) -> List[BaseNode]:
+        return finish_nodes(super()._postprocess_parsed_nodes(nodes, parent_doc_map))
+
+    # --- public helpers -------------------------------------------------------------
+
+    def parse_document(self, doc: Document, parse_path: Optional[str] = None) -> List[TextNode]:
+        """The segment nodes of one document (positions from 0); none for a blank one."""
+        if not doc.text.strip():
+            logger.warning("document %s has no text: no segments", doc.doc_id)
+            return []
+        pieces = self.pieces(doc.text, doc.metadata)
+        path = parse_path or _default_parse_path(doc)
+        return pieces_to_nodes(
+            doc,
+            pieces,
+            node_text=lambda p: doc.text[p.start : p.end],
+            source_span=lambda p: (p.start, p.end),
+            parse_path=lambda p: path,
+            id_func=self.id_func,
+        )
+
+    def pieces(
+        self, text: str, metadata: Optional[Dict[str, Any]] = None,
+        span: Optional[Tuple[int, int]] = None,
+    ) -> List[Piece]:
+        """Segments of ``text`` (or of its ``span``) as character spans with heading paths."""
+        marks = self.detect_headings(text, metadata or {})
+        return build_pieces(
+            text, marks, span=span, max_chars=self.max_segment_chars,
+            tables_as_nodes=self.tables_as_nodes,
+        )
+
+    def detect_headings(self, text: str, metadata: Dict[str, Any]) -> List[HeadingMark]:
+        """Every chapter heading of a document, in order, with number, title and level."""
+        page_spans = [tuple(map(int, s)) for s in metadata.get(schema.PAGE_SPANS) or []]
+        if not page_spans:
+            page_spans = [(0, 0, len(text))]
+        lines = iter_lines(text)
+        running = self._running_lines(text, page_spans) if self.skip_running_lines else set()
+        toc_ranges = self._toc_ranges(text, page_spans) if self.skip_toc_pages else []
+        layout = _layout_lines(metadata, lines)
+        layout_styles = _layout_styles(layout)
+
+        candidates: List[Tuple[int, int, str, int]] = []  # start, end, text, style
+        md = {start: (hashes, body) for start, _, hashes, body in markdown_headings(text)}
+        for start, end, line in lines:
+            if any(a <= start < b for a, b in toc_ranges):
+                continue
+            if start in md:
+                hashes, body = md[start]
+                style = hashes
+            else:
+                body = line.strip()
+                if not body or body.startswith("|"):
+                    continue
+                if not _MAYBE_NUMBERED_RE.match(body):
+                    continue
+                # A run-in heading: "**ITEM 2 - Properties** We own our offices ..." —
+                # the bold lead is the heading, the rest of the line its first sentence.
+                lead = _RUN_IN_RE.match(body)
+                if lead and lead.end() < len(body.rstrip()):
+                    run_in = clean_inline(lead.group(2))
+                    if parse_heading_number(run_in).family != "none":
+                        body = lead.group(0)
+                if len(body) > 300:
+                    continue
+                cleaned = clean_inline(body)
+                numbered = parse_heading_number(cleaned).family != "none"
+                emphasised = body.startswith(("**", "__")) and body.rstrip().endswith(("**", "__"))
+                in_layout = start in layout
+                strong = self.use_sec_patterns and is_strong_sec_heading(cleaned)
+                if not (numbered and (emphasised or in_layout)) and not strong:
+                    continue
+                style = layout_styles.get(layout.get(start, (0.0, False)), 6) if in_layout else 6
+            cleaned = clean_inline(body)
+            if not cleaned or len(cleaned.split()) > _MAX_HEADING_WORDS:
+                continue
+            if _norm_running(line) in running or _LEADERS_RE.search(cleaned):
+                continue
+            candidates.append((start, end, cleaned, style))
+
+        min_style = min((c[3] for c in candidates), default=1)
+        resolver = LevelResolver(min_style=min_style)
+        marks: List[HeadingMark] = []
+        open_numbers: Dict[str, str] = {}  # family -> number of the last Part / Item
+        for start, end, cleaned, style in candidates:
+            parsed = parse_heading_number(cleaned)
+            if parsed.family in ("part", "item"):
+                # "Item 8 (continued)", side markers repeating the current item on every
+                # page: a repeat of the open Part/Item is not a new chapter.
+                if open_numbers.get(parsed.family) == parsed.number:
+                    continue
+                open_numbers[parsed.family] = parsed.number
+                if parsed.family == "part":
+                    open_numbers.pop("item", None)
+            level = resolver.level(parsed, style)
+            marks.append(HeadingMark(start, end, parsed.number, parsed.title, level))
+        return drop_title_marks(marks, metadata.get(schema.DOCUMENT_TITLE))
+
+    # --- layout noise -----------------------------------------------------------------
+
+    def _running_lines(self, text: str, page_spans: Sequence[Tuple[int, int, int]]) -> Set[str]:
+        """Lines among the first/last three of a page that repeat on many pages."""
+        if len(page_spans) < 3:
+            return set()
+        counts: Counter = Counter()
+        for _, start, end in page_spans:
+            page_lines = [ln for ln in text[start:end].split("\n") if ln.strip()]
+            keys = {_norm_running(ln) for ln in page_lines[:3] + page_lines[-3:]}
+            counts.update(k for k in keys if k)
+        need = max(3, self.running_line_min_share * len(page_spans))
+        return {k for k, c in counts.items() if c >= need}
+
+    def _toc_ranges(
+        self, text: str, page_spans: Sequence[Tuple[int, int, int]]
+    ) -> List[Tuple[int, int]]:
+        """Character ranges of table-of-contents pages (only in the first part of a
+        multi-page document, where a ToC sits; a one-page text has none to skip)."""
+        if len(page_spans) < 2:
+            return []
+        limit = max(3, len(page_spans) // 4)
+        ranges = []
+        for page, start, end in page_spans[:limit]:
+            entries, titled = 0, False
+            for line in text[start:end].split("\n"):
+                cells = [c for c in (clean_inline(x) for x in line.split("|")) if c]
+                flat = " ".join(cells)
+                if _TOC_TITLE_RE.match(clean_inline(line.lstrip("#"))):
+                    titled = True
+                elif cells and _TOC_TAIL_RE.search(flat) and (
+                    parse_heading_number(flat).family != "none" or _LEADERS_RE.search(flat)
+                ):
+                    entries += 1
+            if entries >= 4 or (titled and entries >= 2):
+                ranges.append((start, end))
+        return ranges
+
+
+def _as_document(node: BaseNode) -> Document:
+    if isinstance(node, Document):
+        return node
+    doc = Document(text=node.get_content(), metadata=dict(node.metadata), id_=node.node_id)
+    doc.excluded_embed_metadata_keys = list(node.excluded_embed_metadata_keys)
+    doc.excluded_llm_metadata_keys = list(node.excluded_llm_metadata_keys)
+    return doc
+
+
+def _default_parse_path(doc: Document) -> str:
+    name = str(doc.metadata.get(schema.FILE_NAME) or doc.metadata.get(schema.FILE_PATH) or "")
+    if name.lower().endswith((".md", ".markdown")):
+        return "markdown"
+    if name.lower().endswith(".txt"):
+        return "text"
+    return "layout"
+
+
+def _layout_lines(
+    metadata: Dict[str, Any], lines: Sequence[Tuple[int, int, str]]
+) -> Dict[int, Tuple[float, bool]]:
+    """``line start -> (font size, bold)`` from the reader's layout heading facts (whose
+    spans may start inside the line, after the Markdown marks)."""
+    starts = [ln[0] for ln in lines]
+    out = {}
+    for item in metadata.get(schema.LAYOUT_HEADINGS) or []:
+        start, _end, size, bold = item[:4]
+        idx = bisect.bisect_right(starts, int(start)) - 1
+        if idx >= 0:
+            out[starts[idx]] = (float(size), bool(bold))
+    return out
+
+
+def _layout_styles(layout: Dict[int, Tuple[float, bool]]) -> Dict[Tuple[float, bool], int]:
+    """Rank layout heading styles like Markdown ``#`` counts: biggest (then bold) first."""
+    styles = sorted(set(layout.values()), key=lambda s: (-s[0], not s[1]))
+    return {s: i + 1 for i, s in enumerate(styles[:6])}

@@ -1,0 +1,419 @@
+"""LayoutMarkdownParser: chapter segments from layout Markdown, with no LLM."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from llama_index.core.schema import Document, NodeRelationship
+
+from llama_index_hiqa import LayoutMarkdownParser, schema
+from llama_index_hiqa.parsers._markdown_segments import clean_inline, parse_heading_number
+
+LOREM = (
+    "The device operates from a single supply and measures current and voltage with low "
+    "drift over the full temperature range. "
+)
+
+
+def _doc(pages, doc_id="ds1", title="ACM1234 Current Sensor", file_name="ds1.pdf", **meta):
+    """A Document as PDFLayoutReader builds it: page Markdown joined with blank lines."""
+    text, spans = "", []
+    for i, page in enumerate(pages):
+        if text:
+            text += "\n\n"
+        start = len(text)
+        text += page
+        spans.append([i, start, len(text)])
+    metadata = {
+        schema.DOCUMENT_ID: doc_id,
+        schema.DOCUMENT_TITLE: title,
+        schema.FILE_NAME: file_name,
+        schema.PAGE_SPANS: spans,
+        schema.PAGE_COUNT: len(pages),
+        schema.LAYOUT_HEADINGS: [],
+        **meta,
+    }
+    return Document(text=text, metadata=metadata, id_=f"doc-{doc_id}")
+
+
+def _assert_tiles(doc, nodes):
+    """Positions 0..n-1; spans consecutive, covering the document; text = source span."""
+    assert [schema.get_position(n) for n in nodes] == list(range(len(nodes)))
+    spans = [schema.get_char_span(n) for n in nodes]
+    assert spans[0][0] == 0 and spans[-1][1] == len(doc.text)
+    for (_, end), (start, _) in zip(spans, spans[1:]):
+        assert end == start
+    for node, (start, end) in zip(nodes, spans):
+        assert node.text == doc.text[start:end]
+
+
+@pytest.mark.parametrize(
+    "text, number, title, level",
+    [
+        ("2.3 Timing Requirements", "2.3", "Timing Requirements", 2),
+        ("1 Features", "1", "Features", 1),
+        ("4.2.1. Fault Handling", "4.2.1", "Fault Handling", 3),
+        ("A.1 Pin Functions", "A.1", "Pin Functions", 2),
+        ("Chapter 3: Power Supply", "Chapter 3", "Power Supply", None),
+        ("Item 7A. Quantitative and Qualitative Disclosures", "Item 7A",
+         "Quantitative and Qualitative Disclosures", None),
+        ("ITEM 2.02 Results of Operations", "Item 2.02", "Results of Operations", None),
+        ("PART II", "Part II", "", None),
+        ("PART I V", "Part IV", "", None),
+        ("Revision History", "", "Revision History", None),
+        ("A Note on Accuracy", "", "A Note on Accuracy", None),
+    ],
+)
+def test_heading_numbers(text, number, title, level):
+    parsed = parse_heading_number(text)
+    assert (parsed.number, parsed.title, parsed.level) == (number, title, level)
+
+
+def test_heading_runs_split_by_style_are_rejoined():
+    assert clean_inline("**Item 1. Busines** **<u>s.</u>**") == "Item 1. Business."
+    assert (
+        clean_inline("**Item 7A. Quantitative** **<u>and Qualitative</u>**")
+        == "Item 7A. Quantitative and Qualitative"
+    )
+    assert clean_inline("**Registrant’** **<u>s Common Equity</u>**") == "Registrant’s Common Equity"
+
+
+def _datasheet_doc():
+    page1 = (
+        "ACME Corp Confidential\n\n# **ACM1234 Current Sensor**\n\n## **1 Features**\n\n"
+        + LOREM * 2
+        + "\n\n## **2 Specifications**\n\n"
+        + LOREM
+        + "\n\n### **2.1 Absolute Maximum Ratings**\n\n"
+        + LOREM
+        + "\n\n**Table 1. Absolute Maximum Ratings**\n\n"
+        "|**Parameter**|**Min**|**Max**|\n|---|---|---|\n|Supply voltage|-0.3|6|\n"
+        "|Temperature|-40|125|\n\n"
+        + LOREM
+        + "\n\nwww.acme.example Page 1"
+    )
+    # A level-2 number set in the biggest type: the number, not the font, sets the level.
+    page2 = (
+        "ACME Corp Confidential\n\n# **2.2 Electrical Characteristics**\n\n"
+        + LOREM
+        + "\n\n```\n# not a heading, code\n```\n\n## **3 Detailed Description**\n\n"
+        + LOREM
+        + "\n\n#### **Revision History**\n\n"
+        + LOREM
+        + "\n\nwww.acme.example Page 2"
+    )
+    page3 = "ACME Corp Confidential\n\n## **4 Layout**\n\n" + LOREM + "\n\nwww.acme.example Page 3"
+    return _doc([page1, page2, page3])
+
+
+def test_datasheet_segments_heading_paths_and_tiling():
+    doc = _datasheet_doc()
+    nodes = LayoutMarkdownParser().get_nodes_from_documents([doc])
+    _assert_tiles(doc, nodes)
+    paths = [[h.label() for h in schema.get_heading_path(n)] for n in nodes]
+    assert ["2 Specifications", "2.1 Absolute Maximum Ratings"] in paths
+    assert ["2 Specifications", "2.2 Electrical Characteristics"] in paths
+    assert ["3 Detailed Description", "Revision History"] in paths
+    assert ["4 Layout"] in paths
+    # running header/footer and the fenced code line never become headings
+    labels = {h.title for n in nodes for h in schema.get_heading_path(n)}
+    assert not any("Confidential" in t or "acme.example" in t or "not a heading" in t for t in labels)
+    # the title heading is the document title, not a chapter: its segment has no path
+    assert nodes[0].text.startswith("ACME Corp Confidential\n\n# **ACM1234")
+    assert schema.get_heading_path(nodes[0]) == []
+    levels = {h.label(): h.level for n in nodes for h in schema.get_heading_path(n)}
+    assert levels["2.2 Electrical Characteristics"] == 2 and levels["4 Layout"] == 1
+    for node in nodes:
+        meta = node.metadata
+        assert meta[schema.DOCUMENT_ID] == "ds1" and meta[schema.DOCUMENT_TITLE] == "ACM1234 Current Sensor"
+        assert meta[schema.PARSE_PATH] == "layout"
+        assert node.ref_doc_id == doc.doc_id
+        assert not set(schema.DOCUMENT_ONLY_KEYS) & set(meta)
+        assert schema.POSITION in node.excluded_embed_metadata_keys
+    # pages from the reader's page spans
+    by_label = {tuple(h.label() for h in schema.get_heading_path(n)): n for n in nodes}
+    assert schema.get_page_range(by_label[("4 Layout",)]) == (2, 2)
+    assert schema.get_page_range(by_label[("1 Features",)]) == (0, 0)
+    # PREVIOUS/NEXT as LlamaIndex sets them
+    assert nodes[1].relationships[NodeRelationship.PREVIOUS].node_id == nodes[0].node_id
+    assert nodes[0].relationships[NodeRelationship.NEXT].node_id == nodes[1].node_id
+
+
+def test_table_is_its_own_node_inside_its_chapter():
+    doc = _datasheet_doc()
+    nodes = LayoutMarkdownParser().get_nodes_from_documents([doc])
+    tables = [n for n in nodes if schema.get_segment_kind(n) == schema.KIND_TABLE]
+    assert len(tables) == 1
+    table = tables[0]
+    assert table.metadata[schema.TABLE_TITLE] == "Table 1. Absolute Maximum Ratings"
+    assert table.metadata[schema.TABLE_COLUMNS] == ["Parameter", "Min", "Max"]
+    assert table.metadata[schema.TABLE_ROWS] == ["Supply voltage", "Temperature"]
+    assert [h.label() for h in schema.get_heading_path(table)] == [
+        "2 Specifications", "2.1 Absolute Maximum Ratings"
+    ]
+    assert "|Supply voltage|-0.3|6|" in table.text
+    # the text after the table stays in the same chapter, as a text node
+    after = nodes[nodes.index(table) + 1]
+    assert schema.get_heading_path(after) == schema.get_heading_path(table)
+    assert schema.get_segment_kind(after) == schema.KIND_TEXT
+
+    whole = LayoutMarkdownParser(tables_as_nodes=False).get_nodes_from_documents([doc])
+    assert all(schema.get_segment_kind(n) == schema.KIND_TEXT for n in whole)
+    assert len(whole) == len(nodes) - 2
+
+
+def _filing_doc():
+    cover = "# **UNITED STATES SECURITIES AND EXCHANGE COMMISSION**\n\n# **FORM 10-K**\n\n" + LOREM
+    toc = (
+        "### **TABLE OF CONTENTS**\n\n|PART I|||\n|---|---|---|\n|ITEM 1|Business|4|\n"
+        "|ITEM 1A|Risk Factors|10|\n|PART II|||\n|ITEM 7|Management’s Discussion and Analysis|15|\n"
+        "|ITEM 7A|Quantitative and Qualitative Disclosures About Market Risk|51|\n"
+        "|ITEM 8|Financial Statements and Supplementary Data|52|"
+    )
+    pages = [
+        cover,
+        toc,
+        "ACME INC 2023 Form 10-K\n\n### **PART I**\n\n### **Item 1. Busines** **<u>s.</u>**\n\n" + LOREM
+        + "\n\n### **General**\n\n" + LOREM + "\n\n3",
+        "ACME INC 2023 Form 10-K\n\nItem 1A. Risk Factors\n\n" + LOREM + "\n\n4",
+        "ACME INC 2023 Form 10-K\n\n### **PART II**\n\n### **Item 7. Management’s Discussion and Analysis**\n\n"
+        + LOREM + " As discussed in Item 8, revenue grew.\n\n### **OVERVIEW**\n\n" + LOREM + "\n\n5",
+        "ACME INC 2023 Form 10-K\n\n### **Item 7A. Quantitative** **<u>and Qualitative Disclosures About Market Risk.</u>**\n\n"
+        + LOREM + "\n\n### **Item 8. Financial Statements and Supplementary Data**\n\n" + LOREM + "\n\n6",
+    ]
+    return _doc(pages, doc_id="ACME_2023_10K", title="ACME 2023 10-K", file_name="ACME_2023_10K.pdf")
+
+
+def test_sec_filing_parts_items_toc_and_running_headers():
+    doc = _filing_doc()
+    parser = LayoutMarkdownParser()
+    marks = parser.detect_headings(doc.text, doc.metadata)
+    numbered = [(m.number, m.level) for m in marks if m.number]
+    assert numbered == [
+        ("Part I", 1), ("Item 1", 2), ("Item 1A", 2), ("Part II", 1),
+        ("Item 7", 2), ("Item 7A", 2), ("Item 8", 2),
+    ]  # the ToC rows on page 1 are not headings; "Item 1A." is found without emphasis
+    titles = {m.number: m.title for m in marks}
+    assert titles["Item 1"] == "Business"
+    assert titles["Item 7A"] == "Quantitative and Qualitative Disclosures About Market Risk"
+    assert not any("Form 10-K" in m.title and "ACME" in m.title for m in marks)
+    nodes = parser.get_nodes_from_documents([doc])
+    _assert_tiles(doc, nodes)
+    overview = next(n for n in nodes if schema.get_heading_path(n)[-1:]
+                    and schema.get_heading_path(n)[-1].title == "OVERVIEW")
+    assert [h.label() for h in schema.get_heading_path(overview)] == [
+        "Part II", "Item 7 Management’s Discussion and Analysis", "OVERVIEW"
+    ]
+
+
+def test_long_segments_are_sub_split_keeping_metadata():
+    body = "\n\n".join(LOREM * 3 for _ in range(12))
+    doc = _doc(["# 1 Intro\n\n" + LOREM, "# 2 Long Chapter\n\n" + body, "# 3 End\n\n" + LOREM])
+    nodes = LayoutMarkdownParser(max_segment_chars=800).get_nodes_from_documents([doc])
+    _assert_tiles(doc, nodes)
+    long_parts = [n for n in nodes if schema.get_heading_path(n)[0].number == "2"]
+    assert len(long_parts) >= 5
+    assert all(len(n.text) <= 800 for n in long_parts)
+    assert all(n.text.rstrip().endswith(".") for n in long_parts)  # cut at paragraph/sentence ends
+    whole = LayoutMarkdownParser(max_segment_chars=None).get_nodes_from_documents([doc])
+    assert len(whole) == 3
+
+
+def test_long_tables_are_cut_between_rows_keeping_labels():
+    rows = "\n".join(f"|Revenue line {i}|{i * 10}|{i * 11}|" for i in range(60))
+    page = "# 8 Financial Statements\n\nTable 5. Income\n|Item|2022|2023|\n|---|---|---|\n" + rows + "\n\nAfter."
+    doc = _doc([page])
+    nodes = LayoutMarkdownParser(max_segment_chars=500).get_nodes_from_documents([doc])
+    _assert_tiles(doc, nodes)
+    tables = [n for n in nodes if schema.get_segment_kind(n) == schema.KIND_TABLE]
+    assert len(tables) >= 4 and all(len(t.text) <= 500 for t in tables)
+    assert all(t.metadata[schema.TABLE_TITLE] == "Table 5. Income" for t in tables)
+    assert all(t.metadata[schema.TABLE_COLUMNS] == ["Item", "2022", "2023"] for t in tables)
+    all_rows = [r for t in tables for r in t.metadata[schema.TABLE_ROWS]]
+    assert all_rows == [f"Revenue line {i}" for i in range(60)]
+    assert all(t.text.endswith("\n") or t is tables[-1] for t in tables)  # cut between rows
+
+
+def test_markdown_file_is_parsed_by_its_headings():
+    text = "Intro line.\n\n# Guide\n\n## 1 Install\n\npip install x\n\n## 2 Use\n\n### 2.1 Query\n\nask\n"
+    doc = Document(text=text, metadata={schema.FILE_NAME: "guide.md"}, id_="g")
+    nodes = LayoutMarkdownParser().get_nodes_from_documents([doc])
+    _assert_tiles(doc, nodes)
+    assert nodes[0].text.startswith("Intro line") and schema.get_heading_path(nodes[0]) == []
+    # numbers set the depth: "1 Install" is a top chapter beside the unnumbered "# Guide"
+    assert [h.label() for h in schema.get_heading_path(nodes[-1])] == ["2 Use", "2.1 Query"]
+    assert [h.label() for h in schema.get_heading_path(nodes[1])] == ["Guide"]
+    assert all(n.metadata[schema.PARSE_PATH] == "markdown" for n in nodes)
+    assert all(schema.get_page_range(n) == (0, 0) for n in nodes)
+    assert nodes[0].metadata[schema.DOCUMENT_ID] == "g"
+
+
+def test_layout_heading_facts_promote_numbered_plain_lines():
+    text = "Body first.\n\n1 Overview\n\n" + LOREM + "\n\n1.1 Scope\n\n" + LOREM
+    start = text.index("1 Overview")
+    start2 = text.index("1.1 Scope")
+    meta = {schema.LAYOUT_HEADINGS: [[start, start + 10, 16.0, True], [start2, start2 + 9, 12.0, True]]}
+    marks = LayoutMarkdownParser().detect_headings(text, meta)
+    assert [(m.number, m.level) for m in marks] == [("1", 1), ("1.1", 2)]
+    # without the layout facts, plain numbered lines are body text
+    assert LayoutMarkdownParser().detect_headings(text, {}) == []
+
+
+def test_empty_document_gives_no_nodes():
+    assert LayoutMarkdownParser().get_nodes_from_documents([Document(text="  \n", id_="e")]) == []
+
+
+# --- real PDFs ------------------------------------------------------------------------
+
+CHAPTERS = [
+    ("1", "Features", 2, None),
+    ("2", "Applications", 1, None),
+    ("3", "Specifications", 1, None),
+    ("3.1", "Absolute Maximum Ratings", 1, ("Table 1. Absolute Maximum Ratings",
+                                             [["Parameter", "Min", "Max"], ["Supply voltage", "-0.3", "6"]])),
+    ("3.2", "Electrical Characteristics", 8, None),
+    ("4", "Detailed Description", 8, None),
+    ("4.1", "Overview", 8, None),
+    ("4.2", "Functional Block Diagram", 8, None),
+    ("5", "Layout", 6, None),
+]
+
+
+def make_datasheet_pdf(path: Path, title: str, chapters=CHAPTERS) -> None:
+    """A small datasheet: title, numbered chapters in bold, a ruled table, running
+    header and footer on every page."""
+    import pymupdf
+
+    doc = pymupdf.open()
+
+    def new_page(n):
+        page = doc.new_page(width=595, height=842)
+        page.insert_text((50, 30), "ACME Corp Confidential", fontsize=8)
+        page.insert_text((50, 820), f"www.acme.example   Page {n}", fontsize=8)
+        return page
+
+    pno, page, y = 1, new_page(1), 80
+    page.insert_text((50, y), title, fontsize=22, fontname="hebo")
+    y += 40
+    for num, head, paras, table in chapters:
+        if y > 680 or (num in ("3", "4", "5")):  # a few chapters start a new page
+            pno += 1
+            page, y = new_page(pno), 80
+        page.insert_text((50, y), f"{num} {head}", fontsize=16 if "." not in num else 13, fontname="hebo")
+        y += 26
+        words, line = (LOREM * paras).split(), []
+        for w in words + [None]:
+            if w is not None:
+                line.append(w)
+            if line and (w is None or len(" ".join(line)) > 85):
+                page.insert_text((50, y), " ".join(line), fontsize=10)
+                y, line = y + 14, []
+                if y > 780:
+                    pno += 1
+                    page, y = new_page(pno), 80
+        y += 10
+        if table:
+            caption, rows = table
+            page.insert_text((50, y), caption, fontsize=10, fontname="hebo")
+            y += 8
+            for r, row in enumerate(rows):
+                for c, cell in enumerate(row):
+                    rect = pymupdf.Rect(50 + c * 120, y + r * 16, 170 + c * 120, y + (r + 1) * 16)
+                    page.draw_rect(rect, color=(0, 0, 0), width=0.5)
+                    page.insert_text((rect.x0 + 3, rect.y1 - 4), cell, fontsize=9)
+            y += 16 * len(rows) + 20
+    doc.save(str(path))
+
+
+def pdf_to_document(path: Path) -> Document:
+    """The reader's Document contract, built here with pymupdf4llm (per-page Markdown
+    joined with blank lines, page spans)."""
+    import pymupdf4llm
+
+    pages = pymupdf4llm.to_markdown(str(path), page_chunks=True, show_progress=False)
+    doc = _doc([p["text"] for p in pages], doc_id=path.stem, title=path.stem, file_name=path.name)
+    return doc
+
+
+@pytest.fixture(scope="module")
+def datasheet_pdf(tmp_path_factory):
+    path = tmp_path_factory.mktemp("pdf") / "ACM1234.pdf"
+    make_datasheet_pdf(path, "ACM1234 Current Sensor")
+    return path
+
+
+def test_generated_pdf_recovers_every_chapter(datasheet_pdf):
+    doc = pdf_to_document(datasheet_pdf)
+    assert doc.metadata[schema.PAGE_COUNT] >= 3  # running lines need three pages
+    nodes = LayoutMarkdownParser().get_nodes_from_documents([doc])
+    _assert_tiles(doc, nodes)
+    found = {}
+    for node in nodes:
+        for h in schema.get_heading_path(node):
+            if h.number:
+                found[h.number] = (h.title, h.level)
+    expected = {num: (title, num.count(".") + 1) for num, title, _, _ in CHAPTERS}
+    assert found == expected
+    assert not any("Confidential" in h.title or "acme.example" in h.title
+                   for n in nodes for h in schema.get_heading_path(n))
+    table = next(n for n in nodes if schema.get_segment_kind(n) == schema.KIND_TABLE)
+    assert table.metadata[schema.TABLE_TITLE] == "Table 1. Absolute Maximum Ratings"
+    assert table.metadata[schema.TABLE_ROWS] == ["Supply voltage"]
+    last = nodes[-1]
+    assert schema.get_page_range(last)[1] == doc.metadata[schema.PAGE_COUNT] - 1
+
+
+# --- the demo corpus (examples/data, from the reader's issue) ---------------------------
+
+DEMO = Path(__file__).resolve().parents[1] / "examples" / "data"
+
+
+# The demo corpus's known structure (examples/make_demo_corpus.py draws these headings).
+DEMO_CHAPTERS = {
+    "1": ("Features", 1), "2": ("Applications", 1), "3": ("Description", 1),
+    "4": ("Specifications", 1), "4.1": ("Absolute maximum ratings", 2),
+    "4.2": ("Electrical characteristics", 2), "5": ("Pin configuration", 1),
+    "6": ("Ordering information", 1),
+}
+
+
+@pytest.mark.skipif(not list(DEMO.glob("*.pdf")), reason="demo corpus not present")
+def test_demo_corpus_every_datasheet_chapter_heading_is_recovered():
+    reader_module = pytest.importorskip("llama_index_hiqa.readers.pdf")
+    pdfs = sorted(DEMO.glob("*.pdf"))
+    for pdf in pdfs:
+        doc = reader_module.PDFLayoutReader().load_data(pdf)[0]
+        nodes = LayoutMarkdownParser().get_nodes_from_documents([doc])
+        _assert_tiles(doc, nodes)
+        found = {h.number: (h.title, h.level) for n in nodes
+                 for h in schema.get_heading_path(n) if h.number}
+        assert found == DEMO_CHAPTERS, pdf.name
+
+
+# --- property: nothing is ever lost ---------------------------------------------------
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+_LINES = st.sampled_from([
+    "# 1 Intro", "## 1.1 Scope", "### **2.3 Timing**", "Item 7. Management", "PART II",
+    "**Table 2. Pins**", "|a|b|", "|---|---|", "|1|2|", "", "", "plain text line.",
+    "```", "# inside code?", "Revision History", "#### Notes", "   ", "A.1 Pins",
+])
+
+
+@settings(max_examples=40, deadline=None)
+@given(pages=st.lists(st.lists(_LINES, max_size=12).map("\n".join), min_size=1, max_size=4),
+       max_chars=st.sampled_from([None, 20, 200]))
+def test_any_markdown_is_tiled_without_loss(pages, max_chars):
+    doc = _doc(pages)
+    nodes = LayoutMarkdownParser(max_segment_chars=max_chars).get_nodes_from_documents([doc])
+    if not doc.text.strip():
+        assert nodes == []
+        return
+    _assert_tiles(doc, nodes)
+    assert "".join(n.text for n in nodes) == doc.text
+    for node in nodes:
+        levels = [h.level for h in schema.get_heading_path(node)]
+        assert levels == sorted(set(levels))  # a path goes strictly deeper
