@@ -37,7 +37,9 @@ _EXPORTS: Dict[str, str] = {
     "ContextHeaderTransform": "llama_index_hiqa.transforms.context_header",
     #
     # -- HiQA cascading metadata (issue 5)
-    # "CascadingMetadataTransform": "llama_index_hiqa.transforms.cascading_metadata",
+    "CascadingMetadataTransform": "llama_index_hiqa.transforms.cascading_metadata",
+    "HCATableNode": "llama_index_hiqa.transforms.cascading_metadata",
+    "InvalidMetadataError": "llama_index_hiqa.errors",
     #
     # -- HiQA multi-route retrieval and critical keywords (issue 6)
     "CriticalKeywordExtractor": "llama_index_hiqa.transforms.critical_keywords",

@@ -54,3 +54,13 @@ class RetrievalRouteError(HiQAError):
         self.errors = dict(errors)
         detail = "; ".join(f"{name}: {type(exc).__name__}: {exc}" for name, exc in self.errors.items())
         super().__init__(f"every retrieval route failed ({detail})")
+
+
+class InvalidMetadataError(HiQAError, ValueError):
+    """A node's metadata value has the wrong shape. Names the node, the key and the value."""
+
+    def __init__(self, node_id: str, key: str, reason: str) -> None:
+        self.node_id = node_id
+        self.key = key
+        self.reason = reason
+        super().__init__(f"node {node_id}: metadata {key!r}: {reason}")
