@@ -47,6 +47,11 @@ class UnknownNodeError(HiQAError, KeyError):
     """A node id that the index, docstore or graph does not hold."""
 
 
+class GraphBuildError(HiQAError):
+    """A chunk graph could not be built, extended or loaded (no nodes, duplicate ids,
+    embeddings of different dimensions, unreadable persist folder)."""
+
+
 class RetrievalRouteError(HiQAError):
     """Every route of a multi-route retriever failed. ``errors`` maps route name -> exception."""
 
