@@ -57,7 +57,8 @@ _EXPORTS: Dict[str, str] = {
     "GraphBuildError": "llama_index_hiqa.errors",
     #
     # -- TextRAG segment integration (issue 8)
-    # "SegmentIntegrationPostprocessor": "llama_index_hiqa.postprocessors.segment_integration",
+    "SegmentIntegrationPostprocessor": "llama_index_hiqa.postprocessors.segment_integration",
+    "RerankerError": "llama_index_hiqa.errors",
     #
     # -- evaluation (issue 9)
     # "FaithfulnessScoreEvaluator": "llama_index_hiqa.evaluation.faithfulness",

@@ -69,3 +69,13 @@ class InvalidMetadataError(HiQAError, ValueError):
         self.key = key
         self.reason = reason
         super().__init__(f"node {node_id}: metadata {key!r}: {reason}")
+
+
+class RerankerError(HiQAError):
+    """A reranker (Cohere or a LlamaIndex reranker postprocessor) failed. ``source`` names
+    which one, ``reason`` says why."""
+
+    def __init__(self, source: str, reason: str) -> None:
+        self.source = source
+        self.reason = reason
+        super().__init__(f"{source} reranking failed: {reason}")

@@ -100,6 +100,8 @@ CHAIN_HOP = "chain_hop"
 SEGMENT_NODE_IDS = "segment_node_ids"
 POSITION_START = "position_start"
 POSITION_END = "position_end"
+SEGMENT_FILL = "segment_fill"  # "docstore": gaps filled from it; "retrieved_only": no docstore
+SEGMENT_RELEVANCE = "segment_relevance"  # where relevance came from: cohere, reranker, scores, embedding
 
 KIND_TEXT = "text"
 KIND_TABLE = "table"
@@ -139,6 +141,8 @@ BOOKKEEPING_KEYS: Tuple[str, ...] = (
     SEGMENT_NODE_IDS,
     POSITION_START,
     POSITION_END,
+    SEGMENT_FILL,
+    SEGMENT_RELEVANCE,
 )
 
 # The rendered views: shown to the embedding model (and, as configured, the LLM).
