@@ -50,7 +50,9 @@ _EXPORTS: Dict[str, str] = {
     # "SegmentIntegrationPostprocessor": "llama_index_hiqa.postprocessors.segment_integration",
     #
     # -- evaluation (issue 9)
-    # "FaithfulnessScoreEvaluator": "llama_index_hiqa.evaluation.faithfulness",
+    "FaithfulnessScoreEvaluator": "llama_index_hiqa.evaluation.faithfulness",
+    "EvaluationInputError": "llama_index_hiqa.errors",
+    "AblationRunner": "llama_index_hiqa.evaluation.runner",
     #
     # -- the pack (issue 10)
     # "HiQAPack": "llama_index_hiqa.pack",

@@ -45,3 +45,8 @@ class LLMOutputError(HiQAError):
 
 class UnknownNodeError(HiQAError, KeyError):
     """A node id that the index, docstore or graph does not hold."""
+
+
+class EvaluationInputError(HiQAError, ValueError):
+    """An evaluator or benchmark got unusable input (empty answer, no context, no questions,
+    gold evidence that names nothing); the message says which input and why."""
