@@ -174,3 +174,19 @@ def test_bm25_scores_cover_every_unit():
     nodes = [TextNode(text=t) for t in ["supply voltage 3.3 V", "package QFN", "thermal shutdown"]]
     scores = R.bm25_scores(nodes, ["what supply voltage", "zzz"])
     assert scores.shape == (2, 3) and scores[0].argmax() == 0 and not scores[1].any()
+
+
+def test_cli_eval_writes_results(tmp_path, demo_folder, monkeypatch, capsys):
+    from llama_index.core import Settings
+
+    from llama_index_hiqa import cli
+
+    docs, questions = demo_folder
+    monkeypatch.setenv("HIQA_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(Settings, "_embed_model", HashingEmbedding())
+    code = cli.main(["eval", "--docs", str(docs), "--questions", str(questions), "--out", str(tmp_path / "o"),
+                     "--variants", "vector_only", "original", "--k", "1", "3", "--quiet", "--no-plots"])
+    out = capsys.readouterr().out
+    assert code == 0 and "Segments, no metadata" in out
+    assert (tmp_path / "o" / "ablation_docs.json").exists()
+    assert cli.main(["eval", "--docs", str(tmp_path / "missing"), "--questions", str(questions)]) == 2

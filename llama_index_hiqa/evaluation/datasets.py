@@ -197,7 +197,7 @@ PDF_SUFFIXES = (".pdf",)
 def load_documents_folder(folder: Path) -> List["Document"]:
     """One LlamaIndex ``Document`` per PDF/Markdown/text file of ``folder`` (recursively).
 
-    ``DOCUMENT_ID`` is the file name without suffix (what gold ``document_id`` names).
+    ``README*`` files are skipped. ``DOCUMENT_ID`` is the file name without suffix (what gold ``document_id`` names).
     PDFs are read with the pack's ``PDFLayoutReader`` when it is available, else page by page
     with pymupdf4llm (Markdown headings and tables), keeping ``PAGE_SPANS`` so page gold
     works. Unreadable files raise ``DocumentReadError`` naming the file.
@@ -210,7 +210,12 @@ def load_documents_folder(folder: Path) -> List["Document"]:
     folder = Path(folder)
     if not folder.is_dir():
         raise EvaluationInputError(f"documents folder not found: {folder}")
-    files = sorted(p for p in folder.rglob("*") if p.suffix.lower() in TEXT_SUFFIXES + PDF_SUFFIXES)
+    # A folder's README describes the corpus; it is not one of its documents.
+    files = sorted(
+        p
+        for p in folder.rglob("*")
+        if p.suffix.lower() in TEXT_SUFFIXES + PDF_SUFFIXES and not p.name.lower().startswith("readme")
+    )
     if not files:
         raise EvaluationInputError(f"{folder}: no .pdf/.md/.txt files")
     documents: List[Document] = []
