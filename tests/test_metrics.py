@@ -158,3 +158,9 @@ def test_gold_rank_is_best_unit_and_doc_hit_is_reported():
 def test_mean_metrics():
     assert m.mean_metrics([{"a": 1.0}, {"a": 0.0}]) == {"a": 0.5}
     assert m.mean_metrics([]) == {}
+
+
+def test_section_rule_text_fallback_needs_two_words():
+    unit = m.UnitView.from_node(_node("... end of intro.\n\n## 2 Electrical Characteristics\n\nSupply 3.3 V", "NX"))
+    assert m.matches(unit, GoldEvidence("NX", section="2 Electrical Characteristics"))
+    assert not m.matches(unit, GoldEvidence("NX", section="Supply"))

@@ -190,3 +190,34 @@ def test_cli_eval_writes_results(tmp_path, demo_folder, monkeypatch, capsys):
     assert code == 0 and "Segments, no metadata" in out
     assert (tmp_path / "o" / "ablation_docs.json").exists()
     assert cli.main(["eval", "--docs", str(tmp_path / "missing"), "--questions", str(questions)]) == 2
+
+
+def test_fixed_chunks_record_the_open_section_for_section_gold(demo_folder):
+    docs, questions = demo_folder
+    corpus = R.folder_corpus(docs, questions)
+    chunks = R.fixed_chunks(corpus)
+    assert chunks and all(n.get_content("embed") == n.text for n in chunks)  # nothing embedded extra
+    long_doc = R._document("# Doc\n\n## 1 Intro\n\n" + "word " * 400 + "\n\n## 2 Specs\n\n" + "volt " * 400, "D", "D")
+    nodes = R.fixed_chunks(R.Corpus("x", [long_doc], corpus.questions))
+    paths = [[h.label() for h in schema.get_heading_path(n)] for n in nodes]
+    assert paths[0] == ["Doc"] and paths[1] == ["Doc", "1 Intro"] and paths[-1] == ["Doc", "2 Specs"]
+
+
+def test_split_segments_keeps_spans_pages_and_whole_tables():
+    from llama_index.core.schema import TextNode
+
+    text = "## 1 Intro\n\n" + "alpha beta. " * 300
+    doc = R._document(text + "\n\n| a | b |\n|---|---|\n| 1 | 2 |", "D", "D", [[0, 0, len(text) // 2], [1, len(text) // 2, len(text) + 40]])
+    seg = TextNode(text=text)
+    schema.set_segment_facts(seg, document_id="D", document_title="D", position=0, char_span=(0, len(text)),
+                             heading_path=[["1", "Intro", 1]], page_range=(0, 1))
+    table = TextNode(text="| a | b |\n|---|---|\n| 1 | 2 |")
+    schema.set_segment_facts(table, document_id="D", document_title="D", position=1, kind="table")
+    out = R._split_segments([seg, table], [doc])
+    assert len(out) > 2 and schema.get_segment_kind(out[-1]) == "table"
+    assert [schema.get_position(n) for n in out] == list(range(len(out)))
+    assert schema.get_page_range(out[0]) == (0, 0) and schema.get_page_range(out[-2]) == (1, 1)
+    assert all(schema.get_heading_path(n)[0].title == "Intro" for n in out[:-1])
+    for n in out[:-1]:
+        start, end = schema.get_char_span(n)
+        assert doc.text[start:end] == n.text

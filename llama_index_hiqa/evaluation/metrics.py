@@ -31,7 +31,8 @@ applies, in this order:
 3. **(document, section)** (``section`` set): same document and the gold heading label
    equals, after normalisation (case, spaces, punctuation), the label (``"2.3 Timing"``) or
    the bare title (``"Timing"``) of any level of the unit's heading path, so every unit
-   under the gold section counts.
+   under the gold section counts; a unit whose text holds the heading label (two words or
+   more, e.g. a fixed chunk that straddles the start of the section) counts too.
 4. **evidence text** (``text`` set): same document (when given) and the unit holds enough of
    the evidence: the normalised evidence is a substring of the normalised unit, or at least
    ``min_text_overlap`` (default 0.5) of the evidence's word 5-grams occur in the unit
@@ -207,7 +208,10 @@ def matches(unit: UnitView, gold: GoldEvidence, min_text_overlap: float = DEFAUL
     if rule == "page":
         return unit.pages is not None and unit.pages[0] <= gold.page <= unit.pages[1]
     if rule == "section":
-        return normalise_text(gold.section) in unit.headings
+        label = normalise_text(gold.section)
+        # A unit that holds the section's heading line (a fixed chunk straddling the start
+        # of the section) is relevant too; one-word labels are too common to trust in text.
+        return label in unit.headings or (len(label.split()) >= 2 and label in unit.text)
     if rule == "text":
         return text_overlap(gold.text, unit) >= min_text_overlap
     return True

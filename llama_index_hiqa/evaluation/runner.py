@@ -51,7 +51,8 @@ import numpy as np
 from llama_index.core.base.embeddings.base import BaseEmbedding
 from llama_index.core.bridge.pydantic import BaseModel, Field, PrivateAttr
 from llama_index.core.node_parser import MarkdownNodeParser, SentenceSplitter
-from llama_index.core.schema import BaseNode, Document, MetadataMode, TextNode
+from llama_index.core.base.base_retriever import BaseRetriever
+from llama_index.core.schema import BaseNode, Document, MetadataMode, NodeWithScore, QueryBundle, TextNode
 
 from llama_index_hiqa import schema
 from llama_index_hiqa.errors import EvaluationInputError
@@ -62,6 +63,7 @@ from llama_index_hiqa.evaluation.datasets import EvalQuestion
 CHUNK_SIZE = 256
 CHUNK_OVERLAP = 32
 RRF_K = 60
+SI_CANDIDATES = 30  # retrieved chunks handed to segment integration (dsRAG uses ~top 30)
 STATUS_OK = "ok"
 STATUS_MISSING = "not yet available"
 
@@ -198,17 +200,45 @@ def _chunk_into_nodes(
     return nodes
 
 
+_HEADING_LINE = re.compile(r"^#{1,6}[ \t]+\S.*$", re.M)
+
+
+def _heading_walk(text: str) -> Tuple[List[int], List[List[List[Any]]]]:
+    """Offsets of the Markdown heading lines of ``text`` and the heading path open at each
+    (a heading of level L closes every open heading of level >= L, HiQA Algorithm 2)."""
+    offsets, paths, stack = [], [], []
+    for match in _HEADING_LINE.finditer(text):
+        line = match.group(0)
+        level = len(line) - len(line.lstrip("#"))
+        stack = [h for h in stack if h[2] < level] + [[*_clean_heading(line), level]]
+        offsets.append(match.start())
+        paths.append([list(h) for h in stack])
+    return offsets, paths
+
+
 def fixed_chunks(corpus: Corpus) -> List[BaseNode]:
-    """SentenceSplitter(256, 32) per page (page spans known) or per document."""
+    """SentenceSplitter(256, 32) per page (page spans known) or per document.
+
+    Each chunk records, as hidden bookkeeping, the heading path open where it starts (from
+    the document's Markdown headings), so (document, section) gold can be matched on fixed
+    chunks too; what is embedded is the chunk text alone.
+    """
+    import bisect
+
     if corpus.fixed_chunks is not None:
         return corpus.fixed_chunks
     splitter = SentenceSplitter(chunk_size=CHUNK_SIZE, chunk_overlap=CHUNK_OVERLAP)
-    nodes: List[TextNode] = []
+    nodes: List[BaseNode] = []
     for doc in corpus.documents:
         spans = doc.metadata.get(schema.PAGE_SPANS) or [[None, 0, len(doc.text)]]
+        offsets, paths = _heading_walk(doc.text)
         position = 0
         for _page, start, end in spans:
             made = _chunk_into_nodes(doc, doc.text[start:end], start, None, position, splitter, "text")
+            for node in made:
+                at = bisect.bisect_right(offsets, node.metadata[schema.CHAR_START]) - 1
+                if at >= 0:
+                    schema.set_heading_path(node, paths[at])
             position += len(made)
             nodes.extend(made)
     return nodes
@@ -447,7 +477,9 @@ class _Workspace:
     def __init__(self, runner: "AblationRunner", corpus: Corpus) -> None:
         self.runner, self.corpus = runner, corpus
         self.units: Dict[str, List[BaseNode]] = {}
-        self.scores: Dict[Tuple[str, str], np.ndarray] = {}
+        self.scores: Dict[Tuple[str, str], Any] = {}
+        self.matrices: Dict[str, np.ndarray] = {}
+        self.retrievers: Dict[str, Any] = {}
         self.notes: Dict[str, str] = {}
         self._queries: Optional[np.ndarray] = None
 
@@ -470,6 +502,7 @@ class _Workspace:
         if (key, "vector") not in self.scores:
             nodes = self.unit_set(key)
             matrix = self.runner._embed(nodes, key)
+            self.matrices[key] = matrix
             self.scores[(key, "vector")] = self.query_vectors() @ matrix.T
         return self.scores[(key, "vector")]
 
@@ -608,9 +641,8 @@ class AblationRunner(BaseModel):
             return passage_segments(corpus.documents), "passages are the segments (title as heading)"
         if _available("LayoutMarkdownParser"):
             parser = _component("LayoutMarkdownParser")()
-            splitter = SentenceSplitter(chunk_size=CHUNK_SIZE, chunk_overlap=CHUNK_OVERLAP)
             segments = parser.get_nodes_from_documents(corpus.documents)
-            return _split_segments(segments, splitter), "segments from LayoutMarkdownParser"
+            return _split_segments(segments, corpus.documents), "segments from LayoutMarkdownParser"
         return markdown_segments(corpus.documents), "segments from MarkdownNodeParser (LayoutMarkdownParser not yet available)"
 
     def _cascade(self, segments: List[BaseNode], own_heading_only: bool) -> List[BaseNode]:
@@ -650,61 +682,86 @@ def _uncached_count(model: BaseEmbedding, texts: Sequence[str]) -> int:
     return len(keys) - len(model._lookup(keys))  # noqa: SLF001 - same package
 
 
-def _split_segments(segments: Sequence[BaseNode], splitter: SentenceSplitter) -> List[BaseNode]:
-    """Cut long parser segments into 256-token chunks that keep the segment's metadata."""
+def _split_segments(segments: Sequence[BaseNode], documents: Sequence[Document]) -> List[BaseNode]:
+    """Cut long text segments of a parser into 256-token chunks inside the segment, each with
+    its own character span and pages; table and image segments stay whole (HCA embeds a
+    table by its labels, so cutting it would lose them)."""
+    splitter = SentenceSplitter(chunk_size=CHUNK_SIZE, chunk_overlap=CHUNK_OVERLAP)
+    by_id = {d.metadata.get(schema.DOCUMENT_ID, d.doc_id): d for d in documents}
     out: List[BaseNode] = []
     position: Dict[str, int] = {}
     for seg in segments:
         doc_id = schema.get_document_id(seg) or ""
-        for chunk in splitter.split_text(seg.get_content(MetadataMode.NONE)) or []:
-            node = TextNode(text=chunk, metadata=dict(seg.metadata), id_=f"{doc_id}:u{position.get(doc_id, 0)}")
-            node.metadata[schema.POSITION] = position.get(doc_id, 0)
-            node.excluded_embed_metadata_keys = list(seg.excluded_embed_metadata_keys)
-            node.excluded_llm_metadata_keys = list(seg.excluded_llm_metadata_keys)
-            position[doc_id] = position.get(doc_id, 0) + 1
-            out.append(node)
+        doc = by_id.get(doc_id)
+        at = position.get(doc_id, 0)
+        if doc is None or schema.get_segment_kind(seg) != schema.KIND_TEXT:
+            node = seg.model_copy(deep=True)
+            node.metadata[schema.POSITION] = at
+            made = [node]
+        else:
+            span = schema.get_char_span(seg)
+            made = _chunk_into_nodes(
+                doc,
+                seg.get_content(MetadataMode.NONE),
+                span[0] if span else 0,
+                seg.metadata.get(schema.HEADING_PATH),
+                at,
+                splitter,
+                seg.metadata.get(schema.PARSE_PATH) or "layout",
+            )
+        position[doc_id] = at + len(made)
+        out.extend(made)
     return out
 
 
 def _make_cascade(cls: Any, own_heading_only: bool) -> Any:
-    # The transform's ablation switch; accept the names the design gives it.
-    if not own_heading_only:
-        return cls()
-    for kwargs in ({"mode": "no_hierarchy"}, {"hierarchy": False}, {"own_heading_only": True}):
-        try:
-            return cls(**kwargs)
-        except (TypeError, ValueError):
-            continue
-    raise TypeError("CascadingMetadataTransform has no 'no hierarchy' switch the runner knows")
+    # CascadingMetadataTransform's Table 2 switch: variant="cascade" (HCA) / "own_heading".
+    return cls(variant="own_heading" if own_heading_only else "cascade")
+
+
+class _MatrixRetriever(BaseRetriever):
+    """Exact cosine over the variant's cached unit vectors, as a LlamaIndex retriever: the
+    vector route handed to the pack's retrievers (no second embedding, no vector store)."""
+
+    def __init__(self, nodes: Sequence[BaseNode], matrix: np.ndarray, embed_model: BaseEmbedding, similarity_top_k: int = 10):
+        self._nodes, self._matrix, self._embed = list(nodes), matrix, embed_model
+        self.similarity_top_k = similarity_top_k
+        super().__init__()
+
+    def _retrieve(self, query_bundle: QueryBundle) -> List[NodeWithScore]:
+        q = _unit_rows([self._embed.get_query_embedding(query_bundle.query_str)])[0]
+        sims = self._matrix @ q
+        k = min(int(self.similarity_top_k), len(self._nodes))
+        top = np.argpartition(-sims, k - 1)[:k] if k < len(sims) else np.arange(len(sims))
+        top = top[np.argsort(-sims[top], kind="stable")]
+        return [NodeWithScore(node=self._nodes[i], score=float(sims[i])) for i in top]
+
+
+def _multi_route(ws: _Workspace, key: str) -> Any:
+    """A ``MultiRouteRetriever`` over unit set ``key`` (memoised per run)."""
+    if key not in ws.retrievers:
+        nodes = ws.unit_set(key)
+        ws.vector(key)
+        vector = _MatrixRetriever(nodes, ws.matrices[key], ws.runner.embed_model)
+        ws.retrievers[key] = _component("MultiRouteRetriever")(vector_retriever=vector, nodes=nodes)
+    return ws.retrievers[key]
 
 
 def _multi_route_scores(ws: _Workspace, key: str) -> np.ndarray:
-    """Full-ranking scores from ``MultiRouteRetriever`` over the unit set ``key``."""
-    cls = _component("MultiRouteRetriever")
-    nodes = ws.unit_set(key)
-    ws.vector(key)  # embeds the nodes (sets nothing on them) so the vector route is cached
-    retriever = cls.from_defaults(nodes=nodes, embed_model=ws.runner.embed_model) if hasattr(cls, "from_defaults") else cls(nodes=nodes, embed_model=ws.runner.embed_model)
-    ids = [n.node_id for n in nodes]
-    for method in ("full_ranking", "rank_all", "score_all"):
-        if hasattr(retriever, method):
-            out = np.zeros((len(ws.questions), len(nodes)), dtype=np.float64)
-            index = {nid: i for i, nid in enumerate(ids)}
-            for qi, question in enumerate(ws.questions):
-                ranked = getattr(retriever, method)(question)
-                for place, item in enumerate(ranked):
-                    nid, score = _id_and_score(item)
-                    if nid in index:
-                        out[qi, index[nid]] = len(ranked) - place
-            return out
-    raise TypeError("MultiRouteRetriever exposes no full-ranking method the runner knows")
-
-
-def _id_and_score(item: Any) -> Tuple[str, float]:
-    if hasattr(item, "node"):
-        return item.node.node_id, float(item.score or 0.0)
-    if isinstance(item, (tuple, list)):
-        return str(item[0]), float(item[1])
-    return str(item), 0.0
+    """Scores from ``MultiRouteRetriever.full_ranking`` (every unit, best first)."""
+    if (key, "multi_route") in ws.scores:
+        return ws.scores[(key, "multi_route")]
+    retriever = _multi_route(ws, key)
+    ids = [n.node_id for n in ws.unit_set(key)]
+    index = {nid: i for i, nid in enumerate(ids)}
+    out = np.full((len(ws.questions), len(ids)), -1.0)
+    for qi, question in enumerate(ws.runner._progress(ws.questions, f"multi-route {key}")):
+        ranked = retriever.full_ranking(question)
+        for place, nid in enumerate(ranked):
+            if nid in index:
+                out[qi, index[nid]] = float(len(ranked) - place)
+    ws.scores[(key, "multi_route")] = out
+    return out
 
 
 # --- the variants ---------------------------------------------------------------------
@@ -746,31 +803,35 @@ def _v_hca_mr(runner, ws):
 def _v_hca_graph(runner, ws):
     nodes = ws.unit_set("hca")
     base = _multi_route_scores(ws, "hca")
-    cls = _component("ChunkGraphRetriever")
-    retriever = cls.from_defaults(nodes=nodes, embed_model=runner.embed_model) if hasattr(cls, "from_defaults") else cls(nodes=nodes, embed_model=runner.embed_model)
+    retriever = _component("ChunkGraphRetriever").from_nodes(nodes, embed_model=runner.embed_model, max_nodes=max(runner.ks))
     ids = [n.node_id for n in nodes]
-    out = np.stack([
+    rows = [
         list_first_scores(base[i], [r.node.node_id for r in retriever.retrieve(q)], ids)
-        for i, q in enumerate(ws.questions)
-    ])
-    return nodes, out, "chain units first, in traversal order; then the multi-route order"
+        for i, q in enumerate(runner._progress(ws.questions, "chunk graph"))
+    ]
+    return nodes, np.stack(rows), "chain units first, in traversal order; then the multi-route order"
 
 
 def _v_hca_si(runner, ws):
-    from llama_index.core.schema import NodeWithScore, QueryBundle
+    from llama_index.core.storage.docstore import SimpleDocumentStore
 
     nodes = ws.unit_set("hca")
     base = _multi_route_scores(ws, "hca")
-    post = _component("SegmentIntegrationPostprocessor")()
+    docstore = SimpleDocumentStore()
+    docstore.add_documents(list(nodes), allow_update=True)
+    post = _component("SegmentIntegrationPostprocessor")(docstore=docstore, embed_model=runner.embed_model, relevance="embedding")
     ids = [n.node_id for n in nodes]
     rows = []
-    for i, question in enumerate(ws.questions):
-        top = np.argsort(-base[i])[:50]
+    for i, question in enumerate(runner._progress(ws.questions, "segment integration")):
+        top = np.argsort(-base[i], kind="stable")[:SI_CANDIDATES]
         candidates = [NodeWithScore(node=nodes[j], score=float(base[i, j])) for j in top]
         merged = post.postprocess_nodes(candidates, query_bundle=QueryBundle(question))
         listed = [nid for seg in merged for nid in (seg.node.metadata.get(schema.SEGMENT_NODE_IDS) or [seg.node.node_id])]
         rows.append(list_first_scores(base[i], listed, ids))
-    return nodes, np.stack(rows), "units of the integrated segments first; then the multi-route order"
+    return nodes, np.stack(rows), (
+        f"units of the integrated segments first (from the multi-route top {SI_CANDIDATES}, relevance = "
+        "embedding cosine); then the multi-route order"
+    )
 
 
 VARIANTS: Tuple[VariantSpec, ...] = (
