@@ -448,8 +448,8 @@ class AblationResult:
             if ranks.size:
                 ax.step(ranks, np.arange(1, ranks.size + 1) / ranks.size, where="post", label=v.name, color=color)
         ax.set_xscale("log")
-        ax.set_xlabel("rank of the gold evidence among all units (log)")
-        ax.set_ylabel("share of gold items at or above rank")
+        ax.set_xlabel("r: rank of the gold evidence among all N units (log scale)")
+        ax.set_ylabel("share of gold items ranked <= r")
         ax.set_title(f"Gold rank distribution, {self.dataset}")
         ax.legend(fontsize=7)
         ax.grid(alpha=0.3)
