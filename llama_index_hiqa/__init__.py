@@ -32,8 +32,8 @@ _EXPORTS: Dict[str, str] = {
     # "LayoutMarkdownParser": "llama_index_hiqa.parsers.layout_markdown",
     #
     # -- TextRAG sectioning and context headers (issue 4)
-    # "LineNumberSegmentParser": "llama_index_hiqa.parsers.line_number_segment",
-    # "ContextHeaderTransform": "llama_index_hiqa.transforms.context_header",
+    "LineNumberSegmentParser": "llama_index_hiqa.parsers.line_number_segment",
+    "ContextHeaderTransform": "llama_index_hiqa.transforms.context_header",
     #
     # -- HiQA cascading metadata (issue 5)
     # "CascadingMetadataTransform": "llama_index_hiqa.transforms.cascading_metadata",
