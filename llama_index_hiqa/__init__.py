@@ -61,7 +61,9 @@ _EXPORTS: Dict[str, str] = {
     "RerankerError": "llama_index_hiqa.errors",
     #
     # -- evaluation (issue 9)
-    # "FaithfulnessScoreEvaluator": "llama_index_hiqa.evaluation.faithfulness",
+    "FaithfulnessScoreEvaluator": "llama_index_hiqa.evaluation.faithfulness",
+    "EvaluationInputError": "llama_index_hiqa.errors",
+    "AblationRunner": "llama_index_hiqa.evaluation.runner",
     #
     # -- the pack (issue 10)
     # "HiQAPack": "llama_index_hiqa.pack",

@@ -79,3 +79,8 @@ class RerankerError(HiQAError):
         self.source = source
         self.reason = reason
         super().__init__(f"{source} reranking failed: {reason}")
+
+
+class EvaluationInputError(HiQAError, ValueError):
+    """An evaluator or benchmark got unusable input (empty answer, no context, no questions,
+    gold evidence that names nothing); the message says which input and why."""
