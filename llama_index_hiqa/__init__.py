@@ -66,7 +66,10 @@ _EXPORTS: Dict[str, str] = {
     "AblationRunner": "llama_index_hiqa.evaluation.runner",
     #
     # -- the pack (issue 10)
-    # "HiQAPack": "llama_index_hiqa.pack",
+    "HiQAPack": "llama_index_hiqa.pack",
+    "HiQAPackConfig": "llama_index_hiqa.pack",
+    "PackStoreError": "llama_index_hiqa.errors",
+    "EmptyCorpusError": "llama_index_hiqa.errors",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Union
+from typing import Any, Union
 
 
 class HiQAError(Exception):
@@ -84,3 +84,24 @@ class RerankerError(HiQAError):
 class EvaluationInputError(HiQAError, ValueError):
     """An evaluator or benchmark got unusable input (empty answer, no context, no questions,
     gold evidence that names nothing); the message says which input and why."""
+
+
+class PackStoreError(HiQAError, FileNotFoundError):
+    """A HiQAPack persist folder is missing, incomplete or was written by another version.
+    ``path`` names the folder."""
+
+    def __init__(self, path: Any, reason: str) -> None:
+        self.path = path
+        self.reason = reason
+        super().__init__(f"{path}: {reason}")
+
+
+class EmptyCorpusError(HiQAError, ValueError):
+    """HiQAPack was given no readable document (an empty folder, or every file failed);
+    ``failures`` lists the files that could not be read."""
+
+    def __init__(self, source: Any, failures: Any = ()) -> None:
+        self.source = source
+        self.failures = list(failures)
+        detail = f"; {len(self.failures)} file(s) unreadable: " + "; ".join(map(str, self.failures[:3])) if self.failures else ""
+        super().__init__(f"{source}: no readable .pdf/.md/.txt document{detail}")
