@@ -20,6 +20,12 @@ KERNEL = "hiqa-test-python"
 
 
 @pytest.fixture(scope="module")
+def shared_cache(tmp_path_factory):
+    """One embedding cache for all notebooks: they embed the same demo chunks."""
+    return tmp_path_factory.mktemp("hiqa-cache")
+
+
+@pytest.fixture(scope="module")
 def kernel_name(tmp_path_factory):
     root = tmp_path_factory.mktemp("jupyter")
     spec_dir = root / "kernels" / KERNEL
@@ -53,11 +59,12 @@ def test_there_are_five_notebooks():
 
 @pytest.mark.slow
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
-def test_notebook_runs(path, kernel_name, monkeypatch):
+def test_notebook_runs(path, kernel_name, shared_cache, monkeypatch):
     import nbformat
     from nbclient import NotebookClient
 
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)  # API-key cells must skip, not fail
+    monkeypatch.setenv("HIQA_CACHE_DIR", str(shared_cache))
     notebook = nbformat.read(path, as_version=4)
     client = NotebookClient(
         notebook, kernel_name=kernel_name, timeout=300, resources={"metadata": {"path": str(EXAMPLES)}}
