@@ -49,6 +49,7 @@ from llama_index_hiqa.transforms.cascading_metadata import CascadingMetadataTran
 VARIANTS = ("none", "own_heading", "cascade")
 LABELS = {"none": "Original RAG (no metadata)", "own_heading": "No Hierarchy (own heading)",
           "cascade": "HCA cascade"}
+COLORS = {"none": "tab:blue", "own_heading": "tab:orange", "cascade": "tab:green"}
 DEFAULT_COMPANIES = ("Amcor", "Best Buy", "Johnson & Johnson", "Boeing")
 PNG = Path(__file__).resolve().parent / "cascade_ranks.png"
 DOC_TYPES = {"10k": "10-K", "10q": "10-Q", "8k": "8-K", "earnings": "Earnings Release"}
@@ -257,6 +258,7 @@ def plot(results: Dict[str, Dict[str, Dict]]) -> None:
         for variant, result in by_variant.items():
             ranks = np.sort(np.asarray(result["ranks"]))
             ax.step(ranks, np.arange(1, len(ranks) + 1) / len(ranks), where="post",
+                    color=COLORS[variant],
                     label=f"{LABELS[variant]} (median {np.median(ranks):.0f})")
         ax.set_xscale("log")
         ax.set_xlabel(f"rank of the gold segment among {next(iter(by_variant.values()))['n']:,}")
@@ -305,8 +307,10 @@ def main() -> None:
                 dict(zip(HEADERS, summary_row(variant, results[corpus.name][variant]))), default=str))
         rows = [summary_row(LABELS[v], r) for v, r in results[corpus.name].items()]
         tables = results[corpus.name].get("cascade", {}).get("tables", 0)
-        body.append(f"\n### {corpus.name}\n\n{corpus.note}; {tables} segments are whole "
-                    f"Markdown tables embedded by labels (appendix A.4).\n\n" + markdown_table(HEADERS, rows))
+        table_note = (f"; {tables} segments are whole Markdown tables, embedded by their "
+                      "labels (appendix A.4)") if tables else ""
+        body.append(f"\n### {corpus.name}\n\n{corpus.note}{table_note}.\n\n"
+                    + markdown_table(HEADERS, rows))
         base = results[corpus.name]["none"]
         hca = results[corpus.name]["cascade"]
         better = sum(h < b for h, b in zip(hca["ranks"], base["ranks"]))

@@ -100,6 +100,14 @@ def test_skipped_levels_h1_then_h3_nest_under_the_h1():
     assert ordering.metadata[schema.HEADING_CASCADE] == "NX-2040 Datasheet > Appendix"
 
 
+def test_heading_with_a_slash_is_one_level():
+    text = "# Board\n## 3 Input/Output\nPins.\n### 3.1 GPIO\nEight pins."
+    out = CascadingMetadataTransform()(_md_nodes(text))
+    gpio = _by_cascade_suffix(out, "Eight pins")
+    assert [h.label() for h in schema.get_heading_path(gpio)] == ["Board", "3 Input/Output", "3.1 GPIO"]
+    assert gpio.metadata[schema.HEADING_CASCADE] == "Board > 3 Input/Output"
+
+
 def test_algorithm2_walk_over_plain_chunks_gives_continuations_their_section():
     # SentenceSplitter chunks carry no header_path: the walk over the document in order
     # must close H3s on the next H2/H1 and hand the path to chunks without a heading line.
@@ -424,3 +432,31 @@ def test_bm25_tells_near_identical_documents_apart_only_with_the_cascade():
     plain = CascadingMetadataTransform(variant="none")(corpus())
     texts = {n.get_content(MetadataMode.EMBED) for n in plain if "Supply voltage" in n.text}
     assert len(texts) == 1  # without the cascade the three sections are indistinguishable
+
+
+def test_combined_header_with_context_header_transform_in_either_order():
+    from llama_index_hiqa.transforms.context_header import ContextHeaderTransform
+
+    summary = "This document is about: the NX-2040 buck converter."
+
+    def answer(prompt):
+        if "summarize the content of the document" in prompt:
+            return summary
+        raise AssertionError(f"unexpected prompt: {prompt[:80]}")
+
+    def header_lines(order):
+        context = ContextHeaderTransform(
+            llm=ScriptedLLM(answer), generate_title=False, section_summaries=False,
+            use_cache=False,
+        )
+        steps = [CascadingMetadataTransform(), context]
+        nodes = _md_nodes(file_name="nx2040.md")
+        for step in steps if order == "cascade first" else reversed(steps):
+            nodes = step(nodes)
+        node = _by_cascade_suffix(nodes, "Supply voltage")
+        return node.get_content(MetadataMode.EMBED).split("\n\n")[0].splitlines(), node
+
+    for order in ("cascade first", "context first"):
+        lines, node = header_lines(order)
+        assert lines == ["NX-2040 Datasheet > 4 Specifications", summary], order
+        assert node.text.startswith("### 4.2 Electrical characteristics")

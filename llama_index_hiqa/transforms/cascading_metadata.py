@@ -444,11 +444,22 @@ class CascadingMetadataTransform(TransformComponent):
         own = parse_heading_text(first[1], first[0]) if first else None
         header_path = node.metadata.get(LLAMA_INDEX_HEADER_PATH)
         if isinstance(header_path, str):
-            names = [n for n in header_path.split("/") if _clean(n)]
-            ancestors = []
-            for depth, name in enumerate(names):
-                known = next((h for h in stack if _norm(h.label()) == _norm(name)), None)
-                ancestors.append(known or parse_heading_text(name, depth + 1))
+            # Prefer the running path when it spells header_path: a heading that contains
+            # the separator ("Input/Output") would be cut in two by splitting on "/".
+            wanted = _norm(header_path)
+            known_prefix = next(
+                (stack[:k] for k in range(len(stack), -1, -1)
+                 if _norm(" ".join(h.label() for h in stack[:k])) == wanted),
+                None,
+            )
+            if known_prefix is not None:
+                ancestors = list(known_prefix)
+            else:
+                names = [n for n in header_path.split("/") if _clean(n)]
+                ancestors = []
+                for depth, name in enumerate(names):
+                    known = next((h for h in stack if _norm(h.label()) == _norm(name)), None)
+                    ancestors.append(known or parse_heading_text(name, depth + 1))
             if own is not None:
                 return ancestors + [own]
             # A continuation chunk of a split section: same ancestors as the running
