@@ -69,8 +69,9 @@ class DefaultChainScorer(ChainScorer):
     """Training-free scorer: ``score = Σ weight_i · feature_i``.
 
     The weights favour neighbours close to the question (the answer chunk usually shares its
-    topic), then chunks that cover question keywords the path has not covered yet (the bridge
-    to the next piece of evidence), then the path and the edge weights as tie-breakers. With
+    topic), then chunks that cover question keywords the path has not covered yet and chunks
+    linked by shared keywords (the bridge to the next piece of evidence, IIER's keyword
+    interaction), then the path and the other edge weights as tie-breakers. With
     all-MiniLM-L6-v2 a related chunk has a question cosine of about 0.4-0.7 and an unrelated
     one about 0-0.2, hence the default stopping threshold.
     """
@@ -80,7 +81,11 @@ class DefaultChainScorer(ChainScorer):
     sim_current: float = Field(default=0.0, description="Weight of cosine(current node, neighbour).")
     structural: float = Field(default=0.05, description="Weight of the structural edge (0/1).")
     semantic: float = Field(default=0.05, description="Weight of the semantic edge's cosine.")
-    keyword: float = Field(default=0.05, description="Weight of log(1 + shared keywords).")
+    keyword: float = Field(
+        default=0.25,
+        description="Weight of log(1 + shared keywords) (chosen on held-out questions: 0.2-0.4 "
+        "all within noise, 0.05 clearly worse).",
+    )
     new_question_keywords: float = Field(
         default=0.3, description="Weight of the share of still uncovered question keywords covered."
     )
