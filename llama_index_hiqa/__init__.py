@@ -39,8 +39,12 @@ _EXPORTS: Dict[str, str] = {
     # "CascadingMetadataTransform": "llama_index_hiqa.transforms.cascading_metadata",
     #
     # -- HiQA multi-route retrieval and critical keywords (issue 6)
-    # "CriticalKeywordExtractor": "llama_index_hiqa.transforms.critical_keywords",
-    # "MultiRouteRetriever": "llama_index_hiqa.retrievers.multi_route",
+    "CriticalKeywordExtractor": "llama_index_hiqa.transforms.critical_keywords",
+    "KeywordIndex": "llama_index_hiqa.transforms.critical_keywords",
+    "normalize_keyword": "llama_index_hiqa.transforms.critical_keywords",
+    "MultiRouteRetriever": "llama_index_hiqa.retrievers.multi_route",
+    "MultiRouteConfig": "llama_index_hiqa.retrievers.multi_route",
+    "RetrievalRouteError": "llama_index_hiqa.errors",
     #
     # -- IIER chunk graph (issue 7)
     # "ChunkInteractionGraph": "llama_index_hiqa.retrievers.chunk_graph",

@@ -47,6 +47,15 @@ class UnknownNodeError(HiQAError, KeyError):
     """A node id that the index, docstore or graph does not hold."""
 
 
+class RetrievalRouteError(HiQAError):
+    """Every route of a multi-route retriever failed. ``errors`` maps route name -> exception."""
+
+    def __init__(self, errors: dict) -> None:
+        self.errors = dict(errors)
+        detail = "; ".join(f"{name}: {type(exc).__name__}: {exc}" for name, exc in self.errors.items())
+        super().__init__(f"every retrieval route failed ({detail})")
+
+
 class EvaluationInputError(HiQAError, ValueError):
     """An evaluator or benchmark got unusable input (empty answer, no context, no questions,
     gold evidence that names nothing); the message says which input and why."""

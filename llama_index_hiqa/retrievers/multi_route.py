@@ -1,0 +1,586 @@
+"""MultiRouteRetriever: HiQA's Multi-Route Retriever as a drop-in LlamaIndex retriever.
+
+HiQA (``papers/hiqa-paper.md`` §Multi-Route Retriever) retrieves by three routes that
+"gradually weaken in retrieving semantic-level information and enhance in retrieving
+character-level information" and re-ranks with formula (2)::
+
+    score = α·score_v + (1 − α)·score_r + β·log(1 + |C|)
+
+* **vector** — any LlamaIndex retriever (so any vector store, local or remote), or one built
+  from a ``VectorStoreIndex``;
+* **bm25** — ``llama-index-retrievers-bm25``'s ``BM25Retriever`` over the embedding view
+  (``MetadataMode.EMBED``, so the heading cascade is searchable), or bm25s with a tokenizer
+  of your own; its zero-score padding is dropped;
+* **keywords** — critical keywords (CNED, :class:`~llama_index_hiqa.CriticalKeywordExtractor`)
+  of the query matched against each node's keyword set through an inverted index; ``|C|`` is
+  the number of the query's keywords a node holds.
+
+Fusion modes: ``"hiqa"`` (formula 2, see :mod:`~llama_index_hiqa.retrievers.fusion` for the
+normalisation and ``beta="auto"``), ``"rrf"`` (weighted reciprocal rank fusion, k = 60, seed
+hybrid paper §III.B), ``"relative_score"`` and ``"dist_based_score"`` (as LlamaIndex defines
+them). Each returned node carries ``metadata[schema.ROUTE_SCORES]`` =
+``{"vector": .., "bm25": .., "keywords": |C|, "fused": ..}`` (raw route scores, ``None`` where
+a route did not return the node), hidden from the embedding and LLM views.
+
+A route that raises is logged (with its traceback) and skipped; the others still answer;
+:attr:`MultiRouteRetriever.last_route_errors` keeps what failed. Only when every route fails
+does retrieval raise :class:`~llama_index_hiqa.errors.RetrievalRouteError`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import json
+import logging
+import math
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Literal, Optional, Sequence, Tuple, Union
+
+import numpy as np
+from llama_index.core.base.base_retriever import BaseRetriever
+from llama_index.core.bridge.pydantic import BaseModel, ConfigDict, Field
+from llama_index.core.callbacks.base import CallbackManager
+from llama_index.core.indices.vector_store.base import VectorStoreIndex
+from llama_index.core.schema import BaseNode, MetadataMode, NodeWithScore, QueryBundle
+from llama_index.core.storage.docstore.types import BaseDocumentStore
+
+from llama_index_hiqa import schema
+from llama_index_hiqa.errors import RetrievalRouteError, UnknownNodeError
+from llama_index_hiqa.retrievers import fusion
+from llama_index_hiqa.transforms.critical_keywords import CriticalKeywordExtractor, KeywordIndex
+
+logger = logging.getLogger(__name__)
+
+VECTOR, BM25, KEYWORDS = "vector", "bm25", "keywords"
+ROUTES = (VECTOR, BM25, KEYWORDS)
+FusionMode = Literal["hiqa", "rrf", "relative_score", "dist_based_score"]
+CONFIG_FILENAME = "multi_route.json"
+BM25_DIRNAME = "bm25"
+
+
+class MultiRouteConfig(BaseModel):
+    """Settings of :class:`MultiRouteRetriever` (persisted with it)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    similarity_top_k: int = Field(default=10, ge=1, description="Nodes returned per query.")
+    candidates_per_route: int = Field(
+        default=100,
+        ge=1,
+        description="Candidates each route contributes before fusion (well above top_k, so a "
+        "node ranked low by one route can be lifted by the others).",
+    )
+    mode: FusionMode = Field(
+        default="hiqa",
+        description="'hiqa' (formula 2), 'rrf' (weighted reciprocal rank, k=60), "
+        "'relative_score' or 'dist_based_score' (LlamaIndex's definitions).",
+    )
+    alpha: float = Field(
+        default=0.7,
+        ge=0.0,
+        le=1.0,
+        description="HiQA α: weight of the vector score against BM25. The paper raises α for "
+        "well-structured collections (heading cascade in the embedding), lowers it otherwise.",
+    )
+    beta: Union[float, Literal["auto"]] = Field(
+        default="auto",
+        description="HiQA β: weight of the keyword bonus log(1+|C|). 'auto' ties it to "
+        "|documents| / average pages (fusion.auto_beta): more, shorter documents -> larger β.",
+    )
+    beta_min: float = Field(default=0.5, ge=0.0, description="β for beta='auto' as |D|/pages -> 0.")
+    beta_max: float = Field(default=2.0, ge=0.0, description="β for beta='auto' as |D|/pages -> ∞.")
+    route_weights: Dict[str, float] = Field(
+        default_factory=lambda: {VECTOR: 1.0, BM25: 1.0, KEYWORDS: 1.0},
+        description="Per-route weights of the 'rrf', 'relative_score' and 'dist_based_score' modes.",
+    )
+    rrf_k: float = Field(default=fusion.RRF_K, gt=0, description="k of reciprocal rank fusion.")
+    use_bm25: bool = Field(default=True, description="Ask the BM25 route.")
+    use_keywords: bool = Field(default=True, description="Ask the critical-keyword route.")
+    bm25_language: str = Field(default="en", description="Stop-word language of the default BM25 tokenizer.")
+
+
+def _with_top_k(retriever: BaseRetriever, top_k: int) -> BaseRetriever:
+    """A shallow copy of ``retriever`` asking for ``top_k`` results, when it has that knob."""
+    for attribute in ("similarity_top_k", "_similarity_top_k", "top_k"):
+        if hasattr(retriever, attribute):
+            clone = copy.copy(retriever)
+            try:
+                setattr(clone, attribute, top_k)
+                return clone
+            except (AttributeError, TypeError, ValueError):
+                continue
+    return retriever
+
+
+class _BM25Route:
+    """The BM25 route: LlamaIndex's ``BM25Retriever`` (default) or bm25s with a custom tokenizer.
+
+    We score through the underlying ``bm25s.BM25`` rather than ``BM25Retriever.retrieve``:
+    the latter rebuilds every node from its stored JSON on each call and pads its top-k with
+    zero-score nodes; we need only ids and real scores (and, for the full ranking, all of them).
+    """
+
+    def __init__(self, retriever: Any, node_ids: List[str], tokenizer: Optional[Callable[[str], List[str]]]):
+        self.retriever = retriever
+        self.node_ids = node_ids
+        self.tokenizer = tokenizer
+
+    @classmethod
+    def build(
+        cls,
+        nodes: Sequence[BaseNode],
+        tokenizer: Optional[Callable[[str], List[str]]] = None,
+        language: str = "en",
+    ) -> "_BM25Route":
+        from llama_index.retrievers.bm25 import BM25Retriever
+
+        node_ids = [n.node_id for n in nodes]
+        if tokenizer is None:
+            retriever = BM25Retriever(nodes=list(nodes), language=language, similarity_top_k=1)
+        else:
+            import bm25s
+
+            bm25 = bm25s.BM25()
+            tokens = [tokenizer(n.get_content(metadata_mode=MetadataMode.EMBED)) or [""] for n in nodes]
+            bm25.index(tokens, show_progress=False)
+            bm25.corpus = [{"node_id": i} for i in node_ids]
+            retriever = BM25Retriever(existing_bm25=bm25, similarity_top_k=1)
+        return cls(retriever, node_ids, tokenizer)
+
+    def _query_tokens(self, query: str) -> List[str]:
+        if self.tokenizer is not None:
+            return list(self.tokenizer(query))
+        import bm25s
+
+        retriever = self.retriever
+        tokens = bm25s.tokenize(
+            [query],
+            stemmer=None if retriever.skip_stemming else retriever.stemmer,
+            token_pattern=retriever.token_pattern,
+            return_ids=False,
+            show_progress=False,
+        )
+        return list(tokens[0]) if tokens else []
+
+    def all_scores(self, query: str) -> np.ndarray:
+        """BM25 score of every indexed node (in ``node_ids`` order)."""
+        bm25 = self.retriever.bm25
+        ids = bm25.get_tokens_ids(self._query_tokens(query))
+        if not ids:
+            return np.zeros(len(self.node_ids), dtype=np.float32)
+        return np.asarray(bm25.get_scores_from_ids(ids), dtype=np.float32)
+
+    def top(self, query: str, n: int) -> Dict[str, float]:
+        """The best ``n`` nodes with a positive score (the zero-score padding dropped)."""
+        scores = self.all_scores(query)
+        n = min(n, len(scores))
+        if n <= 0:
+            return {}
+        best = np.argpartition(-scores, n - 1)[:n] if n < len(scores) else np.arange(len(scores))
+        best = best[np.argsort(-scores[best], kind="stable")]
+        return {self.node_ids[i]: float(scores[i]) for i in best if scores[i] > 0}
+
+    def persist(self, path: Path) -> None:
+        path.mkdir(parents=True, exist_ok=True)
+        self.retriever.persist(str(path))
+        (path / "node_ids.json").write_text(json.dumps(self.node_ids), encoding="utf-8")
+
+    @classmethod
+    def load(cls, path: Path, tokenizer: Optional[Callable[[str], List[str]]] = None) -> "_BM25Route":
+        import bm25s
+        from llama_index.retrievers.bm25 import BM25Retriever
+
+        bm25 = bm25s.BM25.load(str(path), load_corpus=True)
+        retriever = BM25Retriever(existing_bm25=bm25, similarity_top_k=1)
+        node_ids = json.loads((path / "node_ids.json").read_text(encoding="utf-8"))
+        return cls(retriever, node_ids, tokenizer)
+
+
+class MultiRouteRetriever(BaseRetriever):
+    """Vector + BM25 + critical-keyword retrieval fused by HiQA's formula or rank fusion.
+
+    Put it where your vector retriever was::
+
+        retriever = MultiRouteRetriever.from_index(index, similarity_top_k=5)
+        nodes = retriever.retrieve("OPT3004 ambient light sensor supply current")
+
+    ``nodes`` (or ``docstore``) are the indexed nodes, needed by the BM25 and keyword routes;
+    ``from_index`` takes them from the index's docstore. Nodes without
+    ``schema.CRITICAL_KEYWORDS`` get them from ``keyword_extractor`` at construction.
+    """
+
+    def __init__(
+        self,
+        vector_retriever: Optional[BaseRetriever] = None,
+        nodes: Optional[Sequence[BaseNode]] = None,
+        docstore: Optional[BaseDocumentStore] = None,
+        keyword_extractor: Optional[CriticalKeywordExtractor] = None,
+        keyword_index: Optional[KeywordIndex] = None,
+        bm25_tokenizer: Optional[Callable[[str], List[str]]] = None,
+        config: Optional[MultiRouteConfig] = None,
+        callback_manager: Optional[CallbackManager] = None,
+        verbose: bool = False,
+        _bm25_route: Optional[_BM25Route] = None,
+        **settings: Any,
+    ) -> None:
+        # Settings may come as a config object and/or keyword arguments (validated either way).
+        self.config = MultiRouteConfig(**{**(config or MultiRouteConfig()).model_dump(), **settings})
+        if nodes is None and docstore is not None:
+            nodes = list(docstore.docs.values())
+        self._nodes: Dict[str, BaseNode] = {n.node_id: n for n in (nodes or [])}
+        if vector_retriever is None and not self._nodes:
+            raise ValueError("MultiRouteRetriever needs a vector retriever, or nodes, or both")
+        self._vector_retriever = vector_retriever
+        self.keyword_extractor = keyword_extractor or CriticalKeywordExtractor()
+        self._bm25_tokenizer = bm25_tokenizer
+        self.last_route_errors: Dict[str, BaseException] = {}
+
+        nodes_list = list(self._nodes.values())
+        if not nodes_list and (self.config.use_bm25 or self.config.use_keywords):
+            logger.warning(
+                "MultiRouteRetriever got no nodes: the BM25 and keyword routes are off "
+                "(pass nodes=, docstore= or use from_index)"
+            )
+        if self.config.use_keywords:
+            if keyword_index is None:
+                missing = [n for n in nodes_list if schema.CRITICAL_KEYWORDS not in n.metadata]
+                if missing:
+                    self.keyword_extractor(missing)
+                keyword_index = KeywordIndex.from_nodes(nodes_list)
+            self._check_known(keyword_index.node_ids, "keyword index")
+        self._keyword_index = keyword_index or KeywordIndex()
+        self._bm25: Optional[_BM25Route] = _bm25_route
+        if self._bm25 is None and self.config.use_bm25 and nodes_list:
+            self._bm25 = _BM25Route.build(nodes_list, bm25_tokenizer, self.config.bm25_language)
+        if self._bm25 is not None:
+            self._check_known(self._bm25.node_ids, "BM25 index")
+        self._beta_value = self._resolve_beta()
+        super().__init__(callback_manager=callback_manager, verbose=verbose)
+
+    # -- construction ----------------------------------------------------------------------
+    @classmethod
+    def from_index(
+        cls, index: VectorStoreIndex, nodes: Optional[Sequence[BaseNode]] = None, **kwargs: Any
+    ) -> "MultiRouteRetriever":
+        """Vector route from ``index.as_retriever``; BM25/keywords over its docstore (or ``nodes``).
+
+        Vector stores that keep the text outside the docstore (``store_nodes_override`` off)
+        leave the docstore empty: pass ``nodes`` then.
+        """
+        config = kwargs.pop("config", None) or MultiRouteConfig()
+        updates = {k: kwargs.pop(k) for k in list(kwargs) if k in MultiRouteConfig.model_fields}
+        config = MultiRouteConfig(**{**config.model_dump(), **updates})
+        vector = index.as_retriever(similarity_top_k=config.candidates_per_route)
+        if nodes is None:
+            nodes = list(index.docstore.docs.values())
+        return cls(vector_retriever=vector, nodes=nodes, config=config, **kwargs)
+
+    def _check_known(self, node_ids: Sequence[str], what: str) -> None:
+        if not self._nodes:
+            return
+        unknown = [i for i in node_ids if i not in self._nodes]
+        if unknown:
+            raise UnknownNodeError(
+                f"{len(unknown)} node id(s) of the {what} are not among the retriever's nodes "
+                f"(first: {unknown[:3]}); rebuild the index or pass the matching docstore"
+            )
+
+    def _resolve_beta(self) -> float:
+        beta = self.config.beta
+        if beta != "auto":
+            return float(beta)
+        n_docs, avg_pages = self.collection_shape()
+        return fusion.auto_beta(n_docs, avg_pages, self.config.beta_min, self.config.beta_max)
+
+    def collection_shape(self) -> Tuple[int, float]:
+        """``(|D|, average pages per document)`` of the indexed nodes.
+
+        Pages come from ``schema.PAGE_END``; a document without page facts counts one page
+        per node (a node is then the closest unit of length we know).
+        """
+        pages: Dict[str, int] = {}
+        counts: Dict[str, int] = {}
+        for node in self._nodes.values():
+            doc = schema.get_document_id(node) or node.node_id
+            counts[doc] = counts.get(doc, 0) + 1
+            page_range = schema.get_page_range(node)
+            if page_range is not None:
+                pages[doc] = max(pages.get(doc, 0), page_range[1] + 1)
+        if not counts:
+            return 0, 1.0
+        per_doc = [pages.get(doc, counts[doc]) for doc in counts]
+        return len(counts), sum(per_doc) / len(per_doc)
+
+    @property
+    def beta(self) -> float:
+        """The β in use (``beta="auto"`` resolved for this collection)."""
+        return self._beta_value
+
+    @property
+    def keyword_index(self) -> KeywordIndex:
+        return self._keyword_index
+
+    # -- routes ----------------------------------------------------------------------------
+    def _vector_scores(self, query: QueryBundle, n: int) -> Tuple[Dict[str, float], Dict[str, BaseNode]]:
+        if self._vector_retriever is None:
+            return {}, {}
+        results = _with_top_k(self._vector_retriever, n).retrieve(query)
+        return self._collect(results)
+
+    async def _avector_scores(self, query: QueryBundle, n: int) -> Tuple[Dict[str, float], Dict[str, BaseNode]]:
+        if self._vector_retriever is None:
+            return {}, {}
+        results = await _with_top_k(self._vector_retriever, n).aretrieve(query)
+        return self._collect(results)
+
+    @staticmethod
+    def _collect(results: Sequence[NodeWithScore]) -> Tuple[Dict[str, float], Dict[str, BaseNode]]:
+        scores: Dict[str, float] = {}
+        seen: Dict[str, BaseNode] = {}
+        for result in results:
+            node_id = result.node.node_id
+            score = float(result.score if result.score is not None else 0.0)
+            if node_id not in scores or score > scores[node_id]:  # duplicates merged by id
+                scores[node_id] = score
+                seen[node_id] = result.node
+        return scores, seen
+
+    def _bm25_scores(self, query: QueryBundle, n: int) -> Dict[str, float]:
+        if self._bm25 is None or not self.config.use_bm25:
+            return {}
+        return self._bm25.top(query.query_str, n)
+
+    def _keyword_counts(self, query: QueryBundle) -> Tuple[List[str], Dict[str, int]]:
+        if not self.config.use_keywords:
+            return [], {}
+        keywords = self.keyword_extractor.extract_query(query.query_str)
+        return keywords, self._keyword_index.match_counts(keywords)
+
+    def _run_route(self, name: str, func: Callable[[], Any], empty: Any) -> Any:
+        try:
+            return func()
+        except Exception as exc:  # noqa: BLE001 - a failing route must not sink the others
+            logger.exception("MultiRouteRetriever: the %s route failed; fusing the others", name)
+            self.last_route_errors[name] = exc
+            return empty
+
+    # -- fusion ----------------------------------------------------------------------------
+    def _fuse(
+        self,
+        vector: Dict[str, float],
+        bm25: Dict[str, float],
+        counts: Dict[str, int],
+        top_k: Optional[int],
+        candidates: Optional[Sequence[str]] = None,
+    ) -> List[Tuple[str, float]]:
+        config = self.config
+        if candidates is None:
+            # The keyword route contributes its best-matching nodes as candidates too (ties in
+            # |C| broken by node id, so the pool is deterministic).
+            keyword_top = sorted(counts.items(), key=lambda it: (-it[1], it[0]))[: config.candidates_per_route]
+            candidates = list(dict.fromkeys([*vector, *bm25, *(i for i, _ in keyword_top)]))
+            keyword_scores = {i: float(c) for i, c in keyword_top}
+        else:
+            keyword_scores = {i: float(counts[i]) for i in candidates if counts.get(i)}
+        if config.mode == "hiqa":
+            fused = fusion.hiqa_fusion(vector, bm25, counts, config.alpha, self._beta_value, candidates)
+        elif config.mode == "rrf":
+            rankings = {
+                VECTOR: fusion.rank_ids(vector),
+                BM25: fusion.rank_ids(bm25),
+                KEYWORDS: fusion.rank_ids(keyword_scores),
+            }
+            ranks = {KEYWORDS: fusion.ranks_from_scores(keyword_scores)}
+            fused = fusion.reciprocal_rank_fusion(rankings, config.route_weights, config.rrf_k, ranks)
+        else:
+            route_scores = {VECTOR: vector, BM25: bm25, KEYWORDS: keyword_scores}
+            fuse = (
+                fusion.relative_score_fusion
+                if config.mode == "relative_score"
+                else fusion.dist_based_score_fusion
+            )
+            fused = fuse(route_scores, config.route_weights)
+        # Rank fusion scores every node a route returned; only the candidates are ranked here.
+        fused = {node_id: fused.get(node_id, 0.0) for node_id in candidates}
+        ordered = fusion.rank_ids(fused, top_k)
+        return [(node_id, fused[node_id]) for node_id in ordered]
+
+    def _results(
+        self,
+        fused: List[Tuple[str, float]],
+        vector: Dict[str, float],
+        bm25: Dict[str, float],
+        counts: Dict[str, int],
+        vector_nodes: Dict[str, BaseNode],
+    ) -> List[NodeWithScore]:
+        out = []
+        for node_id, score in fused:
+            node = self._nodes.get(node_id) or vector_nodes.get(node_id)
+            if node is None:  # an id no route can turn into a node: report, don't invent text
+                logger.warning("MultiRouteRetriever: node %s is unknown; skipped", node_id)
+                continue
+            # A copy, so per-query provenance never leaks into the shared node objects.
+            node = node.model_copy()
+            node.metadata = dict(node.metadata)
+            node.excluded_embed_metadata_keys = list(node.excluded_embed_metadata_keys)
+            node.excluded_llm_metadata_keys = list(node.excluded_llm_metadata_keys)
+            node.metadata[schema.ROUTE_SCORES] = {
+                VECTOR: vector.get(node_id),
+                BM25: bm25.get(node_id),
+                KEYWORDS: int(counts.get(node_id, 0)),
+                "fused": score,
+            }
+            schema.hide_from_views(node, (schema.ROUTE_SCORES,))
+            out.append(NodeWithScore(node=node, score=score))
+        return out
+
+    def _finish(self, vector, vector_nodes, bm25, counts) -> List[NodeWithScore]:
+        enabled = [VECTOR] if self._vector_retriever is not None else []
+        enabled += [BM25] if self._bm25 is not None and self.config.use_bm25 else []
+        enabled += [KEYWORDS] if self.config.use_keywords else []
+        if enabled and all(route in self.last_route_errors for route in enabled):
+            raise RetrievalRouteError(dict(self.last_route_errors))
+        fused = self._fuse(vector, bm25, counts, self.config.similarity_top_k)
+        return self._results(fused, vector, bm25, counts, vector_nodes)
+
+    # -- BaseRetriever ---------------------------------------------------------------------
+    def _retrieve(self, query_bundle: QueryBundle) -> List[NodeWithScore]:
+        """Routes in threads (no event loop needed, so it also works inside notebooks)."""
+        self.last_route_errors = {}
+        if not (query_bundle.query_str or "").strip():
+            return []  # nothing to rank by: documented fallback, no route is asked
+        n = self.config.candidates_per_route
+        with ThreadPoolExecutor(max_workers=3) as pool:
+            vec_f = pool.submit(self._run_route, VECTOR, lambda: self._vector_scores(query_bundle, n), ({}, {}))
+            bm_f = pool.submit(self._run_route, BM25, lambda: self._bm25_scores(query_bundle, n), {})
+            kw_f = pool.submit(self._run_route, KEYWORDS, lambda: self._keyword_counts(query_bundle), ([], {}))
+            (vector, vector_nodes), bm25, (_, counts) = vec_f.result(), bm_f.result(), kw_f.result()
+        return self._finish(vector, vector_nodes, bm25, counts)
+
+    async def _aretrieve(self, query_bundle: QueryBundle) -> List[NodeWithScore]:
+        """The three routes concurrently: the vector route's own async path, BM25 and the
+        keyword extraction in worker threads."""
+        self.last_route_errors = {}
+        if not (query_bundle.query_str or "").strip():
+            return []
+        n = self.config.candidates_per_route
+
+        async def guarded(name: str, coro: Any, empty: Any) -> Any:
+            try:
+                return await coro
+            except Exception as exc:  # noqa: BLE001
+                logger.exception("MultiRouteRetriever: the %s route failed; fusing the others", name)
+                self.last_route_errors[name] = exc
+                return empty
+
+        (vector, vector_nodes), bm25, (_, counts) = await asyncio.gather(
+            guarded(VECTOR, self._avector_scores(query_bundle, n), ({}, {})),
+            guarded(BM25, asyncio.to_thread(self._bm25_scores, query_bundle, n), {}),
+            guarded(KEYWORDS, asyncio.to_thread(self._keyword_counts, query_bundle), ([], {})),
+        )
+        return self._finish(vector, vector_nodes, bm25, counts)
+
+    # -- full ranking (Log-Rank Index) -----------------------------------------------------
+    def full_ranking(self, query: Union[str, QueryBundle]) -> List[str]:
+        """Every indexed node id, best first: the rank of every node, for the Log-Rank Index.
+
+        Two stages, as retrieval itself works: first the fused candidates exactly as
+        :meth:`retrieve` orders them (so ``full_ranking(q)[:top_k]`` is what ``retrieve``
+        returns), then every other node, fused over the whole collection (each route asked for
+        all nodes; the vector route through its ``similarity_top_k``).
+        """
+        bundle = QueryBundle(query) if isinstance(query, str) else query
+        if not self._nodes:
+            raise ValueError("full_ranking needs the retriever's nodes (pass nodes or a docstore)")
+        if not (bundle.query_str or "").strip():
+            return list(self._nodes)
+        self.last_route_errors = {}
+        n = self.config.candidates_per_route
+        vector, _ = self._run_route(VECTOR, lambda: self._vector_scores(bundle, n), ({}, {}))
+        bm25 = self._run_route(BM25, lambda: self._bm25_scores(bundle, n), {})
+        _, counts = self._run_route(KEYWORDS, lambda: self._keyword_counts(bundle), ([], {}))
+        first = [node_id for node_id, _ in self._fuse(vector, bm25, counts, None)]
+        seen = set(first)
+        rest = [node_id for node_id in self._nodes if node_id not in seen]
+        if not rest:
+            return first
+        all_vector, _ = self._run_route(VECTOR, lambda: self._vector_scores(bundle, len(self._nodes)), ({}, {}))
+        all_bm25: Dict[str, float] = {}
+        if self._bm25 is not None and self.config.use_bm25:
+            scores = self._run_route(BM25, lambda: self._bm25.all_scores(bundle.query_str), None)
+            if scores is not None:
+                all_bm25 = {i: float(s) for i, s in zip(self._bm25.node_ids, scores) if s > 0}
+        tail = self._fuse(all_vector, all_bm25, counts, None, candidates=rest)
+        return first + [node_id for node_id, _ in tail]
+
+    def rank_of(self, query: Union[str, QueryBundle], node_ids: Sequence[str]) -> Dict[str, int]:
+        """The 1-based rank of each of ``node_ids`` in :meth:`full_ranking`."""
+        unknown = [i for i in node_ids if i not in self._nodes]
+        if unknown:
+            raise UnknownNodeError(f"unknown node id(s): {unknown[:5]}")
+        position = {node_id: rank for rank, node_id in enumerate(self.full_ranking(query), start=1)}
+        return {node_id: position[node_id] for node_id in node_ids}
+
+    # -- persistence -----------------------------------------------------------------------
+    def persist(self, persist_dir: Union[str, Path]) -> None:
+        """Write the BM25 and keyword indexes and the settings (keyed by docstore node ids).
+
+        The vector store and docstore persist with your index as usual
+        (``index.storage_context.persist``); the custom BM25 tokenizer, if any, is code and is
+        passed again to :meth:`from_persist_dir`.
+        """
+        path = Path(persist_dir)
+        path.mkdir(parents=True, exist_ok=True)
+        if self._bm25 is not None:
+            self._bm25.persist(path / BM25_DIRNAME)
+        self._keyword_index.persist(path)
+        payload = {
+            "config": self.config.model_dump(),
+            "keyword_extractor": self.keyword_extractor.model_dump(exclude={"llm"}),
+            "custom_tokenizer": self._bm25_tokenizer is not None,
+        }
+        (path / CONFIG_FILENAME).write_text(json.dumps(payload, indent=2), encoding="utf-8")
+
+    @classmethod
+    def from_persist_dir(
+        cls,
+        persist_dir: Union[str, Path],
+        vector_retriever: Optional[BaseRetriever] = None,
+        nodes: Optional[Sequence[BaseNode]] = None,
+        docstore: Optional[BaseDocumentStore] = None,
+        index: Optional[VectorStoreIndex] = None,
+        bm25_tokenizer: Optional[Callable[[str], List[str]]] = None,
+        **kwargs: Any,
+    ) -> "MultiRouteRetriever":
+        """Load what :meth:`persist` wrote; nodes come from ``nodes``, ``docstore`` or ``index``.
+
+        Raises :class:`~llama_index_hiqa.errors.UnknownNodeError` when the persisted indexes
+        name node ids the given nodes do not hold (a stale or mismatched persist dir).
+        """
+        path = Path(persist_dir)
+        payload = json.loads((path / CONFIG_FILENAME).read_text(encoding="utf-8"))
+        if payload.get("custom_tokenizer") and bm25_tokenizer is None:
+            raise ValueError("this retriever was built with a custom BM25 tokenizer: pass bm25_tokenizer")
+        updates = {k: kwargs.pop(k) for k in list(kwargs) if k in MultiRouteConfig.model_fields}
+        config = MultiRouteConfig(**{**payload["config"], **updates})
+        if index is not None:
+            vector_retriever = vector_retriever or index.as_retriever(similarity_top_k=config.candidates_per_route)
+            docstore = docstore or index.docstore
+        if nodes is None and docstore is not None:
+            nodes = list(docstore.docs.values())
+        extractor = kwargs.pop("keyword_extractor", None) or CriticalKeywordExtractor(**payload["keyword_extractor"])
+        bm25_path = path / BM25_DIRNAME
+        bm25_route = _BM25Route.load(bm25_path, bm25_tokenizer) if bm25_path.is_dir() else None
+        keyword_index = KeywordIndex.from_persist_dir(path) if (path / KeywordIndex.FILENAME).exists() else None
+        return cls(
+            vector_retriever=vector_retriever,
+            nodes=nodes,
+            keyword_extractor=extractor,
+            keyword_index=keyword_index,
+            bm25_tokenizer=bm25_tokenizer,
+            config=config,
+            _bm25_route=bm25_route,
+            **kwargs,
+        )

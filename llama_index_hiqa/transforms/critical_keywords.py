@@ -1,0 +1,469 @@
+"""Critical keywords (HiQA CNED): the words that tell look-alike documents apart.
+
+HiQA's Multi-Route Retriever (``papers/hiqa-paper.md`` §Multi-Route Retriever) adds a
+keyword route: "Critical Named Entity Detection (CNED)", a pre-trained NER model that
+extracts the pivotal keywords from documents and queries, plus keywords set by human experts.
+The score bonus is ``β·log(1+|C|)`` with ``|C|`` the number of the query's critical keywords a
+node contains. This module provides the extraction and the inverted index; the IIER chunk
+graph reuses both for its keyword edges (``papers/iier-chunk-interaction-graph-paper.md``
+§3.1, optional LLM prompt of its appendix A.2).
+
+What counts as a critical keyword (all normalised by :func:`normalize_keyword`):
+
+* named entities from the local spaCy model (:func:`~llama_index_hiqa.defaults.load_ner_model`)
+  of the labels in ``ner_labels`` (organisations, products, people, places, laws, ...);
+* identifier-like tokens the NER model misses — measured: the packaged model tags none of
+  ``ADC12QJ1600-SP``, ``TPS7A4700`` or ``iPhone 15`` usefully. We match them with regular
+  expressions over the raw characters rather than spaCy's entity ruler, because spaCy's
+  tokenizer splits hyphenated codes (``ADC12QJ1600`` ``-`` ``SP``) and a character pattern sees
+  the whole code at no cost: tokens mixing letters and digits with an upper-case letter
+  (``OPT3004``, ``10-K``, ``3M``), and a mixed-case or capitalised name followed by a model
+  number (``iPhone 15``, ``Pixel 8``);
+* years, fiscal years and periods: ``FY2022``/``FY22``/``fiscal 2022`` give ``2022``;
+  ``Q2 2023``, ``Q2 of FY2023``, ``FY2023Q2`` give ``q22023`` and ``2023``;
+* expert keywords a user supplies (``expert_keywords``, with ``keyword_aliases`` mapping
+  alternative spellings such as ``"JnJ"`` onto one canonical keyword);
+* optionally keywords from an LLM with IIER's keyword prompt (``llm=...``).
+
+At ingestion the keywords go into ``node.metadata[schema.CRITICAL_KEYWORDS]`` (hidden from
+the embedding and the LLM view); with ``include_document_keywords`` the keywords of the
+node's document title are added to every node of that document, so a chunk deep inside a
+filing still matches "3M" and "2018". :class:`KeywordIndex` is the inverted index
+keyword -> node ids used at query time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import re
+import unicodedata
+from collections import Counter, defaultdict
+from pathlib import Path
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Set, Union
+
+from llama_index.core.bridge.pydantic import Field, PrivateAttr
+from llama_index.core.llms import LLM
+from llama_index.core.schema import BaseNode, MetadataMode, TransformComponent
+
+from llama_index_hiqa import schema
+from llama_index_hiqa.defaults import load_ner_model
+
+logger = logging.getLogger(__name__)
+
+# IIER appendix A.2 (chunks) and A.1 (questions), verbatim apart from the placeholders.
+CHUNK_KEYWORD_PROMPT = (
+    "Instruction: Please extract the five most representative keywords from the following "
+    "text and return them as a list with the keywords separated by commas.\n\n"
+    "Example:\n\n"
+    "Text: John Cecil, 6th Earl of Exeter (15 May 1674 – 24 December 1721), known as Lord "
+    "Burleigh from 1678 to 1700, was a British peer and Member of Parliament. He was the son "
+    "of John Cecil, 5th Earl of Exeter, and Anne Cavendish.\n\n"
+    "Answer:\n\n"
+    "['John Cecil, 6th Earl of Exeter', 'Lord Burleigh', 'British peer', 'Member of "
+    "Parliament', 'John Cecil, 5th Earl of Exeter']\n\n"
+    "Text: {text} Answer:"
+)
+QUERY_KEYWORD_PROMPT = (
+    "Instruction: Please select all the topics and keywords covered in the following query "
+    "and return them as a list with the keywords separated by commas.\n"
+    "Example:\n"
+    "Question A: When did the people who captured Malakoff come to the region where "
+    "Philipsburg is located?\nAnswer A:\n['Philipsburg', 'Malakoff']\n"
+    "Question B: When was the first establishment that McDonaldization is named after, open "
+    "in the country Horndean is located? Answer B: ['McDonaldization', 'Horndean']\n"
+    "Question:\n{text}\nAnswer:"
+)
+
+DEFAULT_NER_LABELS = (
+    "ORG",
+    "PRODUCT",
+    "PERSON",
+    "GPE",
+    "LOC",
+    "FAC",
+    "NORP",
+    "EVENT",
+    "LAW",
+    "WORK_OF_ART",
+)
+
+# Letters and digits in one token (hyphens, dots and slashes allowed inside): OPT3004,
+# ADC12QJ1600-SP, 10-K, 3M, TPS7A4700. Whole-token match so "ADC12QJ1600-SP" stays one.
+_IDENTIFIER = re.compile(r"(?<![\w$€£])([A-Za-z0-9]+(?:[-./][A-Za-z0-9]+)*)(?![\w])")
+# A product name followed by a model number: "iPhone 15", "Pixel 8a", "Galaxy S23".
+# A product name or code prefix followed by a model number: "iPhone 15", "Pixel 8a",
+# "OPT 3004", "ADC 12QJ1600-SP" (people type part numbers with a space in them).
+_NAME_NUMBER = re.compile(
+    r"(?<![\w-])([A-Za-z]*[A-Z][A-Za-z]*|[A-Z][a-z]{2,})[ -](\d[A-Za-z0-9]*(?:-[A-Za-z0-9]+)*)(?![\w-])"
+)
+_YEAR = re.compile(r"(?<![\w.,$])((?:19|20)\d{2})(?![\w%]|[.,]\d)")
+_FISCAL_YEAR = re.compile(r"\b(?:FY|fiscal(?:\s+year)?)\s*'?((?:19|20)?\d{2})\b", re.I)
+_QUARTER = re.compile(
+    r"\b(?:FY\s*'?((?:19|20)?\d{2})\s*)?Q([1-4])(?:\s*(?:of\s+)?(?:FY|fiscal(?:\s+year)?)?\s*'?((?:19|20)?\d{2}))?\b",
+    re.I,
+)
+_ORDINAL = re.compile(r"^\d+(?:st|nd|rd|th)$", re.I)
+_UNIT = re.compile(r"^\d+(?:[.,]\d+)?(?:mm|bn|x|s|km|kg|g|mg|ml|l|v|mv|w|kw|mw|hz|khz|mhz|ghz|ms|us|ns|h)$", re.I)
+# Capitalised words that precede numbers in every document of a collection; keywords made of
+# them would match everywhere and tell nothing apart.
+_NAME_STOPWORDS = {
+    "item", "note", "notes", "page", "table", "part", "section", "figure", "fig", "chapter",
+    "appendix", "exhibit", "schedule", "step", "level", "rule", "article", "version", "rev",
+    "january", "february", "march", "april", "may", "june", "july", "august", "september",
+    "october", "november", "december", "jan", "feb", "mar", "apr", "jun", "jul", "aug",
+    "sep", "sept", "oct", "nov", "dec", "the", "and", "for", "with", "from", "over", "under",
+}
+_LEADING_ARTICLE = re.compile(r"^(?:the|a|an)\s+", re.I)
+_POSSESSIVE = re.compile(r"(?:'s|’s|'|’)$", re.I)
+
+
+def normalize_keyword(keyword: str) -> str:
+    """The matching form of a keyword: case, hyphens, spaces and punctuation removed.
+
+    ``"iPhone 15"``, ``"iphone-15"`` and ``"IPHONE15"`` all become ``"iphone15"``; a leading
+    article and a possessive are dropped (``"the Coca-Cola Company's"`` -> ``"cocacolacompany"``).
+    Returns ``""`` for text with no letters or digits.
+    """
+    text = unicodedata.normalize("NFKC", str(keyword)).strip()
+    text = _POSSESSIVE.sub("", _LEADING_ARTICLE.sub("", text))
+    return re.sub(r"[\W_]+", "", text.lower())
+
+
+def _two_digit_year(value: str) -> str:
+    return value if len(value) == 4 else ("20" + value if int(value) < 70 else "19" + value)
+
+
+def _rule_keywords(text: str) -> List[str]:
+    """Identifiers, product numbers, years and fiscal periods found by character patterns."""
+    found: List[str] = []
+    for match in _IDENTIFIER.finditer(text):
+        token = match.group(1)
+        has_digit = any(c.isdigit() for c in token)
+        has_alpha = any(c.isalpha() for c in token)
+        # An upper-case letter tells a code ("3M", "10-K") from a unit ("5m", "12th").
+        if not (has_digit and has_alpha) or not any(c.isupper() for c in token):
+            continue
+        if _ORDINAL.match(token) or _UNIT.match(token) or re.match(r"^(?:FY|Q[1-4])", token, re.I):
+            continue  # ordinals, quantities and fiscal periods (handled below)
+        found.append(token)
+    for match in _NAME_NUMBER.finditer(text):
+        name, number = match.group(1), match.group(2)
+        if name.lower() in _NAME_STOPWORDS or _YEAR.fullmatch(number) or _ORDINAL.match(number):
+            continue
+        if _UNIT.match(number):
+            continue
+        found.append(f"{name} {number}")
+    for match in _QUARTER.finditer(text):
+        year = match.group(1) or match.group(3)
+        if year:
+            year = _two_digit_year(year)
+            found.append(f"Q{match.group(2)} {year}")
+            found.append(year)
+    for match in _FISCAL_YEAR.finditer(text):
+        found.append(_two_digit_year(match.group(1)))
+    found.extend(match.group(1) for match in _YEAR.finditer(text))
+    return found
+
+
+def _parse_llm_list(answer: str) -> List[str]:
+    """Keywords from an answer like ``['a', 'b']`` or ``a, b``; never raises."""
+    answer = (answer or "").strip()
+    start, end = answer.find("["), answer.rfind("]")
+    if start != -1 and end > start:
+        body = answer[start + 1 : end]
+        quoted = re.findall(r"'([^']*)'|\"([^\"]*)\"", body)
+        if quoted:
+            return [a or b for a, b in quoted if (a or b).strip()]
+        answer = body
+    return [part.strip(" '\"\n") for part in re.split(r"[,\n]", answer) if part.strip(" '\"\n")]
+
+
+class CriticalKeywordExtractor(TransformComponent):
+    """Extracts HiQA's critical keywords (NER + identifier rules + expert keywords [+ LLM]).
+
+    Use it in an ``IngestionPipeline`` (writes ``schema.CRITICAL_KEYWORDS``), call
+    :meth:`extract` on any text and :meth:`extract_query` on a question. Every keyword is
+    returned in its :func:`normalize_keyword` form, unique, in order of first appearance.
+    """
+
+    use_ner: bool = Field(
+        default=True,
+        description="Run the local spaCy NER model (CNED). Off: rules and expert keywords only "
+        "(about 50x faster on long corpora).",
+    )
+    ner_labels: List[str] = Field(
+        default_factory=lambda: list(DEFAULT_NER_LABELS),
+        description="spaCy entity labels kept as critical keywords (dates, money and "
+        "cardinals are left to the period rules: they would match everywhere).",
+    )
+    use_rules: bool = Field(
+        default=True,
+        description="Identifier, product-number, year and fiscal-period patterns.",
+    )
+    expert_keywords: List[str] = Field(
+        default_factory=list,
+        description="Keywords a domain expert sets (HiQA): matched as phrases, whatever the "
+        "case, hyphens or spacing.",
+    )
+    keyword_aliases: Dict[str, str] = Field(
+        default_factory=dict,
+        description="Alternative spelling -> canonical keyword (e.g. {'JnJ': 'Johnson & "
+        "Johnson'}); aliases are matched like expert keywords and counted as the canonical one.",
+    )
+    include_document_keywords: bool = Field(
+        default=True,
+        description="Add the keywords of the node's document title to every node of it.",
+    )
+    llm: Optional[LLM] = Field(
+        default=None,
+        description="Optional LLM asked with IIER's keyword prompts; None: no LLM calls.",
+        exclude=True,
+    )
+    llm_num_workers: int = Field(default=4, description="Concurrent LLM calls in acall.")
+    min_length: int = Field(default=2, description="Shortest normalised keyword kept.")
+    ner_batch_size: int = Field(default=64, description="Texts per spaCy nlp.pipe batch.")
+    show_progress: bool = Field(default=False, description="Show a progress bar.")
+
+    _expert_pattern: Optional[re.Pattern] = PrivateAttr(default=None)
+    _expert_canonical: Dict[str, str] = PrivateAttr(default_factory=dict)
+
+    def __init__(self, **data: Any) -> None:
+        super().__init__(**data)
+        self._build_expert_pattern()
+
+    @classmethod
+    def class_name(cls) -> str:
+        return "CriticalKeywordExtractor"
+
+    # -- expert keywords -------------------------------------------------------------------
+    def _build_expert_pattern(self) -> None:
+        phrases: Dict[str, str] = {}
+        for keyword in self.expert_keywords:
+            if normalize_keyword(keyword):
+                phrases[keyword] = keyword
+        for alias, canonical in self.keyword_aliases.items():
+            if normalize_keyword(alias) and normalize_keyword(canonical):
+                phrases[alias] = canonical
+        self._expert_canonical = {normalize_keyword(k): v for k, v in phrases.items()}
+        if not phrases:
+            self._expert_pattern = None
+            return
+        # Each phrase matches with any case and any run of spaces, hyphens or nothing between
+        # its parts, so "Coca Cola" finds "Coca-Cola" and "COCACOLA".
+        alternatives = []
+        for phrase in sorted(phrases, key=len, reverse=True):
+            parts = [re.escape(p) for p in re.findall(r"[^\W_]+|[^\w\s\-]", phrase)]
+            alternatives.append(r"[\s\-_]*".join(parts))
+        self._expert_pattern = re.compile(
+            r"(?<![^\W_])(?:" + "|".join(alternatives) + r")(?![^\W_])", re.I
+        )
+
+    def _expert_keywords_in(self, text: str) -> List[str]:
+        if self._expert_pattern is None:
+            return []
+        found = []
+        for match in self._expert_pattern.finditer(text):
+            canonical = self._expert_canonical.get(normalize_keyword(match.group(0)))
+            if canonical:
+                found.append(canonical)
+        return found
+
+    # -- extraction ------------------------------------------------------------------------
+    def _finish(self, raw: Iterable[str]) -> List[str]:
+        out: Dict[str, None] = {}
+        for keyword in raw:
+            canonical = self._expert_canonical.get(normalize_keyword(keyword), keyword)
+            norm = normalize_keyword(canonical)
+            if len(norm) >= self.min_length:
+                out.setdefault(norm, None)
+        return list(out)
+
+    def _ner_keywords(self, doc: Any) -> List[str]:
+        labels = set(self.ner_labels)
+        return [ent.text for ent in doc.ents if ent.label_ in labels]
+
+    def _nlp(self) -> Any:
+        return load_ner_model() if self.use_ner else None
+
+    def _extract_many(self, texts: Sequence[str]) -> List[List[str]]:
+        """Keywords of each text (no LLM); NER runs batched over all texts."""
+        raw: List[List[str]] = [[] for _ in texts]
+        if self.use_ner and texts:
+            nlp = self._nlp()
+            # Only the NER component is needed; the parser and lemmatizer triple the cost.
+            disable = [p for p in nlp.pipe_names if p not in ("tok2vec", "ner")]
+            docs = nlp.pipe(texts, batch_size=self.ner_batch_size, disable=disable)
+            if self.show_progress:
+                from tqdm import tqdm
+
+                docs = tqdm(docs, total=len(texts), desc="critical keywords (NER)")
+            for i, doc in enumerate(docs):
+                raw[i].extend(self._ner_keywords(doc))
+        for i, text in enumerate(texts):
+            raw[i].extend(self._expert_keywords_in(text))
+            if self.use_rules:
+                raw[i].extend(_rule_keywords(text))
+        return [self._finish(keywords) for keywords in raw]
+
+    def extract(self, text: str) -> List[str]:
+        """Normalised critical keywords of ``text`` (NER, rules, expert keywords; LLM if set)."""
+        keywords = self._extract_many([text or ""])[0]
+        if self.llm is not None and (text or "").strip():
+            keywords = self._finish(keywords + self._llm_keywords(CHUNK_KEYWORD_PROMPT, text))
+        return keywords
+
+    def extract_query(self, question: str) -> List[str]:
+        """Normalised critical keywords of a question (IIER's question prompt when an LLM is set)."""
+        keywords = self._extract_many([question or ""])[0]
+        if self.llm is not None and (question or "").strip():
+            keywords = self._finish(keywords + self._llm_keywords(QUERY_KEYWORD_PROMPT, question))
+        return keywords
+
+    def _llm_keywords(self, prompt: str, text: str) -> List[str]:
+        # A failing or rambling LLM must not lose the NER/rule keywords: log and go on.
+        try:
+            answer = self.llm.complete(prompt.format(text=text)).text
+        except Exception as exc:  # noqa: BLE001 - any LLM/client error
+            logger.warning("keyword LLM call failed, using NER/rule keywords only: %s", exc)
+            return []
+        return _parse_llm_list(answer)
+
+    async def _allm_keywords(self, prompt: str, text: str) -> List[str]:
+        try:
+            answer = (await self.llm.acomplete(prompt.format(text=text))).text
+        except Exception as exc:  # noqa: BLE001
+            logger.warning("keyword LLM call failed, using NER/rule keywords only: %s", exc)
+            return []
+        return _parse_llm_list(answer)
+
+    # -- ingestion -------------------------------------------------------------------------
+    def _node_text(self, node: BaseNode) -> str:
+        # The node's own text, without any metadata view: keywords describe the content.
+        return node.get_content(metadata_mode=MetadataMode.NONE)
+
+    def _document_keywords(self, nodes: Sequence[BaseNode]) -> List[List[str]]:
+        if not self.include_document_keywords:
+            return [[] for _ in nodes]
+        titles = [schema.get_document_title(n) for n in nodes]
+        # File-style ids ("3M_2018_10K") carry their facts between underscores.
+        unique = list(dict.fromkeys(t.replace("_", " ") for t in titles))
+        cache = dict(zip(unique, self._extract_many(unique)))
+        return [cache[t.replace("_", " ")] for t in titles]
+
+    def _write(self, nodes: Sequence[BaseNode], per_node: Sequence[List[str]]) -> None:
+        for node, doc_keywords, keywords in zip(nodes, self._document_keywords(nodes), per_node):
+            node.metadata[schema.CRITICAL_KEYWORDS] = self._finish(doc_keywords + keywords)
+            schema.hide_from_views(node, (schema.CRITICAL_KEYWORDS,))
+
+    def __call__(self, nodes: Sequence[BaseNode], **kwargs: Any) -> Sequence[BaseNode]:
+        """Write ``schema.CRITICAL_KEYWORDS`` on every node (hidden from both views)."""
+        texts = [self._node_text(n) for n in nodes]
+        per_node = self._extract_many(texts)
+        if self.llm is not None:
+            per_node = [
+                kws + self._llm_keywords(CHUNK_KEYWORD_PROMPT, t) if t.strip() else kws
+                for kws, t in zip(per_node, texts)
+            ]
+        self._write(nodes, per_node)
+        return nodes
+
+    async def acall(self, nodes: Sequence[BaseNode], **kwargs: Any) -> Sequence[BaseNode]:
+        """As :meth:`__call__`, with the LLM calls (if any) run concurrently."""
+        if self.llm is None:
+            return self.__call__(nodes, **kwargs)
+        texts = [self._node_text(n) for n in nodes]
+        per_node = self._extract_many(texts)
+        semaphore = asyncio.Semaphore(max(1, self.llm_num_workers))
+
+        async def one(text: str) -> List[str]:
+            if not text.strip():
+                return []
+            async with semaphore:
+                return await self._allm_keywords(CHUNK_KEYWORD_PROMPT, text)
+
+        llm_keywords = await asyncio.gather(*(one(t) for t in texts))
+        self._write(nodes, [a + b for a, b in zip(per_node, llm_keywords)])
+        return nodes
+
+
+class KeywordIndex:
+    """Inverted index normalised keyword -> node ids, keyed by docstore node ids.
+
+    ``match_counts(keywords)`` gives ``|C|`` for every node holding at least one of the
+    query's keywords, without touching the others.
+    """
+
+    FILENAME = "keyword_index.json"
+
+    def __init__(self) -> None:
+        self._postings: Dict[str, Set[str]] = defaultdict(set)
+        self._node_keywords: Dict[str, List[str]] = {}
+
+    @classmethod
+    def from_nodes(cls, nodes: Iterable[BaseNode]) -> "KeywordIndex":
+        """Index ``schema.CRITICAL_KEYWORDS`` of each node (run the extractor first)."""
+        index = cls()
+        for node in nodes:
+            index.add(node.node_id, schema.get_critical_keywords(node))
+        return index
+
+    def add(self, node_id: str, keywords: Iterable[str]) -> None:
+        self.remove(node_id)
+        norm = list(dict.fromkeys(k for k in (normalize_keyword(k) for k in keywords) if k))
+        self._node_keywords[node_id] = norm
+        for keyword in norm:
+            self._postings[keyword].add(node_id)
+
+    def remove(self, node_id: str) -> None:
+        for keyword in self._node_keywords.pop(node_id, []):
+            postings = self._postings.get(keyword)
+            if postings is not None:
+                postings.discard(node_id)
+                if not postings:
+                    del self._postings[keyword]
+
+    def __len__(self) -> int:
+        return len(self._node_keywords)
+
+    def __contains__(self, node_id: object) -> bool:
+        return node_id in self._node_keywords
+
+    @property
+    def node_ids(self) -> List[str]:
+        return list(self._node_keywords)
+
+    def keywords_of(self, node_id: str) -> List[str]:
+        return list(self._node_keywords.get(node_id, []))
+
+    def nodes_with(self, keyword: str) -> Set[str]:
+        return set(self._postings.get(normalize_keyword(keyword), ()))
+
+    def document_frequency(self, keyword: str) -> int:
+        return len(self._postings.get(normalize_keyword(keyword), ()))
+
+    def match_counts(self, keywords: Iterable[str]) -> Dict[str, int]:
+        """``{node_id: |C|}``: how many of ``keywords`` (normalised, deduplicated) each node holds."""
+        counts: Counter = Counter()
+        for keyword in dict.fromkeys(normalize_keyword(k) for k in keywords):
+            counts.update(self._postings.get(keyword, ()))
+        return dict(counts)
+
+    def persist(self, persist_dir: Union[str, Path]) -> Path:
+        path = Path(persist_dir)
+        path.mkdir(parents=True, exist_ok=True)
+        target = path / self.FILENAME
+        tmp = target.with_suffix(".tmp")
+        tmp.write_text(json.dumps({"node_keywords": self._node_keywords}), encoding="utf-8")
+        os.replace(tmp, target)
+        return target
+
+    @classmethod
+    def from_persist_dir(cls, persist_dir: Union[str, Path]) -> "KeywordIndex":
+        data = json.loads((Path(persist_dir) / cls.FILENAME).read_text(encoding="utf-8"))
+        index = cls()
+        for node_id, keywords in data["node_keywords"].items():
+            index.add(node_id, keywords)
+        return index

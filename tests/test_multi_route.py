@@ -1,0 +1,383 @@
+import asyncio
+import hashlib
+import logging
+import math
+import re
+from typing import List
+
+import numpy as np
+import pytest
+from llama_index.core import VectorStoreIndex
+from llama_index.core.base.base_retriever import BaseRetriever
+from llama_index.core.base.embeddings.base import BaseEmbedding
+from llama_index.core.bridge.pydantic import ValidationError
+from llama_index.core.schema import MetadataMode, NodeWithScore, QueryBundle, TextNode
+
+from llama_index_hiqa import schema
+from llama_index_hiqa.errors import RetrievalRouteError, UnknownNodeError
+from llama_index_hiqa.retrievers import fusion
+from llama_index_hiqa.testing import ScriptedLLM
+from llama_index_hiqa.retrievers.multi_route import MultiRouteConfig, MultiRouteRetriever
+from llama_index_hiqa.transforms.critical_keywords import CriticalKeywordExtractor, KeywordIndex
+
+
+# --- pure fusion functions ---------------------------------------------------------------
+
+
+def test_min_max_normalize():
+    assert fusion.min_max_normalize({"a": 2.0, "b": 4.0, "c": 3.0}) == {"a": 0.0, "b": 1.0, "c": 0.5}
+    assert fusion.min_max_normalize({"a": 3.0, "b": 3.0}) == {"a": 1.0, "b": 1.0}
+    assert fusion.min_max_normalize({"a": 0.0}) == {"a": 0.0}
+    assert fusion.min_max_normalize({}) == {}
+
+
+def test_hiqa_fusion_hand_computed():
+    vector = {"a": 0.9, "b": 0.7, "c": 0.5}  # -> a 1, b 0.5, c 0
+    bm25 = {"b": 12.0, "d": 4.0}  # -> b 1, d 0
+    counts = {"c": 3, "d": 1}
+    fused = fusion.hiqa_fusion(vector, bm25, counts, alpha=0.6, beta=0.5)
+    assert fused["a"] == pytest.approx(0.6)
+    assert fused["b"] == pytest.approx(0.6 * 0.5 + 0.4 * 1.0)
+    assert fused["c"] == pytest.approx(0.5 * math.log(4))
+    assert fused["d"] == pytest.approx(0.5 * math.log(2))
+    assert fusion.rank_ids(fused) == ["b", "c", "a", "d"]
+
+
+def test_hiqa_fusion_rejects_bad_weights():
+    with pytest.raises(ValueError):
+        fusion.hiqa_fusion({}, {}, {}, alpha=1.5, beta=0.1)
+    with pytest.raises(ValueError):
+        fusion.hiqa_fusion({}, {}, {}, alpha=0.5, beta=-1)
+
+
+def test_weighted_rrf_hand_computed_and_weights_apply():
+    rankings = {"vector": ["a", "b"], "bm25": ["b", "c"]}
+    fused = fusion.reciprocal_rank_fusion(rankings, {"vector": 2.0, "bm25": 1.0}, k=60)
+    assert fused["a"] == pytest.approx(2 / 61)
+    assert fused["b"] == pytest.approx(2 / 62 + 1 / 61)
+    assert fused["c"] == pytest.approx(1 / 62)
+    # with the weights reversed the order changes: the weights really apply
+    heavy_bm25 = fusion.reciprocal_rank_fusion(rankings, {"vector": 0.1, "bm25": 5.0})
+    assert fusion.rank_ids(heavy_bm25)[:2] == ["b", "c"]
+    assert fusion.rank_ids(fused)[0] == "b"
+
+
+def test_rrf_with_tied_ranks():
+    ranks = fusion.ranks_from_scores({"a": 2.0, "b": 1.0, "c": 1.0, "d": 0.5})
+    assert ranks == {"a": 1, "b": 2, "c": 2, "d": 4}
+    fused = fusion.reciprocal_rank_fusion({"kw": ["a", "b", "c"]}, ranks={"kw": ranks}, k=1)
+    assert fused == {"a": pytest.approx(0.5), "b": pytest.approx(1 / 3), "c": pytest.approx(1 / 3)}
+
+
+def _llama_index_fusion(route_scores, weights, mode):
+    """LlamaIndex's own QueryFusionRetriever implementation, for comparison."""
+    from llama_index.core.retrievers import QueryFusionRetriever
+
+    class _Dummy(BaseRetriever):
+        def _retrieve(self, q):
+            return []
+
+    names = list(route_scores)
+    qfr = QueryFusionRetriever(
+        [_Dummy() for _ in names], retriever_weights=[weights[n] for n in names], num_queries=1, use_async=False,
+        llm=ScriptedLLM(default_response="")
+    )
+    results = {
+        ("q", i): [NodeWithScore(node=TextNode(text=nid, id_=nid), score=s) for nid, s in route_scores[n].items()]
+        for i, n in enumerate(names)
+    }
+    out = qfr._relative_score_fusion(results, dist_based=(mode == "dist"))
+    return {r.node.node_id: r.score for r in out}
+
+
+@pytest.mark.parametrize("mode", ["relative", "dist"])
+def test_relative_and_dist_based_match_llama_index(mode):
+    route_scores = {"vector": {"a": 0.9, "b": 0.5, "c": 0.2}, "bm25": {"b": 7.0, "d": 1.0, "e": 3.0}}
+    weights = {"vector": 0.7, "bm25": 0.3}
+    ours = (fusion.relative_score_fusion if mode == "relative" else fusion.dist_based_score_fusion)(
+        route_scores, weights
+    )
+    theirs = _llama_index_fusion(route_scores, weights, mode)
+    assert ours.keys() == theirs.keys()
+    for node_id in ours:
+        assert ours[node_id] == pytest.approx(theirs[node_id])
+
+
+def test_relative_score_hand_computed():
+    fused = fusion.relative_score_fusion({"v": {"a": 1.0, "b": 0.0}, "r": {"b": 2.0, "c": 1.0}}, {"v": 0.5, "r": 1.0})
+    assert fused == {"a": pytest.approx(0.5), "b": pytest.approx(1.0), "c": pytest.approx(0.0)}
+
+
+def test_auto_beta_grows_with_documents_per_page():
+    assert fusion.auto_beta(46, 132) == pytest.approx(0.5 + 1.5 * (46 / 132) / (1 + 46 / 132))
+    assert fusion.auto_beta(10, 10) == pytest.approx(1.25)
+    assert fusion.auto_beta(0, 10) == 0.5
+    assert fusion.auto_beta(5, 100, 0.1, 1.0) < fusion.auto_beta(50, 100, 0.1, 1.0) < fusion.auto_beta(500, 5, 0.1, 1.0) < 1.0
+
+
+# --- the retriever -----------------------------------------------------------------------
+
+
+class HashEmbedding(BaseEmbedding):
+    """Deterministic bag-of-words embedding: fast, offline, and sensitive to shared words."""
+
+    dim: int = 64
+
+    def _vec(self, text: str) -> List[float]:
+        v = np.zeros(self.dim)
+        for word in re.findall(r"[a-z]+", text.lower()):  # letters only: blind to part numbers
+            v[int(hashlib.md5(word.encode()).hexdigest(), 16) % self.dim] += 1.0
+        n = np.linalg.norm(v)
+        return (v / n if n else v + 1.0 / math.sqrt(self.dim)).tolist()
+
+    def _get_query_embedding(self, query: str) -> List[float]:
+        return self._vec(query)
+
+    async def _aget_query_embedding(self, query: str) -> List[float]:
+        return self._vec(query)
+
+    def _get_text_embedding(self, text: str) -> List[float]:
+        return self._vec(text)
+
+
+DOCS = {
+    "opt3001": "OPT3001 ambient light sensor. The supply current is 1.8 uA typical.",
+    "opt3004": "OPT3004 ambient light sensor. Quiescent current of the device is 2.5 uA.",
+    "tps7a4700": "TPS7A4700 low noise regulator. The output noise is 4 uV RMS.",
+    "cats": "Cats sleep sixteen hours a day and purr.",
+}
+
+
+def make_nodes():
+    nodes = []
+    for doc_id, text in DOCS.items():
+        node = TextNode(text=text, id_=doc_id)
+        schema.set_segment_facts(node, document_id=doc_id, document_title=doc_id.upper(), position=0)
+        nodes.append(node)
+    return nodes
+
+
+def make_retriever(**settings):
+    nodes = make_nodes()
+    index = VectorStoreIndex(nodes, embed_model=HashEmbedding())
+    extractor = CriticalKeywordExtractor(use_ner=False, include_document_keywords=False)
+    return MultiRouteRetriever.from_index(index, keyword_extractor=extractor, **settings), index
+
+
+def ids(results):
+    return [r.node.node_id for r in results]
+
+
+def test_part_number_decides_where_vector_only_is_confused():
+    retriever, index = make_retriever(similarity_top_k=2, beta=0.5)
+    query = "What is the supply current of the OPT3004?"
+    assert ids(index.as_retriever(similarity_top_k=1).retrieve(query)) == ["opt3001"]
+    results = retriever.retrieve(query)
+    assert ids(results)[0] == "opt3004"
+    scores = results[0].node.metadata[schema.ROUTE_SCORES]
+    assert scores["keywords"] == 1 and scores["vector"] is not None and scores["fused"] == results[0].score
+    # provenance is hidden from both views and never written onto the shared nodes
+    assert "route_scores" not in results[0].node.get_content(MetadataMode.EMBED)
+    assert "route_scores" not in results[0].node.get_content(MetadataMode.LLM)
+    assert schema.ROUTE_SCORES not in index.docstore.get_node("opt3004").metadata
+
+
+@pytest.mark.parametrize("mode", ["hiqa", "rrf", "relative_score", "dist_based_score"])
+def test_every_mode_retrieves_sync_and_async_alike(mode):
+    retriever, _ = make_retriever(mode=mode, similarity_top_k=3)
+    query = "OPT3004 quiescent current"
+    sync = retriever.retrieve(query)
+    asynchronous = asyncio.run(retriever.aretrieve(query))
+    assert ids(sync) == ids(asynchronous)
+    assert ids(sync)[0] == "opt3004"
+    assert len(sync) == 3
+    assert [r.score for r in sync] == sorted((r.score for r in sync), reverse=True)
+
+
+def test_sync_retrieve_inside_a_running_event_loop():
+    retriever, _ = make_retriever()
+
+    async def notebook_cell():
+        return retriever.retrieve("OPT3004 quiescent current")
+
+    assert ids(asyncio.run(notebook_cell()))[0] == "opt3004"
+
+
+def test_bm25_zero_score_padding_is_dropped():
+    retriever, _ = make_retriever(similarity_top_k=4, use_keywords=False, alpha=0.0)
+    results = retriever.retrieve("purr")
+    bm25 = {r.node.node_id: r.node.metadata[schema.ROUTE_SCORES]["bm25"] for r in results}
+    assert bm25["cats"] > 0
+    assert all(score is None for node_id, score in bm25.items() if node_id != "cats")
+
+
+class _Fixed(BaseRetriever):
+    def __init__(self, results=None, error=None):
+        super().__init__()
+        self.results, self.error, self.similarity_top_k = results or [], error, 1
+
+    def _retrieve(self, query_bundle):
+        if self.error:
+            raise self.error
+        return list(self.results)
+
+
+def test_duplicates_from_a_route_are_merged_by_node_id():
+    nodes = make_nodes()
+    dupes = [NodeWithScore(node=nodes[3], score=0.9), NodeWithScore(node=nodes[3], score=0.2)]
+    retriever = MultiRouteRetriever(
+        vector_retriever=_Fixed(dupes), nodes=nodes, use_bm25=False, use_keywords=False,
+        keyword_extractor=CriticalKeywordExtractor(use_ner=False),
+    )
+    results = retriever.retrieve("anything")
+    assert ids(results) == ["cats"]
+    assert results[0].node.metadata[schema.ROUTE_SCORES]["vector"] == 0.9
+
+
+def test_vector_route_is_asked_for_candidates_without_touching_the_users_retriever():
+    retriever, index = make_retriever(candidates_per_route=3)
+    user_retriever = index.as_retriever(similarity_top_k=1)
+    mr = MultiRouteRetriever(
+        vector_retriever=user_retriever, nodes=make_nodes(), use_bm25=False, use_keywords=False,
+        similarity_top_k=3, candidates_per_route=3,
+        keyword_extractor=CriticalKeywordExtractor(use_ner=False),
+    )
+    assert len(mr.retrieve("current sensor")) == 3
+    assert user_retriever.similarity_top_k == 1
+
+
+def test_a_failing_route_is_logged_and_the_others_answer(caplog):
+    nodes = make_nodes()
+    retriever = MultiRouteRetriever(
+        vector_retriever=_Fixed(error=ConnectionError("vector store down")), nodes=nodes,
+        keyword_extractor=CriticalKeywordExtractor(use_ner=False),
+    )
+    with caplog.at_level(logging.ERROR):
+        results = retriever.retrieve("OPT3004 quiescent current")
+    assert ids(results)[0] == "opt3004"
+    assert "vector route failed" in caplog.text and "vector store down" in caplog.text
+    assert isinstance(retriever.last_route_errors["vector"], ConnectionError)
+    caplog.clear()
+    with caplog.at_level(logging.ERROR):
+        results = asyncio.run(retriever.aretrieve("OPT3004 quiescent current"))
+    assert ids(results)[0] == "opt3004" and "vector store down" in caplog.text
+
+
+def test_every_route_failing_raises_a_typed_error():
+    class Broken(CriticalKeywordExtractor):
+        def extract_query(self, question):
+            raise RuntimeError("ner broke")
+
+    retriever = MultiRouteRetriever(
+        vector_retriever=_Fixed(error=TimeoutError("slow")), nodes=make_nodes(), use_bm25=False,
+        keyword_extractor=Broken(use_ner=False),
+    )
+    with pytest.raises(RetrievalRouteError) as info:
+        retriever.retrieve("OPT3004")
+    assert set(info.value.errors) == {"vector", "keywords"}
+
+
+def test_empty_query_returns_nothing_without_asking_routes():
+    failing = _Fixed(error=AssertionError("must not be called"))
+    retriever = MultiRouteRetriever(
+        vector_retriever=failing, nodes=make_nodes(), keyword_extractor=CriticalKeywordExtractor(use_ner=False)
+    )
+    assert retriever.retrieve("   ") == []
+    assert asyncio.run(retriever.aretrieve("")) == []
+    assert retriever.last_route_errors == {}
+
+
+def test_unknown_node_ids_are_typed_errors():
+    nodes = make_nodes()
+    stale = KeywordIndex()
+    stale.add("not-a-node", ["opt3004"])
+    with pytest.raises(UnknownNodeError):
+        MultiRouteRetriever(nodes=nodes, keyword_index=stale, keyword_extractor=CriticalKeywordExtractor(use_ner=False))
+    retriever, _ = make_retriever()
+    with pytest.raises(UnknownNodeError):
+        retriever.rank_of("OPT3004", ["opt3004", "nope"])
+
+
+def test_unknown_settings_are_rejected():
+    with pytest.raises(ValidationError):
+        make_retriever(alpah=0.3)
+    with pytest.raises(ValidationError):
+        MultiRouteConfig(alpha=2.0)
+
+
+@pytest.mark.parametrize("mode", ["hiqa", "rrf", "relative_score", "dist_based_score"])
+def test_full_ranking_covers_every_node_once_and_agrees_with_top_k(mode):
+    retriever, _ = make_retriever(similarity_top_k=2, candidates_per_route=2, mode=mode)
+    query = "OPT3004 quiescent current"
+    ranking = retriever.full_ranking(query)
+    assert sorted(ranking) == sorted(DOCS)  # every node exactly once
+    assert ranking[:2] == ids(retriever.retrieve(query))
+    assert retriever.rank_of(query, ["opt3004", "cats"]) == {"opt3004": 1, "cats": ranking.index("cats") + 1}
+
+
+def test_beta_auto_uses_collection_shape():
+    retriever, _ = make_retriever()
+    assert retriever.collection_shape() == (4, 1.0)
+    assert retriever.beta == pytest.approx(fusion.auto_beta(4, 1.0))
+    fixed, _ = make_retriever(beta=0.25)
+    assert fixed.beta == 0.25
+
+
+def test_persistence_round_trip(tmp_path):
+    retriever, index = make_retriever(mode="rrf", similarity_top_k=3)
+    retriever.persist(tmp_path / "mr")
+    loaded = MultiRouteRetriever.from_persist_dir(tmp_path / "mr", index=index)
+    assert loaded.config == retriever.config
+    for query in ["OPT3004 quiescent current", "purr", "TPS7A4700 noise"]:
+        assert ids(loaded.retrieve(query)) == ids(retriever.retrieve(query))
+        assert [r.score for r in loaded.retrieve(query)] == pytest.approx([r.score for r in retriever.retrieve(query)])
+    assert loaded.keyword_index.keywords_of("opt3004") == retriever.keyword_index.keywords_of("opt3004")
+    # a docstore that does not hold the persisted ids is refused
+    with pytest.raises(UnknownNodeError):
+        MultiRouteRetriever.from_persist_dir(tmp_path / "mr", nodes=make_nodes()[:2])
+
+
+def test_custom_bm25_tokenizer_and_its_persistence(tmp_path):
+    def char_trigrams(text):
+        text = re.sub(r"\W+", "", text.lower())
+        return [text[i : i + 3] for i in range(max(1, len(text) - 2))]
+
+    nodes = make_nodes()
+    retriever = MultiRouteRetriever(
+        nodes=nodes, bm25_tokenizer=char_trigrams, use_keywords=False,
+        keyword_extractor=CriticalKeywordExtractor(use_ner=False),
+    )
+    assert ids(retriever.retrieve("opt-3004"))[0] == "opt3004"
+    retriever.persist(tmp_path)
+    with pytest.raises(ValueError):
+        MultiRouteRetriever.from_persist_dir(tmp_path, nodes=nodes)
+    loaded = MultiRouteRetriever.from_persist_dir(tmp_path, nodes=nodes, bm25_tokenizer=char_trigrams)
+    assert ids(loaded.retrieve("opt-3004")) == ids(retriever.retrieve("opt-3004"))
+
+
+def test_keywords_are_extracted_for_nodes_that_lack_them():
+    retriever, _ = make_retriever()
+    assert retriever.keyword_index.keywords_of("opt3004") == ["opt3004"]
+
+
+@pytest.mark.slow
+def test_identifier_case_with_the_real_embedding_model():
+    from llama_index_hiqa.defaults import resolve_embed_model
+
+    texts = {
+        "OPT3001": "OPT3001 ambient light sensor. The supply current is 1.8 uA typical at 3.3 V.",
+        "OPT3004": "OPT3004 ambient light sensor. Quiescent current of the device: 2.5 uA typical at 3.3 V.",
+        "TPS7A4700": "TPS7A4700 low-noise LDO regulator. The supply current is 0.6 mA.",
+        "TPS7A4701": "TPS7A4701 low-noise LDO regulator. Ground pin current is 0.7 mA.",
+    }
+    nodes = [TextNode(text=t, id_=k) for k, t in texts.items()]
+    index = VectorStoreIndex(nodes, embed_model=resolve_embed_model())
+    queries = {
+        "What is the supply current of the OPT3004?": "OPT3004",
+        "What is the supply current of the TPS7A4701?": "TPS7A4701",
+    }
+    vector_only = index.as_retriever(similarity_top_k=1)
+    multi = MultiRouteRetriever.from_index(index, similarity_top_k=1, keyword_extractor=CriticalKeywordExtractor())
+    for query, gold in queries.items():
+        assert ids(vector_only.retrieve(query)) != [gold]  # the look-alike wins on wording
+        assert ids(multi.retrieve(query)) == [gold]
