@@ -36,7 +36,9 @@ _EXPORTS: Dict[str, str] = {
     "ContextHeaderTransform": "llama_index_hiqa.transforms.context_header",
     #
     # -- HiQA cascading metadata (issue 5)
-    # "CascadingMetadataTransform": "llama_index_hiqa.transforms.cascading_metadata",
+    "CascadingMetadataTransform": "llama_index_hiqa.transforms.cascading_metadata",
+    "HCATableNode": "llama_index_hiqa.transforms.cascading_metadata",
+    "InvalidMetadataError": "llama_index_hiqa.errors",
     #
     # -- HiQA multi-route retrieval and critical keywords (issue 6)
     "CriticalKeywordExtractor": "llama_index_hiqa.transforms.critical_keywords",
@@ -51,7 +53,8 @@ _EXPORTS: Dict[str, str] = {
     # "ChunkGraphRetriever": "llama_index_hiqa.retrievers.chunk_graph",
     #
     # -- TextRAG segment integration (issue 8)
-    # "SegmentIntegrationPostprocessor": "llama_index_hiqa.postprocessors.segment_integration",
+    "SegmentIntegrationPostprocessor": "llama_index_hiqa.postprocessors.segment_integration",
+    "RerankerError": "llama_index_hiqa.errors",
     #
     # -- evaluation (issue 9)
     "FaithfulnessScoreEvaluator": "llama_index_hiqa.evaluation.faithfulness",

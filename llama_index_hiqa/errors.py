@@ -43,8 +43,28 @@ class LLMOutputError(HiQAError):
     """An LLM answer could not be used even after retries (malformed, truncated, empty)."""
 
 
+class RerankerError(HiQAError):
+    """A reranker (Cohere or a LlamaIndex reranker postprocessor) failed. ``source`` names
+    which one, ``reason`` says why."""
+
+    def __init__(self, source: str, reason: str) -> None:
+        self.source = source
+        self.reason = reason
+        super().__init__(f"{source} reranking failed: {reason}")
+
+
 class UnknownNodeError(HiQAError, KeyError):
     """A node id that the index, docstore or graph does not hold."""
+
+
+class InvalidMetadataError(HiQAError, ValueError):
+    """A node's metadata value has the wrong shape. Names the node, the key and the value."""
+
+    def __init__(self, node_id: str, key: str, reason: str) -> None:
+        self.node_id = node_id
+        self.key = key
+        self.reason = reason
+        super().__init__(f"node {node_id}: metadata {key!r}: {reason}")
 
 
 class RetrievalRouteError(HiQAError):

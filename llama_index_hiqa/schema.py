@@ -35,7 +35,17 @@ Segment/node facts (written by the parsers, read by everything downstream):
                           ``"layout_fallback"``, ``"markdown"``, ``"text"``
 ========================  ==============================================================
 
-Every key above is bookkeeping, hidden from both the embedding and the LLM view with
+Rendered views (written by the transforms, shown on purpose):
+
+========================  ==============================================================
+``HEADING_CASCADE``       ``"Doc title > 4 Specifications > 4.2 Electrical"`` (HCA)
+``DOCUMENT_SUMMARY``      LLM summary of the whole document (AutoContext)
+``SECTION_SUMMARY``       LLM summary of the node's section (AutoContext)
+``IMAGE_DESCRIPTION``     for images: caption, a multimodal LLM's description (when one
+                          was given) and the surrounding text (HiQA appendix A.5)
+========================  ==============================================================
+
+Every key of the first two tables is bookkeeping, hidden from both the embedding and the LLM view with
 :func:`hide_from_views`. Only the rendered views (``HEADING_CASCADE``, ``DOCUMENT_SUMMARY``,
 ``SECTION_SUMMARY``, written by the transforms) are shown, so what each view holds is
 decided in one place and read with LlamaIndex's own
@@ -80,6 +90,7 @@ HEADING_CASCADE = "heading_cascade"  # rendered "Doc > 2 Features > 2.3 Timing"
 SECTION_TITLE = "section_title"
 DOCUMENT_SUMMARY = "document_summary"
 SECTION_SUMMARY = "section_summary"
+IMAGE_DESCRIPTION = "image_description"  # image view: caption, VLM description, context
 CRITICAL_KEYWORDS = "critical_keywords"  # normalised keyword list, never embedded
 
 # --- retrieval provenance (written by retrievers/postprocessors) -----------------------
@@ -89,6 +100,8 @@ CHAIN_HOP = "chain_hop"
 SEGMENT_NODE_IDS = "segment_node_ids"
 POSITION_START = "position_start"
 POSITION_END = "position_end"
+SEGMENT_FILL = "segment_fill"  # "docstore": gaps filled from it; "retrieved_only": no docstore
+SEGMENT_RELEVANCE = "segment_relevance"  # where relevance came from: cohere, reranker, scores, embedding
 
 KIND_TEXT = "text"
 KIND_TABLE = "table"
@@ -128,10 +141,12 @@ BOOKKEEPING_KEYS: Tuple[str, ...] = (
     SEGMENT_NODE_IDS,
     POSITION_START,
     POSITION_END,
+    SEGMENT_FILL,
+    SEGMENT_RELEVANCE,
 )
 
 # The rendered views: shown to the embedding model (and, as configured, the LLM).
-VIEW_KEYS: Tuple[str, ...] = (HEADING_CASCADE, DOCUMENT_SUMMARY, SECTION_SUMMARY)
+VIEW_KEYS: Tuple[str, ...] = (HEADING_CASCADE, DOCUMENT_SUMMARY, SECTION_SUMMARY, IMAGE_DESCRIPTION)
 
 # Keys that only make sense for a whole document and are not copied onto its segments.
 DOCUMENT_ONLY_KEYS: Tuple[str, ...] = (PAGE_SPANS, LAYOUT_HEADINGS, IMAGES)

@@ -1,0 +1,803 @@
+"""Relevant segment extraction: rerank, then return the best contiguous segments of each document.
+
+TextRAG Parts 3 and 4 (``papers/textrag-blog.md``, "Reranking" and "Chunks Integration"),
+whose public reference is dsRAG's relevant segment extraction (RSE). Placed after any
+retriever, :class:`SegmentIntegrationPostprocessor` turns ten scattered chunks into the two
+or three passages where the answer lives, each whole, in reading order, with a header saying
+which document and section it is from:
+
+1. **Relevance** (Part 3). Every retrieved chunk gets a relevance from a reranker — Cohere
+   (``cohere`` SDK, only when a key or client is given), any LlamaIndex reranker
+   postprocessor (``SentenceTransformerRerank``, ``LLMRerank``, ...), or, offline, the
+   incoming retrieval scores or the packaged embedding model's cosine — mapped to [0, 1]
+   and spread by a Beta CDF whose parameters depend on the reranker (Cohere rerank-v3:
+   a = b = 0.4, dsRAG's published value).
+2. **Chunk value** (Part 4, "Evaluating the relevance of text blocks"):
+   ``exp(-rank / decay_rate) * relevance - irrelevant_chunk_penalty``; chunks that were not
+   retrieved are worth ``-irrelevant_chunk_penalty``. Optional length adjustment
+   ``value * max(length, reference_length) / reference_length``.
+3. **Best segments** (Part 4, "Selecting the optimal fragment combination"): contiguous
+   runs of one document, each at most ``max_length`` chunks, together at most
+   ``overall_max_length``, each worth at least ``minimum_value``, never starting or ending
+   on a negative chunk, never overlapping; chosen best first. The reference tries every
+   (start, end) pair against every chosen segment in every round; here prefix sums give a
+   segment's value in O(1), each start's best end is found in O(max_length), and a lazy
+   max-heap re-examines only the starts a new segment invalidated, so a thousand candidates
+   take milliseconds (``benchmarks/bench_segment_integration.py``).
+4. **Fill-in**: chunks inside a segment that were not retrieved are fetched from a docstore
+   (``docstore=`` or :meth:`from_index`) by (document id, position) through a lookup built
+   once, lazily. Without a docstore a segment can only hold retrieved chunks (a missing
+   position ends it) and its node says so (``schema.SEGMENT_FILL``).
+5. **Output**: one ``NodeWithScore`` per segment, score = segment value, best first; text
+   joined in document order (overlap between consecutive chunks removed, so the segment is
+   the source span), the segment header in ``schema.HEADING_CASCADE`` and the provenance in
+   schema keys (member ids, document, position range, pages).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+import inspect
+import logging
+import math
+import os
+from dataclasses import dataclass
+from typing import Any, Dict, Iterable, List, Literal, Optional, Sequence, Tuple
+
+import numpy as np
+from llama_index.core.base.embeddings.base import BaseEmbedding
+from llama_index.core.bridge.pydantic import Field, PrivateAttr, SerializeAsAny
+from llama_index.core.postprocessor.types import BaseNodePostprocessor
+from llama_index.core.schema import (
+    BaseNode,
+    MetadataMode,
+    NodeRelationship,
+    NodeWithScore,
+    QueryBundle,
+    TextNode,
+)
+from llama_index.core.storage.docstore.types import BaseDocumentStore
+
+from llama_index_hiqa import schema
+from llama_index_hiqa.errors import RerankerError, UnknownNodeError
+
+logger = logging.getLogger(__name__)
+
+# dsRAG's published RSE presets (paper values; the penalty sets the segment length: 0.05 long
+# ... 0.4 very short, TextRAG Part 4).
+PRESETS: Dict[str, Dict[str, Any]] = {
+    "balanced": {
+        "max_length": 15,
+        "overall_max_length": 30,
+        "minimum_value": 0.5,
+        "irrelevant_chunk_penalty": 0.18,
+        "decay_rate": 30.0,
+        "top_k_for_document_selection": 10,
+    },
+    "precision": {
+        "max_length": 15,
+        "overall_max_length": 30,
+        "minimum_value": 0.7,
+        "irrelevant_chunk_penalty": 0.2,
+        "decay_rate": 30.0,
+        "top_k_for_document_selection": 10,
+    },
+    "find_all": {
+        "max_length": 40,
+        "overall_max_length": 200,
+        "minimum_value": 0.4,
+        "irrelevant_chunk_penalty": 0.18,
+        "decay_rate": 200.0,
+        "top_k_for_document_selection": 200,
+    },
+}
+
+RelevanceSource = Literal["auto", "cohere", "reranker", "scores", "embedding"]
+
+# How raw scores of each source become a relevance in [0, 1]: a linear map of ``score_range``,
+# then the Beta CDF with (a, b); (1, 1) is the identity. Cohere's values are dsRAG's (its
+# scores crowd near 0 and 1, about Beta(0.4, 0.4)); LLMRerank scores 1-10. Scores of no known
+# scale — retrieval scores (cosine of whatever embedding model, BM25, fused), the embedding
+# cosine, an unknown reranker — have range None: relevance = score / best score (min-max if
+# any is negative). dsRAG's thresholds are tuned on calibrated reranker scores; raw cosines
+# of small models rarely pass 0.7, so read absolutely they would return nothing at all.
+CALIBRATION: Dict[str, Tuple[Optional[Tuple[float, float]], Tuple[float, float]]] = {
+    "cohere": ((0.0, 1.0), (0.4, 0.4)),
+    "CohereRerank": ((0.0, 1.0), (0.4, 0.4)),
+    "LLMRerank": ((0.0, 10.0), (1.0, 1.0)),
+    "SentenceTransformerRerank": ((0.0, 1.0), (0.4, 0.4)),
+    "embedding": (None, (1.0, 1.0)),
+    "scores": (None, (1.0, 1.0)),
+    "reranker": (None, (1.0, 1.0)),
+}
+
+FILL_DOCSTORE = "docstore"
+FILL_RETRIEVED_ONLY = "retrieved_only"
+UNRETRIEVED_RANK = 1000  # dsRAG's rank for chunks the reranker did not return
+
+
+# --- the pure algorithm --------------------------------------------------------------
+
+
+def beta_transform(relevance: Sequence[float], a: float, b: float) -> np.ndarray:
+    """The Beta(a, b) CDF of relevances in [0, 1] (clipped first): spreads them over [0, 1]."""
+    from scipy.special import betainc  # the regularised incomplete beta = the Beta CDF
+
+    values = np.clip(np.asarray(relevance, dtype=float), 0.0, 1.0)
+    if a == 1.0 and b == 1.0:
+        return values
+    return betainc(a, b, values)
+
+
+def chunk_values(
+    ranks: Sequence[float],
+    relevance: Sequence[float],
+    irrelevant_chunk_penalty: float,
+    decay_rate: float,
+    lengths: Optional[Sequence[int]] = None,
+    reference_length: int = 700,
+) -> np.ndarray:
+    """``exp(-rank / decay_rate) * relevance - penalty``, optionally length-adjusted."""
+    ranks_arr = np.asarray(ranks, dtype=float)
+    values = np.exp(-ranks_arr / decay_rate) * np.asarray(relevance, dtype=float)
+    values = values - irrelevant_chunk_penalty
+    if lengths is not None:
+        values = values * length_factors(lengths, reference_length)
+    return values
+
+
+def length_factors(lengths: Sequence[int], reference_length: int = 700) -> np.ndarray:
+    """``max(length, reference) / reference``: long chunks weigh more, short ones no less."""
+    lengths_arr = np.asarray(lengths, dtype=float)
+    return np.maximum(lengths_arr, reference_length) / float(reference_length)
+
+
+def select_segments(
+    values: Sequence[float],
+    run_ids: Sequence[int],
+    max_length: int,
+    overall_max_length: int,
+    minimum_value: float,
+) -> List[Tuple[int, int, float]]:
+    """Best-first segments ``(start, end_exclusive, value)`` over a meta-document.
+
+    ``values`` are chunk values laid end to end; ``run_ids`` says which contiguous run each
+    chunk belongs to (a run = consecutive available chunks of one document): no segment
+    crosses runs. Each round takes the best remaining segment (ties: earliest start, then
+    shortest) that starts and ends on a non-negative chunk, has at most ``max_length``
+    chunks, fits the remaining ``overall_max_length`` and overlaps no chosen segment; it
+    stops when the best is worth less than ``minimum_value``.
+
+    Prefix sums make a segment's value O(1) and a start's best end O(max_length). Every
+    start enters a max-heap with its best value; as segments are chosen, constraints only
+    tighten, so a heap entry is an upper bound of that start's true best: the popped start
+    is recomputed, and accepted only if its value still holds (else pushed back lower).
+    """
+    v = np.asarray(values, dtype=float)
+    n = len(v)
+    if n == 0 or max_length < 1 or overall_max_length < 1:
+        return []
+    runs = np.asarray(run_ids)
+    prefix = np.concatenate([[0.0], np.cumsum(v)]).tolist()
+    starts = np.flatnonzero(v >= 0)  # only non-negative chunks may start (or end) a segment
+    # End (exclusive) of the run each candidate start belongs to.
+    run_ends = np.append(np.flatnonzero(runs[1:] != runs[:-1]) + 1, n)
+    run_end = dict(zip(starts.tolist(), run_ends[np.searchsorted(run_ends, starts, side="right")].tolist()))
+    nonneg = (v >= 0).tolist()
+    used = bytearray(n)
+    remaining = overall_max_length
+
+    def best_from(start: int) -> Optional[Tuple[float, int]]:
+        if used[start]:
+            return None
+        limit = min(start + max_length, start + remaining, run_end[start])
+        best: Optional[Tuple[float, int]] = None
+        base = prefix[start]
+        for stop in range(start + 1, limit + 1):
+            if used[stop - 1]:
+                break  # a chosen segment blocks everything beyond
+            if nonneg[stop - 1]:
+                value = prefix[stop] - base
+                if best is None or value > best[0]:
+                    best = (value, stop)
+        return best
+
+    heap: List[Tuple[float, int, int]] = []
+    for start in starts.tolist():
+        found = best_from(start)
+        if found is not None:
+            heap.append((-found[0], start, found[1]))
+    heapq.heapify(heap)
+
+    chosen: List[Tuple[int, int, float]] = []
+    while heap and remaining > 0:
+        neg_value, start, stop = heapq.heappop(heap)
+        current = best_from(start)
+        if current is None:
+            continue
+        if current[0] != -neg_value or current[1] != stop:
+            heapq.heappush(heap, (-current[0], start, current[1]))
+            continue
+        if current[0] < minimum_value:
+            break  # the best remaining segment is not worth it; neither is any other
+        chosen.append((start, stop, current[0]))
+        used[start:stop] = b"\x01" * (stop - start)
+        remaining -= stop - start
+    return chosen
+
+
+# --- the postprocessor ---------------------------------------------------------------
+
+
+@dataclass
+class _Chunk:
+    """One chunk of the meta-document: retrieved (``node`` set) or only known by id."""
+
+    document_id: Optional[str]
+    position: Optional[int]
+    node_id: str
+    length: int
+    node: Optional[BaseNode] = None
+    value: float = 0.0
+
+
+class SegmentIntegrationPostprocessor(BaseNodePostprocessor):
+    """Rerank retrieved chunks, then return the best contiguous segments of each document.
+
+    Drop it into any query engine after the retriever::
+
+        rse = SegmentIntegrationPostprocessor.from_index(index, preset="balanced")
+        engine = index.as_query_engine(similarity_top_k=50, node_postprocessors=[rse])
+
+    Defaults are dsRAG's ``balanced`` preset; ``preset="precision"`` or ``"find_all"``
+    selects the others (explicit settings override the preset's).
+    """
+
+    preset: Optional[str] = Field(
+        default=None, description="Preset the settings came from: balanced, precision, find_all."
+    )
+    max_length: int = Field(default=15, ge=1, description="Most chunks in one segment.")
+    overall_max_length: int = Field(
+        default=30, ge=1, description="Most chunks in all segments together."
+    )
+    minimum_value: float = Field(
+        default=0.5, description="A segment must be worth at least this (sum of chunk values)."
+    )
+    irrelevant_chunk_penalty: float = Field(
+        default=0.18,
+        description="Subtracted from every chunk's value; larger gives shorter segments "
+        "(0.05: 20-50 chunks, 0.2: 4-10, 0.4: 1-3).",
+    )
+    decay_rate: float = Field(
+        default=30.0, gt=0, description="Rank decay: value = exp(-rank / decay_rate) * relevance."
+    )
+    chunk_length_adjustment: bool = Field(
+        default=True,
+        description="Scale values by max(length, reference_length) / reference_length.",
+    )
+    reference_length: int = Field(
+        default=700, gt=0, description="Reference chunk length in characters."
+    )
+    top_k_for_document_selection: int = Field(
+        default=10, ge=1, description="Only the documents of the best this many chunks compete."
+    )
+    relevance: RelevanceSource = Field(
+        default="auto",
+        description="Where relevance comes from. auto: Cohere if a key/client is given, else "
+        "the reranker if given, else the incoming scores if every node has one, else the "
+        "embedding model's cosine.",
+    )
+    beta_a: Optional[float] = Field(
+        default=None, gt=0, description="Beta CDF a; None: the source's calibrated value."
+    )
+    beta_b: Optional[float] = Field(
+        default=None, gt=0, description="Beta CDF b; None: the source's calibrated value."
+    )
+    score_range: Optional[Tuple[float, float]] = Field(
+        default=None,
+        description="Raw scores (low, high) mapped linearly to [0, 1] before the Beta CDF; "
+        "None: the source's calibrated range.",
+    )
+    cohere_model: str = Field(default="rerank-v3.5", description="Cohere rerank model.")
+    cohere_api_key: Optional[str] = Field(
+        default=None, exclude=True, description="Cohere key; never serialised."
+    )
+    cohere_client: Any = Field(
+        default=None,
+        exclude=True,
+        description="A ready cohere ClientV2/AsyncClientV2 (or anything with .rerank).",
+    )
+    reranker: Optional[SerializeAsAny[BaseNodePostprocessor]] = Field(
+        default=None, description="Any LlamaIndex reranker postprocessor to score the chunks."
+    )
+    fallback_on_reranker_error: bool = Field(
+        default=True,
+        description="On a Cohere/reranker failure, log and use the incoming scores (or the "
+        "embedding cosine) instead of raising RerankerError.",
+    )
+    embed_model: Optional[BaseEmbedding] = Field(
+        default=None, exclude=True, description="For the embedding relevance; None: defaults."
+    )
+    docstore: Optional[BaseDocumentStore] = Field(
+        default=None, exclude=True, description="Where unretrieved chunks inside a segment come from."
+    )
+    chunk_separator: str = Field(
+        default="\n\n", description="Joins consecutive chunks whose source spans do not touch."
+    )
+    min_overlap_chars: int = Field(
+        default=16,
+        description="Without character spans, a suffix/prefix repeat at least this long "
+        "between consecutive chunks is taken as splitter overlap and kept once.",
+    )
+
+    _lookup: Optional[Dict[Tuple[str, int], Tuple[str, int]]] = PrivateAttr(default=None)
+
+    def __init__(self, preset: Optional[str] = None, **kwargs: Any) -> None:
+        if preset is not None:
+            if preset not in PRESETS:
+                raise ValueError(f"unknown preset {preset!r}; choose one of {sorted(PRESETS)}")
+            kwargs = {**PRESETS[preset], **kwargs}
+        super().__init__(preset=preset, **kwargs)
+
+    @classmethod
+    def class_name(cls) -> str:
+        return "SegmentIntegrationPostprocessor"
+
+    @classmethod
+    def from_preset(cls, preset: str, **kwargs: Any) -> "SegmentIntegrationPostprocessor":
+        return cls(preset=preset, **kwargs)
+
+    @classmethod
+    def from_index(cls, index: Any, **kwargs: Any) -> "SegmentIntegrationPostprocessor":
+        """Use ``index.docstore`` to fill segments with the chunks that were not retrieved."""
+        return cls(docstore=index.docstore, **kwargs)
+
+    def reset_docstore_lookup(self) -> None:
+        """Forget the (document, position) lookup; call after adding nodes to the docstore."""
+        self._lookup = None
+
+    # -- relevance ------------------------------------------------------------------
+
+    def _source(self, nodes: List[NodeWithScore], query_bundle: Optional[QueryBundle]) -> str:
+        if self.relevance != "auto":
+            if self.relevance in ("cohere", "reranker", "embedding") and query_bundle is None:
+                raise ValueError(f"relevance={self.relevance!r} needs a query")
+            return self.relevance
+        has_scores = all(n.score is not None for n in nodes)
+        if query_bundle is not None:
+            if self.cohere_client is not None or self.cohere_api_key:
+                return "cohere"
+            if self.reranker is not None:
+                return "reranker"
+        if has_scores or query_bundle is None:
+            return "scores"
+        return "embedding"
+
+    def _calibration(self, source: str) -> Tuple[Optional[Tuple[float, float]], Tuple[float, float]]:
+        key = source
+        if source == "reranker" and self.reranker is not None:
+            key = self.reranker.class_name()
+            if key not in CALIBRATION:
+                key = type(self.reranker).__name__
+        score_range, (a, b) = CALIBRATION.get(key, CALIBRATION.get(source, (None, (1.0, 1.0))))
+        if self.score_range is not None:
+            score_range = tuple(self.score_range)  # type: ignore[assignment]
+        return score_range, (self.beta_a or a, self.beta_b or b)
+
+    def _normalise(self, raw: Sequence[Optional[float]], source: str) -> np.ndarray:
+        """Raw scores -> [0, 1] (``score_range`` or min-max) -> Beta CDF. ``None`` -> 0."""
+        score_range, (a, b) = self._calibration(source)
+        known = [s for s in raw if s is not None and math.isfinite(s)]
+        if score_range is None:
+            # Unknown scale: only relative relevance can be had; the ratio to the best keeps
+            # "half as good" at 0.5.
+            if not known:
+                score_range = (0.0, 1.0)
+            elif min(known) >= 0.0:
+                score_range = (0.0, max(known))
+            else:
+                score_range = (min(known), max(known))
+        low, high = score_range
+        span = (high - low) or 1.0
+        scaled = [
+            0.0 if s is None or not math.isfinite(s) else (float(s) - low) / span for s in raw
+        ]
+        return beta_transform(scaled, a, b)
+
+    def _cohere_scores(self, result: Any, count: int) -> List[Optional[float]]:
+        scores: List[Optional[float]] = [None] * count
+        for item in getattr(result, "results", None) or []:
+            index = getattr(item, "index", None)
+            if isinstance(index, int) and 0 <= index < count:
+                scores[index] = float(item.relevance_score)
+        if all(s is None for s in scores):
+            raise ValueError("Cohere returned no usable results")
+        return scores
+
+    def _cohere_client_sync(self) -> Any:
+        if self.cohere_client is not None:
+            return self.cohere_client
+        import cohere
+
+        return cohere.ClientV2(api_key=self._cohere_key())
+
+    def _cohere_client_async(self) -> Any:
+        if self.cohere_client is not None:
+            return self.cohere_client
+        import cohere
+
+        return cohere.AsyncClientV2(api_key=self._cohere_key())
+
+    def _cohere_key(self) -> str:
+        key = self.cohere_api_key or os.environ.get("CO_API_KEY") or os.environ.get("COHERE_API_KEY")
+        if not key:
+            raise RerankerError("cohere", "no Cohere API key given (cohere_api_key or CO_API_KEY)")
+        return key
+
+    def _rerank_args(self, nodes: List[NodeWithScore], query: str) -> Dict[str, Any]:
+        documents = [n.node.get_content(MetadataMode.EMBED) for n in nodes]
+        return {"model": self.cohere_model, "query": query, "documents": documents, "top_n": len(documents)}
+
+    def _raw_scores(
+        self, source: str, nodes: List[NodeWithScore], query_bundle: Optional[QueryBundle]
+    ) -> Tuple[str, List[Optional[float]]]:
+        try:
+            if source == "cohere":
+                result = self._cohere_client_sync().rerank(**self._rerank_args(nodes, query_bundle.query_str))
+                if inspect.isawaitable(result):  # an AsyncClientV2 given to the sync path
+                    result = asyncio.run(_await(result))
+                return source, self._cohere_scores(result, len(nodes))
+            if source == "reranker":
+                copies = [NodeWithScore(node=n.node, score=n.score) for n in nodes]
+                reranked = self.reranker.postprocess_nodes(copies, query_bundle)
+                return source, self._reranked_scores(nodes, reranked)
+        except Exception as exc:  # noqa: BLE001 - any SDK/network failure
+            return self._fallback(source, exc, nodes, query_bundle)
+        if source == "embedding":
+            return source, self._embedding_scores(nodes, query_bundle)
+        return source, [n.score for n in nodes]
+
+    async def _araw_scores(
+        self, source: str, nodes: List[NodeWithScore], query_bundle: Optional[QueryBundle]
+    ) -> Tuple[str, List[Optional[float]]]:
+        try:
+            if source == "cohere":
+                answer = self._cohere_client_async().rerank(**self._rerank_args(nodes, query_bundle.query_str))
+                result = await answer if inspect.isawaitable(answer) else answer
+                return source, self._cohere_scores(result, len(nodes))
+            if source == "reranker":
+                copies = [NodeWithScore(node=n.node, score=n.score) for n in nodes]
+                reranked = await self.reranker.apostprocess_nodes(copies, query_bundle)
+                return source, self._reranked_scores(nodes, reranked)
+        except Exception as exc:  # noqa: BLE001
+            return self._fallback(source, exc, nodes, query_bundle)
+        if source == "embedding":
+            return source, await self._aembedding_scores(nodes, query_bundle)
+        return source, [n.score for n in nodes]
+
+    def _fallback(
+        self,
+        source: str,
+        exc: Exception,
+        nodes: List[NodeWithScore],
+        query_bundle: Optional[QueryBundle],
+    ) -> Tuple[str, List[Optional[float]]]:
+        missing_key = isinstance(exc, RerankerError) and exc.source == "cohere"
+        if not self.fallback_on_reranker_error or missing_key:
+            # A missing Cohere key is a configuration error, never silently worked around.
+            if isinstance(exc, RerankerError):
+                raise exc
+            raise RerankerError(source, str(exc)) from exc
+        logger.warning("%s reranking failed (%s); using the incoming scores instead", source, exc)
+        if all(n.score is not None for n in nodes):
+            return f"scores (fallback from {source})", [n.score for n in nodes]
+        return f"embedding (fallback from {source})", self._embedding_scores(nodes, query_bundle)
+
+    @staticmethod
+    def _reranked_scores(
+        nodes: List[NodeWithScore], reranked: List[NodeWithScore]
+    ) -> List[Optional[float]]:
+        # Rerankers may cut to their own top_n: the chunks they dropped get relevance 0.
+        by_id = {n.node.node_id: n.score for n in reranked if n.score is not None}
+        if not by_id:
+            # e.g. LLMRerank given an answer it cannot parse returns nothing at all.
+            raise RerankerError("reranker", "it scored none of the chunks")
+        return [by_id.get(n.node.node_id) for n in nodes]
+
+    def _embed(self) -> BaseEmbedding:
+        from llama_index_hiqa.defaults import resolve_embed_model
+
+        return resolve_embed_model(self.embed_model)
+
+    def _embedding_scores(
+        self, nodes: List[NodeWithScore], query_bundle: QueryBundle
+    ) -> List[Optional[float]]:
+        model = self._embed()
+        query = query_bundle.embedding or model.get_query_embedding(query_bundle.query_str)
+        missing = [n.node for n in nodes if n.node.embedding is None]
+        vectors = model.get_text_embedding_batch([m.get_content(MetadataMode.EMBED) for m in missing])
+        return _cosines(query, nodes, dict(zip((m.node_id for m in missing), vectors)))
+
+    async def _aembedding_scores(
+        self, nodes: List[NodeWithScore], query_bundle: QueryBundle
+    ) -> List[Optional[float]]:
+        model = self._embed()
+        query = query_bundle.embedding or await model.aget_query_embedding(query_bundle.query_str)
+        missing = [n.node for n in nodes if n.node.embedding is None]
+        vectors = await model.aget_text_embedding_batch(
+            [m.get_content(MetadataMode.EMBED) for m in missing]
+        )
+        return _cosines(query, nodes, dict(zip((m.node_id for m in missing), vectors)))
+
+    # -- meta-document ----------------------------------------------------------------
+
+    def _docstore_lookup(self) -> Dict[Tuple[str, int], Tuple[str, int]]:
+        """(document id, position) -> (node id, length), built once from the docstore."""
+        if self._lookup is None:
+            lookup: Dict[Tuple[str, int], Tuple[str, int]] = {}
+            if self.docstore is not None:
+                for node in self.docstore.docs.values():
+                    doc_id, position = schema.get_document_id(node), schema.get_position(node)
+                    if doc_id is not None and position is not None:
+                        lookup.setdefault((doc_id, position), (node.node_id, len(_text(node))))
+            self._lookup = lookup
+        return self._lookup
+
+    def _meta_document(
+        self, nodes: List[NodeWithScore], values: np.ndarray
+    ) -> Tuple[List[_Chunk], List[int]]:
+        """The candidate chunks of the best documents, laid out run by run."""
+        # Documents in order of their best chunk (nodes arrive sorted by relevance rank).
+        by_doc: Dict[Any, Dict[int, _Chunk]] = {}
+        for nws, value in zip(nodes, values):
+            node = nws.node
+            doc_id, position = schema.get_document_id(node), schema.get_position(node)
+            doc_key: Any = doc_id
+            if doc_id is None or position is None:
+                doc_key, position = ("__node__", node.node_id), 0  # a run of its own
+            if doc_key not in by_doc and len(by_doc) >= self.top_k_for_document_selection:
+                continue
+            chunks = by_doc.setdefault(doc_key, {})
+            if position in chunks:
+                logger.warning(
+                    "nodes %s and %s share document %s position %s; keeping the first",
+                    chunks[position].node_id, node.node_id, doc_key, position,
+                )
+                continue
+            chunks[position] = _Chunk(
+                doc_id, position, node.node_id, len(_text(node)), node, float(value)
+            )
+
+        lookup = self._docstore_lookup() if self.docstore is not None else {}
+        penalty_chunk = -self.irrelevant_chunk_penalty
+        layout: List[_Chunk] = []
+        run_ids: List[int] = []
+        run = -1
+        for doc_key, chunks in by_doc.items():
+            run += 1  # documents never share a run
+            previous: Optional[int] = None
+            for position in sorted(chunks):
+                if previous is not None and position > previous + 1:
+                    gap = range(previous + 1, position)
+                    # Only gaps a segment could bridge are worth filling: a segment starts
+                    # and ends on retrieved chunks and holds at most max_length chunks.
+                    fill = (
+                        [lookup.get((doc_key, p)) for p in gap]
+                        if lookup and len(gap) <= self.max_length - 2
+                        else [None]
+                    )
+                    if any(f is None for f in fill):
+                        run += 1  # a position we cannot show ends the run
+                    else:
+                        for p, (node_id, length) in zip(gap, fill):
+                            value = penalty_chunk
+                            if self.chunk_length_adjustment:
+                                value *= float(length_factors([length], self.reference_length)[0])
+                            layout.append(_Chunk(doc_key, p, node_id, length, None, value))
+                            run_ids.append(run)
+                layout.append(chunks[position])
+                run_ids.append(run)
+                previous = position
+        return layout, run_ids
+
+    # -- segments -> nodes ------------------------------------------------------------
+
+    def _fetch(self, chunk: _Chunk) -> BaseNode:
+        if chunk.node is not None:
+            return chunk.node
+        try:
+            return self.docstore.get_node(chunk.node_id)
+        except (ValueError, KeyError) as exc:
+            raise UnknownNodeError(
+                f"docstore no longer holds node {chunk.node_id!r} (document "
+                f"{chunk.document_id!r}, position {chunk.position}); call reset_docstore_lookup()"
+            ) from exc
+
+    def _join(self, members: List[BaseNode]) -> Tuple[str, Optional[Tuple[int, int]]]:
+        """Member texts in order, overlap kept once; the joined character span when known."""
+        text = _text(members[0])
+        span = _span(members[0])
+        for node in members[1:]:
+            piece, node_span = _text(node), _span(node)
+            if span is not None and node_span is not None:
+                if node_span[0] < span[1]:
+                    text += piece[min(span[1] - node_span[0], len(piece)):]
+                elif node_span[0] == span[1]:
+                    text += piece
+                else:
+                    text += self.chunk_separator + piece
+                span = (span[0], max(span[1], node_span[1]))
+                continue
+            span = None
+            overlap = _overlap(text, piece, self.min_overlap_chars)
+            text += piece[overlap:] if overlap else self.chunk_separator + piece
+        return text, span
+
+    def _segment_node(
+        self, chunks: List[_Chunk], value: float, source: str, filled: bool
+    ) -> NodeWithScore:
+        members = [self._fetch(c) for c in chunks]
+        first, last = members[0], members[-1]
+        text, span = self._join(members)
+        doc_id = chunks[0].document_id or schema.get_document_id(first)
+        title = schema.get_document_title(first)
+        metadata = dict(first.metadata)
+        for key in schema.DOCUMENT_ONLY_KEYS + (schema.POSITION, schema.CHAR_START, schema.CHAR_END):
+            metadata.pop(key, None)
+        metadata[schema.HEADING_CASCADE] = _header(title, first, last)
+        metadata[schema.SEGMENT_NODE_IDS] = [m.node_id for m in members]
+        metadata[schema.SEGMENT_FILL] = FILL_DOCSTORE if filled else FILL_RETRIEVED_ONLY
+        metadata[schema.SEGMENT_RELEVANCE] = source
+        if doc_id is not None:
+            metadata[schema.DOCUMENT_ID] = doc_id
+        if title:
+            metadata[schema.DOCUMENT_TITLE] = title
+        if chunks[0].document_id is not None:
+            metadata[schema.POSITION_START] = chunks[0].position
+            metadata[schema.POSITION_END] = chunks[-1].position
+        pages = [r for r in (schema.get_page_range(m) for m in members) if r is not None]
+        if pages:
+            metadata[schema.PAGE_START] = min(p[0] for p in pages)
+            metadata[schema.PAGE_END] = max(p[1] for p in pages)
+        if span is not None:
+            metadata[schema.CHAR_START], metadata[schema.CHAR_END] = span
+        start = chunks[0].position if chunks[0].document_id is not None else first.node_id
+        node = TextNode(
+            id_=f"segment:{doc_id}:{start}-{chunks[-1].position}" if doc_id else f"segment:{first.node_id}",
+            text=text,
+            metadata=metadata,
+            excluded_embed_metadata_keys=list(first.excluded_embed_metadata_keys),
+            excluded_llm_metadata_keys=list(first.excluded_llm_metadata_keys),
+            start_char_idx=span[0] if span else None,
+            end_char_idx=span[1] if span else None,
+        )
+        source_rel = first.relationships.get(NodeRelationship.SOURCE)
+        if source_rel is not None:
+            node.relationships[NodeRelationship.SOURCE] = source_rel
+        schema.hide_from_views(node)
+        for excluded in (node.excluded_embed_metadata_keys, node.excluded_llm_metadata_keys):
+            if schema.HEADING_CASCADE in excluded:  # the header is meant to be read
+                excluded.remove(schema.HEADING_CASCADE)
+        return NodeWithScore(node=node, score=float(value))
+
+    # -- the pipeline -----------------------------------------------------------------
+
+    def _prepare(self, nodes: List[NodeWithScore]) -> List[NodeWithScore]:
+        """Drop duplicate node ids (fused retrievers repeat nodes), keeping the best score."""
+        best: Dict[str, NodeWithScore] = {}
+        for n in nodes:
+            held = best.get(n.node.node_id)
+            if held is None or (n.score or float("-inf")) > (held.score or float("-inf")):
+                best[n.node.node_id] = n
+        return list(best.values())
+
+    def _segments(
+        self, nodes: List[NodeWithScore], source: str, raw: List[Optional[float]]
+    ) -> List[NodeWithScore]:
+        relevance = self._normalise(raw, source.split(" ")[0])
+        # Rank by reranked relevance (stable: ties keep retrieval order); unscored chunks
+        # (dropped by the reranker) rank after all, as dsRAG's rank 1000.
+        order = sorted(range(len(nodes)), key=lambda i: (raw[i] is None, -relevance[i]))
+        ranks = np.empty(len(nodes))
+        for rank, i in enumerate(order):
+            ranks[i] = rank if raw[i] is not None else UNRETRIEVED_RANK
+        lengths = [len(_text(n.node)) for n in nodes] if self.chunk_length_adjustment else None
+        values = chunk_values(
+            ranks, relevance, self.irrelevant_chunk_penalty, self.decay_rate,
+            lengths, self.reference_length,
+        )
+        ordered = [nodes[i] for i in order]
+        layout, run_ids = self._meta_document(ordered, values[order])
+        chosen = select_segments(
+            [c.value for c in layout], run_ids, self.max_length, self.overall_max_length,
+            self.minimum_value,
+        )
+        filled = self.docstore is not None
+        return [self._segment_node(layout[s:e], value, source, filled) for s, e, value in chosen]
+
+    def _postprocess_nodes(
+        self, nodes: List[NodeWithScore], query_bundle: Optional[QueryBundle] = None
+    ) -> List[NodeWithScore]:
+        nodes = self._prepare(nodes)
+        if not nodes:
+            return []
+        source, raw = self._raw_scores(self._source(nodes, query_bundle), nodes, query_bundle)
+        return self._segments(nodes, source, raw)
+
+    async def _apostprocess_nodes(
+        self, nodes: List[NodeWithScore], query_bundle: Optional[QueryBundle] = None
+    ) -> List[NodeWithScore]:
+        nodes = self._prepare(nodes)
+        if not nodes:
+            return []
+        source, raw = await self._araw_scores(self._source(nodes, query_bundle), nodes, query_bundle)
+        # The docstore lookup may scan a large store once: keep it off the event loop.
+        return await asyncio.to_thread(self._segments, nodes, source, raw)
+
+
+# --- small helpers ---------------------------------------------------------------------
+
+
+async def _await(awaitable: Any) -> Any:
+    return await awaitable
+
+
+def _text(node: BaseNode) -> str:
+    return node.get_content(MetadataMode.NONE)
+
+
+def _span(node: BaseNode) -> Optional[Tuple[int, int]]:
+    """The node's character span, trusted only when it matches the text length."""
+    span = schema.get_char_span(node)
+    if span is None and getattr(node, "start_char_idx", None) is not None:
+        if node.end_char_idx is not None:
+            span = (int(node.start_char_idx), int(node.end_char_idx))
+    if span is None or span[1] - span[0] != len(_text(node)):
+        return None
+    return span
+
+
+def _overlap(text: str, piece: str, minimum: int) -> int:
+    """Length of the longest suffix of ``text`` that starts ``piece`` (0 if < minimum)."""
+    limit = min(len(text), len(piece))
+    for size in range(limit, minimum - 1, -1):
+        if text.endswith(piece[:size]):
+            return size
+    return 0
+
+
+def _header(title: str, first: BaseNode, last: BaseNode) -> str:
+    """``Title > 2 Features > 2.3 Timing`` (``… 2.4 Limits`` when the segment runs on)."""
+    path = schema.get_heading_path(first)
+    header = " > ".join([title, *[h.label() for h in path]]) if title else " > ".join(
+        h.label() for h in path
+    )
+    end_path = schema.get_heading_path(last)
+    if end_path and end_path != path:
+        header += f" … {end_path[-1].label()}"
+    return header
+
+
+def _cosines(
+    query: Sequence[float], nodes: List[NodeWithScore], fresh: Dict[str, List[float]]
+) -> List[Optional[float]]:
+    q = np.asarray(query, dtype=float)
+    q = q / (np.linalg.norm(q) or 1.0)
+    scores: List[Optional[float]] = []
+    for n in nodes:
+        vector = n.node.embedding if n.node.embedding is not None else fresh[n.node.node_id]
+        v = np.asarray(vector, dtype=float)
+        scores.append(float(v @ q / (np.linalg.norm(v) or 1.0)))
+    return scores
+
+
+__all__: Iterable[str] = (
+    "SegmentIntegrationPostprocessor",
+    "PRESETS",
+    "CALIBRATION",
+    "beta_transform",
+    "chunk_values",
+    "length_factors",
+    "select_segments",
+)
