@@ -49,8 +49,11 @@ _EXPORTS: Dict[str, str] = {
     "RetrievalRouteError": "llama_index_hiqa.errors",
     #
     # -- IIER chunk graph (issue 7)
-    # "ChunkInteractionGraph": "llama_index_hiqa.retrievers.chunk_graph",
-    # "ChunkGraphRetriever": "llama_index_hiqa.retrievers.chunk_graph",
+    "ChunkInteractionGraph": "llama_index_hiqa.retrievers.chunk_graph",
+    "ChunkGraphRetriever": "llama_index_hiqa.retrievers.chunk_graph",
+    "DefaultChainScorer": "llama_index_hiqa.retrievers.chain_scorers",
+    "TrainedChainScorer": "llama_index_hiqa.retrievers.chain_scorers",
+    "GraphBuildError": "llama_index_hiqa.errors",
     #
     # -- TextRAG segment integration (issue 8)
     "SegmentIntegrationPostprocessor": "llama_index_hiqa.postprocessors.segment_integration",

@@ -67,6 +67,11 @@ class InvalidMetadataError(HiQAError, ValueError):
         super().__init__(f"node {node_id}: metadata {key!r}: {reason}")
 
 
+class GraphBuildError(HiQAError):
+    """A chunk graph could not be built, extended or loaded (no nodes, duplicate ids,
+    embeddings of different dimensions, unreadable persist folder)."""
+
+
 class RetrievalRouteError(HiQAError):
     """Every route of a multi-route retriever failed. ``errors`` maps route name -> exception."""
 

@@ -1,0 +1,442 @@
+"""ChunkInteractionGraph and ChunkGraphRetriever (IIER) on tiny corpora with known structure."""
+
+from __future__ import annotations
+
+import asyncio
+
+import numpy as np
+import pytest
+from llama_index.core.schema import QueryBundle, TextNode
+
+from llama_index_hiqa import schema
+from llama_index_hiqa.errors import GraphBuildError, UnknownNodeError
+from llama_index_hiqa.retrievers.chain_scorers import (
+    N_FEATURES,
+    DefaultChainScorer,
+    TrainedChainScorer,
+)
+from llama_index_hiqa.retrievers.chunk_graph import (
+    ChunkGraphRetriever,
+    ChunkInteractionGraph,
+    parse_keyword_list,
+)
+from llama_index_hiqa.testing import ScriptedLLM
+
+DIM = 6
+
+
+def unit(*coords):
+    v = np.zeros(DIM, dtype=np.float32)
+    for i, c in enumerate(coords):
+        v[i] = c
+    return (v / np.linalg.norm(v)).tolist()
+
+
+def make_node(node_id, vec, doc="doc", pos=0, keywords=(), title=None, text=None):
+    node = TextNode(text=text or f"text of {node_id}", id_=node_id, embedding=list(vec))
+    schema.set_segment_facts(node, document_id=doc, document_title=title or doc, position=pos)
+    node.metadata[schema.CRITICAL_KEYWORDS] = list(keywords)
+    return node
+
+
+def random_nodes(n, seed=0, docs=4):
+    rng = np.random.default_rng(seed)
+    nodes = []
+    for i in range(n):
+        kws = [f"k{w}" for w in rng.choice(12, size=4, replace=False)]
+        nodes.append(make_node(f"n{i}", rng.normal(size=DIM), doc=f"d{i % docs}", pos=i // docs, keywords=kws))
+    return nodes
+
+
+def edge_set(graph):
+    return {
+        tuple(sorted((u, v))): (d["structural"], round(d["semantic"], 5), d["keyword"])
+        for u, v, d in graph.graph.edges(data=True)
+    }
+
+
+# --- graph construction -------------------------------------------------------------------
+
+
+def test_structural_edges_follow_positions_within_each_document_only():
+    nodes = [
+        make_node("a2", unit(1), doc="A", pos=2),
+        make_node("a0", unit(1), doc="A", pos=0),
+        make_node("a1", unit(1), doc="A", pos=1),
+        make_node("b0", unit(1), doc="B", pos=0),
+    ]
+    g = ChunkInteractionGraph.from_nodes(nodes, semantic_top_k=0)
+    assert g.edge("a0", "a1")["structural"] == 1
+    assert g.edge("a1", "a2")["structural"] == 1
+    assert g.edge("a0", "a2")["structural"] == 0
+    assert g.edge("a2", "b0")["structural"] == 0
+    assert g.edge_counts()["structural"] == 2
+
+
+def test_semantic_edges_link_each_chunk_to_its_top_k_with_cosine_weight():
+    nodes = [
+        make_node("x", unit(1, 0), doc="1"),
+        make_node("x_close", unit(1, 0.1), doc="2"),
+        make_node("x_far", unit(1, 1), doc="3"),
+        make_node("y", unit(0, 0, 1), doc="4"),
+    ]
+    g = ChunkInteractionGraph.from_nodes(nodes, semantic_top_k=1)
+    expected = float(np.dot(nodes[0].embedding, nodes[1].embedding))
+    assert g.edge("x", "x_close")["semantic"] == pytest.approx(expected, abs=1e-5)
+    # x_far's best neighbour is x_close (cos .77 > x .71); y's best is x_far (0.0 ties broken).
+    assert g.edge("x", "x_far")["semantic"] == 0
+    assert g.edge("x_far", "x_close")["semantic"] > 0
+    assert all(g.edge("y", other)["semantic"] <= 1e-6 or other == "x_far" for other in ("x", "x_close"))
+    # min_similarity drops weak edges
+    strict = ChunkInteractionGraph.from_nodes(nodes, semantic_top_k=1, min_similarity=0.9)
+    assert strict.edge_counts()["semantic"] == 1
+
+
+def test_blocked_top_k_equals_one_block():
+    nodes = random_nodes(40)
+    one = ChunkInteractionGraph.from_nodes(nodes, block_size=10_000)
+    blocked = ChunkInteractionGraph.from_nodes(random_nodes(40), block_size=7)
+    assert edge_set(one) == edge_set(blocked)
+
+
+def test_keyword_edges_need_the_threshold_and_carry_the_intersection_size():
+    nodes = [
+        make_node("p", unit(1), doc="1", keywords=["alpha", "beta", "gamma", "delta"]),
+        make_node("q", unit(0, 1), doc="2", keywords=["Alpha", "beta", "gamma", "zeta"]),
+        make_node("r", unit(0, 0, 1), doc="3", keywords=["alpha", "beta", "omega"]),
+    ]
+    g = ChunkInteractionGraph.from_nodes(nodes, semantic_top_k=0)  # paper: more than two shared
+    assert g.edge("p", "q")["keyword"] == 3
+    assert g.edge("p", "r")["keyword"] == 0 and g.edge("q", "r")["keyword"] == 0
+    loose = ChunkInteractionGraph.from_nodes(nodes, semantic_top_k=0, keyword_threshold=2)
+    assert loose.edge("p", "r")["keyword"] == 2 and loose.edge("q", "r")["keyword"] == 2
+
+
+def test_document_titles_and_too_common_keywords_are_not_keywords():
+    nodes = [
+        make_node(f"c{i}", unit(1, i), doc="Acme Annual Report", title="Acme Annual Report",
+                  keywords=["Acme Annual Report", "revenue", f"only{i}", f"pair{i // 2}", f"pair{i // 2}b"])
+        for i in range(6)
+    ]
+    g = ChunkInteractionGraph.from_nodes(
+        nodes, semantic_top_k=0, keyword_threshold=2, max_keyword_fraction=0.5, min_common_count=2
+    )
+    assert "acmeannualreport" not in g.keywords("c0")
+    assert "acmeannualreport" in g.title_keywords("c0")
+    # identifier/year tokens of a filing-style title are title keywords too
+    filing = make_node("f", unit(1), doc="3M_2018_10K", title="3M_2018_10K", keywords=["3M", "2018", "revenue"])
+    assert ChunkInteractionGraph.from_nodes([filing]).keywords("f") == {"revenue"}
+    # "revenue" is in all 6 chunks (> 50%): it links nobody, so only the designed pairs share 2.
+    assert g.edge_counts()["keyword"] == 3
+    assert g.edge("c0", "c1")["keyword"] == 2
+    assert g.edge("c0", "c2")["keyword"] == 0
+    kept = ChunkInteractionGraph.from_nodes(
+        nodes, semantic_top_k=0, keyword_threshold=2, max_keyword_fraction=1.0, min_common_count=2
+    )
+    assert kept.edge("c0", "c2")["keyword"] == 0 and kept.edge("c0", "c1")["keyword"] == 3
+
+
+def test_incremental_add_equals_rebuild_including_insertions_between_positions():
+    full_nodes = random_nodes(30, seed=3)
+    full = ChunkInteractionGraph.from_nodes(full_nodes, semantic_top_k=3, keyword_threshold=2)
+    parts = random_nodes(30, seed=3)
+    # add the odd positions later, so structural edges 0-2 must become 0-1, 1-2
+    first = [n for n in parts if schema.get_position(n) % 2 == 0]
+    later = [n for n in parts if schema.get_position(n) % 2 == 1]
+    inc = ChunkInteractionGraph.from_nodes(first, semantic_top_k=3, keyword_threshold=2)
+    inc.add_nodes(later[:5])
+    inc.add_nodes(later[5:])
+    assert edge_set(inc) == edge_set(full)
+
+
+def test_bad_input_raises_typed_errors(tmp_path):
+    with pytest.raises(GraphBuildError):
+        ChunkInteractionGraph.from_nodes([])
+    node = make_node("a", unit(1))
+    with pytest.raises(GraphBuildError, match="already"):
+        ChunkInteractionGraph.from_nodes([node, make_node("a", unit(0, 1))])
+    g = ChunkInteractionGraph.from_nodes([node])
+    with pytest.raises(GraphBuildError, match="dimension"):
+        g.add_nodes([TextNode(text="x", id_="b", embedding=[1.0, 0.0])])
+    with pytest.raises(UnknownNodeError):
+        g.keywords("missing")
+    with pytest.raises(GraphBuildError):
+        ChunkInteractionGraph.load(tmp_path / "nothing")
+
+
+def test_persist_and_load_round_trip(tmp_path):
+    nodes = random_nodes(20, seed=5)
+    g = ChunkInteractionGraph.from_nodes(nodes, semantic_top_k=2, keyword_threshold=2)
+    g.persist(tmp_path / "store")
+    loaded = ChunkInteractionGraph.load(tmp_path / "store")
+    assert loaded.node_ids == g.node_ids
+    assert edge_set(loaded) == edge_set(g)
+    assert loaded.semantic_top_k == 2 and loaded.keyword_threshold == 2
+    np.testing.assert_allclose(loaded.vectors, g.vectors)
+    assert loaded.keywords("n3") == g.keywords("n3")
+    # a loaded graph keeps growing exactly like the original
+    extra = random_nodes(25, seed=5)[20:]
+    for n in extra:
+        n.id_ = "x" + n.node_id
+    g.add_nodes(extra)
+    loaded.add_nodes([n.model_copy() for n in extra])
+    assert edge_set(loaded) == edge_set(g)
+
+
+# --- seeds and chains ---------------------------------------------------------------------
+
+
+def two_hop_corpus():
+    """Question ~ e0. A (bridge) names the product; B (answer) is reachable from A only via
+    three shared keywords; four distractors sit closest to the question in vector space."""
+    nodes = [
+        make_node("A", unit(1, 1), doc="A", keywords=["zorblax", "quantacorp", "gadget", "factory"]),
+        make_node("B", unit(0.4, 0.917), doc="B", keywords=["quantacorp", "gadget", "factory", "ada lovelace"]),
+    ]
+    for i in range(4):
+        nodes.append(make_node(f"D{i}", unit(0.9, 0, 0, 0.1 * (i + 1), 0.3), doc=f"D{i}", keywords=[f"noise{i}"]))
+    return nodes
+
+
+Q_VEC = unit(1)
+
+
+def test_two_hop_answer_is_found_through_the_keyword_edge_where_vector_top_k_misses_it():
+    nodes = two_hop_corpus()
+    graph = ChunkInteractionGraph.from_nodes(nodes, semantic_top_k=2, min_similarity=0.95)
+    sims = graph.vectors @ np.asarray(Q_VEC)
+    vector_top3 = {graph.node_ids[i] for i in np.argsort(-sims)[:3]}
+    assert "B" not in vector_top3
+    assert graph.edge("A", "B") == {"structural": 0, "semantic": 0, "keyword": 3}
+
+    retriever = ChunkGraphRetriever(graph, nodes=nodes, keyword_fn=lambda q: ["Zorblax"], max_nodes=3)
+    out = retriever.retrieve(QueryBundle("Who founded the maker of Zorblax?", embedding=Q_VEC))
+    ids = [n.node.node_id for n in out]
+    assert "B" in ids and len(ids) == 3
+    a, b = ids.index("A"), ids.index("B")
+    assert b == a + 1  # traversal order inside the chain
+    assert out[a].node.metadata[schema.CHAIN_ID] == out[b].node.metadata[schema.CHAIN_ID]
+    assert (out[a].node.metadata[schema.CHAIN_HOP], out[b].node.metadata[schema.CHAIN_HOP]) == (0, 1)
+
+    # control: without keyword edges the chain cannot reach B
+    no_kw = ChunkInteractionGraph.from_nodes(nodes, semantic_top_k=2, min_similarity=0.95, keyword_threshold=99)
+    control = ChunkGraphRetriever(no_kw, nodes=nodes, keyword_fn=lambda q: ["zorblax"], max_nodes=3)
+    assert "B" not in [n.node.node_id for n in control.retrieve(QueryBundle("q", embedding=Q_VEC))]
+
+
+def test_greedy_seed_cover_prefers_coverage_then_similarity():
+    nodes = [
+        make_node("both", unit(0, 1), doc="1", keywords=["paris", "london"]),
+        make_node("paris_close", unit(1, 0.2), doc="2", keywords=["paris"]),
+        make_node("rome_far", unit(0, 0, 1), doc="3", keywords=["rome"]),
+        make_node("rome_close", unit(1, 0, 0.5), doc="4", keywords=["rome"]),
+        make_node("other", unit(1), doc="5", keywords=["berlin"]),
+    ]
+    g = ChunkInteractionGraph.from_nodes(nodes, semantic_top_k=0)
+    r = ChunkGraphRetriever(g, nodes=nodes, vector_seeds=0)
+    seeds = [g.node_ids[i] for i in r.select_seeds(np.asarray(Q_VEC), {"paris", "london", "rome", "tokyo"})]
+    assert seeds == ["both", "rome_close"]
+    # no matching keyword: the top vector hit seeds
+    assert [g.node_ids[i] for i in r.select_seeds(np.asarray(Q_VEC), {"tokyo"})] == ["other"]
+    # seed matching may use document titles (kept out of the edges only)
+    titled = [make_node("t", unit(0, 1), doc="Tokyo", title="Tokyo", keywords=["tokyo", "x"]), *nodes]
+    g2 = ChunkInteractionGraph.from_nodes(titled, semantic_top_k=0)
+    assert "tokyo" not in g2.keywords("t")
+    r2 = ChunkGraphRetriever(g2, nodes=titled, vector_seeds=0)
+    assert [g2.node_ids[i] for i in r2.select_seeds(np.asarray(Q_VEC), {"tokyo"})] == ["t"]
+
+
+def test_chain_stops_below_threshold_and_respects_hops_budget_and_dedup():
+    # a line graph of one document: n0 - n1 - ... - n7, all similar to the question
+    nodes = [make_node(f"n{i}", unit(1, 0.1 * i), doc="L", pos=i) for i in range(8)]
+    g = ChunkInteractionGraph.from_nodes(nodes, semantic_top_k=0)
+    r = ChunkGraphRetriever(g, nodes=nodes, keyword_fn=lambda q: [], max_hops=2, max_nodes=10, fill_budget=False)
+    ids = [n.node.node_id for n in r.retrieve(QueryBundle("q", embedding=Q_VEC))]
+    assert ids == ["n0", "n1", "n2"]  # seed + 2 hops
+    stopped = ChunkGraphRetriever(g, nodes=nodes, keyword_fn=lambda q: [], fill_budget=False,
+                                  scorer=DefaultChainScorer(threshold=5.0))
+    assert [n.node.node_id for n in stopped.retrieve(QueryBundle("q", embedding=Q_VEC))] == ["n0"]
+    filled = ChunkGraphRetriever(g, nodes=nodes, keyword_fn=lambda q: [], scorer=DefaultChainScorer(threshold=5.0),
+                                 max_nodes=3)
+    out = filled.retrieve(QueryBundle("q", embedding=Q_VEC))
+    assert [n.node.node_id for n in out] == ["n0", "n1", "n2"]  # budget filled with vector hits
+    assert len({n.node.metadata[schema.CHAIN_ID] for n in out}) == 3
+    budget = ChunkGraphRetriever(g, nodes=nodes, keyword_fn=lambda q: [], max_nodes=4)
+    got = [n.node.node_id for n in budget.retrieve(QueryBundle("q", embedding=Q_VEC))]
+    assert len(got) == 4 and len(set(got)) == 4
+
+
+def test_budget_is_filled_hop_by_hop_across_chains():
+    nodes = two_hop_corpus()
+    graph = ChunkInteractionGraph.from_nodes(nodes, semantic_top_k=2, min_similarity=0.95)
+    r = ChunkGraphRetriever(graph, nodes=nodes, keyword_fn=lambda q: ["zorblax"], max_nodes=2)
+    out = r.retrieve(QueryBundle("q", embedding=Q_VEC))
+    # two seeds (keyword seed A, vector seed D*) beat A's first hop B for a budget of 2
+    assert [n.node.metadata[schema.CHAIN_HOP] for n in out] == [0, 0]
+
+
+def test_merge_chains_returns_one_node_per_chain_without_touching_sources():
+    nodes = two_hop_corpus()
+    graph = ChunkInteractionGraph.from_nodes(nodes, semantic_top_k=2, min_similarity=0.95)
+    r = ChunkGraphRetriever(graph, nodes=nodes, keyword_fn=lambda q: ["zorblax"], max_nodes=3,
+                            merge_chains=True, fill_budget=False)
+    out = r.retrieve(QueryBundle("q", embedding=Q_VEC))
+    first = out[0].node
+    assert first.metadata[schema.SEGMENT_NODE_IDS] == ["A", "B"]
+    assert first.get_content() == "text of A\n\ntext of B"
+    assert schema.CHAIN_ID not in nodes[0].metadata  # docstore nodes are not modified
+
+
+def test_unknown_docstore_node_is_a_typed_error():
+    nodes = two_hop_corpus()
+    graph = ChunkInteractionGraph.from_nodes(nodes)
+    r = ChunkGraphRetriever(graph, nodes=nodes[:1], keyword_fn=lambda q: ["zorblax"])
+    with pytest.raises(UnknownNodeError, match="docstore"):
+        r.retrieve(QueryBundle("q", embedding=Q_VEC))
+
+
+# --- question keywords -----------------------------------------------------------------------
+
+
+def test_llm_keywords_use_prompt_a1_and_fall_back_on_malformed_or_failing_answers():
+    nodes = two_hop_corpus()
+    graph = ChunkInteractionGraph.from_nodes(nodes, semantic_top_k=2, min_similarity=0.95)
+    fallback_calls = []
+
+    def fallback(q):
+        fallback_calls.append(q)
+        return ["zorblax"]
+
+    good = ScriptedLLM(responses=["['Zorblax', 'Quantacorp']"])
+    r = ChunkGraphRetriever(graph, nodes=nodes, llm=good, keyword_fn=fallback)
+    assert r.question_keywords("Who founded the maker of Zorblax?") == {"zorblax", "quantacorp"}
+    assert "Please select all the topics and keywords" in good.prompts[0]
+    assert not fallback_calls
+
+    bad = ScriptedLLM(responses=["I cannot help with that request because " + "x" * 200, TimeoutError("slow")])
+    r = ChunkGraphRetriever(graph, nodes=nodes, llm=bad, keyword_fn=fallback, max_nodes=3)
+    assert r.question_keywords("q1") == {"zorblax"}
+    out = r.retrieve(QueryBundle("q2", embedding=Q_VEC))  # LLM raises: still answers
+    assert "B" in [n.node.node_id for n in out]
+    assert fallback_calls == ["q1", "q2"]
+
+
+def test_parse_keyword_list_accepts_python_json_and_plain_lists():
+    assert parse_keyword_list("['a', 'b c']") == ["a", "b c"]
+    assert parse_keyword_list('Answer: ["x", "y"]') == ["x", "y"]
+    assert parse_keyword_list("Philipsburg, Malakoff") == ["Philipsburg", "Malakoff"]
+    with pytest.raises(ValueError):
+        parse_keyword_list("")
+
+
+async def test_async_retrieve_matches_sync_and_embeds_without_a_given_vector():
+    from llama_index.core.embeddings import MockEmbedding
+
+    class AxisEmbedding(MockEmbedding):
+        def _get_query_embedding(self, query):
+            return Q_VEC
+
+        async def _aget_query_embedding(self, query):
+            return Q_VEC
+
+    nodes = two_hop_corpus()
+    graph = ChunkInteractionGraph.from_nodes(nodes, semantic_top_k=2, min_similarity=0.95)
+    r = ChunkGraphRetriever(graph, nodes=nodes, embed_model=AxisEmbedding(embed_dim=DIM),
+                            keyword_fn=lambda q: ["zorblax"], max_nodes=3)
+    sync_ids = [n.node.node_id for n in r.retrieve("Who founded the maker of Zorblax?")]
+    async_ids = [n.node.node_id for n in await r.aretrieve("Who founded the maker of Zorblax?")]
+    assert sync_ids == async_ids and "B" in sync_ids
+
+
+# --- scorers --------------------------------------------------------------------------------
+
+
+def test_trained_scorer_learns_a_synthetic_rule_and_round_trips(tmp_path):
+    rng = np.random.default_rng(0)
+    x = rng.uniform(size=(3000, N_FEATURES)).astype(np.float32)
+    x[:, 3] = rng.integers(0, 2, size=3000)
+    # positive: close to the question AND (structural neighbour OR keyword overlap) - not linear
+    y = ((x[:, 0] > 0.6) & ((x[:, 3] == 1) | (x[:, 5] > 0.7))).astype(float)
+    scorer = TrainedChainScorer(epochs=600).fit(x[:2000], y[:2000])
+    accuracy = ((scorer.score(x[2000:]) > 0.5) == (y[2000:] > 0.5)).mean()
+    assert accuracy > 0.9
+    path = tmp_path / "scorer.json"
+    scorer.save(path)
+    np.testing.assert_allclose(TrainedChainScorer.load(path).score(x[:50]), scorer.score(x[:50]), rtol=1e-6)
+    with pytest.raises(RuntimeError):
+        TrainedChainScorer().score(x[:2])
+    with pytest.raises(ValueError):
+        TrainedChainScorer().fit(x[:10], np.zeros(10))
+
+
+def test_fit_uses_shortest_path_labels_and_the_fitted_scorer_walks_to_the_evidence():
+    # Many copies of the two-hop pattern: bridge Ai -> answer Bi through a keyword edge, and a
+    # decoy Ci that is closer to the question, linked to Ai by a semantic edge.
+    nodes, questions, golds = [], [], []
+    rng = np.random.default_rng(1)
+    for i in range(12):
+        axis = np.zeros(DIM)
+        axis[i % DIM] = 1
+        other = np.zeros(DIM)
+        other[(i + 1) % DIM] = 1
+        kws = [f"e{i}", f"f{i}", f"g{i}"]
+        nodes.append(make_node(f"A{i}", axis + 0.3 * other, doc=f"A{i}", keywords=[f"topic{i}", *kws]))
+        nodes.append(make_node(f"B{i}", other + 0.05 * rng.normal(size=DIM), doc=f"B{i}", keywords=[*kws, "answer"]))
+        nodes.append(make_node(f"C{i}", axis + 0.25 * other + 0.02 * rng.normal(size=DIM), doc=f"C{i}", keywords=[f"c{i}"]))
+        questions.append(f"question {i} topic{i}")
+        golds.append([f"A{i}", f"B{i}"])
+    graph = ChunkInteractionGraph.from_nodes(nodes, semantic_top_k=1, keyword_threshold=3)
+    axes = {f"question {i} topic{i}": np.eye(DIM)[i % DIM].tolist() for i in range(12)}
+
+    class DictEmbedding:
+        def get_query_embedding(self, q):
+            return axes[q]
+
+    r = ChunkGraphRetriever(graph, nodes=nodes, embed_model=DictEmbedding(),
+                            keyword_fn=lambda q: [q.split()[-1]], max_nodes=2, vector_seeds=0, fill_budget=False)
+    x, y = r.training_examples(questions[:8], golds[:8])
+    assert x.shape[1] == N_FEATURES and 0 < y.sum() < len(y)
+    default_hits = sum("B%d" % i in [n.node.node_id for n in r.retrieve(questions[i])] for i in range(8, 12))
+    r.fit(questions[:8], golds[:8])
+    assert isinstance(r.scorer, TrainedChainScorer)
+    trained_hits = sum("B%d" % i in [n.node.node_id for n in r.retrieve(questions[i])] for i in range(8, 12))
+    assert trained_hits == 4 and trained_hits > default_hits
+
+
+@pytest.mark.slow
+def test_from_nodes_with_the_offline_models_drops_into_a_query_engine():
+    from llama_index.core.query_engine import RetrieverQueryEngine
+    from llama_index.core.response_synthesizers import get_response_synthesizer
+
+    texts = [
+        ("Journal of Psychotherapy Integration", "The Journal of Psychotherapy Integration is published by the American Psychological Association."),
+        ("American Psychological Association", "G. Stanley Hall was the first president of the American Psychological Association, founded in 1892."),
+        ("Paris", "Paris is the capital of France and hosts the Louvre museum."),
+        ("Berlin", "Berlin is the capital of Germany."),
+    ]
+    nodes = []
+    for i, (title, text) in enumerate(texts):
+        node = TextNode(text=text, id_=f"p{i}")
+        schema.set_segment_facts(node, document_id=f"p{i}", document_title=title, position=0)
+        nodes.append(node)
+    retriever = ChunkGraphRetriever.from_nodes(nodes, max_nodes=2, graph_settings={"keyword_threshold": 1})
+    assert all(schema.CRITICAL_KEYWORDS in n.metadata for n in nodes)
+    engine = RetrieverQueryEngine(retriever, response_synthesizer=get_response_synthesizer(llm=ScriptedLLM(default_response="Hall")))
+    response = engine.query("Who was the first president of the publisher of the Journal of Psychotherapy Integration?")
+    got = [n.node.node_id for n in response.source_nodes]
+    assert set(got) == {"p0", "p1"}
+    assert str(response) == "Hall"
+
+
+def test_from_index_reuses_the_vector_store_embeddings_and_docstore():
+    from llama_index.core import VectorStoreIndex
+    from llama_index.core.embeddings import MockEmbedding
+
+    nodes = two_hop_corpus()
+    index = VectorStoreIndex(nodes, embed_model=MockEmbedding(embed_dim=DIM))
+    retriever = ChunkGraphRetriever.from_index(index, graph_settings={"semantic_top_k": 2, "min_similarity": 0.95},
+                                               keyword_fn=lambda q: ["zorblax"], max_nodes=3)
+    np.testing.assert_allclose(retriever.graph.vectors[0], np.asarray(nodes[0].embedding), atol=1e-6)
+    assert retriever.graph.edge("A", "B")["keyword"] == 3
+    ids = [n.node.node_id for n in retriever.retrieve(QueryBundle("q", embedding=Q_VEC))]
+    assert "B" in ids
