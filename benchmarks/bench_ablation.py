@@ -8,7 +8,7 @@ Index over all units and the usual ranking metrics; variants whose component has
 are listed as "not yet available".
 
     .venv/bin/python benchmarks/bench_ablation.py [--datasets demo musique hotpotqa financebench]
-                                                  [--financebench-budget 30000]
+                                                  [--financebench-budget 30000] [--section-only]
 
 Writes benchmarks/ablation/ablation_<dataset>.{json,md} and the PNGs there, and the
 "ablation" section of benchmarks/RESULTS.md. Vectors come from the shared cache, so a re-run
@@ -51,9 +51,11 @@ def main() -> None:
     parser.add_argument("--variants", nargs="+", help="default: all")
     parser.add_argument("--financebench-budget", type=int, default=30000,
                         help="max new embeddings per FinanceBench variant (0: cached only)")
+    parser.add_argument("--section-only", action="store_true",
+                        help="only rebuild the RESULTS.md section from the saved runs")
     args = parser.parse_args()
 
-    for name in args.datasets:
+    for name in [] if args.section_only else args.datasets:
         started = time.perf_counter()
         budget = None
         if name == "demo":
@@ -112,8 +114,10 @@ def main() -> None:
         "all-MiniLM-L6-v2) for every variant. Variants whose component has not landed are listed "
         "as not yet available.\n\n" + "\n\n".join(sections)
     )
-    write_section("ablation", "HiQA ablation (issue 9)", body,
-                  command="PYTHONPATH=. .venv/bin/python benchmarks/bench_ablation.py")
+    runs = {n: json.loads((OUT / f"ablation_{n}.run.json").read_text()) for n in ALL if (OUT / f"ablation_{n}.run.json").exists()}
+    budget = runs.get("financebench", {}).get("financebench_budget")
+    command = ".venv/bin/python benchmarks/bench_ablation.py" + (f" --financebench-budget {budget}" if budget is not None else "")
+    write_section("ablation", "HiQA ablation (issue 9)", body, command=command)
 
 
 if __name__ == "__main__":
