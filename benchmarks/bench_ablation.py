@@ -8,7 +8,7 @@ Index over all units and the usual ranking metrics; variants whose component has
 are listed as "not yet available".
 
     .venv/bin/python benchmarks/bench_ablation.py [--datasets demo musique hotpotqa financebench]
-                                                  [--financebench-budget 30000]
+                                                  [--financebench-budget 30000] [--section-only]
 
 Writes benchmarks/ablation/ablation_<dataset>.{json,md} and the PNGs there, and the
 "ablation" section of benchmarks/RESULTS.md. Vectors come from the shared cache, so a re-run
@@ -21,6 +21,8 @@ skipped (each new FinanceBench text variant is ~25k vectors, 20+ minutes on 2 co
 from __future__ import annotations
 
 import argparse
+import datetime
+import json
 import time
 from pathlib import Path
 
@@ -49,10 +51,11 @@ def main() -> None:
     parser.add_argument("--variants", nargs="+", help="default: all")
     parser.add_argument("--financebench-budget", type=int, default=30000,
                         help="max new embeddings per FinanceBench variant (0: cached only)")
+    parser.add_argument("--section-only", action="store_true",
+                        help="only rebuild the RESULTS.md section from the saved runs")
     args = parser.parse_args()
 
-    sections = []
-    for name in args.datasets:
+    for name in [] if args.section_only else args.datasets:
         started = time.perf_counter()
         budget = None
         if name == "demo":
@@ -66,19 +69,40 @@ def main() -> None:
         else:
             corpus = multihop_corpus(name)
         if corpus is None:
-            sections.append(f"### {name}\n\nSKIP: data not found.")
             continue
         runner = AblationRunner(embed_model=embed_model(), max_new_embeddings=budget)
         result = runner.run(corpus, variants=args.variants)
-        paths = result.save(OUT)
-        elapsed = time.perf_counter() - started
+        result.save(OUT)
         print(result.to_markdown())
-        pngs = [p for p in paths if p.suffix == ".png"]
-        n_docs = len(corpus.documents)
-        images = "\n".join(f"![{p.stem}](ablation/{p.name})" for p in pngs)
+        # What the RESULTS section states about this run, kept beside the figures so a later
+        # run of other datasets rebuilds the whole section without re-running this one.
+        info = OUT / f"ablation_{name}.run.json"
+        info.write_text(json.dumps({
+            "documents": len(corpus.documents),
+            "questions": len(corpus.questions),
+            "seconds": round(time.perf_counter() - started),
+            "run_at": datetime.datetime.now().strftime("%Y-%m-%d %H:%M"),
+            "financebench_budget": budget,
+        }))
+
+    sections = []
+    for name in ALL:
+        table, info = OUT / f"ablation_{name}.md", OUT / f"ablation_{name}.run.json"
+        if not (table.exists() and info.exists()):
+            sections.append(f"### {name}\n\nSKIP: not run (data or corpus not found).")
+            continue
+        run = json.loads(info.read_text())
+        images = "\n".join(
+            f"![{p.stem}](ablation/{p.name})" for p in sorted(OUT.glob(f"ablation_{name}_*.png"))
+        )
+        budget = (
+            f" Embedding budget per variant: {run['financebench_budget']:,} new vectors."
+            if run.get("financebench_budget") is not None else ""
+        )
         sections.append(
-            f"### {name}: {len(corpus.questions)} questions, {n_docs:,} documents ({elapsed:.0f} s)\n\n"
-            f"{result.to_markdown()}\n\n{images}\n\nJSON with per-question ranks: `benchmarks/ablation/ablation_{name}.json`."
+            f"### {name}: {run['questions']} questions, {run['documents']:,} documents "
+            f"(run {run['run_at']}, {run['seconds']} s)\n\n{table.read_text().strip()}\n\n{images}\n\n"
+            f"Per-question gold ranks: `benchmarks/ablation/ablation_{name}.json`.{budget}"
         )
 
     body = (
@@ -90,8 +114,10 @@ def main() -> None:
         "all-MiniLM-L6-v2) for every variant. Variants whose component has not landed are listed "
         "as not yet available.\n\n" + "\n\n".join(sections)
     )
-    write_section("ablation", "HiQA ablation (issue 9)", body,
-                  command="PYTHONPATH=. .venv/bin/python benchmarks/bench_ablation.py")
+    runs = {n: json.loads((OUT / f"ablation_{n}.run.json").read_text()) for n in ALL if (OUT / f"ablation_{n}.run.json").exists()}
+    budget = runs.get("financebench", {}).get("financebench_budget")
+    command = ".venv/bin/python benchmarks/bench_ablation.py" + (f" --financebench-budget {budget}" if budget is not None else "")
+    write_section("ablation", "HiQA ablation (issue 9)", body, command=command)
 
 
 if __name__ == "__main__":

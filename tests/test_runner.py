@@ -121,6 +121,8 @@ def test_runner_end_to_end_on_a_demo_corpus(tmp_path, demo_folder):
         spec = next(s for s in R.VARIANTS if s.name == v.name)
         if any(name not in llama_index_hiqa._EXPORTS for name in spec.requires):
             assert v.status == R.STATUS_MISSING and "needs" in v.notes
+        else:  # every landed component is wired in and runs on the demo corpus
+            assert v.status == R.STATUS_OK, (v.name, v.status, v.notes)
     # BM25 finds the named product: every question's gold document is in the top 3
     assert ok["fixed_bm25"].metrics["doc_hit@3"] == 1.0
     md = result.to_markdown()
