@@ -104,3 +104,15 @@ def test_entry_point_in_a_new_process(tmp_path):
         [sys.executable, "-m", "llama_index_hiqa.cli", "--help"], capture_output=True, text=True, env=env
     )
     assert all(cmd in help_out.stdout for cmd in ("ingest", "ask", "eval", "demo"))
+
+
+def test_ask_with_an_llm_prints_the_answer_then_the_sources(store, monkeypatch, capsys):
+    from llama_index_hiqa.testing import ScriptedLLM
+
+    llm = ScriptedLLM(default_response="The NX-2046 delivers up to 1 A.")
+    monkeypatch.setattr(cli, "llm_from_spec", lambda spec: llm if spec else None)
+    assert cli.main(["ask", "NX-2046 maximum output current", "--store", str(store), "--llm", "openai:x"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("The NX-2046 delivers up to 1 A.")
+    assert "Sources:" in out and "[1] NX-2046 Precision Voltage Regulator" in out
+    assert NO_LLM_NOTICE not in out and llm.calls >= 1
