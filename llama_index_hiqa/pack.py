@@ -40,7 +40,7 @@ from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.base.embeddings.base import BaseEmbedding
 from llama_index.core.base.llms.types import ChatMessage, MessageRole
 from llama_index.core.base.response.schema import Response
-from llama_index.core.bridge.pydantic import BaseModel, Field
+from llama_index.core.bridge.pydantic import BaseModel, ConfigDict, Field
 from llama_index.core.chat_engine.types import (
     AgentChatResponse,
     BaseChatEngine,
@@ -73,6 +73,9 @@ EVIDENCE_SNIPPET_CHARS = 400
 
 class HiQAPackConfig(BaseModel):
     """Settings of the default pipeline; saved with the pack and restored by ``load``."""
+
+    # A misspelt setting is an error, not a silently ignored keyword.
+    model_config = ConfigDict(extra="forbid")
 
     similarity_top_k: int = Field(default=5, ge=1, description="Evidence nodes per question.")
     use_llm_formatter: bool = Field(

@@ -198,3 +198,5 @@ def test_config_round_trips_and_validates():
     assert HiQAPackConfig(**json.loads(config.model_dump_json())) == config
     with pytest.raises(ValueError):
         HiQAPackConfig(similarity_top_k=0)
+    with pytest.raises(ValueError):
+        HiQAPack.from_documents([Document(text="x")], similarity_topk=3)  # typo is an error
