@@ -86,6 +86,11 @@ class HiQAPackConfig(BaseModel):
     use_cascade: bool = Field(
         default=True, description="HiQA HCA: heading cascade in every node's embedding view."
     )
+    keywords: Dict[str, Any] = Field(
+        default_factory=dict,
+        description="CriticalKeywordExtractor settings for ingestion and queries, e.g. "
+        "{'expert_keywords': [...]} or {'use_ner': False} (rules only, no spaCy).",
+    )
     fusion_mode: str = Field(
         default="hiqa", description="MultiRouteRetriever fusion: hiqa, rrf, relative_score, dist_based_score."
     )
@@ -323,13 +328,16 @@ class HiQAPack:
 
         settings = {"similarity_top_k": self.config.similarity_top_k, "mode": self.config.fusion_mode}
         settings.update(self.config.multi_route)
-        return MultiRouteRetriever.from_index(self.index, nodes=self.nodes, **settings)
+        return MultiRouteRetriever.from_index(
+            self.index, nodes=self.nodes, keyword_extractor=_keyword_extractor(self.config), **settings
+        )
 
     def _build_graph(self) -> Any:
         from llama_index_hiqa.retrievers.chunk_graph import ChunkGraphRetriever
 
         return ChunkGraphRetriever.from_index(
             self.index, embed_model=self.embed_model, llm=self.llm,
+            keyword_fn=_keyword_extractor(self.config).extract_query,
             show_progress=self.config.show_progress, **self.config.chunk_graph,
         )
 
@@ -369,6 +377,7 @@ class HiQAPack:
             settings = {"similarity_top_k": self.config.similarity_top_k, "mode": self.config.fusion_mode}
             settings.update(self.config.multi_route)
             settings.update(kwargs)
+            settings.setdefault("keyword_extractor", _keyword_extractor(self.config))
             retriever: BaseRetriever = MultiRouteRetriever.from_index(self.index, nodes=self.nodes, **settings)
         else:
             retriever = self.multi_route
@@ -517,7 +526,8 @@ class HiQAPack:
         route_settings = {"similarity_top_k": config.similarity_top_k, "mode": config.fusion_mode}
         route_settings.update(config.multi_route)
         multi_route = MultiRouteRetriever.from_persist_dir(
-            path / MULTI_ROUTE_DIRNAME, index=index, nodes=list(index.docstore.docs.values()), **route_settings
+            path / MULTI_ROUTE_DIRNAME, index=index, nodes=list(index.docstore.docs.values()),
+            keyword_extractor=_keyword_extractor(config), **route_settings,
         )
         graph = None
         if config.use_chunk_graph:
@@ -527,7 +537,8 @@ class HiQAPack:
 
                 graph = ChunkGraphRetriever(
                     ChunkInteractionGraph.load(graph_dir), docstore=index.docstore,
-                    embed_model=embed_model, llm=llm, **config.chunk_graph,
+                    embed_model=embed_model, llm=llm,
+                    keyword_fn=_keyword_extractor(config).extract_query, **config.chunk_graph,
                 )
         return cls(index, config=config, llm=llm, embed_model=embed_model, _multi_route=multi_route, _graph=graph)
 
@@ -562,19 +573,24 @@ def _parser(config: HiQAPackConfig, llm: Optional[LLM]) -> Any:
     return LayoutMarkdownParser(show_progress=config.show_progress, **layout_kwargs)
 
 
+def _keyword_extractor(config: HiQAPackConfig) -> Any:
+    """The same critical-keyword settings at ingestion and at query time (|C| must match)."""
+    from llama_index_hiqa.transforms.critical_keywords import CriticalKeywordExtractor
+
+    return CriticalKeywordExtractor(**{"show_progress": config.show_progress, **config.keywords})
+
+
 def _ingest(documents: Sequence[Document], config: HiQAPackConfig, llm: Optional[LLM]) -> List[BaseNode]:
     """Documents -> parsed, cascaded, keyworded nodes through an IngestionPipeline (no embedding:
     the index embeds, so any vector store's own ingestion path applies)."""
     from llama_index_hiqa.transforms.cascading_metadata import CascadingMetadataTransform
-    from llama_index_hiqa.transforms.critical_keywords import CriticalKeywordExtractor
-
     empty = [d for d in documents if not d.text.strip()]
     if len(empty) == len(documents):
         raise EmptyCorpusError("documents", [d.metadata.get(schema.FILE_NAME, d.doc_id) for d in empty])
     transformations: List[Any] = [_parser(config, llm)]
     if config.use_cascade:
         transformations.append(CascadingMetadataTransform(show_progress=config.show_progress))
-    transformations.append(CriticalKeywordExtractor(show_progress=config.show_progress))
+    transformations.append(_keyword_extractor(config))
     pipeline = IngestionPipeline(transformations=transformations)
     return pipeline.run(documents=[d for d in documents if d.text.strip()], show_progress=config.show_progress)
 

@@ -20,6 +20,9 @@ from tests.pack_helpers import HashEmbedding
 
 ROOT = Path(__file__).resolve().parents[1]
 QUESTION = "What is the maximum output current of the NX-2043?"
+# Rules-only critical keywords (part numbers, periods): no spaCy model in the fast tests; the
+# notebooks (slow) run the NER default.
+FAST = {"keywords": {"use_ner": False}}
 
 
 @pytest.fixture(scope="module")
@@ -29,7 +32,7 @@ def documents():
 
 @pytest.fixture(scope="module")
 def pack(documents):
-    return HiQAPack.from_documents(documents, embed_model=HashEmbedding())
+    return HiQAPack.from_documents(documents, embed_model=HashEmbedding(), **FAST)
 
 
 def _doc_ids(nodes):
@@ -63,6 +66,7 @@ def test_nodes_carry_cascade_and_keywords_and_no_text_is_rewritten(pack, documen
     nodes = pack.nodes
     assert {schema.get_document_id(n) for n in nodes} == {d.metadata[schema.DOCUMENT_ID] for d in documents}
     assert all(n.metadata.get(schema.CRITICAL_KEYWORDS) is not None for n in nodes)
+    assert any("nx2043" in n.metadata[schema.CRITICAL_KEYWORDS] for n in nodes)  # part numbers by rule
     cascaded = [n for n in nodes if n.metadata.get(schema.HEADING_CASCADE)]
     assert len(cascaded) > len(nodes) / 2
     by_doc = {d.metadata[schema.DOCUMENT_ID]: d.text for d in documents}
@@ -107,7 +111,7 @@ def test_llm_formatter_used_when_llm_set_and_falls_back_on_malformed_output():
         metadata={schema.DOCUMENT_ID: "W-1", schema.DOCUMENT_TITLE: "Widget W-1"},
     )
     llm = ScriptedLLM(default_response="```\n{not markdown at all\n```")
-    pack = HiQAPack.from_documents([doc], llm=llm, embed_model=HashEmbedding())
+    pack = HiQAPack.from_documents([doc], llm=llm, embed_model=HashEmbedding(), **FAST)
     assert llm.calls >= 1  # the formatter asked the LLM
     joined = " ".join(n.text for n in pack.nodes)
     assert "3 mA" in joined and "40 ms" in joined  # the fallback lost no text
@@ -140,7 +144,7 @@ def test_persist_then_load_in_a_new_process_answers_the_same(pack, tmp_path):
 def test_add_and_delete_documents_keep_every_index_consistent(documents, tmp_path):
     docs = [d for d in documents if d.metadata[schema.DOCUMENT_ID] != "NX-2043"]
     extra = next(d for d in documents if d.metadata[schema.DOCUMENT_ID] == "NX-2043")
-    pack = HiQAPack.from_documents(docs, embed_model=HashEmbedding(), use_chunk_graph=True)
+    pack = HiQAPack.from_documents(docs, embed_model=HashEmbedding(), use_chunk_graph=True, **FAST)
     assert "NX-2043" not in pack.document_ids
     assert "NX-2043" not in _doc_ids(pack.retrieve(QUESTION))
 
@@ -169,7 +173,7 @@ def test_add_and_delete_documents_keep_every_index_consistent(documents, tmp_pat
 
 def test_segment_integration_returns_merged_segments(documents):
     pack = HiQAPack.from_documents(
-        documents[:3], embed_model=HashEmbedding(), use_segment_integration=True
+        documents[:3], embed_model=HashEmbedding(), use_segment_integration=True, **FAST
     )
     question = "What is the maximum output current of the NX-2041?"
     response = pack.run(question)
