@@ -214,6 +214,8 @@ def test_invented_chapter_numbers_are_rejected():
     assert check_window(source, "# 2.3 Timing\n\n" + source.split("\n\n", 1)[1], **kw).ok
     renumbered = check_window(source, "# 3.1 Timing\n\n" + source.split("\n\n", 1)[1], **kw)
     assert not renumbered.ok and "3.1" in renumbered.reason
+    spaced = "PART I V\n\n" + source.split("\n\n", 1)[1]
+    assert check_window(spaced, "# Part IV\n\n" + source.split("\n\n", 1)[1], **kw).ok
     # a number written in the padding or the previous window is the document's own
     assert check_window(source, "# 3.1 Timing\n\n" + source, context="see 3.1 Timing", **kw).ok
 

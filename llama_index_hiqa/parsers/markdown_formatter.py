@@ -181,7 +181,9 @@ def invented_numbers(output: str, context: str) -> List[str]:
     for _, _, _, body in markdown_headings(output):
         number = parse_heading_number(body).number
         digits = number.split()[-1] if number else ""
-        if digits and not re.search(rf"(?<![\w.]){re.escape(digits)}(?![\w])", context, re.I):
+        # pymupdf may space a numeral's letters ("PART I V"): allow a space between them
+        spaced = r"\s?".join(re.escape(ch) for ch in digits)
+        if digits and not re.search(rf"(?<![\w.]){spaced}(?![\w])", context, re.I):
             out.append(number)
     return out
 
