@@ -115,9 +115,8 @@ def main() -> None:
         "as not yet available. On the multi-hop sets a passage is short (one chunk) and has one "
         "heading level (its title), so `original` equals `vector_only` and `no_hierarchy` equals "
         "`hca` there: the HCA effect measured is the title prepended to the embedding. On "
-        "FinanceBench, variants that need vectors not yet in the shared cache are skipped "
-        "under the stated budget (the lead's baseline warm-up was still running), so only "
-        "BM25Retriever is scored there in this run.\n\n" + "\n\n".join(sections)
+        "FinanceBench, a variant that needs more new vectors than the stated budget is "
+        "skipped, and its note below the table says how many are missing.\n\n" + "\n\n".join(sections)
     )
     runs = {n: json.loads((OUT / f"ablation_{n}.run.json").read_text()) for n in ALL if (OUT / f"ablation_{n}.run.json").exists()}
     budget = runs.get("financebench", {}).get("financebench_budget")
