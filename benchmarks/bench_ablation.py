@@ -112,7 +112,11 @@ def main() -> None:
         "`recall@k`: share of gold items in the top k; `doc_hit@k`: the right filing in the top k; "
         "`all_gold@k`: every gold passage in the top k. Same embedding model (packaged "
         "all-MiniLM-L6-v2) for every variant. Variants whose component has not landed are listed "
-        "as not yet available.\n\n" + "\n\n".join(sections)
+        "as not yet available. On the multi-hop sets a passage is short (one chunk) and has one "
+        "heading level (its title), so `original` equals `vector_only` and `no_hierarchy` equals "
+        "`hca` there: the HCA effect measured is the title prepended to the embedding. On "
+        "FinanceBench, a variant that needs more new vectors than the stated budget is "
+        "skipped, and its note below the table says how many are missing.\n\n" + "\n\n".join(sections)
     )
     runs = {n: json.loads((OUT / f"ablation_{n}.run.json").read_text()) for n in ALL if (OUT / f"ablation_{n}.run.json").exists()}
     budget = runs.get("financebench", {}).get("financebench_budget")
