@@ -126,3 +126,15 @@ def test_ask_with_an_llm_prints_the_answer_then_the_sources(store, monkeypatch, 
     assert out.startswith("The NX-2046 delivers up to 1 A.")
     assert "Sources:" in out and "[1] NX-2046 Precision Voltage Regulator" in out
     assert NO_LLM_NOTICE not in out and llm.calls >= 1
+
+
+def test_ingest_with_graph_and_segments_is_kept_by_the_store(tmp_path, capsys):
+    store = tmp_path / "s"
+    args = ["ingest", str(DEMO_DATA_DIR), "--store", str(store), "--graph", "--segments", "--quiet"]
+    assert cli.main(args) == 0
+    assert (store / pack_module.CHUNK_GRAPH_DIRNAME).is_dir()
+    capsys.readouterr()
+    assert cli.main(["ask", "NX-2041 maximum output current", "--store", str(store), "--json"]) == 0
+    sources = json.loads(capsys.readouterr().out)["sources"]
+    assert sources and sources[0]["document_id"] == "NX-2041"
+    assert len(sources[0]["text"]) > 200  # a merged segment, not a single heading chunk
