@@ -61,10 +61,15 @@ _EXPORTS: Dict[str, str] = {
     "RerankerError": "llama_index_hiqa.errors",
     #
     # -- evaluation (issue 9)
-    # "FaithfulnessScoreEvaluator": "llama_index_hiqa.evaluation.faithfulness",
+    "FaithfulnessScoreEvaluator": "llama_index_hiqa.evaluation.faithfulness",
+    "EvaluationInputError": "llama_index_hiqa.errors",
+    "AblationRunner": "llama_index_hiqa.evaluation.runner",
     #
     # -- the pack (issue 10)
-    # "HiQAPack": "llama_index_hiqa.pack",
+    "HiQAPack": "llama_index_hiqa.pack",
+    "HiQAPackConfig": "llama_index_hiqa.pack",
+    "PackStoreError": "llama_index_hiqa.errors",
+    "EmptyCorpusError": "llama_index_hiqa.errors",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -109,9 +109,24 @@ def build_nodes(documents: Sequence[Document]) -> List[TextNode]:
 def build_retriever(
     nodes: Sequence[TextNode], embed_model: BaseEmbedding, top_k: int
 ) -> BaseRetriever:
-    """Vector top-k over the nodes (swap point for the multi-route / graph retrievers)."""
+    """HiQAPack's retriever over the datasheets the nodes come from (issue 10).
+
+    The pack parses the files by their layout (LayoutMarkdownParser), prepends the heading
+    cascade (CascadingMetadataTransform) and retrieves by vector + BM25 + critical keywords
+    (MultiRouteRetriever); the given chunks only name the files. Nodes without a file behind
+    them (hand-made in tests) get the plain vector top-k.
+    """
     from llama_index.core import VectorStoreIndex
 
+    paths = sorted({n.metadata[schema.FILE_PATH] for n in nodes if n.metadata.get(schema.FILE_PATH)})
+    if paths:
+        from llama_index_hiqa.pack import HiQAPack
+        from llama_index_hiqa.readers.pdf import PDFLayoutReader
+
+        documents = PDFLayoutReader().load_data(paths)
+        if documents:
+            pack = HiQAPack.from_documents(documents, embed_model=embed_model, similarity_top_k=top_k)
+            return pack.as_retriever()
     index = VectorStoreIndex(list(nodes), embed_model=embed_model, show_progress=False)
     return index.as_retriever(similarity_top_k=top_k)
 

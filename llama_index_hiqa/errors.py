@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Union
+from typing import Any, Union
 
 
 class HiQAError(Exception):
@@ -43,28 +43,8 @@ class LLMOutputError(HiQAError):
     """An LLM answer could not be used even after retries (malformed, truncated, empty)."""
 
 
-class RerankerError(HiQAError):
-    """A reranker (Cohere or a LlamaIndex reranker postprocessor) failed. ``source`` names
-    which one, ``reason`` says why."""
-
-    def __init__(self, source: str, reason: str) -> None:
-        self.source = source
-        self.reason = reason
-        super().__init__(f"{source} reranking failed: {reason}")
-
-
 class UnknownNodeError(HiQAError, KeyError):
     """A node id that the index, docstore or graph does not hold."""
-
-
-class InvalidMetadataError(HiQAError, ValueError):
-    """A node's metadata value has the wrong shape. Names the node, the key and the value."""
-
-    def __init__(self, node_id: str, key: str, reason: str) -> None:
-        self.node_id = node_id
-        self.key = key
-        self.reason = reason
-        super().__init__(f"node {node_id}: metadata {key!r}: {reason}")
 
 
 class GraphBuildError(HiQAError):
@@ -79,3 +59,49 @@ class RetrievalRouteError(HiQAError):
         self.errors = dict(errors)
         detail = "; ".join(f"{name}: {type(exc).__name__}: {exc}" for name, exc in self.errors.items())
         super().__init__(f"every retrieval route failed ({detail})")
+
+
+class InvalidMetadataError(HiQAError, ValueError):
+    """A node's metadata value has the wrong shape. Names the node, the key and the value."""
+
+    def __init__(self, node_id: str, key: str, reason: str) -> None:
+        self.node_id = node_id
+        self.key = key
+        self.reason = reason
+        super().__init__(f"node {node_id}: metadata {key!r}: {reason}")
+
+
+class RerankerError(HiQAError):
+    """A reranker (Cohere or a LlamaIndex reranker postprocessor) failed. ``source`` names
+    which one, ``reason`` says why."""
+
+    def __init__(self, source: str, reason: str) -> None:
+        self.source = source
+        self.reason = reason
+        super().__init__(f"{source} reranking failed: {reason}")
+
+
+class EvaluationInputError(HiQAError, ValueError):
+    """An evaluator or benchmark got unusable input (empty answer, no context, no questions,
+    gold evidence that names nothing); the message says which input and why."""
+
+
+class PackStoreError(HiQAError, FileNotFoundError):
+    """A HiQAPack persist folder is missing, incomplete or was written by another version.
+    ``path`` names the folder."""
+
+    def __init__(self, path: Any, reason: str) -> None:
+        self.path = path
+        self.reason = reason
+        super().__init__(f"{path}: {reason}")
+
+
+class EmptyCorpusError(HiQAError, ValueError):
+    """HiQAPack was given no readable document (an empty folder, or every file failed);
+    ``failures`` lists the files that could not be read."""
+
+    def __init__(self, source: Any, failures: Any = ()) -> None:
+        self.source = source
+        self.failures = list(failures)
+        detail = f"; {len(self.failures)} file(s) unreadable: " + "; ".join(map(str, self.failures[:3])) if self.failures else ""
+        super().__init__(f"{source}: no readable .pdf/.md/.txt document{detail}")

@@ -21,7 +21,10 @@ import json
 import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, Optional
+from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Optional
+
+if TYPE_CHECKING:  # pragma: no cover
+    from llama_index.core.schema import Document
 
 DATA_DIR_ENV = "HIQA_DATA_DIR"
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
@@ -183,3 +186,76 @@ def load_multihop_questions(name: str, root: Optional[Path] = None) -> List[Eval
         meta = {k: row[k] for k in ("n_hops", "type", "level", "gold_titles") if k in row}
         questions.append(EvalQuestion(row["id"], row["question"], gold, row.get("answer"), meta))
     return questions
+
+
+# --- a folder of documents (``hiqa eval --docs DIR``) -----------------------------------
+
+TEXT_SUFFIXES = (".md", ".markdown", ".txt")
+PDF_SUFFIXES = (".pdf",)
+
+
+def load_documents_folder(folder: Path) -> List["Document"]:
+    """One LlamaIndex ``Document`` per PDF/Markdown/text file of ``folder`` (recursively).
+
+    ``README*`` files are skipped. ``DOCUMENT_ID`` is the file name without suffix (what gold ``document_id`` names).
+    PDFs are read with the pack's ``PDFLayoutReader`` when it is available, else page by page
+    with pymupdf4llm (Markdown headings and tables), keeping ``PAGE_SPANS`` so page gold
+    works. Unreadable files raise ``DocumentReadError`` naming the file.
+    """
+    from llama_index.core.schema import Document
+
+    from llama_index_hiqa import schema
+    from llama_index_hiqa.errors import DocumentReadError, EvaluationInputError
+
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise EvaluationInputError(f"documents folder not found: {folder}")
+    # A folder's README describes the corpus; it is not one of its documents.
+    files = sorted(
+        p
+        for p in folder.rglob("*")
+        if p.suffix.lower() in TEXT_SUFFIXES + PDF_SUFFIXES and not p.name.lower().startswith("readme")
+    )
+    if not files:
+        raise EvaluationInputError(f"{folder}: no .pdf/.md/.txt files")
+    documents: List[Document] = []
+    for path in files:
+        meta: Dict[str, Any] = {schema.DOCUMENT_ID: path.stem, schema.DOCUMENT_TITLE: path.stem}
+        if path.suffix.lower() in TEXT_SUFFIXES:
+            text = path.read_text(encoding="utf-8", errors="replace")
+        else:
+            reader_docs = _read_pdf_with_pack(path)
+            if reader_docs is not None:
+                documents.extend(reader_docs)
+                continue
+            try:
+                import pymupdf4llm
+
+                pages = pymupdf4llm.to_markdown(str(path), page_chunks=True, show_progress=False)
+            except Exception as exc:  # pymupdf raises several types for bad files
+                raise DocumentReadError(path, f"cannot read PDF: {exc}") from exc
+            parts, spans, offset = [], [], 0
+            for i, page in enumerate(pages):
+                body = page.get("text") or ""
+                spans.append([i, offset, offset + len(body)])
+                parts.append(body)
+                offset += len(body) + 2
+            text = "\n\n".join(parts)
+            meta[schema.PAGE_SPANS] = spans
+        if not text.strip():
+            raise DocumentReadError(path, "no text")
+        doc = Document(text=text, id_=path.stem, metadata=meta)
+        schema.hide_from_views(doc)
+        documents.append(doc)
+    return documents
+
+
+def _read_pdf_with_pack(path: Path):
+    """Documents from ``PDFLayoutReader`` when that component has landed, else ``None``."""
+    try:
+        import llama_index_hiqa
+
+        reader_cls = getattr(llama_index_hiqa, "PDFLayoutReader")
+    except (AttributeError, ImportError):
+        return None
+    return reader_cls().load_data(path)
