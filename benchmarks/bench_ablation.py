@@ -89,7 +89,7 @@ def main() -> None:
     for name in ALL:
         table, info = OUT / f"ablation_{name}.md", OUT / f"ablation_{name}.run.json"
         if not (table.exists() and info.exists()):
-            sections.append(f"### {name}\n\nSKIP: not run (data or corpus not found).")
+            sections.append(f"### {name}\n\nSKIP: no saved run (data or demo corpus not found, or not run yet).")
             continue
         run = json.loads(info.read_text())
         images = "\n".join(
