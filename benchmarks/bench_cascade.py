@@ -139,16 +139,17 @@ def demo() -> Optional[Corpus]:
     if not questions_file.exists():
         print(f"SKIP demo corpus: {questions_file} not found (lands with issue 2)")
         return None
-    segments: List[TextNode] = []
-    for path in sorted(folder.glob("*.md")):
-        doc = Document(text=path.read_text(encoding="utf-8"), id_=path.stem)
-        for position, node in enumerate(MarkdownNodeParser()([doc])):
-            schema.set_segment_facts(node, document_id=path.stem, document_title="",
-                                     position=position, parse_path="markdown")
-            node.metadata.pop(schema.DOCUMENT_TITLE)  # the transform takes the H1 as title
-            segments.append(node)
+    # The datasheets are PDFs: read and segment them with the pack's own no-LLM path, so every
+    # segment carries its numbered heading path (schema.HEADING_PATH).
+    from llama_index_hiqa import LayoutMarkdownParser, PDFLayoutReader
+
+    documents = PDFLayoutReader().load_data(sorted(folder.glob("*.pdf")))
+    segments: List[TextNode] = [
+        node for node in LayoutMarkdownParser()(documents)
+        if node.text.strip().lstrip("#").strip() and "\n" in node.text.strip()  # heading-only nodes hold no answer
+    ]
     if not segments:
-        print(f"SKIP demo corpus: no Markdown files in {folder}")
+        print(f"SKIP demo corpus: no PDF files in {folder}")
         return None
     questions, gold = [], []
     for q in datasets.load_questions_jsonl(questions_file):
@@ -157,9 +158,8 @@ def demo() -> Optional[Corpus]:
             for i, node in enumerate(segments):
                 if schema.get_document_id(node) != g.document_id:
                     continue
-                if g.section and _norm(g.section) not in _norm(
-                    " ".join(node.metadata.get("header_path", "").split("/")) + " " + node.text.split("\n", 1)[0]
-                ):
+                labels = [h.label() for h in schema.get_heading_path(node)]
+                if g.section and _norm(g.section) not in [_norm(label) for label in labels]:
                     continue
                 hits.append(i)
         if hits:

@@ -184,7 +184,10 @@ def run_demo(
     """Print every question with its top evidence and whether the gold datasheet was found."""
     echo(f"hiqa demo: {Path(data_dir)} (pages shown from 1)")
     report = demo_report(top_k, data_dir, embed_model)
-    echo(f"indexed {report.documents} datasheets as {report.nodes} chunks (SentenceSplitter + offline MiniLM)\n")
+    echo(
+        f"indexed {report.documents} datasheets with HiQAPack (layout parser + heading cascade + "
+        "vector/BM25/critical-keyword routes, offline MiniLM)\n"
+    )
     total = len(report.answers)
     for i, answer in enumerate(report.answers, 1):
         q = answer.question
