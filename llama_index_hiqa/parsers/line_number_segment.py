@@ -26,7 +26,6 @@ unit that segment integration (TextRAG Parts 3-4) merges back.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import re
 from dataclasses import dataclass, replace
@@ -42,6 +41,7 @@ from llama_index.core.schema import BaseNode, Document, NodeRelationship, TextNo
 from llama_index_hiqa import schema
 from llama_index_hiqa.defaults import resolve_llm
 from llama_index_hiqa.errors import LLMOutputError
+from llama_index_hiqa.llm_calls import call_with_retries
 from llama_index_hiqa.transforms.context_header import apply_header_format
 
 logger = logging.getLogger(__name__)
@@ -487,27 +487,28 @@ class LineNumberSegmentParser(NodeParser):
     async def _asection_window(self, llm: LLM, w: _Window) -> Optional[SectionedWindow]:
         """The window's validated answer, or ``None`` once every retry failed."""
         prompt = PromptTemplate(SECTIONING_PROMPT)
-        last_error: Optional[BaseException] = None
-        for attempt in range(self.max_retries + 1):
-            try:
-                call = llm.astructured_predict(
-                    SectionedWindow,
-                    prompt,
-                    first_line=str(w.lo),
-                    last_line=str(w.hi - 1),
-                    preceding_context=w.preceding,
-                    document_lines=w.prompt_lines,
-                )
-                answer = await (
-                    asyncio.wait_for(call, self.timeout_seconds) if self.timeout_seconds else call
-                )
-                if not isinstance(answer, SectionedWindow) or not answer.sections:
-                    raise LLMOutputError("the LLM returned no sections")
-                return answer
-            except Exception as exc:  # any LLM failure: network, timeout, bad JSON, schema
-                last_error = exc
-                if attempt < self.max_retries:
-                    await asyncio.sleep(self.retry_backoff_seconds * (2**attempt))
+
+        async def ask() -> SectionedWindow:  # bad JSON, schema or no sections: retried
+            answer = await llm.astructured_predict(
+                SectionedWindow,
+                prompt,
+                first_line=str(w.lo),
+                last_line=str(w.hi - 1),
+                preceding_context=w.preceding,
+                document_lines=w.prompt_lines,
+            )
+            if not isinstance(answer, SectionedWindow) or not answer.sections:
+                raise LLMOutputError("the LLM returned no sections")
+            return answer
+
+        answer, last_error = await call_with_retries(
+            ask,
+            max_retries=self.max_retries,
+            backoff_seconds=self.retry_backoff_seconds,
+            timeout_seconds=self.timeout_seconds,
+        )
+        if last_error is None:
+            return answer
         logger.warning(
             "sectioning lines %d-%d failed after %d attempts (%s: %s); kept as one section",
             w.lo, w.hi - 1, self.max_retries + 1, type(last_error).__name__, last_error,

@@ -48,6 +48,7 @@ from llama_index.core.schema import BaseNode, Document, TextNode
 from llama_index_hiqa import schema
 from llama_index_hiqa.defaults import resolve_llm
 from llama_index_hiqa.errors import LLMOutputError
+from llama_index_hiqa.llm_calls import with_timeout
 from llama_index_hiqa.parsers._markdown_segments import (
     HeadingMark,
     LevelResolver,
@@ -374,11 +375,7 @@ class MarkdownFormatterParser(NodeParser):
         return prompt + RETRY_NOTE.format(reason=reason) if reason else prompt
 
     async def _call(self, prompt: str) -> str:
-        call = self._llm.acomplete(prompt)
-        if self.timeout_seconds:
-            response = await asyncio.wait_for(call, timeout=self.timeout_seconds)
-        else:
-            response = await call
+        response = await with_timeout(self._llm.acomplete(prompt), self.timeout_seconds)
         return response.text or ""
 
     async def _format_window(self, window: _Window, text: str, prev: Optional[_Result]) -> _Result:

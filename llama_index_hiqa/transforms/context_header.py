@@ -37,7 +37,6 @@ transform twice never duplicates the header (it is metadata, written by key).
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import sqlite3
 import threading
@@ -54,6 +53,7 @@ from llama_index_hiqa import schema
 from llama_index_hiqa.defaults import resolve_llm
 from llama_index_hiqa.embedding_cache import content_hash, default_cache_dir
 from llama_index_hiqa.errors import LLMOutputError
+from llama_index_hiqa.llm_calls import call_with_retries
 
 logger = logging.getLogger(__name__)
 
@@ -402,18 +402,19 @@ class ContextHeaderTransform(TransformComponent):
         if cached is not None:
             return cached
         prompt = PromptTemplate(template)
-        last_error: Optional[BaseException] = None
-        for attempt in range(self.max_retries + 1):
-            try:
-                call = llm.apredict(prompt, **args)
-                raw = await (asyncio.wait_for(call, self.timeout_seconds) if self.timeout_seconds else call)
-                answer = _one_line(raw, prefix)
-                cache.put(key, answer)
-                return answer
-            except Exception as exc:  # network, timeout, empty answer: retry, then leave out
-                last_error = exc
-                if attempt < self.max_retries:
-                    await asyncio.sleep(self.retry_backoff_seconds * (2**attempt))
+
+        async def ask() -> str:  # an empty answer raises, so it is retried too
+            return _one_line(await llm.apredict(prompt, **args), prefix)
+
+        answer, last_error = await call_with_retries(
+            ask,
+            max_retries=self.max_retries,
+            backoff_seconds=self.retry_backoff_seconds,
+            timeout_seconds=self.timeout_seconds,
+        )
+        if last_error is None:
+            cache.put(key, answer)
+            return answer
         self._failures += 1
         logger.warning(
             "context header %s failed after %d attempts (%s: %s); left out",
