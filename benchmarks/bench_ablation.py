@@ -30,6 +30,7 @@ import _common  # noqa: F401  (sets sys.path, offline env)
 from _common import DEMO_DIR, ROOT, baseline_page_chunks, embed_model, require_shared_data
 from _results import write_section
 
+from llama_index_hiqa import CriticalKeywordExtractor
 from llama_index_hiqa.evaluation import datasets
 from llama_index_hiqa.evaluation.runner import AblationRunner, financebench_corpus, folder_corpus, multihop_corpus
 
@@ -57,7 +58,7 @@ def main() -> None:
 
     for name in [] if args.section_only else args.datasets:
         started = time.perf_counter()
-        budget = None
+        budget, keywords = None, None
         if name == "demo":
             corpus = _demo_corpus()
         elif require_shared_data(name) is None:
@@ -66,11 +67,18 @@ def main() -> None:
             pages = datasets.load_financebench_pages()
             corpus = financebench_corpus(fixed_chunks=baseline_page_chunks(pages))
             budget = args.financebench_budget
+            # Rules + the company names as expert keywords, no spaCy NER: NER over 25k chunks
+            # per unit set takes hours on 2 cores (same extractor as bench_multi_route).
+            keywords = CriticalKeywordExtractor(
+                use_ner=False,
+                expert_keywords=datasets.financebench_companies(),
+                keyword_aliases=datasets.FINANCEBENCH_COMPANY_ALIASES,
+            )
         else:
             corpus = multihop_corpus(name)
         if corpus is None:
             continue
-        runner = AblationRunner(embed_model=embed_model(), max_new_embeddings=budget)
+        runner = AblationRunner(embed_model=embed_model(), keyword_extractor=keywords, max_new_embeddings=budget)
         result = runner.run(corpus, variants=args.variants)
         result.save(OUT)
         print(result.to_markdown())

@@ -65,6 +65,15 @@ def test_fiscal_years_and_periods():
     assert extractor.extract("1,2019 units and 2019.5 tons") == []
 
 
+def test_sec_form_types_in_any_case():
+    extractor = rules_only()
+    assert extractor.extract("the AMCOR 8k filing dated July 2022") == ["8k", "2022"]
+    assert extractor.extract("per its 10-Q and the annual 10K") == ["10q", "10k"]
+    assert extractor.extract("Amcor 2022 8-K") == ["8k", "2022"]
+    # a form type inside a longer code is not a form type
+    assert "10k" not in extractor.extract("resistor R10-K5 and 810K parts")
+
+
 def test_structural_words_before_numbers_are_not_products():
     kws = rules_only().extract("See Item 7 and Note 12, page 4, on December 31, 2018.")
     assert kws == ["2018"]

@@ -381,3 +381,33 @@ def test_identifier_case_with_the_real_embedding_model():
     for query, gold in queries.items():
         assert ids(vector_only.retrieve(query)) != [gold]  # the look-alike wins on wording
         assert ids(multi.retrieve(query)) == [gold]
+
+
+def _filings():
+    """Two filings of one company: the 2019 one repeats 2018 as its comparative year."""
+    texts = {
+        ("ACME_2018_10K", "p1"): "Acme sales were 10 million dollars in 2018.",
+        ("ACME_2019_10K", "p1"): "Acme revenue was 12 million dollars in 2019, up from 10 million in 2018.",
+        ("ACME_2019_10K", "p2"): "The board met four times.",
+    }
+    nodes = []
+    for (doc_id, page), text in texts.items():
+        node = TextNode(text=text, id_=f"{doc_id}:{page}")
+        schema.set_segment_facts(node, document_id=doc_id, document_title=doc_id, position=0)
+        nodes.append(node)
+    return nodes
+
+
+@pytest.mark.parametrize("weight, first", [(1.0, "ACME_2019_10K:p1"), (2.0, "ACME_2018_10K:p1")])
+def test_a_keyword_of_the_document_title_outweighs_the_same_keyword_in_the_text(weight, first):
+    extractor = CriticalKeywordExtractor(use_ner=False, expert_keywords=["Acme"])
+    retriever = MultiRouteRetriever(
+        nodes=_filings(), keyword_extractor=extractor, document_keyword_weight=weight, beta=2.0
+    )
+    results = retriever.retrieve("What was Acme revenue in 2018?")
+    # both nodes hold acme + 2018 and BM25 prefers the 2019 text ("revenue"); the title
+    # weight lets the filing whose title says 2018 win
+    assert ids(results)[0] == first
+    scores = {r.node.node_id: r.node.metadata[schema.ROUTE_SCORES]["keywords"] for r in results}
+    assert scores["ACME_2018_10K:p1"] == 2 * weight  # acme and 2018, both in its title
+    assert scores["ACME_2019_10K:p1"] == weight + 1  # acme in its title, 2018 in its text

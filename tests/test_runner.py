@@ -223,3 +223,34 @@ def test_split_segments_keeps_spans_pages_and_whole_tables():
     for n in out[:-1]:
         start, end = schema.get_char_span(n)
         assert doc.text[start:end] == n.text
+
+
+def test_runner_uses_the_given_keyword_extractor(demo_folder):
+    """A rules-only extractor (what the FinanceBench run passes) reaches the multi-route and
+    chunk-graph variants: it tags the units and reads every question."""
+    from llama_index_hiqa import CriticalKeywordExtractor, normalize_keyword
+
+    asked = []
+
+    class Recording(CriticalKeywordExtractor):
+        def extract_query(self, question):
+            asked.append(question)
+            return super().extract_query(question)
+
+    docs, questions = demo_folder
+    corpus = R.folder_corpus(docs, questions, name="demo")
+    extractor = Recording(use_ner=False, expert_keywords=["thermal shutdown"])
+    runner = R.AblationRunner(embed_model=HashingEmbedding(), keyword_extractor=extractor, show_progress=False, ks=(1, 3))
+    result = runner.run(corpus, variants=["fixed_multi_route", "hca_chunk_graph"])
+    assert [v.status for v in result.variants] == [R.STATUS_OK, R.STATUS_OK]
+    texts = [q.question for q in corpus.questions]
+    # once per question for each multi-route unit set, and again for the chunk graph
+    assert asked.count(texts[0]) >= 3 and set(texts) <= set(asked)
+    # the multi-route retriever keeps this extractor, which tags the units with the expert
+    # keyword (NER would not find it)
+    ws = R._Workspace(runner, corpus)
+    assert R._multi_route(ws, "fixed").keyword_extractor is extractor
+    tagged = [n for n in ws.unit_set("fixed") if "thermal shutdown" in n.text]
+    assert tagged and all(
+        normalize_keyword("thermal shutdown") in n.metadata[schema.CRITICAL_KEYWORDS] for n in tagged
+    )

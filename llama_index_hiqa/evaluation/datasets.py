@@ -19,6 +19,7 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Optional
@@ -143,6 +144,30 @@ def load_financebench_documents(root: Optional[Path] = None) -> List[Dict[str, A
     if folder is None:
         raise FileNotFoundError("FinanceBench data not found (set HIQA_DATA_DIR)")
     return [row for row in read_jsonl(folder / "documents.jsonl") if row.get("available")]
+
+
+_FILING_TYPE_LABEL = {"10k": "10-K", "10q": "10-Q", "8k": "8-K", "earnings": "Earnings"}
+# Other names the FinanceBench questions use for a company: what a user of their own corpus
+# would give CriticalKeywordExtractor as keyword_aliases.
+FINANCEBENCH_COMPANY_ALIASES = {"AMEX": "American Express", "JnJ": "Johnson & Johnson", "J&J": "Johnson & Johnson"}
+
+
+def financebench_filing_titles(root: Optional[Path] = None) -> Dict[str, str]:
+    """Readable title per filing, ``"3M_2018_10K"`` -> ``"3M 2018 10-K"`` (with the quarter
+    of earnings releases: ``"Amcor Q4 2023 Earnings"``), from ``documents.jsonl``."""
+    titles = {}
+    for row in load_financebench_documents(root):
+        match = re.search(r"_(\d{4})(Q[1-4])?_", row["doc_name"] + "_")
+        year = match.group(1) if match else str(row["doc_period"])
+        quarter = f"{match.group(2)} " if match and match.group(2) else ""
+        label = _FILING_TYPE_LABEL.get(str(row["doc_type"]).lower(), str(row["doc_type"]))
+        titles[row["doc_name"]] = f"{row['company']} {quarter}{year} {label}"
+    return titles
+
+
+def financebench_companies(root: Optional[Path] = None) -> List[str]:
+    """The companies of the available filings, sorted (expert keywords for the benchmarks)."""
+    return sorted({row["company"] for row in load_financebench_documents(root)})
 
 
 def load_financebench_pages(root: Optional[Path] = None, markdown: bool = False) -> List[Dict[str, Any]]:

@@ -121,14 +121,19 @@ def documents_from_pages(pages: Sequence[Dict[str, Any]]) -> List[Document]:
 
 
 def financebench_corpus(root: Optional[Path] = None, fixed_chunks: Optional[List[BaseNode]] = None) -> Corpus:
-    """FinanceBench: one Markdown document per filing (pymupdf4llm pages), page gold."""
-    pages = datasets.load_financebench_pages(root, markdown=True)
-    return Corpus(
-        "financebench",
-        documents_from_pages(pages),
-        datasets.load_financebench_questions(root),
-        fixed_chunks=fixed_chunks,
-    )
+    """FinanceBench: one Markdown document per filing (pymupdf4llm pages), page gold.
+
+    Every filing, and every given fixed chunk, is titled the way a person names it
+    (``"3M 2018 10-K"``, :func:`datasets.financebench_filing_titles`): the title is what the
+    HCA cascade starts with and where the keyword route finds company, year and filing type.
+    On fixed chunks the title stays hidden bookkeeping, so their embedded text is unchanged.
+    """
+    titles = datasets.financebench_filing_titles(root)
+    documents = documents_from_pages(datasets.load_financebench_pages(root, markdown=True))
+    for node in [*documents, *(fixed_chunks or [])]:
+        doc_id = node.metadata[schema.DOCUMENT_ID]
+        node.metadata[schema.DOCUMENT_TITLE] = titles.get(doc_id, doc_id)
+    return Corpus("financebench", documents, datasets.load_financebench_questions(root), fixed_chunks=fixed_chunks)
 
 
 def multihop_corpus(name: str, root: Optional[Path] = None) -> Corpus:
@@ -542,10 +547,21 @@ class AblationRunner(BaseModel):
     embed_batch: int = Field(default=256, description="Texts per embedding call (each batch is cached).")
 
     _embed_model: Optional[BaseEmbedding] = PrivateAttr(default=None)
+    _keyword_extractor: Any = PrivateAttr(default=None)
 
-    def __init__(self, embed_model: Optional[BaseEmbedding] = None, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        embed_model: Optional[BaseEmbedding] = None,
+        keyword_extractor: Optional[Any] = None,
+        **kwargs: Any,
+    ) -> None:
+        """``keyword_extractor``: the ``CriticalKeywordExtractor`` of the multi-route and
+        chunk-graph variants (default: the retrievers' own, spaCy NER + rules). On a large
+        corpus pass ``CriticalKeywordExtractor(use_ner=False, expert_keywords=[...])``:
+        NER over tens of thousands of chunks takes hours on a laptop CPU."""
         super().__init__(**kwargs)
         self._embed_model = embed_model
+        self._keyword_extractor = keyword_extractor
 
     @property
     def embed_model(self) -> BaseEmbedding:
@@ -743,7 +759,9 @@ def _multi_route(ws: _Workspace, key: str) -> Any:
         nodes = ws.unit_set(key)
         ws.vector(key)
         vector = _MatrixRetriever(nodes, ws.matrices[key], ws.runner.embed_model)
-        ws.retrievers[key] = _component("MultiRouteRetriever")(vector_retriever=vector, nodes=nodes)
+        ws.retrievers[key] = _component("MultiRouteRetriever")(
+            vector_retriever=vector, nodes=nodes, keyword_extractor=ws.runner._keyword_extractor
+        )
     return ws.retrievers[key]
 
 
@@ -803,7 +821,15 @@ def _v_hca_mr(runner, ws):
 def _v_hca_graph(runner, ws):
     nodes = ws.unit_set("hca")
     base = _multi_route_scores(ws, "hca")
-    retriever = _component("ChunkGraphRetriever").from_nodes(nodes, embed_model=runner.embed_model, max_nodes=max(runner.ks))
+    # The units carry the multi-route's keywords by now; the query keywords come from the
+    # same extractor when the runner was given one.
+    extractor = runner._keyword_extractor
+    retriever = _component("ChunkGraphRetriever").from_nodes(
+        nodes,
+        embed_model=runner.embed_model,
+        keyword_fn=extractor.extract_query if extractor is not None else None,
+        max_nodes=max(runner.ks),
+    )
     ids = [n.node_id for n in nodes]
     rows = [
         list_first_scores(base[i], [r.node.node_id for r in retriever.retrieve(q)], ids)

@@ -45,7 +45,7 @@ def min_max_normalize(scores: Scores) -> Dict[str, float]:
 def hiqa_fusion(
     vector: Scores,
     bm25: Scores,
-    keyword_counts: Mapping[str, int],
+    keyword_counts: Mapping[str, float],
     alpha: float,
     beta: float,
     candidates: Optional[Iterable[str]] = None,

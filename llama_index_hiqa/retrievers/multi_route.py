@@ -49,7 +49,7 @@ from llama_index.core.storage.docstore.types import BaseDocumentStore
 from llama_index_hiqa import schema
 from llama_index_hiqa.errors import RetrievalRouteError, UnknownNodeError
 from llama_index_hiqa.retrievers import fusion
-from llama_index_hiqa.transforms.critical_keywords import CriticalKeywordExtractor, KeywordIndex
+from llama_index_hiqa.transforms.critical_keywords import CriticalKeywordExtractor, KeywordIndex, normalize_keyword
 
 logger = logging.getLogger(__name__)
 
@@ -88,6 +88,13 @@ class MultiRouteConfig(BaseModel):
         default="auto",
         description="HiQA β: weight of the keyword bonus log(1+|C|). 'auto' ties it to "
         "|documents| / average pages (fusion.auto_beta): more, shorter documents -> larger β.",
+    )
+    document_keyword_weight: float = Field(
+        default=2.0,
+        ge=0.0,
+        description="How much a matched keyword counts in |C| when it is in the node's document "
+        "title (1.0: the paper's plain count). The title says what the whole document is "
+        "(3M 2018 10-K); the same year in the text is often a comparative figure of a later filing.",
     )
     beta_min: float = Field(default=0.5, ge=0.0, description="β for beta='auto' as |D|/pages -> 0.")
     beta_max: float = Field(default=2.0, ge=0.0, description="β for beta='auto' as |D|/pages -> ∞.")
@@ -251,6 +258,7 @@ class MultiRouteRetriever(BaseRetriever):
                 keyword_index = KeywordIndex.from_nodes(nodes_list)
             self._check_known(keyword_index.node_ids, "keyword index")
         self._keyword_index = keyword_index or KeywordIndex()
+        self._title_keywords = self._document_title_keywords(nodes_list)
         self._bm25: Optional[_BM25Route] = _bm25_route
         if self._bm25 is None and self.config.use_bm25 and nodes_list:
             self._bm25 = _BM25Route.build(nodes_list, bm25_tokenizer, self.config.bm25_language)
@@ -286,6 +294,24 @@ class MultiRouteRetriever(BaseRetriever):
                 f"{len(unknown)} node id(s) of the {what} are not among the retriever's nodes "
                 f"(first: {unknown[:3]}); rebuild the index or pass the matching docstore"
             )
+
+    def _document_title_keywords(self, nodes: Sequence[BaseNode]) -> Dict[str, frozenset]:
+        """Node id -> the normalised keywords of its document title (one extraction per
+        title), for ``document_keyword_weight``; empty when the weight is 1 or the extractor
+        does not copy title keywords onto nodes."""
+        if (
+            not self.config.use_keywords
+            or self.config.document_keyword_weight == 1.0
+            or not self.keyword_extractor.include_document_keywords
+        ):
+            return {}
+        titles = {n.node_id: schema.get_document_title(n) for n in nodes if schema.get_document_title(n)}
+        unique = list(dict.fromkeys(titles.values()))
+        by_title = {
+            t: frozenset(normalize_keyword(k) for k in kws)
+            for t, kws in zip(unique, self.keyword_extractor.title_keywords(unique))
+        }
+        return {node_id: by_title[t] for node_id, t in titles.items() if by_title[t]}
 
     def _resolve_beta(self) -> float:
         beta = self.config.beta
@@ -352,11 +378,22 @@ class MultiRouteRetriever(BaseRetriever):
             return {}
         return self._bm25.top(query.query_str, n)
 
-    def _keyword_counts(self, query: QueryBundle) -> Tuple[List[str], Dict[str, int]]:
+    def _keyword_counts(self, query: QueryBundle) -> Tuple[List[str], Dict[str, float]]:
+        """The query's keywords and ``|C|`` per matching node, a keyword of the node's
+        document title counted ``document_keyword_weight`` times."""
         if not self.config.use_keywords:
             return [], {}
         keywords = self.keyword_extractor.extract_query(query.query_str)
-        return keywords, self._keyword_index.match_counts(keywords)
+        counts: Dict[str, float] = dict(self._keyword_index.match_counts(keywords))
+        extra = self.config.document_keyword_weight - 1.0
+        if extra and self._title_keywords:
+            wanted = frozenset(normalize_keyword(k) for k in keywords)
+            for node_id in counts:
+                in_title = wanted & self._title_keywords.get(node_id, frozenset())
+                if in_title:
+                    held = in_title.intersection(self._keyword_index.keywords_of(node_id))
+                    counts[node_id] += extra * len(held)
+        return keywords, counts
 
     def _run_route(self, name: str, func: Callable[[], Any], empty: Any) -> Any:
         try:
@@ -371,7 +408,7 @@ class MultiRouteRetriever(BaseRetriever):
         self,
         vector: Dict[str, float],
         bm25: Dict[str, float],
-        counts: Dict[str, int],
+        counts: Dict[str, float],
         top_k: Optional[int],
         candidates: Optional[Sequence[str]] = None,
     ) -> List[Tuple[str, float]]:
@@ -412,7 +449,7 @@ class MultiRouteRetriever(BaseRetriever):
         fused: List[Tuple[str, float]],
         vector: Dict[str, float],
         bm25: Dict[str, float],
-        counts: Dict[str, int],
+        counts: Dict[str, float],
         vector_nodes: Dict[str, BaseNode],
     ) -> List[NodeWithScore]:
         out = []
@@ -429,7 +466,7 @@ class MultiRouteRetriever(BaseRetriever):
             node.metadata[schema.ROUTE_SCORES] = {
                 VECTOR: vector.get(node_id),
                 BM25: bm25.get(node_id),
-                KEYWORDS: int(counts.get(node_id, 0)),
+                KEYWORDS: float(counts.get(node_id, 0.0)),
                 "fused": score,
             }
             schema.hide_from_views(node, (schema.ROUTE_SCORES,))

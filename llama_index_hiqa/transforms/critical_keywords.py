@@ -19,6 +19,8 @@ What counts as a critical keyword (all normalised by :func:`normalize_keyword`):
   the whole code at no cost: tokens mixing letters and digits with an upper-case letter
   (``OPT3004``, ``10-K``, ``3M``), and a mixed-case or capitalised name followed by a model
   number (``iPhone 15``, ``Pixel 8``);
+* SEC form types in any case (``10-K``, ``10q``, ``8k filing``), which tell one company's
+  filings of the same year apart;
 * years, fiscal years and periods: ``FY2022``/``FY22``/``fiscal 2022`` give ``2022``;
   ``Q2 2023``, ``Q2 of FY2023``, ``FY2023Q2`` give ``q22023`` and ``2023``;
 * expert keywords a user supplies (``expert_keywords``, with ``keyword_aliases`` mapping
@@ -105,6 +107,9 @@ _QUARTER = re.compile(
     r"\b(?:FY\s*'?((?:19|20)?\d{2})\s*)?Q([1-4])(?:\s*(?:of\s+)?(?:FY|fiscal(?:\s+year)?)?\s*'?((?:19|20)?\d{2}))?\b",
     re.I,
 )
+# SEC form types, whatever the case or hyphen ("8k filing", "10-Q"): the filing type tells
+# a company's 10-K from its 8-K of the same year, and people write it in lower case.
+_FORM_TYPE = re.compile(r"(?<![\w-])(10-?[KQ]|8-?K|6-?K|11-?K|20-?F|40-?F)(?![\w-])", re.I)
 _ORDINAL = re.compile(r"^\d+(?:st|nd|rd|th)$", re.I)
 _UNIT = re.compile(r"^\d+(?:[.,]\d+)?(?:mm|bn|x|s|km|kg|g|mg|ml|l|v|mv|w|kw|mw|hz|khz|mhz|ghz|ms|us|ns|h)$", re.I)
 # Capitalised words that precede numbers in every document of a collection; keywords made of
@@ -146,15 +151,18 @@ def _rule_keywords(text: str) -> List[str]:
         # An upper-case letter tells a code ("3M", "10-K") from a unit ("5m", "12th").
         if not (has_digit and has_alpha) or not any(c.isupper() for c in token):
             continue
+        if _FORM_TYPE.fullmatch(token):
+            continue  # form types (below, in any case)
         if _ORDINAL.match(token) or _UNIT.match(token) or re.match(r"^(?:FY|Q[1-4])", token, re.I):
             continue  # ordinals, quantities and fiscal periods (handled below)
         found.append(token)
+    found.extend(match.group(1).upper() for match in _FORM_TYPE.finditer(text))
     for match in _NAME_NUMBER.finditer(text):
         name, number = match.group(1), match.group(2)
         if name.lower() in _NAME_STOPWORDS or _YEAR.fullmatch(number) or _ORDINAL.match(number):
             continue
-        if _UNIT.match(number):
-            continue
+        if _UNIT.match(number) or _FORM_TYPE.fullmatch(number):
+            continue  # "AMCOR 8k" names a filing, not a product
         found.append(f"{name} {number}")
     for match in _QUARTER.finditer(text):
         year = match.group(1) or match.group(3)
@@ -344,14 +352,18 @@ class CriticalKeywordExtractor(TransformComponent):
         # The node's own text, without any metadata view: keywords describe the content.
         return node.get_content(metadata_mode=MetadataMode.NONE)
 
+    def title_keywords(self, titles: Sequence[str]) -> List[List[str]]:
+        """The keywords of each document title (what ``include_document_keywords`` copies
+        onto the document's nodes). File-style ids ("3M_2018_10K") carry their facts between
+        underscores, so those count as spaces."""
+        unique = list(dict.fromkeys(t.replace("_", " ") for t in titles))
+        found = dict(zip(unique, self._extract_many(unique)))
+        return [found[t.replace("_", " ")] for t in titles]
+
     def _document_keywords(self, nodes: Sequence[BaseNode]) -> List[List[str]]:
         if not self.include_document_keywords:
             return [[] for _ in nodes]
-        titles = [schema.get_document_title(n) for n in nodes]
-        # File-style ids ("3M_2018_10K") carry their facts between underscores.
-        unique = list(dict.fromkeys(t.replace("_", " ") for t in titles))
-        cache = dict(zip(unique, self._extract_many(unique)))
-        return [cache[t.replace("_", " ")] for t in titles]
+        return self.title_keywords([schema.get_document_title(n) for n in nodes])
 
     def _write(self, nodes: Sequence[BaseNode], per_node: Sequence[List[str]]) -> None:
         for node, doc_keywords, keywords in zip(nodes, self._document_keywords(nodes), per_node):
