@@ -388,11 +388,16 @@ class MultiRouteRetriever(BaseRetriever):
         extra = self.config.document_keyword_weight - 1.0
         if extra and self._title_keywords:
             wanted = frozenset(normalize_keyword(k) for k in keywords)
+            in_title: Dict[frozenset, frozenset] = {}  # one intersection per document title
+            index = self._keyword_index
             for node_id in counts:
-                in_title = wanted & self._title_keywords.get(node_id, frozenset())
-                if in_title:
-                    held = in_title.intersection(self._keyword_index.keywords_of(node_id))
-                    counts[node_id] += extra * len(held)
+                title = self._title_keywords.get(node_id)
+                if title is None:
+                    continue
+                if title not in in_title:
+                    in_title[title] = wanted & title
+                held = sum(1 for k in in_title[title] if index.holds(node_id, k))
+                counts[node_id] += extra * held
         return keywords, counts
 
     def _run_route(self, name: str, func: Callable[[], Any], empty: Any) -> Any:

@@ -453,6 +453,10 @@ class KeywordIndex:
     def nodes_with(self, keyword: str) -> Set[str]:
         return set(self._postings.get(normalize_keyword(keyword), ()))
 
+    def holds(self, node_id: str, keyword: str) -> bool:
+        """Whether the node holds ``keyword`` (already in :func:`normalize_keyword` form)."""
+        return node_id in self._postings.get(keyword, ())
+
     def document_frequency(self, keyword: str) -> int:
         return len(self._postings.get(normalize_keyword(keyword), ()))
 
