@@ -31,10 +31,15 @@ def _cmd_eval(args: argparse.Namespace) -> int:
 
     from llama_index_hiqa.errors import HiQAError
     from llama_index_hiqa.evaluation.runner import AblationRunner, folder_corpus
+    from llama_index_hiqa.transforms.critical_keywords import CriticalKeywordExtractor
 
+    keywords = None
+    if args.no_ner or args.expert_keywords:
+        keywords = CriticalKeywordExtractor(use_ner=not args.no_ner, expert_keywords=args.expert_keywords or [])
     try:
         corpus = folder_corpus(Path(args.docs), Path(args.questions), name=args.name)
         runner = AblationRunner(
+            keyword_extractor=keywords,
             gamma=args.gamma,
             ks=tuple(args.k),
             max_new_embeddings=args.max_new_embeddings,
@@ -151,6 +156,11 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--gamma", type=float, default=1.0, help="γ of the Log-Rank Index")
     ev.add_argument("--k", type=int, nargs="+", default=[1, 5, 10, 20], help="cut-offs for @k metrics")
     ev.add_argument("--max-new-embeddings", type=int, help="skip variants needing more uncached vectors")
+    ev.add_argument(
+        "--no-ner", action="store_true",
+        help="critical keywords by rules (and --expert-keywords) only, no spaCy NER: for tens of thousands of chunks",
+    )
+    ev.add_argument("--expert-keywords", nargs="+", help="keywords that tell your documents apart (company, product)")
     ev.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
     ev.add_argument("--quiet", action="store_true", help="no progress bars")
     ev.set_defaults(func=_cmd_eval)

@@ -194,6 +194,26 @@ def test_cli_eval_writes_results(tmp_path, demo_folder, monkeypatch, capsys):
     assert cli.main(["eval", "--docs", str(tmp_path / "missing"), "--questions", str(questions)]) == 2
 
 
+def test_cli_eval_without_ner_uses_rules_and_expert_keywords(tmp_path, demo_folder, monkeypatch, capsys):
+    from llama_index.core import Settings
+
+    from llama_index_hiqa import cli
+    from llama_index_hiqa.transforms import critical_keywords
+
+    def no_ner():
+        raise AssertionError("NER was loaded")
+
+    monkeypatch.setattr(critical_keywords, "load_ner_model", no_ner)
+    monkeypatch.setenv("HIQA_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(Settings, "_embed_model", HashingEmbedding())
+    docs, questions = demo_folder
+    code = cli.main(["eval", "--docs", str(docs), "--questions", str(questions), "--out", str(tmp_path / "o"),
+                     "--variants", "fixed_multi_route", "--no-ner", "--expert-keywords", "motor controller",
+                     "--k", "1", "3", "--quiet", "--no-plots"])
+    out = capsys.readouterr().out
+    assert code == 0 and "| Fixed chunks + multi-route |" in out and "failed" not in out
+
+
 def test_fixed_chunks_record_the_open_section_for_section_gold(demo_folder):
     docs, questions = demo_folder
     corpus = R.folder_corpus(docs, questions)
