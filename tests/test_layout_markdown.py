@@ -185,6 +185,28 @@ def _filing_doc():
     return _doc(pages, doc_id="ACME_2023_10K", title="ACME 2023 10-K", file_name="ACME_2023_10K.pdf")
 
 
+def test_stacked_statement_title_lines_are_one_heading_over_their_table():
+    """pymupdf4llm writes a statement's title lines as separate same-level headings."""
+    page = (
+        "### **Item 8. Financial Statements**\n\n" + LOREM + "\n\n"
+        "#### **ADOBE INC.**\n\n#### **CONSOLIDATED STATEMENTS OF CASH FLOWS**\n\n#### **(In millions)**\n\n"
+        "|**Years Ended**|**2022**|**2021**|\n|---|---|---|\n|Net income|4,756|4,822|\n|Capital expenditures|(442)|(348)|\n\n"
+        "#### **Notes**\n\n#### **1. Basis of Presentation**\n\n" + LOREM
+    )
+    doc = _doc([page], doc_id="ADOBE_2022_10K", title="Adobe 2022 10-K")
+    nodes = LayoutMarkdownParser().get_nodes_from_documents([doc])
+    table = next(n for n in nodes if schema.get_segment_kind(n) == schema.KIND_TABLE)
+    labels = [h.label() for h in schema.get_heading_path(table)]
+    assert labels[-1] == "ADOBE INC CONSOLIDATED STATEMENTS OF CASH FLOWS (In millions)"
+    # the three title lines make one segment, not three heading-only ones
+    titles = [n for n in nodes if "CASH FLOWS" in n.text and schema.get_segment_kind(n) == schema.KIND_TEXT]
+    assert len(titles) == 1 and "(In millions)" in titles[0].text
+    # a numbered heading right after an unnumbered one starts its own chapter
+    basis = next(n for n in nodes if "Basis of Presentation" in n.text)
+    assert [h.label() for h in schema.get_heading_path(basis)][-1] == "1 Basis of Presentation"
+    assert "".join(n.text for n in nodes) == doc.text  # nothing lost, nothing doubled
+
+
 def test_sec_filing_parts_items_toc_and_running_headers():
     doc = _filing_doc()
     parser = LayoutMarkdownParser()

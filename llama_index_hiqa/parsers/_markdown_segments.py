@@ -222,6 +222,33 @@ def drop_title_marks(marks: List[HeadingMark], title: Optional[str]) -> List[Hea
     return [m for m in marks if m.number or clean_inline(m.title).lower() != key]
 
 
+def merge_stacked_headings(
+    text: str, marks: Sequence[HeadingMark], max_title_chars: int = 200
+) -> List[HeadingMark]:
+    """One heading for a stack of same-level headings with nothing between them.
+
+    Financial statements are titled by stacked lines ("ADOBE INC." / "CONSOLIDATED STATEMENTS
+    OF CASH FLOWS" / "(In millions)"), which PDF-to-Markdown tools emit as separate headings of
+    one level. Kept apart, each closes the one before, so the table under them loses the
+    statement's name from its cascade and the lines above become heading-only segments. A
+    numbered heading starts a chapter of its own and is never merged into the one above.
+    """
+    out: List[HeadingMark] = []
+    for mark in marks:
+        prev = out[-1] if out else None
+        if (
+            prev is not None
+            and mark.level == prev.level
+            and not mark.number
+            and not text[prev.end : mark.start].strip()
+            and len(prev.title) + len(mark.title) < max_title_chars
+        ):
+            out[-1] = HeadingMark(prev.start, mark.end, prev.number, f"{prev.title} {mark.title}", prev.level)
+        else:
+            out.append(mark)
+    return out
+
+
 def heading_paths(marks: Sequence[HeadingMark]) -> List[List[Tuple[str, str, int]]]:
     """The path from the top heading down to each mark (a stack walk over levels)."""
     stack: List[Tuple[str, str, int]] = []

@@ -48,6 +48,7 @@ from llama_index_hiqa.parsers._markdown_segments import (
     is_strong_sec_heading,
     iter_lines,
     markdown_headings,
+    merge_stacked_headings,
     parse_heading_number,
     pieces_to_nodes,
 )
@@ -216,6 +217,7 @@ class LayoutMarkdownParser(NodeParser):
                     open_numbers.pop("item", None)
             level = resolver.level(parsed, style)
             marks.append(HeadingMark(start, end, parsed.number, parsed.title, level))
+        marks = merge_stacked_headings(text, marks)
         return drop_title_marks(marks, metadata.get(schema.DOCUMENT_TITLE))
 
     # --- layout noise -----------------------------------------------------------------
