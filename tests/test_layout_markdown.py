@@ -188,7 +188,7 @@ def _filing_doc():
 def test_stacked_statement_title_lines_are_one_heading_over_their_table():
     """pymupdf4llm writes a statement's title lines as separate same-level headings."""
     page = (
-        "### **Item 8. Financial Statements**\n\n" + LOREM + "\n\n"
+        "### **Item 8. Financial Statements**\n\n### **Overview**\n\n" + LOREM + "\n\n"
         "#### **ADOBE INC.**\n\n#### **CONSOLIDATED STATEMENTS OF CASH FLOWS**\n\n#### **(In millions)**\n\n"
         "|**Years Ended**|**2022**|**2021**|\n|---|---|---|\n|Net income|4,756|4,822|\n|Capital expenditures|(442)|(348)|\n\n"
         "#### **Notes**\n\n#### **1. Basis of Presentation**\n\n" + LOREM
@@ -201,9 +201,11 @@ def test_stacked_statement_title_lines_are_one_heading_over_their_table():
     # the three title lines make one segment, not three heading-only ones
     titles = [n for n in nodes if "CASH FLOWS" in n.text and schema.get_segment_kind(n) == schema.KIND_TEXT]
     assert len(titles) == 1 and "(In millions)" in titles[0].text
-    # a numbered heading right after an unnumbered one starts its own chapter
+    # numbered headings are never merged, before or after
     basis = next(n for n in nodes if "Basis of Presentation" in n.text)
     assert [h.label() for h in schema.get_heading_path(basis)][-1] == "1 Basis of Presentation"
+    item = next(n for n in nodes if "Item 8." in n.text)
+    assert [h.label() for h in schema.get_heading_path(item)][-1] == "Item 8 Financial Statements"
     assert "".join(n.text for n in nodes) == doc.text  # nothing lost, nothing doubled
 
 

@@ -230,8 +230,9 @@ def merge_stacked_headings(
     Financial statements are titled by stacked lines ("ADOBE INC." / "CONSOLIDATED STATEMENTS
     OF CASH FLOWS" / "(In millions)"), which PDF-to-Markdown tools emit as separate headings of
     one level. Kept apart, each closes the one before, so the table under them loses the
-    statement's name from its cascade and the lines above become heading-only segments. A
-    numbered heading starts a chapter of its own and is never merged into the one above.
+    statement's name from its cascade and the lines above become heading-only segments.
+    Numbered headings are never merged: "Item 1. Business" directly followed by "General"
+    keeps "General" as the first section of Item 1.
     """
     out: List[HeadingMark] = []
     for mark in marks:
@@ -240,6 +241,7 @@ def merge_stacked_headings(
             prev is not None
             and mark.level == prev.level
             and not mark.number
+            and not prev.number
             and not text[prev.end : mark.start].strip()
             and len(prev.title) + len(mark.title) < max_title_chars
         ):
