@@ -55,6 +55,19 @@ def require_shared_data(what: str) -> Optional[Path]:
     return root
 
 
+def financebench_keyword_extractor():
+    """Critical keywords for FinanceBench as every benchmark extracts them: the rules plus the
+    company names as expert keywords (with the aliases the questions use), no spaCy NER —
+    NER over 25k chunks takes hours on 2 cores."""
+    from llama_index_hiqa import CriticalKeywordExtractor
+
+    return CriticalKeywordExtractor(
+        use_ner=False,
+        expert_keywords=datasets.financebench_companies(),
+        keyword_aliases=datasets.FINANCEBENCH_COMPANY_ALIASES,
+    )
+
+
 def baseline_page_chunks(pages: List[Dict]) -> List[TextNode]:
     """SentenceSplitter(256, 32) over every page; each chunk knows its filing and page."""
     splitter = SentenceSplitter(

@@ -27,10 +27,16 @@ import time
 from pathlib import Path
 
 import _common  # noqa: F401  (sets sys.path, offline env)
-from _common import DEMO_DIR, ROOT, baseline_page_chunks, embed_model, require_shared_data
+from _common import (
+    DEMO_DIR,
+    ROOT,
+    baseline_page_chunks,
+    embed_model,
+    financebench_keyword_extractor,
+    require_shared_data,
+)
 from _results import write_section
 
-from llama_index_hiqa import CriticalKeywordExtractor
 from llama_index_hiqa.evaluation import datasets
 from llama_index_hiqa.evaluation.runner import AblationRunner, financebench_corpus, folder_corpus, multihop_corpus
 
@@ -67,13 +73,7 @@ def main() -> None:
             pages = datasets.load_financebench_pages()
             corpus = financebench_corpus(fixed_chunks=baseline_page_chunks(pages))
             budget = args.financebench_budget
-            # Rules + the company names as expert keywords, no spaCy NER: NER over 25k chunks
-            # per unit set takes hours on 2 cores (same extractor as bench_multi_route).
-            keywords = CriticalKeywordExtractor(
-                use_ner=False,
-                expert_keywords=datasets.financebench_companies(),
-                keyword_aliases=datasets.FINANCEBENCH_COMPANY_ALIASES,
-            )
+            keywords = financebench_keyword_extractor()
         else:
             corpus = multihop_corpus(name)
         if corpus is None:

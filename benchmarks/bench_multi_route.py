@@ -229,10 +229,6 @@ def run_demo() -> Tuple[List[List], Dict]:
 
 # --- FinanceBench -------------------------------------------------------------------------
 
-def filing_titles() -> Tuple[Dict[str, str], List[str]]:
-    return datasets.financebench_filing_titles(), datasets.financebench_companies()
-
-
 def run_financebench(sample_pages: int, hca_vectors: bool = False) -> Optional[Tuple[Dict, Dict]]:
     if _common.require_shared_data("FinanceBench") is None:
         return None
@@ -253,14 +249,14 @@ def run_financebench(sample_pages: int, hca_vectors: bool = False) -> Optional[T
     nodes = _common.baseline_page_chunks(pages)
     print(f"FinanceBench: {len(pages)} pages, {len(nodes)} chunks; embedding (cached)")
     matrix = _common.embed_nodes(nodes)  # the baseline view: shared cache with the other benchmarks
-    titles, companies = filing_titles()
+    titles = datasets.financebench_filing_titles()
     for node in nodes:
         # After embedding: the vector route keeps the baseline vectors, the BM25 route (embed
         # view) and the keyword route (document title) see the readable filing title.
         title = titles.get(schema.get_document_id(node), schema.get_document_id(node))
         node.metadata[schema.DOCUMENT_TITLE] = title
         node.metadata[schema.HEADING_CASCADE] = title
-    extractor = CriticalKeywordExtractor(use_ner=False, expert_keywords=companies, keyword_aliases=datasets.FINANCEBENCH_COMPANY_ALIASES)
+    extractor = _common.financebench_keyword_extractor()
     texts = [q.question for q in questions]
     t0 = time.perf_counter()
     rankings, info = run_variants(nodes, matrix, texts, extractor, hiqa_betas=(0.25, 0.5, 1.0, 2.0))
@@ -285,7 +281,7 @@ def run_financebench(sample_pages: int, hca_vectors: bool = False) -> Optional[T
         )
         for name, r in rankings.items()
     }
-    info.update(nodes=len(nodes), pages=len(pages), questions=len(questions), companies=len(companies))
+    info.update(nodes=len(nodes), pages=len(pages), questions=len(questions), companies=len(extractor.expert_keywords))
     return metrics, info
 
 

@@ -305,7 +305,8 @@ class MultiRouteRetriever(BaseRetriever):
             or not self.keyword_extractor.include_document_keywords
         ):
             return {}
-        titles = {n.node_id: schema.get_document_title(n) for n in nodes if schema.get_document_title(n)}
+        titles = {n.node_id: schema.get_document_title(n) for n in nodes}
+        titles = {node_id: title for node_id, title in titles.items() if title}
         unique = list(dict.fromkeys(titles.values()))
         by_title = {
             t: frozenset(normalize_keyword(k) for k in kws)
