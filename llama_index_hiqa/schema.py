@@ -55,9 +55,9 @@ rewritten.
 
 from __future__ import annotations
 
-from typing import Iterable, List, NamedTuple, Optional, Sequence, Tuple
+from typing import Dict, Iterable, List, Mapping, NamedTuple, Optional, Sequence, Tuple
 
-from llama_index.core.schema import BaseNode
+from llama_index.core.schema import BaseNode, Document, RelatedNodeInfo
 
 # --- document-level facts --------------------------------------------------------------
 DOCUMENT_ID = "document_id"
@@ -172,6 +172,33 @@ class PageSpan(NamedTuple):
 
 
 # --- helpers -------------------------------------------------------------------------
+
+
+def source_node_info(doc: BaseNode) -> RelatedNodeInfo:
+    """The SOURCE relationship a segment keeps to its document, without the document-only
+    facts (:data:`DOCUMENT_ONLY_KEYS`). LlamaIndex's ``as_related_node_info()`` copies the whole
+    document metadata, and a 10-K's layout facts run to hundreds of kilobytes: copied into every
+    node, the docstore and the BM25 corpus, that copy alone outgrew memory on a few dozen filings.
+    """
+    return RelatedNodeInfo(
+        node_id=doc.node_id,
+        node_type=doc.get_type(),
+        metadata={k: v for k, v in doc.metadata.items() if k not in DOCUMENT_ONLY_KEYS},
+        hash=doc.hash,
+    )
+
+
+def without_document_only_facts(documents: Mapping[str, Document]) -> Dict[str, Document]:
+    """Shallow copies of ``documents`` (text shared, not copied) without the document-only
+    facts, for LlamaIndex's node post-processing, which merges the document metadata into
+    every node and then copies each node's metadata into its neighbours' PREVIOUS/NEXT
+    relationships."""
+    return {
+        key: doc.model_copy(
+            update={"metadata": {k: v for k, v in doc.metadata.items() if k not in DOCUMENT_ONLY_KEYS}}
+        )
+        for key, doc in documents.items()
+    }
 
 
 def hide_from_views(node: BaseNode, keys: Iterable[str] = BOOKKEEPING_KEYS) -> None:

@@ -107,6 +107,33 @@ def _datasheet_doc():
     return _doc([page1, page2, page3])
 
 
+@pytest.mark.parametrize("parser_name", ["layout", "line_number"])
+def test_no_node_or_relationship_carries_document_only_facts(parser_name):
+    """A 10-K's layout facts run to hundreds of kilobytes; a copy per node (in SOURCE,
+    PREVIOUS/NEXT relationships or metadata) made a few dozen filings outgrow memory."""
+    from llama_index_hiqa import LineNumberSegmentParser
+    from llama_index_hiqa.testing import ScriptedLLM
+
+    bulky = [["1", "x" * 200, 1, 0]] * 500  # ~100 KB of layout facts
+    doc = _datasheet_doc()
+    doc.metadata[schema.LAYOUT_HEADINGS] = bulky
+    doc.metadata[schema.IMAGES] = [{"caption": "y" * 1000}] * 20
+    if parser_name == "layout":
+        parser = LayoutMarkdownParser()
+    else:
+        parser = LineNumberSegmentParser(llm=ScriptedLLM(default_response="not json"))
+    nodes = parser.get_nodes_from_documents([doc])
+    assert len(nodes) >= 3
+    for node in nodes:
+        assert not set(schema.DOCUMENT_ONLY_KEYS) & set(node.metadata)
+        for rel in node.relationships.values():
+            assert not set(schema.DOCUMENT_ONLY_KEYS) & set(rel.metadata or {})
+        assert len(node.to_json()) < len(doc.text) + 20_000
+    assert nodes[0].relationships[NodeRelationship.SOURCE].node_id == doc.doc_id
+    assert NodeRelationship.NEXT in nodes[0].relationships
+    assert doc.metadata[schema.LAYOUT_HEADINGS] is bulky  # the document keeps its facts
+
+
 def test_datasheet_segments_heading_paths_and_tiling():
     doc = _datasheet_doc()
     nodes = LayoutMarkdownParser().get_nodes_from_documents([doc])

@@ -459,7 +459,7 @@ def pieces_to_nodes(
     base_meta = {
         k: v for k, v in doc.metadata.items() if k not in schema.DOCUMENT_ONLY_KEYS
     }
-    source = doc.as_related_node_info()
+    source = schema.source_node_info(doc)
     nodes: List[TextNode] = []
     for pos, piece in enumerate(pieces):
         c_start, c_end = source_span(piece)
@@ -504,9 +504,10 @@ def pieces_to_nodes(
 
 
 def finish_nodes(nodes: List[TextNode]) -> List[TextNode]:
-    """After LlamaIndex's post-processing (which copies the whole Document metadata back
-    onto every node): drop the document-only facts again and restore our character spans,
-    which LlamaIndex re-derives by string search and cannot find for LLM-rewritten text."""
+    """After LlamaIndex's post-processing: restore our character spans, which LlamaIndex
+    re-derives by string search and cannot find for LLM-rewritten text, and make sure no
+    document-only fact came back with the document metadata it merges into every node (pass
+    it :func:`schema.without_document_only_facts` of the parent map so none does)."""
     for node in nodes:
         for key in schema.DOCUMENT_ONLY_KEYS:
             node.metadata.pop(key, None)

@@ -121,7 +121,9 @@ class LayoutMarkdownParser(NodeParser):
     def _postprocess_parsed_nodes(
         self, nodes: List[BaseNode], parent_doc_map: Dict[str, Document]
     ) -> List[BaseNode]:
-        return finish_nodes(super()._postprocess_parsed_nodes(nodes, parent_doc_map))
+        return finish_nodes(
+            super()._postprocess_parsed_nodes(nodes, schema.without_document_only_facts(parent_doc_map))
+        )
 
     # --- public helpers -------------------------------------------------------------
 

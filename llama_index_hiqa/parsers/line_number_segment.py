@@ -42,6 +42,7 @@ from llama_index_hiqa import schema
 from llama_index_hiqa.defaults import resolve_llm
 from llama_index_hiqa.errors import LLMOutputError
 from llama_index_hiqa.llm_calls import call_with_retries
+from llama_index_hiqa.parsers._markdown_segments import finish_nodes
 from llama_index_hiqa.transforms.context_header import apply_header_format
 
 logger = logging.getLogger(__name__)
@@ -406,16 +407,10 @@ class LineNumberSegmentParser(NodeParser):
     def _postprocess_parsed_nodes(
         self, nodes: List[BaseNode], parent_doc_map: Dict[str, Document]
     ) -> List[BaseNode]:
-        nodes = super()._postprocess_parsed_nodes(nodes, parent_doc_map)
-        for node in nodes:
-            # The base class copies document-wide metadata back and finds spans by text
-            # search; our spans are exact and page spans stay on the document.
-            for key in schema.DOCUMENT_ONLY_KEYS:
-                node.metadata.pop(key, None)
-            span = schema.get_char_span(node)
-            if span is not None and isinstance(node, TextNode):
-                node.start_char_idx, node.end_char_idx = span
-        return nodes
+        # The base class finds spans by text search; ours are exact (restored by finish_nodes).
+        return finish_nodes(
+            super()._postprocess_parsed_nodes(nodes, schema.without_document_only_facts(parent_doc_map))
+        )
 
     # -- sectioning -------------------------------------------------------------------------
 
@@ -527,7 +522,7 @@ class LineNumberSegmentParser(NodeParser):
         # Only a real title; the context header transform asks the LLM for one when empty.
         doc_title = str(doc.metadata.get(schema.DOCUMENT_TITLE) or "")
         page_spans = doc.metadata.get(schema.PAGE_SPANS)
-        source = doc.as_related_node_info()  # hashes the whole text: once per document
+        source = schema.source_node_info(doc)  # hashes the whole text: once per document
         nodes: List[TextNode] = []
         for sec in sections:
             title = sec.title or doc_title or line_range_title(sec.start, sec.end)
