@@ -5,6 +5,8 @@ ablation (every variant the installed pack can build, every ranking metric) on a
 documents and a questions JSONL. ``hiqa ingest DIR --store PATH`` builds a
 :class:`~llama_index_hiqa.HiQAPack` over a folder and persists it; ``hiqa ask "question"
 --store PATH`` loads it in a new process and answers with citations (``--json`` for scripts).
+On an existing store ``hiqa ingest`` needs ``--add`` (new and changed files replace
+their old versions, unchanged ones are skipped) or ``--rebuild``; it never overwrites silently.
 ``--llm openai:gpt-4o-mini`` selects an LLM, its key read from the environment
 (``OPENAI_API_KEY``); without ``--llm`` (or ``Settings.llm``) answers are the cited evidence.
 Errors a user can fix (missing store, empty folder, missing key) print one line and exit 2.
@@ -83,21 +85,58 @@ def llm_from_spec(spec: Optional[str]) -> Any:
     return OpenAI(model=model, api_key=key)
 
 
+def _store_exists(store: Path) -> bool:
+    from llama_index_hiqa.storage.pack_files import CONFIG_FILENAME
+    from llama_index_hiqa.storage.snapshots import is_snapshot_store
+
+    return is_snapshot_store(store) or (store / CONFIG_FILENAME).is_file()
+
+
 def _cmd_ingest(args: argparse.Namespace) -> int:
+    import time
+
     from llama_index_hiqa.pack import HiQAPack
 
     llm = llm_from_spec(args.llm)
-    folder = Path(args.dir)
+    folder, store = Path(args.dir), Path(args.store)
     if not folder.is_dir():
         raise CLIError(f"{folder}: no such folder")
-    pack = HiQAPack.from_directory(
-        folder, recursive=args.recursive, llm=llm, show_progress=not args.quiet,
-        use_chunk_graph=args.graph, use_segment_integration=args.segments,
+    exists = _store_exists(store)
+    if exists and not (args.add or args.rebuild):
+        raise CLIError(
+            f"{store} already holds a store: pass --add to add new and changed files to it "
+            f"(unchanged files are skipped) or --rebuild to replace it"
+        )
+    settings = {"use_chunk_graph": args.graph, "use_segment_integration": args.segments}
+    if exists and args.add:
+        pack = HiQAPack.load(store, llm=llm)
+        mode = "added to"
+    else:
+        pack = HiQAPack.empty(llm=llm, **settings)
+        mode = "rebuilt" if exists else "built"
+    started = time.monotonic()
+
+    def progress(report: Any) -> None:
+        if not args.quiet:
+            print(f"[{time.monotonic() - started:7.1f}s] {report.documents_seen} file(s): {report.summary()}",
+                  file=sys.stderr, flush=True)
+
+    # Checkpoints make an interrupted run resumable with --add; a rebuild keeps the old
+    # store until it is complete, so it checkpoints only into a new store.
+    checkpoint = None if (exists and args.rebuild) else (lambda: pack.persist(store))
+    report = pack.add_directory(
+        folder, recursive=args.recursive, progress=progress,
+        checkpoint=checkpoint, checkpoint_seconds=args.checkpoint_minutes * 60,
     )
-    for failure in getattr(pack, "read_failures", []):
+    for failure in pack.read_failures:
         print(f"skipped {failure}", file=sys.stderr)
-    pack.persist(args.store)
-    print(f"indexed {len(pack.document_ids)} document(s) as {len(pack.nodes)} nodes -> {args.store}")
+    start = time.perf_counter()
+    pack.persist(store)
+    report.add_time("persist", time.perf_counter() - start)
+    print(
+        f"{mode} {store}: {len(pack.document_ids)} document(s), {len(pack.index.docstore.docs)} nodes "
+        f"({report.summary()})"
+    )
     return 0
 
 
@@ -172,7 +211,17 @@ def build_parser() -> argparse.ArgumentParser:
     ing.add_argument("--recursive", action="store_true", help="include subfolders")
     ing.add_argument("--graph", action="store_true", help="also build the IIER chunk graph (multi-hop)")
     ing.add_argument("--segments", action="store_true", help="answer with merged segments (TextRAG RSE)")
-    ing.add_argument("--quiet", action="store_true", help="no progress bars")
+    ing.add_argument("--quiet", action="store_true", help="no progress lines")
+    existing = ing.add_mutually_exclusive_group()
+    existing.add_argument(
+        "--add", action="store_true",
+        help="the store exists: add new files and replace changed ones (unchanged files cost nothing)",
+    )
+    existing.add_argument("--rebuild", action="store_true", help="the store exists: replace it with a new one")
+    ing.add_argument(
+        "--checkpoint-minutes", type=float, default=5.0,
+        help="save progress this often, so an interrupted run resumes with --add (default 5)",
+    )
     ing.set_defaults(func=_cmd_ingest)
 
     ask = sub.add_parser("ask", help="answer a question from a saved store, with citations")

@@ -29,12 +29,12 @@ configuration (JSON), so a second process answers without re-ingesting.
 
 from __future__ import annotations
 
-import json
 import logging
+import time
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence, Union
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Union
 
-from llama_index.core import Settings, StorageContext, VectorStoreIndex, load_index_from_storage
+from llama_index.core import Settings, StorageContext, VectorStoreIndex
 from llama_index.core.base.base_query_engine import BaseQueryEngine
 from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.base.embeddings.base import BaseEmbedding
@@ -56,13 +56,11 @@ from llama_index.core.vector_stores.types import BasePydanticVectorStore
 from llama_index_hiqa import schema
 from llama_index_hiqa.defaults import resolve_embed_model, resolve_llm, user_embed_model
 from llama_index_hiqa.errors import EmptyCorpusError, PackStoreError, UnknownNodeError
+from llama_index_hiqa.ingestion import Checkpointer, IngestionReport, TimedTransform, batched, timed_iter, upsert_plan
+from llama_index_hiqa.storage.vector_store import MatrixVectorStore
 
 logger = logging.getLogger(__name__)
 
-CONFIG_FILENAME = "hiqa_pack.json"
-MULTI_ROUTE_DIRNAME = "multi_route"
-CHUNK_GRAPH_DIRNAME = "chunk_graph"
-FORMAT_VERSION = 1
 
 NO_LLM_NOTICE = (
     "No LLM is configured, so this answer is the retrieved evidence with its citations. "
@@ -117,6 +115,10 @@ class HiQAPackConfig(BaseModel):
         default=None, description="Parser: split sections longer than this (None: the parser's default)."
     )
     show_progress: bool = Field(default=False, description="Progress bars during ingestion.")
+    ingest_batch_size: int = Field(
+        default=8, ge=1,
+        description="Documents parsed, augmented and embedded together; peak memory grows with it.",
+    )
 
 
 # --------------------------------------------------------------------------- citations
@@ -256,8 +258,14 @@ class HiQAPack:
 
     Build with :meth:`from_directory`, :meth:`from_documents` or :meth:`load`; use
     :meth:`run`, :meth:`as_query_engine`, :meth:`as_retriever`, :meth:`as_chat_engine`;
-    keep up to date with :meth:`add_documents` / :meth:`delete_document`; save with
-    :meth:`persist`.
+    keep up to date with :meth:`ingest` / :meth:`add_documents` / :meth:`delete_document`
+    (re-ingesting a document replaces it; an unchanged one costs nothing); save with
+    :meth:`persist`, which never leaves a half-written store behind.
+
+    What stays in memory at query time: the docstore (every node's text and metadata, as
+    LlamaIndex keeps it), the vectors (4 bytes a dimension in :class:`MatrixVectorStore`), the
+    BM25 matrix and the keyword postings; documents and their layout facts are dropped once
+    their batch is indexed.
     """
 
     def __init__(
@@ -273,64 +281,110 @@ class HiQAPack:
         self.config = config or HiQAPackConfig()
         self.llm = resolve_llm(llm)
         self.embed_model = embed_model or index._embed_model
-        self.multi_route = _multi_route or self._build_multi_route()
-        self.graph = _graph
-        if self.config.use_chunk_graph and self.graph is None:
-            self.graph = self._build_graph()
+        self.read_failures: List[Any] = []
+        self._multi_route = _multi_route
+        self._graph = _graph
+        # Built on first use after a change, not once per added batch: BM25 has no
+        # incremental update, so an ingestion of many batches rebuilds it once.
+        self._routes_stale = _multi_route is None or (self.config.use_chunk_graph and _graph is None)
+        self._keyword_index: Any = getattr(_multi_route, "keyword_index", None)
+        self._retriever: Optional[BaseRetriever] = None
+        self._postprocessors: Optional[List[BaseNodePostprocessor]] = None
 
     # -- construction ------------------------------------------------------------------
     @classmethod
     def from_directory(cls, path: Union[str, Path], recursive: bool = False, **kwargs: Any) -> "HiQAPack":
-        """Read every .pdf/.md/.txt file of a folder (failures are logged and skipped) and build.
+        """Read every .pdf/.md/.txt file of a folder and build, a batch of files at a time
+        (failures are logged, skipped and listed in ``read_failures``).
 
         Raises :class:`~llama_index_hiqa.errors.EmptyCorpusError` when nothing is readable.
         """
-        from llama_index_hiqa.readers.pdf import PDFLayoutReader
-
         folder = Path(path)
         if not folder.is_dir():
             raise EmptyCorpusError(folder, [f"{folder}: no such folder"])
-        show_progress = bool(kwargs.get("show_progress", False))
-        reader = PDFLayoutReader(recursive=recursive, show_progress=show_progress)
-        documents = reader.load_data(folder)
-        if not documents:
+        progress = kwargs.pop("progress", None)
+        pack = cls.empty(**kwargs)
+        reader = pack._reader(recursive)
+        pack.ingest(reader.lazy_load_data(folder), progress=progress)
+        pack.read_failures = list(reader.failures)
+        if not pack.index.docstore.docs:
             raise EmptyCorpusError(folder, reader.failures)
-        pack = cls.from_documents(documents, **kwargs)
-        pack.read_failures = reader.failures
         return pack
 
     @classmethod
     def from_documents(
         cls,
-        documents: Sequence[Document],
+        documents: Iterable[Document],
         llm: Optional[LLM] = None,
         embed_model: Optional[BaseEmbedding] = None,
         vector_store: Optional[BasePydanticVectorStore] = None,
         config: Optional[HiQAPackConfig] = None,
         **settings: Any,
     ) -> "HiQAPack":
-        """Parse, augment and index ``documents`` (any LlamaIndex Documents; the reader's give
-        page and heading facts). ``settings`` are :class:`HiQAPackConfig` fields."""
-        if not documents:
-            raise EmptyCorpusError("from_documents", [])
+        """Parse, augment and index ``documents`` (any LlamaIndex Documents, a list or a
+        generator; the reader's give page and heading facts). ``settings`` are
+        :class:`HiQAPackConfig` fields."""
+        pack = cls.empty(llm=llm, embed_model=embed_model, vector_store=vector_store, config=config, **settings)
+        report = pack.ingest(documents)
+        if not pack.index.docstore.docs:
+            raise EmptyCorpusError("documents", report.empty_documents)
+        return pack
+
+    @classmethod
+    def empty(
+        cls,
+        llm: Optional[LLM] = None,
+        embed_model: Optional[BaseEmbedding] = None,
+        vector_store: Optional[BasePydanticVectorStore] = None,
+        config: Optional[HiQAPackConfig] = None,
+        **settings: Any,
+    ) -> "HiQAPack":
+        """A pack with no documents yet (fill it with :meth:`ingest`); settings are validated here."""
         config = HiQAPackConfig(**{**(config or HiQAPackConfig()).model_dump(), **settings})
-        llm = resolve_llm(llm)
         embed_model = _default_embed_model(embed_model)
-        nodes = _ingest(documents, config, llm)
-        storage = StorageContext.from_defaults(vector_store=vector_store)
+        storage = StorageContext.from_defaults(vector_store=vector_store or MatrixVectorStore())
+        # The BM25 and keyword routes and segment integration read the nodes from the
+        # docstore, also when the vector store keeps its own copy of the text.
         index = VectorStoreIndex(
-            nodes, storage_context=storage, embed_model=embed_model, show_progress=config.show_progress
+            [], storage_context=storage, embed_model=embed_model, store_nodes_override=True
         )
         return cls(index, config=config, llm=llm, embed_model=embed_model)
 
-    def _build_multi_route(self) -> BaseRetriever:
-        from llama_index_hiqa.retrievers.multi_route import MultiRouteRetriever
+    def _reader(self, recursive: bool) -> Any:
+        from llama_index_hiqa.readers.pdf import PDFLayoutReader
 
-        settings = {"similarity_top_k": self.config.similarity_top_k, "mode": self.config.fusion_mode}
-        settings.update(self.config.multi_route)
-        return MultiRouteRetriever.from_index(
-            self.index, nodes=self.nodes, keyword_extractor=_keyword_extractor(self.config), **settings
+        return PDFLayoutReader(recursive=recursive, show_progress=self.config.show_progress)
+
+    # -- routes (built lazily after changes) ---------------------------------------------
+    @property
+    def multi_route(self) -> BaseRetriever:
+        """The :class:`~llama_index_hiqa.MultiRouteRetriever` over the current nodes."""
+        self._ensure_routes()
+        return self._multi_route  # type: ignore[return-value]
+
+    @property
+    def graph(self) -> Any:
+        """The :class:`~llama_index_hiqa.ChunkGraphRetriever` (``None`` unless enabled)."""
+        self._ensure_routes()
+        return self._graph
+
+    def _ensure_routes(self) -> None:
+        if not self._routes_stale:
+            return
+        from llama_index_hiqa.retrievers.multi_route import MultiRouteRetriever
+        from llama_index_hiqa.transforms.critical_keywords import KeywordIndex
+
+        nodes = list(self.index.docstore.docs.values())
+        if self._keyword_index is None:
+            self._keyword_index = KeywordIndex.from_nodes(nodes)
+        self._multi_route = MultiRouteRetriever.from_index(
+            self.index, nodes=nodes, keyword_extractor=_keyword_extractor(self.config),
+            keyword_index=self._keyword_index, **_route_settings(self.config),
         )
+        self._graph = self._build_graph() if self.config.use_chunk_graph and nodes else None
+        self._routes_stale = False
+        self._retriever = None
+        self._postprocessors = None
 
     def _build_graph(self) -> Any:
         from llama_index_hiqa.retrievers.chunk_graph import ChunkGraphRetriever
@@ -340,6 +394,11 @@ class HiQAPack:
             keyword_fn=_keyword_extractor(self.config).extract_query,
             show_progress=self.config.show_progress, **self.config.chunk_graph,
         )
+
+    def _invalidate(self) -> None:
+        self._routes_stale = True
+        self._retriever = None
+        self._postprocessors = None
 
     # -- the familiar pack shape -------------------------------------------------------
     @property
@@ -351,7 +410,13 @@ class HiQAPack:
     @property
     def document_ids(self) -> List[str]:
         """``schema.DOCUMENT_ID`` of every indexed document."""
-        return sorted({schema.get_document_id(n) or "" for n in self.index.docstore.docs.values()})
+        return sorted(self._documents())
+
+    def _documents(self) -> Dict[str, str]:
+        """``{schema.DOCUMENT_ID: ref_doc_id}`` from the docstore's per-document records (no
+        scan over the nodes)."""
+        infos = self.index.docstore.get_all_ref_doc_info() or {}
+        return {str(info.metadata.get(schema.DOCUMENT_ID) or ref_id): ref_id for ref_id, info in infos.items()}
 
     def get_modules(self) -> Dict[str, Any]:
         modules = {
@@ -370,31 +435,36 @@ class HiQAPack:
         return modules
 
     def as_retriever(self, **kwargs: Any) -> BaseRetriever:
-        """The multi-route retriever (followed by the chunk-graph chains when enabled)."""
-        if kwargs:
-            from llama_index_hiqa.retrievers.multi_route import MultiRouteRetriever
+        """The multi-route retriever (followed by the chunk-graph chains when enabled).
 
-            settings = {"similarity_top_k": self.config.similarity_top_k, "mode": self.config.fusion_mode}
-            settings.update(self.config.multi_route)
-            settings.update(kwargs)
-            settings.setdefault("keyword_extractor", _keyword_extractor(self.config))
-            retriever: BaseRetriever = MultiRouteRetriever.from_index(self.index, nodes=self.nodes, **settings)
-        else:
-            retriever = self.multi_route
+        ``kwargs`` are MultiRouteConfig settings for this retriever only (e.g.
+        ``similarity_top_k=10``, ``mode="rrf"``); it shares the pack's BM25 and keyword indexes.
+        """
+        if not kwargs and self._retriever is not None and not self._routes_stale:
+            return self._retriever
+        retriever: BaseRetriever = self.multi_route
+        if kwargs:
+            retriever = self.multi_route.with_settings(**kwargs)  # type: ignore[attr-defined]
         if self.graph is not None:
-            return _MultiRouteThenGraph(retriever, self.graph)
+            retriever = _MultiRouteThenGraph(retriever, self.graph)
+        if not kwargs:
+            self._retriever = retriever
         return retriever
 
     def node_postprocessors(self) -> List[BaseNodePostprocessor]:
-        if not self.config.use_segment_integration:
-            return []
-        from llama_index_hiqa.postprocessors.segment_integration import SegmentIntegrationPostprocessor
+        if self._postprocessors is not None:
+            return list(self._postprocessors)
+        postprocessors: List[BaseNodePostprocessor] = []
+        if self.config.use_segment_integration:
+            from llama_index_hiqa.postprocessors.segment_integration import SegmentIntegrationPostprocessor
 
-        return [
-            SegmentIntegrationPostprocessor(
-                preset=self.config.segment_preset, docstore=self.index.docstore, embed_model=self.embed_model
+            postprocessors.append(
+                SegmentIntegrationPostprocessor(
+                    preset=self.config.segment_preset, docstore=self.index.docstore, embed_model=self.embed_model
+                )
             )
-        ]
+        self._postprocessors = postprocessors
+        return list(postprocessors)
 
     def retrieve(self, question: str) -> List[NodeWithScore]:
         """Evidence for ``question`` after the configured post-processing."""
@@ -429,66 +499,133 @@ class HiQAPack:
         """Answer one question (``Response`` with ``source_nodes``; print it for the text)."""
         return self.as_query_engine(**kwargs).query(question)
 
-    # -- incremental updates ---------------------------------------------------------------
-    def add_documents(self, documents: Sequence[Document]) -> List[BaseNode]:
-        """Parse, augment, embed and index ``documents``; the BM25, keyword and graph indexes
-        are rebuilt from the docstore (no re-embedding of the existing nodes)."""
-        if not documents:
-            return []
-        nodes = _ingest(documents, self.config, self.llm)
-        self.index.insert_nodes(nodes)
-        self._refresh()
-        return nodes
+    # -- ingestion and updates -------------------------------------------------------------
+    def ingest(
+        self,
+        documents: Iterable[Document],
+        batch_size: Optional[int] = None,
+        checkpoint: Optional[Callable[[], Any]] = None,
+        checkpoint_seconds: Optional[float] = None,
+        progress: Optional[Callable[[IngestionReport], Any]] = None,
+    ) -> IngestionReport:
+        """Index ``documents`` a batch at a time (read → parse → cascade → keywords → embed →
+        index); returns what was added, replaced or left unchanged and the time per stage.
 
-    def add_directory(self, path: Union[str, Path], recursive: bool = False) -> List[BaseNode]:
-        from llama_index_hiqa.readers.pdf import PDFLayoutReader
+        A document whose id (``Document.doc_id``; the reader's is stable per file) is already
+        indexed with the same hash is skipped; with another hash its old nodes are replaced.
+        ``checkpoint`` (e.g. ``lambda: pack.persist(store)``) is called every
+        ``checkpoint_seconds`` so an interrupted run resumes where it was; ``progress`` gets
+        the running report after every batch.
+        """
+        report = IngestionReport()
+        pipeline = self._pipeline(report)
+        saver = Checkpointer(checkpoint, checkpoint_seconds)
+        docstore = self.index.docstore
+        for batch in batched(timed_iter(documents, report), batch_size or self.config.ingest_batch_size):
+            new, changed, unchanged = upsert_plan(batch, docstore.get_document_hash)
+            report.documents_unchanged += unchanged
+            report.empty_documents += [
+                str(d.metadata.get(schema.FILE_NAME) or d.doc_id) for d in batch if not d.text.strip()
+            ]
+            for doc in changed:
+                report.nodes_removed += self._remove_ref_doc(doc.doc_id)
+            fresh = new + changed
+            if fresh:
+                nodes = pipeline.run(documents=fresh, show_progress=False)
+                start = time.perf_counter()
+                self.index.insert_nodes(nodes)
+                for doc in fresh:
+                    docstore.set_document_hash(doc.doc_id, doc.hash)
+                if self._keyword_index is not None:
+                    for node in nodes:
+                        self._keyword_index.add(node.node_id, schema.get_critical_keywords(node))
+                report.add_time("index", time.perf_counter() - start)
+                report.documents_added += len(new)
+                report.documents_replaced += len(changed)
+                report.nodes_added += len(nodes)
+                report.node_ids += [n.node_id for n in nodes]
+                self._invalidate()
+            del batch, new, changed, fresh  # the batch's documents and layout facts go here
+            if progress is not None:
+                progress(report)
+            saver.maybe_save()
+        return report
 
-        reader = PDFLayoutReader(recursive=recursive, show_progress=self.config.show_progress)
-        documents = reader.load_data(Path(path))
-        if not documents:
+    def add_documents(self, documents: Iterable[Document]) -> List[BaseNode]:
+        """Index ``documents`` (replacing earlier versions of the same ids); returns the new
+        nodes. The BM25, keyword and graph indexes follow on the next question."""
+        report = self.ingest(documents)
+        return list(self.index.docstore.get_nodes(report.node_ids)) if report.node_ids else []
+
+    def add_directory(self, path: Union[str, Path], recursive: bool = False, **ingest_kwargs: Any) -> IngestionReport:
+        """:meth:`ingest` every readable file of a folder (unchanged files cost no parsing)."""
+        reader = self._reader(recursive)
+        report = self.ingest(reader.lazy_load_data(Path(path)), **ingest_kwargs)
+        self.read_failures = list(reader.failures)
+        if not report.documents_seen and not self.index.docstore.docs:
             raise EmptyCorpusError(path, reader.failures)
-        return self.add_documents(documents)
+        return report
 
     def delete_document(self, document_id: str) -> int:
         """Remove a document (its ``schema.DOCUMENT_ID``, e.g. the file stem, or its
         ``Document.doc_id``) from every index; returns the number of nodes removed."""
-        ref_ids = {
-            n.ref_doc_id or n.node_id
-            for n in self.index.docstore.docs.values()
-            if schema.get_document_id(n) == document_id or n.ref_doc_id == document_id
-        }
+        documents = self._documents()
+        ref_ids = {ref for doc_id, ref in documents.items() if document_id in (doc_id, ref)}
         if not ref_ids:
-            raise UnknownNodeError(f"no indexed document {document_id!r}; known: {self.document_ids[:10]}")
-        before = len(self.index.docstore.docs)
-        for ref_id in ref_ids:
-            self.index.delete_ref_doc(ref_id, delete_from_docstore=True)
-        removed = before - len(self.index.docstore.docs)
-        self._refresh()
+            raise UnknownNodeError(f"no indexed document {document_id!r}; known: {sorted(documents)[:10]}")
+        removed = sum(self._remove_ref_doc(ref_id) for ref_id in ref_ids)
+        self._invalidate()
         return removed
 
-    def _refresh(self) -> None:
-        self.multi_route = self._build_multi_route()
-        if self.config.use_chunk_graph:
-            self.graph = self._build_graph() if self.index.docstore.docs else None
+    def _remove_ref_doc(self, ref_doc_id: str) -> int:
+        info = self.index.docstore.get_ref_doc_info(ref_doc_id)
+        node_ids = list(info.node_ids) if info else []
+        self.index.delete_ref_doc(ref_doc_id, delete_from_docstore=True)
+        if self._keyword_index is not None:
+            for node_id in node_ids:
+                self._keyword_index.remove(node_id)
+        return len(node_ids)
+
+    def _pipeline(self, report: IngestionReport) -> IngestionPipeline:
+        """Parse → cascade → keywords → embed, each stage timed into ``report``. No
+        transformation cache: it would keep a copy of every batch's nodes per stage."""
+        from llama_index_hiqa.transforms.cascading_metadata import CascadingMetadataTransform
+
+        stages: List[TimedTransform] = [TimedTransform(stage="parse", inner=_parser(self.config, self.llm))]
+        if self.config.use_cascade:
+            stages.append(
+                TimedTransform(stage="cascade", inner=CascadingMetadataTransform(show_progress=self.config.show_progress))
+            )
+        stages.append(TimedTransform(stage="keywords", inner=_keyword_extractor(self.config)))
+        stages.append(TimedTransform(stage="embed", inner=self.embed_model))
+        return IngestionPipeline(transformations=[s.bind(report) for s in stages], disable_cache=True)
 
     # -- persistence -----------------------------------------------------------------------
     def persist(self, persist_dir: Union[str, Path]) -> Path:
-        """Save docstore + vector store, BM25 + keyword indexes, chunk graph and configuration."""
-        path = Path(persist_dir)
-        path.mkdir(parents=True, exist_ok=True)
-        self.index.storage_context.persist(persist_dir=str(path))
-        self.multi_route.persist(path / MULTI_ROUTE_DIRNAME)
-        if self.graph is not None:
-            self.graph.graph.persist(path / CHUNK_GRAPH_DIRNAME)
-        payload = {
-            "format_version": FORMAT_VERSION,
-            "config": self.config.model_dump(),
-            "index_id": self.index.index_id,
-            "embed_model": _model_identity(self.embed_model),
-            "documents": self.document_ids,
-        }
-        (path / CONFIG_FILENAME).write_text(json.dumps(payload, indent=2), encoding="utf-8")
-        return path
+        """Save everything into a new snapshot of the store folder and switch to it
+        atomically: a process killed at any instant leaves the previous store loadable."""
+        from llama_index_hiqa.storage import pack_files
+        from llama_index_hiqa.storage.snapshots import write_snapshot
+
+        self._ensure_routes()
+        root = Path(persist_dir)
+        with write_snapshot(root, legacy_marker=pack_files.CONFIG_FILENAME) as folder:
+            vector_kind = pack_files.write_index(self.index, folder)
+            self._multi_route.persist(folder / pack_files.MULTI_ROUTE_DIRNAME)  # type: ignore[union-attr]
+            if self._graph is not None:
+                self._graph.graph.persist(folder / pack_files.CHUNK_GRAPH_DIRNAME)
+            pack_files.write_config(
+                folder,
+                {
+                    "config": self.config.model_dump(),
+                    "index_id": self.index.index_id,
+                    "embed_model": _model_identity(self.embed_model),
+                    "vector_store": vector_kind,
+                    "node_count": len(self.index.docstore.docs),
+                    "documents": self.document_ids,
+                },
+            )
+        return root
 
     @classmethod
     def load(
@@ -499,51 +636,74 @@ class HiQAPack:
         vector_store: Optional[BasePydanticVectorStore] = None,
         **settings: Any,
     ) -> "HiQAPack":
-        """Load what :meth:`persist` wrote. Pass ``vector_store`` again for a remote store and
-        the same embedding model the pack was built with (the packaged MiniLM by default)."""
-        path = Path(persist_dir)
-        config_file = path / CONFIG_FILENAME
-        if not config_file.is_file():
-            raise PackStoreError(path, f"not a HiQAPack store (no {CONFIG_FILENAME}); build one with "
-                                       f"`hiqa ingest DIR --store {path}` or HiQAPack.persist()")
-        payload = json.loads(config_file.read_text(encoding="utf-8"))
-        if payload.get("format_version") != FORMAT_VERSION:
-            raise PackStoreError(path, f"store format {payload.get('format_version')} is not {FORMAT_VERSION}")
-        config = HiQAPackConfig(**{**payload["config"], **settings})
+        """Load what :meth:`persist` wrote, checking every file first (a missing, truncated
+        or inconsistent one is a :class:`PackStoreError` naming it). Pass ``vector_store``
+        again for a remote store and the embedding model the pack was built with (the
+        packaged MiniLM by default)."""
+        from llama_index_hiqa.storage.pack_files import CONFIG_FILENAME, StoreFiles
+        from llama_index_hiqa.storage.snapshots import snapshot_for_reading
+
+        files = StoreFiles.open(snapshot_for_reading(Path(persist_dir), legacy_marker=CONFIG_FILENAME))
+        try:
+            config = HiQAPackConfig(**{**files.payload["config"], **settings})
+        except ValueError as exc:
+            raise PackStoreError(files.config_file, f"holds invalid settings ({exc})") from exc
         embed_model = _default_embed_model(embed_model)
-        if payload.get("embed_model") and payload["embed_model"] != _model_identity(embed_model):
+        if files.payload.get("embed_model") and files.payload["embed_model"] != _model_identity(embed_model):
             logger.warning(
                 "HiQAPack.load: the store was embedded with %s, queries now use %s",
-                payload["embed_model"], _model_identity(embed_model),
+                files.payload["embed_model"], _model_identity(embed_model),
             )
-        try:
-            storage = StorageContext.from_defaults(persist_dir=str(path), vector_store=vector_store)
-            index = load_index_from_storage(storage, index_id=payload.get("index_id"), embed_model=embed_model)
-        except (FileNotFoundError, ValueError) as exc:
-            raise PackStoreError(path, f"the index could not be loaded: {exc}") from exc
-        from llama_index_hiqa.retrievers.multi_route import MultiRouteRetriever
-
-        route_settings = {"similarity_top_k": config.similarity_top_k, "mode": config.fusion_mode}
-        route_settings.update(config.multi_route)
-        multi_route = MultiRouteRetriever.from_persist_dir(
-            path / MULTI_ROUTE_DIRNAME, index=index, nodes=list(index.docstore.docs.values()),
-            keyword_extractor=_keyword_extractor(config), **route_settings,
-        )
-        graph = None
-        if config.use_chunk_graph:
-            graph_dir = path / CHUNK_GRAPH_DIRNAME
-            if graph_dir.is_dir():
-                from llama_index_hiqa.retrievers.chunk_graph import ChunkGraphRetriever, ChunkInteractionGraph
-
-                graph = ChunkGraphRetriever(
-                    ChunkInteractionGraph.load(graph_dir), docstore=index.docstore,
-                    embed_model=embed_model, llm=llm,
-                    keyword_fn=_keyword_extractor(config).extract_query, **config.chunk_graph,
-                )
+        index = files.load_index(embed_model, vector_store)
+        multi_route = _load_multi_route(files, index, config)
+        graph = _load_graph(files, index, config, embed_model, llm)
         return cls(index, config=config, llm=llm, embed_model=embed_model, _multi_route=multi_route, _graph=graph)
 
 
 # --------------------------------------------------------------------------- helpers
+def _route_settings(config: HiQAPackConfig) -> Dict[str, Any]:
+    """The MultiRouteRetriever settings of a pack configuration (one place)."""
+    return {"similarity_top_k": config.similarity_top_k, "mode": config.fusion_mode, **config.multi_route}
+
+
+def _load_multi_route(files: Any, index: VectorStoreIndex, config: HiQAPackConfig) -> BaseRetriever:
+    """The persisted BM25 and keyword indexes, checked against the docstore: a route that
+    would fail or miss nodes on every question is an error now, naming its file."""
+    from llama_index_hiqa.retrievers.multi_route import BM25_DIRNAME, MultiRouteRetriever
+    from llama_index_hiqa.storage.pack_files import MULTI_ROUTE_DIRNAME
+
+    nodes = list(index.docstore.docs.values())
+    retriever = files.read(
+        MULTI_ROUTE_DIRNAME,
+        lambda p: MultiRouteRetriever.from_persist_dir(
+            p, index=index, nodes=nodes, keyword_extractor=_keyword_extractor(config), **_route_settings(config)
+        ),
+        "the BM25 and keyword indexes",
+    )
+    bm25_ids = retriever.bm25_node_ids
+    if bm25_ids is not None:
+        files.check_node_ids(
+            f"{MULTI_ROUTE_DIRNAME}/{BM25_DIRNAME}", bm25_ids, [n.node_id for n in nodes], "the BM25 index", complete=True
+        )
+    return retriever
+
+
+def _load_graph(
+    files: Any, index: VectorStoreIndex, config: HiQAPackConfig, embed_model: BaseEmbedding, llm: Optional[LLM]
+) -> Any:
+    if not config.use_chunk_graph:
+        return None
+    from llama_index_hiqa.retrievers.chunk_graph import ChunkGraphRetriever, ChunkInteractionGraph
+    from llama_index_hiqa.storage.pack_files import CHUNK_GRAPH_DIRNAME
+
+    graph = files.read(CHUNK_GRAPH_DIRNAME, ChunkInteractionGraph.load, "the chunk graph")
+    files.check_node_ids(CHUNK_GRAPH_DIRNAME, graph.node_ids, index.docstore.docs, "the chunk graph", complete=True)
+    return ChunkGraphRetriever(
+        graph, docstore=index.docstore, embed_model=embed_model, llm=llm,
+        keyword_fn=_keyword_extractor(config).extract_query, **config.chunk_graph,
+    )
+
+
 def _default_embed_model(embed_model: Optional[BaseEmbedding]) -> BaseEmbedding:
     """The given model, else Settings.embed_model, else the packaged MiniLM behind the shared
     on-disk vector cache (re-ingesting the same text costs nothing)."""
@@ -578,21 +738,6 @@ def _keyword_extractor(config: HiQAPackConfig) -> Any:
     from llama_index_hiqa.transforms.critical_keywords import CriticalKeywordExtractor
 
     return CriticalKeywordExtractor(**{"show_progress": config.show_progress, **config.keywords})
-
-
-def _ingest(documents: Sequence[Document], config: HiQAPackConfig, llm: Optional[LLM]) -> List[BaseNode]:
-    """Documents -> parsed, cascaded, keyworded nodes through an IngestionPipeline (no embedding:
-    the index embeds, so any vector store's own ingestion path applies)."""
-    from llama_index_hiqa.transforms.cascading_metadata import CascadingMetadataTransform
-    empty = [d for d in documents if not d.text.strip()]
-    if len(empty) == len(documents):
-        raise EmptyCorpusError("documents", [d.metadata.get(schema.FILE_NAME, d.doc_id) for d in empty])
-    transformations: List[Any] = [_parser(config, llm)]
-    if config.use_cascade:
-        transformations.append(CascadingMetadataTransform(show_progress=config.show_progress))
-    transformations.append(_keyword_extractor(config))
-    pipeline = IngestionPipeline(transformations=transformations)
-    return pipeline.run(documents=[d for d in documents if d.text.strip()], show_progress=config.show_progress)
 
 
 # Settings is re-exported so notebooks can configure the pack without a second import line.

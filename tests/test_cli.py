@@ -14,6 +14,8 @@ import pytest
 from llama_index_hiqa import cli, pack as pack_module
 from llama_index_hiqa.demo import DEMO_DATA_DIR
 from llama_index_hiqa.pack import NO_LLM_NOTICE
+from llama_index_hiqa.storage import pack_files
+from llama_index_hiqa.storage.snapshots import current_snapshot
 from tests.pack_helpers import HashEmbedding
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -45,9 +47,29 @@ def store(tmp_path_factory):
 
 
 def test_ingest_writes_a_store(store, capsys):
-    assert (store / pack_module.CONFIG_FILENAME).is_file()
-    assert (store / pack_module.MULTI_ROUTE_DIRNAME).is_dir()
-    assert "docstore.json" in os.listdir(store)
+    snapshot = current_snapshot(store)
+    assert (snapshot / pack_files.CONFIG_FILENAME).is_file()
+    assert (snapshot / pack_files.MULTI_ROUTE_DIRNAME).is_dir()
+    assert "docstore.json" in os.listdir(snapshot)
+
+
+def test_ingest_on_an_existing_store_needs_add_or_rebuild(tmp_path, capsys):
+    store = tmp_path / "s"
+    base = ["ingest", str(DEMO_DATA_DIR), "--store", str(store), "--quiet"]
+    assert cli.main(base) == 0
+    first = current_snapshot(store)
+    capsys.readouterr()
+    assert cli.main(base) == 2  # never a silent overwrite
+    assert "--add" in capsys.readouterr().err and current_snapshot(store) == first
+    assert cli.main(base + ["--add"]) == 0  # every file unchanged: nothing parsed or embedded
+    out = capsys.readouterr().out
+    assert "added to" in out and "0 added, 0 replaced, 10 unchanged" in out
+    assert cli.main(base + ["--rebuild"]) == 0
+    assert "rebuilt" in capsys.readouterr().out
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "notes.txt").write_text("my own file")
+    assert cli.main(["ingest", str(DEMO_DATA_DIR), "--store", str(tmp_path / "mine"), "--quiet"]) == 2
+    assert (tmp_path / "mine" / "notes.txt").read_text() == "my own file"
 
 
 def test_ask_prints_cited_evidence(store, capsys):
@@ -132,7 +154,7 @@ def test_ingest_with_graph_and_segments_is_kept_by_the_store(tmp_path, capsys):
     store = tmp_path / "s"
     args = ["ingest", str(DEMO_DATA_DIR), "--store", str(store), "--graph", "--segments", "--quiet"]
     assert cli.main(args) == 0
-    assert (store / pack_module.CHUNK_GRAPH_DIRNAME).is_dir()
+    assert (current_snapshot(store) / pack_files.CHUNK_GRAPH_DIRNAME).is_dir()
     capsys.readouterr()
     assert cli.main(["ask", "NX-2041 maximum output current", "--store", str(store), "--json"]) == 0
     sources = json.loads(capsys.readouterr().out)["sources"]

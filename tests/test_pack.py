@@ -158,7 +158,7 @@ def test_add_and_delete_documents_keep_every_index_consistent(documents, tmp_pat
     assert "NX-2043" not in pack.document_ids
     ids = {n.node_id for n in added}
     assert not ids & set(pack.index.docstore.docs)
-    assert not ids & set(pack.index.vector_store.data.embedding_dict)
+    assert not ids & set(pack.index.vector_store.node_ids)
     assert not ids & set(pack.multi_route.keyword_index.node_ids)
     assert not ids & set(pack.graph.graph.node_ids)
     assert "NX-2043" not in _doc_ids(pack.retrieve(QUESTION))

@@ -146,6 +146,10 @@ class _BM25Route:
         node_ids = [n.node_id for n in nodes]
         if tokenizer is None:
             retriever = BM25Retriever(nodes=list(nodes), language=language, similarity_top_k=1)
+            # BM25Retriever keeps (and persists as corpus.jsonl) a dict of every node; we
+            # score by position and map to ids ourselves, so the ids are all it needs.
+            retriever.corpus = [{"node_id": i} for i in node_ids]
+            retriever.bm25.corpus = retriever.corpus
         else:
             import bm25s
 
@@ -199,9 +203,12 @@ class _BM25Route:
         import bm25s
         from llama_index.retrievers.bm25 import BM25Retriever
 
-        bm25 = bm25s.BM25.load(str(path), load_corpus=True)
-        retriever = BM25Retriever(existing_bm25=bm25, similarity_top_k=1)
+        # The corpus file holds only the ids again (node_ids.json); not loading it also
+        # spares a progress bar per load.
+        bm25 = bm25s.BM25.load(str(path), load_corpus=False)
         node_ids = json.loads((path / "node_ids.json").read_text(encoding="utf-8"))
+        bm25.corpus = [{"node_id": i} for i in node_ids]
+        retriever = BM25Retriever(existing_bm25=bm25, similarity_top_k=1)
         return cls(retriever, node_ids, tokenizer)
 
 
@@ -348,6 +355,26 @@ class MultiRouteRetriever(BaseRetriever):
     @property
     def keyword_index(self) -> KeywordIndex:
         return self._keyword_index
+
+    @property
+    def bm25_node_ids(self) -> Optional[List[str]]:
+        """The node ids the BM25 index scores (``None`` when the route is off)."""
+        return None if self._bm25 is None else list(self._bm25.node_ids)
+
+    def with_settings(self, **settings: Any) -> "MultiRouteRetriever":
+        """The same indexes under other settings (``similarity_top_k``, ``mode``, ``alpha``,
+        ...): nothing is re-indexed unless a route that was off is switched on."""
+        clone = copy.copy(self)
+        clone.config = MultiRouteConfig(**{**self.config.model_dump(), **settings})
+        nodes = list(self._nodes.values())
+        if clone.config.use_bm25 and clone._bm25 is None and nodes:
+            clone._bm25 = _BM25Route.build(nodes, self._bm25_tokenizer, clone.config.bm25_language)
+        if clone.config.use_keywords and not self.config.use_keywords:
+            clone._keyword_index = KeywordIndex.from_nodes(nodes)
+        clone._title_keywords = clone._document_title_keywords(nodes)
+        clone._beta_value = clone._resolve_beta()
+        clone.last_route_errors = {}
+        return clone
 
     # -- routes ----------------------------------------------------------------------------
     def _vector_scores(self, query: QueryBundle, n: int) -> Tuple[Dict[str, float], Dict[str, BaseNode]]:
