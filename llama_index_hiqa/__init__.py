@@ -70,6 +70,10 @@ _EXPORTS: Dict[str, str] = {
     "HiQAPackConfig": "llama_index_hiqa.pack",
     "PackStoreError": "llama_index_hiqa.errors",
     "EmptyCorpusError": "llama_index_hiqa.errors",
+    #
+    # -- stores and batch ingestion
+    "MatrixVectorStore": "llama_index_hiqa.storage.vector_store",
+    "IngestionReport": "llama_index_hiqa.ingestion",
 }
 
 __all__ = sorted(_EXPORTS)

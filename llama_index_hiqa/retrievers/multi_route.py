@@ -195,7 +195,9 @@ class _BM25Route:
 
     def persist(self, path: Path) -> None:
         path.mkdir(parents=True, exist_ok=True)
-        self.retriever.persist(str(path))
+        # The scores and vocabulary only: the ids go to node_ids.json, the nodes live in the
+        # docstore (BM25Retriever.persist would write a corpus file of them besides).
+        self.retriever.bm25.save(str(path), corpus=None)
         (path / "node_ids.json").write_text(json.dumps(self.node_ids), encoding="utf-8")
 
     @classmethod

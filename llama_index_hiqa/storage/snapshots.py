@@ -4,7 +4,8 @@ A store folder looks like this::
 
     S/
       CURRENT              -> "snapshot-000007" (the one snapshot readers load)
-      snapshot-000006/     the previous snapshot, kept for readers that opened it before the switch
+      snapshot-000006/     the previous snapshot, kept for a reader that read CURRENT just
+                           before the switch and is still opening its files
       snapshot-000007/     hiqa_pack.json, docstore.json, vectors.npz, multi_route/, ...
       .lock                held while a writer stages a snapshot
 
@@ -34,9 +35,6 @@ LOCK_FILE = ".lock"
 SNAPSHOT_PREFIX = "snapshot-"
 STAGING_PREFIX = ".staging-"
 _SNAPSHOT_NAME = re.compile(r"^snapshot-(\d{6,})$")
-# The previous snapshot stays so that a reader which read CURRENT just before a switch can
-# still open every file it names.
-SNAPSHOTS_KEPT = 2
 
 
 def is_snapshot_store(root: Path) -> bool:
@@ -148,6 +146,7 @@ def write_snapshot(root: Path, legacy_marker: Optional[str] = None) -> Iterator[
             shutil.rmtree(staging, ignore_errors=True)
             raise
         fsync_tree(staging)
+        previous = _pointer_target(root)
         name = f"{SNAPSHOT_PREFIX}{number:06d}"
         os.replace(staging, root / name)
         _fsync_dir(root)
@@ -158,14 +157,22 @@ def write_snapshot(root: Path, legacy_marker: Optional[str] = None) -> Iterator[
             os.fsync(handle.fileno())
         os.replace(pointer_tmp, root / CURRENT_FILE)
         _fsync_dir(root)
-        _remove_stale(root, keep=name)
+        _remove_stale(root, keep={name, previous})
 
 
-def _remove_stale(root: Path, keep: str) -> None:
-    """Old snapshots beyond :data:`SNAPSHOTS_KEPT`, staging folders and pointer temp files of
-    crashed writers (called under the lock, after the switch)."""
-    snapshots = sorted(c.name for c in root.iterdir() if _SNAPSHOT_NAME.match(c.name))
-    doomed = [s for s in snapshots[:-SNAPSHOTS_KEPT] if s != keep]
+def _pointer_target(root: Path) -> Optional[str]:
+    try:
+        name = (root / CURRENT_FILE).read_text(encoding="utf-8").strip()
+    except OSError:
+        return None
+    return name if _SNAPSHOT_NAME.match(name) else None
+
+
+def _remove_stale(root: Path, keep: set) -> None:
+    """Every snapshot but the new one and the one it replaced (a reader may still be loading
+    that one), and the staging folders and pointer temp files of crashed writers (called
+    under the lock, after the switch)."""
+    doomed = [c.name for c in root.iterdir() if _SNAPSHOT_NAME.match(c.name) and c.name not in keep]
     doomed += [c.name for c in root.iterdir() if c.name.startswith(STAGING_PREFIX)]
     doomed += [c.name for c in root.iterdir() if c.name.startswith(f"{CURRENT_FILE}.tmp-")]
     for name in doomed:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import io
 import os
+import zipfile
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence
 
@@ -203,7 +204,7 @@ class MatrixVectorStore(BasePydanticVectorStore):
                 matrix = np.asarray(data["vectors"], dtype=np.float32)
                 ids = [str(i) for i in data["ids"]]
                 refs = [str(r) for r in data["ref_doc_ids"]]
-        except (OSError, KeyError, ValueError, EOFError) as exc:
+        except (OSError, KeyError, ValueError, EOFError, zipfile.BadZipFile) as exc:
             raise ValueError(f"{path}: not a readable vector file ({exc.__class__.__name__}: {exc})") from exc
         if matrix.ndim != 2 or matrix.shape[0] != len(ids) or len(ids) != len(refs):
             raise ValueError(
