@@ -70,6 +70,10 @@ _EXPORTS: Dict[str, str] = {
     "HiQAPackConfig": "llama_index_hiqa.pack",
     "PackStoreError": "llama_index_hiqa.errors",
     "EmptyCorpusError": "llama_index_hiqa.errors",
+    #
+    # -- real collections: reader (issue 14)
+    "UndecodableTextError": "llama_index_hiqa.errors",
+    "SkippedDocumentError": "llama_index_hiqa.errors",
 }
 
 __all__ = sorted(_EXPORTS)

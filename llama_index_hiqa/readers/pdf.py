@@ -34,13 +34,13 @@ it is an opt-in rather than the default; the fast engine renders the same Markdo
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import re
 import threading
 from collections import Counter
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Dict, Iterable, List, Literal, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, Iterable, Iterator, List, Literal, Optional, Sequence, Tuple, Union
 
 from llama_index.core.bridge.pydantic import Field, PrivateAttr
 from llama_index.core.readers.base import BasePydanticReader
@@ -54,6 +54,8 @@ from llama_index_hiqa.errors import (
     EncryptedDocumentError,
     UnsupportedDocumentError,
 )
+from llama_index_hiqa.readers._collection import plan_folder, plan_paths
+from llama_index_hiqa.readers._text_decode import decode_text
 
 logger = logging.getLogger(__name__)
 
@@ -74,9 +76,28 @@ class PDFLayoutReader(BasePydanticReader):
     """Read PDF, Markdown and text files into one ``Document`` each, keeping layout facts.
 
     ``load_data(path)`` takes a file, a folder (every supported file in it, sorted) or a list
-    of paths. A single bad file passed directly raises its typed
-    :class:`~llama_index_hiqa.errors.DocumentReadError`; in a folder or a list the reader logs
-    a warning, records the failure in :attr:`failures` and goes on with the other files.
+    of paths; ``lazy_load_data`` takes the same and yields one ``Document`` at a time, so a
+    caller can ingest a large folder in batches. A single bad file passed directly raises its
+    typed :class:`~llama_index_hiqa.errors.DocumentReadError`; in a folder or a list the reader
+    logs a warning (``log_skipped``), records the file once in :attr:`failures` and goes on.
+
+    Bad files: a PDF that is cut short or whose damage MuPDF had to repair with loss (no
+    ``%%EOF`` end marker, pages it could not read, fewer pages than the file declares) raises
+    :class:`~llama_index_hiqa.errors.CorruptDocumentError`; "no extractable text" is kept for
+    intact PDFs without a text layer. A ``.txt``/``.md`` file holding binary data raises
+    :class:`~llama_index_hiqa.errors.UndecodableTextError`.
+
+    Folders: symlinks whose target lies outside the folder are not followed unless
+    ``follow_symlinks`` (each is a :class:`~llama_index_hiqa.errors.SkippedDocumentError` in
+    :attr:`failures`, as is a broken symlink); symlinks inside it are followed, and a file
+    reachable by several paths (symlinks, hard links) is read once, under its path without
+    symlinks when there is one.
+
+    Document ids: ``Document.id_`` and ``schema.DOCUMENT_ID`` are the same string, so
+    re-ingesting a file upserts it in a LlamaIndex docstore: the file stem (``manual`` for
+    ``manual.pdf``) when no other file of the load has that stem, else the file's path relative
+    to the folder with its suffix (``x.md`` and ``x.txt``; ``a/x.pdf`` and ``b/x.pdf`` when
+    recursive). A file loaded on its own gets its stem.
     """
 
     engine: Literal["fast", "pymupdf4llm", "layout"] = Field(
@@ -123,9 +144,24 @@ class PDFLayoutReader(BasePydanticReader):
         description="Maximum distance in points between an image and its caption line.",
     )
     recursive: bool = Field(default=False, description="Folder loading: include subfolders.")
+    follow_symlinks: bool = Field(
+        default=False,
+        description=(
+            "Folder loading: follow symlinks whose target lies outside the folder (skipped and "
+            "reported in failures otherwise). Symlinks inside the folder are always followed; "
+            "a file reachable by several paths is read once."
+        ),
+    )
+    log_skipped: bool = Field(
+        default=True,
+        description=(
+            "Log one warning per file a folder/list load skips. Turn off when the caller "
+            "reports reader.failures itself, so each file is reported once."
+        ),
+    )
     show_progress: bool = Field(default=False, description="Show a progress bar over the files of a folder or list.")
 
-    _failures: List[DocumentReadError] = PrivateAttr(default_factory=list)
+    _failures: Dict[str, DocumentReadError] = PrivateAttr(default_factory=dict)
 
     @classmethod
     def class_name(cls) -> str:
@@ -135,8 +171,9 @@ class PDFLayoutReader(BasePydanticReader):
 
     @property
     def failures(self) -> List[DocumentReadError]:
-        """The files of the last folder/list load that could not be read (path + typed error)."""
-        return list(self._failures)
+        """The files of the last folder/list load that were not read: one typed error per
+        path, in the order met; ``str(error)`` is the one line ``"path: reason"``."""
+        return list(self._failures.values())
 
     def load_data(
         self,
@@ -144,30 +181,50 @@ class PDFLayoutReader(BasePydanticReader):
         extra_info: Optional[Dict[str, Any]] = None,
     ) -> List[Document]:
         """Documents of a file, of every supported file in a folder, or of a list of files."""
-        self._failures = []
+        return list(self.lazy_load_data(file_path, extra_info))
+
+    def lazy_load_data(
+        self,
+        file_path: Union[str, Path, Sequence[Union[str, Path]]],
+        extra_info: Optional[Dict[str, Any]] = None,
+    ) -> Iterator[Document]:
+        """Yield the documents of ``load_data`` one file at a time (one parsed file in memory).
+
+        :attr:`failures` is reset when iteration starts and is complete once it ends.
+        """
+        self._failures = {}
         if isinstance(file_path, (str, Path)) and not Path(file_path).is_dir():
-            return [self.read_file(file_path, extra_info)]
-        paths = self._collect(file_path)
-        documents: List[Document] = []
+            yield self.read_file(file_path, extra_info)
+            return
+        if isinstance(file_path, (str, Path)):
+            plan = plan_folder(Path(file_path), SUPPORTED_SUFFIXES, self.recursive, self.follow_symlinks)
+        else:
+            plan = plan_paths(file_path)
+        for skipped in plan.skipped:
+            self._record_failure(skipped)
+        files: Iterable[Any] = plan.files
         if self.show_progress:
             from tqdm import tqdm
 
-            paths = tqdm(paths, desc="reading", unit="file")
-        for path in paths:
+            files = tqdm(plan.files, desc="reading", unit="file")
+        for planned in files:
             try:
-                documents.append(self.read_file(path, extra_info))
+                document = self.read_file(planned.path, extra_info, document_id=planned.document_id)
             except DocumentReadError as exc:
-                logger.warning("PDFLayoutReader skipped %s", exc)
-                self._failures.append(exc)
-        return documents
-
-    def lazy_load_data(self, *args: Any, **kwargs: Any) -> Iterable[Document]:
-        yield from self.load_data(*args, **kwargs)
+                self._record_failure(exc)
+                continue
+            yield document
 
     def read_file(
-        self, file_path: Union[str, Path], extra_info: Optional[Dict[str, Any]] = None
+        self,
+        file_path: Union[str, Path],
+        extra_info: Optional[Dict[str, Any]] = None,
+        document_id: Optional[str] = None,
     ) -> Document:
-        """One file to one ``Document``; raises a typed ``DocumentReadError`` naming the file."""
+        """One file to one ``Document``; raises a typed ``DocumentReadError`` naming the file.
+
+        ``document_id`` (default: the file stem) becomes both ``schema.DOCUMENT_ID`` and ``id_``.
+        """
         path = Path(file_path)
         suffix = path.suffix.lower()
         if not path.exists():
@@ -184,28 +241,26 @@ class PDFLayoutReader(BasePydanticReader):
             parsed = self._read_pdf(path)
         else:
             parsed = _read_text_file(path)
-        return self._to_document(path, parsed, extra_info)
+        return self._to_document(path, parsed, extra_info, document_id or path.stem)
 
     # -- internals ----------------------------------------------------------------------
 
-    def _collect(self, spec: Union[str, Path, Sequence[Union[str, Path]]]) -> List[Path]:
-        if isinstance(spec, (str, Path)):
-            folder = Path(spec)
-            pattern = "**/*" if self.recursive else "*"
-            return sorted(
-                p for p in folder.glob(pattern)
-                if p.is_file() and p.suffix.lower() in SUPPORTED_SUFFIXES
-            )
-        return [Path(p) for p in spec]
+    def _record_failure(self, error: DocumentReadError) -> None:
+        """One entry per path: a path met twice in a load (a retry, a second walk) is not repeated."""
+        if error.path in self._failures:
+            return
+        self._failures[error.path] = error
+        if self.log_skipped:
+            logger.warning("PDFLayoutReader skipped %s", error)
 
     def _to_document(
-        self, path: Path, parsed: "_Parsed", extra_info: Optional[Dict[str, Any]]
+        self, path: Path, parsed: "_Parsed", extra_info: Optional[Dict[str, Any]], document_id: str
     ) -> Document:
         title = parsed.title or _first_top_heading(parsed.text) or path.stem
         metadata: Dict[str, Any] = dict(extra_info or {})
         metadata.update(
             {
-                schema.DOCUMENT_ID: path.stem,
+                schema.DOCUMENT_ID: document_id,
                 schema.DOCUMENT_TITLE: title,
                 schema.FILE_PATH: str(path),
                 schema.FILE_NAME: path.name,
@@ -216,28 +271,31 @@ class PDFLayoutReader(BasePydanticReader):
                 schema.IMAGES: parsed.images,
             }
         )
-        # Stable per resolved path, so IngestionPipeline's docstore dedups re-ingestion.
-        doc_id = hashlib.sha1(str(path.resolve()).encode("utf-8")).hexdigest()
-        document = Document(text=parsed.text, id_=doc_id, metadata=metadata)
+        # id_ is the ref_doc_id a docstore upserts by: re-ingesting the file replaces it.
+        document = Document(text=parsed.text, id_=document_id, metadata=metadata)
         schema.hide_from_views(document)
         return document
 
     def _read_pdf(self, path: Path) -> "_Parsed":
+        with _mupdf_messages_captured():
+            return self._parse_pdf(path)
+
+    def _parse_pdf(self, path: Path) -> "_Parsed":
         import pymupdf
 
+        no_eof_marker = _lacks_eof_marker(path)
         try:
             pdf = pymupdf.open(path)
         except Exception as exc:  # pymupdf raises FileDataError and friends
-            raise CorruptDocumentError(path, f"not a readable PDF ({exc})") from exc
+            if no_eof_marker:
+                raise CorruptDocumentError(path, f"damaged or truncated PDF: {_TRUNCATED}; MuPDF cannot open it") from exc
+            raise CorruptDocumentError(path, f"not a readable PDF ({_one_line(exc)})") from exc
         try:
             if pdf.needs_pass or pdf.is_encrypted:
                 raise EncryptedDocumentError(path, "the PDF is password protected")
-            if pdf.page_count == 0:
-                raise EmptyDocumentError(path, "the PDF has no pages")
-            try:
-                pages = [_page_lines(pdf[i], i) for i in range(pdf.page_count)]
-            except Exception as exc:
-                raise CorruptDocumentError(path, f"cannot extract text ({exc})") from exc
+            # Without a repair MuPDF followed the file's own cross-references to the end: a
+            # missing marker alone (junk appended after it) is then no loss.
+            pages = self._pdf_pages(path, pdf, truncated=no_eof_marker and bool(pdf.is_repaired))
             if not any(line.text.strip() for page in pages for line in page.lines):
                 raise EmptyDocumentError(path, "the PDF has no extractable text (scanned? run OCR first)")
             body_size = _body_font_size(pages)
@@ -255,6 +313,51 @@ class PDFLayoutReader(BasePydanticReader):
             return _Parsed(text, spans, headings, body_size, images, title.strip())
         finally:
             pdf.close()
+
+    def _pdf_pages(self, path: Path, pdf: Any, truncated: bool) -> List["_PageLines"]:
+        """Text lines of every page, or ``CorruptDocumentError`` when the file is damaged.
+
+        MuPDF repairs a broken file silently (``is_repaired``) and hands back what it found,
+        which for a cut-short download is some pages, or none, of the real document. Indexing
+        that would answer from part of a filing, so a damaged file is an error naming what was
+        lost; a repair that lost nothing (only the cross-reference table was off) is kept.
+        """
+        import pymupdf
+
+        repaired = bool(pdf.is_repaired)
+        declared = _declared_page_count(pdf) if repaired else None
+        pages: List[_PageLines] = []
+        unreadable: List[int] = []
+        if repaired:
+            pymupdf.TOOLS.mupdf_warnings(reset=True)
+        for i in range(pdf.page_count):
+            try:
+                pages.append(_page_lines(pdf[i], i))
+            except Exception as exc:
+                if not repaired:
+                    raise CorruptDocumentError(path, f"cannot extract text of page {i + 1} ({_one_line(exc)})") from exc
+                pages.append(_PageLines(i, 0.0, 0.0, []))
+                unreadable.append(i + 1)
+                continue
+            # MuPDF reports content it had to drop as warnings (process-wide store, read per page).
+            if repaired and pymupdf.TOOLS.mupdf_warnings(reset=True):
+                unreadable.append(i + 1)
+        damage: List[str] = []
+        if truncated:
+            damage.append(_TRUNCATED)
+        if declared is not None and declared > pdf.page_count:
+            damage.append(f"the file declares {declared} pages, {pdf.page_count} were found")
+        if unreadable:
+            damage.append(f"page(s) {_page_list(unreadable)} of {pdf.page_count} could not be read in full")
+        if repaired and pdf.page_count == 0:
+            damage.append("MuPDF repaired its structure and found no page")
+        if damage:
+            raise CorruptDocumentError(path, "damaged or truncated PDF: " + "; ".join(damage) + "; re-download or re-export it")
+        if pdf.page_count == 0:
+            raise EmptyDocumentError(path, "the PDF has no pages")
+        if repaired:
+            logger.warning("%s: MuPDF repaired the PDF's cross-reference table; every page read in full", path)
+        return pages
 
     # running headers / footers --------------------------------------------------------
 
@@ -720,6 +823,53 @@ def _offset_below(bbox: List[float], page: _PageLines, text: str, start: int, en
     return end if end > start else start
 
 
+@contextmanager
+def _mupdf_messages_captured() -> Iterator[None]:
+    """Read a PDF with MuPDF's own stderr messages off: what they say about a damaged file
+    reaches the user once, in the typed error. The process-wide warning store is emptied
+    before (it would otherwise grow with every file read) and the display setting restored."""
+    import pymupdf
+
+    shown = pymupdf.TOOLS.mupdf_display_errors()
+    pymupdf.TOOLS.mupdf_display_errors(False)
+    pymupdf.TOOLS.reset_mupdf_warnings()
+    try:
+        yield
+    finally:
+        pymupdf.TOOLS.mupdf_display_errors(shown)
+
+
+_TRUNCATED = "the file ends before its %%EOF end marker (cut short, e.g. by an interrupted download or copy)"
+
+
+def _lacks_eof_marker(path: Path) -> bool:
+    """Whether the last KiB of a PDF misses ``%%EOF``, the end-of-file marker that closes every
+    PDF (ISO 32000-1, PDF 1.7, §7.5.5 "File Trailer") and that readers look for there. A file
+    cut short has lost it."""
+    with path.open("rb") as handle:
+        handle.seek(max(0, path.stat().st_size - 1024))
+        return b"%%EOF" not in handle.read()
+
+
+def _declared_page_count(pdf: Any) -> Optional[int]:
+    """``/Count`` of the page tree's root, or None when the file no longer holds it."""
+    try:
+        kind, value = pdf.xref_get_key(pdf.pdf_catalog(), "Pages/Count")
+        return int(value) if kind == "int" else None
+    except Exception:  # the catalog itself may be gone in a damaged file
+        return None
+
+
+def _page_list(numbers: List[int]) -> str:
+    shown = ", ".join(map(str, numbers[:10]))
+    return shown + (f" and {len(numbers) - 10} more" if len(numbers) > 10 else "")
+
+
+def _one_line(exc: BaseException) -> str:
+    """An exception as one line: failures are reported as ``path: reason`` lines."""
+    return " ".join(str(exc).split()) or type(exc).__name__
+
+
 def _first_top_heading(text: str) -> str:
     for line in text.split("\n"):
         if line.startswith("# "):
@@ -728,11 +878,11 @@ def _first_top_heading(text: str) -> str:
 
 
 def _read_text_file(path: Path) -> _Parsed:
-    raw = path.read_bytes()
     try:
-        text = raw.decode("utf-8-sig")
-    except UnicodeDecodeError:  # keep every byte: latin-1 decodes anything
-        text = raw.decode("latin-1")
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise DocumentReadError(path, f"cannot read the file ({_one_line(exc)})") from exc
+    text = decode_text(path, raw)
     if not text.strip():
         raise EmptyDocumentError(path, "the file has no text")
     headings = []
