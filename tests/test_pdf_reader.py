@@ -382,6 +382,8 @@ def test_binary_or_undecodable_text_file_is_rejected_with_a_typed_error(tmp_path
         ("Caf\xe9 cr\xe8me br\xfbl\xe9e, na\xefve fa\xe7ade.".encode("latin-1"), "Café crème brûlée, naïve façade."),
         ("\u201cQuoted\u201d \u2013 Windows text".encode("cp1252"), "\u201cQuoted\u201d \u2013 Windows text"),
         ("Unicode from Notepad: café".encode("utf-16"), "Unicode from Notepad: café"),
+        # UTF-8 with one stray Windows-1252 byte: the UTF-8 stays UTF-8 (not "CafÃ© â€”").
+        ("Café — naïve, then a stray ".encode("utf-8") + b"caf\xe9.", "Café — naïve, then a stray café."),
         (b"log line \x1b[31mred\x1b[0m\n\fnext page\n", "log line \x1b[31mred\x1b[0m\n\fnext page\n"),
     ],
 )

@@ -2,8 +2,11 @@
 
 A text file is read as UTF-8 (a UTF-8 byte-order mark is dropped), as UTF-16 when it starts
 with a UTF-16 byte-order mark, else as Windows-1252 (Latin-1 for the five bytes Windows-1252
-leaves undefined), which keeps every byte of legacy Western European text. What is refused,
-with :class:`~llama_index_hiqa.errors.UndecodableTextError`:
+leaves undefined), which keeps every byte of legacy Western European text. A UTF-8 file with
+a few stray legacy bytes (more valid multi-byte UTF-8 sequences than invalid bytes, as after
+pasting from an old file) stays UTF-8, only the stray bytes read as Windows-1252: decoding the
+whole file as Windows-1252 would turn each of its UTF-8 characters into mojibake ("CafÃ©").
+What is refused, with :class:`~llama_index_hiqa.errors.UndecodableTextError`:
 
 * the signature of a known binary format (a PNG renamed ``.txt``, a PDF renamed ``.md``);
 * NUL bytes (no text encoding other than UTF-16/32 has them, and those need a byte-order mark);
@@ -19,7 +22,7 @@ from __future__ import annotations
 import codecs
 import re
 from pathlib import Path
-from typing import Tuple
+from typing import Optional, Tuple
 
 from llama_index_hiqa.errors import UndecodableTextError
 
@@ -39,6 +42,8 @@ _SIGNATURES: Tuple[Tuple[bytes, str], ...] = (
 # Unicode category Cc minus tab, newline, vertical tab, form feed, carriage return and escape.
 _CONTROL_RE = re.compile("[\x00-\x08\x0e-\x1a\x1c-\x1f\x7f-\x9f]")
 _HIGH_BYTES = bytes(range(128, 256))
+_UTF8_MULTIBYTE_RE = re.compile(rb"[\xc2-\xdf][\x80-\xbf]|[\xe0-\xef][\x80-\xbf]{2}|[\xf0-\xf4][\x80-\xbf]{3}")
+_ERROR_HANDLER = "llama_index_hiqa.utf8_with_legacy_bytes"
 _SPACE_BYTES = b" \t\n\r\f\v"
 MAX_CONTROL_SHARE = 0.01
 MAX_NON_ASCII_SHARE_LEGACY = 0.30
@@ -62,9 +67,37 @@ def decode_text(path: Path, raw: bytes) -> str:
     try:
         text = raw.decode("utf-8-sig")
     except UnicodeDecodeError:
-        text = _decode_legacy(path, raw)
+        text = _decode_mostly_utf8(raw)
+        if text is None:
+            text = _decode_legacy(path, raw)
     _check_controls(path, text)
     return text
+
+
+def _decode_mostly_utf8(raw: bytes) -> Optional[str]:
+    """UTF-8 with its invalid bytes read as Windows-1252, when UTF-8 explains most of the file."""
+    sequences = _UTF8_MULTIBYTE_RE.findall(raw)
+    high_bytes = len(raw) - len(raw.translate(None, _HIGH_BYTES))
+    stray = high_bytes - sum(map(len, sequences))  # non-ASCII bytes no UTF-8 sequence explains
+    if len(sequences) <= stray:
+        return None
+    return raw.decode("utf-8-sig", errors=_ERROR_HANDLER)
+
+
+def _legacy_bytes(exc: UnicodeError) -> Tuple[str, int]:
+    """Codec error handler: the invalid bytes as Windows-1252 (Latin-1 where it has none)."""
+    if not isinstance(exc, UnicodeDecodeError):
+        raise exc
+    chars = []
+    for byte in exc.object[exc.start:exc.end]:
+        try:
+            chars.append(bytes([byte]).decode("cp1252"))
+        except UnicodeDecodeError:
+            chars.append(chr(byte))
+    return "".join(chars), exc.end
+
+
+codecs.register_error(_ERROR_HANDLER, _legacy_bytes)
 
 
 def _decode_legacy(path: Path, raw: bytes) -> str:
