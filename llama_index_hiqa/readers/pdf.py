@@ -264,7 +264,7 @@ class PDFLayoutReader(BasePydanticReader):
     # -- internals ----------------------------------------------------------------------
 
     def _record_failure(self, error: DocumentReadError) -> None:
-        """One entry per path: a path met twice in a load (a retry, a second walk) is not repeated."""
+        """One entry per path, logged once (``log_skipped``): a path is never reported twice in a load."""
         if error.path in self._failures:
             return
         self._failures[error.path] = error
