@@ -71,9 +71,11 @@ _EXPORTS: Dict[str, str] = {
     "PackStoreError": "llama_index_hiqa.errors",
     "EmptyCorpusError": "llama_index_hiqa.errors",
     #
-    # -- stores and batch ingestion
+    # -- real collections: stores, batch ingestion, reader errors
     "MatrixVectorStore": "llama_index_hiqa.storage.vector_store",
     "IngestionReport": "llama_index_hiqa.ingestion",
+    "UndecodableTextError": "llama_index_hiqa.errors",
+    "SkippedDocumentError": "llama_index_hiqa.errors",
 }
 
 __all__ = sorted(_EXPORTS)

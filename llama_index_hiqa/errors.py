@@ -105,3 +105,14 @@ class EmptyCorpusError(HiQAError, ValueError):
         self.failures = list(failures)
         detail = f"; {len(self.failures)} file(s) unreadable: " + "; ".join(map(str, self.failures[:3])) if self.failures else ""
         super().__init__(f"{source}: no readable .pdf/.md/.txt document{detail}")
+
+
+class UndecodableTextError(UnsupportedDocumentError):
+    """A ``.txt``/``.md`` file whose bytes are not text the reader can decode: binary data
+    (NUL or control bytes, the signature of an image, PDF or archive) or mostly non-ASCII bytes
+    in an encoding other than UTF-8, UTF-16 or Windows-1252/Latin-1. The reason says which."""
+
+
+class SkippedDocumentError(DocumentReadError):
+    """A path a folder load deliberately did not read: a symlink whose target lies outside the
+    folder (not followed unless asked) or a broken symlink. The reason says which."""

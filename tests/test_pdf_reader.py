@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import inspect
 import logging
+import os
+import random
 from pathlib import Path
 
 import pymupdf
@@ -15,6 +18,8 @@ from llama_index_hiqa.errors import (
     DocumentReadError,
     EmptyDocumentError,
     EncryptedDocumentError,
+    SkippedDocumentError,
+    UndecodableTextError,
     UnsupportedDocumentError,
 )
 from llama_index_hiqa.readers.pdf import PDFLayoutReader
@@ -301,3 +306,221 @@ def test_drops_into_simple_directory_reader(tmp_path):
     (doc,) = docs
     assert doc.metadata[schema.DOCUMENT_ID] == "manual"
     assert doc.metadata[schema.PAGE_COUNT] == 3 and "## 2 Chapter 2" in doc.text
+
+
+# --- real collections: damaged files, binary text, symlinks, ids, streaming -----------------
+
+
+@pytest.mark.parametrize("share", [0.2, 0.5, 0.6, 0.8, 0.95])
+def test_truncated_pdf_is_corrupt_not_empty_nor_partly_indexed(tmp_path, reader, share):
+    data = _manual_pdf(tmp_path / "full.pdf").read_bytes()
+    cut = tmp_path / "cut.pdf"
+    cut.write_bytes(data[: int(len(data) * share)])
+    with pytest.raises(CorruptDocumentError) as info:
+        reader.load_data(cut)
+    message = str(info.value)
+    assert message.startswith(f"{cut}: damaged or truncated PDF")
+    assert "%%EOF" in message and "OCR" not in message and "\n" not in message
+
+
+def test_damage_is_told_apart_from_a_repair_that_lost_nothing_and_from_no_text_layer(tmp_path, reader):
+    data = _manual_pdf(tmp_path / "full.pdf").read_bytes()
+    # The middle of the file is gone but it still ends with its trailer and %%EOF marker:
+    # MuPDF repairs it and gives back pages with part of their text.
+    spliced = tmp_path / "spliced.pdf"
+    spliced.write_bytes(data[: int(len(data) * 0.6)] + data[-300:])
+    with pytest.raises(CorruptDocumentError, match=r"could not be read in full"):
+        reader.load_data(spliced)
+    # Bytes inserted after the header shift every offset: MuPDF repairs the cross-reference
+    # table and every page reads in full, so the document is kept, identical to the original.
+    shifted = tmp_path / "shifted.pdf"
+    shifted.write_bytes(data[:9] + b"% inserted comment line\n" * 3 + data[9:])
+    assert pymupdf.open(shifted).is_repaired
+    assert reader.load_data(shifted)[0].text == reader.load_data(tmp_path / "full.pdf")[0].text
+    # An intact PDF without a text layer keeps its own message.
+    blank = tmp_path / "scan.pdf"
+    blank_doc = pymupdf.open()
+    blank_doc.new_page()
+    blank_doc.save(blank)
+    with pytest.raises(EmptyDocumentError, match="run OCR"):
+        reader.load_data(blank)
+
+
+def _png_bytes() -> bytes:
+    pix = pymupdf.Pixmap(pymupdf.csRGB, pymupdf.IRect(0, 0, 32, 32), 0)
+    pix.set_rect(pix.irect, (200, 30, 30))
+    return pix.tobytes("png")
+
+
+@pytest.mark.parametrize(
+    "name, data, why",
+    [
+        ("random.txt", random.Random(0).randbytes(4096), "NUL byte"),
+        ("picture.txt", _png_bytes(), "PNG image"),
+        ("nul.md", b"# Title\n\nText\x00\x00\x00 with NUL bytes.\n", "NUL byte"),
+        ("controls.txt", bytes(random.Random(1).choice(b"\x01\x02\x03\x04\x05abcdefgh ") for _ in range(2000)), "control characters"),
+        ("high.txt", bytes(random.Random(2).randrange(0xA0, 0x100) for _ in range(2000)), "non-ASCII"),
+        ("cyrillic.md", "Годовой отчёт компании за 2023 год. Выручка выросла.".encode("cp1251"), "convert it to UTF-8"),
+    ],
+)
+def test_binary_or_undecodable_text_file_is_rejected_with_a_typed_error(tmp_path, reader, name, data, why):
+    path = tmp_path / name
+    path.write_bytes(data)
+    with pytest.raises(UndecodableTextError) as info:
+        reader.load_data(path)
+    assert isinstance(info.value, UnsupportedDocumentError)
+    assert info.value.path == str(path) and why in info.value.reason
+    folder_docs = reader.load_data(tmp_path)  # in a folder: skipped and reported, never indexed
+    assert folder_docs == [] and [f.path for f in reader.failures] == [str(path)]
+
+
+@pytest.mark.parametrize(
+    "data, text",
+    [
+        ("Prix: 12 € — café, naïve, 東京.\n".encode("utf-8"), "Prix: 12 € — café, naïve, 東京.\n"),
+        ("\ufeffWith a byte-order mark.".encode("utf-8"), "With a byte-order mark."),
+        ("Caf\xe9 cr\xe8me br\xfbl\xe9e, na\xefve fa\xe7ade.".encode("latin-1"), "Café crème brûlée, naïve façade."),
+        ("\u201cQuoted\u201d \u2013 Windows text".encode("cp1252"), "\u201cQuoted\u201d \u2013 Windows text"),
+        ("Unicode from Notepad: café".encode("utf-16"), "Unicode from Notepad: café"),
+        # UTF-8 with one stray Windows-1252 byte: the UTF-8 stays UTF-8 (not "CafÃ© â€”").
+        ("Café — naïve, then a stray ".encode("utf-8") + b"caf\xe9.", "Café — naïve, then a stray café."),
+        (b"log line \x1b[31mred\x1b[0m\n\fnext page\n", "log line \x1b[31mred\x1b[0m\n\fnext page\n"),
+    ],
+)
+def test_real_text_in_its_usual_encodings_still_loads(tmp_path, reader, data, text):
+    path = tmp_path / "notes.txt"
+    path.write_bytes(data)
+    assert reader.load_data(path)[0].text == text
+
+
+def _symlink(link: Path, target: Path) -> None:
+    try:
+        os.symlink(target, link, target_is_directory=target.is_dir())
+    except (OSError, NotImplementedError):
+        pytest.skip("symlinks are not available on this system")
+
+
+def test_symlinks_out_of_the_folder_are_skipped_unless_asked_and_no_file_is_read_twice(tmp_path):
+    outside = tmp_path / "outside"
+    (outside / "deep").mkdir(parents=True)
+    (outside / "secret.md").write_text("# Secret\n\nNot part of the collection.\n")
+    (outside / "deep" / "other.md").write_text("# Other\n\nAlso outside.\n")
+    folder = tmp_path / "docs"
+    (folder / "sub").mkdir(parents=True)
+    (folder / "a.md").write_text("# A\n\nInside.\n")
+    (folder / "sub" / "b.md").write_text("# B\n\nInside too.\n")
+    _symlink(folder / "link.md", outside / "secret.md")  # file out of the folder
+    _symlink(folder / "outdir", outside / "deep")  # folder out of the folder
+    _symlink(folder / "alias.md", folder / "a.md")  # a second path to a.md
+    _symlink(folder / "sub" / "loop", folder)  # a cycle
+    _symlink(folder / "gone.md", tmp_path / "missing.md")  # broken
+
+    reader = PDFLayoutReader(recursive=True)
+    docs = reader.load_data(folder)
+    assert [d.metadata[schema.DOCUMENT_ID] for d in docs] == ["a", "b"]
+    assert docs[0].metadata[schema.FILE_PATH] == str(folder / "a.md")  # the real path, not the alias
+    failures = {Path(f.path).name: f for f in reader.failures}
+    assert set(failures) == {"link.md", "outdir", "gone.md"}
+    assert all(type(f) is SkippedDocumentError for f in failures.values())
+    assert "outside the folder" in failures["link.md"].reason and "follow_symlinks=True" in failures["link.md"].reason
+    assert "broken symlink" in failures["gone.md"].reason
+
+    followed = PDFLayoutReader(recursive=True, follow_symlinks=True)
+    ids = sorted(d.metadata[schema.DOCUMENT_ID] for d in followed.load_data(folder))
+    assert ids == ["a", "b", "link", "other"]
+    assert [Path(f.path).name for f in followed.failures] == ["gone.md"]
+
+
+def test_each_skipped_file_is_reported_once_as_one_line(tmp_path, caplog):
+    folder = tmp_path / "docs"
+    (folder / "sub").mkdir(parents=True)
+    _manual_pdf(folder / "good.pdf")
+    bad = folder / "sub" / "bad.pdf"
+    bad.write_bytes(b"%PDF-1.7\n" + b"1 0 obj\n<< /Type /Catalog >>\nendobj\n")
+    _symlink(folder / "again", folder / "sub")  # the bad file is reachable by two paths
+    reader = PDFLayoutReader(recursive=True)
+    with caplog.at_level(logging.WARNING, logger="llama_index_hiqa.readers.pdf"):
+        docs = reader.load_data(folder)
+    assert [d.metadata[schema.DOCUMENT_ID] for d in docs] == ["good"]
+    (failure,) = reader.failures
+    assert failure.path == str(bad)
+    line = str(failure)
+    assert line.startswith(f"{bad}: ") and "\n" not in line
+    assert caplog.text.count("bad.pdf") == 1
+    # A list naming the same bad file twice, and a second load: still one entry each time.
+    for _ in range(2):
+        reader.load_data([bad, folder / "good.pdf", bad])
+        assert [f.path for f in reader.failures] == [str(bad)]
+    caplog.clear()
+    quiet = PDFLayoutReader(recursive=True, log_skipped=False)
+    with caplog.at_level(logging.WARNING, logger="llama_index_hiqa.readers.pdf"):
+        quiet.load_data(folder)
+    assert caplog.text == "" and len(quiet.failures) == 1
+
+
+def test_colliding_stems_get_relative_path_ids_and_id_is_the_document_id(tmp_path):
+    folder = tmp_path / "docs"
+    (folder / "a").mkdir(parents=True)
+    (folder / "b").mkdir()
+    (folder / "x.md").write_text("# X markdown\n")
+    (folder / "x.txt").write_text("X as text\n")
+    (folder / "y.md").write_text("# Y\n")
+    _manual_pdf(folder / "a" / "r.pdf")
+    _manual_pdf(folder / "b" / "r.pdf")
+    flat = PDFLayoutReader().load_data(folder)
+    assert [d.metadata[schema.DOCUMENT_ID] for d in flat] == ["x.md", "x.txt", "y"]
+    deep = PDFLayoutReader(recursive=True).load_data(folder)
+    ids = [d.metadata[schema.DOCUMENT_ID] for d in deep]
+    assert ids == ["a/r.pdf", "b/r.pdf", "x.md", "x.txt", "y"]
+    assert [d.id_ for d in deep] == ids  # the ref_doc_id a docstore upserts by
+    listed = PDFLayoutReader().load_data([folder / "a" / "r.pdf", folder / "b" / "r.pdf", folder / "y.md"])
+    assert [d.id_ for d in listed] == ["a/r.pdf", "b/r.pdf", "y"]
+    assert PDFLayoutReader().load_data(folder / "x.md")[0].id_ == "x"  # alone: its stem
+
+
+def test_reingesting_a_folder_upserts_by_document_id(tmp_path):
+    from llama_index.core.embeddings import MockEmbedding
+    from llama_index.core.ingestion import IngestionPipeline
+    from llama_index.core.node_parser import SentenceSplitter
+    from llama_index.core.storage.docstore import SimpleDocumentStore
+    from llama_index.core.vector_stores import SimpleVectorStore
+
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    (folder / "x.md").write_text("# X\n\nFirst version of x.\n")
+    (folder / "x.txt").write_text("Plain x.\n")
+    vectors = SimpleVectorStore()
+    pipeline = IngestionPipeline(
+        transformations=[SentenceSplitter(), MockEmbedding(embed_dim=4)],
+        docstore=SimpleDocumentStore(),
+        vector_store=vectors,
+    )
+    reader = PDFLayoutReader()
+    assert len(pipeline.run(documents=reader.load_data(folder))) == 2
+    assert pipeline.run(documents=reader.load_data(folder)) == []  # unchanged: nothing redone
+    (folder / "x.md").write_text("# X\n\nSecond version of x.\n")
+    (changed,) = pipeline.run(documents=reader.load_data(folder))
+    assert changed.ref_doc_id == "x.md" and "Second version" in changed.text
+    assert sorted(vectors.data.text_id_to_ref_doc_id.values()) == ["x.md", "x.txt"]  # the old node is gone
+
+
+def test_lazy_load_data_reads_one_file_per_document_it_yields(tmp_path, monkeypatch):
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    for name in ("a", "b", "c"):
+        (folder / f"{name}.md").write_text(f"# {name}\n\nText of {name}.\n")
+    (folder / "d.txt").write_bytes(b"\x00binary")
+    reader = PDFLayoutReader()
+    read = []
+    original = PDFLayoutReader.read_file
+    monkeypatch.setattr(
+        PDFLayoutReader, "read_file", lambda self, path, *a, **k: read.append(Path(path).name) or original(self, path, *a, **k)
+    )
+    stream = reader.lazy_load_data(folder)
+    assert inspect.isgenerator(stream)
+    first = next(stream)
+    assert first.metadata[schema.DOCUMENT_ID] == "a" and read == ["a.md"]
+    rest = list(stream)
+    assert [d.metadata[schema.DOCUMENT_ID] for d in rest] == ["b", "c"]
+    assert [Path(f.path).name for f in reader.failures] == ["d.txt"]
+    assert [d.text for d in reader.load_data(folder)] == [first.text] + [d.text for d in rest]

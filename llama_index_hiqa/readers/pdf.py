@@ -34,13 +34,12 @@ it is an opt-in rather than the default; the fast engine renders the same Markdo
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import re
 import threading
 from collections import Counter
 from pathlib import Path
-from typing import Any, Dict, Iterable, List, Literal, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, Iterable, Iterator, List, Literal, Optional, Sequence, Tuple, Union
 
 from llama_index.core.bridge.pydantic import Field, PrivateAttr
 from llama_index.core.readers.base import BasePydanticReader
@@ -54,6 +53,29 @@ from llama_index_hiqa.errors import (
     EncryptedDocumentError,
     UnsupportedDocumentError,
 )
+from llama_index_hiqa.readers._collection import plan_folder, plan_paths
+from llama_index_hiqa.readers._page_layout import (
+    PAGE_JOINER,
+    _body_font_size,
+    _grid_markdown,
+    _grids,
+    _inside,
+    _join_pages,
+    _Line,
+    _normalise,
+    _offset_below,
+    _PageLines,
+    _reading_order,
+    _rules,
+)
+from llama_index_hiqa.readers._pdf_integrity import (
+    TRUNCATED,
+    lacks_eof_marker,
+    mupdf_messages_captured,
+    one_line,
+    read_pages,
+)
+from llama_index_hiqa.readers._text_decode import decode_text
 
 logger = logging.getLogger(__name__)
 
@@ -61,10 +83,8 @@ PDF_SUFFIXES = (".pdf",)
 TEXT_SUFFIXES = (".md", ".markdown", ".txt")
 SUPPORTED_SUFFIXES = PDF_SUFFIXES + TEXT_SUFFIXES
 
-PAGE_JOINER = "\n\n"
 # Captions of figures: the nearest line that starts like one wins over merely near text.
 _CAPTION_RE = re.compile(r"^\s*(fig(ure)?\.?|image|photo|diagram|chart|plate)\s*\d*", re.I)
-_DIGITS_RE = re.compile(r"\d+")
 _MD_MARKS_RE = re.compile(r"^[#>\s]*|[*_`]+")
 # pymupdf4llm's global switch between its two engines is process-wide state: serialise it.
 _PYMUPDF4LLM_LOCK = threading.Lock()
@@ -74,9 +94,28 @@ class PDFLayoutReader(BasePydanticReader):
     """Read PDF, Markdown and text files into one ``Document`` each, keeping layout facts.
 
     ``load_data(path)`` takes a file, a folder (every supported file in it, sorted) or a list
-    of paths. A single bad file passed directly raises its typed
-    :class:`~llama_index_hiqa.errors.DocumentReadError`; in a folder or a list the reader logs
-    a warning, records the failure in :attr:`failures` and goes on with the other files.
+    of paths; ``lazy_load_data`` takes the same and yields one ``Document`` at a time, so a
+    caller can ingest a large folder in batches. A single bad file passed directly raises its
+    typed :class:`~llama_index_hiqa.errors.DocumentReadError`; in a folder or a list the reader
+    logs a warning (``log_skipped``), records the file once in :attr:`failures` and goes on.
+
+    Bad files: a PDF that is cut short or whose damage MuPDF had to repair with loss (no
+    ``%%EOF`` end marker, pages it could not read, fewer pages than the file declares) raises
+    :class:`~llama_index_hiqa.errors.CorruptDocumentError`; "no extractable text" is kept for
+    intact PDFs without a text layer. A ``.txt``/``.md`` file holding binary data raises
+    :class:`~llama_index_hiqa.errors.UndecodableTextError`.
+
+    Folders: symlinks whose target lies outside the folder are not followed unless
+    ``follow_symlinks`` (each is a :class:`~llama_index_hiqa.errors.SkippedDocumentError` in
+    :attr:`failures`, as is a broken symlink); symlinks inside it are followed, and a file
+    reachable by several paths (symlinks, hard links) is read once, under its path without
+    symlinks when there is one.
+
+    Document ids: ``Document.id_`` and ``schema.DOCUMENT_ID`` are the same string, so
+    re-ingesting a file upserts it in a LlamaIndex docstore: the file stem (``manual`` for
+    ``manual.pdf``) when no other file of the load has that stem, else the file's path relative
+    to the folder with its suffix (``x.md`` and ``x.txt``; ``a/x.pdf`` and ``b/x.pdf`` when
+    recursive). A file loaded on its own gets its stem.
     """
 
     engine: Literal["fast", "pymupdf4llm", "layout"] = Field(
@@ -123,9 +162,24 @@ class PDFLayoutReader(BasePydanticReader):
         description="Maximum distance in points between an image and its caption line.",
     )
     recursive: bool = Field(default=False, description="Folder loading: include subfolders.")
+    follow_symlinks: bool = Field(
+        default=False,
+        description=(
+            "Folder loading: follow symlinks whose target lies outside the folder (skipped and "
+            "reported in failures otherwise). Symlinks inside the folder are always followed; "
+            "a file reachable by several paths is read once."
+        ),
+    )
+    log_skipped: bool = Field(
+        default=True,
+        description=(
+            "Log one warning per file a folder/list load skips. Turn off when the caller "
+            "reports reader.failures itself, so each file is reported once."
+        ),
+    )
     show_progress: bool = Field(default=False, description="Show a progress bar over the files of a folder or list.")
 
-    _failures: List[DocumentReadError] = PrivateAttr(default_factory=list)
+    _failures: Dict[str, DocumentReadError] = PrivateAttr(default_factory=dict)
 
     @classmethod
     def class_name(cls) -> str:
@@ -135,8 +189,9 @@ class PDFLayoutReader(BasePydanticReader):
 
     @property
     def failures(self) -> List[DocumentReadError]:
-        """The files of the last folder/list load that could not be read (path + typed error)."""
-        return list(self._failures)
+        """The files of the last folder/list load that were not read: one typed error per
+        path, in the order met; ``str(error)`` is the one line ``"path: reason"``."""
+        return list(self._failures.values())
 
     def load_data(
         self,
@@ -144,30 +199,50 @@ class PDFLayoutReader(BasePydanticReader):
         extra_info: Optional[Dict[str, Any]] = None,
     ) -> List[Document]:
         """Documents of a file, of every supported file in a folder, or of a list of files."""
-        self._failures = []
+        return list(self.lazy_load_data(file_path, extra_info))
+
+    def lazy_load_data(
+        self,
+        file_path: Union[str, Path, Sequence[Union[str, Path]]],
+        extra_info: Optional[Dict[str, Any]] = None,
+    ) -> Iterator[Document]:
+        """Yield the documents of ``load_data`` one file at a time (one parsed file in memory).
+
+        :attr:`failures` is reset when iteration starts and is complete once it ends.
+        """
+        self._failures = {}
         if isinstance(file_path, (str, Path)) and not Path(file_path).is_dir():
-            return [self.read_file(file_path, extra_info)]
-        paths = self._collect(file_path)
-        documents: List[Document] = []
+            yield self.read_file(file_path, extra_info)
+            return
+        if isinstance(file_path, (str, Path)):
+            plan = plan_folder(Path(file_path), SUPPORTED_SUFFIXES, self.recursive, self.follow_symlinks)
+        else:
+            plan = plan_paths(file_path)
+        for skipped in plan.skipped:
+            self._record_failure(skipped)
+        files: Iterable[Any] = plan.files
         if self.show_progress:
             from tqdm import tqdm
 
-            paths = tqdm(paths, desc="reading", unit="file")
-        for path in paths:
+            files = tqdm(plan.files, desc="reading", unit="file")
+        for planned in files:
             try:
-                documents.append(self.read_file(path, extra_info))
+                document = self.read_file(planned.path, extra_info, document_id=planned.document_id)
             except DocumentReadError as exc:
-                logger.warning("PDFLayoutReader skipped %s", exc)
-                self._failures.append(exc)
-        return documents
-
-    def lazy_load_data(self, *args: Any, **kwargs: Any) -> Iterable[Document]:
-        yield from self.load_data(*args, **kwargs)
+                self._record_failure(exc)
+                continue
+            yield document
 
     def read_file(
-        self, file_path: Union[str, Path], extra_info: Optional[Dict[str, Any]] = None
+        self,
+        file_path: Union[str, Path],
+        extra_info: Optional[Dict[str, Any]] = None,
+        document_id: Optional[str] = None,
     ) -> Document:
-        """One file to one ``Document``; raises a typed ``DocumentReadError`` naming the file."""
+        """One file to one ``Document``; raises a typed ``DocumentReadError`` naming the file.
+
+        ``document_id`` (default: the file stem) becomes both ``schema.DOCUMENT_ID`` and ``id_``.
+        """
         path = Path(file_path)
         suffix = path.suffix.lower()
         if not path.exists():
@@ -184,28 +259,26 @@ class PDFLayoutReader(BasePydanticReader):
             parsed = self._read_pdf(path)
         else:
             parsed = _read_text_file(path)
-        return self._to_document(path, parsed, extra_info)
+        return self._to_document(path, parsed, extra_info, document_id or path.stem)
 
     # -- internals ----------------------------------------------------------------------
 
-    def _collect(self, spec: Union[str, Path, Sequence[Union[str, Path]]]) -> List[Path]:
-        if isinstance(spec, (str, Path)):
-            folder = Path(spec)
-            pattern = "**/*" if self.recursive else "*"
-            return sorted(
-                p for p in folder.glob(pattern)
-                if p.is_file() and p.suffix.lower() in SUPPORTED_SUFFIXES
-            )
-        return [Path(p) for p in spec]
+    def _record_failure(self, error: DocumentReadError) -> None:
+        """One entry per path, logged once (``log_skipped``): a path is never reported twice in a load."""
+        if error.path in self._failures:
+            return
+        self._failures[error.path] = error
+        if self.log_skipped:
+            logger.warning("PDFLayoutReader skipped %s", error)
 
     def _to_document(
-        self, path: Path, parsed: "_Parsed", extra_info: Optional[Dict[str, Any]]
+        self, path: Path, parsed: "_Parsed", extra_info: Optional[Dict[str, Any]], document_id: str
     ) -> Document:
         title = parsed.title or _first_top_heading(parsed.text) or path.stem
         metadata: Dict[str, Any] = dict(extra_info or {})
         metadata.update(
             {
-                schema.DOCUMENT_ID: path.stem,
+                schema.DOCUMENT_ID: document_id,
                 schema.DOCUMENT_TITLE: title,
                 schema.FILE_PATH: str(path),
                 schema.FILE_NAME: path.name,
@@ -216,28 +289,31 @@ class PDFLayoutReader(BasePydanticReader):
                 schema.IMAGES: parsed.images,
             }
         )
-        # Stable per resolved path, so IngestionPipeline's docstore dedups re-ingestion.
-        doc_id = hashlib.sha1(str(path.resolve()).encode("utf-8")).hexdigest()
-        document = Document(text=parsed.text, id_=doc_id, metadata=metadata)
+        # id_ is the ref_doc_id a docstore upserts by: re-ingesting the file replaces it.
+        document = Document(text=parsed.text, id_=document_id, metadata=metadata)
         schema.hide_from_views(document)
         return document
 
     def _read_pdf(self, path: Path) -> "_Parsed":
+        with mupdf_messages_captured():
+            return self._parse_pdf(path)
+
+    def _parse_pdf(self, path: Path) -> "_Parsed":
         import pymupdf
 
+        no_eof_marker = lacks_eof_marker(path)
         try:
             pdf = pymupdf.open(path)
         except Exception as exc:  # pymupdf raises FileDataError and friends
-            raise CorruptDocumentError(path, f"not a readable PDF ({exc})") from exc
+            if no_eof_marker:
+                raise CorruptDocumentError(path, f"damaged or truncated PDF: {TRUNCATED}; MuPDF cannot open it") from exc
+            raise CorruptDocumentError(path, f"not a readable PDF ({one_line(exc)})") from exc
         try:
             if pdf.needs_pass or pdf.is_encrypted:
                 raise EncryptedDocumentError(path, "the PDF is password protected")
-            if pdf.page_count == 0:
-                raise EmptyDocumentError(path, "the PDF has no pages")
-            try:
-                pages = [_page_lines(pdf[i], i) for i in range(pdf.page_count)]
-            except Exception as exc:
-                raise CorruptDocumentError(path, f"cannot extract text ({exc})") from exc
+            # Without a repair MuPDF followed the file's own cross-references to the end: a
+            # missing marker alone (junk appended after it) is then no loss.
+            pages = read_pages(path, pdf, truncated=no_eof_marker and bool(pdf.is_repaired))
             if not any(line.text.strip() for page in pages for line in page.lines):
                 raise EmptyDocumentError(path, "the PDF has no extractable text (scanned? run OCR first)")
             body_size = _body_font_size(pages)
@@ -499,225 +575,12 @@ class PDFLayoutReader(BasePydanticReader):
 # --- plain data and helpers --------------------------------------------------------------
 
 
-class _Line:
-    __slots__ = ("text", "bbox", "size", "bold", "block")
-
-    def __init__(self, text: str, bbox: Tuple[float, ...], size: float, bold: bool, block: Any):
-        self.text, self.bbox, self.size, self.bold, self.block = text, bbox, size, bold, block
-
-    def in_margin(self, height: float, share: float) -> bool:
-        return self.bbox[3] <= height * share or self.bbox[1] >= height * (1 - share)
-
-
-class _PageLines:
-    __slots__ = ("number", "width", "height", "lines")
-
-    def __init__(self, number: int, width: float, height: float, lines: List[_Line]):
-        self.number, self.width, self.height, self.lines = number, width, height, lines
-
-
 class _Parsed:
     __slots__ = ("text", "page_spans", "headings", "body_size", "images", "title")
 
     def __init__(self, text, page_spans, headings, body_size, images, title=""):
         self.text, self.page_spans, self.headings = text, page_spans, headings
         self.body_size, self.images, self.title = body_size, images, title
-
-
-def _page_lines(page: Any, number: int) -> _PageLines:
-    """Text lines of a page with their dominant font size and weight (one get_text call)."""
-    lines: List[_Line] = []
-    import pymupdf
-
-    # Text flags without images: image blocks are read separately (get_image_info), cheaper.
-    data = page.get_text("dict", flags=pymupdf.TEXTFLAGS_TEXT)
-    for b_idx, block in enumerate(data.get("blocks", [])):
-        for line in block.get("lines", []):
-            spans = [s for s in line.get("spans", []) if s.get("text")]
-            text = "".join(s["text"] for s in spans)
-            if not text.strip():
-                continue
-            weights: Counter = Counter()
-            bold_chars = 0
-            for s in spans:
-                n = len(s["text"].strip())
-                weights[round(float(s["size"]) * 2) / 2] += n
-                if s.get("flags", 0) & 16 or "bold" in s.get("font", "").lower():
-                    bold_chars += n
-            size = weights.most_common(1)[0][0]
-            total = sum(weights.values()) or 1
-            lines.append(
-                _Line(text, tuple(line["bbox"]), size, bold_chars >= 0.8 * total, (number, b_idx))
-            )
-    rect = page.rect
-    return _PageLines(number, float(rect.width), float(rect.height), lines)
-
-
-def _body_font_size(pages: List[_PageLines]) -> float:
-    weights: Counter = Counter()
-    for page in pages:
-        for line in page.lines:
-            weights[line.size] += len(line.text.strip())
-    return float(weights.most_common(1)[0][0]) if weights else 0.0
-
-
-def _rules(page: Any) -> Tuple[List[Tuple[float, float, float]], List[Tuple[float, float, float]]]:
-    """Horizontal ``(y, x0, x1)`` and vertical ``(x, y0, y1)`` rules: stroked lines, thin
-    rectangles and the edges of stroked boxes (filled shading is not a rule)."""
-    horizontal: List[Tuple[float, float, float]] = []
-    vertical: List[Tuple[float, float, float]] = []
-    for drawing in page.get_drawings():
-        stroked = "s" in (drawing.get("type") or "")
-        for item in drawing["items"]:
-            if item[0] == "l":
-                a, b = item[1], item[2]
-                if abs(a.y - b.y) < 1 and abs(a.x - b.x) > 5:
-                    horizontal.append((a.y, min(a.x, b.x), max(a.x, b.x)))
-                elif abs(a.x - b.x) < 1 and abs(a.y - b.y) > 5:
-                    vertical.append((a.x, min(a.y, b.y), max(a.y, b.y)))
-            elif item[0] == "re":
-                r = item[1]
-                if r.height < 3 and r.width > 5:
-                    horizontal.append(((r.y0 + r.y1) / 2, r.x0, r.x1))
-                elif r.width < 3 and r.height > 5:
-                    vertical.append(((r.x0 + r.x1) / 2, r.y0, r.y1))
-                elif stroked and r.width > 5 and r.height > 5:
-                    horizontal += [(r.y0, r.x0, r.x1), (r.y1, r.x0, r.x1)]
-                    vertical += [(r.x0, r.y0, r.y1), (r.x1, r.y0, r.y1)]
-    return horizontal, vertical
-
-
-def _cluster(values: Iterable[float], tol: float = 2.0) -> List[float]:
-    out: List[float] = []
-    for v in sorted(values):
-        if not out or v - out[-1] > tol:
-            out.append(v)
-    return out
-
-
-def _grids(horizontal, vertical, min_rows: int) -> List[Tuple[List[float], List[float]]]:
-    """Connected components of crossing rules that form a grid: (row ys, column xs)."""
-    tol = 2.0
-    n_h = len(horizontal)
-    parent = list(range(n_h + len(vertical)))
-
-    def find(i: int) -> int:
-        while parent[i] != i:
-            parent[i] = parent[parent[i]]
-            i = parent[i]
-        return i
-
-    for i, (y, x0, x1) in enumerate(horizontal):
-        for j, (x, y0, y1) in enumerate(vertical):
-            if x0 - tol <= x <= x1 + tol and y0 - tol <= y <= y1 + tol:
-                parent[find(i)] = find(n_h + j)
-    groups: Dict[int, List[int]] = {}
-    for i in range(len(parent)):
-        groups.setdefault(find(i), []).append(i)
-    grids = []
-    for members in groups.values():
-        ys = _cluster(horizontal[i][0] for i in members if i < n_h)
-        xs = _cluster(vertical[i - n_h][0] for i in members if i >= n_h)
-        if len(ys) >= min_rows and len(xs) >= 2:
-            grids.append((ys, xs))
-    return sorted(grids)
-
-
-def _grid_markdown(ys: List[float], xs: List[float], words: Sequence[Sequence[Any]]) -> str:
-    """A Markdown table: every word goes to the grid cell holding its centre."""
-    cells: Dict[Tuple[int, int], List[Sequence[Any]]] = {}
-    for word in words:
-        cx, cy = (word[0] + word[2]) / 2, (word[1] + word[3]) / 2
-        if not (xs[0] <= cx <= xs[-1] and ys[0] <= cy <= ys[-1]):
-            continue
-        row = max(i for i in range(len(ys) - 1) if ys[i] <= cy) if cy < ys[-1] else len(ys) - 2
-        col = max(i for i in range(len(xs) - 1) if xs[i] <= cx) if cx < xs[-1] else len(xs) - 2
-        cells.setdefault((row, col), []).append(word)
-    if not cells:
-        return ""
-    grid = []
-    for r in range(len(ys) - 1):
-        row = []
-        for c in range(len(xs) - 1):
-            inside = sorted(cells.get((r, c), []), key=lambda w: (w[5], w[6], w[7]))
-            row.append(" ".join(str(w[4]) for w in inside).replace("|", "\\|"))
-        if any(row):
-            grid.append(row)
-    width = len(xs) - 1
-    lines = ["|" + "|".join(grid[0]) + "|", "|" + "|".join(["---"] * width) + "|"]
-    lines += ["|" + "|".join(r) + "|" for r in grid[1:]]
-    return "\n".join(lines)
-
-
-def _normalise(text: str) -> str:
-    """Running-line key: digits (page numbers, dates) folded, whitespace and case ignored."""
-    return " ".join(_DIGITS_RE.sub("#", text).lower().split())
-
-
-def _inside(inner: Sequence[float], outer: Sequence[float], tol: float = 2.0) -> bool:
-    """Whether the centre of box ``inner`` lies in box ``outer``."""
-    cx, cy = (inner[0] + inner[2]) / 2, (inner[1] + inner[3]) / 2
-    return outer[0] - tol <= cx <= outer[2] + tol and outer[1] - tol <= cy <= outer[3] + tol
-
-
-def _reading_order(items: List[Tuple[Tuple[float, ...], str, Any]], width: float) -> List[Tuple]:
-    """Order page items top to bottom, reading two-column bands column by column.
-
-    Full-width items (crossing the page middle) split the page into bands. A band is read
-    left column first only when both sides hold running text (wide lines); otherwise (a label
-    on the left, figures on the right, as in unruled financial tables) it stays in line order
-    so each row keeps its label and numbers together. PyMuPDF's ``sort=True`` orders by y
-    only and would interleave two text columns line by line.
-    """
-    mid = width / 2
-    # Same baseline first (bottom edge, 2 pt buckets), then left to right.
-    items = sorted(items, key=lambda it: (round(it[0][3] / 2), it[0][0]))
-    ordered: List[Tuple] = []
-    band: List[Tuple] = []
-
-    def is_column(side: List[Tuple]) -> bool:
-        wide = [it for it in side if it[0][2] - it[0][0] >= width * 0.25]
-        return len(wide) >= 2 and len(wide) >= 0.5 * len(side)
-
-    def close_band() -> None:
-        left = [it for it in band if it[0][2] <= mid + 1]
-        right = [it for it in band if it[0][2] > mid + 1]
-        ordered.extend(left + right if is_column(left) and is_column(right) else band)
-        band.clear()
-
-    for item in items:
-        x0, _, x1, _ = item[0]
-        if x0 < mid - 1 and x1 > mid + 1:  # spans the middle: full width
-            close_band()
-            ordered.append(item)
-        else:
-            band.append(item)
-    close_band()
-    return ordered
-
-
-def _join_pages(page_texts: List[str]) -> Tuple[str, List[List[int]]]:
-    """Join pages with PAGE_JOINER; each page's span owns the joiner after it (contiguous)."""
-    spans: List[List[int]] = []
-    pieces: List[str] = []
-    start = 0
-    for i, page_text in enumerate(page_texts):
-        piece = page_text + (PAGE_JOINER if i < len(page_texts) - 1 else "")
-        pieces.append(piece)
-        spans.append([i, start, start + len(piece)])
-        start += len(piece)
-    return "".join(pieces), spans
-
-
-def _offset_below(bbox: List[float], page: _PageLines, text: str, start: int, end: int) -> int:
-    """Where an uncaptioned image belongs: before the first text line below it on its page."""
-    below = [l for l in page.lines if l.bbox[1] >= bbox[3] - 2 and l.text.strip()]
-    below.sort(key=lambda l: l.bbox[1])
-    for line in below:
-        idx = text.find(line.text.strip(), start, end)
-        if idx >= 0:
-            return idx
-    return end if end > start else start
 
 
 def _first_top_heading(text: str) -> str:
@@ -728,11 +591,11 @@ def _first_top_heading(text: str) -> str:
 
 
 def _read_text_file(path: Path) -> _Parsed:
-    raw = path.read_bytes()
     try:
-        text = raw.decode("utf-8-sig")
-    except UnicodeDecodeError:  # keep every byte: latin-1 decodes anything
-        text = raw.decode("latin-1")
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise DocumentReadError(path, f"cannot read the file ({one_line(exc)})") from exc
+    text = decode_text(path, raw)
     if not text.strip():
         raise EmptyDocumentError(path, "the file has no text")
     headings = []
