@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import sys
 from pathlib import Path
@@ -99,6 +100,7 @@ def _cmd_ingest(args: argparse.Namespace) -> int:
 
     llm = llm_from_spec(args.llm)
     folder, store = Path(args.dir), Path(args.store)
+
     if not folder.is_dir():
         raise CLIError(f"{folder}: no such folder")
     exists = _store_exists(store)
@@ -124,10 +126,17 @@ def _cmd_ingest(args: argparse.Namespace) -> int:
     # Checkpoints make an interrupted run resumable with --add; a rebuild keeps the old
     # store until it is complete, so it checkpoints only into a new store.
     checkpoint = None if (exists and args.rebuild) else (lambda: pack.persist(store))
-    report = pack.add_directory(
-        folder, recursive=args.recursive, progress=progress,
-        checkpoint=checkpoint, checkpoint_seconds=args.checkpoint_minutes * 60,
-    )
+    # The command prints each skipped file once below; the reader's own warning would repeat it.
+    reader_log = logging.getLogger("llama_index_hiqa.readers")
+    level = reader_log.level
+    reader_log.setLevel(logging.ERROR)
+    try:
+        report = pack.add_directory(
+            folder, recursive=args.recursive, progress=progress,
+            checkpoint=checkpoint, checkpoint_seconds=args.checkpoint_minutes * 60,
+        )
+    finally:
+        reader_log.setLevel(level)
     for failure in pack.read_failures:
         print(f"skipped {failure}", file=sys.stderr)
     start = time.perf_counter()

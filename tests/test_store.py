@@ -55,16 +55,19 @@ def two_packs(documents):
     return small, large
 
 
-def _is_write(event: str, args: tuple) -> bool:
+def _is_store_event(event: str, args: tuple, store: str) -> bool:
+    """A file-system step of persist: every open inside the store (writes, and the reads that
+    flush files and folders to disk, some of them after the switch), and every rename,
+    remove and mkdir."""
     if event != "open":
         return event in WRITE_EVENTS
-    flags = args[2] if len(args) > 2 else 0
-    return isinstance(flags, int) and bool(flags & (os.O_WRONLY | os.O_RDWR | os.O_CREAT))
+    path = args[0]
+    return isinstance(path, (str, bytes, os.PathLike)) and os.fsdecode(path).startswith(store)
 
 
 def _persist_in_child(pack: HiQAPack, store: Path, kill_at_event: int = 0, kill_after: float = 0.0) -> tuple:
-    """Fork; the child persists and is killed with SIGKILL at its ``kill_at_event``-th file
-    write/rename/remove (or after ``kill_after`` seconds). Returns (killed, events seen)."""
+    """Fork; the child persists and is killed with SIGKILL at its ``kill_at_event``-th
+    file-system step (or after ``kill_after`` seconds). Returns (killed, steps seen)."""
     read_fd, write_fd = os.pipe()
     pid = os.fork()
     if pid == 0:  # the child: never returns into pytest
@@ -75,11 +78,15 @@ def _persist_in_child(pack: HiQAPack, store: Path, kill_at_event: int = 0, kill_
 
         from tqdm import tqdm
 
-        tqdm.set_lock(threading.RLock())
+        classes = [tqdm]
+        while classes:  # bm25s's tqdm subclass got a lock of its own in the parent
+            cls = classes.pop()
+            cls._lock = threading.RLock()
+            classes += cls.__subclasses__()
         seen = [0]
 
         def hook(event, args):
-            if event in WRITE_EVENTS and _is_write(event, args):
+            if event in WRITE_EVENTS and _is_store_event(event, args, str(store)):
                 seen[0] += 1
                 if seen[0] == kill_at_event:
                     os.kill(os.getpid(), signal.SIGKILL)
