@@ -48,7 +48,7 @@ from llama_index.core.schema import BaseNode, Document, TextNode
 from llama_index_hiqa import schema
 from llama_index_hiqa.defaults import resolve_llm
 from llama_index_hiqa.errors import LLMOutputError
-from llama_index_hiqa.llm_calls import with_timeout
+from llama_index_hiqa.llm_calls import retry_delay, with_timeout
 from llama_index_hiqa.parsers._markdown_segments import (
     HeadingMark,
     LevelResolver,
@@ -398,8 +398,10 @@ class MarkdownFormatterParser(NodeParser):
                 reason = f"{type(exc).__name__}: {exc}"
                 result.errors.append(reason)
                 reason = ""  # an error is not the model's fault: no note in the next prompt
-                if attempt < self.max_retries and self.retry_backoff_seconds:
-                    await asyncio.sleep(self.retry_backoff_seconds * 2**attempt)
+                if attempt < self.max_retries:
+                    delay = retry_delay(exc, attempt, self.retry_backoff_seconds)
+                    if delay:
+                        await asyncio.sleep(delay)
                 continue
             context = window.before + "\n" + window.after
             if prev is not None:
