@@ -105,3 +105,14 @@ class EmptyCorpusError(HiQAError, ValueError):
         self.failures = list(failures)
         detail = f"; {len(self.failures)} file(s) unreadable: " + "; ".join(map(str, self.failures[:3])) if self.failures else ""
         super().__init__(f"{source}: no readable .pdf/.md/.txt document{detail}")
+
+
+class LLMConfigError(HiQAError, ValueError):
+    """An LLM named on the command line (``openai:MODEL``, ``openai-compatible:MODEL``) cannot
+    be used: malformed name, missing key or URL, refused connection, rejected key, unknown
+    model. ``spec`` names the LLM, ``reason`` says what is wrong in one line."""
+
+    def __init__(self, spec: Any, reason: str) -> None:
+        self.spec = spec
+        self.reason = reason
+        super().__init__(f"--llm {spec}: {reason}")
