@@ -101,6 +101,7 @@ def _cmd_ingest(args: argparse.Namespace) -> int:
 
 
 def _cmd_ask(args: argparse.Namespace) -> int:
+    from llama_index_hiqa.figures import format_figure
     from llama_index_hiqa.pack import HiQAPack, citation, format_citation
 
     llm = _llm(args)
@@ -109,7 +110,8 @@ def _cmd_ask(args: argparse.Namespace) -> int:
         raise CLIError(f"{store}: no such store; build one with `hiqa ingest DIR --store {store}`")
     settings = {"similarity_top_k": args.top_k} if args.top_k else {}
     pack = HiQAPack.load(store, llm=llm, **settings)
-    response = pack.run(args.question)
+    stream = args.stream and not args.json and pack.llm is not None
+    response = pack.run(args.question, streaming=stream) if stream else pack.run(args.question)
     sources = response.source_nodes or []
     if args.json:
         payload = {
@@ -120,14 +122,25 @@ def _cmd_ask(args: argparse.Namespace) -> int:
                 {**citation(n.node), "score": n.score, "node_id": n.node.node_id, "text": n.node.get_content()}
                 for n in sources
             ],
+            "figures": pack.figures(sources),
         }
         print(json.dumps(payload, indent=2, ensure_ascii=False))
         return 0
-    print(str(response))
+    if stream:
+        for token in response.response_gen:  # tokens as the server sends them
+            print(token, end="", flush=True)
+        print()
+    else:
+        print(str(response))
     if pack.llm is not None and sources:
         print("\nSources:")
         for i, n in enumerate(sources, 1):
             print(f"[{i}] {format_citation(n.node)}")
+    figures = pack.figures(sources)
+    if figures:
+        print("\nFigures:")
+        for record in figures:
+            print(f"- {format_figure(record)}")
     return 0
 
 
@@ -191,7 +204,11 @@ def build_parser() -> argparse.ArgumentParser:
     ask.add_argument("--llm", help="openai:MODEL or openai-compatible:MODEL; default: cited evidence only")
     _llm_options(ask)
     ask.add_argument("--top-k", type=int, help="evidence nodes (default: the store's setting, 5)")
-    ask.add_argument("--json", action="store_true", help="print the answer and sources as JSON")
+    ask.add_argument("--json", action="store_true", help="print the answer, sources and figures as JSON")
+    ask.add_argument(
+        "--stream", action="store_true",
+        help="print the LLM's answer token by token as it arrives, then the sources and figures",
+    )
     ask.set_defaults(func=_cmd_ask)
     return parser
 

@@ -39,7 +39,7 @@ from llama_index.core.base.base_query_engine import BaseQueryEngine
 from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.base.embeddings.base import BaseEmbedding
 from llama_index.core.base.llms.types import ChatMessage, MessageRole
-from llama_index.core.base.response.schema import Response
+from llama_index.core.base.response.schema import Response, StreamingResponse
 from llama_index.core.bridge.pydantic import BaseModel, ConfigDict, Field
 from llama_index.core.chat_engine.types import (
     AgentChatResponse,
@@ -167,6 +167,9 @@ class EvidenceQueryEngine(CustomQueryEngine):
 
     retriever: BaseRetriever
     node_postprocessors: List[BaseNodePostprocessor] = Field(default_factory=list)
+    streaming: bool = Field(
+        default=False, description="Answer with a StreamingResponse (the evidence as one chunk), like LLM engines."
+    )
 
     def _nodes(self, query: str) -> List[NodeWithScore]:
         bundle = QueryBundle(query)
@@ -175,8 +178,10 @@ class EvidenceQueryEngine(CustomQueryEngine):
             nodes = post.postprocess_nodes(nodes, query_bundle=bundle)
         return nodes
 
-    def custom_query(self, query_str: str) -> Response:
+    def custom_query(self, query_str: str) -> Union[Response, StreamingResponse]:
         nodes = self._nodes(query_str)
+        if self.streaming:
+            return StreamingResponse(iter([evidence_answer(nodes)]), source_nodes=nodes, metadata={"llm": None})
         return Response(response=evidence_answer(nodes), source_nodes=nodes, metadata={"llm": None})
 
 
@@ -275,6 +280,7 @@ class HiQAPack:
         self.embed_model = embed_model or index._embed_model
         self.multi_route = _multi_route or self._build_multi_route()
         self.graph = _graph
+        self.store_path: Optional[Path] = None  # the folder it was loaded from / persisted to
         if self.config.use_chunk_graph and self.graph is None:
             self.graph = self._build_graph()
 
@@ -409,7 +415,10 @@ class HiQAPack:
         llm = llm or self.llm
         postprocessors = kwargs.pop("node_postprocessors", None) or self.node_postprocessors()
         if llm is None:
-            return EvidenceQueryEngine(retriever=self.as_retriever(), node_postprocessors=postprocessors)
+            return EvidenceQueryEngine(
+                retriever=self.as_retriever(), node_postprocessors=postprocessors,
+                streaming=bool(kwargs.get("streaming", False)),
+            )
         return RetrieverQueryEngine.from_args(
             self.as_retriever(), llm=llm, node_postprocessors=postprocessors, **kwargs
         )
@@ -426,8 +435,20 @@ class HiQAPack:
         )
 
     def run(self, question: str, **kwargs: Any) -> Response:
-        """Answer one question (``Response`` with ``source_nodes``; print it for the text)."""
+        """Answer one question (``Response`` with ``source_nodes``; print it for the text;
+        ``streaming=True``: a ``StreamingResponse`` whose ``response_gen`` yields the tokens)."""
         return self.as_query_engine(**kwargs).query(question)
+
+    def figures(self, response: Any) -> List[Dict[str, Any]]:
+        """The figures that go with an answer (a response or its source nodes): figures it
+        retrieved, then those on its cited pages and sections; each with document, page,
+        section, caption, box and the image file saved in the store (see
+        :func:`llama_index_hiqa.figures.figures_for`)."""
+        from llama_index_hiqa.figures import FIGURES_DIRNAME, figures_for
+
+        sources = getattr(response, "source_nodes", response) or []
+        images_dir = None if self.store_path is None else Path(self.store_path) / FIGURES_DIRNAME
+        return figures_for(sources, self.index.docstore, images_dir)
 
     # -- incremental updates ---------------------------------------------------------------
     def add_documents(self, documents: Sequence[Document]) -> List[BaseNode]:
@@ -488,6 +509,13 @@ class HiQAPack:
             "documents": self.document_ids,
         }
         (path / CONFIG_FILENAME).write_text(json.dumps(payload, indent=2), encoding="utf-8")
+        from llama_index_hiqa.figures import FIGURES_DIRNAME, save_figures
+
+        previous = [] if self.store_path is None else [Path(self.store_path) / FIGURES_DIRNAME]
+        report = save_figures(self.nodes, path / FIGURES_DIRNAME, previous_dirs=previous)
+        for name, reason in report.missing:
+            logger.warning("figure %s not saved: %s", name, reason)
+        self.store_path = path
         return path
 
     @classmethod
@@ -540,7 +568,9 @@ class HiQAPack:
                     embed_model=embed_model, llm=llm,
                     keyword_fn=_keyword_extractor(config).extract_query, **config.chunk_graph,
                 )
-        return cls(index, config=config, llm=llm, embed_model=embed_model, _multi_route=multi_route, _graph=graph)
+        pack = cls(index, config=config, llm=llm, embed_model=embed_model, _multi_route=multi_route, _graph=graph)
+        pack.store_path = path
+        return pack
 
 
 # --------------------------------------------------------------------------- helpers
