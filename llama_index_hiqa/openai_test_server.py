@@ -37,7 +37,7 @@ import uuid
 from collections import Counter
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Dict, List, Optional, Sequence, Union
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 from llama_index_hiqa.testing import Answer, Script, count_tokens
 
@@ -65,6 +65,9 @@ class ServerStats:
     completion_tokens: int = 0
     faults: Counter = field(default_factory=Counter)
     streamed: int = 0
+    max_in_flight: int = 0  # most completion requests served at the same time
+    # (monotonic time, "answer" or the fault kind) per completion request, in arrival order
+    events: List[Tuple[float, str]] = field(default_factory=list)
 
     @property
     def total_tokens(self) -> int:
@@ -74,7 +77,7 @@ class ServerStats:
         return {
             "requests": self.requests, "completions": self.completions, "streamed": self.streamed,
             "prompt_tokens": self.prompt_tokens, "completion_tokens": self.completion_tokens,
-            "faults": dict(self.faults),
+            "faults": dict(self.faults), "max_in_flight": self.max_in_flight,
         }
 
 
@@ -115,6 +118,7 @@ class OpenAICompatibleServer:
         self._queued_faults = [f if isinstance(f, Fault) else Fault(f) for f in faults]
         self._random = random.Random(seed)
         self._lock = threading.Lock()
+        self._in_flight = 0
         self._httpd: Optional[ThreadingHTTPServer] = None
         self._thread: Optional[threading.Thread] = None
         self._timer: Optional[threading.Timer] = None
@@ -169,6 +173,12 @@ class OpenAICompatibleServer:
 
     # -- answers ---------------------------------------------------------------------------
     def _next(self, prompt: str) -> Union[str, Fault]:
+        answer = self._pick(prompt)
+        with self._lock:
+            self.stats.events.append((time.monotonic(), answer.kind if isinstance(answer, Fault) else "answer"))
+        return answer
+
+    def _pick(self, prompt: str) -> Union[str, Fault]:
         with self._lock:
             self.stats.completions += 1
             self.prompts.append(prompt)
@@ -260,6 +270,16 @@ class _Handler(BaseHTTPRequestHandler):
             prompt = "\n".join(_content_text(m.get("content")) for m in request.get("messages") or [])
         else:
             prompt = str(request.get("prompt") or "")
+        with state._lock:
+            state._in_flight += 1
+            state.stats.max_in_flight = max(state.stats.max_in_flight, state._in_flight)
+        try:
+            self._answer(state, prompt, chat, request)
+        finally:
+            with state._lock:
+                state._in_flight -= 1
+
+    def _answer(self, state: OpenAICompatibleServer, prompt: str, chat: bool, request: Dict[str, Any]) -> None:
         answer = state._next(prompt)
         if state.latency_seconds:
             time.sleep(state.latency_seconds)
