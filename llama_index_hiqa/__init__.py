@@ -70,6 +70,13 @@ _EXPORTS: Dict[str, str] = {
     "HiQAPackConfig": "llama_index_hiqa.pack",
     "PackStoreError": "llama_index_hiqa.errors",
     "EmptyCorpusError": "llama_index_hiqa.errors",
+    #
+    # -- LLMs over HTTP, streaming, figures (issue 17)
+    "llm_from_spec": "llama_index_hiqa.llm_spec",
+    "LLMConfigError": "llama_index_hiqa.errors",
+    "OpenAICompatibleServer": "llama_index_hiqa.openai_test_server",
+    "save_figures": "llama_index_hiqa.figures",
+    "figures_for": "llama_index_hiqa.figures",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -17,7 +17,8 @@ the faults a real server produces:
 ========================  ==================================================================
 
 Faults come from the script (a :class:`Fault` in place of an answer), from ``faults=`` (used
-first, one per request) or at random with ``fault_rate`` (seeded, so runs repeat)::
+first, one per request) or at random with ``fault_rate`` (which requests fail is drawn with
+``seed``, so runs repeat; the kinds of ``fault_kinds`` take turns)::
 
     with OpenAICompatibleServer(["# 1 Intro"], fault_rate=0.1) as server:
         llm = server.llm(timeout=2.0)          # OpenAILike(api_base=server.url, ...)
@@ -119,6 +120,7 @@ class OpenAICompatibleServer:
         self._random = random.Random(seed)
         self._lock = threading.Lock()
         self._in_flight = 0
+        self._random_faults = 0
         self._httpd: Optional[ThreadingHTTPServer] = None
         self._thread: Optional[threading.Thread] = None
         self._timer: Optional[threading.Timer] = None
@@ -185,7 +187,11 @@ class OpenAICompatibleServer:
             if self._queued_faults:
                 return self._queued_faults.pop(0)
             if self.fault_rate and self._random.random() < self.fault_rate:
-                return Fault(self._random.choice(self.fault_kinds))
+                # which requests fail is random (seeded); the kinds take turns, so a run with
+                # as many faults as kinds has met every one
+                kind = self.fault_kinds[self._random_faults % len(self.fault_kinds)]
+                self._random_faults += 1
+                return Fault(kind)
             if callable(self._script):
                 answer: Any = self._script(prompt)
             elif self._index < len(self._script):
