@@ -103,8 +103,11 @@ def formatter_run(documents: Sequence[Any], seed: int, workers: int) -> Dict[str
     }
 
 
+PACK_SEED = 7  # of the seeds above, the one whose run meets every fault kind
+
+
 def pack_run(llm_server: bool) -> Dict[str, Any]:
-    server = _server(0) if llm_server else None
+    server = _server(PACK_SEED) if llm_server else None
     try:
         started = time.perf_counter()
         pack = HiQAPack.from_directory(
@@ -160,7 +163,8 @@ def main() -> None:
         rows,
     )
     pack_table = _results.markdown_table(
-        ["HiQAPack.from_directory (demo corpus, defaults)", "wall s", "ratio to no LLM", "nodes", "requests", "faults"],
+        ["HiQAPack.from_directory (demo corpus, defaults)", "wall s", "ratio to no LLM", "nodes", "requests",
+         f"faults (seed {PACK_SEED})"],
         [
             ["no LLM (layout parser)", f"{pack_plain['seconds']:.2f}", "1.00", pack_plain["nodes"], "-", "-"],
             ["openai-compatible LLM over HTTP (formatter on)", f"{pack_llm['seconds']:.2f}",
@@ -188,7 +192,8 @@ with itself. LLM: `llm_from_spec("openai-compatible:{MODEL}", base_url=..., time
 
 Default concurrency is {speedup:.1f}x faster than serial formatting. {fallback_note} Every run kept
 {worst:.0%} of the source text in its text segments (they tile each document) and every datasheet's
-figure as an image node ({figures} image nodes per run).
+figure as an image node ({figures} image nodes per run). No-LLM pack time is measured after a warm-up run that loads the
+embedding model and spaCy.
 
 {pack_table}
 
@@ -198,8 +203,9 @@ Reading: one window per datasheet (2 pages, well under the 2,000-word window), s
 document plus one per fault. A 429 or 500 is retried by the openai client (honouring `Retry-After`),
 a truncated or empty answer by the formatter (its own backoff, `Retry-After` when the server sends
 one); the slow reply costs the {TIMEOUT:.0f} s timeout before its retry, which dominates the runs it
-hits. Serial wall time is the sum of the latencies and retry waits; with 4 documents in flight the
-waits overlap. On real servers latency per window is seconds to tens of seconds, so the ratio, not
+hits (a serial run shows 2 requests in flight: the server was still sleeping on the slow reply
+when the client's retry arrived). Serial wall time is the sum of the latencies and retry waits;
+with 4 documents in flight the waits overlap. On real servers latency per window is seconds to tens of seconds, so the ratio, not
 the absolute time, is what carries over. The pack row adds the embedding (cached MiniLM), critical
 keywords (spaCy) and indexing to the formatter.
 """
