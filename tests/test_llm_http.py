@@ -356,3 +356,20 @@ def test_llm_spec_rejects_malformed_names():
             llm_from_spec(bad)
     with pytest.raises(LLMConfigError, match="too small"):
         llm_from_spec("openai-compatible:m", base_url="http://127.0.0.1:1/v1", context_window=10)
+
+
+def test_a_server_failing_mid_run_is_one_line_too(serve, store, cheap_models, monkeypatch, capsys):
+    import httpx
+    import openai
+
+    server = serve(default_response="x", model="m")
+
+    def failing_run(self, question, **kwargs):
+        response = httpx.Response(503, request=httpx.Request("POST", server.url + "/chat/completions"))
+        raise openai.InternalServerError("Service Unavailable", response=response, body=None)
+
+    monkeypatch.setattr(pack_module.HiQAPack, "run", failing_run)
+    args = ["ask", "q", "--store", str(store), "--llm", "openai-compatible:m", "--llm-base-url", server.url]
+    assert cli.main(args) == 2
+    err = capsys.readouterr().err
+    assert err == "hiqa ask: --llm openai-compatible:m: the server answered 503: Service Unavailable\n"
