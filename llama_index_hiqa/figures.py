@@ -1,7 +1,9 @@
 """Figures of a document as retrievable image nodes, saved by content hash, listed with answers.
 
-HiQA answers with the images that go with the retrieved sections (HiQA paper, §Method,
-"PDFImageSearcher", and the multimodal MasQA set of §Experiments). Three steps:
+HiQA answers with the images that go with the retrieved sections (HiQA paper, appendix A.3
+"Image References in Responses": PDFImageSearcher keeps, per document, a collection of image
+files with descriptions built from the image title and its surrounding text; appendix A.5
+"Image Augmentation"). Three steps:
 
 1. :func:`with_figure_nodes` (called by the parsers) adds one image node per figure the
    reader found (``schema.IMAGES``: page, bounding box, caption): its text is the caption, it
