@@ -512,7 +512,7 @@ class HiQAPack:
         from llama_index_hiqa.figures import FIGURES_DIRNAME, save_figures
 
         previous = [] if self.store_path is None else [Path(self.store_path) / FIGURES_DIRNAME]
-        report = save_figures(self.nodes, path / FIGURES_DIRNAME, previous_dirs=previous)
+        report = save_figures(self.index.docstore.docs.values(), path / FIGURES_DIRNAME, previous_dirs=previous)
         for name, reason in report.missing:
             logger.warning("figure %s not saved: %s", name, reason)
         self.store_path = path
