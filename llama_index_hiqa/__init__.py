@@ -76,6 +76,13 @@ _EXPORTS: Dict[str, str] = {
     "IngestionReport": "llama_index_hiqa.ingestion",
     "UndecodableTextError": "llama_index_hiqa.errors",
     "SkippedDocumentError": "llama_index_hiqa.errors",
+    #
+    # -- LLMs over HTTP, streaming, figures
+    "llm_from_spec": "llama_index_hiqa.llm_spec",
+    "LLMConfigError": "llama_index_hiqa.errors",
+    "OpenAICompatibleServer": "llama_index_hiqa.openai_test_server",
+    "save_figures": "llama_index_hiqa.figures",
+    "figures_for": "llama_index_hiqa.figures",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -7,9 +7,13 @@ documents and a questions JSONL. ``hiqa ingest DIR --store PATH`` builds a
 --store PATH`` loads it in a new process and answers with citations (``--json`` for scripts).
 On an existing store ``hiqa ingest`` needs ``--add`` (new and changed files replace
 their old versions, unchanged ones are skipped) or ``--rebuild``; it never overwrites silently.
-``--llm openai:gpt-4o-mini`` selects an LLM, its key read from the environment
-(``OPENAI_API_KEY``); without ``--llm`` (or ``Settings.llm``) answers are the cited evidence.
-Errors a user can fix (missing store, empty folder, missing key) print one line and exit 2.
+``--llm openai:gpt-4o-mini`` selects an OpenAI model, ``--llm openai-compatible:MODEL
+--llm-base-url http://host:8000/v1`` any OpenAI-compatible server (vLLM, Ollama, LM Studio,
+llama.cpp server), the key read from the environment (``OPENAI_API_KEY``); without ``--llm``
+(or ``Settings.llm``) answers are the cited evidence. ``hiqa ask --stream`` prints the answer
+as it is generated, then its sources and the figures on the cited pages. Errors a user can fix
+(missing store, empty folder, missing key, a server that refuses or lacks the model) print
+one line and exit 2.
 """
 
 from __future__ import annotations
@@ -17,7 +21,6 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import os
 import sys
 from pathlib import Path
 from typing import Any, List, Optional
@@ -58,32 +61,28 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     return 0
 
 
-LLM_PROVIDERS = {"openai": "OPENAI_API_KEY"}
-
-
 class CLIError(Exception):
     """A problem the user can fix: printed as one line, exit code 2."""
 
 
-def llm_from_spec(spec: Optional[str]) -> Any:
-    """``"openai:gpt-4o-mini"`` -> an OpenAI LLM (key from ``OPENAI_API_KEY``); ``None``/"none" -> None."""
-    if not spec or spec.lower() == "none":
-        return None
-    provider, _, model = spec.partition(":")
-    provider = provider.lower()
-    if provider not in LLM_PROVIDERS or not model:
-        raise CLIError(f"--llm {spec!r}: expected PROVIDER:MODEL with PROVIDER one of {sorted(LLM_PROVIDERS)}, "
-                       f"e.g. openai:gpt-4o-mini")
-    key_name = LLM_PROVIDERS[provider]
-    key = os.environ.get(key_name)
-    if not key:
-        raise CLIError(f"--llm {spec}: the environment variable {key_name} is not set "
-                       f"(export {key_name}=... or drop --llm for evidence-only answers)")
-    try:
-        from llama_index.llms.openai import OpenAI
-    except ImportError as exc:  # pragma: no cover - a dependency of the pack
-        raise CLIError(f"--llm {spec}: pip install llama-index-llms-openai ({exc})") from exc
-    return OpenAI(model=model, api_key=key)
+def llm_from_spec(spec: Optional[str], **settings: Any) -> Any:
+    """``openai:MODEL`` / ``openai-compatible:MODEL`` -> a LlamaIndex LLM; ``None``/"none" -> None
+    (see :func:`llama_index_hiqa.llm_spec.llm_from_spec` for ``base_url``, ``context_window``)."""
+    from llama_index_hiqa.llm_spec import llm_from_spec as build
+
+    return build(spec, **settings)
+
+
+def _llm(args: argparse.Namespace) -> Any:
+    """The LLM the command line names, checked against its server once before any work."""
+    from llama_index_hiqa.llm_spec import check_llm
+
+    settings = {k: v for k, v in (("base_url", args.llm_base_url), ("context_window", args.llm_context_window),
+                                  ("timeout_seconds", args.llm_timeout)) if v is not None}
+    llm = llm_from_spec(args.llm, **settings)
+    if llm is not None:
+        check_llm(llm, args.llm)
+    return llm
 
 
 def _store_exists(store: Path) -> bool:
@@ -98,9 +97,8 @@ def _cmd_ingest(args: argparse.Namespace) -> int:
 
     from llama_index_hiqa.pack import HiQAPack
 
-    llm = llm_from_spec(args.llm)
+    llm = _llm(args)
     folder, store = Path(args.dir), Path(args.store)
-
     if not folder.is_dir():
         raise CLIError(f"{folder}: no such folder")
     exists = _store_exists(store)
@@ -150,15 +148,17 @@ def _cmd_ingest(args: argparse.Namespace) -> int:
 
 
 def _cmd_ask(args: argparse.Namespace) -> int:
+    from llama_index_hiqa.figures import format_figure
     from llama_index_hiqa.pack import HiQAPack, citation, format_citation
 
-    llm = llm_from_spec(args.llm)
+    llm = _llm(args)
     store = Path(args.store)
     if not store.exists():
         raise CLIError(f"{store}: no such store; build one with `hiqa ingest DIR --store {store}`")
     settings = {"similarity_top_k": args.top_k} if args.top_k else {}
     pack = HiQAPack.load(store, llm=llm, **settings)
-    response = pack.run(args.question)
+    stream = args.stream and not args.json and pack.llm is not None
+    response = pack.run(args.question, streaming=stream) if stream else pack.run(args.question)
     sources = response.source_nodes or []
     if args.json:
         payload = {
@@ -169,15 +169,36 @@ def _cmd_ask(args: argparse.Namespace) -> int:
                 {**citation(n.node), "score": n.score, "node_id": n.node.node_id, "text": n.node.get_content()}
                 for n in sources
             ],
+            "figures": pack.figures(sources),
         }
         print(json.dumps(payload, indent=2, ensure_ascii=False))
         return 0
-    print(str(response))
+    if stream:
+        for token in response.response_gen:  # tokens as the server sends them
+            print(token, end="", flush=True)
+        print()
+    else:
+        print(str(response))
     if pack.llm is not None and sources:
         print("\nSources:")
         for i, n in enumerate(sources, 1):
             print(f"[{i}] {format_citation(n.node)}")
+    figures = pack.figures(sources)
+    if figures:
+        print("\nFigures:")
+        for record in figures:
+            print(f"- {format_figure(record)}")
     return 0
+
+
+def _llm_options(command: argparse.ArgumentParser) -> None:
+    command.add_argument(
+        "--llm-base-url", help="OpenAI-compatible server, e.g. http://gpu-box:8000/v1 (default: $OPENAI_BASE_URL)"
+    )
+    command.add_argument(
+        "--llm-context-window", type=int, help="context window of an openai-compatible model, in tokens (default 32768)"
+    )
+    command.add_argument("--llm-timeout", type=float, help="seconds per LLM request (default 120)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -216,7 +237,8 @@ def build_parser() -> argparse.ArgumentParser:
     ing = sub.add_parser("ingest", help="read, parse, augment and index a folder; save the store")
     ing.add_argument("dir", help="folder of .pdf/.md/.txt documents")
     ing.add_argument("--store", required=True, help="folder the index is saved to")
-    ing.add_argument("--llm", help="PROVIDER:MODEL, e.g. openai:gpt-4o-mini (LLM Markdown formatter)")
+    ing.add_argument("--llm", help="openai:MODEL or openai-compatible:MODEL (LLM Markdown formatter)")
+    _llm_options(ing)
     ing.add_argument("--recursive", action="store_true", help="include subfolders")
     ing.add_argument("--graph", action="store_true", help="also build the IIER chunk graph (multi-hop)")
     ing.add_argument("--segments", action="store_true", help="answer with merged segments (TextRAG RSE)")
@@ -236,21 +258,33 @@ def build_parser() -> argparse.ArgumentParser:
     ask = sub.add_parser("ask", help="answer a question from a saved store, with citations")
     ask.add_argument("question")
     ask.add_argument("--store", required=True, help="folder written by `hiqa ingest`")
-    ask.add_argument("--llm", help="PROVIDER:MODEL, e.g. openai:gpt-4o-mini; default: cited evidence only")
+    ask.add_argument("--llm", help="openai:MODEL or openai-compatible:MODEL; default: cited evidence only")
+    _llm_options(ask)
     ask.add_argument("--top-k", type=int, help="evidence nodes (default: the store's setting, 5)")
-    ask.add_argument("--json", action="store_true", help="print the answer and sources as JSON")
+    ask.add_argument("--json", action="store_true", help="print the answer, sources and figures as JSON")
+    ask.add_argument(
+        "--stream", action="store_true",
+        help="print the LLM's answer token by token as it arrives, then the sources and figures",
+    )
     ask.set_defaults(func=_cmd_ask)
     return parser
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    from llama_index_hiqa.errors import EmptyCorpusError, PackStoreError
+    from llama_index_hiqa.errors import EmptyCorpusError, LLMConfigError, PackStoreError
+    from llama_index_hiqa.llm_spec import describe_llm_error, is_llm_client_error
 
     args = build_parser().parse_args(argv)
     try:
         return int(args.func(args) or 0)
-    except (CLIError, EmptyCorpusError, PackStoreError) as exc:
+    except (CLIError, EmptyCorpusError, PackStoreError, LLMConfigError) as exc:
         print(f"hiqa {args.command}: {exc}", file=sys.stderr)
+        return 2
+    except Exception as exc:
+        if not is_llm_client_error(exc):
+            raise
+        # The server failed mid-run (after the retries): one line, not a traceback.
+        print(f"hiqa {args.command}: --llm {args.llm}: {describe_llm_error(exc)}", file=sys.stderr)
         return 2
 
 

@@ -32,6 +32,9 @@ DEMO_DATA_DIR = PROJECT_ROOT / "examples" / "data"
 CHUNK_SIZE = 256  # tokens, the same baseline as the benchmarks (benchmarks/_common.py)
 CHUNK_OVERLAP = 32
 SNIPPET_CHARS = 90
+# Every datasheet has one figure (Figure 1, the typical application circuit, in chapter 3):
+# asking for it must retrieve that datasheet's image node (HiQA's answers show images).
+FIGURE_QUESTION = ("Show the typical application circuit of the NX-2043", "NX-2043")
 _HEADING_LINE = re.compile(r"^#{1,6} +(.+?)\s*$", re.M)
 
 
@@ -52,6 +55,7 @@ class DemoReport:
     documents: int = 0
     nodes: int = 0
     seconds: float = 0.0
+    figure: Optional[NodeWithScore] = None  # the gold datasheet's figure, when retrieved
 
     @property
     def hit_rate(self) -> float:
@@ -172,7 +176,13 @@ def demo_report(
     retriever = build_retriever(nodes, resolve_embed_model(embed_model), top_k)
     questions = load_questions_jsonl(Path(data_dir) / "questions.jsonl")
     answers = answer_questions(questions, retriever)
-    return DemoReport(answers, len(documents), len(nodes), time.perf_counter() - started)
+    question, document = FIGURE_QUESTION
+    figure = next(
+        (hit for hit in retriever.retrieve(question)
+         if schema.get_segment_kind(hit.node) == schema.KIND_IMAGE and schema.get_document_id(hit.node) == document),
+        None,
+    )
+    return DemoReport(answers, len(documents), len(nodes), time.perf_counter() - started, figure)
 
 
 def run_demo(
@@ -206,6 +216,15 @@ def run_demo(
         found = f"gold document at rank {answer.gold_rank}" if answer.gold_rank else "gold document NOT found"
         extras = [x for x, ok in (("gold page", answer.page_hit), ("gold section", answer.section_hit)) if ok]
         echo(f"        -> {found}{' (' + ', '.join(extras) + ' retrieved)' if extras else ''}\n")
+    question, document = FIGURE_QUESTION
+    echo(f"[figure] {question}")
+    if report.figure is not None:
+        node = report.figure.node
+        echo(f"   ✓ figure of {document} found: p.{_page_label(node)} · "
+             f"{node.metadata.get(schema.SECTION_TITLE, '-')} · {node.metadata.get(schema.IMAGE_CAPTION)}"
+             f" (image {node.metadata.get(schema.IMAGE_FILE)})\n")
+    else:
+        echo(f"   figure of {document} NOT found in the top {top_k}\n")
     hits = sum(a.gold_rank is not None for a in report.answers)
     top1 = sum(a.gold_rank == 1 for a in report.answers)
     pages = sum(a.page_hit for a in report.answers)

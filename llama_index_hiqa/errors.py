@@ -116,3 +116,14 @@ class UndecodableTextError(UnsupportedDocumentError):
 class SkippedDocumentError(DocumentReadError):
     """A path a folder load deliberately did not read: a symlink whose target lies outside the
     folder (not followed unless asked) or a broken symlink. The reason says which."""
+
+
+class LLMConfigError(HiQAError, ValueError):
+    """An LLM named on the command line (``openai:MODEL``, ``openai-compatible:MODEL``) cannot
+    be used: malformed name, missing key or URL, refused connection, rejected key, unknown
+    model. ``spec`` names the LLM, ``reason`` says what is wrong in one line."""
+
+    def __init__(self, spec: Any, reason: str) -> None:
+        self.spec = spec
+        self.reason = reason
+        super().__init__(f"--llm {spec}: {reason}")

@@ -39,7 +39,7 @@ from llama_index.core.base.base_query_engine import BaseQueryEngine
 from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.base.embeddings.base import BaseEmbedding
 from llama_index.core.base.llms.types import ChatMessage, MessageRole
-from llama_index.core.base.response.schema import Response
+from llama_index.core.base.response.schema import Response, StreamingResponse
 from llama_index.core.bridge.pydantic import BaseModel, ConfigDict, Field
 from llama_index.core.chat_engine.types import (
     AgentChatResponse,
@@ -169,6 +169,9 @@ class EvidenceQueryEngine(CustomQueryEngine):
 
     retriever: BaseRetriever
     node_postprocessors: List[BaseNodePostprocessor] = Field(default_factory=list)
+    streaming: bool = Field(
+        default=False, description="Answer with a StreamingResponse (the evidence as one chunk), like LLM engines."
+    )
 
     def _nodes(self, query: str) -> List[NodeWithScore]:
         bundle = QueryBundle(query)
@@ -177,8 +180,10 @@ class EvidenceQueryEngine(CustomQueryEngine):
             nodes = post.postprocess_nodes(nodes, query_bundle=bundle)
         return nodes
 
-    def custom_query(self, query_str: str) -> Response:
+    def custom_query(self, query_str: str) -> Union[Response, StreamingResponse]:
         nodes = self._nodes(query_str)
+        if self.streaming:
+            return StreamingResponse(iter([evidence_answer(nodes)]), source_nodes=nodes, metadata={"llm": None})
         return Response(response=evidence_answer(nodes), source_nodes=nodes, metadata={"llm": None})
 
 
@@ -290,6 +295,7 @@ class HiQAPack:
         self._keyword_index: Any = getattr(_multi_route, "keyword_index", None)
         self._retriever: Optional[BaseRetriever] = None
         self._postprocessors: Optional[List[BaseNodePostprocessor]] = None
+        self.store_path: Optional[Path] = None  # the folder it was loaded from / persisted to
 
     # -- construction ------------------------------------------------------------------
     @classmethod
@@ -479,7 +485,10 @@ class HiQAPack:
         llm = llm or self.llm
         postprocessors = kwargs.pop("node_postprocessors", None) or self.node_postprocessors()
         if llm is None:
-            return EvidenceQueryEngine(retriever=self.as_retriever(), node_postprocessors=postprocessors)
+            return EvidenceQueryEngine(
+                retriever=self.as_retriever(), node_postprocessors=postprocessors,
+                streaming=bool(kwargs.get("streaming", False)),
+            )
         return RetrieverQueryEngine.from_args(
             self.as_retriever(), llm=llm, node_postprocessors=postprocessors, **kwargs
         )
@@ -496,8 +505,20 @@ class HiQAPack:
         )
 
     def run(self, question: str, **kwargs: Any) -> Response:
-        """Answer one question (``Response`` with ``source_nodes``; print it for the text)."""
+        """Answer one question (``Response`` with ``source_nodes``; print it for the text;
+        ``streaming=True``: a ``StreamingResponse`` whose ``response_gen`` yields the tokens)."""
         return self.as_query_engine(**kwargs).query(question)
+
+    def figures(self, response: Any) -> List[Dict[str, Any]]:
+        """The figures that go with an answer (a response or its source nodes): figures it
+        retrieved, then those on its cited pages and sections; each with document, page,
+        section, caption, box and the image file saved in the store (see
+        :func:`llama_index_hiqa.figures.figures_for`)."""
+        from llama_index_hiqa.figures import FIGURES_DIRNAME, figures_for
+
+        sources = getattr(response, "source_nodes", response) or []
+        images_dir = None if self.store_path is None else Path(self.store_path) / FIGURES_DIRNAME
+        return figures_for(sources, self.index.docstore, images_dir)
 
     # -- ingestion and updates -------------------------------------------------------------
     def ingest(
@@ -609,11 +630,14 @@ class HiQAPack:
 
         self._ensure_routes()
         root = Path(persist_dir)
-        with write_snapshot(root, legacy_marker=pack_files.CONFIG_FILENAME) as folder:
+        from llama_index_hiqa.figures import FIGURES_DIRNAME
+
+        with write_snapshot(root, legacy_marker=pack_files.CONFIG_FILENAME, shared_dirs=(FIGURES_DIRNAME,)) as folder:
             vector_kind = pack_files.write_index(self.index, folder)
             self._multi_route.persist(folder / pack_files.MULTI_ROUTE_DIRNAME)  # type: ignore[union-attr]
             if self._graph is not None:
                 self._graph.graph.persist(folder / pack_files.CHUNK_GRAPH_DIRNAME)
+            self._save_figures(root)
             pack_files.write_config(
                 folder,
                 {
@@ -625,7 +649,19 @@ class HiQAPack:
                     "documents": self.document_ids,
                 },
             )
+        self.store_path = root
         return root
+
+    def _save_figures(self, root: Path) -> None:
+        """Figure files go to ``root/images/`` beside the snapshots, named by content hash
+        and each written atomically, so every snapshot shares them and a crash leaves at
+        most an unreferenced file."""
+        from llama_index_hiqa.figures import FIGURES_DIRNAME, save_figures
+
+        previous = [] if self.store_path in (None, root) else [Path(self.store_path) / FIGURES_DIRNAME]
+        report = save_figures(self.index.docstore.docs.values(), root / FIGURES_DIRNAME, previous_dirs=previous)
+        for name, reason in report.missing:
+            logger.warning("figure %s not saved: %s", name, reason)
 
     @classmethod
     def load(
@@ -657,7 +693,9 @@ class HiQAPack:
         index = files.load_index(embed_model, vector_store)
         multi_route = _load_multi_route(files, index, config)
         graph = _load_graph(files, index, config, embed_model, llm)
-        return cls(index, config=config, llm=llm, embed_model=embed_model, _multi_route=multi_route, _graph=graph)
+        pack = cls(index, config=config, llm=llm, embed_model=embed_model, _multi_route=multi_route, _graph=graph)
+        pack.store_path = Path(persist_dir)
+        return pack
 
 
 # --------------------------------------------------------------------------- helpers

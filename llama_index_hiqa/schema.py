@@ -16,7 +16,7 @@ Document-level facts (written by :class:`~llama_index_hiqa.PDFLayoutReader`):
                           char_end, font_size, bold], ...]`` for lines set larger or
                           bolder than the body text
 ``BODY_FONT_SIZE``        the most common font size of the document's body text
-``IMAGES``                ``[{"page", "bbox", "caption", "char_offset"}, ...]``
+``IMAGES``                ``[{"page", "bbox", "caption", "char_offset", "xref", "file"}, ...]``
 ========================  ==============================================================
 
 Segment/node facts (written by the parsers, read by everything downstream):
@@ -31,6 +31,10 @@ Segment/node facts (written by the parsers, read by everything downstream):
 ``TABLE_TITLE``           for tables: the table's title or caption
 ``TABLE_COLUMNS``         for tables: column labels
 ``TABLE_ROWS``            for tables: row labels (first column)
+``IMAGE_CAPTION``         for images: the caption line next to the figure
+``IMAGE_BBOX``            for images: ``[x0, y0, x1, y1]`` in PDF points on its page
+``IMAGE_FILE``            for images: ``<content hash>.<ext>``, the file saved in the store
+``IMAGE_XREF``            for images: the PDF object the bytes are read from (0: inline)
 ``PARSE_PATH``            which path produced the node: ``"llm"``, ``"layout"``,
                           ``"layout_fallback"``, ``"markdown"``, ``"text"``
 ========================  ==============================================================
@@ -82,6 +86,9 @@ TABLE_TITLE = "table_title"
 TABLE_COLUMNS = "table_columns"
 TABLE_ROWS = "table_rows"
 IMAGE_CAPTION = "image_caption"
+IMAGE_BBOX = "image_bbox"
+IMAGE_FILE = "image_file"
+IMAGE_XREF = "image_xref"
 PARSE_PATH = "parse_path"
 COVERAGE = "coverage"
 
@@ -131,6 +138,9 @@ BOOKKEEPING_KEYS: Tuple[str, ...] = (
     TABLE_COLUMNS,
     TABLE_ROWS,
     IMAGE_CAPTION,
+    IMAGE_BBOX,
+    IMAGE_FILE,
+    IMAGE_XREF,
     PARSE_PATH,
     COVERAGE,
     SECTION_TITLE,

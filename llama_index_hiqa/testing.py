@@ -1,8 +1,15 @@
-"""A scripted LLM for tests, benchmarks and notebooks that must run offline.
+"""A scripted LLM and a scripted OpenAI-compatible server for tests, benchmarks and notebooks
+that must run offline.
 
 ``ScriptedLLM`` is an ordinary LlamaIndex ``CustomLLM``: it answers each call from a script
 (a list of answers used in order, or a function of the prompt), can raise or sleep to play a
 failing or slow LLM, and counts calls and prompt tokens so benchmarks can report LLM cost.
+
+``OpenAICompatibleServer`` answers the same scripts over real HTTP on 127.0.0.1 (chat and text
+completions, SSE streaming, usage, ``/models``) and injects the faults of a real server (429
+with ``Retry-After``, 500, a reply slower than the client's timeout, truncated JSON, an empty
+``choices`` list), so the real ``llama-index-llms-openai`` client path can be tested; see
+:mod:`llama_index_hiqa.openai_test_server`.
 
 >>> from llama_index_hiqa.testing import ScriptedLLM
 >>> llm = ScriptedLLM(responses=["# 1 Intro", TimeoutError("slow"), "not markdown"])
@@ -114,3 +121,12 @@ class ScriptedLLM(CustomLLM):
             yield CompletionResponse(text=text, delta=text)
 
         return gen()
+
+
+def __getattr__(name: str) -> Any:
+    # The server module imports nothing heavy, but keep `import testing` as light as before.
+    if name in ("OpenAICompatibleServer", "Fault", "FAULT_KINDS"):
+        from llama_index_hiqa import openai_test_server
+
+        return getattr(openai_test_server, name)
+    raise AttributeError(name)

@@ -142,7 +142,7 @@ def test_ask_with_an_llm_prints_the_answer_then_the_sources(store, monkeypatch, 
     from llama_index_hiqa.testing import ScriptedLLM
 
     llm = ScriptedLLM(default_response="The NX-2046 delivers up to 1 A.")
-    monkeypatch.setattr(cli, "llm_from_spec", lambda spec: llm if spec else None)
+    monkeypatch.setattr(cli, "llm_from_spec", lambda spec, **settings: llm if spec else None)
     assert cli.main(["ask", "NX-2046 maximum output current", "--store", str(store), "--llm", "openai:x"]) == 0
     out = capsys.readouterr().out
     assert out.startswith("The NX-2046 delivers up to 1 A.")

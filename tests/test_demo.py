@@ -85,6 +85,9 @@ def test_hiqa_demo_end_to_end(capsys, questions):
     assert hits > 0  # real retrieval, not a stub
     assert re.search(r"NX-204\d p\.\d", out)  # evidence with document and page
     assert re.search(r"gold section in top 3: \d+/%d" % len(questions), out)
+    # the figure question finds the datasheet's figure, with page, section, caption and file
+    assert re.search(r"✓ figure of NX-2043 found: p\.1 · 3 Description · Figure 1\. Typical application "
+                     r"circuit of the NX-2043 \(image [0-9a-f]{32}\.png\)", out)
 
 
 def test_answers_rank_the_first_gold_document_and_check_page_and_section():

@@ -38,8 +38,18 @@ def _doc(pages, doc_id="ds1", title="ACM1234 Current Sensor", file_name="ds1.pdf
 
 
 def _assert_tiles(doc, nodes):
-    """Positions 0..n-1; spans consecutive, covering the document; text = source span."""
+    """Positions 0..n-1; text spans consecutive, covering the document; text = source span.
+    Figures are image nodes between them: an empty span inside the segment before them."""
     assert [schema.get_position(n) for n in nodes] == list(range(len(nodes)))
+    host = None
+    for node in nodes:
+        if schema.get_segment_kind(node) != schema.KIND_IMAGE:
+            host = node
+            continue
+        start, end = schema.get_char_span(node)
+        lo, hi = schema.get_char_span(host)
+        assert start == end and lo <= start <= hi
+    nodes = [n for n in nodes if schema.get_segment_kind(n) != schema.KIND_IMAGE]
     spans = [schema.get_char_span(n) for n in nodes]
     assert spans[0][0] == 0 and spans[-1][1] == len(doc.text)
     for (_, end), (start, _) in zip(spans, spans[1:]):

@@ -37,6 +37,7 @@ from llama_index.core.schema import BaseNode, Document, TextNode
 from llama_index.core.utils import get_tqdm_iterable
 
 from llama_index_hiqa import schema
+from llama_index_hiqa.figures import with_figure_nodes
 from llama_index_hiqa.parsers._markdown_segments import (
     HeadingMark,
     LevelResolver,
@@ -87,6 +88,11 @@ class LayoutMarkdownParser(NodeParser):
         default=True,
         description="Give each Markdown table (with its title) a node of its own, kind 'table'.",
     )
+    images_as_nodes: bool = Field(
+        default=True,
+        description="Give each figure of the document (schema.IMAGES: page, box, caption) an image node "
+        "after the segment it sits in (llama_index_hiqa.figures).",
+    )
     skip_running_lines: bool = Field(
         default=True,
         description="Never take a line repeated at the top/bottom of many pages as a heading.",
@@ -134,7 +140,7 @@ class LayoutMarkdownParser(NodeParser):
             return []
         pieces = self.pieces(doc.text, doc.metadata)
         path = parse_path or _default_parse_path(doc)
-        return pieces_to_nodes(
+        nodes = pieces_to_nodes(
             doc,
             pieces,
             node_text=lambda p: doc.text[p.start : p.end],
@@ -142,6 +148,7 @@ class LayoutMarkdownParser(NodeParser):
             parse_path=lambda p: path,
             id_func=self.id_func,
         )
+        return with_figure_nodes(doc, nodes, self.id_func) if self.images_as_nodes else nodes
 
     def pieces(
         self, text: str, metadata: Optional[Dict[str, Any]] = None,

@@ -39,6 +39,7 @@ from llama_index.core.prompts import PromptTemplate
 from llama_index.core.schema import BaseNode, Document, NodeRelationship, TextNode
 
 from llama_index_hiqa import schema
+from llama_index_hiqa.figures import with_figure_nodes
 from llama_index_hiqa.defaults import resolve_llm
 from llama_index_hiqa.errors import LLMOutputError
 from llama_index_hiqa.llm_calls import call_with_retries
@@ -370,6 +371,11 @@ class LineNumberSegmentParser(NodeParser):
     timeout_seconds: Optional[float] = Field(
         default=120.0, description="Per-call LLM timeout; None waits forever."
     )
+    images_as_nodes: bool = Field(
+        default=True,
+        description="Give each figure of the document (schema.IMAGES: page, box, caption) an image node "
+        "after the segment it sits in (llama_index_hiqa.figures).",
+    )
     keep_section_summaries: bool = Field(
         default=False,
         description="Write the LLM's optional one-line section summaries to "
@@ -559,7 +565,7 @@ class LineNumberSegmentParser(NodeParser):
                     node.metadata[schema.SECTION_SUMMARY] = _as_section_summary(sec.summary)
                     apply_header_format(node)
                 nodes.append(node)
-        return nodes
+        return with_figure_nodes(doc, nodes, self.id_func) if self.images_as_nodes else nodes
 
 
 def _as_section_summary(summary: str) -> str:

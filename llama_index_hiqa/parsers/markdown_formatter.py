@@ -46,9 +46,10 @@ from llama_index.core.node_parser import NodeParser
 from llama_index.core.schema import BaseNode, Document, TextNode
 
 from llama_index_hiqa import schema
+from llama_index_hiqa.figures import with_figure_nodes
 from llama_index_hiqa.defaults import resolve_llm
 from llama_index_hiqa.errors import LLMOutputError
-from llama_index_hiqa.llm_calls import with_timeout
+from llama_index_hiqa.llm_calls import retry_delay, with_timeout
 from llama_index_hiqa.parsers._markdown_segments import (
     HeadingMark,
     LevelResolver,
@@ -267,6 +268,11 @@ class MarkdownFormatterParser(NodeParser):
     tables_as_nodes: bool = Field(
         default=True, description="Give each Markdown table (with its title) its own node."
     )
+    images_as_nodes: bool = Field(
+        default=True,
+        description="Give each figure of the document (schema.IMAGES: page, box, caption) an image node "
+        "after the segment it sits in (llama_index_hiqa.figures).",
+    )
     fallback_to_layout: bool = Field(
         default=True,
         description=(
@@ -326,7 +332,7 @@ class MarkdownFormatterParser(NodeParser):
     def _layout_only(self, nodes: Sequence[BaseNode], show_progress: bool) -> List[BaseNode]:
         parser = self.layout_parser.model_copy(
             update={"max_segment_chars": self.max_segment_chars,
-                    "tables_as_nodes": self.tables_as_nodes}
+                    "tables_as_nodes": self.tables_as_nodes, "images_as_nodes": self.images_as_nodes}
         )
         return parser._parse_nodes(nodes, show_progress=show_progress)
 
@@ -398,8 +404,10 @@ class MarkdownFormatterParser(NodeParser):
                 reason = f"{type(exc).__name__}: {exc}"
                 result.errors.append(reason)
                 reason = ""  # an error is not the model's fault: no note in the next prompt
-                if attempt < self.max_retries and self.retry_backoff_seconds:
-                    await asyncio.sleep(self.retry_backoff_seconds * 2**attempt)
+                if attempt < self.max_retries:
+                    delay = retry_delay(exc, attempt, self.retry_backoff_seconds)
+                    if delay:
+                        await asyncio.sleep(delay)
                 continue
             context = window.before + "\n" + window.after
             if prev is not None:
@@ -517,7 +525,7 @@ class MarkdownFormatterParser(NodeParser):
                 f"the Markdown keeps only {coverage:.0%} of the source's words",
                 MarkdownCoverageWarning, stacklevel=2,
             )
-        return pieces_to_nodes(
+        nodes = pieces_to_nodes(
             doc, pieces,
             node_text=lambda p: markdown[p.start : p.end],
             source_span=lambda p: spans[id(p)],
@@ -525,6 +533,7 @@ class MarkdownFormatterParser(NodeParser):
             id_func=self.id_func,
             extra_metadata={schema.COVERAGE: round(coverage, 4)},
         )
+        return with_figure_nodes(doc, nodes, self.id_func) if self.images_as_nodes else nodes
 
 
 def _coverage(source: str, markdown: str) -> float:

@@ -620,6 +620,8 @@ class SegmentIntegrationPostprocessor(BaseNodePostprocessor):
         span = _span(members[0])
         for node in members[1:]:
             piece, node_span = _text(node), _span(node)
+            if schema.get_segment_kind(node) == schema.KIND_IMAGE and piece in text:
+                continue  # a figure node's caption is already in the segment it sits in
             if span is not None and node_span is not None:
                 if node_span[0] < span[1]:
                     text += piece[min(span[1] - node_span[0], len(piece)):]

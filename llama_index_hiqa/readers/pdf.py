@@ -14,7 +14,8 @@ the embedding model or the LLM (every key is hidden with :func:`schema.hide_from
   ``Document.text`` set larger or bolder than the body text (the whole line, Markdown marks
   included); ``BODY_FONT_SIZE``: the most common font size of the text. For ``.md`` files the
   ``#`` lines are the headings (font size 0.0 = unknown, bold ``True``).
-* ``IMAGES``: ``[{"page", "bbox", "caption", "char_offset"}, ...]``.
+* ``IMAGES``: ``[{"page", "bbox", "caption", "char_offset", "xref", "file"}, ...]``: ``file``
+  is the name the image is saved under by content hash (:func:`llama_index_hiqa.figures.save_figures`).
 
 Three engines (``engine=``), chosen by measured pages per second (``benchmarks/bench_reader.py``,
 section "PDF reader speed" of ``benchmarks/RESULTS.md``):
@@ -33,6 +34,8 @@ it is an opt-in rather than the default; the fast engine renders the same Markdo
 """
 
 from __future__ import annotations
+
+import hashlib
 
 import logging
 import re
@@ -529,13 +532,17 @@ class PDFLayoutReader(BasePydanticReader):
         images: List[Dict[str, Any]] = []
         for (page_no, start, end), page in zip(spans, pages):
             try:
-                infos = pdf[page_no].get_image_info()
+                # digest: MuPDF's MD5 of the image, its content hash (the file name it is saved
+                # under, see llama_index_hiqa.figures); xref: where to read its bytes again.
+                infos = pdf[page_no].get_image_info(hashes=True, xrefs=True)
             except Exception:  # images are extras: never fail a document for them
                 continue
             for info in infos:
                 bbox = [round(float(v), 1) for v in info.get("bbox", (0, 0, 0, 0))]
                 if bbox[2] - bbox[0] < 2 or bbox[3] - bbox[1] < 2:
                     continue
+                xref = int(info.get("xref") or 0)
+                digest = info.get("digest") or b""
                 caption = self._caption(bbox, page)
                 offset = start
                 if caption:
@@ -544,7 +551,8 @@ class PDFLayoutReader(BasePydanticReader):
                 else:
                     offset = _offset_below(bbox, page, text, start, end)
                 images.append(
-                    {"page": page_no, "bbox": bbox, "caption": caption, "char_offset": offset}
+                    {"page": page_no, "bbox": bbox, "caption": caption, "char_offset": offset,
+                     "xref": xref, "file": _image_file_name(pdf, xref, digest, page_no, bbox)}
                 )
         return images
 
@@ -581,6 +589,20 @@ class _Parsed:
     def __init__(self, text, page_spans, headings, body_size, images, title=""):
         self.text, self.page_spans, self.headings = text, page_spans, headings
         self.body_size, self.images, self.title = body_size, images, title
+
+
+def _image_file_name(pdf: Any, xref: int, digest: bytes, page_no: int, bbox: List[float]) -> str:
+    """``<content hash>.<ext>``: JPEG images are kept as they are stored, others become PNG.
+    Without MuPDF's digest the hash is taken over where the image is (file-stable, not global)."""
+    content = digest.hex() if digest else hashlib.md5(f"{page_no}:{xref}:{bbox}".encode()).hexdigest()
+    ext = "png"
+    if xref:
+        try:
+            if "DCTDecode" in str(pdf.xref_get_key(xref, "Filter")[1]):
+                ext = "jpg"
+        except Exception:  # an odd xref: saved as PNG
+            pass
+    return f"{content}.{ext}"
 
 
 def _first_top_heading(text: str) -> str:

@@ -26,7 +26,7 @@ import os
 import re
 import shutil
 from pathlib import Path
-from typing import Iterator, List, Optional
+from typing import Iterator, List, Optional, Tuple
 
 from llama_index_hiqa.errors import PackStoreError
 
@@ -113,7 +113,9 @@ def _exclusive_lock(root: Path) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def write_snapshot(root: Path, legacy_marker: Optional[str] = None) -> Iterator[Path]:
+def write_snapshot(
+    root: Path, legacy_marker: Optional[str] = None, shared_dirs: Tuple[str, ...] = ()
+) -> Iterator[Path]:
     """Stage a new snapshot of the store at ``root``; it becomes current when the block ends.
 
     The block writes every file of the snapshot into the folder it is given. On an exception
@@ -121,7 +123,8 @@ def write_snapshot(root: Path, legacy_marker: Optional[str] = None) -> Iterator[
     missing; a folder that holds other files and no ``CURRENT`` is refused, so a typo in
     ``--store`` never writes into (or later cleans up) a folder of the user's. A store written
     before snapshots existed (``legacy_marker`` directly in ``root``) is accepted; its old
-    files stay in place and are no longer read once ``CURRENT`` exists.
+    files stay in place and are no longer read once ``CURRENT`` exists. ``shared_dirs`` are
+    folders beside the snapshots that every snapshot uses (content-addressed files).
     """
     root = Path(root)
     if root.exists() and not root.is_dir():
@@ -129,7 +132,11 @@ def write_snapshot(root: Path, legacy_marker: Optional[str] = None) -> Iterator[
     root.mkdir(parents=True, exist_ok=True)
     legacy = bool(legacy_marker) and (root / str(legacy_marker)).is_file()
     if not is_snapshot_store(root) and not legacy and any(
-        not (c.name == LOCK_FILE or c.name.startswith(STAGING_PREFIX) or _SNAPSHOT_NAME.match(c.name))
+        not (
+            c.name in (LOCK_FILE, *shared_dirs)
+            or c.name.startswith(STAGING_PREFIX)
+            or _SNAPSHOT_NAME.match(c.name)
+        )
         for c in root.iterdir()
     ):
         raise PackStoreError(
