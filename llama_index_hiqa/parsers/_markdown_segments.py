@@ -511,6 +511,12 @@ def finish_nodes(nodes: List[TextNode]) -> List[TextNode]:
     for node in nodes:
         for key in schema.DOCUMENT_ONLY_KEYS:
             node.metadata.pop(key, None)
+        # LlamaIndex copies each neighbour's whole metadata into PREVIOUS/NEXT; the id and
+        # hash are what anything follows them by, and the copies doubled a node's size.
+        for relation in (NodeRelationship.PREVIOUS, NodeRelationship.NEXT):
+            related = node.relationships.get(relation)
+            if related is not None and getattr(related, "metadata", None):
+                related.metadata = {}
         span = schema.get_char_span(node)
         if span is not None:
             node.start_char_idx, node.end_char_idx = span

@@ -197,7 +197,12 @@ class _BM25Route:
         path.mkdir(parents=True, exist_ok=True)
         # The scores and vocabulary only: the ids go to node_ids.json, the nodes live in the
         # docstore (BM25Retriever.persist would write a corpus file of them besides).
-        self.retriever.bm25.save(str(path), corpus=None)
+        bm25 = self.retriever.bm25
+        corpus, bm25.corpus = bm25.corpus, None  # save() falls back to the attribute
+        try:
+            bm25.save(str(path))
+        finally:
+            bm25.corpus = corpus
         (path / "node_ids.json").write_text(json.dumps(self.node_ids), encoding="utf-8")
 
     @classmethod
