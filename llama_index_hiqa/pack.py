@@ -32,41 +32,39 @@ from __future__ import annotations
 import logging
 import time
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Union
+from typing import Any, Callable, Dict, Iterable, List, Optional, Union
 
 from llama_index.core import Settings, StorageContext, VectorStoreIndex
 from llama_index.core.base.base_query_engine import BaseQueryEngine
 from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.base.embeddings.base import BaseEmbedding
-from llama_index.core.base.llms.types import ChatMessage, MessageRole
-from llama_index.core.base.response.schema import Response, StreamingResponse
+from llama_index.core.base.response.schema import Response
 from llama_index.core.bridge.pydantic import BaseModel, ConfigDict, Field
-from llama_index.core.chat_engine.types import (
-    AgentChatResponse,
-    BaseChatEngine,
-    StreamingAgentChatResponse,
-)
+from llama_index.core.chat_engine.types import BaseChatEngine
 from llama_index.core.ingestion import IngestionPipeline
 from llama_index.core.llms import LLM
 from llama_index.core.postprocessor.types import BaseNodePostprocessor
-from llama_index.core.query_engine import CustomQueryEngine, RetrieverQueryEngine
+from llama_index.core.query_engine import RetrieverQueryEngine
 from llama_index.core.schema import BaseNode, Document, NodeWithScore, QueryBundle
 from llama_index.core.vector_stores.types import BasePydanticVectorStore
 
 from llama_index_hiqa import schema
+# The no-LLM engines and citations live in answers.py; re-exported here, where they were first.
+from llama_index_hiqa.answers import (  # noqa: F401
+    EVIDENCE_SNIPPET_CHARS,
+    NO_LLM_NOTICE,
+    EvidenceChatEngine,
+    EvidenceQueryEngine,
+    citation,
+    evidence_answer,
+    format_citation,
+)
 from llama_index_hiqa.defaults import resolve_embed_model, resolve_llm, user_embed_model
 from llama_index_hiqa.errors import EmptyCorpusError, PackStoreError, UnknownNodeError
 from llama_index_hiqa.ingestion import Checkpointer, IngestionReport, TimedTransform, batched, timed_iter, upsert_plan
 from llama_index_hiqa.storage.vector_store import MatrixVectorStore
 
 logger = logging.getLogger(__name__)
-
-
-NO_LLM_NOTICE = (
-    "No LLM is configured, so this answer is the retrieved evidence with its citations. "
-    "Set Settings.llm (or pass llm=, or `hiqa ask --llm openai:gpt-4o-mini`) for a written answer."
-)
-EVIDENCE_SNIPPET_CHARS = 400
 
 
 class HiQAPackConfig(BaseModel):
@@ -119,114 +117,6 @@ class HiQAPackConfig(BaseModel):
         default=8, ge=1,
         description="Documents parsed, augmented and embedded together; peak memory grows with it.",
     )
-
-
-# --------------------------------------------------------------------------- citations
-def citation(node: BaseNode) -> Dict[str, Any]:
-    """Where a node comes from: document id and title, section path, pages (from 1)."""
-    path = schema.get_heading_path(node)
-    section = " > ".join(" ".join(p for p in (h.number, h.title) if p) for h in path)
-    page_range = schema.get_page_range(node)
-    pages = [page_range[0] + 1, page_range[1] + 1] if page_range else None
-    return {
-        "document_id": schema.get_document_id(node),
-        "document_title": schema.get_document_title(node),
-        "section": section or node.metadata.get(schema.SECTION_TITLE) or "",
-        "pages": pages,
-        "file_name": node.metadata.get(schema.FILE_NAME),
-    }
-
-
-def format_citation(node: BaseNode) -> str:
-    """``"NX-2043 Datasheet · 4 Specifications > 4.2 Electrical characteristics · p.2"``."""
-    c = citation(node)
-    pages = c["pages"]
-    page = "p.?" if not pages else (f"p.{pages[0]}" if pages[0] == pages[1] else f"pp.{pages[0]}-{pages[1]}")
-    parts = [c["document_title"] or c["document_id"] or "?"]
-    if c["section"]:
-        parts.append(c["section"])
-    parts.append(page)
-    return " · ".join(parts)
-
-
-def evidence_answer(nodes: Sequence[NodeWithScore], notice: str = NO_LLM_NOTICE) -> str:
-    """The no-LLM answer: a notice, then each piece of evidence with its citation."""
-    if not nodes:
-        return notice + "\n\nNo evidence was retrieved for this question."
-    lines = [notice, ""]
-    for i, hit in enumerate(nodes, 1):
-        text = " ".join(hit.node.get_content().split())
-        if len(text) > EVIDENCE_SNIPPET_CHARS:
-            text = text[:EVIDENCE_SNIPPET_CHARS] + " …"
-        lines.append(f"[{i}] {format_citation(hit.node)}")
-        lines.append(f"    {text}")
-    return "\n".join(lines)
-
-
-# --------------------------------------------------------------------------- engines
-class EvidenceQueryEngine(CustomQueryEngine):
-    """Query engine used when no LLM is set: retrieve, post-process, answer with cited evidence."""
-
-    retriever: BaseRetriever
-    node_postprocessors: List[BaseNodePostprocessor] = Field(default_factory=list)
-    streaming: bool = Field(
-        default=False, description="Answer with a StreamingResponse (the evidence as one chunk), like LLM engines."
-    )
-
-    def _nodes(self, query: str) -> List[NodeWithScore]:
-        bundle = QueryBundle(query)
-        nodes = self.retriever.retrieve(bundle)
-        for post in self.node_postprocessors:
-            nodes = post.postprocess_nodes(nodes, query_bundle=bundle)
-        return nodes
-
-    def custom_query(self, query_str: str) -> Union[Response, StreamingResponse]:
-        nodes = self._nodes(query_str)
-        if self.streaming:
-            return StreamingResponse(iter([evidence_answer(nodes)]), source_nodes=nodes, metadata={"llm": None})
-        return Response(response=evidence_answer(nodes), source_nodes=nodes, metadata={"llm": None})
-
-
-class EvidenceChatEngine(BaseChatEngine):
-    """Chat engine used when no LLM is set: every turn answers with the cited evidence for the
-    latest message (there is no LLM to condense the history into a question)."""
-
-    def __init__(self, query_engine: EvidenceQueryEngine) -> None:
-        self._query_engine = query_engine
-        self._history: List[ChatMessage] = []
-
-    def _answer(self, message: str) -> Response:
-        response = self._query_engine.custom_query(message)
-        self._history += [
-            ChatMessage(role=MessageRole.USER, content=message),
-            ChatMessage(role=MessageRole.ASSISTANT, content=str(response)),
-        ]
-        return response
-
-    def chat(self, message: str, chat_history: Optional[List[ChatMessage]] = None) -> AgentChatResponse:
-        response = self._answer(message)
-        return AgentChatResponse(response=str(response), source_nodes=response.source_nodes)
-
-    def stream_chat(
-        self, message: str, chat_history: Optional[List[ChatMessage]] = None
-    ) -> StreamingAgentChatResponse:
-        response = self._answer(message)
-        return StreamingAgentChatResponse(response=str(response), source_nodes=response.source_nodes)
-
-    async def achat(self, message: str, chat_history: Optional[List[ChatMessage]] = None) -> AgentChatResponse:
-        return self.chat(message, chat_history)
-
-    async def astream_chat(
-        self, message: str, chat_history: Optional[List[ChatMessage]] = None
-    ) -> StreamingAgentChatResponse:
-        return self.stream_chat(message, chat_history)
-
-    def reset(self) -> None:
-        self._history = []
-
-    @property
-    def chat_history(self) -> List[ChatMessage]:
-        return list(self._history)
 
 
 class _MultiRouteThenGraph(BaseRetriever):

@@ -1,0 +1,140 @@
+"""What the pack answers with when no LLM is set, and how it cites: the cited-evidence query
+and chat engines, and the citation of a node (document, section path, pages).
+
+With no LLM configured, an answer is the retrieved evidence under a notice — never an error;
+the chat engine answers each message the same way (there is no LLM to condense a history).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Dict, List, Optional, Sequence, Union
+
+from llama_index.core.base.base_retriever import BaseRetriever
+from llama_index.core.base.llms.types import ChatMessage, MessageRole
+from llama_index.core.base.response.schema import Response, StreamingResponse
+from llama_index.core.bridge.pydantic import Field
+from llama_index.core.chat_engine.types import (
+    AgentChatResponse,
+    BaseChatEngine,
+    StreamingAgentChatResponse,
+)
+from llama_index.core.postprocessor.types import BaseNodePostprocessor
+from llama_index.core.query_engine import CustomQueryEngine
+from llama_index.core.schema import BaseNode, NodeWithScore, QueryBundle
+
+from llama_index_hiqa import schema
+
+NO_LLM_NOTICE = (
+    "No LLM is configured, so this answer is the retrieved evidence with its citations. "
+    "Set Settings.llm (or pass llm=, or `hiqa ask --llm openai:gpt-4o-mini`) for a written answer."
+)
+EVIDENCE_SNIPPET_CHARS = 400
+
+
+
+# --------------------------------------------------------------------------- citations
+def citation(node: BaseNode) -> Dict[str, Any]:
+    """Where a node comes from: document id and title, section path, pages (from 1)."""
+    path = schema.get_heading_path(node)
+    section = " > ".join(" ".join(p for p in (h.number, h.title) if p) for h in path)
+    page_range = schema.get_page_range(node)
+    pages = [page_range[0] + 1, page_range[1] + 1] if page_range else None
+    return {
+        "document_id": schema.get_document_id(node),
+        "document_title": schema.get_document_title(node),
+        "section": section or node.metadata.get(schema.SECTION_TITLE) or "",
+        "pages": pages,
+        "file_name": node.metadata.get(schema.FILE_NAME),
+    }
+
+
+def format_citation(node: BaseNode) -> str:
+    """``"NX-2043 Datasheet · 4 Specifications > 4.2 Electrical characteristics · p.2"``."""
+    c = citation(node)
+    pages = c["pages"]
+    page = "p.?" if not pages else (f"p.{pages[0]}" if pages[0] == pages[1] else f"pp.{pages[0]}-{pages[1]}")
+    parts = [c["document_title"] or c["document_id"] or "?"]
+    if c["section"]:
+        parts.append(c["section"])
+    parts.append(page)
+    return " · ".join(parts)
+
+
+def evidence_answer(nodes: Sequence[NodeWithScore], notice: str = NO_LLM_NOTICE) -> str:
+    """The no-LLM answer: a notice, then each piece of evidence with its citation."""
+    if not nodes:
+        return notice + "\n\nNo evidence was retrieved for this question."
+    lines = [notice, ""]
+    for i, hit in enumerate(nodes, 1):
+        text = " ".join(hit.node.get_content().split())
+        if len(text) > EVIDENCE_SNIPPET_CHARS:
+            text = text[:EVIDENCE_SNIPPET_CHARS] + " …"
+        lines.append(f"[{i}] {format_citation(hit.node)}")
+        lines.append(f"    {text}")
+    return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------- engines
+class EvidenceQueryEngine(CustomQueryEngine):
+    """Query engine used when no LLM is set: retrieve, post-process, answer with cited evidence."""
+
+    retriever: BaseRetriever
+    node_postprocessors: List[BaseNodePostprocessor] = Field(default_factory=list)
+    streaming: bool = Field(
+        default=False, description="Answer with a StreamingResponse (the evidence as one chunk), like LLM engines."
+    )
+
+    def _nodes(self, query: str) -> List[NodeWithScore]:
+        bundle = QueryBundle(query)
+        nodes = self.retriever.retrieve(bundle)
+        for post in self.node_postprocessors:
+            nodes = post.postprocess_nodes(nodes, query_bundle=bundle)
+        return nodes
+
+    def custom_query(self, query_str: str) -> Union[Response, StreamingResponse]:
+        nodes = self._nodes(query_str)
+        if self.streaming:
+            return StreamingResponse(iter([evidence_answer(nodes)]), source_nodes=nodes, metadata={"llm": None})
+        return Response(response=evidence_answer(nodes), source_nodes=nodes, metadata={"llm": None})
+
+
+class EvidenceChatEngine(BaseChatEngine):
+    """Chat engine used when no LLM is set: every turn answers with the cited evidence for the
+    latest message (there is no LLM to condense the history into a question)."""
+
+    def __init__(self, query_engine: EvidenceQueryEngine) -> None:
+        self._query_engine = query_engine
+        self._history: List[ChatMessage] = []
+
+    def _answer(self, message: str) -> Response:
+        response = self._query_engine.custom_query(message)
+        self._history += [
+            ChatMessage(role=MessageRole.USER, content=message),
+            ChatMessage(role=MessageRole.ASSISTANT, content=str(response)),
+        ]
+        return response
+
+    def chat(self, message: str, chat_history: Optional[List[ChatMessage]] = None) -> AgentChatResponse:
+        response = self._answer(message)
+        return AgentChatResponse(response=str(response), source_nodes=response.source_nodes)
+
+    def stream_chat(
+        self, message: str, chat_history: Optional[List[ChatMessage]] = None
+    ) -> StreamingAgentChatResponse:
+        response = self._answer(message)
+        return StreamingAgentChatResponse(response=str(response), source_nodes=response.source_nodes)
+
+    async def achat(self, message: str, chat_history: Optional[List[ChatMessage]] = None) -> AgentChatResponse:
+        return self.chat(message, chat_history)
+
+    async def astream_chat(
+        self, message: str, chat_history: Optional[List[ChatMessage]] = None
+    ) -> StreamingAgentChatResponse:
+        return self.stream_chat(message, chat_history)
+
+    def reset(self) -> None:
+        self._history = []
+
+    @property
+    def chat_history(self) -> List[ChatMessage]:
+        return list(self._history)
