@@ -160,3 +160,17 @@ def test_keyword_index_counts_and_persists(tmp_path):
 def test_ner_adds_named_entities():
     kws = CriticalKeywordExtractor().extract("Texas Instruments sells the OPT3004 to Apple in Dallas.")
     assert {"texasinstruments", "opt3004"} <= set(kws)
+
+
+@pytest.mark.slow
+def test_ner_runs_without_the_pipes_it_does_not_need():
+    from llama_index_hiqa.defaults import load_ner_model
+    from llama_index_hiqa.transforms.critical_keywords import _pipes_not_needed_for_ner
+
+    nlp = load_ner_model()
+    disabled = _pipes_not_needed_for_ner(nlp)
+    assert "ner" not in disabled and {"parser", "tagger", "tok2vec"} <= set(disabled)
+    text = "Apple Inc. reported revenue of $394 billion in fiscal 2022 in its Form 10-K filed in Cupertino."
+    full = [(e.text, e.label_) for e in nlp(text).ents]
+    lean = [(e.text, e.label_) for e in next(nlp.pipe([text], disable=disabled)).ents]
+    assert lean == full and ("Apple Inc.", "ORG") in lean
