@@ -274,7 +274,7 @@ class HiQAPack:
         if self._keyword_index is None:
             self._keyword_index = KeywordIndex.from_nodes(nodes)
         self._multi_route = MultiRouteRetriever.from_index(
-            self.index, nodes=nodes, keyword_extractor=_keyword_extractor(self.config),
+            self.index, nodes=nodes, docstore=self.index.docstore, keyword_extractor=_keyword_extractor(self.config),
             keyword_index=self._keyword_index, **_route_settings(self.config),
         )
         self._graph = self._build_graph() if self.config.use_chunk_graph and nodes else None

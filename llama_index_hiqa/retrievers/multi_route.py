@@ -36,7 +36,7 @@ import logging
 import math
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Literal, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, List, Literal, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
 from llama_index.core.base.base_retriever import BaseRetriever
@@ -106,6 +106,21 @@ class MultiRouteConfig(BaseModel):
     use_bm25: bool = Field(default=True, description="Ask the BM25 route.")
     use_keywords: bool = Field(default=True, description="Ask the critical-keyword route.")
     bm25_language: str = Field(default="en", description="Stop-word language of the default BM25 tokenizer.")
+
+
+def _collection_shape(nodes: Sequence[BaseNode]) -> Tuple[int, float]:
+    pages: Dict[str, int] = {}
+    counts: Dict[str, int] = {}
+    for node in nodes:
+        doc = schema.get_document_id(node) or node.node_id
+        counts[doc] = counts.get(doc, 0) + 1
+        page_range = schema.get_page_range(node)
+        if page_range is not None:
+            pages[doc] = max(pages.get(doc, 0), page_range[1] + 1)
+    if not counts:
+        return 0, 1.0
+    per_doc = [pages.get(doc, counts[doc]) for doc in counts]
+    return len(counts), sum(per_doc) / len(per_doc)
 
 
 def _with_top_k(retriever: BaseRetriever, top_k: int) -> BaseRetriever:
@@ -219,6 +234,30 @@ class _BM25Route:
         return cls(retriever, node_ids, tokenizer)
 
 
+class _DocstoreNodes(Mapping):
+    """The retriever's nodes, read from the docstore by id when a result needs one: the ids
+    stay in memory, the nodes stay where LlamaIndex keeps them (no second copy of the
+    collection in the retriever)."""
+
+    def __init__(self, docstore: BaseDocumentStore, node_ids: Sequence[str]) -> None:
+        self._docstore = docstore
+        self._ids = dict.fromkeys(node_ids)
+
+    def __getitem__(self, node_id: str) -> BaseNode:
+        if node_id not in self._ids:
+            raise KeyError(node_id)
+        return self._docstore.get_node(node_id)
+
+    def __contains__(self, node_id: object) -> bool:
+        return node_id in self._ids
+
+    def __iter__(self):
+        return iter(self._ids)
+
+    def __len__(self) -> int:
+        return len(self._ids)
+
+
 class MultiRouteRetriever(BaseRetriever):
     """Vector + BM25 + critical-keyword retrieval fused by HiQA's formula or rank fusion.
 
@@ -228,7 +267,8 @@ class MultiRouteRetriever(BaseRetriever):
         nodes = retriever.retrieve("OPT3004 ambient light sensor supply current")
 
     ``nodes`` (or ``docstore``) are the indexed nodes, needed by the BM25 and keyword routes;
-    ``from_index`` takes them from the index's docstore. Nodes without
+    ``from_index`` takes them from the index's docstore. With a ``docstore`` the retriever
+    keeps only the node ids after construction and reads result nodes from the docstore. Nodes without
     ``schema.CRITICAL_KEYWORDS`` get them from ``keyword_extractor`` at construction.
     """
 
@@ -250,7 +290,12 @@ class MultiRouteRetriever(BaseRetriever):
         self.config = MultiRouteConfig(**{**(config or MultiRouteConfig()).model_dump(), **settings})
         if nodes is None and docstore is not None:
             nodes = list(docstore.docs.values())
-        self._nodes: Dict[str, BaseNode] = {n.node_id: n for n in (nodes or [])}
+        nodes_list = list(nodes or [])
+        self._nodes: Mapping[str, BaseNode] = (
+            _DocstoreNodes(docstore, [n.node_id for n in nodes_list])
+            if docstore is not None
+            else {n.node_id: n for n in nodes_list}
+        )
         if vector_retriever is None and not self._nodes:
             raise ValueError("MultiRouteRetriever needs a vector retriever, or nodes, or both")
         self._vector_retriever = vector_retriever
@@ -258,7 +303,6 @@ class MultiRouteRetriever(BaseRetriever):
         self._bm25_tokenizer = bm25_tokenizer
         self.last_route_errors: Dict[str, BaseException] = {}
 
-        nodes_list = list(self._nodes.values())
         if not nodes_list and (self.config.use_bm25 or self.config.use_keywords):
             logger.warning(
                 "MultiRouteRetriever got no nodes: the BM25 and keyword routes are off "
@@ -278,6 +322,7 @@ class MultiRouteRetriever(BaseRetriever):
             self._bm25 = _BM25Route.build(nodes_list, bm25_tokenizer, self.config.bm25_language)
         if self._bm25 is not None:
             self._check_known(self._bm25.node_ids, "BM25 index")
+        self._shape = _collection_shape(nodes_list)
         self._beta_value = self._resolve_beta()
         super().__init__(callback_manager=callback_manager, verbose=verbose)
 
@@ -295,9 +340,11 @@ class MultiRouteRetriever(BaseRetriever):
         updates = {k: kwargs.pop(k) for k in list(kwargs) if k in MultiRouteConfig.model_fields}
         config = MultiRouteConfig(**{**config.model_dump(), **updates})
         vector = index.as_retriever(similarity_top_k=config.candidates_per_route)
+        docstore = kwargs.pop("docstore", None)
         if nodes is None:
             nodes = list(index.docstore.docs.values())
-        return cls(vector_retriever=vector, nodes=nodes, config=config, **kwargs)
+            docstore = index.docstore  # result nodes are read from it by id
+        return cls(vector_retriever=vector, nodes=nodes, docstore=docstore, config=config, **kwargs)
 
     def _check_known(self, node_ids: Sequence[str], what: str) -> None:
         if not self._nodes:
@@ -341,18 +388,7 @@ class MultiRouteRetriever(BaseRetriever):
         Pages come from ``schema.PAGE_END``; a document without page facts counts one page
         per node (a node is then the closest unit of length we know).
         """
-        pages: Dict[str, int] = {}
-        counts: Dict[str, int] = {}
-        for node in self._nodes.values():
-            doc = schema.get_document_id(node) or node.node_id
-            counts[doc] = counts.get(doc, 0) + 1
-            page_range = schema.get_page_range(node)
-            if page_range is not None:
-                pages[doc] = max(pages.get(doc, 0), page_range[1] + 1)
-        if not counts:
-            return 0, 1.0
-        per_doc = [pages.get(doc, counts[doc]) for doc in counts]
-        return len(counts), sum(per_doc) / len(per_doc)
+        return self._shape
 
     @property
     def beta(self) -> float:
@@ -373,12 +409,18 @@ class MultiRouteRetriever(BaseRetriever):
         ...): nothing is re-indexed unless a route that was off is switched on."""
         clone = copy.copy(self)
         clone.config = MultiRouteConfig(**{**self.config.model_dump(), **settings})
-        nodes = list(self._nodes.values())
-        if clone.config.use_bm25 and clone._bm25 is None and nodes:
-            clone._bm25 = _BM25Route.build(nodes, self._bm25_tokenizer, clone.config.bm25_language)
-        if clone.config.use_keywords and not self.config.use_keywords:
-            clone._keyword_index = KeywordIndex.from_nodes(nodes)
-        clone._title_keywords = clone._document_title_keywords(nodes)
+        old, new = self.config, clone.config
+        needs_nodes = (new.use_bm25 and self._bm25 is None) or (new.use_keywords and not old.use_keywords)
+        needs_titles = (new.use_keywords, new.document_keyword_weight == 1.0) != (
+            old.use_keywords, old.document_keyword_weight == 1.0
+        )
+        if needs_nodes or needs_titles:  # only when a route or the title weight is switched on
+            nodes = list(self._nodes.values())
+            if new.use_bm25 and self._bm25 is None and nodes:
+                clone._bm25 = _BM25Route.build(nodes, self._bm25_tokenizer, new.bm25_language)
+            if new.use_keywords and not old.use_keywords:
+                clone._keyword_index = KeywordIndex.from_nodes(nodes)
+            clone._title_keywords = clone._document_title_keywords(nodes)
         clone._beta_value = clone._resolve_beta()
         clone.last_route_errors = {}
         return clone
@@ -494,7 +536,7 @@ class MultiRouteRetriever(BaseRetriever):
     ) -> List[NodeWithScore]:
         out = []
         for node_id, score in fused:
-            node = self._nodes.get(node_id) or vector_nodes.get(node_id)
+            node = vector_nodes.get(node_id) or self._nodes.get(node_id)
             if node is None:  # an id no route can turn into a node: report, don't invent text
                 logger.warning("MultiRouteRetriever: node %s is unknown; skipped", node_id)
                 continue
