@@ -73,6 +73,8 @@ _EXPORTS: Dict[str, str] = {
     #
     # -- real collections: stores, batch ingestion, reader errors
     "MatrixVectorStore": "llama_index_hiqa.storage.vector_store",
+    "RouteFailedEvent": "llama_index_hiqa.events",
+    "MultiRouteRetrievalEndEvent": "llama_index_hiqa.events",
     "IngestionReport": "llama_index_hiqa.ingestion",
     "UndecodableTextError": "llama_index_hiqa.errors",
     "SkippedDocumentError": "llama_index_hiqa.errors",

@@ -256,7 +256,7 @@ def test_a_failing_route_is_logged_and_the_others_answer(caplog):
         results = retriever.retrieve("OPT3004 quiescent current")
     assert ids(results)[0] == "opt3004"
     assert "vector route failed" in caplog.text and "vector store down" in caplog.text
-    assert isinstance(retriever.last_route_errors["vector"], ConnectionError)
+    assert all(r.node.metadata[schema.ROUTE_SCORES]["failed"] == ["vector"] for r in results)
     caplog.clear()
     with caplog.at_level(logging.ERROR):
         results = asyncio.run(retriever.aretrieve("OPT3004 quiescent current"))
@@ -284,7 +284,6 @@ def test_empty_query_returns_nothing_without_asking_routes():
     )
     assert retriever.retrieve("   ") == []
     assert asyncio.run(retriever.aretrieve("")) == []
-    assert retriever.last_route_errors == {}
 
 
 def test_unknown_node_ids_are_typed_errors():
@@ -411,3 +410,65 @@ def test_a_keyword_of_the_document_title_outweighs_the_same_keyword_in_the_text(
     scores = {r.node.node_id: r.node.metadata[schema.ROUTE_SCORES]["keywords"] for r in results}
     assert scores["ACME_2018_10K:p1"] == 2 * weight  # acme and 2018, both in its title
     assert scores["ACME_2019_10K:p1"] == weight + 1  # acme in its title, 2018 in its text
+
+
+class _FailsFor(BaseRetriever):
+    """A vector route that fails for questions holding ``marker`` and answers the others."""
+
+    def __init__(self, nodes, marker):
+        super().__init__()
+        self.nodes, self.marker, self.similarity_top_k = nodes, marker, 1
+
+    def _retrieve(self, query_bundle):
+        if self.marker in query_bundle.query_str:
+            raise ConnectionError("vector store down for " + query_bundle.query_str)
+        return [NodeWithScore(node=n, score=1.0 / (i + 1)) for i, n in enumerate(self.nodes)]
+
+    async def _aretrieve(self, query_bundle):
+        await asyncio.sleep(0.01)  # interleave the queries
+        return self._retrieve(query_bundle)
+
+
+def test_concurrent_queries_on_one_retriever_keep_their_own_route_failures():
+    from llama_index.core.instrumentation import get_dispatcher
+    from llama_index.core.instrumentation.event_handlers import BaseEventHandler
+
+    from llama_index_hiqa.events import MultiRouteRetrievalEndEvent, RouteFailedEvent
+
+    class Collect(BaseEventHandler):
+        events: list = []
+
+        @classmethod
+        def class_name(cls):
+            return "Collect"
+
+        def handle(self, event, **kwargs):
+            if isinstance(event, (RouteFailedEvent, MultiRouteRetrievalEndEvent)):
+                self.events.append(event)
+
+    handler = Collect()
+    root = get_dispatcher()
+    root.add_event_handler(handler)
+    try:
+        nodes = make_nodes()
+        retriever = MultiRouteRetriever(
+            vector_retriever=_FailsFor(nodes, "FAIL"), nodes=nodes, use_bm25=False,
+            keyword_extractor=CriticalKeywordExtractor(use_ner=False),
+        )
+        questions = [f"OPT3004 quiescent current {'FAIL ' if i % 4 == 0 else ''}#{i}" for i in range(16)]
+
+        async def run_all():
+            return await asyncio.gather(*(retriever.aretrieve(q) for q in questions))
+
+        results = asyncio.run(run_all())
+    finally:
+        root.event_handlers.remove(handler)
+    for question, hits in zip(questions, results):
+        assert hits, question
+        failed = hits[0].node.metadata[schema.ROUTE_SCORES].get("failed")
+        assert failed == (["vector"] if "FAIL" in question else None), question
+    failures = [e for e in handler.events if isinstance(e, RouteFailedEvent)]
+    assert sorted(e.query for e in failures) == sorted(q for q in questions if "FAIL" in q)
+    assert all(e.route == "vector" and "ConnectionError" in e.error for e in failures)
+    ends = [e for e in handler.events if isinstance(e, MultiRouteRetrievalEndEvent)]
+    assert len(ends) == 16 and sum(bool(e.failed_routes) for e in ends) == 4

@@ -22,9 +22,13 @@ them). Each returned node carries ``metadata[schema.ROUTE_SCORES]`` =
 ``{"vector": .., "bm25": .., "keywords": |C|, "fused": ..}`` (raw route scores, ``None`` where
 a route did not return the node), hidden from the embedding and LLM views.
 
-A route that raises is logged (with its traceback) and skipped; the others still answer;
-:attr:`MultiRouteRetriever.last_route_errors` keeps what failed. Only when every route fails
-does retrieval raise :class:`~llama_index_hiqa.errors.RetrievalRouteError`.
+A route that raises is logged (with its traceback) and skipped; the others still answer. What
+failed travels with that query alone: ``ROUTE_SCORES["failed"]`` of each returned node lists
+the failed routes, and a :class:`~llama_index_hiqa.events.RouteFailedEvent` per failure and a
+:class:`~llama_index_hiqa.events.MultiRouteRetrievalEndEvent` per query go through
+LlamaIndex's instrumentation dispatcher, so concurrent queries on one shared retriever never
+see each other's failures. Only when every route fails does retrieval raise
+:class:`~llama_index_hiqa.errors.RetrievalRouteError`.
 """
 
 from __future__ import annotations
@@ -33,11 +37,11 @@ import asyncio
 import copy
 import json
 import logging
-import math
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Literal, Mapping, Optional, Sequence, Tuple, Union
 
+import llama_index.core.instrumentation as instrument
 import numpy as np
 from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.bridge.pydantic import BaseModel, ConfigDict, Field
@@ -47,11 +51,13 @@ from llama_index.core.schema import BaseNode, MetadataMode, NodeWithScore, Query
 from llama_index.core.storage.docstore.types import BaseDocumentStore
 
 from llama_index_hiqa import schema
+from llama_index_hiqa.events import MultiRouteRetrievalEndEvent, RouteFailedEvent
 from llama_index_hiqa.errors import RetrievalRouteError, UnknownNodeError
 from llama_index_hiqa.retrievers import fusion
 from llama_index_hiqa.transforms.critical_keywords import CriticalKeywordExtractor, KeywordIndex, normalize_keyword
 
 logger = logging.getLogger(__name__)
+dispatcher = instrument.get_dispatcher(__name__)
 
 VECTOR, BM25, KEYWORDS = "vector", "bm25", "keywords"
 ROUTES = (VECTOR, BM25, KEYWORDS)
@@ -301,7 +307,6 @@ class MultiRouteRetriever(BaseRetriever):
         self._vector_retriever = vector_retriever
         self.keyword_extractor = keyword_extractor or CriticalKeywordExtractor()
         self._bm25_tokenizer = bm25_tokenizer
-        self.last_route_errors: Dict[str, BaseException] = {}
 
         if not nodes_list and (self.config.use_bm25 or self.config.use_keywords):
             logger.warning(
@@ -422,7 +427,6 @@ class MultiRouteRetriever(BaseRetriever):
                 clone._keyword_index = KeywordIndex.from_nodes(nodes)
             clone._title_keywords = clone._document_title_keywords(nodes)
         clone._beta_value = clone._resolve_beta()
-        clone.last_route_errors = {}
         return clone
 
     # -- routes ----------------------------------------------------------------------------
@@ -477,13 +481,20 @@ class MultiRouteRetriever(BaseRetriever):
                 counts[node_id] += extra * held
         return keywords, counts
 
-    def _run_route(self, name: str, func: Callable[[], Any], empty: Any) -> Any:
+    def _run_route(
+        self, name: str, func: Callable[[], Any], empty: Any, errors: Dict[str, BaseException], query: str
+    ) -> Any:
         try:
             return func()
         except Exception as exc:  # noqa: BLE001 - a failing route must not sink the others
-            logger.exception("MultiRouteRetriever: the %s route failed; fusing the others", name)
-            self.last_route_errors[name] = exc
+            self._route_failed(name, exc, errors, query)
             return empty
+
+    @staticmethod
+    def _route_failed(name: str, exc: BaseException, errors: Dict[str, BaseException], query: str) -> None:
+        logger.exception("MultiRouteRetriever: the %s route failed; fusing the others", name)
+        errors[name] = exc
+        dispatcher.event(RouteFailedEvent(query=query, route=name, error=f"{type(exc).__name__}: {exc}"))
 
     # -- fusion ----------------------------------------------------------------------------
     def _fuse(
@@ -555,43 +566,54 @@ class MultiRouteRetriever(BaseRetriever):
             out.append(NodeWithScore(node=node, score=score))
         return out
 
-    def _finish(self, vector, vector_nodes, bm25, counts) -> List[NodeWithScore]:
+    def _finish(self, query: str, vector, vector_nodes, bm25, counts, errors: Dict[str, BaseException]) -> List[NodeWithScore]:
         enabled = [VECTOR] if self._vector_retriever is not None else []
         enabled += [BM25] if self._bm25 is not None and self.config.use_bm25 else []
         enabled += [KEYWORDS] if self.config.use_keywords else []
-        if enabled and all(route in self.last_route_errors for route in enabled):
-            raise RetrievalRouteError(dict(self.last_route_errors))
+        if enabled and all(route in errors for route in enabled):
+            raise RetrievalRouteError(dict(errors))
         fused = self._fuse(vector, bm25, counts, self.config.similarity_top_k)
-        return self._results(fused, vector, bm25, counts, vector_nodes)
+        results = self._results(fused, vector, bm25, counts, vector_nodes)
+        if errors:
+            for hit in results:
+                hit.node.metadata[schema.ROUTE_SCORES]["failed"] = sorted(errors)
+        dispatcher.event(
+            MultiRouteRetrievalEndEvent(
+                query=query, candidates={VECTOR: len(vector), BM25: len(bm25), KEYWORDS: len(counts)},
+                failed_routes=sorted(errors), returned=len(results), beta=self._beta_value,
+            )
+        )
+        return results
 
     # -- BaseRetriever ---------------------------------------------------------------------
     def _retrieve(self, query_bundle: QueryBundle) -> List[NodeWithScore]:
         """Routes in threads (no event loop needed, so it also works inside notebooks)."""
-        self.last_route_errors = {}
-        if not (query_bundle.query_str or "").strip():
+        query = query_bundle.query_str or ""
+        if not query.strip():
             return []  # nothing to rank by: documented fallback, no route is asked
         n = self.config.candidates_per_route
+        errors: Dict[str, BaseException] = {}  # this query's alone
         with ThreadPoolExecutor(max_workers=3) as pool:
-            vec_f = pool.submit(self._run_route, VECTOR, lambda: self._vector_scores(query_bundle, n), ({}, {}))
-            bm_f = pool.submit(self._run_route, BM25, lambda: self._bm25_scores(query_bundle, n), {})
-            kw_f = pool.submit(self._run_route, KEYWORDS, lambda: self._keyword_counts(query_bundle), ([], {}))
+            vec_f = pool.submit(self._run_route, VECTOR, lambda: self._vector_scores(query_bundle, n), ({}, {}), errors, query)
+            bm_f = pool.submit(self._run_route, BM25, lambda: self._bm25_scores(query_bundle, n), {}, errors, query)
+            kw_f = pool.submit(self._run_route, KEYWORDS, lambda: self._keyword_counts(query_bundle), ([], {}), errors, query)
             (vector, vector_nodes), bm25, (_, counts) = vec_f.result(), bm_f.result(), kw_f.result()
-        return self._finish(vector, vector_nodes, bm25, counts)
+        return self._finish(query, vector, vector_nodes, bm25, counts, errors)
 
     async def _aretrieve(self, query_bundle: QueryBundle) -> List[NodeWithScore]:
         """The three routes concurrently: the vector route's own async path, BM25 and the
         keyword extraction in worker threads."""
-        self.last_route_errors = {}
-        if not (query_bundle.query_str or "").strip():
+        query = query_bundle.query_str or ""
+        if not query.strip():
             return []
         n = self.config.candidates_per_route
+        errors: Dict[str, BaseException] = {}  # this query's alone
 
         async def guarded(name: str, coro: Any, empty: Any) -> Any:
             try:
                 return await coro
-            except Exception as exc:  # noqa: BLE001
-                logger.exception("MultiRouteRetriever: the %s route failed; fusing the others", name)
-                self.last_route_errors[name] = exc
+            except Exception as exc:  # noqa: BLE001 - a failing route must not sink the others
+                self._route_failed(name, exc, errors, query)
                 return empty
 
         (vector, vector_nodes), bm25, (_, counts) = await asyncio.gather(
@@ -599,7 +621,7 @@ class MultiRouteRetriever(BaseRetriever):
             guarded(BM25, asyncio.to_thread(self._bm25_scores, query_bundle, n), {}),
             guarded(KEYWORDS, asyncio.to_thread(self._keyword_counts, query_bundle), ([], {})),
         )
-        return self._finish(vector, vector_nodes, bm25, counts)
+        return self._finish(query, vector, vector_nodes, bm25, counts, errors)
 
     # -- full ranking (Log-Rank Index) -----------------------------------------------------
     def full_ranking(self, query: Union[str, QueryBundle]) -> List[str]:
@@ -615,20 +637,23 @@ class MultiRouteRetriever(BaseRetriever):
             raise ValueError("full_ranking needs the retriever's nodes (pass nodes or a docstore)")
         if not (bundle.query_str or "").strip():
             return list(self._nodes)
-        self.last_route_errors = {}
         n = self.config.candidates_per_route
-        vector, _ = self._run_route(VECTOR, lambda: self._vector_scores(bundle, n), ({}, {}))
-        bm25 = self._run_route(BM25, lambda: self._bm25_scores(bundle, n), {})
-        _, counts = self._run_route(KEYWORDS, lambda: self._keyword_counts(bundle), ([], {}))
+        errors: Dict[str, BaseException] = {}
+        q = bundle.query_str
+        vector, _ = self._run_route(VECTOR, lambda: self._vector_scores(bundle, n), ({}, {}), errors, q)
+        bm25 = self._run_route(BM25, lambda: self._bm25_scores(bundle, n), {}, errors, q)
+        _, counts = self._run_route(KEYWORDS, lambda: self._keyword_counts(bundle), ([], {}), errors, q)
         first = [node_id for node_id, _ in self._fuse(vector, bm25, counts, None)]
         seen = set(first)
         rest = [node_id for node_id in self._nodes if node_id not in seen]
         if not rest:
             return first
-        all_vector, _ = self._run_route(VECTOR, lambda: self._vector_scores(bundle, len(self._nodes)), ({}, {}))
+        all_vector, _ = self._run_route(
+            VECTOR, lambda: self._vector_scores(bundle, len(self._nodes)), ({}, {}), errors, q
+        )
         all_bm25: Dict[str, float] = {}
         if self._bm25 is not None and self.config.use_bm25:
-            scores = self._run_route(BM25, lambda: self._bm25.all_scores(bundle.query_str), None)
+            scores = self._run_route(BM25, lambda: self._bm25.all_scores(q), None, errors, q)
             if scores is not None:
                 all_bm25 = {i: float(s) for i, s in zip(self._bm25.node_ids, scores) if s > 0}
         tail = self._fuse(all_vector, all_bm25, counts, None, candidates=rest)
