@@ -155,7 +155,7 @@ def _cmd_ask(args: argparse.Namespace) -> int:
     store = Path(args.store)
     if not store.exists():
         raise CLIError(f"{store}: no such store; build one with `hiqa ingest DIR --store {store}`")
-    settings = {"similarity_top_k": args.top_k} if args.top_k else {}
+    settings = {"similarity_top_k": args.top_k} if args.top_k is not None else {}
     pack = HiQAPack.load(store, llm=llm, **settings)
     stream = args.stream and not args.json and pack.llm is not None
     response = pack.run(args.question, streaming=stream) if stream else pack.run(args.question)
@@ -201,13 +201,24 @@ def _llm_options(command: argparse.ArgumentParser) -> None:
     command.add_argument("--llm-timeout", type=float, help="seconds per LLM request (default 120)")
 
 
+def _positive_int(text: str) -> int:
+    """An argparse type: a whole number of at least 1 (argparse prints the message, exit 2)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="hiqa", description="Question answering over many similar documents (LlamaIndex)."
     )
     sub = parser.add_subparsers(dest="command", required=True)
     demo = sub.add_parser("demo", help="index the demo datasheets offline and answer the demo questions")
-    demo.add_argument("--top-k", type=int, default=3, help="evidence shown per question")
+    demo.add_argument("--top-k", type=_positive_int, default=3, help="evidence shown per question")
     demo.set_defaults(func=_cmd_demo)
 
     from llama_index_hiqa.evaluation.runner import VARIANTS
@@ -260,7 +271,7 @@ def build_parser() -> argparse.ArgumentParser:
     ask.add_argument("--store", required=True, help="folder written by `hiqa ingest`")
     ask.add_argument("--llm", help="openai:MODEL or openai-compatible:MODEL; default: cited evidence only")
     _llm_options(ask)
-    ask.add_argument("--top-k", type=int, help="evidence nodes (default: the store's setting, 5)")
+    ask.add_argument("--top-k", type=_positive_int, help="evidence nodes (default: the store's setting, 5)")
     ask.add_argument("--json", action="store_true", help="print the answer, sources and figures as JSON")
     ask.add_argument(
         "--stream", action="store_true",

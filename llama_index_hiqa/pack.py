@@ -32,14 +32,14 @@ from __future__ import annotations
 import logging
 import time
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterable, List, Optional, Union
+from typing import Any, Callable, Dict, Iterable, List, Literal, Optional, Union
 
 from llama_index.core import Settings, StorageContext, VectorStoreIndex
 from llama_index.core.base.base_query_engine import BaseQueryEngine
 from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.base.embeddings.base import BaseEmbedding
 from llama_index.core.base.response.schema import Response
-from llama_index.core.bridge.pydantic import BaseModel, ConfigDict, Field
+from llama_index.core.bridge.pydantic import BaseModel, ConfigDict, Field, field_validator
 from llama_index.core.chat_engine.types import BaseChatEngine
 from llama_index.core.ingestion import IngestionPipeline
 from llama_index.core.llms import LLM
@@ -87,7 +87,7 @@ class HiQAPackConfig(BaseModel):
         description="CriticalKeywordExtractor settings for ingestion and queries, e.g. "
         "{'expert_keywords': [...]} or {'use_ner': False} (rules only, no spaCy).",
     )
-    fusion_mode: str = Field(
+    fusion_mode: Literal["hiqa", "rrf", "relative_score", "dist_based_score"] = Field(
         default="hiqa", description="MultiRouteRetriever fusion: hiqa, rrf, relative_score, dist_based_score."
     )
     multi_route: Dict[str, Any] = Field(
@@ -106,8 +106,10 @@ class HiQAPackConfig(BaseModel):
         default=False,
         description="Merge retrieved chunks into contiguous segments (TextRAG RSE) before answering.",
     )
-    segment_preset: Optional[str] = Field(
-        default=None, description="SegmentIntegrationPostprocessor preset: short, medium or long."
+    segment_preset: Optional[Literal["balanced", "precision", "find_all"]] = Field(
+        default=None,
+        description="SegmentIntegrationPostprocessor preset (dsRAG's): balanced (the default when "
+        "None), precision (shorter segments) or find_all (longer ones).",
     )
     max_segment_chars: Optional[int] = Field(
         default=None, description="Parser: split sections longer than this (None: the parser's default)."
@@ -117,6 +119,42 @@ class HiQAPackConfig(BaseModel):
         default=8, ge=1,
         description="Documents parsed, augmented and embedded together; peak memory grows with it.",
     )
+
+    # The nested settings stay plain dicts (saved as JSON with the store) but are checked
+    # against the models that will receive them, here, not at the first question.
+    @field_validator("keywords")
+    @classmethod
+    def _check_keywords(cls, value: Dict[str, Any]) -> Dict[str, Any]:
+        from llama_index_hiqa.transforms.critical_keywords import CriticalKeywordExtractor
+
+        _known_keys("keywords", value, CriticalKeywordExtractor.model_fields)
+        return value
+
+    @field_validator("multi_route")
+    @classmethod
+    def _check_multi_route(cls, value: Dict[str, Any]) -> Dict[str, Any]:
+        from llama_index_hiqa.retrievers.multi_route import MultiRouteConfig
+
+        MultiRouteConfig(**value)  # extra="forbid": an unknown key names itself
+        return value
+
+    @field_validator("chunk_graph")
+    @classmethod
+    def _check_chunk_graph(cls, value: Dict[str, Any]) -> Dict[str, Any]:
+        from llama_index_hiqa.retrievers.chunk_graph import ChainSearchSettings, ChunkInteractionGraph
+
+        _known_keys("chunk_graph", value, {**ChunkInteractionGraph.model_fields, **ChainSearchSettings.model_fields})
+        ChainSearchSettings(**{k: v for k, v in value.items() if k in ChainSearchSettings.model_fields})
+        for key in ("max_hops", "max_nodes", "max_seeds"):
+            if key in value and (not isinstance(value[key], int) or value[key] < 1):
+                raise ValueError(f"chunk_graph[{key!r}] must be a whole number of at least 1, not {value[key]!r}")
+        return value
+
+
+def _known_keys(setting: str, value: Dict[str, Any], known: Any) -> None:
+    unknown = sorted(set(value) - set(known))
+    if unknown:
+        raise ValueError(f"{setting}: unknown setting(s) {unknown}; known: {sorted(known)}")
 
 
 class _MultiRouteThenGraph(BaseRetriever):

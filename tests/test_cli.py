@@ -160,3 +160,12 @@ def test_ingest_with_graph_and_segments_is_kept_by_the_store(tmp_path, capsys):
     sources = json.loads(capsys.readouterr().out)["sources"]
     assert sources and sources[0]["document_id"] == "NX-2041"
     assert len(sources[0]["text"]) > 200  # a merged segment, not a single heading chunk
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "three"])
+def test_top_k_must_be_a_positive_whole_number(store, value, capsys):
+    with pytest.raises(SystemExit) as info:
+        cli.main(["ask", "anything", "--store", str(store), "--top-k", value])
+    assert info.value.code == 2
+    err = capsys.readouterr().err
+    assert "--top-k" in err and "Traceback" not in err

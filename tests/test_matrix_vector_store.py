@@ -88,6 +88,7 @@ def test_readding_an_id_overwrites_its_vector():
     store.add([TextNode(id_="n0", text="x", embedding=[0.0, 1.0])])
     assert store.count == 2
     assert np.allclose(store.get_embeddings(["n0"]), [[0.0, 1.0]])
+    assert store.get("n1") == [0.0, 1.0]  # SimpleVectorStore's accessor, used by the chunk graph
 
 
 def test_persist_round_trip_and_damaged_files(tmp_path):

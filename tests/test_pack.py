@@ -204,3 +204,25 @@ def test_config_round_trips_and_validates():
         HiQAPackConfig(similarity_top_k=0)
     with pytest.raises(ValueError):
         HiQAPack.from_documents([Document(text="x")], similarity_topk=3)  # typo is an error
+
+
+@pytest.mark.parametrize(
+    "settings, named",
+    [
+        ({"segment_preset": "short"}, "segment_preset"),
+        ({"chunk_graph": {"max_hop": 3}}, "max_hop"),
+        ({"chunk_graph": {"max_nodes": -4}}, "max_nodes"),
+        ({"multi_route": {"alpah": 0.5}}, "alpah"),
+        ({"multi_route": {"alpha": 7}}, "alpha"),
+        ({"keywords": {"use_nerr": False}}, "use_nerr"),
+        ({"fusion_mode": "rrff"}, "fusion_mode"),
+    ],
+)
+def test_every_nested_setting_is_checked_when_the_config_is_built(settings, named):
+    with pytest.raises(ValueError, match=named):
+        HiQAPackConfig(**settings)
+
+
+def test_documented_presets_are_accepted():
+    for preset in ("balanced", "precision", "find_all"):
+        assert HiQAPackConfig(segment_preset=preset, use_segment_integration=True).segment_preset == preset

@@ -135,6 +135,10 @@ class MatrixVectorStore(BasePydanticVectorStore):
         self._row = {node_id: i for i, node_id in enumerate(self._ids)}
 
     # -- reads ----------------------------------------------------------------------------
+    def get(self, text_id: str) -> List[float]:
+        """The (unit) vector of one node, as ``SimpleVectorStore.get`` gives it."""
+        return self._consolidate()[self._row[text_id]].tolist()
+
     def get_embeddings(self, node_ids: Sequence[str]) -> np.ndarray:
         """Unit vectors of ``node_ids`` (a KeyError names an unknown id)."""
         return self._consolidate()[[self._row[i] for i in node_ids]]
