@@ -131,6 +131,13 @@ def test_runner_end_to_end_on_a_demo_corpus(tmp_path, demo_folder):
     assert {p.suffix for p in written} == {".json", ".md", ".png"}
     data = json.loads((tmp_path / "out" / "ablation_demo.json").read_text())
     assert data["n_questions"] == 6 and len(data["variants"]) == len(names)
+    # matplotlib is a dev extra: without it the results are written and the plots skipped
+    import sys
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setitem(sys.modules, "matplotlib", None)
+        written = result.save(tmp_path / "no_plots")
+    assert {p.suffix for p in written} == {".json", ".md"}
 
 
 def test_rerun_uses_the_disk_cache(tmp_path, demo_folder):

@@ -41,6 +41,7 @@ variant that would embed more than that budget.
 from __future__ import annotations
 
 import json
+import logging
 import math
 import re
 from dataclasses import dataclass, field
@@ -68,6 +69,8 @@ STATUS_OK = "ok"
 STATUS_MISSING = "not yet available"
 
 # --- corpus ---------------------------------------------------------------------------
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass
@@ -416,6 +419,14 @@ class AblationResult:
         written[0].write_text(json.dumps(self.to_json(), indent=1), encoding="utf-8")
         written[1].write_text(self.to_markdown() + "\n", encoding="utf-8")
         if plots and any(v.status == STATUS_OK for v in self.variants):
+            try:
+                import matplotlib  # noqa: F401 - a dev extra, not a dependency of the pack
+            except ImportError:
+                logger.warning(
+                    "AblationRunner: no plots (matplotlib is not installed: pip install matplotlib); "
+                    "the JSON and Markdown results are written"
+                )
+                return written
             written += self.plot(out_dir)
         return written
 
