@@ -63,14 +63,14 @@ from llama_index_hiqa.evaluation.datasets import EvalQuestion
 
 CHUNK_SIZE = 256
 CHUNK_OVERLAP = 32
+logger = logging.getLogger(__name__)
+
 RRF_K = 60
 SI_CANDIDATES = 30  # retrieved chunks handed to segment integration (dsRAG uses ~top 30)
 STATUS_OK = "ok"
 STATUS_MISSING = "not yet available"
 
 # --- corpus ---------------------------------------------------------------------------
-
-logger = logging.getLogger(__name__)
 
 
 @dataclass
