@@ -46,10 +46,8 @@ from llama_index.core.storage.docstore import SimpleDocumentStore  # noqa: E402
 
 from llama_index_hiqa import schema  # noqa: E402
 from llama_index_hiqa.evaluation import datasets  # noqa: E402
-from llama_index_hiqa.postprocessors.segment_integration import (  # noqa: E402
-    SegmentIntegrationPostprocessor,
-    select_segments,
-)
+from llama_index_hiqa.postprocessors.segment_integration import SegmentIntegrationPostprocessor  # noqa: E402
+from llama_index_hiqa.postprocessors.segment_selection import select_segments  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 FIGURE = HERE / "segment_integration.png"

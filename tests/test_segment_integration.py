@@ -22,8 +22,8 @@ from llama_index.core.storage.docstore import SimpleDocumentStore
 from scipy.stats import beta as scipy_beta
 
 from llama_index_hiqa import RerankerError, SegmentIntegrationPostprocessor, schema
-from llama_index_hiqa.postprocessors.segment_integration import (
-    PRESETS,
+from llama_index_hiqa.postprocessors.segment_integration import PRESETS
+from llama_index_hiqa.postprocessors.segment_selection import (
     beta_transform,
     chunk_values,
     length_factors,
