@@ -14,7 +14,7 @@ __version__ = "0.1.0"
 
 # Public name -> module that defines it. Each issue adds its block; keep the blocks apart.
 _EXPORTS: Dict[str, str] = {
-    # -- foundation: schema, defaults, reader, errors (issue 2)
+    # -- foundation: schema, defaults, reader, errors
     "PDFLayoutReader": "llama_index_hiqa.readers.pdf",
     "CachedEmbedding": "llama_index_hiqa.embedding_cache",
     "HiQAError": "llama_index_hiqa.errors",
@@ -27,21 +27,21 @@ _EXPORTS: Dict[str, str] = {
     "LLMOutputError": "llama_index_hiqa.errors",
     "UnknownNodeError": "llama_index_hiqa.errors",
     #
-    # -- HiQA Markdown formatter and layout parser (issue 3)
+    # -- HiQA Markdown formatter and layout parser
     "MarkdownFormatterParser": "llama_index_hiqa.parsers.markdown_formatter",
     "MarkdownCoverageWarning": "llama_index_hiqa.parsers.markdown_formatter",
     "LayoutMarkdownParser": "llama_index_hiqa.parsers.layout_markdown",
     #
-    # -- TextRAG sectioning and context headers (issue 4)
+    # -- TextRAG sectioning and context headers
     "LineNumberSegmentParser": "llama_index_hiqa.parsers.line_number_segment",
     "ContextHeaderTransform": "llama_index_hiqa.transforms.context_header",
     #
-    # -- HiQA cascading metadata (issue 5)
+    # -- HiQA cascading metadata
     "CascadingMetadataTransform": "llama_index_hiqa.transforms.cascading_metadata",
     "HCATableNode": "llama_index_hiqa.transforms.cascading_metadata",
     "InvalidMetadataError": "llama_index_hiqa.errors",
     #
-    # -- HiQA multi-route retrieval and critical keywords (issue 6)
+    # -- HiQA multi-route retrieval and critical keywords
     "CriticalKeywordExtractor": "llama_index_hiqa.transforms.critical_keywords",
     "KeywordIndex": "llama_index_hiqa.transforms.critical_keywords",
     "normalize_keyword": "llama_index_hiqa.transforms.critical_keywords",
@@ -49,23 +49,23 @@ _EXPORTS: Dict[str, str] = {
     "MultiRouteConfig": "llama_index_hiqa.retrievers.multi_route",
     "RetrievalRouteError": "llama_index_hiqa.errors",
     #
-    # -- IIER chunk graph (issue 7)
+    # -- IIER chunk graph
     "ChunkInteractionGraph": "llama_index_hiqa.retrievers.chunk_graph",
     "ChunkGraphRetriever": "llama_index_hiqa.retrievers.chunk_graph",
     "DefaultChainScorer": "llama_index_hiqa.retrievers.chain_scorers",
     "TrainedChainScorer": "llama_index_hiqa.retrievers.chain_scorers",
     "GraphBuildError": "llama_index_hiqa.errors",
     #
-    # -- TextRAG segment integration (issue 8)
+    # -- TextRAG segment integration
     "SegmentIntegrationPostprocessor": "llama_index_hiqa.postprocessors.segment_integration",
     "RerankerError": "llama_index_hiqa.errors",
     #
-    # -- evaluation (issue 9)
+    # -- evaluation
     "FaithfulnessScoreEvaluator": "llama_index_hiqa.evaluation.faithfulness",
     "EvaluationInputError": "llama_index_hiqa.errors",
     "AblationRunner": "llama_index_hiqa.evaluation.runner",
     #
-    # -- the pack (issue 10)
+    # -- the pack
     "HiQAPack": "llama_index_hiqa.pack",
     "HiQAPackConfig": "llama_index_hiqa.pack",
     "PackStoreError": "llama_index_hiqa.errors",

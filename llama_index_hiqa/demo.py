@@ -1,6 +1,7 @@
 """``hiqa demo``: retrieval over ten look-alike datasheets, offline, in a few seconds.
 
-The HiQA scenario in miniature (``papers/hiqa-paper.md``, §Introduction: "RAG degradation in
+The HiQA scenario in miniature ("HiQA: A Hierarchical Contextual Augmentation RAG for
+Multi-Documents QA" (Chen et al.), §Introduction: "RAG degradation in
 indistinguishable multi-documents"): ``examples/data`` holds ten datasheets of one fictional
 regulator family with identical chapters and sentences, and ``questions.jsonl`` asks about
 one part at a time. The demo reads them with :class:`~llama_index_hiqa.PDFLayoutReader`,
@@ -113,7 +114,7 @@ def build_nodes(documents: Sequence[Document]) -> List[TextNode]:
 def build_retriever(
     nodes: Sequence[TextNode], embed_model: BaseEmbedding, top_k: int
 ) -> BaseRetriever:
-    """HiQAPack's retriever over the datasheets the nodes come from (issue 10).
+    """HiQAPack's retriever over the datasheets the nodes come from.
 
     The pack parses the files by their layout (LayoutMarkdownParser), prepends the heading
     cascade (CascadingMetadataTransform) and retrieves by vector + BM25 + critical keywords

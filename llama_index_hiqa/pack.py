@@ -1,6 +1,7 @@
 """HiQAPack: the whole HiQA pipeline in one object, for a LlamaIndex user.
 
-HiQA (``papers/hiqa-paper.md``, §Method, Figure 2) is a pipeline: Markdown Formatter →
+HiQA ("HiQA: A Hierarchical Contextual Augmentation RAG for
+Multi-Documents QA" (Chen et al.), §Method, Figure 2) is a pipeline: Markdown Formatter →
 Hierarchical Contextual Augmentor → Multi-Route Retriever → answer. This module wires the
 pack's components into that default path and hands back ordinary LlamaIndex objects::
 

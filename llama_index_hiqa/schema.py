@@ -2,7 +2,7 @@
 
 Every reader, parser, transform, retriever and postprocessor of the pack reads and writes
 node metadata through the constants and helpers below, never through string literals of
-its own (see ``DESIGN.md``, "One shared vocabulary").
+its own.
 
 Document-level facts (written by :class:`~llama_index_hiqa.PDFLayoutReader`):
 

@@ -1,6 +1,6 @@
 """LineNumberSegmentParser: LLM sectioning by line numbers that never loses a line.
 
-TextRAG Part 1, "Context Segmentation" (``papers/textrag-blog.md``): the document is split
+TextRAG Part 1, "Context Segmentation" (Pei Ma's TextRAG blog post (2024)): the document is split
 into numbered lines, an LLM says where the topics change by line number, and the answer is
 validated and repaired so that the sections cover every line exactly once. The public
 reference of the idea is dsRAG's semantic sectioning; this module is an independent

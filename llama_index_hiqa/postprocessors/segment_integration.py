@@ -1,6 +1,6 @@
 """Relevant segment extraction: rerank, then return the best contiguous segments of each document.
 
-TextRAG Parts 3 and 4 (``papers/textrag-blog.md``, "Reranking" and "Chunks Integration"),
+TextRAG Parts 3 and 4 (Pei Ma's TextRAG blog post (2024), "Reranking" and "Chunks Integration"),
 whose public reference is dsRAG's relevant segment extraction (RSE). Placed after any
 retriever, :class:`SegmentIntegrationPostprocessor` turns ten scattered chunks into the two
 or three passages where the answer lives, each whole, in reading order, with a header saying

@@ -1,6 +1,7 @@
 """PDFLayoutReader: one LlamaIndex ``Document`` per PDF, Markdown or text file, with layout facts.
 
-HiQA (``papers/hiqa-paper.md``, §Markdown Formatter) starts from documents whose chapter
+HiQA ("HiQA: A Hierarchical Contextual Augmentation RAG for
+Multi-Documents QA" (Chen et al.), §Markdown Formatter) starts from documents whose chapter
 structure is visible: headings, tables with their titles, images with their captions. This
 reader keeps what later stages need to recover that structure, without showing any of it to
 the embedding model or the LLM (every key is hidden with :func:`schema.hide_from_views`):

@@ -1,6 +1,7 @@
 """IIER: a chunk-interaction graph and an evidence-chain retriever over it.
 
-IIER paper (``papers/iier-chunk-interaction-graph-paper.md``) §3.1 builds a Chunk-Interaction
+IIER paper ("Leveraging Inter-Chunk Interactions for Enhanced Retrieval
+in Large Language Model-Based Question Answering" (IIER, Guo et al.)) §3.1 builds a Chunk-Interaction
 Graph (CIG) whose nodes are the chunks of all documents and whose edges carry three weights:
 structural (consecutive chunks of one document, weight 1), semantic (each chunk to its top-k
 most similar chunks, weight = cosine; k = 5 in §4.3) and keyword (chunks sharing more than two

@@ -1,6 +1,7 @@
 """Score fusion for multi-route retrieval: pure functions over ``{node_id: score}`` maps.
 
-* :func:`hiqa_fusion` — HiQA formula (2) (``papers/hiqa-paper.md`` §Multi-Route Retriever):
+* :func:`hiqa_fusion` — HiQA formula (2) ("HiQA: A Hierarchical Contextual Augmentation RAG for
+Multi-Documents QA" (Chen et al.), §Multi-Route Retriever):
   ``score = α·v + (1−α)·r + β·log(1+|C|)``, with the vector score ``v`` and the BM25 score ``r``
   min-max normalised per query over the candidates their route returned (the best candidate
   of a route gets 1, its worst 0; a node the route did not return gets 0; a route whose

@@ -1,6 +1,7 @@
 """MultiRouteRetriever: HiQA's Multi-Route Retriever as a drop-in LlamaIndex retriever.
 
-HiQA (``papers/hiqa-paper.md`` §Multi-Route Retriever) retrieves by three routes that
+HiQA ("HiQA: A Hierarchical Contextual Augmentation RAG for
+Multi-Documents QA" (Chen et al.), §Multi-Route Retriever) retrieves by three routes that
 "gradually weaken in retrieving semantic-level information and enhance in retrieving
 character-level information" and re-ranks with formula (2)::
 

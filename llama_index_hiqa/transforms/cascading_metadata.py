@@ -27,7 +27,7 @@ Where the heading path comes from, in order:
    without a heading line (a SentenceSplitter continuation) inherits its section's path and
    skipped levels (H1 then H3) nest correctly.
 
-Embed view format (shared with ContextHeaderTransform, issue 4, through its
+Embed view format (shared with ContextHeaderTransform through its
 ``apply_header_format``): one header line per view value, in ``schema.VIEW_KEYS`` order —
 cascade, document summary, section summary, image description — a blank line, then the
 body. Values are shown without key names (``metadata_template="{value}"``) unless the node

@@ -1,6 +1,6 @@
 """ContextHeaderTransform: LLM document title, document summary and section summaries.
 
-TextRAG Part 2, "Context Generation" (``papers/textrag-blog.md``; dsRAG calls it
+TextRAG Part 2, "Context Generation" (Pei Ma's TextRAG blog post (2024); dsRAG calls it
 AutoContext): a chunk embedded alone ("Revenue rose 4%") does not say which document or
 section it comes from; a short header does. This transform asks an LLM, once per document,
 for
@@ -16,7 +16,7 @@ from ``excluded_embed_metadata_keys``) and rendered by LlamaIndex's own
 ``metadata_template`` / ``metadata_separator`` as one line each, value only, in the order of
 ``schema.VIEW_KEYS``::
 
-    Doc title > 2 Features > 2.3 Timing        <- heading_cascade (issue 5)
+    Doc title > 2 Features > 2.3 Timing        <- heading_cascade (CascadingMetadataTransform)
     This document is about: ...                <- document_summary
     This section is about: ...                 <- section_summary
 

@@ -1,11 +1,13 @@
 """Critical keywords (HiQA CNED): the words that tell look-alike documents apart.
 
-HiQA's Multi-Route Retriever (``papers/hiqa-paper.md`` §Multi-Route Retriever) adds a
+HiQA's Multi-Route Retriever ("HiQA: A Hierarchical Contextual Augmentation RAG for
+Multi-Documents QA" (Chen et al.), §Multi-Route Retriever) adds a
 keyword route: "Critical Named Entity Detection (CNED)", a pre-trained NER model that
 extracts the pivotal keywords from documents and queries, plus keywords set by human experts.
 The score bonus is ``β·log(1+|C|)`` with ``|C|`` the number of the query's critical keywords a
 node contains. This module provides the extraction and the inverted index; the IIER chunk
-graph reuses both for its keyword edges (``papers/iier-chunk-interaction-graph-paper.md``
+graph reuses both for its keyword edges ("Leveraging Inter-Chunk Interactions for Enhanced Retrieval
+in Large Language Model-Based Question Answering" (IIER, Guo et al.)
 §3.1, optional LLM prompt of its appendix A.2).
 
 What counts as a critical keyword (all normalised by :func:`normalize_keyword`):
