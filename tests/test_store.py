@@ -333,3 +333,31 @@ def test_memory_holds_no_document_layout_facts(documents):
         assert not set(schema.DOCUMENT_ONLY_KEYS) & set(node.metadata)
         for rel in node.relationships.values():
             assert not set(schema.DOCUMENT_ONLY_KEYS) & set(getattr(rel, "metadata", {}) or {})
+
+
+def test_a_store_written_by_v0_1_still_loads_and_takes_snapshots_from_then_on(two_packs, tmp_path):
+    """Format 1: the files directly in the folder, SimpleVectorStore JSON, no manifest."""
+    from llama_index.core import StorageContext, VectorStoreIndex
+    from llama_index.core.vector_stores import SimpleVectorStore
+
+    small = two_packs[0]
+    nodes = list(small.index.docstore.docs.values())
+    for node in nodes:
+        node.embedding = small.index.vector_store.get(node.node_id)
+    index = VectorStoreIndex(
+        nodes, storage_context=StorageContext.from_defaults(vector_store=SimpleVectorStore()),
+        embed_model=HashEmbedding(),
+    )
+    legacy = tmp_path / "legacy"
+    index.storage_context.persist(persist_dir=str(legacy))
+    small.multi_route.persist(legacy / "multi_route")
+    (legacy / "hiqa_pack.json").write_text(json.dumps({
+        "format_version": 1, "config": small.config.model_dump() | {"use_chunk_graph": False},
+        "index_id": index.index_id, "embed_model": "HashEmbedding:hash-bow-256", "documents": small.document_ids,
+    }))
+    loaded = HiQAPack.load(legacy, embed_model=HashEmbedding())
+    expected = [n.node.node_id for n in small.multi_route.retrieve(QUESTION)]
+    assert [n.node.node_id for n in loaded.retrieve(QUESTION)] == expected
+    loaded.persist(legacy)  # from now on a snapshot store; the old files stay, unread
+    assert (legacy / CURRENT_FILE).is_file() and (legacy / "docstore.json").is_file()
+    assert _state(legacy)[0] == tuple(small.document_ids)
