@@ -70,6 +70,10 @@ _EXPORTS: Dict[str, str] = {
     "HiQAPackConfig": "llama_index_hiqa.pack",
     "PackStoreError": "llama_index_hiqa.errors",
     "EmptyCorpusError": "llama_index_hiqa.errors",
+    #
+    # -- embedding backends: ONNX / int8 builds of the packaged MiniLM (issue 19)
+    "ONNXEmbedding": "llama_index_hiqa.embedding_backends",
+    "UnknownEmbedBackendError": "llama_index_hiqa.errors",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -93,6 +93,7 @@ def _cmd_ingest(args: argparse.Namespace) -> int:
     pack = HiQAPack.from_directory(
         folder, recursive=args.recursive, llm=llm, show_progress=not args.quiet,
         use_chunk_graph=args.graph, use_segment_integration=args.segments,
+        **({"embed_backend": args.embed_backend} if args.embed_backend else {}),
     )
     for failure in getattr(pack, "read_failures", []):
         print(f"skipped {failure}", file=sys.stderr)
@@ -173,6 +174,10 @@ def build_parser() -> argparse.ArgumentParser:
     ing.add_argument("--graph", action="store_true", help="also build the IIER chunk graph (multi-hop)")
     ing.add_argument("--segments", action="store_true", help="answer with merged segments (TextRAG RSE)")
     ing.add_argument("--quiet", action="store_true", help="no progress bars")
+    from llama_index_hiqa.embedding_backends import EMBED_BACKENDS
+
+    ing.add_argument("--embed-backend", choices=EMBED_BACKENDS,
+                     help="how the packaged embedding model runs (default: the pack's measured default)")
     ing.set_defaults(func=_cmd_ingest)
 
     ask = sub.add_parser("ask", help="answer a question from a saved store, with citations")

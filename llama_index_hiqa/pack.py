@@ -54,7 +54,8 @@ from llama_index.core.schema import BaseNode, Document, NodeWithScore, QueryBund
 from llama_index.core.vector_stores.types import BasePydanticVectorStore
 
 from llama_index_hiqa import schema
-from llama_index_hiqa.defaults import resolve_embed_model, resolve_llm, user_embed_model
+from llama_index_hiqa.defaults import DEFAULT_EMBED_BACKEND, resolve_embed_model, resolve_llm, user_embed_model
+from llama_index_hiqa.embedding_backends import EmbedBackend
 from llama_index_hiqa.errors import EmptyCorpusError, PackStoreError, UnknownNodeError
 
 logger = logging.getLogger(__name__)
@@ -117,6 +118,11 @@ class HiQAPackConfig(BaseModel):
         default=None, description="Parser: split sections longer than this (None: the parser's default)."
     )
     show_progress: bool = Field(default=False, description="Progress bars during ingestion.")
+    embed_backend: EmbedBackend = Field(
+        default=DEFAULT_EMBED_BACKEND,
+        description="How the packaged MiniLM runs when no embed_model / Settings.embed_model is "
+        "given: torch, onnx (same vectors, faster) or onnx-int8 (fastest, vectors drift slightly).",
+    )
 
 
 # --------------------------------------------------------------------------- citations
@@ -315,7 +321,7 @@ class HiQAPack:
             raise EmptyCorpusError("from_documents", [])
         config = HiQAPackConfig(**{**(config or HiQAPackConfig()).model_dump(), **settings})
         llm = resolve_llm(llm)
-        embed_model = _default_embed_model(embed_model)
+        embed_model = _default_embed_model(embed_model, config.embed_backend)
         nodes = _ingest(documents, config, llm)
         storage = StorageContext.from_defaults(vector_store=vector_store)
         index = VectorStoreIndex(
@@ -509,8 +515,9 @@ class HiQAPack:
         payload = json.loads(config_file.read_text(encoding="utf-8"))
         if payload.get("format_version") != FORMAT_VERSION:
             raise PackStoreError(path, f"store format {payload.get('format_version')} is not {FORMAT_VERSION}")
-        config = HiQAPackConfig(**{**payload["config"], **settings})
-        embed_model = _default_embed_model(embed_model)
+        # Stores written before embed_backend existed were embedded with PyTorch.
+        config = HiQAPackConfig(**{"embed_backend": "torch", **payload["config"], **settings})
+        embed_model = _default_embed_model(embed_model, config.embed_backend)
         if payload.get("embed_model") and payload["embed_model"] != _model_identity(embed_model):
             logger.warning(
                 "HiQAPack.load: the store was embedded with %s, queries now use %s",
@@ -544,16 +551,16 @@ class HiQAPack:
 
 
 # --------------------------------------------------------------------------- helpers
-def _default_embed_model(embed_model: Optional[BaseEmbedding]) -> BaseEmbedding:
-    """The given model, else Settings.embed_model, else the packaged MiniLM behind the shared
-    on-disk vector cache (re-ingesting the same text costs nothing)."""
+def _default_embed_model(embed_model: Optional[BaseEmbedding], backend: Optional[str] = None) -> BaseEmbedding:
+    """The given model, else Settings.embed_model, else the packaged MiniLM on ``backend``
+    behind the shared on-disk vector cache (re-ingesting the same text costs nothing)."""
     if embed_model is not None:
         return embed_model
     if user_embed_model() is not None:
         return resolve_embed_model()
     from llama_index_hiqa.embedding_cache import CachedEmbedding
 
-    return CachedEmbedding.from_defaults()
+    return CachedEmbedding.from_defaults(backend=backend)
 
 
 def _model_identity(embed_model: BaseEmbedding) -> str:
