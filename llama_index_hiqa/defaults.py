@@ -106,11 +106,14 @@ def build_packaged_embed_model(
         return HuggingFaceEmbedding(model_name=str(model_path), embed_batch_size=embed_batch_size, device="cpu")
     int8_config = select_int8_config(cpu_flags()) if backend == ONNX_INT8 else None
     onnx_path = ensure_onnx_model(model_path, backend, int8_config=int8_config, cache_dir=cache_dir)
-    return ONNXEmbedding(
-        model_name=model_identity(backend, str(model_path), int8_config),
-        onnx_path=str(onnx_path), tokenizer_dir=str(model_path),
-        embed_batch_size=embed_batch_size, num_threads=num_threads,
-    )
+    try:
+        return ONNXEmbedding(
+            model_name=model_identity(backend, str(model_path), int8_config),
+            onnx_path=str(onnx_path), tokenizer_dir=str(model_path),
+            embed_batch_size=embed_batch_size, num_threads=num_threads,
+        )
+    except Exception as exc:  # e.g. a damaged file: name it, so it can be deleted and rebuilt
+        raise OfflineModelError(f"ONNX Runtime could not load {onnx_path}: {type(exc).__name__}: {exc}") from exc
 
 
 def packaged_embed_model(embed_batch_size: int = 32, backend: Optional[str] = None) -> BaseEmbedding:
@@ -134,7 +137,7 @@ def packaged_embed_model(embed_batch_size: int = 32, backend: Optional[str] = No
                 logger.warning("embed backend %r is unavailable (%s); falling back to PyTorch", backend, exc)
                 if TORCH not in _embed_models:
                     _embed_models[TORCH] = build_packaged_embed_model(TORCH, embed_batch_size)
-                return _embed_models[TORCH]
+                _embed_models[backend] = _embed_models[TORCH]  # decided once per process
     return _embed_models[backend]
 
 

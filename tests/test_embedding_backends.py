@@ -102,6 +102,16 @@ def test_missing_onnx_packages_are_named(monkeypatch, tmp_path):
         eb.ensure_onnx_model(tmp_path, eb.ONNX_INT8, "avx2", cache_dir=tmp_path)
 
 
+def test_a_damaged_onnx_file_is_named(tmp_path, monkeypatch):
+    model = tmp_path / "model"
+    model.mkdir()
+    monkeypatch.setattr(defaults, "packaged_model_path", lambda: model)
+    monkeypatch.setattr(defaults, "ensure_onnx_model", lambda *a, **k: tmp_path / "model.onnx")
+    (tmp_path / "model.onnx").write_bytes(b"not a graph")
+    with pytest.raises(OfflineModelError, match="could not load .*model.onnx"):
+        defaults.build_packaged_embed_model("onnx")
+
+
 def test_int8_on_a_cpu_without_a_config_is_a_clear_error(tmp_path):
     model = tmp_path / "model"
     model.mkdir()
@@ -147,6 +157,7 @@ def test_default_backend_falls_back_to_torch_and_says_why(fake_builds, monkeypat
     with caplog.at_level(logging.WARNING, logger="llama_index_hiqa.defaults"):
         model = defaults.packaged_embed_model()
     assert model.model_name == "torch"
+    assert defaults.packaged_embed_model() is model  # decided once: no second attempt, no second warning
     assert fake_builds == ["onnx-int8", "torch"]
     assert "onnx-int8" in caplog.text and "onnxruntime" in caplog.text and "PyTorch" in caplog.text
 
