@@ -85,6 +85,10 @@ _EXPORTS: Dict[str, str] = {
     "OpenAICompatibleServer": "llama_index_hiqa.openai_test_server",
     "save_figures": "llama_index_hiqa.figures",
     "figures_for": "llama_index_hiqa.figures",
+    #
+    # -- embedding backends: ONNX / int8 builds of the packaged MiniLM
+    "ONNXEmbedding": "llama_index_hiqa.embedding_backends",
+    "UnknownEmbedBackendError": "llama_index_hiqa.errors",
 }
 
 __all__ = sorted(_EXPORTS)

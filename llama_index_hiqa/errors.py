@@ -39,6 +39,14 @@ class OfflineModelError(HiQAError):
     """A default model that should ship inside a PyPI package could not be loaded."""
 
 
+class UnknownEmbedBackendError(HiQAError, ValueError):
+    """An embedding backend name the pack does not know; ``backend`` is the name given."""
+
+    def __init__(self, backend: Any, known: Any) -> None:
+        self.backend = backend
+        super().__init__(f"embed backend {backend!r} is unknown; choose one of {list(known)}")
+
+
 class LLMOutputError(HiQAError):
     """An LLM answer could not be used even after retries (malformed, truncated, empty)."""
 

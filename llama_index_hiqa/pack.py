@@ -60,7 +60,8 @@ from llama_index_hiqa.answers import (  # noqa: F401
     evidence_answer,
     format_citation,
 )
-from llama_index_hiqa.defaults import resolve_embed_model, resolve_llm, user_embed_model
+from llama_index_hiqa.defaults import DEFAULT_EMBED_BACKEND, resolve_embed_model, resolve_llm, user_embed_model
+from llama_index_hiqa.embedding_backends import EmbedBackend
 from llama_index_hiqa.errors import EmptyCorpusError, PackStoreError, UnknownNodeError
 from llama_index_hiqa.ingestion import Checkpointer, IngestionReport, TimedTransform, batched, timed_iter, upsert_plan
 from llama_index_hiqa.storage.vector_store import MatrixVectorStore
@@ -119,6 +120,11 @@ class HiQAPackConfig(BaseModel):
     ingest_batch_size: int = Field(
         default=8, ge=1,
         description="Documents parsed, augmented and embedded together; peak memory grows with it.",
+    )
+    embed_backend: EmbedBackend = Field(
+        default=DEFAULT_EMBED_BACKEND,
+        description="How the packaged MiniLM runs when no embed_model / Settings.embed_model is "
+        "given: torch, onnx (same vectors, faster) or onnx-int8 (fastest, vectors drift slightly).",
     )
 
     # The nested settings stay plain dicts (saved as JSON with the store) but are checked
@@ -276,7 +282,7 @@ class HiQAPack:
     ) -> "HiQAPack":
         """A pack with no documents yet (fill it with :meth:`ingest`); settings are validated here."""
         config = HiQAPackConfig(**{**(config or HiQAPackConfig()).model_dump(), **settings})
-        embed_model = _default_embed_model(embed_model)
+        embed_model = _default_embed_model(embed_model, config.embed_backend)
         storage = StorageContext.from_defaults(vector_store=vector_store or MatrixVectorStore())
         # The BM25 and keyword routes and segment integration read the nodes from the
         # docstore, also when the vector store keeps its own copy of the text.
@@ -610,10 +616,11 @@ class HiQAPack:
 
         files = StoreFiles.open(snapshot_for_reading(Path(persist_dir), legacy_marker=CONFIG_FILENAME))
         try:
-            config = HiQAPackConfig(**{**files.payload["config"], **settings})
+            # Stores written before embed_backend existed were embedded with PyTorch.
+            config = HiQAPackConfig(**{"embed_backend": "torch", **files.payload["config"], **settings})
         except ValueError as exc:
             raise PackStoreError(files.config_file, f"holds invalid settings ({exc})") from exc
-        embed_model = _default_embed_model(embed_model)
+        embed_model = _default_embed_model(embed_model, config.embed_backend)
         if files.payload.get("embed_model") and files.payload["embed_model"] != _model_identity(embed_model):
             logger.warning(
                 "HiQAPack.load: the store was embedded with %s, queries now use %s",
@@ -671,16 +678,16 @@ def _load_graph(
     )
 
 
-def _default_embed_model(embed_model: Optional[BaseEmbedding]) -> BaseEmbedding:
-    """The given model, else Settings.embed_model, else the packaged MiniLM behind the shared
-    on-disk vector cache (re-ingesting the same text costs nothing)."""
+def _default_embed_model(embed_model: Optional[BaseEmbedding], backend: Optional[str] = None) -> BaseEmbedding:
+    """The given model, else Settings.embed_model, else the packaged MiniLM on ``backend``
+    behind the shared on-disk vector cache (re-ingesting the same text costs nothing)."""
     if embed_model is not None:
         return embed_model
     if user_embed_model() is not None:
         return resolve_embed_model()
     from llama_index_hiqa.embedding_cache import CachedEmbedding
 
-    return CachedEmbedding.from_defaults()
+    return CachedEmbedding.from_defaults(backend=backend)
 
 
 def _model_identity(embed_model: BaseEmbedding) -> str:

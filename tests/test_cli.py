@@ -32,7 +32,7 @@ def _rules_only(config):
 @pytest.fixture(autouse=True)
 def _cheap_embedding(monkeypatch):
     # The CLI uses the packaged MiniLM; the commands' behaviour does not depend on it.
-    monkeypatch.setattr(pack_module, "_default_embed_model", lambda m=None: m or HashEmbedding())
+    monkeypatch.setattr(pack_module, "_default_embed_model", lambda m=None, backend=None: m or HashEmbedding())
     monkeypatch.setattr(pack_module, "_keyword_extractor", _rules_only)
 
 
@@ -40,7 +40,7 @@ def _cheap_embedding(monkeypatch):
 def store(tmp_path_factory):
     path = tmp_path_factory.mktemp("cli") / "store"
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(pack_module, "_default_embed_model", lambda m=None: m or HashEmbedding())
+        mp.setattr(pack_module, "_default_embed_model", lambda m=None, backend=None: m or HashEmbedding())
         mp.setattr(pack_module, "_keyword_extractor", _rules_only)
         assert cli.main(["ingest", str(DEMO_DATA_DIR), "--store", str(path), "--quiet"]) == 0
     return path
