@@ -251,7 +251,7 @@ def store(tmp_path_factory):
 
     path = tmp_path_factory.mktemp("http") / "store"
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(pack_module, "_default_embed_model", lambda m=None: m or HashEmbedding())
+        mp.setattr(pack_module, "_default_embed_model", lambda m=None, backend=None: m or HashEmbedding())
         mp.setattr(pack_module, "_keyword_extractor", lambda config: CriticalKeywordExtractor(use_ner=False))
         assert cli.main(["ingest", str(DEMO_DATA_DIR), "--store", str(path), "--quiet"]) == 0
     return path
@@ -261,7 +261,7 @@ def store(tmp_path_factory):
 def cheap_models(monkeypatch):
     from llama_index_hiqa.transforms.critical_keywords import CriticalKeywordExtractor
 
-    monkeypatch.setattr(pack_module, "_default_embed_model", lambda m=None: m or HashEmbedding())
+    monkeypatch.setattr(pack_module, "_default_embed_model", lambda m=None, backend=None: m or HashEmbedding())
     monkeypatch.setattr(pack_module, "_keyword_extractor", lambda config: CriticalKeywordExtractor(use_ner=False))
     monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
