@@ -257,12 +257,15 @@ def test_store_remembers_its_backend_and_warns_when_queried_with_another(hash_ba
     import json
 
     from llama_index_hiqa.demo import load_demo_documents
-    from llama_index_hiqa.pack import CONFIG_FILENAME, HiQAPack
+    from llama_index_hiqa.pack import HiQAPack
+    from llama_index_hiqa.storage.pack_files import CONFIG_FILENAME
+    from llama_index_hiqa.storage.snapshots import current_snapshot
 
     pack = HiQAPack.from_documents(load_demo_documents()[:2], embed_backend="onnx", keywords={"use_ner": False})
     assert hash_backends == ["onnx"]
     store = pack.persist(tmp_path / "store")
-    payload = json.loads((store / CONFIG_FILENAME).read_text())
+    config_file = current_snapshot(store) / CONFIG_FILENAME
+    payload = json.loads(config_file.read_text())
     assert payload["config"]["embed_backend"] == "onnx" and "hash-onnx" in payload["embed_model"]
 
     with caplog.at_level(logging.WARNING, logger="llama_index_hiqa.pack"):
@@ -276,7 +279,7 @@ def test_store_remembers_its_backend_and_warns_when_queried_with_another(hash_ba
 
     # a store written before backends existed was embedded with PyTorch
     del payload["config"]["embed_backend"]
-    (store / CONFIG_FILENAME).write_text(json.dumps(payload))
+    config_file.write_text(json.dumps(payload))
     assert HiQAPack.load(store).config.embed_backend == "torch"
 
 
@@ -295,8 +298,15 @@ def test_cli_ingest_embed_backend_reaches_the_store(hash_backends, tmp_path, mon
     args = ["ingest", str(DEMO_DATA_DIR), "--store", str(store), "--quiet", "--embed-backend", "onnx-int8"]
     assert cli.main(args) == 0
     assert hash_backends == ["onnx-int8"]
-    config = json.loads((store / pack_module.CONFIG_FILENAME).read_text())["config"]
+    from llama_index_hiqa.storage.pack_files import CONFIG_FILENAME
+    from llama_index_hiqa.storage.snapshots import current_snapshot
+
+    config = json.loads((current_snapshot(store) / CONFIG_FILENAME).read_text())["config"]
     assert config["embed_backend"] == "onnx-int8"
+    # adding to it with another backend would mix two models' vectors: refused
+    assert cli.main(["ingest", str(DEMO_DATA_DIR), "--store", str(store), "--quiet", "--add",
+                     "--embed-backend", "torch"]) == 2
+    assert "mix two models" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         cli.main(["ingest", str(DEMO_DATA_DIR), "--store", str(store), "--embed-backend", "gpu"])
     assert "invalid choice: 'gpu'" in capsys.readouterr().err
