@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import collections
 import json
-import math
 import re
 import sys
 import time
@@ -45,6 +44,7 @@ from llama_index.core.schema import MetadataMode, TextNode  # noqa: E402
 from llama_index_hiqa import schema  # noqa: E402
 from llama_index_hiqa.evaluation import datasets  # noqa: E402
 from llama_index_hiqa.transforms.cascading_metadata import CascadingMetadataTransform  # noqa: E402
+from llama_index_hiqa.evaluation.metrics import log_rank_score  # noqa: E402
 
 VARIANTS = ("none", "own_heading", "cascade")
 LABELS = {"none": "Original RAG (no metadata)", "own_heading": "No Hierarchy (own heading)",
@@ -199,8 +199,8 @@ def _norm(text: str) -> str:
 
 
 def log_rank(rank: int, n: int, gamma: float = 1.0) -> float:
-    """HiQA's Log-Rank Index S(r) = 1 - log(1+γ(r-1)) / log(1+γ(N-1))."""
-    return 1.0 - math.log(1 + gamma * (rank - 1)) / math.log(1 + gamma * (n - 1))
+    """HiQA's Log-Rank Index S(r) of one gold unit at ``rank`` (1 = best) among ``n``."""
+    return float(log_rank_score([rank], n, gamma)[0])
 
 
 def measure(corpus: Corpus, variant: str) -> Dict:

@@ -19,7 +19,6 @@ the same run.
 from __future__ import annotations
 
 import argparse
-import math
 import random
 import re
 import statistics
@@ -40,6 +39,7 @@ from llama_index_hiqa import schema  # noqa: E402
 from llama_index_hiqa.evaluation import datasets  # noqa: E402
 from llama_index_hiqa.retrievers.multi_route import MultiRouteRetriever  # noqa: E402
 from llama_index_hiqa.transforms.critical_keywords import CriticalKeywordExtractor  # noqa: E402
+from llama_index_hiqa.evaluation.metrics import log_rank_score  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 FIGURE = HERE / "multi_route.png"
@@ -71,8 +71,8 @@ class ExactVectorRetriever(BaseRetriever):
 
 
 def log_rank(rank: int, n: int, gamma: float = GAMMA) -> float:
-    """HiQA's Log-Rank Index of one gold unit at ``rank`` (1 = best) among ``n``."""
-    return 1.0 - math.log(1 + gamma * (rank - 1)) / math.log(1 + gamma * (n - 1))
+    """HiQA's Log-Rank Index S(r) of one gold unit at ``rank`` (1 = best) among ``n``."""
+    return float(log_rank_score([rank], n, gamma)[0])
 
 
 def score_rankings(
