@@ -172,15 +172,22 @@ class MatrixVectorStore(BasePydanticVectorStore):
         )
 
     def _candidate_rows(self, query: VectorStoreQuery) -> Optional[np.ndarray]:
+        """Rows a query is restricted to (``None``: all). ``VectorIndexRetriever`` passes every
+        id of its index with each query when the store keeps no text, so this must stay cheap:
+        one boolean mask, no per-id Python sets."""
         if query.node_ids is None and query.doc_ids is None:
             return None
-        allowed = set(range(len(self._ids)))
+        count = len(self._ids)
+        mask = np.ones(count, dtype=bool)
         if query.node_ids is not None:
-            allowed &= {self._row[i] for i in query.node_ids if i in self._row}
+            picked = np.zeros(count, dtype=bool)
+            rows = [r for r in map(self._row.get, query.node_ids) if r is not None]
+            picked[rows] = True
+            mask &= picked
         if query.doc_ids is not None:
-            docs = set(query.doc_ids)
-            allowed &= {i for i, ref in enumerate(self._ref_doc_ids) if ref in docs}
-        return np.array(sorted(allowed), dtype=np.int64)
+            documents = set(query.doc_ids)
+            mask &= np.fromiter((ref in documents for ref in self._ref_doc_ids), dtype=bool, count=count)
+        return None if mask.all() else np.flatnonzero(mask)
 
     # -- persistence ----------------------------------------------------------------------
     def persist(self, persist_path: str, fs: Any = None) -> None:
