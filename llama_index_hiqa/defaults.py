@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import os
 import threading
-from typing import Any, Optional
+from typing import Any, Callable, List, Optional, Tuple
 
 from llama_index.core import Settings
 from llama_index.core.base.embeddings.base import BaseEmbedding
@@ -90,3 +90,22 @@ def load_ner_model() -> Any:
                     f"(loaded as spacy.load({NER_MODEL_NAME!r})): {exc}"
                 ) from exc
     return _nlp
+
+
+def embedding_tokenizer(embed_model: Optional[BaseEmbedding]) -> Optional[Tuple[Callable[[str], List[int]], int]]:
+    """``(tokenizer, window)`` of an embedding model that reads a fixed number of tokens
+    (HuggingFace / sentence-transformers models, also behind :class:`CachedEmbedding`), so
+    parsers can keep each node within what the model reads; ``None`` when unknown."""
+    inner = getattr(embed_model, "inner", None) or embed_model
+    if inner is None:
+        return None
+    try:
+        model = getattr(inner, "_model", None)
+        tokenizer = getattr(model, "tokenizer", None)
+        window = getattr(inner, "max_length", None) or getattr(model, "max_seq_length", None)
+    except Exception:  # a remote model's attribute access must not break ingestion
+        return None
+    if tokenizer is None or not window:
+        return None
+    return tokenizer.encode, int(window)
+

@@ -32,7 +32,7 @@ from __future__ import annotations
 import json
 import logging
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence, Union
+from typing import Any, Dict, List, Literal, Optional, Sequence, Union
 
 from llama_index.core import Settings, StorageContext, VectorStoreIndex, load_index_from_storage
 from llama_index.core.base.base_query_engine import BaseQueryEngine
@@ -115,6 +115,12 @@ class HiQAPackConfig(BaseModel):
     )
     max_segment_chars: Optional[int] = Field(
         default=None, description="Parser: split sections longer than this (None: the parser's default)."
+    )
+    max_segment_tokens: Union[int, Literal["auto"], None] = Field(
+        default="auto",
+        description="Parser: bound every node's cascade header + text by this many tokens of the "
+        "embedding model's tokenizer ('auto': the model's own window, e.g. 256 for MiniLM; None: "
+        "character limits only). Longer segments are split, small ones of a section merged.",
     )
     show_progress: bool = Field(default=False, description="Progress bars during ingestion.")
 
@@ -316,7 +322,7 @@ class HiQAPack:
         config = HiQAPackConfig(**{**(config or HiQAPackConfig()).model_dump(), **settings})
         llm = resolve_llm(llm)
         embed_model = _default_embed_model(embed_model)
-        nodes = _ingest(documents, config, llm)
+        nodes = _ingest(documents, config, llm, embed_model)
         storage = StorageContext.from_defaults(vector_store=vector_store)
         index = VectorStoreIndex(
             nodes, storage_context=storage, embed_model=embed_model, show_progress=config.show_progress
@@ -435,7 +441,7 @@ class HiQAPack:
         are rebuilt from the docstore (no re-embedding of the existing nodes)."""
         if not documents:
             return []
-        nodes = _ingest(documents, self.config, self.llm)
+        nodes = _ingest(documents, self.config, self.llm, self.embed_model)
         self.index.insert_nodes(nodes)
         self._refresh()
         return nodes
@@ -561,15 +567,21 @@ def _model_identity(embed_model: BaseEmbedding) -> str:
     return inner or f"{embed_model.class_name()}:{getattr(embed_model, 'model_name', '?')}"
 
 
-def _parser(config: HiQAPackConfig, llm: Optional[LLM]) -> Any:
+def _parser(config: HiQAPackConfig, llm: Optional[LLM], embed_model: Optional[BaseEmbedding] = None) -> Any:
+    from llama_index_hiqa.defaults import embedding_tokenizer
     from llama_index_hiqa.parsers.layout_markdown import LayoutMarkdownParser
 
-    layout_kwargs = {} if config.max_segment_chars is None else {"max_segment_chars": config.max_segment_chars}
+    layout_kwargs: Dict[str, Any] = {} if config.max_segment_chars is None else {"max_segment_chars": config.max_segment_chars}
     if llm is not None and config.use_llm_formatter:
         from llama_index_hiqa.parsers.markdown_formatter import MarkdownFormatterParser
 
         # Falls back to the layout parser window by window when the LLM's output is unusable.
         return MarkdownFormatterParser(llm=llm, show_progress=config.show_progress, **layout_kwargs)
+    window = embedding_tokenizer(embed_model) if config.max_segment_tokens is not None else None
+    if window is not None:
+        tokenizer, size = window
+        size = size if config.max_segment_tokens == "auto" else min(size, int(config.max_segment_tokens))
+        layout_kwargs.update(tokenizer=tokenizer, max_segment_tokens=size)
     return LayoutMarkdownParser(show_progress=config.show_progress, **layout_kwargs)
 
 
@@ -580,14 +592,17 @@ def _keyword_extractor(config: HiQAPackConfig) -> Any:
     return CriticalKeywordExtractor(**{"show_progress": config.show_progress, **config.keywords})
 
 
-def _ingest(documents: Sequence[Document], config: HiQAPackConfig, llm: Optional[LLM]) -> List[BaseNode]:
+def _ingest(
+    documents: Sequence[Document], config: HiQAPackConfig, llm: Optional[LLM],
+    embed_model: Optional[BaseEmbedding] = None,
+) -> List[BaseNode]:
     """Documents -> parsed, cascaded, keyworded nodes through an IngestionPipeline (no embedding:
     the index embeds, so any vector store's own ingestion path applies)."""
     from llama_index_hiqa.transforms.cascading_metadata import CascadingMetadataTransform
     empty = [d for d in documents if not d.text.strip()]
     if len(empty) == len(documents):
         raise EmptyCorpusError("documents", [d.metadata.get(schema.FILE_NAME, d.doc_id) for d in empty])
-    transformations: List[Any] = [_parser(config, llm)]
+    transformations: List[Any] = [_parser(config, llm, embed_model)]
     if config.use_cascade:
         transformations.append(CascadingMetadataTransform(show_progress=config.show_progress))
     transformations.append(_keyword_extractor(config))

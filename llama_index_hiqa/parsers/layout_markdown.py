@@ -29,9 +29,9 @@ import bisect
 import logging
 import re
 from collections import Counter
-from typing import Any, Dict, List, Optional, Sequence, Set, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple
 
-from llama_index.core.bridge.pydantic import Field
+from llama_index.core.bridge.pydantic import Field, PrivateAttr
 from llama_index.core.node_parser import NodeParser
 from llama_index.core.schema import BaseNode, Document, TextNode
 from llama_index.core.utils import get_tqdm_iterable
@@ -52,6 +52,7 @@ from llama_index_hiqa.parsers._markdown_segments import (
     parse_heading_number,
     pieces_to_nodes,
 )
+from llama_index_hiqa.parsers._token_budget import cascade_header_counter, fit_pieces_to_window, resolve_window
 
 logger = logging.getLogger(__name__)
 
@@ -83,6 +84,19 @@ class LayoutMarkdownParser(NodeParser):
             "consecutive). None keeps every chapter whole, as the paper does."
         ),
     )
+    max_segment_tokens: Optional[int] = Field(
+        default=None,
+        description=(
+            "The embedding model's token window (all-MiniLM-L6-v2: 256). With a tokenizer, "
+            "segments whose cascade header + text exceed it are split (the cascade repeated in "
+            "each part) and small neighbouring segments of one section are merged up to it. "
+            "None: character limits only."
+        ),
+    )
+    merge_small_segments: bool = Field(
+        default=True,
+        description="With max_segment_tokens: merge small neighbouring segments of one section.",
+    )
     tables_as_nodes: bool = Field(
         default=True,
         description="Give each Markdown table (with its title) a node of its own, kind 'table'.",
@@ -103,6 +117,13 @@ class LayoutMarkdownParser(NodeParser):
         default=True,
         description="Take plain 'Item 7.' / 'PART II' lines as headings even without emphasis.",
     )
+
+    _tokenizer: Optional[Callable[[str], Sequence]] = PrivateAttr(default=None)
+
+    def __init__(self, tokenizer: Optional[Callable[[str], Sequence]] = None, **data: Any) -> None:
+        """``tokenizer``: the embedding model's (text -> tokens), for ``max_segment_tokens``."""
+        super().__init__(**data)
+        self._tokenizer = tokenizer
 
     @classmethod
     def class_name(cls) -> str:
@@ -149,9 +170,17 @@ class LayoutMarkdownParser(NodeParser):
     ) -> List[Piece]:
         """Segments of ``text`` (or of its ``span``) as character spans with heading paths."""
         marks = self.detect_headings(text, metadata or {})
-        return build_pieces(
+        pieces = build_pieces(
             text, marks, span=span, max_chars=self.max_segment_chars,
             tables_as_nodes=self.tables_as_nodes,
+        )
+        window = resolve_window(self.max_segment_tokens, self._tokenizer)
+        if window is None:
+            return pieces
+        count, size = window
+        title = str((metadata or {}).get(schema.DOCUMENT_TITLE) or "")
+        return fit_pieces_to_window(
+            text, pieces, count, size, cascade_header_counter(count, title), merge=self.merge_small_segments
         )
 
     def detect_headings(self, text: str, metadata: Dict[str, Any]) -> List[HeadingMark]:
