@@ -22,7 +22,9 @@ def rules_only(**kwargs):
         (["iPhone 15", "iphone-15", "IPHONE15", "iPhone\u00a015"], "iphone15"),
         (["ADC12QJ1600-SP", "adc12qj1600 sp", "ADC12QJ1600SP"], "adc12qj1600sp"),
         (["10-K", "10K", "10 k"], "10k"),
-        (["the Coca-Cola Company's", "Coca Cola Company"], "cocacolacompany"),
+        (["the Coca-Cola Company's", "Coca Cola Company", "Coca-Cola"], "cocacola"),
+        (["Best Buy Co., Inc.", "BEST BUY CO., INC.", "Best Buy"], "bestbuy"),
+        (["Amcor PLC", "Amcor"], "amcor"),
     ],
 )
 def test_normalize_keyword_ignores_case_hyphens_spaces(variants, expected):

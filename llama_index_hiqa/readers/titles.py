@@ -173,6 +173,8 @@ def largest_cover_line(lines: Sequence[CoverLine]) -> str:
         text = _clean(line.text)
         if line.size <= body or _is_boilerplate(text) or _FORM.fullmatch(text) or len(text) > 120:
             continue
+        if not (text[:1].isupper() or text[:1].isdigit()) or len(text.split()) > 15:
+            continue  # a sentence's tail in a larger font, not a name or a headline
         if best is None or line.size > best.size:
             best = line
     return _display_case(_clean(best.text)) if best else ""
@@ -211,11 +213,12 @@ def document_title(lines: Sequence[CoverLine], metadata_title: str = "", file_st
     metadata title and its file name (see the module docstring for the order)."""
     facts = cover_facts(lines)
     from_file = file_name_title(file_stem)
-    name = facts.name or informative_metadata_title(metadata_title)
-    if not name:
-        # A filing cover whose registrant name is an image: the file name says more than the
-        # cover's largest remaining text (a check-box row, a notice).
-        name = from_file if (facts.form or facts.period) else largest_cover_line(lines)
+    if facts.form or facts.period:
+        # A filing cover: its largest remaining line is the registrant (3M's cover has no
+        # "exact name" caption); when the name is an image, the metadata or file name.
+        name = facts.name or largest_cover_line(lines) or informative_metadata_title(metadata_title) or from_file
+    else:
+        name = informative_metadata_title(metadata_title) or largest_cover_line(lines)
     title = name
     for part in (facts.form, facts.period):
         if part and _adds_words(part, title):

@@ -123,17 +123,25 @@ _NAME_STOPWORDS = {
 }
 _LEADING_ARTICLE = re.compile(r"^(?:the|a|an)\s+", re.I)
 _POSSESSIVE = re.compile(r"(?:'s|’s|'|’)$", re.I)
+# A company's legal form: documents write "Best Buy Co., Inc." where questions say "Best Buy".
+_LEGAL_FORM = re.compile(
+    r"(?:[\s,]+(?:inc|incorporated|corp|corporation|company|co|plc|ltd|limited|llc|l\.?p|n\.?v|s\.?a|ag|se)\.?)+$",
+    re.I,
+)
 
 
 def normalize_keyword(keyword: str) -> str:
     """The matching form of a keyword: case, hyphens, spaces and punctuation removed.
 
     ``"iPhone 15"``, ``"iphone-15"`` and ``"IPHONE15"`` all become ``"iphone15"``; a leading
-    article and a possessive are dropped (``"the Coca-Cola Company's"`` -> ``"cocacolacompany"``).
-    Returns ``""`` for text with no letters or digits.
+    article, a possessive and a trailing legal form are dropped (``"the Coca-Cola Company's"``
+    -> ``"cocacola"``, ``"Best Buy Co., Inc."`` -> ``"bestbuy"``), so a company matches the
+    way questions name it. Returns ``""`` for text with no letters or digits.
     """
     text = unicodedata.normalize("NFKC", str(keyword)).strip()
     text = _POSSESSIVE.sub("", _LEADING_ARTICLE.sub("", text))
+    stripped = _LEGAL_FORM.sub("", text)
+    text = stripped if re.search(r"\w", stripped) else text  # "Company" alone stays
     return re.sub(r"[\W_]+", "", text.lower())
 
 
