@@ -47,12 +47,26 @@ KS = (1, 5, 20)
 SECTION = "product"
 TITLE = "FinanceBench product path (HiQAPack.from_directory on the PDFs)"
 
-# Named settings of HiQAPack.from_directory; "defaults" passes nothing.
+# Named settings of HiQAPack.from_directory; "defaults" passes nothing. A variant listed in
+# RETRIEVAL_ONLY changes query-time settings only: it loads the store its base variant built
+# (HiQAPack.load(store, **settings)) instead of parsing and embedding the PDFs again.
 VARIANTS: Dict[str, Dict[str, Any]] = {
     "defaults": {},
+    "beta2": {"multi_route": {"beta": 2.0}},
+    "alpha05": {"multi_route": {"alpha": 0.5}},
+    "title_weight1": {"multi_route": {"document_keyword_weight": 1.0}},
+    "title_weight3": {"multi_route": {"document_keyword_weight": 3.0}},
+    "no_keywords": {"multi_route": {"use_keywords": False}},
 }
+RETRIEVAL_ONLY = {"beta2": "defaults", "alpha05": "defaults", "title_weight1": "defaults",
+                  "title_weight3": "defaults", "no_keywords": "defaults"}
 VARIANT_LABELS = {
     "defaults": "HiQAPack.from_directory (defaults)",
+    "beta2": "HiQAPack, β = 2 (sweep on the dev questions)",
+    "alpha05": "HiQAPack, α = 0.5 (sweep on the dev questions)",
+    "title_weight1": "HiQAPack, title keyword weight 1 (the paper's plain |C|)",
+    "title_weight3": "HiQAPack, title keyword weight 3 (sweep on the dev questions)",
+    "no_keywords": "HiQAPack without the keyword route",
 }
 
 
@@ -203,6 +217,10 @@ def build_or_load(name: str, pdf_dir: Path, store: Path, reuse: bool):
     from llama_index_hiqa import HiQAPack
 
     settings = VARIANTS[name]
+    if name in RETRIEVAL_ONLY:
+        store, reuse = store.parent / RETRIEVAL_ONLY[name], True
+        if not (store / "hiqa_pack.json").is_file():
+            raise SystemExit(f"{name}: build {RETRIEVAL_ONLY[name]} first (its store {store} is missing)")
     if reuse and (store / "hiqa_pack.json").is_file():
         t0 = time.perf_counter()
         pack = HiQAPack.load(store, **settings)
