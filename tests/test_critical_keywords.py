@@ -162,3 +162,27 @@ def test_keyword_index_counts_and_persists(tmp_path):
 def test_ner_adds_named_entities():
     kws = CriticalKeywordExtractor().extract("Texas Instruments sells the OPT3004 to Apple in Dallas.")
     assert {"texasinstruments", "opt3004"} <= set(kws)
+
+
+def test_ner_over_node_text_is_skipped_above_ner_max_nodes_but_titles_keep_it(monkeypatch):
+    from llama_index.core.schema import TextNode
+
+    seen = []
+    extractor = CriticalKeywordExtractor(ner_max_nodes=2)
+    original = CriticalKeywordExtractor._extract_many
+
+    def spy(self, texts, ner=True):
+        seen.append((len(texts), ner))
+        return original(self, texts, ner=False)  # no spaCy in this test: only who asks for it
+
+    monkeypatch.setattr(CriticalKeywordExtractor, "_extract_many", spy)
+    nodes = [TextNode(text=f"Revenue of FY2023 part {i}") for i in range(3)]
+    for node in nodes:
+        schema.set_segment_facts(node, document_id="d", document_title="Acme Corp 2023 Annual Report", position=0)
+    extractor(nodes)
+    assert (3, False) in seen  # three nodes > 2: no NER over the text
+    assert (1, True) in seen  # the one distinct title still goes through NER
+    assert "2023" in nodes[0].metadata[schema.CRITICAL_KEYWORDS]
+    seen.clear()
+    extractor(nodes[:2])
+    assert (2, True) in seen

@@ -210,6 +210,13 @@ class CriticalKeywordExtractor(TransformComponent):
         description="Run the local spaCy NER model (CNED). Off: rules and expert keywords only "
         "(about 50x faster on long corpora).",
     )
+    ner_max_nodes: Optional[int] = Field(
+        default=5000,
+        description="At ingestion, run NER over the nodes' text only when a call holds at most this "
+        "many nodes (spaCy costs about a CPU-minute per 1,000 filing-sized chunks); above it NER "
+        "still reads every document title (copied onto its nodes) and every question, the rules "
+        "read all text. None: always.",
+    )
     ner_labels: List[str] = Field(
         default_factory=lambda: list(DEFAULT_NER_LABELS),
         description="spaCy entity labels kept as critical keywords (dates, money and "
@@ -304,10 +311,10 @@ class CriticalKeywordExtractor(TransformComponent):
     def _nlp(self) -> Any:
         return load_ner_model() if self.use_ner else None
 
-    def _extract_many(self, texts: Sequence[str]) -> List[List[str]]:
-        """Keywords of each text (no LLM); NER runs batched over all texts."""
+    def _extract_many(self, texts: Sequence[str], ner: bool = True) -> List[List[str]]:
+        """Keywords of each text (no LLM); NER (when ``ner`` and ``use_ner``) runs batched."""
         raw: List[List[str]] = [[] for _ in texts]
-        if self.use_ner and texts:
+        if self.use_ner and ner and texts:
             nlp = self._nlp()
             # Only the NER component is needed; the parser and lemmatizer triple the cost.
             disable = [p for p in nlp.pipe_names if p not in ("tok2vec", "ner")]
@@ -378,10 +385,20 @@ class CriticalKeywordExtractor(TransformComponent):
             node.metadata[schema.CRITICAL_KEYWORDS] = self._finish(doc_keywords + keywords)
             schema.hide_from_views(node, (schema.CRITICAL_KEYWORDS,))
 
+    def _ner_on_text(self, n_nodes: int) -> bool:
+        if self.ner_max_nodes is None or n_nodes <= self.ner_max_nodes:
+            return True
+        if self.use_ner:
+            logger.info(
+                "critical keywords: %d nodes > ner_max_nodes=%d, NER reads titles and questions only",
+                n_nodes, self.ner_max_nodes,
+            )
+        return False
+
     def __call__(self, nodes: Sequence[BaseNode], **kwargs: Any) -> Sequence[BaseNode]:
         """Write ``schema.CRITICAL_KEYWORDS`` on every node (hidden from both views)."""
         texts = [self._node_text(n) for n in nodes]
-        per_node = self._extract_many(texts)
+        per_node = self._extract_many(texts, ner=self._ner_on_text(len(texts)))
         if self.llm is not None:
             per_node = [
                 kws + self._llm_keywords(CHUNK_KEYWORD_PROMPT, t) if t.strip() else kws
@@ -395,7 +412,7 @@ class CriticalKeywordExtractor(TransformComponent):
         if self.llm is None:
             return self.__call__(nodes, **kwargs)
         texts = [self._node_text(n) for n in nodes]
-        per_node = self._extract_many(texts)
+        per_node = self._extract_many(texts, ner=self._ner_on_text(len(texts)))
         semaphore = asyncio.Semaphore(max(1, self.llm_num_workers))
 
         async def one(text: str) -> List[str]:
