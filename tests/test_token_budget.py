@@ -92,3 +92,43 @@ def test_parser_nodes_fit_the_window_with_their_cascade():
             assert node.get_content(MetadataMode.EMBED).startswith("Acme Corp Annual Report 2023")
     plain = LayoutMarkdownParser().get_nodes_from_documents([doc])
     assert len(plain) == 2  # without a tokenizer: character limits only
+
+
+class _FakeST:
+    """What a sentence-transformers model exposes: a tokenizer and its window."""
+
+    class tokenizer:  # noqa: N801 - mimics the attribute
+        @staticmethod
+        def encode(text):
+            return words(text)
+
+    max_seq_length = 128
+
+
+class _FakeHFEmbedding:
+    _model = _FakeST()
+    max_length = 96
+
+
+class _FakeCached:
+    inner = _FakeHFEmbedding()
+
+
+def test_embedding_tokenizer_reads_window_and_tokenizer_also_behind_the_cache():
+    from llama_index_hiqa.defaults import embedding_tokenizer
+
+    tokenizer, window = embedding_tokenizer(_FakeCached())
+    assert window == 96 and tokenizer("a b") == ["[CLS]", "a", "b", "[SEP]"]
+    assert embedding_tokenizer(object()) is None  # a remote model: character limits only
+    assert embedding_tokenizer(None) is None
+
+
+def test_pack_parser_uses_the_embedding_window_unless_disabled():
+    from llama_index_hiqa.pack import HiQAPackConfig, _parser
+
+    auto = _parser(HiQAPackConfig(), None, _FakeCached())
+    assert auto.max_segment_tokens == 96 and auto._tokenizer is not None
+    capped = _parser(HiQAPackConfig(max_segment_tokens=64), None, _FakeCached())
+    assert capped.max_segment_tokens == 64
+    off = _parser(HiQAPackConfig(max_segment_tokens=None), None, _FakeCached())
+    assert off.max_segment_tokens is None and off._tokenizer is None
