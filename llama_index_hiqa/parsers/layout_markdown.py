@@ -226,7 +226,7 @@ class LayoutMarkdownParser(NodeParser):
                     continue
                 style = layout_styles.get(layout.get(start, (0.0, False)), 6) if in_layout else 6
             cleaned = clean_inline(body)
-            if not cleaned or len(cleaned.split()) > _MAX_HEADING_WORDS:
+            if not cleaned or len(cleaned.split()) > _MAX_HEADING_WORDS or not plausible_heading(cleaned):
                 continue
             if _norm_running(line) in running or _LEADERS_RE.search(cleaned):
                 continue
@@ -288,6 +288,27 @@ class LayoutMarkdownParser(NodeParser):
             if entries >= 4 or (titled and entries >= 2):
                 ranges.append((start, end))
         return ranges
+
+
+def plausible_heading(text: str) -> bool:
+    """Whether a heading candidate reads like a heading, whatever its font: not a line that
+    continues a sentence (starts in lower case, ends with a comma or semicolon; exhibits set in
+    a larger type give hundreds of those) and not a number with no words ("2.6 %" in a
+    statement's column, parsed as section 2.6)."""
+    parsed = parse_heading_number(text)
+    if parsed.family in ("part", "item"):
+        return True
+    title = parsed.title
+    if not any(c.isalpha() for c in title) or text.rstrip().endswith((",", ";")):
+        return False
+    first = next((c for c in title if c.isalpha()), "")
+    if first.islower():
+        return False
+    # A long unnumbered line mostly in lower-case words is a sentence set in a larger type.
+    words = [w for w in title.split() if w[:1].isalpha()]
+    if not parsed.number and len(words) >= 8 and sum(w[0].islower() for w in words) > 0.6 * len(words):
+        return False
+    return True
 
 
 def _as_document(node: BaseNode) -> Document:
