@@ -308,7 +308,7 @@ def write_section() -> None:
         "",
         _results.markdown_table(headers, rows),
         "",
-        f"Baselines from run {baseline['run']}.",
+        f"Baselines from run {baseline['run']}." + (f" {baseline['note']}" if baseline.get("note") else ""),
     ]
     for name, result in saved.items():
         stats = result["stats"]
@@ -328,7 +328,7 @@ def write_section() -> None:
             + "/".join(f"{stats['pieces_pct'][k]:.0f}" for k in ("10", "50", "90", "99"))
             + f"; {stats['over_256_pieces']:.1%} of nodes over 256 word pieces (the model drops the rest).",
             "",
-            "<details><summary>per filing: title, nodes, tables, chars p50/p90, word pieces p50/p90, share over 256</summary>",
+            "Per filing: the `document_title` the reader gave it, nodes, tables, characters p50/p90, word pieces p50/p90 of the embedding view, share over 256:",
             "",
             _results.markdown_table(
                 ["filing", "document_title", "nodes", "tables", "chars p50", "chars p90", "pieces p50", "pieces p90", "> 256"],
@@ -338,15 +338,14 @@ def write_section() -> None:
                     for doc, d in stats["per_doc"].items()
                 ],
             ),
-            "",
-            "</details>",
         ]
-    bstats = baseline["stats"]
-    parts += [
-        "",
-        f"Baseline chunks: {bstats['nodes']:,}; characters p50/p90 = {bstats['chars_pct']['50']:.0f}/{bstats['chars_pct']['90']:.0f}; "
-        f"word pieces p50/p90 = {bstats['pieces_pct']['50']:.0f}/{bstats['pieces_pct']['90']:.0f}.",
-    ]
+    bstats = baseline.get("stats")
+    if bstats:
+        parts += [
+            "",
+            f"Baseline chunks: {bstats['nodes']:,}; characters p50/p90 = {bstats['chars_pct']['50']:.0f}/{bstats['chars_pct']['90']:.0f}; "
+            f"word pieces p50/p90 = {bstats['pieces_pct']['50']:.0f}/{bstats['pieces_pct']['90']:.0f}.",
+        ]
     notes = HERE / "product" / "NOTES.md"
     if notes.is_file():
         parts += ["", notes.read_text(encoding="utf-8").strip()]
