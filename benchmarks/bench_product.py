@@ -304,7 +304,7 @@ def write_section() -> None:
         "packaged all-MiniLM-L6-v2 everywhere. HiQAPack rows: `HiQAPack.from_directory(pdfs, "
         "**settings)` then `pack.multi_route.full_ranking(question)`; nothing injected (titles, "
         "keywords and headings come from the PDFs). Each row says the run it comes from "
-        "(date, commit); baselines are re-measured in every run.",
+        "(date, commit); baselines are re-measured in every run unless the line under the table says otherwise.",
         "",
         _results.markdown_table(headers, rows),
         "",
