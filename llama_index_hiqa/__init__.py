@@ -16,6 +16,8 @@ __version__ = "0.1.0"
 _EXPORTS: Dict[str, str] = {
     # -- foundation: schema, defaults, reader, errors
     "PDFLayoutReader": "llama_index_hiqa.readers.pdf",
+    "document_title": "llama_index_hiqa.readers.titles",  # a title from cover, metadata, file name
+    "CoverLine": "llama_index_hiqa.readers.titles",
     "CachedEmbedding": "llama_index_hiqa.embedding_cache",
     "HiQAError": "llama_index_hiqa.errors",
     "DocumentReadError": "llama_index_hiqa.errors",

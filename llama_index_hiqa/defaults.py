@@ -18,7 +18,7 @@ import logging
 import os
 import threading
 from pathlib import Path
-from typing import Any, Dict, Optional
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from llama_index.core import Settings
 from llama_index.core.base.embeddings.base import BaseEmbedding
@@ -169,3 +169,25 @@ def load_ner_model() -> Any:
                     f"(loaded as spacy.load({NER_MODEL_NAME!r})): {exc}"
                 ) from exc
     return _nlp
+
+
+def embedding_tokenizer(embed_model: Optional[BaseEmbedding]) -> Optional[Tuple[Callable[[str], List[int]], int]]:
+    """``(tokenizer, window)`` of an embedding model that reads a fixed number of tokens
+    (HuggingFace / sentence-transformers models, also behind :class:`CachedEmbedding`), so
+    parsers can keep each node within what the model reads; ``None`` when unknown."""
+    inner = getattr(embed_model, "inner", None) or embed_model
+    if inner is None:
+        return None
+    token_ids = getattr(inner, "token_ids", None)  # ONNXEmbedding: its own tokenizer.json
+    if callable(token_ids) and getattr(inner, "max_length", None):
+        return token_ids, int(inner.max_length)
+    try:
+        model = getattr(inner, "_model", None)
+        tokenizer = getattr(model, "tokenizer", None)
+        window = getattr(inner, "max_length", None) or getattr(model, "max_seq_length", None)
+    except Exception:  # a remote model's attribute access must not break ingestion
+        return None
+    if tokenizer is None or not window:
+        return None
+    return tokenizer.encode, int(window)
+

@@ -250,6 +250,7 @@ class ONNXEmbedding(BaseEmbedding):
 
     _session: Any = PrivateAttr()
     _tokenizer: Any = PrivateAttr()
+    _counting_tokenizer: Any = PrivateAttr(default=None)
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -270,6 +271,18 @@ class ONNXEmbedding(BaseEmbedding):
     @classmethod
     def class_name(cls) -> str:
         return "ONNXEmbedding"
+
+    def token_ids(self, text: str) -> List[int]:
+        """The model's token ids of ``text``, special tokens included and nothing cut off, so
+        parsers can keep each node within the ``max_length`` tokens the model reads."""
+        if self._counting_tokenizer is None:
+            from tokenizers import Tokenizer
+
+            counting = Tokenizer.from_file(str(Path(self.tokenizer_dir) / "tokenizer.json"))
+            counting.no_truncation()  # tokenizer.json may carry its own padding and truncation
+            counting.no_padding()
+            self._counting_tokenizer = counting
+        return self._counting_tokenizer.encode(text).ids
 
     def _encode(self, texts: List[str]) -> np.ndarray:
         encodings = self._tokenizer.encode_batch(texts)

@@ -66,10 +66,15 @@ def _big_enough(bbox: Any) -> bool:
 
 
 def with_figure_nodes(
-    doc: BaseNode, nodes: List[TextNode], id_func: Optional[Callable[[int, Any], str]] = None
+    doc: BaseNode,
+    nodes: List[TextNode],
+    id_func: Optional[Callable[[int, Any], str]] = None,
+    sections: Optional[Sequence[Tuple[int, int, Sequence[Sequence]]]] = None,
 ) -> List[TextNode]:
     """``nodes`` (one document's segments, in order) with an image node after the segment
-    each figure sits in; positions renumbered 0..n-1. Without figures: ``nodes`` unchanged."""
+    each figure sits in; positions renumbered 0..n-1. Without figures: ``nodes`` unchanged.
+    ``sections`` (``(start, end, heading path)`` of each section before segments were merged)
+    gives each figure the heading path of the section it sits in."""
     entries = figure_entries(doc)
     if not entries or not nodes:
         return nodes
@@ -88,7 +93,12 @@ def with_figure_nodes(
     for i, node in enumerate(nodes):
         out.append(node)
         for entry in after.get(i, ()):
-            out.append(_image_node(doc, node, entry, id_func, len(out)))
+            image = _image_node(doc, node, entry, id_func, len(out))
+            offset = int(entry.get("char_offset") or 0)
+            path = next((p for s, e, p in sections or () if s <= offset < e), None)
+            if path:
+                schema.set_heading_path(image, path)
+            out.append(image)
     for position, node in enumerate(out):
         node.metadata[schema.POSITION] = position
     return out

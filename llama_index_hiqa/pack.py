@@ -33,7 +33,7 @@ from __future__ import annotations
 import logging
 import time
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterable, List, Literal, Optional, Union
+from typing import Any, Callable, Dict, Iterable, List, Literal, Optional, Sequence, Union
 
 from llama_index.core import Settings, StorageContext, VectorStoreIndex
 from llama_index.core.base.base_query_engine import BaseQueryEngine
@@ -115,6 +115,12 @@ class HiQAPackConfig(BaseModel):
     )
     max_segment_chars: Optional[int] = Field(
         default=None, description="Parser: split sections longer than this (None: the parser's default)."
+    )
+    max_segment_tokens: Union[int, Literal["auto"], None] = Field(
+        default="auto",
+        description="Parser: bound every node's cascade header + text by this many tokens of the "
+        "embedding model's tokenizer ('auto': the model's own window, e.g. 256 for MiniLM; None: "
+        "character limits only). Longer segments are split, small ones of a section merged.",
     )
     show_progress: bool = Field(default=False, description="Progress bars during ingestion.")
     ingest_batch_size: int = Field(
@@ -547,7 +553,7 @@ class HiQAPack:
         transformation cache: it would keep a copy of every batch's nodes per stage."""
         from llama_index_hiqa.transforms.cascading_metadata import CascadingMetadataTransform
 
-        stages: List[TimedTransform] = [TimedTransform(stage="parse", inner=_parser(self.config, self.llm))]
+        stages: List[TimedTransform] = [TimedTransform(stage="parse", inner=_parser(self.config, self.llm, self.embed_model))]
         if self.config.use_cascade:
             stages.append(
                 TimedTransform(stage="cascade", inner=CascadingMetadataTransform(show_progress=self.config.show_progress))
@@ -695,15 +701,21 @@ def _model_identity(embed_model: BaseEmbedding) -> str:
     return inner or f"{embed_model.class_name()}:{getattr(embed_model, 'model_name', '?')}"
 
 
-def _parser(config: HiQAPackConfig, llm: Optional[LLM]) -> Any:
+def _parser(config: HiQAPackConfig, llm: Optional[LLM], embed_model: Optional[BaseEmbedding] = None) -> Any:
+    from llama_index_hiqa.defaults import embedding_tokenizer
     from llama_index_hiqa.parsers.layout_markdown import LayoutMarkdownParser
 
-    layout_kwargs = {} if config.max_segment_chars is None else {"max_segment_chars": config.max_segment_chars}
+    layout_kwargs: Dict[str, Any] = {} if config.max_segment_chars is None else {"max_segment_chars": config.max_segment_chars}
     if llm is not None and config.use_llm_formatter:
         from llama_index_hiqa.parsers.markdown_formatter import MarkdownFormatterParser
 
         # Falls back to the layout parser window by window when the LLM's output is unusable.
         return MarkdownFormatterParser(llm=llm, show_progress=config.show_progress, **layout_kwargs)
+    window = embedding_tokenizer(embed_model) if config.max_segment_tokens is not None else None
+    if window is not None:
+        tokenizer, size = window
+        size = size if config.max_segment_tokens == "auto" else min(size, int(config.max_segment_tokens))
+        layout_kwargs.update(tokenizer=tokenizer, max_segment_tokens=size)
     return LayoutMarkdownParser(show_progress=config.show_progress, **layout_kwargs)
 
 
@@ -711,7 +723,12 @@ def _keyword_extractor(config: HiQAPackConfig) -> Any:
     """The same critical-keyword settings at ingestion and at query time (|C| must match)."""
     from llama_index_hiqa.transforms.critical_keywords import CriticalKeywordExtractor
 
-    return CriticalKeywordExtractor(**{"show_progress": config.show_progress, **config.keywords})
+    # NER over every node's text cost more than embedding it (about a CPU-minute per 1,000
+    # filing-sized chunks) and was not what the product-path figures measured at collection
+    # scale; the pack's default runs NER over document titles and questions only, whatever the
+    # batch size. keywords={"ner_max_nodes": None} turns it back on for node text.
+    defaults = {"show_progress": config.show_progress, "ner_max_nodes": 0}
+    return CriticalKeywordExtractor(**{**defaults, **config.keywords})
 
 
 # Settings is re-exported so notebooks can configure the pack without a second import line.

@@ -105,7 +105,7 @@ def test_keyword_edges_need_the_threshold_and_carry_the_intersection_size():
         make_node("q", unit(0, 1), doc="2", keywords=["Alpha", "beta", "gamma", "zeta"]),
         make_node("r", unit(0, 0, 1), doc="3", keywords=["alpha", "beta", "omega"]),
     ]
-    g = ChunkInteractionGraph.from_nodes(nodes, semantic_top_k=0)  # paper: more than two shared
+    g = ChunkInteractionGraph.from_nodes(nodes, semantic_top_k=0, keyword_threshold=3)  # paper: more than two
     assert g.edge("p", "q")["keyword"] == 3
     assert g.edge("p", "r")["keyword"] == 0 and g.edge("q", "r")["keyword"] == 0
     loose = ChunkInteractionGraph.from_nodes(nodes, semantic_top_k=0, keyword_threshold=2)
@@ -440,3 +440,25 @@ def test_from_index_reuses_the_vector_store_embeddings_and_docstore():
     assert retriever.graph.edge("A", "B")["keyword"] == 3
     ids = [n.node.node_id for n in retriever.retrieve(QueryBundle("q", embedding=Q_VEC))]
     assert "B" in ids
+
+
+def test_auto_keyword_threshold_reads_the_collections_shared_keyword_counts():
+    from llama_index_hiqa.retrievers.chunk_graph import resolve_keyword_threshold
+
+    # 10 chunks; 40 pairs share one keyword, 4 pairs share two, 1 pair shares three.
+    counts = np.array([1] * 40 + [2] * 4 + [3])
+    assert resolve_keyword_threshold("auto", counts, 10, max_degree=20.0) == 1  # 9 edges per chunk
+    assert resolve_keyword_threshold("auto", counts, 10, max_degree=2.0) == 2  # 1 edge per chunk
+    assert resolve_keyword_threshold("auto", counts, 10, max_degree=0.1) == 4  # none fits: no edges
+    assert resolve_keyword_threshold(3, counts, 10, max_degree=20.0) == 3  # a number is kept
+    assert resolve_keyword_threshold("auto", np.array([], int), 10, max_degree=20.0) == 1
+
+
+def test_auto_threshold_is_resolved_on_build_and_kept_by_persist(tmp_path):
+    nodes = [make_node(f"n{i}", unit(1, i), doc=f"doc{i}", keywords=[f"k{i}", f"k{i + 1}", "shared"]) for i in range(6)]
+    # 15 pairs share "shared" (5 edges per chunk at T = 1), 5 consecutive pairs share two.
+    graph = ChunkInteractionGraph.from_nodes(nodes, semantic_top_k=0, max_keyword_degree=2.0, min_common_count=10)
+    assert graph.keyword_threshold == "auto" and graph.resolved_keyword_threshold == 2
+    assert graph.edge_counts()["keyword"] == 5  # consecutive chunks share k{i+1} and "shared"
+    graph.persist(tmp_path / "g")
+    assert ChunkInteractionGraph.load(tmp_path / "g").resolved_keyword_threshold == 2

@@ -22,7 +22,9 @@ def rules_only(**kwargs):
         (["iPhone 15", "iphone-15", "IPHONE15", "iPhone\u00a015"], "iphone15"),
         (["ADC12QJ1600-SP", "adc12qj1600 sp", "ADC12QJ1600SP"], "adc12qj1600sp"),
         (["10-K", "10K", "10 k"], "10k"),
-        (["the Coca-Cola Company's", "Coca Cola Company"], "cocacolacompany"),
+        (["the Coca-Cola Company's", "Coca Cola Company", "Coca-Cola"], "cocacola"),
+        (["Best Buy Co., Inc.", "BEST BUY CO., INC.", "Best Buy"], "bestbuy"),
+        (["Amcor PLC", "Amcor"], "amcor"),
     ],
 )
 def test_normalize_keyword_ignores_case_hyphens_spaces(variants, expected):
@@ -174,3 +176,27 @@ def test_ner_runs_without_the_pipes_it_does_not_need():
     full = [(e.text, e.label_) for e in nlp(text).ents]
     lean = [(e.text, e.label_) for e in next(nlp.pipe([text], disable=disabled)).ents]
     assert lean == full and ("Apple Inc.", "ORG") in lean
+
+
+def test_ner_over_node_text_is_skipped_above_ner_max_nodes_but_titles_keep_it(monkeypatch):
+    from llama_index.core.schema import TextNode
+
+    seen = []
+    extractor = CriticalKeywordExtractor(ner_max_nodes=2)
+    original = CriticalKeywordExtractor._extract_many
+
+    def spy(self, texts, ner=True):
+        seen.append((len(texts), ner))
+        return original(self, texts, ner=False)  # no spaCy in this test: only who asks for it
+
+    monkeypatch.setattr(CriticalKeywordExtractor, "_extract_many", spy)
+    nodes = [TextNode(text=f"Revenue of FY2023 part {i}") for i in range(3)]
+    for node in nodes:
+        schema.set_segment_facts(node, document_id="d", document_title="Acme Corp 2023 Annual Report", position=0)
+    extractor(nodes)
+    assert (3, False) in seen  # three nodes > 2: no NER over the text
+    assert (1, True) in seen  # the one distinct title still goes through NER
+    assert "2023" in nodes[0].metadata[schema.CRITICAL_KEYWORDS]
+    seen.clear()
+    extractor(nodes[:2])
+    assert (2, True) in seen

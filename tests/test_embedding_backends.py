@@ -310,3 +310,16 @@ def test_cli_ingest_embed_backend_reaches_the_store(hash_backends, tmp_path, mon
     with pytest.raises(SystemExit):
         cli.main(["ingest", str(DEMO_DATA_DIR), "--store", str(store), "--embed-backend", "gpu"])
     assert "invalid choice: 'gpu'" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_onnx_models_count_tokens_as_the_pytorch_tokenizer_does(real_models):
+    """The parsers bound each node by the model's window in its own tokens: the ONNX build
+    must count them, untruncated, exactly as the PyTorch model's tokenizer does."""
+    models, _ = real_models
+    torch_tokens, torch_window = defaults.embedding_tokenizer(models["torch"])
+    for backend in ("onnx", "onnx-int8"):
+        tokens, window = defaults.embedding_tokenizer(models[backend])
+        assert window == torch_window == 256
+        for text in TEXTS + ["word " * 600]:
+            assert len(tokens(text)) == len(torch_tokens(text))

@@ -478,3 +478,15 @@ def test_any_markdown_is_tiled_without_loss(pages, max_chars):
     for node in nodes:
         levels = [h.level for h in schema.get_heading_path(node)]
         assert levels == sorted(set(levels))  # a path goes strictly deeper
+
+
+def test_plausible_heading_rejects_sentence_lines_and_bare_numbers():
+    from llama_index_hiqa.parsers.layout_markdown import plausible_heading
+
+    for heading in ("Item 7. Management's Discussion", "PART II", "4.2 Electrical characteristics",
+                    "CONSOLIDATED STATEMENTS OF INCOME", "Results of Operations", "Item 9B."):
+        assert plausible_heading(heading), heading
+    for line in ("2.6 %", "22.0 %", "contributions resumed after the pay period ending on January 3,",
+                 "Participant following his or her rehire date as if the rehire date were",
+                 "Revenue by segment,"):
+        assert not plausible_heading(line), line

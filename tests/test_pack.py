@@ -226,3 +226,10 @@ def test_every_nested_setting_is_checked_when_the_config_is_built(settings, name
 def test_documented_presets_are_accepted():
     for preset in ("balanced", "precision", "find_all"):
         assert HiQAPackConfig(segment_preset=preset, use_segment_integration=True).segment_preset == preset
+
+
+def test_the_pack_runs_ner_over_titles_and_questions_not_node_text_whatever_the_batch():
+    from llama_index_hiqa.pack import _keyword_extractor
+
+    assert _keyword_extractor(HiQAPackConfig())._ner_on_text(1) is False
+    assert _keyword_extractor(HiQAPackConfig(keywords={"ner_max_nodes": None}))._ner_on_text(10**6) is True

@@ -29,9 +29,9 @@ import bisect
 import logging
 import re
 from collections import Counter
-from typing import Any, Dict, List, Optional, Sequence, Set, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple
 
-from llama_index.core.bridge.pydantic import Field
+from llama_index.core.bridge.pydantic import Field, PrivateAttr
 from llama_index.core.node_parser import NodeParser
 from llama_index.core.schema import BaseNode, Document, TextNode
 from llama_index.core.utils import get_tqdm_iterable
@@ -53,6 +53,7 @@ from llama_index_hiqa.parsers._markdown_segments import (
     parse_heading_number,
     pieces_to_nodes,
 )
+from llama_index_hiqa.parsers._token_budget import cascade_header_counter, fit_pieces_to_window, resolve_window
 
 logger = logging.getLogger(__name__)
 
@@ -84,6 +85,19 @@ class LayoutMarkdownParser(NodeParser):
             "consecutive). None keeps every chapter whole, as the paper does."
         ),
     )
+    max_segment_tokens: Optional[int] = Field(
+        default=None,
+        description=(
+            "The embedding model's token window (all-MiniLM-L6-v2: 256). With a tokenizer, "
+            "segments whose cascade header + text exceed it are split (the cascade repeated in "
+            "each part) and small neighbouring segments of one section are merged up to it. "
+            "None: character limits only."
+        ),
+    )
+    merge_small_segments: bool = Field(
+        default=True,
+        description="With max_segment_tokens: merge small neighbouring segments of one section.",
+    )
     tables_as_nodes: bool = Field(
         default=True,
         description="Give each Markdown table (with its title) a node of its own, kind 'table'.",
@@ -109,6 +123,13 @@ class LayoutMarkdownParser(NodeParser):
         default=True,
         description="Take plain 'Item 7.' / 'PART II' lines as headings even without emphasis.",
     )
+
+    _tokenizer: Optional[Callable[[str], Sequence]] = PrivateAttr(default=None)
+
+    def __init__(self, tokenizer: Optional[Callable[[str], Sequence]] = None, **data: Any) -> None:
+        """``tokenizer``: the embedding model's (text -> tokens), for ``max_segment_tokens``."""
+        super().__init__(**data)
+        self._tokenizer = tokenizer
 
     @classmethod
     def class_name(cls) -> str:
@@ -138,7 +159,8 @@ class LayoutMarkdownParser(NodeParser):
         if not doc.text.strip():
             logger.warning("document %s has no text: no segments", doc.doc_id)
             return []
-        pieces = self.pieces(doc.text, doc.metadata)
+        sections = self.section_pieces(doc.text, doc.metadata)
+        pieces = self.fit_to_window(doc.text, sections, doc.metadata)
         path = parse_path or _default_parse_path(doc)
         nodes = pieces_to_nodes(
             doc,
@@ -148,17 +170,40 @@ class LayoutMarkdownParser(NodeParser):
             parse_path=lambda p: path,
             id_func=self.id_func,
         )
-        return with_figure_nodes(doc, nodes, self.id_func) if self.images_as_nodes else nodes
+        if not self.images_as_nodes:
+            return nodes
+        # A figure belongs to the section it sits in, also when that section's text was
+        # merged with its siblings into one node for the embedding window.
+        return with_figure_nodes(doc, nodes, self.id_func, sections=[(p.start, p.end, p.path) for p in sections])
 
     def pieces(
         self, text: str, metadata: Optional[Dict[str, Any]] = None,
         span: Optional[Tuple[int, int]] = None,
     ) -> List[Piece]:
-        """Segments of ``text`` (or of its ``span``) as character spans with heading paths."""
+        """Segments of ``text`` (or of its ``span``) as character spans with heading paths,
+        fitted to the embedding model's window when one is set."""
+        return self.fit_to_window(text, self.section_pieces(text, metadata, span), metadata)
+
+    def section_pieces(
+        self, text: str, metadata: Optional[Dict[str, Any]] = None,
+        span: Optional[Tuple[int, int]] = None,
+    ) -> List[Piece]:
+        """One piece per section (and table) as the headings cut the text, before fitting."""
         marks = self.detect_headings(text, metadata or {})
         return build_pieces(
             text, marks, span=span, max_chars=self.max_segment_chars,
             tables_as_nodes=self.tables_as_nodes,
+        )
+
+    def fit_to_window(self, text: str, pieces: List[Piece], metadata: Optional[Dict[str, Any]] = None) -> List[Piece]:
+        """``pieces`` split and merged to the embedding window (unchanged without one)."""
+        window = resolve_window(self.max_segment_tokens, self._tokenizer)
+        if window is None:
+            return pieces
+        count, size = window
+        title = str((metadata or {}).get(schema.DOCUMENT_TITLE) or "")
+        return fit_pieces_to_window(
+            text, pieces, count, size, cascade_header_counter(count, title), merge=self.merge_small_segments
         )
 
     def detect_headings(self, text: str, metadata: Dict[str, Any]) -> List[HeadingMark]:
@@ -204,7 +249,7 @@ class LayoutMarkdownParser(NodeParser):
                     continue
                 style = layout_styles.get(layout.get(start, (0.0, False)), 6) if in_layout else 6
             cleaned = clean_inline(body)
-            if not cleaned or len(cleaned.split()) > _MAX_HEADING_WORDS:
+            if not cleaned or len(cleaned.split()) > _MAX_HEADING_WORDS or not plausible_heading(cleaned):
                 continue
             if _norm_running(line) in running or _LEADERS_RE.search(cleaned):
                 continue
@@ -266,6 +311,27 @@ class LayoutMarkdownParser(NodeParser):
             if entries >= 4 or (titled and entries >= 2):
                 ranges.append((start, end))
         return ranges
+
+
+def plausible_heading(text: str) -> bool:
+    """Whether a heading candidate reads like a heading, whatever its font: not a line that
+    continues a sentence (starts in lower case, ends with a comma or semicolon; exhibits set in
+    a larger type give hundreds of those) and not a number with no words ("2.6 %" in a
+    statement's column, parsed as section 2.6)."""
+    parsed = parse_heading_number(text)
+    if parsed.family in ("part", "item"):
+        return True
+    title = parsed.title
+    if not any(c.isalpha() for c in title) or text.rstrip().endswith((",", ";")):
+        return False
+    first = next((c for c in title if c.isalpha()), "")
+    if first.islower():
+        return False
+    # A long unnumbered line mostly in lower-case words is a sentence set in a larger type.
+    words = [w for w in title.split() if w[:1].isalpha()]
+    if not parsed.number and len(words) >= 8 and sum(w[0].islower() for w in words) > 0.6 * len(words):
+        return False
+    return True
 
 
 def _as_document(node: BaseNode) -> Document:

@@ -50,6 +50,7 @@ from llama_index.core.readers.base import BasePydanticReader
 from llama_index.core.schema import Document
 
 from llama_index_hiqa import schema
+from llama_index_hiqa.readers.titles import CoverLine, document_title, file_name_title
 from llama_index_hiqa.errors import (
     CorruptDocumentError,
     DocumentReadError,
@@ -84,6 +85,7 @@ from llama_index_hiqa.readers._text_decode import decode_text
 logger = logging.getLogger(__name__)
 
 PDF_SUFFIXES = (".pdf",)
+COVER_PAGES = 3  # pages read for the document title (a designed cover may precede the form's)
 TEXT_SUFFIXES = (".md", ".markdown", ".txt")
 SUPPORTED_SUFFIXES = PDF_SUFFIXES + TEXT_SUFFIXES
 
@@ -278,7 +280,7 @@ class PDFLayoutReader(BasePydanticReader):
     def _to_document(
         self, path: Path, parsed: "_Parsed", extra_info: Optional[Dict[str, Any]], document_id: str
     ) -> Document:
-        title = parsed.title or _first_top_heading(parsed.text) or path.stem
+        title = parsed.title or _first_top_heading(parsed.text) or file_name_title(path.stem) or path.stem
         metadata: Dict[str, Any] = dict(extra_info or {})
         metadata.update(
             {
@@ -331,8 +333,12 @@ class PDFLayoutReader(BasePydanticReader):
             if headings is None:
                 headings = self._locate_headings(text, spans, pages, body_size, running)
             images = self._images(pdf, pages, text, spans)
-            title = (pdf.metadata or {}).get("title") or ""
-            return _Parsed(text, spans, headings, body_size, images, title.strip())
+            title = document_title(
+                [CoverLine(ln.text, ln.size, ln.bold, page.number) for page in pages[:COVER_PAGES] for ln in page.lines],
+                (pdf.metadata or {}).get("title") or "",
+                path.stem,
+            )
+            return _Parsed(text, spans, headings, body_size, images, title)
         finally:
             pdf.close()
 

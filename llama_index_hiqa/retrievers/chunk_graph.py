@@ -33,7 +33,7 @@ import logging
 import re
 from collections import defaultdict
 from pathlib import Path
-from typing import Any, Callable, Dict, FrozenSet, Iterable, List, Optional, Sequence, Set, Tuple, Union
+from typing import Any, Callable, Dict, FrozenSet, Iterable, List, Optional, Sequence, Set, Literal, Tuple, Union
 
 import networkx as nx
 import numpy as np
@@ -138,6 +138,28 @@ def parse_keyword_list(answer: str) -> List[str]:
 # --- the graph -----------------------------------------------------------------------
 
 
+def resolve_keyword_threshold(
+    setting: Union[int, str], shared_counts: np.ndarray, n_chunks: int, max_degree: float
+) -> int:
+    """IIER's keyword threshold T for one collection.
+
+    ``shared_counts`` holds, for every pair of chunks sharing a keyword, how many they share.
+    A number is used as given; ``"auto"`` returns the smallest T >= 1 at which the keyword
+    edges average at most ``max_degree`` per chunk. Short passages with a few named entities
+    each (Wikipedia paragraphs) share one keyword rarely enough for T = 1; long chunks full of
+    keywords (filings) need a larger T before keyword edges stop linking everything.
+    """
+    if setting != "auto":
+        return int(setting)
+    counts = np.asarray(shared_counts)
+    if counts.size == 0 or n_chunks == 0:
+        return 1
+    for t in range(1, int(counts.max()) + 1):
+        if 2.0 * np.count_nonzero(counts >= t) / n_chunks <= max_degree:
+            return t
+    return int(counts.max()) + 1
+
+
 class ChunkInteractionGraph(BaseModel):
     """Chunks as nodes (by docstore id); structural, semantic and keyword edges (IIER §3.1).
 
@@ -154,9 +176,18 @@ class ChunkInteractionGraph(BaseModel):
     min_similarity: float = Field(
         default=0.0, description="Semantic edges below this cosine are not added."
     )
-    keyword_threshold: int = Field(
-        default=3,
-        description="Keyword edge when two chunks share at least this many keywords (paper: more than two).",
+    keyword_threshold: Union[int, Literal["auto"]] = Field(
+        default="auto",
+        description="Keyword edge when two chunks share at least this many keywords (paper: more "
+        "than two, T = 3). 'auto': the smallest T whose keyword edges average at most "
+        "max_keyword_degree per chunk, read from the collection's own shared-keyword counts.",
+    )
+    max_keyword_degree: float = Field(
+        default=20.0,
+        gt=0,
+        description="For keyword_threshold='auto': most keyword edges per chunk on average (4x the "
+        "paper's 5 semantic neighbours), so keyword edges link bridge entities without "
+        "flooding the walk.",
     )
     max_keyword_fraction: float = Field(
         default=0.01,
@@ -183,6 +214,7 @@ class ChunkInteractionGraph(BaseModel):
     _docs: List[Optional[str]] = PrivateAttr(default_factory=list)
     _positions: List[Optional[int]] = PrivateAttr(default_factory=list)
     _keyword_index: Dict[str, Set[int]] = PrivateAttr(default_factory=lambda: defaultdict(set))
+    _threshold: Optional[int] = PrivateAttr(default=None)
 
     # --- construction -------------------------------------------------------------------
     @classmethod
@@ -413,11 +445,18 @@ class ChunkInteractionGraph(BaseModel):
             return
         m = sparse.csr_matrix((np.ones(len(rows), np.int32), (rows, cols)), shape=(n, len(vocab)))
         shared = sparse.triu(m @ m.T, k=1).tocoo()
-        keep = shared.data >= self.keyword_threshold
+        self._threshold = resolve_keyword_threshold(self.keyword_threshold, shared.data, n, self.max_keyword_degree)
+        keep = shared.data >= self._threshold
         for i, j, c in zip(shared.row[keep].tolist(), shared.col[keep].tolist(), shared.data[keep].tolist()):
             _set_weight(G, ids[i], ids[j], KEYWORD, int(c))
 
     # --- reading ------------------------------------------------------------------------
+    @property
+    def resolved_keyword_threshold(self) -> Optional[int]:
+        """The T in use (``keyword_threshold`` itself, or what 'auto' chose); ``None`` before
+        any keyword edge was built."""
+        return self._threshold
+
     @property
     def graph(self) -> nx.Graph:
         """The networkx graph (nodes = chunk ids; edge attrs structural/semantic/keyword)."""
@@ -479,6 +518,7 @@ class ChunkInteractionGraph(BaseModel):
         payload = {
             "format": "llama_index_hiqa.chunk_graph/1",
             "settings": self.model_dump(),
+            "resolved_keyword_threshold": self._threshold,
             "nodes": [
                 {
                     "id": node_id,
@@ -508,6 +548,7 @@ class ChunkInteractionGraph(BaseModel):
         except (OSError, ValueError) as exc:
             raise GraphBuildError(f"no readable chunk graph in {folder}: {exc}") from exc
         graph = cls(**payload["settings"])
+        graph._threshold = payload.get("resolved_keyword_threshold")
         for i, row in enumerate(payload["nodes"]):
             graph._ids.append(row["id"])
             graph._index[row["id"]] = i

@@ -125,17 +125,25 @@ _NAME_STOPWORDS = {
 }
 _LEADING_ARTICLE = re.compile(r"^(?:the|a|an)\s+", re.I)
 _POSSESSIVE = re.compile(r"(?:'s|’s|'|’)$", re.I)
+# A company's legal form: documents write "Best Buy Co., Inc." where questions say "Best Buy".
+_LEGAL_FORM = re.compile(
+    r"(?:[\s,]+(?:inc|incorporated|corp|corporation|company|co|plc|ltd|limited|llc|l\.?p|n\.?v|s\.?a|ag|se)\.?)+$",
+    re.I,
+)
 
 
 def normalize_keyword(keyword: str) -> str:
     """The matching form of a keyword: case, hyphens, spaces and punctuation removed.
 
     ``"iPhone 15"``, ``"iphone-15"`` and ``"IPHONE15"`` all become ``"iphone15"``; a leading
-    article and a possessive are dropped (``"the Coca-Cola Company's"`` -> ``"cocacolacompany"``).
-    Returns ``""`` for text with no letters or digits.
+    article, a possessive and a trailing legal form are dropped (``"the Coca-Cola Company's"``
+    -> ``"cocacola"``, ``"Best Buy Co., Inc."`` -> ``"bestbuy"``), so a company matches the
+    way questions name it. Returns ``""`` for text with no letters or digits.
     """
     text = unicodedata.normalize("NFKC", str(keyword)).strip()
     text = _POSSESSIVE.sub("", _LEADING_ARTICLE.sub("", text))
+    stripped = _LEGAL_FORM.sub("", text)
+    text = stripped if re.search(r"\w", stripped) else text  # "Company" alone stays
     return re.sub(r"[\W_]+", "", text.lower())
 
 
@@ -203,6 +211,13 @@ class CriticalKeywordExtractor(TransformComponent):
         default=True,
         description="Run the local spaCy NER model (CNED). Off: rules and expert keywords only "
         "(about 50x faster on long corpora).",
+    )
+    ner_max_nodes: Optional[int] = Field(
+        default=5000,
+        description="At ingestion, run NER over the nodes' text only when a call holds at most this "
+        "many nodes (spaCy costs about a CPU-minute per 1,000 filing-sized chunks); above it NER "
+        "still reads every document title (copied onto its nodes) and every question, the rules "
+        "read all text. None: always.",
     )
     ner_labels: List[str] = Field(
         default_factory=lambda: list(DEFAULT_NER_LABELS),
@@ -298,10 +313,10 @@ class CriticalKeywordExtractor(TransformComponent):
     def _nlp(self) -> Any:
         return load_ner_model() if self.use_ner else None
 
-    def _extract_many(self, texts: Sequence[str]) -> List[List[str]]:
-        """Keywords of each text (no LLM); NER runs batched over all texts."""
+    def _extract_many(self, texts: Sequence[str], ner: bool = True) -> List[List[str]]:
+        """Keywords of each text (no LLM); NER (when ``ner`` and ``use_ner``) runs batched."""
         raw: List[List[str]] = [[] for _ in texts]
-        if self.use_ner and texts:
+        if self.use_ner and ner and texts:
             nlp = self._nlp()
             disable = _pipes_not_needed_for_ner(nlp)
             docs = nlp.pipe(texts, batch_size=self.ner_batch_size, disable=disable)
@@ -371,10 +386,20 @@ class CriticalKeywordExtractor(TransformComponent):
             node.metadata[schema.CRITICAL_KEYWORDS] = self._finish(doc_keywords + keywords)
             schema.hide_from_views(node, (schema.CRITICAL_KEYWORDS,))
 
+    def _ner_on_text(self, n_nodes: int) -> bool:
+        if self.ner_max_nodes is None or n_nodes <= self.ner_max_nodes:
+            return True
+        if self.use_ner:
+            logger.info(
+                "critical keywords: %d nodes > ner_max_nodes=%d, NER reads titles and questions only",
+                n_nodes, self.ner_max_nodes,
+            )
+        return False
+
     def __call__(self, nodes: Sequence[BaseNode], **kwargs: Any) -> Sequence[BaseNode]:
         """Write ``schema.CRITICAL_KEYWORDS`` on every node (hidden from both views)."""
         texts = [self._node_text(n) for n in nodes]
-        per_node = self._extract_many(texts)
+        per_node = self._extract_many(texts, ner=self._ner_on_text(len(texts)))
         if self.llm is not None:
             per_node = [
                 kws + self._llm_keywords(CHUNK_KEYWORD_PROMPT, t) if t.strip() else kws
@@ -388,7 +413,7 @@ class CriticalKeywordExtractor(TransformComponent):
         if self.llm is None:
             return self.__call__(nodes, **kwargs)
         texts = [self._node_text(n) for n in nodes]
-        per_node = self._extract_many(texts)
+        per_node = self._extract_many(texts, ner=self._ner_on_text(len(texts)))
         semaphore = asyncio.Semaphore(max(1, self.llm_num_workers))
 
         async def one(text: str) -> List[str]:

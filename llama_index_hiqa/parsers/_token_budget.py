@@ -1,0 +1,178 @@
+"""Segments the embedding model can read whole: sizes bounded by its token window.
+
+A sentence-embedding model reads a fixed number of word pieces (all-MiniLM-L6-v2: 256,
+special tokens included) and silently drops the rest; HiQA's cascade header (§Hierarchical
+Contextual Augmentor) is embedded in front of the text and spends part of that window. A
+chapter segment of 3,000 characters is therefore embedded by its first ~900 characters only,
+while a financial statement whose bold row labels were taken for headings becomes hundreds of
+two-line segments that carry no context. :func:`fit_pieces_to_window` evens this out, after
+the heading cut and before the nodes are made:
+
+1. **split** every text piece whose header + text exceeds the window, at paragraph, then
+   line, then sentence, then word boundaries; every part keeps the piece's heading path, so
+   the cascade is repeated in each (it is rendered per node);
+2. **merge** runs of consecutive small text pieces of one section (same heading path, or
+   siblings / parent and child) while header + text still fits; the merged piece takes the
+   common heading path and keeps every heading line in its text.
+
+Pieces still tile the document: splits and merges only move boundaries between adjacent
+pieces, never drop or repeat a character. Tables are left to the table rules (their
+embedding view is their labels, not their text).
+
+Token counts come from the model's own tokenizer (any LlamaIndex-style ``tokenizer`` callable:
+text -> list of tokens); the counts of adjacent units are summed, which is exact for
+word-piece and BPE tokenizers that split on whitespace first.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
+
+from llama_index_hiqa import schema
+from llama_index_hiqa.parsers._markdown_segments import Piece
+
+Path = List[Tuple[str, str, int]]
+TokenCounter = Callable[[str], int]
+
+# Boundaries tried in order when a unit is too long: paragraph, line, sentence, word.
+_SEPARATORS = (re.compile(r"\n\s*\n"), re.compile(r"\n"), re.compile(r"(?<=[.!?;])\s+"), re.compile(r"\s+"))
+MIN_TEXT_TOKENS = 32  # never squeeze the text below this, however long the header
+_MAX_CHARS_PER_TOKEN = 12
+
+
+def token_counter(tokenizer: Callable[[str], Sequence]) -> TokenCounter:
+    """Count tokens of a text without the special tokens the tokenizer adds to every call."""
+    overhead = len(tokenizer(""))
+    cache: Dict[str, int] = {}
+
+    def count(text: str) -> int:
+        if len(text) < 64:
+            hit = cache.get(text)
+            if hit is None:
+                hit = cache[text] = max(0, len(tokenizer(text)) - overhead)
+            return hit
+        return max(0, len(tokenizer(text)) - overhead)
+
+    return count
+
+
+def _common_path(a: Path, b: Path) -> Path:
+    out = []
+    for x, y in zip(a, b):
+        if x != y:
+            break
+        out.append(x)
+    return out
+
+
+def _units(text: str, start: int, end: int, level: int) -> List[Tuple[int, int]]:
+    """``text[start:end]`` cut after each separator of ``level`` (separators stay attached)."""
+    out, cursor = [], start
+    for match in _SEPARATORS[level].finditer(text, start, end):
+        if match.end() > cursor and match.start() > cursor:
+            out.append((cursor, match.end()))
+            cursor = match.end()
+    if cursor < end:
+        out.append((cursor, end))
+    return out
+
+
+def _cuts(text: str, start: int, end: int, budget: int, count: TokenCounter, level: int = 0) -> List[Tuple[int, int]]:
+    """``(end offset, tokens)`` of consecutive parts of ``text[start:end]`` of at most
+    ``budget`` tokens each, cut at the coarsest boundary that works."""
+    if level >= len(_SEPARATORS):
+        # One "word" longer than the window (a run of table dashes): cut by characters.
+        out, cursor = [], start
+        step = max(1, budget * 2)
+        while cursor < end:
+            nxt = min(end, cursor + step)
+            out.append((nxt, count(text[cursor:nxt])))
+            cursor = nxt
+        return out
+    cuts: List[Tuple[int, int]] = []
+    current_start, current_tokens = start, 0
+    for u_start, u_end in _units(text, start, end, level):
+        tokens = count(text[u_start:u_end])
+        if tokens > budget:
+            if u_start > current_start:
+                cuts.append((u_start, current_tokens))
+            cuts.extend(_cuts(text, u_start, u_end, budget, count, level + 1))
+            current_start, current_tokens = u_end, 0
+        elif current_tokens + tokens > budget and u_start > current_start:
+            cuts.append((u_start, current_tokens))
+            current_start, current_tokens = u_start, tokens
+        else:
+            current_tokens += tokens
+    if current_start < end:
+        cuts.append((end, current_tokens))
+    return cuts
+
+
+def fit_pieces_to_window(
+    text: str,
+    pieces: Sequence[Piece],
+    count: TokenCounter,
+    window: int,
+    header_tokens: Callable[[Path], int],
+    merge: bool = True,
+) -> List[Piece]:
+    """Split text pieces over ``window`` tokens (header included) and merge small neighbours
+    of one section up to it (see the module docstring). ``header_tokens(path)`` is what the
+    cascade of a node with that heading path costs."""
+    split: List[Tuple[Piece, int]] = []  # piece, its text tokens
+    for piece in pieces:
+        if piece.kind != schema.KIND_TEXT:
+            split.append((piece, -1))
+            continue
+        budget = max(MIN_TEXT_TOKENS, window - header_tokens(piece.path))
+        # A word piece covers at most ~_MAX_CHARS_PER_TOKEN characters of prose: a piece far
+        # longer than the budget needs no count of its own before it is cut.
+        if piece.end - piece.start <= budget * _MAX_CHARS_PER_TOKEN:
+            tokens = count(text[piece.start : piece.end])
+            if tokens <= budget:
+                split.append((piece, tokens))
+                continue
+        cursor = piece.start
+        for cut, tokens in _cuts(text, piece.start, piece.end, budget, count):
+            if cut > cursor:
+                split.append((Piece(cursor, cut, list(piece.path)), tokens))
+                cursor = cut
+    if not merge:
+        return [p for p, _ in split]
+    out: List[Tuple[Piece, int]] = []
+    for piece, tokens in split:
+        if out and tokens >= 0 and out[-1][1] >= 0:
+            prev, prev_tokens = out[-1]
+            common = _common_path(prev.path, piece.path)
+            related = len(common) >= min(len(prev.path), len(piece.path)) - 1
+            if related and prev_tokens + tokens + header_tokens(common) <= window:
+                out[-1] = (Piece(prev.start, piece.end, common), prev_tokens + tokens)
+                continue
+        out.append((piece, tokens))
+    return [p for p, _ in out]
+
+
+def cascade_header_counter(
+    count: TokenCounter, title: str, separator: str = " > "
+) -> Callable[[Path], int]:
+    """Tokens of the cascade header ``title > 1 Chapter > 1.2 Section`` of a heading path (the
+    label format of :class:`~llama_index_hiqa.schema.Heading`), cached per path, plus the
+    blank line between header and text."""
+    cache: Dict[Tuple, int] = {}
+
+    def header(path: Path) -> int:
+        key = tuple(path)
+        if key not in cache:
+            labels = [" ".join(p for p in (number, title_) if p) for number, title_, _ in path]
+            cache[key] = count(separator.join([p for p in (title, *labels) if p])) + 1
+        return cache[key]
+
+    return header
+
+
+def resolve_window(window: Optional[int], tokenizer: Optional[Callable[[str], Sequence]]) -> Optional[Tuple[TokenCounter, int]]:
+    """``(counter, window)`` when both are known, else ``None`` (character limits only)."""
+    if not window or tokenizer is None:
+        return None
+    return token_counter(tokenizer), int(window)
