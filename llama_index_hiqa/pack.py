@@ -33,7 +33,7 @@ from __future__ import annotations
 import logging
 import time
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterable, List, Literal, Optional, Sequence, Union
+from typing import Any, Callable, Dict, Iterable, List, Literal, Optional, Union
 
 from llama_index.core import Settings, StorageContext, VectorStoreIndex
 from llama_index.core.base.base_query_engine import BaseQueryEngine
