@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
-from llama_index_hiqa.testing import Answer, Script, count_tokens
+from llama_index_hiqa.testing import Answer, Script, count_tokens, next_scripted_answer
 
 FAULT_KINDS = ("rate_limit", "server_error", "slow", "truncated_json", "empty_choice")
 
@@ -192,14 +192,8 @@ class OpenAICompatibleServer:
                 kind = self.fault_kinds[self._random_faults % len(self.fault_kinds)]
                 self._random_faults += 1
                 return Fault(kind)
-            if callable(self._script):
-                answer: Any = self._script(prompt)
-            elif self._index < len(self._script):
-                answer = self._script[self._index]
-                self._index += 1
-            elif self.default_response is not None:
-                answer = self.default_response
-            else:
+            answer, self._index = next_scripted_answer(self._script, self._index, self.default_response, prompt)
+            if answer is None:
                 return Fault("server_error")  # script used up: a loud 500, not a hang
         if isinstance(answer, BaseException):
             return Fault("server_error")

@@ -24,7 +24,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from typing import Any, Callable, List, Optional, Sequence, Union
+from typing import Any, Callable, List, Optional, Sequence, Tuple, Union
 
 from llama_index.core.bridge.pydantic import Field, PrivateAttr
 from llama_index.core.llms import (
@@ -44,6 +44,16 @@ def count_tokens(text: str) -> int:
     import re
 
     return len(re.findall(r"\w+|[^\w\s]+", text))
+
+
+def next_scripted_answer(script: Script, index: int, default: Optional[str], prompt: str) -> Tuple[Any, int]:
+    """The next answer of a script (a list of answers or a function of the prompt) and the new
+    position in it; ``(None, index)`` once a list is used up and there is no default."""
+    if callable(script):
+        return script(prompt), index
+    if index < len(script):
+        return script[index], index + 1
+    return default, index
 
 
 class ScriptedLLM(CustomLLM):
@@ -83,14 +93,8 @@ class ScriptedLLM(CustomLLM):
         with self._lock:
             self.prompts.append(prompt)
             self.prompt_tokens += count_tokens(prompt)
-            if callable(self._script):
-                answer = self._script(prompt)
-            elif self._index < len(self._script):
-                answer = self._script[self._index]
-                self._index += 1
-            elif self.default_response is not None:
-                answer = self.default_response
-            else:
+            answer, self._index = next_scripted_answer(self._script, self._index, self.default_response, prompt)
+            if answer is None:
                 raise RuntimeError(f"ScriptedLLM script exhausted after {self._index} answers")
         if isinstance(answer, BaseException):
             raise answer
