@@ -676,8 +676,12 @@ def _load_graph(
     from llama_index_hiqa.retrievers.chunk_graph import ChunkGraphRetriever, ChunkInteractionGraph
     from llama_index_hiqa.storage.pack_files import CHUNK_GRAPH_DIRNAME
 
+    from llama_index_hiqa.storage.pack_files import docstore_node_ids
+
     graph = files.read(CHUNK_GRAPH_DIRNAME, ChunkInteractionGraph.load, "the chunk graph")
-    files.check_node_ids(CHUNK_GRAPH_DIRNAME, graph.node_ids, index.docstore.docs, "the chunk graph", complete=True)
+    files.check_node_ids(
+        CHUNK_GRAPH_DIRNAME, graph.node_ids, docstore_node_ids(index.docstore), "the chunk graph", complete=True
+    )
     return ChunkGraphRetriever(
         graph, docstore=index.docstore, embed_model=embed_model, llm=llm,
         keyword_fn=_keyword_extractor(config).extract_query, **config.chunk_graph,

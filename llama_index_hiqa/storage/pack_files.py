@@ -24,7 +24,7 @@ import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterable, List, Optional, TypeVar
+from typing import Any, Callable, Dict, Iterable, List, Optional, Set, TypeVar
 
 from llama_index.core import StorageContext, VectorStoreIndex, load_index_from_storage
 from llama_index.core.base.embeddings.base import BaseEmbedding
@@ -181,7 +181,7 @@ class StoreFiles:
         if not isinstance(vector_store, MatrixVectorStore):
             return
         path = self.folder / VECTORS_FILENAME
-        node_ids = set(index.docstore.docs)
+        node_ids = docstore_node_ids(index.docstore)
         if set(vector_store.node_ids) != node_ids:
             missing = len(node_ids - set(vector_store.node_ids))
             extra = len(set(vector_store.node_ids) - node_ids)
@@ -210,6 +210,12 @@ class StoreFiles:
                 f"{what} does not match the docstore ({len(unknown)} unknown node id(s), "
                 f"{len(missing)} node(s) not indexed); {REBUILD_HINT}",
             )
+
+
+def docstore_node_ids(docstore: Any) -> Set[str]:
+    """Every node id the docstore holds, from its per-document records (no node is parsed)."""
+    infos = docstore.get_all_ref_doc_info() or {}
+    return {node_id for info in infos.values() for node_id in info.node_ids}
 
 
 def _sha256(path: Path) -> str:
