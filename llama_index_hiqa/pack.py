@@ -236,6 +236,9 @@ class HiQAPack:
         self._keyword_index: Any = getattr(_multi_route, "keyword_index", None)
         self._retriever: Optional[BaseRetriever] = None
         self._postprocessors: Optional[List[BaseNodePostprocessor]] = None
+        # document id -> (size, mtime_ns) of the file it was read from: a folder re-ingestion
+        # leaves a file with the same facts unread (the document hash decides for the others).
+        self.file_stats: Dict[str, List[int]] = {}
         self.store_path: Optional[Path] = None  # the folder it was loaded from / persisted to
 
     # -- construction ------------------------------------------------------------------
@@ -491,6 +494,10 @@ class HiQAPack:
             ]
             for doc in changed:
                 report.nodes_removed += self._remove_ref_doc(doc.doc_id)
+            for doc in batch:
+                stat = _file_stat(doc.metadata.get(schema.FILE_PATH))
+                if stat is not None:
+                    self.file_stats[doc.doc_id] = stat
             fresh = new + changed
             if fresh:
                 nodes = pipeline.run(documents=fresh, show_progress=False)
@@ -520,9 +527,24 @@ class HiQAPack:
         return list(self.index.docstore.get_nodes(report.node_ids)) if report.node_ids else []
 
     def add_directory(self, path: Union[str, Path], recursive: bool = False, **ingest_kwargs: Any) -> IngestionReport:
-        """:meth:`ingest` every readable file of a folder (unchanged files cost no parsing)."""
+        """:meth:`ingest` every readable file of a folder. A file whose size and modification
+        time are those it had when it was indexed is not even read; another with an unchanged
+        document hash is read but costs no parsing or embedding."""
         reader = self._reader(recursive)
-        report = self.ingest(reader.lazy_load_data(Path(path)), **ingest_kwargs)
+        docstore = self.index.docstore
+        unread: List[str] = []
+
+        def unchanged(document_id: str, file: Path) -> bool:
+            same = (
+                self.file_stats.get(document_id) == _file_stat(file)
+                and docstore.get_document_hash(document_id) is not None
+            )
+            if same:
+                unread.append(document_id)
+            return same
+
+        report = self.ingest(reader.lazy_load_data(Path(path), skip=unchanged), **ingest_kwargs)
+        report.documents_unchanged += len(unread)
         self.read_failures = list(reader.failures)
         if not report.documents_seen and not self.index.docstore.docs:
             raise EmptyCorpusError(path, reader.failures)
@@ -543,6 +565,7 @@ class HiQAPack:
         info = self.index.docstore.get_ref_doc_info(ref_doc_id)
         node_ids = list(info.node_ids) if info else []
         self.index.delete_ref_doc(ref_doc_id, delete_from_docstore=True)
+        self.file_stats.pop(ref_doc_id, None)
         if self._keyword_index is not None:
             for node_id in node_ids:
                 self._keyword_index.remove(node_id)
@@ -586,8 +609,9 @@ class HiQAPack:
                     "index_id": self.index.index_id,
                     "embed_model": _model_identity(self.embed_model),
                     "vector_store": vector_kind,
-                    "node_count": len(self.index.docstore.docs),
+                    "node_count": len(pack_files.docstore_node_ids(self.index.docstore)),
                     "documents": self.document_ids,
+                    "file_stats": self.file_stats,
                 },
             )
         self.store_path = root
@@ -637,10 +661,24 @@ class HiQAPack:
         graph = _load_graph(files, index, config, embed_model, llm)
         pack = cls(index, config=config, llm=llm, embed_model=embed_model, _multi_route=multi_route, _graph=graph)
         pack.store_path = Path(persist_dir)
+        pack.file_stats = {
+            str(doc_id): [int(v) for v in stat]
+            for doc_id, stat in (files.payload.get("file_stats") or {}).items()
+            if isinstance(stat, list) and len(stat) == 2
+        }
         return pack
 
 
 # --------------------------------------------------------------------------- helpers
+def _file_stat(path: Any) -> Optional[List[int]]:
+    """``[size, mtime_ns]`` of a file, ``None`` when there is no such file."""
+    try:
+        stat = Path(path).stat() if path else None
+    except OSError:
+        return None
+    return None if stat is None else [int(stat.st_size), int(stat.st_mtime_ns)]
+
+
 def _route_settings(config: HiQAPackConfig) -> Dict[str, Any]:
     """The MultiRouteRetriever settings of a pack configuration (one place)."""
     return {"similarity_top_k": config.similarity_top_k, "mode": config.fusion_mode, **config.multi_route}

@@ -361,3 +361,33 @@ def test_a_store_written_by_v0_1_still_loads_and_takes_snapshots_from_then_on(tw
     loaded.persist(legacy)  # from now on a snapshot store; the old files stay, unread
     assert (legacy / CURRENT_FILE).is_file() and (legacy / "docstore.json").is_file()
     assert _state(legacy)[0] == tuple(small.document_ids)
+
+
+def test_a_folder_reingestion_leaves_unchanged_files_unread(tmp_path, monkeypatch):
+    import shutil
+
+    from llama_index_hiqa.demo import DEMO_DATA_DIR
+    from llama_index_hiqa.readers.pdf import PDFLayoutReader
+
+    folder = tmp_path / "docs"
+    shutil.copytree(DEMO_DATA_DIR, folder, ignore=shutil.ignore_patterns("*.jsonl"))
+    pack = HiQAPack.empty(embed_model=HashEmbedding(), **FAST)
+    first = pack.add_directory(folder)
+    assert first.documents_added == 10
+    pack.persist(tmp_path / "store")
+    pack = HiQAPack.load(tmp_path / "store", embed_model=HashEmbedding())  # the facts survive a reload
+
+    reads = []
+    real_read = PDFLayoutReader.read_file
+    monkeypatch.setattr(
+        PDFLayoutReader, "read_file", lambda self, path, *a, **k: reads.append(Path(path).name) or real_read(self, path, *a, **k)
+    )
+    again = pack.add_directory(folder)
+    assert reads == [] and again.documents_unchanged == 10 and again.documents_added == 0
+    touched = folder / "NX-2043.pdf"
+    os.utime(touched, ns=(touched.stat().st_atime_ns, touched.stat().st_mtime_ns + 10**9))
+    again = pack.add_directory(folder)  # read again (new mtime), same hash: nothing re-embedded
+    assert reads == ["NX-2043.pdf"] and again.documents_unchanged == 10 and again.nodes_added == 0
+    pack.delete_document("NX-2043")
+    again = pack.add_directory(folder)  # a deleted document is read and indexed again
+    assert again.documents_added == 1 and "NX-2043" in pack.document_ids

@@ -43,7 +43,7 @@ import re
 import threading
 from collections import Counter
 from pathlib import Path
-from typing import Any, Dict, Iterable, Iterator, List, Literal, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Literal, Optional, Sequence, Tuple, Union
 
 from llama_index.core.bridge.pydantic import Field, PrivateAttr
 from llama_index.core.readers.base import BasePydanticReader
@@ -211,10 +211,13 @@ class PDFLayoutReader(BasePydanticReader):
         self,
         file_path: Union[str, Path, Sequence[Union[str, Path]]],
         extra_info: Optional[Dict[str, Any]] = None,
+        skip: Optional[Callable[[str, Path], bool]] = None,
     ) -> Iterator[Document]:
         """Yield the documents of ``load_data`` one file at a time (one parsed file in memory).
 
-        :attr:`failures` is reset when iteration starts and is complete once it ends.
+        ``skip(document_id, path)`` returning True leaves a file of a folder unread (an index
+        that already holds it unchanged). :attr:`failures` is reset when iteration starts and
+        is complete once it ends.
         """
         self._failures = {}
         if isinstance(file_path, (str, Path)) and not Path(file_path).is_dir():
@@ -232,6 +235,8 @@ class PDFLayoutReader(BasePydanticReader):
 
             files = tqdm(plan.files, desc="reading", unit="file")
         for planned in files:
+            if skip is not None and skip(planned.document_id, planned.path):
+                continue
             try:
                 document = self.read_file(planned.path, extra_info, document_id=planned.document_id)
             except DocumentReadError as exc:
