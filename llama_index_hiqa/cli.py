@@ -148,7 +148,7 @@ def _cmd_ingest(args: argparse.Namespace) -> int:
     pack.persist(store)
     report.add_time("persist", time.perf_counter() - start)
     print(
-        f"{mode} {store}: {len(pack.document_ids)} document(s), {len(pack.index.docstore.docs)} nodes "
+        f"{mode} {store}: {len(pack.document_ids)} document(s), {pack.node_count} nodes "
         f"({report.summary()})"
     )
     return 0

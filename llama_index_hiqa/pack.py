@@ -254,11 +254,7 @@ class HiQAPack:
             raise EmptyCorpusError(folder, [f"{folder}: no such folder"])
         progress = kwargs.pop("progress", None)
         pack = cls.empty(**kwargs)
-        reader = pack._reader(recursive)
-        pack.ingest(reader.lazy_load_data(folder), progress=progress)
-        pack.read_failures = list(reader.failures)
-        if not pack.index.docstore.docs:
-            raise EmptyCorpusError(folder, reader.failures)
+        pack.add_directory(folder, recursive=recursive, progress=progress)
         return pack
 
     @classmethod
@@ -276,7 +272,7 @@ class HiQAPack:
         :class:`HiQAPackConfig` fields."""
         pack = cls.empty(llm=llm, embed_model=embed_model, vector_store=vector_store, config=config, **settings)
         report = pack.ingest(documents)
-        if not pack.index.docstore.docs:
+        if not pack.node_count:
             raise EmptyCorpusError("documents", report.empty_documents)
         return pack
 
@@ -356,6 +352,13 @@ class HiQAPack:
         """The indexed nodes, in document order."""
         nodes = list(self.index.docstore.docs.values())
         return sorted(nodes, key=lambda n: (schema.get_document_id(n) or "", schema.get_position(n) or 0))
+
+    @property
+    def node_count(self) -> int:
+        """Number of indexed nodes (from the docstore's per-document records: no node is parsed)."""
+        from llama_index_hiqa.storage.pack_files import docstore_node_ids
+
+        return len(docstore_node_ids(self.index.docstore))
 
     @property
     def document_ids(self) -> List[str]:
@@ -546,7 +549,7 @@ class HiQAPack:
         report = self.ingest(reader.lazy_load_data(Path(path), skip=unchanged), **ingest_kwargs)
         report.documents_unchanged += len(unread)
         self.read_failures = list(reader.failures)
-        if not report.documents_seen and not self.index.docstore.docs:
+        if not self.node_count:
             raise EmptyCorpusError(path, reader.failures)
         return report
 
@@ -609,7 +612,7 @@ class HiQAPack:
                     "index_id": self.index.index_id,
                     "embed_model": _model_identity(self.embed_model),
                     "vector_store": vector_kind,
-                    "node_count": len(pack_files.docstore_node_ids(self.index.docstore)),
+                    "node_count": self.node_count,
                     "documents": self.document_ids,
                     "file_stats": self.file_stats,
                 },
