@@ -19,7 +19,6 @@ from llama_index_hiqa.testing import ScriptedLLM
 from llama_index_hiqa.transforms.cascading_metadata import (
     CascadingMetadataTransform,
     HCATableNode,
-    parse_heading_text,
     parse_markdown_table,
     shorten_cascade,
 )
@@ -147,15 +146,6 @@ def test_split_sections_keep_their_own_heading_in_every_chunk():
         embed = chunk.get_content(MetadataMode.EMBED)
         assert "5 Control loop" in embed, embed[:200]
         assert embed.count("5 Control loop") == 1
-
-
-def test_parse_heading_numbers():
-    assert parse_heading_text("4.2 Electrical characteristics", 2) == ("4.2", "Electrical characteristics", 2)
-    assert parse_heading_text("**Item 7A.** Quantitative Disclosures", 2) == (
-        "Item 7A", "Quantitative Disclosures", 2
-    )
-    assert parse_heading_text("Overview", 1) == ("", "Overview", 1)
-    assert parse_heading_text("2. Features", 1).label() == "2 Features"
 
 
 def test_budget_shortens_middle_levels_never_title_or_own_heading():

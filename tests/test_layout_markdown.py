@@ -8,7 +8,6 @@ import pytest
 from llama_index.core.schema import Document, NodeRelationship
 
 from llama_index_hiqa import LayoutMarkdownParser, schema
-from llama_index_hiqa.parsers._markdown_segments import clean_inline, parse_heading_number
 
 LOREM = (
     "The device operates from a single supply and measures current and voltage with low "
@@ -56,37 +55,6 @@ def _assert_tiles(doc, nodes):
         assert end == start
     for node, (start, end) in zip(nodes, spans):
         assert node.text == doc.text[start:end]
-
-
-@pytest.mark.parametrize(
-    "text, number, title, level",
-    [
-        ("2.3 Timing Requirements", "2.3", "Timing Requirements", 2),
-        ("1 Features", "1", "Features", 1),
-        ("4.2.1. Fault Handling", "4.2.1", "Fault Handling", 3),
-        ("A.1 Pin Functions", "A.1", "Pin Functions", 2),
-        ("Chapter 3: Power Supply", "Chapter 3", "Power Supply", None),
-        ("Item 7A. Quantitative and Qualitative Disclosures", "Item 7A",
-         "Quantitative and Qualitative Disclosures", None),
-        ("ITEM 2.02 Results of Operations", "Item 2.02", "Results of Operations", None),
-        ("PART II", "Part II", "", None),
-        ("PART I V", "Part IV", "", None),
-        ("Revision History", "", "Revision History", None),
-        ("A Note on Accuracy", "", "A Note on Accuracy", None),
-    ],
-)
-def test_heading_numbers(text, number, title, level):
-    parsed = parse_heading_number(text)
-    assert (parsed.number, parsed.title, parsed.level) == (number, title, level)
-
-
-def test_heading_runs_split_by_style_are_rejoined():
-    assert clean_inline("**Item 1. Busines** **<u>s.</u>**") == "Item 1. Business."
-    assert (
-        clean_inline("**Item 7A. Quantitative** **<u>and Qualitative</u>**")
-        == "Item 7A. Quantitative and Qualitative"
-    )
-    assert clean_inline("**Registrant’** **<u>s Common Equity</u>**") == "Registrant’s Common Equity"
 
 
 def _datasheet_doc():

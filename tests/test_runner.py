@@ -94,10 +94,9 @@ def test_markdown_segments_keep_heading_path_document_and_pages():
     assert all(n.get_content("embed") == n.text for n in nodes)
 
 
-def test_clean_heading_strips_markup_and_splits_numbers():
-    assert R._clean_heading("### **Item 1A.  Risk Factors**") == ("Item 1A", "Risk Factors")
-    assert R._clean_heading("## 2.3 Timing") == ("2.3", "Timing")
-    assert R._clean_heading("# **<u>General</u>**") == ("", "General")
+def test_heading_walk_strips_markup_and_splits_numbers():
+    _offsets, paths = R._heading_walk("### **Item 1A.  Risk Factors**\n## 2.3 Timing\n# **<u>General</u>**")
+    assert [p[-1] for p in paths] == [["Item 1A", "Risk Factors", 3], ["2.3", "Timing", 2], ["", "General", 1]]
 
 
 def test_runner_end_to_end_on_a_demo_corpus(tmp_path, demo_folder):

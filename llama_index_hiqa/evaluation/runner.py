@@ -57,6 +57,7 @@ from llama_index.core.schema import BaseNode, Document, MetadataMode, NodeWithSc
 
 from llama_index_hiqa import schema
 from llama_index_hiqa.errors import EvaluationInputError
+from llama_index_hiqa.headings import heading_from_text, markdown_heading, markdown_headings
 from llama_index_hiqa.evaluation import datasets
 from llama_index_hiqa.evaluation import metrics as M
 from llama_index_hiqa.evaluation.datasets import EvalQuestion
@@ -159,18 +160,6 @@ def folder_corpus(docs_dir: Path, questions_file: Path, name: Optional[str] = No
 
 # --- building units -------------------------------------------------------------------
 
-_NUMBER = re.compile(r"^((?:item|part|section|chapter)\s+\w+\.?|\d+(?:\.\d+)*\.?)\s+(.*)$", re.I)
-_MARKUP = re.compile(r"<[^>]+>|[*_`]+")
-
-
-def _clean_heading(raw: str) -> Tuple[str, str]:
-    """``"### **Item 1. Busines** **<u>s.</u>**"`` -> ``("Item 1.", "Business")``-like parts."""
-    text = _MARKUP.sub("", raw.lstrip("#")).strip()
-    text = re.sub(r"\s+", " ", text)
-    match = _NUMBER.match(text)
-    return (match.group(1).rstrip("."), match.group(2).strip()) if match else ("", text)
-
-
 def _page_range(doc: Document, start: int, end: int) -> Optional[Tuple[int, int]]:
     spans = doc.metadata.get(schema.PAGE_SPANS)
     return schema.pages_for_span(spans, start, end) if spans else None
@@ -208,18 +197,13 @@ def _chunk_into_nodes(
     return nodes
 
 
-_HEADING_LINE = re.compile(r"^#{1,6}[ \t]+\S.*$", re.M)
-
-
 def _heading_walk(text: str) -> Tuple[List[int], List[List[List[Any]]]]:
     """Offsets of the Markdown heading lines of ``text`` and the heading path open at each
     (a heading of level L closes every open heading of level >= L, HiQA Algorithm 2)."""
     offsets, paths, stack = [], [], []
-    for match in _HEADING_LINE.finditer(text):
-        line = match.group(0)
-        level = len(line) - len(line.lstrip("#"))
-        stack = [h for h in stack if h[2] < level] + [[*_clean_heading(line), level]]
-        offsets.append(match.start())
+    for start, _end, level, body in markdown_headings(text):
+        stack = [h for h in stack if h[2] < level] + [list(heading_from_text(body, level))]
+        offsets.append(start)
         paths.append([list(h) for h in stack])
     return offsets, paths
 
@@ -265,10 +249,10 @@ def markdown_segments(documents: Sequence[Document]) -> List[BaseNode]:
         for seg in parser.get_nodes_from_documents([bare]):
             start = seg.start_char_idx if seg.start_char_idx is not None else doc.text.find(seg.text)
             parents = [p for p in (seg.metadata.get("header_path") or "").split("/") if p]
-            path = [[*_clean_heading(p), i + 1] for i, p in enumerate(parents)]
-            first = seg.text.lstrip().split("\n", 1)[0]
-            if first.startswith("#"):
-                path.append([*_clean_heading(first), len(path) + 1])
+            path = [list(heading_from_text(p, i + 1)) for i, p in enumerate(parents)]
+            first = markdown_heading(seg.text.lstrip().split("\n", 1)[0])
+            if first:
+                path.append(list(heading_from_text(first[1], len(path) + 1)))
             made = _chunk_into_nodes(doc, seg.text, max(start, 0), path, position, splitter, "markdown")
             position += len(made)
             nodes.extend(made)

@@ -5,8 +5,7 @@ Both :class:`~llama_index_hiqa.parsers.layout_markdown.LayoutMarkdownParser` and
 way: Markdown text is cut at its headings into *segments* (one per chapter of any depth),
 tables become segments of their own inside their chapter, long segments are sub-split, and
 every piece becomes a node carrying the shared schema facts. This module holds that common
-part plus the heading-number patterns (``1``, ``1.2.3``, ``A.1``, ``Chapter 3``, ``Part II``,
-``Item 7A.``) that turn a heading into ``(number, title, level)``.
+part; what a heading is and what its number says is :mod:`llama_index_hiqa.headings`.
 """
 
 from __future__ import annotations
@@ -19,102 +18,11 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 from llama_index.core.schema import Document, NodeRelationship, TextNode
 
 from llama_index_hiqa import schema
+from llama_index_hiqa.headings import HeadingNumber, clean_inline, iter_lines, markdown_headings
 
-# --- heading numbers -------------------------------------------------------------------
-
-# SEC filings: "PART II", "Part II." and "Item 7.", "ITEM 7A", "Item 2.02" (8-K items).
-# pymupdf sometimes spaces the letters of a numeral ("PART I V"): rejoined in the number.
-_PART_RE = re.compile(r"^(part)\s+([IVX]+(?:\s[IVX]+)*|\d+)\b[.:\-–—]?\s*(.*)$", re.I)
-_ITEM_RE = re.compile(r"^(item)\s+(\d{1,2}(?:\.\d{2})?[A-Z]?)\b[.:\-–—]?\s*(.*)$", re.I)
-_CHAPTER_RE = re.compile(r"^(chapter|section|appendix|annex)\s+(\d+|[A-Z]|[IVX]+)\b[.:\-–—]?\s*(.*)$", re.I)
-# "1", "1.", "1.2", "1.2.3", "A.1", "A.1.2" followed by a title that starts with a letter.
-_DECIMAL_RE = re.compile(r"^((?:\d{1,2}|[A-Z])(?:\.\d{1,2})*)(\.?)\s+(?=[^\d\s])(.*)$")
-
-_MD_HEADING_RE = re.compile(r"^(#{1,6})\s+(.*?)\s*#*\s*$")
-_FENCE_RE = re.compile(r"^\s*(```|~~~)")
 _TABLE_LINE_RE = re.compile(r"^\s*\|.*\|\s*$")
 _TABLE_SEP_RE = re.compile(r"^\s*\|?\s*:?-{2,}:?\s*(\|\s*:?-{2,}:?\s*)*\|?\s*$")
 _CAPTION_RE = re.compile(r"^(table|tab\.)\s*[\dA-Z][\w.\-]*\b", re.I)
-
-
-@dataclass(frozen=True)
-class HeadingNumber:
-    """What a heading's numbering says: the number as written, the title after it, the depth
-    it implies (``None`` when the number says nothing about depth) and its family."""
-
-    number: str
-    title: str
-    level: Optional[int]
-    family: str  # "part", "item", "chapter", "decimal", "none"
-
-
-_RUN_JOIN_RE = re.compile(r"(?<=[’'])\*\*\s+\*\*|\*\*\s+\*\*(?=(?:<[^>]+>)*[a-z](?![a-z]))")
-_HTML_RE = re.compile(r"</?(u|b|i|em|strong|sup|sub|span)[^>]*>", re.I)
-_EMPH_RE = re.compile(r"[*_`]{1,3}")
-_ESCAPE_RE = re.compile(r"\\([\\`*_{}\[\]()#+\-.!|])")
-_SPACES_RE = re.compile(r"\s+")
-_MARKUP_CHARS = frozenset("*_`<\\")
-
-
-def clean_inline(text: str) -> str:
-    """Heading text without Markdown/HTML emphasis.
-
-    pymupdf4llm splits a heading set in two styles into runs (``**Item 1. Busines**
-    **<u>s.</u>**``); the runs are re-joined without a space when the next one starts with
-    a single lower-case letter or follows an apostrophe (a word cut by a style change),
-    else with one.
-    """
-    if not _MARKUP_CHARS.intersection(text):  # most table cells and body lines: no markup
-        return " ".join(text.split())
-    text = _RUN_JOIN_RE.sub("", text)
-    text = _HTML_RE.sub("", text)
-    text = _EMPH_RE.sub(" ", text)
-    text = _ESCAPE_RE.sub(r"\1", text)
-    return _SPACES_RE.sub(" ", text).strip()
-
-
-def parse_heading_number(text: str) -> HeadingNumber:
-    """Split a heading into number, title and implied level.
-
-    ``"2.3 Timing"`` -> ``("2.3", "Timing", 2)``; ``"Item 7A. Market Risk"`` ->
-    ``("Item 7A", "Market Risk", None)`` (SEC items take their level from the parts around
-    them, see :class:`LevelResolver`); ``"Revision History"`` -> ``("", ..., None)``.
-    """
-    text = clean_inline(text)
-    for regex, family in ((_PART_RE, "part"), (_ITEM_RE, "item"), (_CHAPTER_RE, "chapter")):
-        match = regex.match(text)
-        if match and (family != "part" or match.group(2)):
-            word, num, title = match.group(1), match.group(2), match.group(3)
-            if family == "part":
-                num = num.replace(" ", "")
-            number = f"{word.capitalize()} {num.upper()}"
-            return HeadingNumber(number, _clean_title(title), None, family)
-    match = _DECIMAL_RE.match(text)
-    if match:
-        number, title = match.group(1), match.group(3)
-        # A lone capital letter is only a number when dotted ("A.1") or followed by a dot.
-        if re.fullmatch(r"[A-Z]", number) and not match.group(2):
-            return HeadingNumber("", _clean_title(text), None, "none")
-        return HeadingNumber(number, _clean_title(title), number.count(".") + 1, "decimal")
-    return HeadingNumber("", _clean_title(text), None, "none")
-
-
-def _clean_title(title: str) -> str:
-    return title.strip().strip(".:;–—- ").strip()
-
-
-def is_strong_sec_heading(text: str) -> bool:
-    """A plain line that is an SEC ``Item``/``Part`` heading even without emphasis:
-    short, starts the line, and the item number is followed by a title or nothing."""
-    text = clean_inline(text)
-    if len(text.split()) > 16 or text.endswith((",", ";")):
-        return False
-    part = _PART_RE.match(text)
-    if part and part.group(2):
-        rest = part.group(3)
-        return len(rest.split()) <= 10 and (not rest or rest[:1].isupper())
-    item = _ITEM_RE.match(text)
-    return bool(item) and (not item.group(3) or item.group(3)[:1].isupper())
 
 
 class LevelResolver:
@@ -182,34 +90,6 @@ class Piece:
     table_title: str = ""
     table_columns: List[str] = field(default_factory=list)
     table_rows: List[str] = field(default_factory=list)
-
-
-def iter_lines(text: str) -> List[Tuple[int, int, str]]:
-    """``(start, end, line)`` for every line; ``end`` excludes the newline."""
-    out, pos = [], 0
-    for line in text.split("\n"):
-        out.append((pos, pos + len(line), line))
-        pos += len(line) + 1
-    return out
-
-
-def markdown_headings(text: str) -> List[Tuple[int, int, int, str]]:
-    """``(start, end, hashes, heading_text)`` of the ``#`` lines outside code fences.
-
-    Same rule as LlamaIndex's ``MarkdownNodeParser`` (``^#+\\s``, fenced code skipped), but
-    with character offsets, which that parser does not keep.
-    """
-    out, in_code = [], False
-    for start, end, line in iter_lines(text):
-        if _FENCE_RE.match(line):
-            in_code = not in_code
-            continue
-        if in_code:
-            continue
-        match = _MD_HEADING_RE.match(line)
-        if match and clean_inline(match.group(2)):
-            out.append((start, end, len(match.group(1)), match.group(2)))
-    return out
 
 
 def drop_title_marks(marks: List[HeadingMark], title: Optional[str]) -> List[HeadingMark]:

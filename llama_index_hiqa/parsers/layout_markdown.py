@@ -38,19 +38,21 @@ from llama_index.core.utils import get_tqdm_iterable
 
 from llama_index_hiqa import schema
 from llama_index_hiqa.figures import with_figure_nodes
+from llama_index_hiqa.headings import (
+    clean_inline,
+    is_strong_sec_heading,
+    iter_lines,
+    markdown_headings,
+    parse_heading_number,
+)
 from llama_index_hiqa.parsers._markdown_segments import (
     HeadingMark,
     LevelResolver,
     Piece,
     build_pieces,
-    clean_inline,
     drop_title_marks,
     finish_nodes,
-    is_strong_sec_heading,
-    iter_lines,
-    markdown_headings,
     merge_stacked_headings,
-    parse_heading_number,
     pieces_to_nodes,
 )
 from llama_index_hiqa.parsers._token_budget import cascade_header_counter, fit_pieces_to_window, resolve_window

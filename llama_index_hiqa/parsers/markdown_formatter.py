@@ -50,14 +50,13 @@ from llama_index_hiqa.figures import with_figure_nodes
 from llama_index_hiqa.defaults import resolve_llm
 from llama_index_hiqa.errors import LLMOutputError
 from llama_index_hiqa.llm_calls import retry_delay, with_timeout
+from llama_index_hiqa.headings import markdown_headings, parse_heading_number
 from llama_index_hiqa.parsers._markdown_segments import (
     HeadingMark,
     LevelResolver,
     build_pieces,
     drop_title_marks,
     finish_nodes,
-    markdown_headings,
-    parse_heading_number,
     pieces_to_nodes,
 )
 from llama_index_hiqa.parsers.layout_markdown import LayoutMarkdownParser, _as_document

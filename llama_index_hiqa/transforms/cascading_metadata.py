@@ -55,6 +55,13 @@ from llama_index.core.schema import (
 
 from llama_index_hiqa import schema
 from llama_index_hiqa.errors import InvalidMetadataError
+from llama_index_hiqa.headings import (
+    clean_inline,
+    heading_from_text,
+    heading_key,
+    markdown_heading,
+    parse_heading_number,
+)
 from llama_index_hiqa.schema import Heading
 from llama_index_hiqa.transforms.context_header import apply_header_format
 
@@ -77,12 +84,6 @@ TABLE_ROWS_TEMPLATE = "Rows: {rows}"
 
 Variant = Literal["cascade", "own_heading", "none"]
 
-_HEADING_LINE = re.compile(r"^\s{0,3}(#{1,6})\s+(.*?)\s*#*\s*$")
-_NUMBERED = re.compile(
-    r"^((?:item|part|chapter|section|appendix|article|annex)\s+[0-9ivxlc]+[a-z]?"
-    r"|\d+(?:\.\d+)*|[A-Z](?:\.\d+)+)[.:)]?\s+(.+)$",
-    re.IGNORECASE,
-)
 _TABLE_ROW = re.compile(r"^\s*\|.*\|\s*$")
 _TABLE_SEPARATOR = re.compile(r"^\s*\|?\s*:?-{2,}:?\s*(\|\s*:?-{2,}:?\s*)*\|?\s*$")
 _NUMERIC = re.compile(r"^[\s$€£%()+\-–—.,0-9]*$")
@@ -91,35 +92,11 @@ _NUMERIC = re.compile(r"^[\s$€£%()+\-–—.,0-9]*$")
 # --- small helpers -------------------------------------------------------------------
 
 
-def _clean(text: str) -> str:
-    """Heading text without Markdown emphasis and extra spaces (pymupdf4llm writes
-    ``## **Item 7.**``)."""
-    text = re.sub(r"[*_`]+", "", text)
-    return re.sub(r"\s+", " ", text).strip()
-
-
-def _norm(text: str) -> str:
-    return re.sub(r"[^0-9a-z]+", " ", _clean(text).lower()).strip()
-
-
-def parse_heading_text(text: str, level: int) -> Heading:
-    """``"4.2 Electrical characteristics"`` -> ``Heading("4.2", "Electrical characteristics", level)``."""
-    text = _clean(text)
-    match = _NUMBERED.match(text)
-    if match:
-        return Heading(match.group(1), match.group(2).strip(), level)
-    return Heading("", text, level)
-
-
 def _first_heading_line(text: str) -> Optional[Tuple[int, str]]:
     """``(level, heading text)`` of the first non-empty line when it is a ``#`` heading."""
     for line in text.splitlines():
-        if not line.strip():
-            continue
-        match = _HEADING_LINE.match(line)
-        if match and _clean(match.group(2)):
-            return len(match.group(1)), match.group(2)
-        return None
+        if line.strip():
+            return markdown_heading(line)
     return None
 
 
@@ -129,9 +106,9 @@ def _starts_with_heading(text: str, heading: Heading) -> bool:
     for line in text.splitlines():
         if not line.strip():
             continue
-        match = _HEADING_LINE.match(line)
-        first = _norm(match.group(2) if match else line)
-        return bool(first) and first in {_norm(heading.label()), _norm(heading.title)}
+        found = markdown_heading(line)
+        first = heading_key(found[1] if found else line)
+        return bool(first) and first in {heading_key(heading.label()), heading_key(heading.title)}
     return False
 
 
@@ -153,33 +130,33 @@ def parse_markdown_table(text: str) -> Optional[Tuple[str, List[str], List[str]]
         title_lines.append(lines[index])
         index += 1
     rows = lines[index:]
-    heading_lines = [line for line in title_lines if _HEADING_LINE.match(line)]
-    other = [line for line in title_lines if not _HEADING_LINE.match(line)]
+    heading_lines = [found[1] for found in map(markdown_heading, title_lines) if found]
+    other = [line for line in title_lines if not markdown_heading(line)]
     if len(rows) < 2 or len(other) > 1 or not all(_TABLE_ROW.match(r) for r in rows):
         return None
     body = [r for r in rows if not _TABLE_SEPARATOR.match(r)]
     if not body:
         return None
-    columns = [_clean(c) for c in _split_row(body[0]) if _clean(c)]
+    columns = [clean_inline(c) for c in _split_row(body[0]) if clean_inline(c)]
     data = [_split_row(row) for row in body[1:]]
     # Row labels are the first column (paper, Figure 8); when it holds only numbers
     # (a "Pin 1, 2, 3" column), the first column that holds words names the rows instead.
     width = max((len(cells) for cells in data), default=0)
     label_column = 0
     for column in range(width):
-        cells = [_clean(c[column]) for c in data if column < len(c) and _clean(c[column])]
+        cells = [clean_inline(c[column]) for c in data if column < len(c) and clean_inline(c[column])]
         if cells and sum(not _NUMERIC.match(c) for c in cells) * 2 >= len(cells):
             label_column = column
             break
     labels: List[str] = []
     for cells in data:
-        label = _clean(cells[label_column]) if label_column < len(cells) else ""
+        label = clean_inline(cells[label_column]) if label_column < len(cells) else ""
         # A numeric cell is data, not a label.
         if label and not _NUMERIC.match(label) and label not in labels:
             labels.append(label)
-    title = _clean(other[0]) if other else ""
+    title = clean_inline(other[0]) if other else ""
     if not title and heading_lines:
-        title = _clean(_HEADING_LINE.match(heading_lines[-1]).group(2))
+        title = clean_inline(heading_lines[-1])
     return title, columns, labels
 
 
@@ -193,8 +170,8 @@ def shorten_cascade(levels: Sequence[str], separator: str, max_chars: int) -> st
     middle = list(parts[1:-1])
     # Step 1: numbered middle levels keep only their number ("4 Specifications" -> "4").
     for i, part in enumerate(middle):
-        match = _NUMBERED.match(part)
-        middle[i] = match.group(1) if match else (part[:24].rstrip() + "…" if len(part) > 25 else part)
+        number = parse_heading_number(part).number
+        middle[i] = number or (part[:24].rstrip() + "…" if len(part) > 25 else part)
         text = separator.join([parts[0], *middle, parts[-1]])
         if len(text) <= max_chars:
             return text
@@ -423,7 +400,7 @@ class CascadingMetadataTransform(TransformComponent):
         if any(n.metadata.get(schema.DOCUMENT_TITLE) for n in doc_nodes):
             return
         first = _first_heading_line(doc_nodes[0].get_content(MetadataMode.NONE))
-        if first is None or first[0] != 1 or _norm(first[1]) != _norm(first_path[0].label()):
+        if first is None or first[0] != 1 or heading_key(first[1]) != heading_key(first_path[0].label()):
             return
         for node in doc_nodes:
             node.metadata[schema.DOCUMENT_TITLE] = first_path[0].label()
@@ -441,31 +418,31 @@ class CascadingMetadataTransform(TransformComponent):
                 ) from exc
         text = node.get_content(MetadataMode.NONE)
         first = _first_heading_line(text)
-        own = parse_heading_text(first[1], first[0]) if first else None
+        own = heading_from_text(first[1], first[0]) if first else None
         header_path = node.metadata.get(LLAMA_INDEX_HEADER_PATH)
         if isinstance(header_path, str):
             # Prefer the running path when it spells header_path: a heading that contains
             # the separator ("Input/Output") would be cut in two by splitting on "/".
-            wanted = _norm(header_path)
+            wanted = heading_key(header_path)
             known_prefix = next(
                 (stack[:k] for k in range(len(stack), -1, -1)
-                 if _norm(" ".join(h.label() for h in stack[:k])) == wanted),
+                 if heading_key(" ".join(h.label() for h in stack[:k])) == wanted),
                 None,
             )
             if known_prefix is not None:
                 ancestors = list(known_prefix)
             else:
-                names = [n for n in header_path.split("/") if _clean(n)]
+                names = [n for n in header_path.split("/") if clean_inline(n)]
                 ancestors = []
                 for depth, name in enumerate(names):
-                    known = next((h for h in stack if _norm(h.label()) == _norm(name)), None)
-                    ancestors.append(known or parse_heading_text(name, depth + 1))
+                    known = next((h for h in stack if heading_key(h.label()) == heading_key(name)), None)
+                    ancestors.append(known or heading_from_text(name, depth + 1))
             if own is not None:
                 return ancestors + [own]
             # A continuation chunk of a split section: same ancestors as the running
             # path means it still belongs to the section the walk is in.
-            if stack and [_norm(h.label()) for h in stack[:-1]] == [
-                _norm(h.label()) for h in ancestors
+            if stack and [heading_key(h.label()) for h in stack[:-1]] == [
+                heading_key(h.label()) for h in ancestors
             ]:
                 return list(stack)
             return ancestors
@@ -498,7 +475,7 @@ class CascadingMetadataTransform(TransformComponent):
 
         title = schema.get_document_title(node) if self.include_document_title else ""
         levels = [h.label() for h in path]
-        if title and levels and _norm(levels[0]) == _norm(title):
+        if title and levels and heading_key(levels[0]) == heading_key(title):
             levels = levels[1:]  # the top heading is the document title itself
         own = path[-1] if path else None
         # No double heading: a node whose text opens with its own heading line already
@@ -597,7 +574,7 @@ class CascadingMetadataTransform(TransformComponent):
         own_text = node.get_content(MetadataMode.NONE)
         caption = str(node.metadata.get(schema.IMAGE_CAPTION) or "")
         parts = []
-        if caption and _norm(caption) not in _norm(own_text):
+        if caption and heading_key(caption) not in heading_key(own_text):
             parts.append(caption)
         if description:
             parts.append(description)
@@ -623,7 +600,7 @@ class CascadingMetadataTransform(TransformComponent):
             return ""
 
         before, after = nearest_text(-1)[-half:], nearest_text(1)[:half]
-        return " … ".join(_clean(t) for t in (before, after) if t.strip())
+        return " … ".join(clean_inline(t) for t in (before, after) if t.strip())
 
     # -- multimodal descriptions, cached by image hash ------------------------------------
 
@@ -657,7 +634,7 @@ class CascadingMetadataTransform(TransformComponent):
             except Exception as exc:  # documented fallback: caption and context only
                 logger.warning("image description failed for node %s: %s", node.node_id, exc)
                 return None
-            self._descriptions[key[0]] = _clean(response.message.content or "")
+            self._descriptions[key[0]] = clean_inline(response.message.content or "")
         return self._descriptions[key[0]] or None
 
     async def _adescribe_image(self, node: BaseNode) -> Optional[str]:
@@ -670,5 +647,5 @@ class CascadingMetadataTransform(TransformComponent):
             except Exception as exc:  # documented fallback: caption and context only
                 logger.warning("image description failed for node %s: %s", node.node_id, exc)
                 return None
-            self._descriptions[key[0]] = _clean(response.message.content or "")
+            self._descriptions[key[0]] = clean_inline(response.message.content or "")
         return self._descriptions[key[0]] or None

@@ -1,0 +1,189 @@
+"""Headings: how a line is recognised as a heading and how its number and title are read.
+
+Every component that reads headings asks this module, so that "ITEM 7A", "A.1 Scope" and
+"Appendix B Tables" mean the same number and title to the parsers, to the cascade of
+:class:`~llama_index_hiqa.CascadingMetadataTransform` and to the evaluation's baselines
+("HiQA: A Hierarchical Contextual Augmentation RAG for Multi-Documents QA" (Chen et al.),
+§"Markdown Formatter" and §"Hierarchical Contextual Augmentor": a section is known by its
+number and title, and the path of those from the document title down is the cascade).
+
+What it knows:
+
+* **Markdown headings**: a line of one to six ``#`` then a space (CommonMark ATX headings:
+  up to three spaces of indent, an optional closing run of ``#`` after a space), outside
+  fenced code, the same rule as LlamaIndex's ``MarkdownNodeParser``; the ``#`` count is the
+  level.
+* **Heading numbers**: SEC filings' ``Part II`` / ``Item 7A`` (8-K ``Item 2.02``),
+  ``Chapter 3`` / ``Section 4`` / ``Appendix B`` / ``Annex IV`` / ``Article 5``, and decimal
+  numbers ``1``, ``1.2.3``, ``A.1`` (a lone capital only when followed by a dot, so the
+  word "A" is not a number). The family word is written capitalised (``ITEM 7A`` ->
+  ``Item 7A``) so that one section has one spelling whatever the typesetting; a decimal
+  number of three or more digits is a year or a quantity, not a section number.
+* **Inline markup** around heading text (``**Item 1. Busines** **<u>s.</u>**``, as
+  pymupdf4llm writes a heading set in two styles) is removed first, re-joining a word cut
+  by a style change.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import List, Optional, Tuple
+
+from llama_index_hiqa.schema import Heading
+
+__all__ = [
+    "HeadingNumber",
+    "clean_inline",
+    "heading_from_text",
+    "heading_key",
+    "is_strong_sec_heading",
+    "iter_lines",
+    "markdown_heading",
+    "markdown_headings",
+    "parse_heading_number",
+]
+
+# SEC filings: "PART II", "Part II." and "Item 7.", "ITEM 7A", "Item 2.02" (8-K items).
+# pymupdf sometimes spaces the letters of a numeral ("PART I V"): rejoined in the number.
+_PART_RE = re.compile(r"^(part)\s+([IVX]+(?:\s[IVX]+)*|\d+)\b[.:\-–—]?\s*(.*)$", re.I)
+_ITEM_RE = re.compile(r"^(item)\s+(\d{1,2}(?:\.\d{2})?[A-Z]?)\b[.:\-–—]?\s*(.*)$", re.I)
+_CHAPTER_RE = re.compile(
+    r"^(chapter|section|appendix|annex|article)\s+(\d+|[A-Z]|[IVX]+)\b[.:\-–—]?\s*(.*)$", re.I
+)
+# "1", "1.", "1.2", "1.2.3", "A.1", "A.1.2" followed by a title that starts with a letter.
+_DECIMAL_RE = re.compile(r"^((?:\d{1,2}|[A-Z])(?:\.\d{1,2})*)(\.?)\s+(?=[^\d\s])(.*)$")
+
+# CommonMark ATX heading: 0-3 spaces, 1-6 '#', a space, the text, an optional closing run.
+_MD_HEADING_RE = re.compile(r"^ {0,3}(#{1,6})(?:[ \t]+(.*?))?(?:[ \t]+#+)?[ \t]*$")
+_FENCE_RE = re.compile(r"^\s*(```|~~~)")
+
+_RUN_JOIN_RE = re.compile(r"(?<=[’'])\*\*\s+\*\*|\*\*\s+\*\*(?=(?:<[^>]+>)*[a-z](?![a-z]))")
+_HTML_RE = re.compile(r"</?(u|b|i|em|strong|sup|sub|span)[^>]*>", re.I)
+_EMPH_RE = re.compile(r"[*_`]{1,3}")
+_ESCAPE_RE = re.compile(r"\\([\\`*_{}\[\]()#+\-.!|])")
+_SPACES_RE = re.compile(r"\s+")
+_MARKUP_CHARS = frozenset("*_`<\\")
+_KEY_RE = re.compile(r"[^0-9a-z]+")
+
+
+@dataclass(frozen=True)
+class HeadingNumber:
+    """What a heading's numbering says: the number as written, the title after it, the depth
+    it implies (``None`` when the number says nothing about depth) and its family."""
+
+    number: str
+    title: str
+    level: Optional[int]
+    family: str  # "part", "item", "chapter", "decimal", "none"
+
+
+def clean_inline(text: str) -> str:
+    """Heading (or table cell) text without Markdown/HTML emphasis and extra spaces.
+
+    pymupdf4llm splits a heading set in two styles into runs (``**Item 1. Busines**
+    **<u>s.</u>**``); the runs are re-joined without a space when the next one starts with
+    a single lower-case letter or follows an apostrophe (a word cut by a style change),
+    else with one.
+    """
+    if not _MARKUP_CHARS.intersection(text):  # most table cells and body lines: no markup
+        return " ".join(text.split())
+    text = _RUN_JOIN_RE.sub("", text)
+    text = _HTML_RE.sub("", text)
+    text = _EMPH_RE.sub(" ", text)
+    text = _ESCAPE_RE.sub(r"\1", text)
+    return _SPACES_RE.sub(" ", text).strip()
+
+
+def parse_heading_number(text: str) -> HeadingNumber:
+    """Split a heading into number, title and implied level.
+
+    ``"2.3 Timing"`` -> ``("2.3", "Timing", 2)``; ``"ITEM 7A. Market Risk"`` ->
+    ``("Item 7A", "Market Risk", None)`` (SEC items take their level from the parts around
+    them); ``"A.1 Scope"`` -> ``("A.1", "Scope", 2)``; ``"Appendix B Tables"`` ->
+    ``("Appendix B", "Tables", None)``; ``"Revision History"`` -> ``("", ..., None)``.
+    """
+    text = clean_inline(text)
+    for regex, family in ((_PART_RE, "part"), (_ITEM_RE, "item"), (_CHAPTER_RE, "chapter")):
+        match = regex.match(text)
+        if match and (family != "part" or match.group(2)):
+            word, num, title = match.group(1), match.group(2), match.group(3)
+            if family == "part":
+                num = num.replace(" ", "")
+            number = f"{word.capitalize()} {num.upper()}"
+            return HeadingNumber(number, _clean_title(title), None, family)
+    match = _DECIMAL_RE.match(text)
+    if match:
+        number, title = match.group(1), match.group(3)
+        # A lone capital letter is only a number when dotted ("A.1") or followed by a dot.
+        if re.fullmatch(r"[A-Z]", number) and not match.group(2):
+            return HeadingNumber("", _clean_title(text), None, "none")
+        return HeadingNumber(number, _clean_title(title), number.count(".") + 1, "decimal")
+    return HeadingNumber("", _clean_title(text), None, "none")
+
+
+def _clean_title(title: str) -> str:
+    return title.strip().strip(".:;–—- ").strip()
+
+
+def heading_from_text(text: str, level: int) -> Heading:
+    """The :class:`~llama_index_hiqa.schema.Heading` of a heading's text at a known depth
+    (a Markdown heading's ``#`` count): ``("4.2 Electrical", 2)`` -> ``Heading("4.2",
+    "Electrical", 2)``. The depth given wins over the one the number implies: it is where
+    the document put the heading."""
+    parsed = parse_heading_number(text)
+    return Heading(parsed.number, parsed.title, level)
+
+
+def heading_key(text: str) -> str:
+    """A comparison key of heading text: no markup, case or punctuation
+    (``"**4.2** Electrical:"`` and ``"4.2 electrical"`` compare equal)."""
+    return _KEY_RE.sub(" ", clean_inline(text).lower()).strip()
+
+
+def is_strong_sec_heading(text: str) -> bool:
+    """A plain line that is an SEC ``Item``/``Part`` heading even without emphasis:
+    short, starts the line, and the item number is followed by a title or nothing."""
+    text = clean_inline(text)
+    if len(text.split()) > 16 or text.endswith((",", ";")):
+        return False
+    part = _PART_RE.match(text)
+    if part and part.group(2):
+        rest = part.group(3)
+        return len(rest.split()) <= 10 and (not rest or rest[:1].isupper())
+    item = _ITEM_RE.match(text)
+    return bool(item) and (not item.group(3) or item.group(3)[:1].isupper())
+
+
+def markdown_heading(line: str) -> Optional[Tuple[int, str]]:
+    """``(level, heading text)`` when ``line`` is a Markdown ``#`` heading with some text
+    (markup left in: callers that need the title clean it), else ``None``."""
+    match = _MD_HEADING_RE.match(line)
+    if not match or not match.group(2) or not clean_inline(match.group(2)):
+        return None
+    return len(match.group(1)), match.group(2)
+
+
+def iter_lines(text: str) -> List[Tuple[int, int, str]]:
+    """``(start, end, line)`` for every line; ``end`` excludes the newline."""
+    out, pos = [], 0
+    for line in text.split("\n"):
+        out.append((pos, pos + len(line), line))
+        pos += len(line) + 1
+    return out
+
+
+def markdown_headings(text: str) -> List[Tuple[int, int, int, str]]:
+    """``(start, end, level, heading_text)`` of the ``#`` lines of ``text`` outside fenced
+    code, with character offsets (which LlamaIndex's ``MarkdownNodeParser`` does not keep)."""
+    out, in_code = [], False
+    for start, end, line in iter_lines(text):
+        if _FENCE_RE.match(line):
+            in_code = not in_code
+            continue
+        if in_code:
+            continue
+        found = markdown_heading(line)
+        if found:
+            out.append((start, end, found[0], found[1]))
+    return out
