@@ -198,11 +198,6 @@ def _norm(text: str) -> str:
 # --- measurement -------------------------------------------------------------------------
 
 
-def log_rank(rank: int, n: int, gamma: float = 1.0) -> float:
-    """HiQA's Log-Rank Index S(r) of one gold unit at ``rank`` (1 = best) among ``n``."""
-    return float(log_rank_score([rank], n, gamma)[0])
-
-
 def measure(corpus: Corpus, variant: str) -> Dict:
     nodes = [n.model_copy(deep=True) for n in corpus.segments]
     nodes = CascadingMetadataTransform(variant=variant)(nodes)
@@ -237,7 +232,7 @@ def summary_row(label: str, result: Dict) -> List:
         float(np.mean(ranks <= 5)),
         float(np.mean(ranks <= 20)),
         float(np.mean(1.0 / ranks)),
-        float(np.mean([log_rank(int(r), n) for r in ranks])),
+        float(np.mean(log_rank_score([int(r) for r in ranks], n))),
         float(np.mean(result["doc_hits"])),
         float(np.mean(result["cosines"])),
     ]

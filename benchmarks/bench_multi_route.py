@@ -39,7 +39,7 @@ from llama_index_hiqa import schema  # noqa: E402
 from llama_index_hiqa.evaluation import datasets  # noqa: E402
 from llama_index_hiqa.retrievers.multi_route import MultiRouteRetriever  # noqa: E402
 from llama_index_hiqa.transforms.critical_keywords import CriticalKeywordExtractor  # noqa: E402
-from llama_index_hiqa.evaluation.metrics import log_rank_score  # noqa: E402
+from llama_index_hiqa.evaluation.metrics import log_rank_index  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 FIGURE = HERE / "multi_route.png"
@@ -70,11 +70,6 @@ class ExactVectorRetriever(BaseRetriever):
 # --- metrics ------------------------------------------------------------------------------
 
 
-def log_rank(rank: int, n: int, gamma: float = GAMMA) -> float:
-    """HiQA's Log-Rank Index S(r) of one gold unit at ``rank`` (1 = best) among ``n``."""
-    return float(log_rank_score([rank], n, gamma)[0])
-
-
 def score_rankings(
     rankings: List[List[str]],
     gold_units: List[set],
@@ -103,7 +98,7 @@ def score_rankings(
         out["MRR"].append(1.0 / first if first else 0.0)
         unranked = (len(ranking) + 1 + n_nodes) / 2.0
         out["LRI"].append(
-            statistics.mean(log_rank(best.get(unit, unranked), n_nodes) for unit in gold) if gold else 0.0
+            log_rank_index([best.get(unit, unranked) for unit in gold], n_nodes, GAMMA) if gold else 0.0
         )
     return {k: statistics.mean(v) for k, v in out.items()}
 
@@ -298,7 +293,7 @@ def score_passages(rankings: List[List[str]], gold: List[set], n_nodes: int) -> 
             out[f"recall@{k}"].append(sum(r <= k for r in ranks) / len(ranks))
         out["all@5"].append(float(all(r <= 5 for r in ranks)))
         out["MRR"].append(1.0 / min(ranks) if min(ranks) <= len(ranking) else 0.0)
-        out["LRI"].append(statistics.mean(log_rank(r, n_nodes) for r in ranks))
+        out["LRI"].append(log_rank_index(ranks, n_nodes, GAMMA))
     return {k: statistics.mean(v) for k, v in out.items()}
 
 

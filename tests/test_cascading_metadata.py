@@ -3,19 +3,17 @@
 from __future__ import annotations
 
 import base64
-import hashlib
 from typing import List
 
 import pytest
 from llama_index.core import Document
-from llama_index.core.base.embeddings.base import BaseEmbedding
 from llama_index.core.ingestion import IngestionCache, IngestionPipeline
 from llama_index.core.node_parser import MarkdownNodeParser, SentenceSplitter
 from llama_index.core.schema import ImageNode, MetadataMode, TextNode
 
 from llama_index_hiqa import schema
 from llama_index_hiqa.errors import InvalidMetadataError
-from llama_index_hiqa.testing import ScriptedLLM
+from llama_index_hiqa.testing import HashingEmbedding, ScriptedLLM
 from llama_index_hiqa.transforms.cascading_metadata import (
     CascadingMetadataTransform,
     HCATableNode,
@@ -354,23 +352,6 @@ def test_empty_input_and_node_without_any_structure():
     assert out.get_content(MetadataMode.EMBED) == "plain text"
 
 
-class _HashEmbedding(BaseEmbedding):
-    """Deterministic offline embedding: a vector from the text's hash."""
-
-    def _vector(self, text: str) -> List[float]:
-        digest = hashlib.sha256(text.encode()).digest()
-        return [b / 255 for b in digest[:8]]
-
-    def _get_text_embedding(self, text: str) -> List[float]:
-        return self._vector(text)
-
-    def _get_query_embedding(self, query: str) -> List[float]:
-        return self._vector(query)
-
-    async def _aget_query_embedding(self, query: str) -> List[float]:
-        return self._vector(query)
-
-
 def test_pipeline_cache_hit_on_second_run(monkeypatch):
     calls = []
     original = CascadingMetadataTransform._apply
@@ -385,7 +366,7 @@ def test_pipeline_cache_hit_on_second_run(monkeypatch):
 
     def run():
         pipeline = IngestionPipeline(
-            transformations=[MarkdownNodeParser(), CascadingMetadataTransform(), _HashEmbedding()],
+            transformations=[MarkdownNodeParser(), CascadingMetadataTransform(), HashingEmbedding()],
             cache=cache,
         )
         return pipeline.run(documents=[d.model_copy(deep=True) for d in docs])
@@ -399,7 +380,7 @@ def test_pipeline_cache_hit_on_second_run(monkeypatch):
     ]
     # the table was embedded from its labels, not its cells, in both runs
     table = next(n for n in first if "| Pin |" in n.text)
-    assert table.embedding == _HashEmbedding()._vector(table.get_content(MetadataMode.EMBED))
+    assert table.embedding == HashingEmbedding().vector(table.get_content(MetadataMode.EMBED))
 
 
 def test_bm25_tells_near_identical_documents_apart_only_with_the_cascade():

@@ -9,7 +9,7 @@ import pytest
 from llama_index.core.schema import QueryBundle, TextNode
 
 from llama_index_hiqa import schema
-from llama_index_hiqa.errors import GraphBuildError, UnknownNodeError
+from llama_index_hiqa.errors import GraphBuildError, LLMOutputError, UnknownNodeError
 from llama_index_hiqa.retrievers.chain_scorers import (
     N_FEATURES,
     DefaultChainScorer,
@@ -325,8 +325,14 @@ def test_parse_keyword_list_accepts_python_json_and_plain_lists():
     assert parse_keyword_list("['a', 'b c']") == ["a", "b c"]
     assert parse_keyword_list('Answer: ["x", "y"]') == ["x", "y"]
     assert parse_keyword_list("Philipsburg, Malakoff") == ["Philipsburg", "Malakoff"]
-    with pytest.raises(ValueError):
-        parse_keyword_list("")
+    assert parse_keyword_list("Keywords: [Philipsburg, Malakoff]") == ["Philipsburg", "Malakoff"]
+    with pytest.raises(LLMOutputError):
+        parse_keyword_list("", strict=True)
+    with pytest.raises(LLMOutputError, match="keyword list"):
+        parse_keyword_list("word, " * 60, strict=True)  # prose, not a list
+    # lenient (the extractor at ingestion): the same answers give no keywords, never an error
+    assert parse_keyword_list("") == []
+    assert parse_keyword_list("a sentence " * 20) == []
 
 
 async def test_async_retrieve_matches_sync_and_embeds_without_a_given_vector():

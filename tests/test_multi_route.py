@@ -1,5 +1,4 @@
 import asyncio
-import hashlib
 import logging
 import math
 import re
@@ -9,14 +8,13 @@ import numpy as np
 import pytest
 from llama_index.core import VectorStoreIndex
 from llama_index.core.base.base_retriever import BaseRetriever
-from llama_index.core.base.embeddings.base import BaseEmbedding
 from llama_index.core.bridge.pydantic import ValidationError
 from llama_index.core.schema import MetadataMode, NodeWithScore, QueryBundle, TextNode
 
 from llama_index_hiqa import schema
 from llama_index_hiqa.errors import RetrievalRouteError, UnknownNodeError
 from llama_index_hiqa.retrievers import fusion
-from llama_index_hiqa.testing import ScriptedLLM
+from llama_index_hiqa.testing import HashingEmbedding, ScriptedLLM
 from llama_index_hiqa.retrievers.multi_route import MultiRouteConfig, MultiRouteRetriever
 from llama_index_hiqa.transforms.critical_keywords import CriticalKeywordExtractor, KeywordIndex
 
@@ -118,26 +116,9 @@ def test_auto_beta_grows_with_documents_per_page():
 # --- the retriever -----------------------------------------------------------------------
 
 
-class HashEmbedding(BaseEmbedding):
-    """Deterministic bag-of-words embedding: fast, offline, and sensitive to shared words."""
-
-    dim: int = 64
-
-    def _vec(self, text: str) -> List[float]:
-        v = np.zeros(self.dim)
-        for word in re.findall(r"[a-z]+", text.lower()):  # letters only: blind to part numbers
-            v[int(hashlib.md5(word.encode()).hexdigest(), 16) % self.dim] += 1.0
-        n = np.linalg.norm(v)
-        return (v / n if n else v + 1.0 / math.sqrt(self.dim)).tolist()
-
-    def _get_query_embedding(self, query: str) -> List[float]:
-        return self._vec(query)
-
-    async def _aget_query_embedding(self, query: str) -> List[float]:
-        return self._vec(query)
-
-    def _get_text_embedding(self, text: str) -> List[float]:
-        return self._vec(text)
+def HashEmbedding() -> HashingEmbedding:
+    """Letters only: blind to part numbers, so the vector route alone confuses products."""
+    return HashingEmbedding(dim=64, token_pattern=r"[a-z]+", signed=False)
 
 
 DOCS = {

@@ -1,37 +1,18 @@
 import json
 import re
-import zlib
 
 import numpy as np
 import pytest
-from llama_index.core.base.embeddings.base import BaseEmbedding
 
 from llama_index_hiqa import schema
 from llama_index_hiqa.errors import EvaluationInputError
 from llama_index_hiqa.evaluation import runner as R
 from llama_index_hiqa.evaluation.datasets import EvalQuestion, GoldEvidence, load_documents_folder
+from llama_index_hiqa.testing import HashingEmbedding as _Hashing
 
 
-class HashingEmbedding(BaseEmbedding):
-    """Bag of words hashed into 64 dims: deterministic, offline, word overlap = similarity."""
-
-    calls: int = 0
-
-    def _vec(self, text):
-        v = np.zeros(64)
-        for w in re.findall(r"\w+", text.lower()):
-            v[zlib.crc32(w.encode()) % 64] += 1.0
-        return (v / (np.linalg.norm(v) or 1.0)).tolist()
-
-    def _get_query_embedding(self, query):
-        return self._vec(query)
-
-    async def _aget_query_embedding(self, query):
-        return self._vec(query)
-
-    def _get_text_embedding(self, text):
-        self.calls += 1
-        return self._vec(text)
+def HashingEmbedding() -> _Hashing:
+    return _Hashing(dim=64, token_pattern=r"\w+", signed=False)
 
 
 PRODUCTS = {
@@ -180,7 +161,7 @@ def test_bm25_scores_cover_every_unit():
     from llama_index.core.schema import TextNode
 
     nodes = [TextNode(text=t) for t in ["supply voltage 3.3 V", "package QFN", "thermal shutdown"]]
-    scores = R.bm25_scores(nodes, ["what supply voltage", "zzz"])
+    scores = R.bm25_score_matrix(nodes, ["what supply voltage", "zzz"])
     assert scores.shape == (2, 3) and scores[0].argmax() == 0 and not scores[1].any()
 
 

@@ -58,6 +58,8 @@ from llama_index.core.schema import BaseNode, Document, MetadataMode, NodeWithSc
 from llama_index_hiqa import schema
 from llama_index_hiqa.errors import EvaluationInputError
 from llama_index_hiqa.headings import heading_from_text, markdown_heading, markdown_headings
+from llama_index_hiqa.retrievers import fusion
+from llama_index_hiqa.retrievers.multi_route import bm25_score_matrix
 from llama_index_hiqa.evaluation import datasets
 from llama_index_hiqa.evaluation import metrics as M
 from llama_index_hiqa.evaluation.datasets import EvalQuestion
@@ -66,7 +68,6 @@ CHUNK_SIZE = 256
 CHUNK_OVERLAP = 32
 logger = logging.getLogger(__name__)
 
-RRF_K = 60
 SI_CANDIDATES = 30  # retrieved chunks handed to segment integration (dsRAG uses ~top 30)
 STATUS_OK = "ok"
 STATUS_MISSING = "not yet available"
@@ -288,33 +289,15 @@ def _component(name: str) -> Any:
     return getattr(llama_index_hiqa, name)
 
 
-def bm25_scores(nodes: Sequence[BaseNode], questions: Sequence[str]) -> np.ndarray:
-    """Full BM25 score vectors from LlamaIndex's ``BM25Retriever`` index (same tokenizer,
-    stemmer and stop words); its ``retrieve`` returns only the top k, we need all N."""
-    import bm25s
-    from llama_index.retrievers.bm25 import BM25Retriever
-
-    retriever = BM25Retriever.from_defaults(nodes=list(nodes), similarity_top_k=1)
-    out = np.zeros((len(questions), len(nodes)), dtype=np.float32)
-    for i, question in enumerate(questions):
-        tokens = bm25s.tokenize(
-            [question],
-            stemmer=retriever.stemmer if not retriever.skip_stemming else None,
-            token_pattern=retriever.token_pattern,
-            return_ids=False,
-            show_progress=False,
-        )[0]
-        if tokens:
-            out[i] = retriever.bm25.get_scores(tokens)
-    return out
-
-
-def rrf_scores(*score_matrices: np.ndarray, k: int = RRF_K) -> np.ndarray:
-    """Reciprocal rank fusion Σ 1/(k + rank) over full rankings (one row per question)."""
-    fused = np.zeros_like(score_matrices[0], dtype=np.float64)
-    for scores in score_matrices:
-        for i, row in enumerate(scores):
-            fused[i] += 1.0 / (k + M.ranks_from_scores(row))
+def rrf_scores(*score_matrices: np.ndarray, k: float = fusion.RRF_K) -> np.ndarray:
+    """Reciprocal rank fusion (:func:`~llama_index_hiqa.retrievers.fusion.reciprocal_rank_fusion`)
+    of full rankings, one row per question: every unit gets ``Σ 1/(k + rank)``."""
+    fused = np.zeros(score_matrices[0].shape, dtype=np.float64)
+    units = range(fused.shape[1])
+    for i in range(fused.shape[0]):
+        ranks = {str(r): dict(zip(units, M.ranks_from_scores(m[i]).tolist())) for r, m in enumerate(score_matrices)}
+        by_unit = fusion.reciprocal_rank_fusion({route: units for route in ranks}, k=k, ranks=ranks)
+        fused[i] = [by_unit[j] for j in units]
     return fused
 
 
@@ -508,7 +491,7 @@ class _Workspace:
 
     def bm25(self, key: str) -> np.ndarray:
         if (key, "bm25") not in self.scores:
-            self.scores[(key, "bm25")] = bm25_scores(self.unit_set(key), self.questions)
+            self.scores[(key, "bm25")] = bm25_score_matrix(self.unit_set(key), self.questions)
         return self.scores[(key, "bm25")]
 
 

@@ -25,12 +25,10 @@ LLM is given, a keyword function extracts them.
 from __future__ import annotations
 
 import asyncio
-import ast
 import functools
 import gc
 import json
 import logging
-import re
 from collections import defaultdict
 from pathlib import Path
 from typing import Any, Callable, Dict, FrozenSet, Iterable, List, Optional, Sequence, Set, Literal, Tuple, Union
@@ -52,11 +50,12 @@ from llama_index.core.storage.docstore import BaseDocumentStore
 
 from llama_index_hiqa import schema
 from llama_index_hiqa.defaults import resolve_embed_model, resolve_llm
-from llama_index_hiqa.errors import GraphBuildError, UnknownNodeError
+from llama_index_hiqa.errors import GraphBuildError, LLMOutputError, UnknownNodeError
 from llama_index_hiqa.transforms.critical_keywords import (
     QUERY_KEYWORD_PROMPT,
     CriticalKeywordExtractor,
     normalize_keyword,
+    parse_keyword_list,
 )
 from llama_index_hiqa.retrievers.chain_scorers import (
     N_FEATURES,
@@ -111,28 +110,6 @@ def title_keywords(title: str) -> FrozenSet[str]:
     if title:
         words |= set(_title_rules.extract(title.replace("_", " ")))
     return frozenset(words)
-
-
-def parse_keyword_list(answer: str) -> List[str]:
-    """Parse prompt A.1's answer: a Python/JSON list, else comma-separated text.
-
-    Raises ``ValueError`` when nothing usable is found (the caller falls back)."""
-    text = (answer or "").strip()
-    match = re.search(r"\[.*\]", text, re.S)
-    if match:
-        for loader in (json.loads, ast.literal_eval):
-            try:
-                value = loader(match.group(0))
-            except (ValueError, SyntaxError, TypeError):
-                continue
-            if isinstance(value, (list, tuple)):
-                words = [str(v) for v in value if str(v).strip()]
-                if words:
-                    return words
-    parts = [p.strip() for p in re.split(r"[,\n]", text.strip("[]")) if normalize_keyword(p)]
-    if not parts or len(parts) > 50 or any(len(p) > 100 for p in parts):
-        raise ValueError(f"no keyword list in LLM answer: {text[:200]!r}")
-    return parts
 
 
 # --- the graph -----------------------------------------------------------------------
@@ -699,8 +676,8 @@ class ChunkGraphRetriever(BaseRetriever):
     def _keywords_from_llm_answer(self, question: str, answer: Optional[str]) -> Set[str]:
         if answer is not None:
             try:
-                return _normalised_set(parse_keyword_list(answer))
-            except ValueError as exc:
+                return _normalised_set(parse_keyword_list(answer, strict=True))
+            except LLMOutputError as exc:
                 logger.warning("IIER keyword prompt: %s; using the keyword extractor", exc)
         return _normalised_set(self.keyword_fn(question))
 

@@ -241,6 +241,20 @@ class _BM25Route:
         return cls(retriever, node_ids, tokenizer)
 
 
+def bm25_score_matrix(
+    nodes: Sequence[BaseNode], questions: Sequence[str], language: str = "en"
+) -> np.ndarray:
+    """BM25 score of every node for every question (one row a question), scored by the
+    multi-route retriever's BM25 route: LlamaIndex's ``BM25Retriever`` index over the
+    embedding view, whose ``retrieve`` returns only a top k where a full ranking is needed
+    (the Log-Rank Index ranks every unit)."""
+    route = _BM25Route.build(nodes, None, language)
+    out = np.zeros((len(questions), len(route.node_ids)), dtype=np.float32)
+    for i, question in enumerate(questions):
+        out[i] = route.all_scores(question)
+    return out
+
+
 class _DocstoreNodes(Mapping):
     """The retriever's nodes, read from the docstore by id when a result needs one: the ids
     stay in memory, the nodes stay where LlamaIndex keeps them (no second copy of the

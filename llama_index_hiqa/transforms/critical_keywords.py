@@ -38,6 +38,7 @@ keyword -> node ids used at query time.
 
 from __future__ import annotations
 
+import ast
 import asyncio
 import json
 import logging
@@ -54,6 +55,7 @@ from llama_index.core.schema import BaseNode, MetadataMode, TransformComponent
 
 from llama_index_hiqa import schema
 from llama_index_hiqa.defaults import load_ner_model
+from llama_index_hiqa.errors import LLMOutputError
 
 logger = logging.getLogger(__name__)
 
@@ -186,17 +188,49 @@ def _rule_keywords(text: str) -> List[str]:
     return found
 
 
-def _parse_llm_list(answer: str) -> List[str]:
-    """Keywords from an answer like ``['a', 'b']`` or ``a, b``; never raises."""
-    answer = (answer or "").strip()
-    start, end = answer.find("["), answer.rfind("]")
+MAX_LLM_KEYWORDS = 50  # more "keywords" than this is prose, not a list
+MAX_LLM_KEYWORD_CHARS = 100  # a longer "keyword" is a sentence
+
+
+def parse_keyword_list(answer: str, *, strict: bool = False) -> List[str]:
+    """The keywords of an LLM's answer to a keyword prompt (IIER's prompts, "Empowering Large
+    Language Models to Set up a Knowledge Retrieval Indexer via Self-Learning" §A.1).
+
+    Read, in order: a Python/JSON list anywhere in the answer (``Answer: ["x", "y"]``); the
+    quoted strings between its brackets; the comma- or line-separated text between its
+    brackets, or of the whole answer (``Philipsburg, Malakoff``). An answer with no keyword,
+    more than ``MAX_LLM_KEYWORDS`` of them, or one longer than ``MAX_LLM_KEYWORD_CHARS``
+    characters is not a keyword list.
+
+    ``strict`` says what happens then: ``False`` (the extractor at ingestion) returns ``[]``
+    so the NER/rule keywords stand alone; ``True`` (the chunk graph's question prompt, which
+    has a fallback of its own) raises :class:`~llama_index_hiqa.errors.LLMOutputError`.
+    """
+    text = (answer or "").strip()
+    start, end = text.find("["), text.rfind("]")
     if start != -1 and end > start:
-        body = answer[start + 1 : end]
-        quoted = re.findall(r"'([^']*)'|\"([^\"]*)\"", body)
+        for loader in (json.loads, ast.literal_eval):
+            try:
+                value = loader(text[start : end + 1])
+            except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+                continue
+            if isinstance(value, (list, tuple)):
+                words = [str(v).strip() for v in value if str(v).strip()]
+                if words:
+                    return words
+        body = text[start + 1 : end]
+        quoted = [a or b for a, b in re.findall(r"'([^']*)'|\"([^\"]*)\"", body) if (a or b).strip()]
         if quoted:
-            return [a or b for a, b in quoted if (a or b).strip()]
-        answer = body
-    return [part.strip(" '\"\n") for part in re.split(r"[,\n]", answer) if part.strip(" '\"\n")]
+            return quoted
+        text = body
+    parts = [p.strip(" '\"\n") for p in re.split(r"[,\n]", text)]
+    parts = [p for p in parts if normalize_keyword(p)]
+    if parts and len(parts) <= MAX_LLM_KEYWORDS and all(len(p) <= MAX_LLM_KEYWORD_CHARS for p in parts):
+        return parts
+    if strict:
+        raise LLMOutputError(f"no keyword list in the LLM answer: {text[:200]!r}")
+    logger.warning("no keyword list in the LLM answer, ignored: %r", text[:200])
+    return []
 
 
 class CriticalKeywordExtractor(TransformComponent):
@@ -353,7 +387,7 @@ class CriticalKeywordExtractor(TransformComponent):
         except Exception as exc:  # noqa: BLE001 - any LLM/client error
             logger.warning("keyword LLM call failed, using NER/rule keywords only: %s", exc)
             return []
-        return _parse_llm_list(answer)
+        return parse_keyword_list(answer)
 
     async def _allm_keywords(self, prompt: str, text: str) -> List[str]:
         try:
@@ -361,7 +395,7 @@ class CriticalKeywordExtractor(TransformComponent):
         except Exception as exc:  # noqa: BLE001
             logger.warning("keyword LLM call failed, using NER/rule keywords only: %s", exc)
             return []
-        return _parse_llm_list(answer)
+        return parse_keyword_list(answer)
 
     # -- ingestion -------------------------------------------------------------------------
     def _node_text(self, node: BaseNode) -> str:
