@@ -40,6 +40,7 @@ from llama_index.core.schema import QueryBundle, TextNode  # noqa: E402
 from llama_index_hiqa import schema  # noqa: E402
 from llama_index_hiqa.evaluation import datasets  # noqa: E402
 from llama_index_hiqa.retrievers.chain_scorers import TrainedChainScorer  # noqa: E402
+from llama_index_hiqa.retrievers.chain_training import chain_training_examples  # noqa: E402
 from llama_index_hiqa.testing import ScriptedLLM  # noqa: E402
 from llama_index_hiqa.transforms.critical_keywords import CriticalKeywordExtractor  # noqa: E402
 from llama_index_hiqa.retrievers.chunk_graph import (  # noqa: E402
@@ -204,7 +205,7 @@ def run_quality(name: str) -> Dict:
         train = folds[1 - f]
         trainer = ChunkGraphRetriever(graph, nodes=nodes, embed_model=embed, keyword_fn=lambda t: q_keywords[t])
         t0 = time.perf_counter()
-        x, y = trainer.training_examples([texts[i] for i in train], [golds[i] for i in train])
+        x, y = chain_training_examples(trainer, [texts[i] for i in train], [golds[i] for i in train])
         scorer = TrainedChainScorer().fit(x, y)
         t_fit += time.perf_counter() - t0
         n_examples += len(y)

@@ -52,10 +52,12 @@ _EXPORTS: Dict[str, str] = {
     "RetrievalRouteError": "llama_index_hiqa.errors",
     #
     # -- IIER chunk graph
-    "ChunkInteractionGraph": "llama_index_hiqa.retrievers.chunk_graph",
+    "ChunkInteractionGraph": "llama_index_hiqa.retrievers.chunk_interaction_graph",
     "ChunkGraphRetriever": "llama_index_hiqa.retrievers.chunk_graph",
     "DefaultChainScorer": "llama_index_hiqa.retrievers.chain_scorers",
     "TrainedChainScorer": "llama_index_hiqa.retrievers.chain_scorers",
+    "chain_training_examples": "llama_index_hiqa.retrievers.chain_training",
+    "fit_chain_scorer": "llama_index_hiqa.retrievers.chain_training",
     "GraphBuildError": "llama_index_hiqa.errors",
     #
     # -- TextRAG segment integration

@@ -80,7 +80,7 @@ class InvalidMetadataError(HiQAError, ValueError):
 
 
 class RerankerError(HiQAError):
-    """A reranker (Cohere or a LlamaIndex reranker postprocessor) failed. ``source`` names
+    """A reranker (a LlamaIndex reranker postprocessor) failed. ``source`` names
     which one, ``reason`` says why."""
 
     def __init__(self, source: str, reason: str) -> None:

@@ -108,7 +108,7 @@ SEGMENT_NODE_IDS = "segment_node_ids"
 POSITION_START = "position_start"
 POSITION_END = "position_end"
 SEGMENT_FILL = "segment_fill"  # "docstore": gaps filled from it; "retrieved_only": no docstore
-SEGMENT_RELEVANCE = "segment_relevance"  # where relevance came from: cohere, reranker, scores, embedding
+SEGMENT_RELEVANCE = "segment_relevance"  # where relevance came from: reranker, scores, embedding
 
 KIND_TEXT = "text"
 KIND_TABLE = "table"

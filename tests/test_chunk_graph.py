@@ -15,6 +15,7 @@ from llama_index_hiqa.retrievers.chain_scorers import (
     DefaultChainScorer,
     TrainedChainScorer,
 )
+from llama_index_hiqa.retrievers.chain_training import chain_training_examples, fit_chain_scorer
 from llama_index_hiqa.retrievers.chunk_graph import (
     ChunkGraphRetriever,
     ChunkInteractionGraph,
@@ -400,10 +401,10 @@ def test_fit_uses_shortest_path_labels_and_the_fitted_scorer_walks_to_the_eviden
 
     r = ChunkGraphRetriever(graph, nodes=nodes, embed_model=DictEmbedding(),
                             keyword_fn=lambda q: [q.split()[-1]], max_nodes=2, vector_seeds=0, fill_budget=False)
-    x, y = r.training_examples(questions[:8], golds[:8])
+    x, y = chain_training_examples(r, questions[:8], golds[:8])
     assert x.shape[1] == N_FEATURES and 0 < y.sum() < len(y)
     default_hits = sum("B%d" % i in [n.node.node_id for n in r.retrieve(questions[i])] for i in range(8, 12))
-    r.fit(questions[:8], golds[:8])
+    fit_chain_scorer(r, questions[:8], golds[:8])
     assert isinstance(r.scorer, TrainedChainScorer)
     trained_hits = sum("B%d" % i in [n.node.node_id for n in r.retrieve(questions[i])] for i in range(8, 12))
     assert trained_hits == 4 and trained_hits > default_hits

@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import asyncio
 import math
 import random
-from types import SimpleNamespace
-from typing import Any, List, Optional
+from typing import List, Optional
 
 import numpy as np
 import pytest
@@ -90,27 +88,24 @@ class KeywordEmbedding(BaseEmbedding):
         return self._vector(text)
 
 
-class FakeCohere:
-    """Answers like cohere.ClientV2.rerank: results with index and relevance_score."""
+class FakeCohereRerank(BaseNodePostprocessor):
+    """Scores like LlamaIndex's ``CohereRerank`` (same class name, relevance in [0, 1], its
+    own ``top_n``), from a function of the chunk text, or raises ``error``."""
 
-    def __init__(self, scores=None, error: Optional[Exception] = None) -> None:
-        self.scores, self.error, self.calls = scores, error, []
+    top_n: int = 2
+    error: Optional[str] = None
+    queries: List[str] = []
 
-    def rerank(self, *, model, query, documents, top_n=None, **_: Any):
-        self.calls.append({"model": model, "query": query, "documents": documents, "top_n": top_n})
+    @classmethod
+    def class_name(cls) -> str:
+        return "CohereRerank"
+
+    def _postprocess_nodes(self, nodes, query_bundle=None):
+        self.queries.append(query_bundle.query_str)
         if self.error:
-            raise self.error
-        results = [
-            SimpleNamespace(index=i, relevance_score=self.scores(doc)) for i, doc in enumerate(documents)
-        ]
-        results.sort(key=lambda r: -r.relevance_score)
-        return SimpleNamespace(results=results[:top_n])
-
-
-class AsyncFakeCohere(FakeCohere):
-    async def rerank(self, **kwargs: Any):  # type: ignore[override]
-        await asyncio.sleep(0)
-        return FakeCohere.rerank(self, **kwargs)
+            raise TimeoutError(self.error)
+        scored = [NodeWithScore(node=n.node, score=_cash_score(n.node.get_content())) for n in nodes]
+        return sorted(scored, key=lambda n: -n.score)[: self.top_n]
 
 
 class PickyReranker(BaseNodePostprocessor):
@@ -356,13 +351,13 @@ def test_presets_change_the_segments():
     assert len(SegmentIntegrationPostprocessor(preset="precision").postprocess_nodes(lone, query_str="q")) == 1
 
 
-def test_serialisation_round_trip_hides_secrets():
-    rse = SegmentIntegrationPostprocessor(preset="precision", cohere_api_key="secret", max_length=9)
-    data = rse.to_dict()
-    assert data["max_length"] == 9 and data["preset"] == "precision"
-    assert "secret" not in str(data)
-    again = SegmentIntegrationPostprocessor.from_dict(data)
-    assert (again.max_length, again.minimum_value, again.cohere_api_key) == (9, 0.7, None)
+def test_serialisation_round_trip_and_unknown_settings():
+    rse = SegmentIntegrationPostprocessor(preset="precision", max_length=9)
+    again = SegmentIntegrationPostprocessor.from_dict(rse.to_dict())
+    assert (again.max_length, again.minimum_value, again.preset) == (9, 0.7, "precision")
+    # The Cohere SDK path is gone: its settings fail loudly instead of reranking nothing.
+    with pytest.raises(ValueError, match="cohere_api_key"):
+        SegmentIntegrationPostprocessor(cohere_api_key="secret")
 
 
 # --- relevance sources ------------------------------------------------------------------
@@ -385,50 +380,33 @@ def _cash_score(text: str) -> float:
     return 0.95 if "cash" in text else 0.05
 
 
-def test_cohere_relevance_reorders_and_uses_beta():
+def test_cohere_rerank_relevance_reorders_and_uses_beta():
     nodes, hits = _mixed_corpus()
-    client = FakeCohere(_cash_score)
-    rse = SegmentIntegrationPostprocessor(cohere_client=client, cohere_model="rerank-v3.5")
+    reranker = FakeCohereRerank(queries=[])
+    rse = SegmentIntegrationPostprocessor(reranker=reranker)
     out = rse.postprocess_nodes(hits, query_str="operating cash flow")
-    assert client.calls and client.calls[0]["query"] == "operating cash flow"
-    assert client.calls[0]["top_n"] == 2
+    assert reranker.queries == ["operating cash flow"]
     assert [o.node.metadata[schema.SEGMENT_NODE_IDS] for o in out] == [["c2"]]
-    assert out[0].node.metadata[schema.SEGMENT_RELEVANCE] == "cohere"
+    assert out[0].node.metadata[schema.SEGMENT_RELEVANCE] == "reranker"
+    # CohereRerank's scores are read on Cohere's calibration: Beta(0.4, 0.4).
     expected = (scipy_beta.cdf(0.95, 0.4, 0.4) - 0.18) * len(nodes[2].text) / 700
     assert out[0].score == pytest.approx(expected)
 
 
-async def test_async_cohere_client_is_awaited():
+async def test_async_reranker_path():
     nodes, hits = _mixed_corpus()
-    client = AsyncFakeCohere(_cash_score)
-    rse = SegmentIntegrationPostprocessor(cohere_client=client)
-    out = await rse.apostprocess_nodes(hits, query_str="operating cash flow")
-    assert client.calls and [o.node.node_id for o in out] == ["segment:doc:2-2"]
+    reranker = FakeCohereRerank(queries=[])
+    out = await SegmentIntegrationPostprocessor(reranker=reranker).apostprocess_nodes(hits, query_str="cash")
+    assert reranker.queries == ["cash"] and [o.node.node_id for o in out] == ["segment:doc:2-2"]
 
 
-def test_async_cohere_client_also_serves_the_sync_path():
+def test_reranker_failure_falls_back_or_raises():
     nodes, hits = _mixed_corpus()
-    out = SegmentIntegrationPostprocessor(cohere_client=AsyncFakeCohere(_cash_score)).postprocess_nodes(
-        hits, query_str="operating cash flow"
-    )
-    assert [o.node.node_id for o in out] == ["segment:doc:2-2"]
-
-
-def test_cohere_answer_without_results_falls_back():
-    nodes, hits = _mixed_corpus()
-    empty = FakeCohere(lambda doc: 0.5)
-    empty.rerank = lambda **kw: SimpleNamespace(results=[])  # type: ignore[method-assign]
-    out = SegmentIntegrationPostprocessor(cohere_client=empty).postprocess_nodes(hits, query_str="q")
-    assert out[0].node.metadata[schema.SEGMENT_RELEVANCE] == "scores (fallback from cohere)"
-
-
-def test_cohere_failure_falls_back_or_raises():
-    nodes, hits = _mixed_corpus()
-    failing = FakeCohere(error=TimeoutError("cohere timed out"))
-    out = SegmentIntegrationPostprocessor(cohere_client=failing).postprocess_nodes(hits, query_str="q")
+    failing = FakeCohereRerank(error="cohere timed out", queries=[])
+    out = SegmentIntegrationPostprocessor(reranker=failing).postprocess_nodes(hits, query_str="q")
     assert out[0].node.metadata[schema.SEGMENT_NODE_IDS] == ["c7"]  # incoming scores
-    assert out[0].node.metadata[schema.SEGMENT_RELEVANCE].startswith("scores (fallback from cohere")
-    strict = SegmentIntegrationPostprocessor(cohere_client=failing, fallback_on_reranker_error=False)
+    assert out[0].node.metadata[schema.SEGMENT_RELEVANCE] == "scores (fallback from reranker)"
+    strict = SegmentIntegrationPostprocessor(reranker=failing, fallback_on_reranker_error=False)
     with pytest.raises(RerankerError, match="cohere timed out"):
         strict.postprocess_nodes(hits, query_str="q")
 
@@ -462,14 +440,6 @@ def test_llm_rerank_with_scripted_llm_and_malformed_answer():
     # LLMRerank parses nothing from it: the incoming scores are used, and the node says so.
     assert out[0].node.metadata[schema.SEGMENT_NODE_IDS] == ["c7"]
     assert out[0].node.metadata[schema.SEGMENT_RELEVANCE] == "scores (fallback from reranker)"
-
-
-def test_cohere_without_key_is_a_clear_error(monkeypatch):
-    monkeypatch.delenv("CO_API_KEY", raising=False)
-    monkeypatch.delenv("COHERE_API_KEY", raising=False)
-    nodes, hits = _mixed_corpus()
-    with pytest.raises(RerankerError, match="no Cohere API key"):
-        SegmentIntegrationPostprocessor(relevance="cohere").postprocess_nodes(hits, query_str="q")
 
 
 def test_embedding_relevance_when_scores_are_missing():
@@ -556,31 +526,3 @@ def test_query_engine_prompt_gets_whole_segments_with_header():
     assert segment.text == doc.text[span[0] : span[1]]
 
 
-def test_api_key_builds_the_cohere_sdk_clients(monkeypatch):
-    import inspect as _inspect
-
-    import cohere
-
-    made = {}
-
-    class FakeClientV2(FakeCohere):
-        def __init__(self, api_key=None):
-            made["sync"] = api_key
-            super().__init__(_cash_score)
-
-    class FakeAsyncClientV2(AsyncFakeCohere):
-        def __init__(self, api_key=None):
-            made["async"] = api_key
-            super().__init__(_cash_score)
-
-    # The real SDK method takes exactly the arguments the postprocessor passes.
-    params = _inspect.signature(cohere.ClientV2.rerank).parameters
-    assert {"model", "query", "documents", "top_n"} <= set(params)
-    monkeypatch.setattr(cohere, "ClientV2", FakeClientV2)
-    monkeypatch.setattr(cohere, "AsyncClientV2", FakeAsyncClientV2)
-    nodes, hits = _mixed_corpus()
-    rse = SegmentIntegrationPostprocessor(cohere_api_key="k-123")
-    assert rse.postprocess_nodes(hits, query_str="cash")[0].node.node_id == "segment:doc:2-2"
-    out = asyncio.run(rse.apostprocess_nodes(hits, query_str="cash"))
-    assert out[0].node.node_id == "segment:doc:2-2"
-    assert made == {"sync": "k-123", "async": "k-123"}

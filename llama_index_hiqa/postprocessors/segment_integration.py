@@ -6,12 +6,12 @@ retriever, :class:`SegmentIntegrationPostprocessor` turns ten scattered chunks i
 or three passages where the answer lives, each whole, in reading order, with a header saying
 which document and section it is from:
 
-1. **Relevance** (Part 3). Every retrieved chunk gets a relevance from a reranker — Cohere
-   (``cohere`` SDK, only when a key or client is given), any LlamaIndex reranker
-   postprocessor (``SentenceTransformerRerank``, ``LLMRerank``, ...), or, offline, the
-   incoming retrieval scores or the packaged embedding model's cosine — mapped to [0, 1]
-   and spread by a Beta CDF whose parameters depend on the reranker (Cohere rerank-v3:
-   a = b = 0.4, dsRAG's published value).
+1. **Relevance** (Part 3). Every retrieved chunk gets a relevance from a reranker — any
+   LlamaIndex reranker postprocessor given as ``reranker=`` (``CohereRerank`` from
+   ``llama-index-postprocessor-cohere-rerank``, ``SentenceTransformerRerank``,
+   ``LLMRerank``, ...), or, offline, the incoming retrieval scores or the packaged embedding
+   model's cosine — mapped to [0, 1] and spread by a Beta CDF whose parameters depend on the
+   reranker (``CohereRerank``: a = b = 0.4, dsRAG's published value for Cohere rerank-v3).
 2. **Chunk value** (Part 4, "Evaluating the relevance of text blocks"):
    ``exp(-rank / decay_rate) * relevance - irrelevant_chunk_penalty``; chunks that were not
    retrieved are worth ``-irrelevant_chunk_penalty``. Optional length adjustment
@@ -37,16 +37,14 @@ which document and section it is from:
 from __future__ import annotations
 
 import asyncio
-import inspect
 import logging
 import math
-import os
 from dataclasses import dataclass
 from typing import Any, Dict, Iterable, List, Literal, Optional, Sequence, Tuple
 
 import numpy as np
 from llama_index.core.base.embeddings.base import BaseEmbedding
-from llama_index.core.bridge.pydantic import Field, PrivateAttr, SerializeAsAny
+from llama_index.core.bridge.pydantic import ConfigDict, Field, PrivateAttr, SerializeAsAny
 from llama_index.core.postprocessor.types import BaseNodePostprocessor
 from llama_index.core.schema import (
     BaseNode,
@@ -99,17 +97,17 @@ PRESETS: Dict[str, Dict[str, Any]] = {
     },
 }
 
-RelevanceSource = Literal["auto", "cohere", "reranker", "scores", "embedding"]
+RelevanceSource = Literal["auto", "reranker", "scores", "embedding"]
 
 # How raw scores of each source become a relevance in [0, 1]: a linear map of ``score_range``,
-# then the Beta CDF with (a, b); (1, 1) is the identity. Cohere's values are dsRAG's (its
-# scores crowd near 0 and 1, about Beta(0.4, 0.4)); LLMRerank scores 1-10. Scores of no known
+# then the Beta CDF with (a, b); (1, 1) is the identity; keyed by the reranker's class name.
+# CohereRerank's values are dsRAG's (Cohere's scores crowd near 0 and 1, about
+# Beta(0.4, 0.4)); LLMRerank scores 1-10. Scores of no known
 # scale — retrieval scores (cosine of whatever embedding model, BM25, fused), the embedding
 # cosine, an unknown reranker — have range None: relevance = score / best score (min-max if
 # any is negative). dsRAG's thresholds are tuned on calibrated reranker scores; raw cosines
 # of small models rarely pass 0.7, so read absolutely they would return nothing at all.
 CALIBRATION: Dict[str, Tuple[Optional[Tuple[float, float]], Tuple[float, float]]] = {
-    "cohere": ((0.0, 1.0), (0.4, 0.4)),
     "CohereRerank": ((0.0, 1.0), (0.4, 0.4)),
     "LLMRerank": ((0.0, 10.0), (1.0, 1.0)),
     "SentenceTransformerRerank": ((0.0, 1.0), (0.4, 0.4)),
@@ -147,8 +145,13 @@ class SegmentIntegrationPostprocessor(BaseNodePostprocessor):
         engine = index.as_query_engine(similarity_top_k=50, node_postprocessors=[rse])
 
     Defaults are dsRAG's ``balanced`` preset; ``preset="precision"`` or ``"find_all"``
-    selects the others (explicit settings override the preset's).
+    selects the others (explicit settings override the preset's). Cohere's reranker comes in
+    as LlamaIndex's own postprocessor: ``reranker=CohereRerank(api_key=..., top_n=50)``.
     """
+
+    # Unknown settings fail at construction (a misspelt or removed one, e.g. the former
+    # cohere_api_key, would otherwise be ignored and rerank nothing).
+    model_config = ConfigDict(arbitrary_types_allowed=True, extra="forbid")
 
     preset: Optional[str] = Field(
         default=None, description="Preset the settings came from: balanced, precision, find_all."
@@ -180,9 +183,8 @@ class SegmentIntegrationPostprocessor(BaseNodePostprocessor):
     )
     relevance: RelevanceSource = Field(
         default="auto",
-        description="Where relevance comes from. auto: Cohere if a key/client is given, else "
-        "the reranker if given, else the incoming scores if every node has one, else the "
-        "embedding model's cosine.",
+        description="Where relevance comes from. auto: the reranker if given, else the "
+        "incoming scores if every node has one, else the embedding model's cosine.",
     )
     beta_a: Optional[float] = Field(
         default=None, gt=0, description="Beta CDF a; None: the source's calibrated value."
@@ -195,21 +197,14 @@ class SegmentIntegrationPostprocessor(BaseNodePostprocessor):
         description="Raw scores (low, high) mapped linearly to [0, 1] before the Beta CDF; "
         "None: the source's calibrated range.",
     )
-    cohere_model: str = Field(default="rerank-v3.5", description="Cohere rerank model.")
-    cohere_api_key: Optional[str] = Field(
-        default=None, exclude=True, description="Cohere key; never serialised."
-    )
-    cohere_client: Any = Field(
-        default=None,
-        exclude=True,
-        description="A ready cohere ClientV2/AsyncClientV2 (or anything with .rerank).",
-    )
     reranker: Optional[SerializeAsAny[BaseNodePostprocessor]] = Field(
-        default=None, description="Any LlamaIndex reranker postprocessor to score the chunks."
+        default=None,
+        description="Any LlamaIndex reranker postprocessor to score the chunks (CohereRerank, "
+        "SentenceTransformerRerank, LLMRerank, ...).",
     )
     fallback_on_reranker_error: bool = Field(
         default=True,
-        description="On a Cohere/reranker failure, log and use the incoming scores (or the "
+        description="On a reranker failure, log and use the incoming scores (or the "
         "embedding cosine) instead of raising RerankerError.",
     )
     embed_model: Optional[BaseEmbedding] = Field(
@@ -257,15 +252,12 @@ class SegmentIntegrationPostprocessor(BaseNodePostprocessor):
 
     def _source(self, nodes: List[NodeWithScore], query_bundle: Optional[QueryBundle]) -> str:
         if self.relevance != "auto":
-            if self.relevance in ("cohere", "reranker", "embedding") and query_bundle is None:
+            if self.relevance in ("reranker", "embedding") and query_bundle is None:
                 raise ValueError(f"relevance={self.relevance!r} needs a query")
             return self.relevance
         has_scores = all(n.score is not None for n in nodes)
-        if query_bundle is not None:
-            if self.cohere_client is not None or self.cohere_api_key:
-                return "cohere"
-            if self.reranker is not None:
-                return "reranker"
+        if query_bundle is not None and self.reranker is not None:
+            return "reranker"
         if has_scores or query_bundle is None:
             return "scores"
         return "embedding"
@@ -301,55 +293,19 @@ class SegmentIntegrationPostprocessor(BaseNodePostprocessor):
         ]
         return beta_transform(scaled, a, b)
 
-    def _cohere_scores(self, result: Any, count: int) -> List[Optional[float]]:
-        scores: List[Optional[float]] = [None] * count
-        for item in getattr(result, "results", None) or []:
-            index = getattr(item, "index", None)
-            if isinstance(index, int) and 0 <= index < count:
-                scores[index] = float(item.relevance_score)
-        if all(s is None for s in scores):
-            raise ValueError("Cohere returned no usable results")
-        return scores
-
-    def _cohere_client_sync(self) -> Any:
-        if self.cohere_client is not None:
-            return self.cohere_client
-        import cohere
-
-        return cohere.ClientV2(api_key=self._cohere_key())
-
-    def _cohere_client_async(self) -> Any:
-        if self.cohere_client is not None:
-            return self.cohere_client
-        import cohere
-
-        return cohere.AsyncClientV2(api_key=self._cohere_key())
-
-    def _cohere_key(self) -> str:
-        key = self.cohere_api_key or os.environ.get("CO_API_KEY") or os.environ.get("COHERE_API_KEY")
-        if not key:
-            raise RerankerError("cohere", "no Cohere API key given (cohere_api_key or CO_API_KEY)")
-        return key
-
-    def _rerank_args(self, nodes: List[NodeWithScore], query: str) -> Dict[str, Any]:
-        documents = [n.node.get_content(MetadataMode.EMBED) for n in nodes]
-        return {"model": self.cohere_model, "query": query, "documents": documents, "top_n": len(documents)}
-
     def _raw_scores(
         self, source: str, nodes: List[NodeWithScore], query_bundle: Optional[QueryBundle]
     ) -> Tuple[str, List[Optional[float]]]:
-        try:
-            if source == "cohere":
-                result = self._cohere_client_sync().rerank(**self._rerank_args(nodes, query_bundle.query_str))
-                if inspect.isawaitable(result):  # an AsyncClientV2 given to the sync path
-                    result = asyncio.run(_await(result))
-                return source, self._cohere_scores(result, len(nodes))
-            if source == "reranker":
-                copies = [NodeWithScore(node=n.node, score=n.score) for n in nodes]
+        if source == "reranker":
+            copies = [NodeWithScore(node=n.node, score=n.score) for n in nodes]
+            try:
                 reranked = self.reranker.postprocess_nodes(copies, query_bundle)
                 return source, self._reranked_scores(nodes, reranked)
-        except Exception as exc:  # noqa: BLE001 - any SDK/network failure
-            return self._fallback(source, exc, nodes, query_bundle)
+            # Safe: a reranker is a remote service or a model of the user's (network, quota,
+            # parse errors of any type); _fallback logs it and, unless the user asked for
+            # errors, ranks by the incoming scores, so no chunk is lost.
+            except Exception as exc:  # noqa: BLE001
+                return self._fallback(source, exc, nodes, query_bundle)
         if source == "embedding":
             return source, self._embedding_scores(nodes, query_bundle)
         return source, [n.score for n in nodes]
@@ -357,17 +313,13 @@ class SegmentIntegrationPostprocessor(BaseNodePostprocessor):
     async def _araw_scores(
         self, source: str, nodes: List[NodeWithScore], query_bundle: Optional[QueryBundle]
     ) -> Tuple[str, List[Optional[float]]]:
-        try:
-            if source == "cohere":
-                answer = self._cohere_client_async().rerank(**self._rerank_args(nodes, query_bundle.query_str))
-                result = await answer if inspect.isawaitable(answer) else answer
-                return source, self._cohere_scores(result, len(nodes))
-            if source == "reranker":
-                copies = [NodeWithScore(node=n.node, score=n.score) for n in nodes]
+        if source == "reranker":
+            copies = [NodeWithScore(node=n.node, score=n.score) for n in nodes]
+            try:
                 reranked = await self.reranker.apostprocess_nodes(copies, query_bundle)
                 return source, self._reranked_scores(nodes, reranked)
-        except Exception as exc:  # noqa: BLE001
-            return self._fallback(source, exc, nodes, query_bundle)
+            except Exception as exc:  # noqa: BLE001 - safe as in _raw_scores: logged, falls back
+                return self._fallback(source, exc, nodes, query_bundle)
         if source == "embedding":
             return source, await self._aembedding_scores(nodes, query_bundle)
         return source, [n.score for n in nodes]
@@ -379,9 +331,7 @@ class SegmentIntegrationPostprocessor(BaseNodePostprocessor):
         nodes: List[NodeWithScore],
         query_bundle: Optional[QueryBundle],
     ) -> Tuple[str, List[Optional[float]]]:
-        missing_key = isinstance(exc, RerankerError) and exc.source == "cohere"
-        if not self.fallback_on_reranker_error or missing_key:
-            # A missing Cohere key is a configuration error, never silently worked around.
+        if not self.fallback_on_reranker_error:
             if isinstance(exc, RerankerError):
                 raise exc
             raise RerankerError(source, str(exc)) from exc
@@ -635,10 +585,6 @@ class SegmentIntegrationPostprocessor(BaseNodePostprocessor):
 
 
 # --- small helpers ---------------------------------------------------------------------
-
-
-async def _await(awaitable: Any) -> Any:
-    return await awaitable
 
 
 def _text(node: BaseNode) -> str:
