@@ -37,8 +37,9 @@ from _common import (
 )
 from _results import write_section
 
-from llama_index_hiqa.evaluation import datasets
-from llama_index_hiqa.evaluation.runner import AblationRunner, financebench_corpus, folder_corpus, multihop_corpus
+import shared_data as datasets
+from llama_index_hiqa.evaluation.runner import AblationRunner, folder_corpus
+from shared_data import financebench_corpus, multihop_corpus
 
 OUT = ROOT / "benchmarks" / "ablation"
 ALL = ("demo", "hotpotqa", "musique", "financebench")

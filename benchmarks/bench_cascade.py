@@ -42,7 +42,7 @@ from llama_index.core.node_parser import MarkdownNodeParser  # noqa: E402
 from llama_index.core.schema import MetadataMode, TextNode  # noqa: E402
 
 from llama_index_hiqa import schema  # noqa: E402
-from llama_index_hiqa.evaluation import datasets  # noqa: E402
+import shared_data as datasets  # noqa: E402
 from llama_index_hiqa.transforms.cascading_metadata import CascadingMetadataTransform  # noqa: E402
 from llama_index_hiqa.evaluation.metrics import log_rank_score  # noqa: E402
 

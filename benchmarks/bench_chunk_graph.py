@@ -38,7 +38,7 @@ import numpy as np  # noqa: E402
 from llama_index.core.schema import QueryBundle, TextNode  # noqa: E402
 
 from llama_index_hiqa import schema  # noqa: E402
-from llama_index_hiqa.evaluation import datasets  # noqa: E402
+import shared_data as datasets  # noqa: E402
 from llama_index_hiqa.retrievers.chain_scorers import TrainedChainScorer  # noqa: E402
 from llama_index_hiqa.retrievers.chain_training import chain_training_examples  # noqa: E402
 from llama_index_hiqa.testing import ScriptedLLM  # noqa: E402

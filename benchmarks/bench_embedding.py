@@ -42,7 +42,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks import _common, _results  # noqa: E402
 from llama_index_hiqa.defaults import DEFAULT_EMBED_BACKEND, build_packaged_embed_model  # noqa: E402
 from llama_index_hiqa.embedding_backends import EMBED_BACKENDS, cpu_flags, select_int8_config  # noqa: E402
-from llama_index_hiqa.evaluation import datasets  # noqa: E402
+import shared_data as datasets  # noqa: E402
 
 OUT = Path(__file__).with_name("embedding_backends.json")
 LOCK = Path(tempfile.gettempdir()) / "hiqa_bench_embedding.lock"
@@ -175,7 +175,8 @@ def _cached(backend: str):
 
 
 def run_multihop(backends: Sequence[str]) -> Dict[str, Any]:
-    from llama_index_hiqa.evaluation.runner import AblationRunner, multihop_corpus
+    from llama_index_hiqa.evaluation.runner import AblationRunner
+    from shared_data import multihop_corpus
 
     data = _load().get("multihop", {})
     for name in ("musique", "hotpotqa"):

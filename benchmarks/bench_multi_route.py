@@ -36,7 +36,7 @@ from llama_index.core.base.base_retriever import BaseRetriever  # noqa: E402
 from llama_index.core.schema import NodeWithScore, QueryBundle, TextNode  # noqa: E402
 
 from llama_index_hiqa import schema  # noqa: E402
-from llama_index_hiqa.evaluation import datasets  # noqa: E402
+import shared_data as datasets  # noqa: E402
 from llama_index_hiqa.retrievers.multi_route import MultiRouteRetriever  # noqa: E402
 from llama_index_hiqa.transforms.critical_keywords import CriticalKeywordExtractor  # noqa: E402
 from llama_index_hiqa.evaluation.metrics import log_rank_index  # noqa: E402

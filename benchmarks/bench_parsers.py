@@ -31,7 +31,7 @@ from llama_index.core.node_parser import MarkdownNodeParser, SentenceSplitter
 from llama_index.core.schema import Document
 
 from llama_index_hiqa import schema
-from llama_index_hiqa.evaluation.datasets import shared_data_dir
+from shared_data import shared_data_dir
 from llama_index_hiqa.headings import clean_inline, parse_heading_number
 from llama_index_hiqa.parsers.layout_markdown import LayoutMarkdownParser
 from llama_index_hiqa.parsers.markdown_formatter import MarkdownFormatterParser, window_from_prompt

@@ -39,7 +39,8 @@ import numpy as np  # noqa: E402
 from llama_index.core.schema import BaseNode, MetadataMode  # noqa: E402
 
 from llama_index_hiqa import schema  # noqa: E402
-from llama_index_hiqa.evaluation import datasets, metrics  # noqa: E402
+import shared_data as datasets  # noqa: E402
+from llama_index_hiqa.evaluation import metrics  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 OUT_DIR = HERE / "product"

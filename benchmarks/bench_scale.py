@@ -78,7 +78,7 @@ def query_latencies(pack: Any, questions: List[str]) -> Dict[str, float]:
 
 # --------------------------------------------------------------------------- (a) FinanceBench
 def run_financebench(store: Path) -> Dict[str, Any]:
-    from llama_index_hiqa.evaluation.datasets import load_financebench_questions
+    from shared_data import load_financebench_questions
     from llama_index_hiqa.pack import HiQAPack
 
     questions = [q.question for q in load_financebench_questions()][:40]
@@ -136,7 +136,7 @@ def run_financebench(store: Path) -> Dict[str, Any]:
 
 
 def run_load_and_query(store: Path) -> Dict[str, Any]:
-    from llama_index_hiqa.evaluation.datasets import load_financebench_questions
+    from shared_data import load_financebench_questions
     from llama_index_hiqa.pack import HiQAPack
 
     questions = [q.question for q in load_financebench_questions()][:40]

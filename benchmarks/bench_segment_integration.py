@@ -45,7 +45,7 @@ from llama_index.core.schema import NodeWithScore, QueryBundle, TextNode  # noqa
 from llama_index.core.storage.docstore import SimpleDocumentStore  # noqa: E402
 
 from llama_index_hiqa import schema  # noqa: E402
-from llama_index_hiqa.evaluation import datasets  # noqa: E402
+import shared_data as datasets  # noqa: E402
 from llama_index_hiqa.postprocessors.segment_integration import SegmentIntegrationPostprocessor  # noqa: E402
 from llama_index_hiqa.postprocessors.segment_selection import select_segments  # noqa: E402
 

@@ -39,7 +39,7 @@ from llama_index.core.schema import Document  # noqa: E402
 
 from benchmarks import _results  # noqa: E402
 from llama_index_hiqa import ContextHeaderTransform, LineNumberSegmentParser, schema  # noqa: E402
-from llama_index_hiqa.evaluation import datasets  # noqa: E402
+import shared_data as datasets  # noqa: E402
 from llama_index_hiqa.testing import ScriptedLLM  # noqa: E402
 
 N_DOCS = 20

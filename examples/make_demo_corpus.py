@@ -5,8 +5,8 @@ indistinguishable multi-documents"): every datasheet has the same chapters, the 
 sentences and the same table layout; only the values differ, so chunks of different
 datasheets look alike and a retriever must find the one right part.
 
-Run ``python examples/make_demo_corpus.py`` to rewrite ``examples/data/NX-20xx.pdf`` and
-``examples/data/questions.jsonl``. Generation is deterministic (fixed values, no dates), so
+Run ``python examples/make_demo_corpus.py`` to rewrite ``llama_index_hiqa/demo_data/NX-20xx.pdf`` and
+``questions.jsonl`` (package data; ``examples/data`` links there). Generation is deterministic (fixed values, no dates), so
 re-running it reproduces the committed files. Gold pages are recorded while drawing, so they
 are exact.
 """
@@ -19,7 +19,7 @@ from typing import Dict, List, Tuple
 
 import pymupdf
 
-OUT = Path(__file__).resolve().parent / "data"
+OUT = Path(__file__).resolve().parents[1] / "llama_index_hiqa" / "demo_data"  # examples/data links there
 FAMILY = "Precision Voltage Regulator"
 VENDOR = "Nordax Semiconductors"
 PAGE_W, PAGE_H = 595, 842  # A4 points

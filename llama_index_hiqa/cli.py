@@ -56,7 +56,15 @@ def _cmd_eval(args: argparse.Namespace) -> int:
         print(f"hiqa eval: {exc}", file=sys.stderr)
         return 2
     print(result.to_markdown())
-    for path in result.save(Path(args.out), plots=not args.no_plots):
+    plots = not args.no_plots
+    if plots:
+        try:
+            import matplotlib  # noqa: F401 - a dev extra, not a dependency of the pack
+        except ImportError:
+            print("hiqa eval: no plots (matplotlib is not installed: pip install matplotlib); "
+                  "the JSON and Markdown results are written", file=sys.stderr)
+            plots = False
+    for path in result.save(Path(args.out), plots=plots):
         print(f"wrote {path}")
     return 0
 

@@ -2,7 +2,8 @@
 
 The HiQA scenario in miniature ("HiQA: A Hierarchical Contextual Augmentation RAG for
 Multi-Documents QA" (Chen et al.), §Introduction: "RAG degradation in
-indistinguishable multi-documents"): ``examples/data`` holds ten datasheets of one fictional
+indistinguishable multi-documents"): the package's ``demo_data`` (``examples/data`` in a
+checkout) holds ten datasheets of one fictional
 regulator family with identical chapters and sentences, and ``questions.jsonl`` asks about
 one part at a time. The demo reads them with :class:`~llama_index_hiqa.PDFLayoutReader`,
 chunks, indexes with the offline embedding model, retrieves for every question and prints the
@@ -27,9 +28,10 @@ from llama_index.core.base.embeddings.base import BaseEmbedding
 from llama_index.core.schema import Document, NodeWithScore, TextNode
 
 from llama_index_hiqa import schema
-from llama_index_hiqa.evaluation.datasets import PROJECT_ROOT, EvalQuestion, load_questions_jsonl
+from llama_index_hiqa.evaluation.datasets import EvalQuestion, load_questions_jsonl
 
-DEMO_DATA_DIR = PROJECT_ROOT / "examples" / "data"
+# Package data, so `hiqa demo` works from an installed wheel (examples/data links here).
+DEMO_DATA_DIR = Path(__file__).resolve().parent / "demo_data"
 CHUNK_SIZE = 256  # tokens, the same baseline as the benchmarks (benchmarks/_common.py)
 CHUNK_OVERLAP = 32
 SNIPPET_CHARS = 90

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pytest
 
@@ -126,7 +127,7 @@ def test_answers_rank_the_first_gold_document_and_check_page_and_section():
 def test_committed_corpus_is_what_the_script_generates(tmp_path):
     import importlib.util
 
-    script = DEMO_DATA_DIR.parent / "make_demo_corpus.py"
+    script = Path(__file__).resolve().parents[1] / "examples" / "make_demo_corpus.py"
     spec = importlib.util.spec_from_file_location("make_demo_corpus", script)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

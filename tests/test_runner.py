@@ -8,6 +8,7 @@ from llama_index_hiqa import schema
 from llama_index_hiqa.errors import EvaluationInputError
 from llama_index_hiqa.evaluation import runner as R
 from llama_index_hiqa.evaluation.datasets import EvalQuestion, GoldEvidence, load_documents_folder
+from llama_index_hiqa.evaluation.variants import _multi_route
 from llama_index_hiqa.testing import HashingEmbedding as _Hashing
 
 
@@ -134,7 +135,7 @@ def test_rerun_uses_the_disk_cache(tmp_path, demo_folder):
     assert inner.calls == calls  # nothing embedded twice
     assert first.variant("original").metrics == second.variant("original").metrics
     # the budget check reports a variant instead of embedding it
-    other = R.Corpus("x", [R._document(corpus.documents[0].text + " new words", "NX-2040", "NX-2040")], corpus.questions)
+    other = R.Corpus("x", [R.document(corpus.documents[0].text + " new words", "NX-2040", "NX-2040")], corpus.questions)
     budget = R.AblationRunner(embed_model=cached, show_progress=False, max_new_embeddings=0).run(other, ["original"])
     assert budget.variants[0].status.startswith("skipped")
 
@@ -181,6 +182,24 @@ def test_cli_eval_writes_results(tmp_path, demo_folder, monkeypatch, capsys):
     assert cli.main(["eval", "--docs", str(tmp_path / "missing"), "--questions", str(questions)]) == 2
 
 
+def test_cli_eval_without_matplotlib_writes_results_and_says_so(tmp_path, demo_folder, monkeypatch, capsys):
+    import sys
+
+    from llama_index.core import Settings
+
+    from llama_index_hiqa import cli
+
+    docs, questions = demo_folder
+    monkeypatch.setenv("HIQA_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(Settings, "_embed_model", HashingEmbedding())
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # `import matplotlib` raises ImportError
+    code = cli.main(["eval", "--docs", str(docs), "--questions", str(questions), "--out", str(tmp_path / "o"),
+                     "--variants", "vector_only", "--k", "1", "3", "--quiet"])
+    captured = capsys.readouterr()
+    assert code == 0 and "matplotlib is not installed" in captured.err
+    assert sorted(p.suffix for p in (tmp_path / "o").iterdir()) == [".json", ".md"]
+
+
 def test_cli_eval_without_ner_uses_rules_and_expert_keywords(tmp_path, demo_folder, monkeypatch, capsys):
     from llama_index.core import Settings
 
@@ -206,7 +225,7 @@ def test_fixed_chunks_record_the_open_section_for_section_gold(demo_folder):
     corpus = R.folder_corpus(docs, questions)
     chunks = R.fixed_chunks(corpus)
     assert chunks and all(n.get_content("embed") == n.text for n in chunks)  # nothing embedded extra
-    long_doc = R._document("# Doc\n\n## 1 Intro\n\n" + "word " * 400 + "\n\n## 2 Specs\n\n" + "volt " * 400, "D", "D")
+    long_doc = R.document("# Doc\n\n## 1 Intro\n\n" + "word " * 400 + "\n\n## 2 Specs\n\n" + "volt " * 400, "D", "D")
     nodes = R.fixed_chunks(R.Corpus("x", [long_doc], corpus.questions))
     paths = [[h.label() for h in schema.get_heading_path(n)] for n in nodes]
     assert paths[0] == ["Doc"] and paths[1] == ["Doc", "1 Intro"] and paths[-1] == ["Doc", "2 Specs"]
@@ -216,7 +235,7 @@ def test_split_segments_keeps_spans_pages_and_whole_tables():
     from llama_index.core.schema import TextNode
 
     text = "## 1 Intro\n\n" + "alpha beta. " * 300
-    doc = R._document(text + "\n\n| a | b |\n|---|---|\n| 1 | 2 |", "D", "D", [[0, 0, len(text) // 2], [1, len(text) // 2, len(text) + 40]])
+    doc = R.document(text + "\n\n| a | b |\n|---|---|\n| 1 | 2 |", "D", "D", [[0, 0, len(text) // 2], [1, len(text) // 2, len(text) + 40]])
     seg = TextNode(text=text)
     schema.set_segment_facts(seg, document_id="D", document_title="D", position=0, char_span=(0, len(text)),
                              heading_path=[["1", "Intro", 1]], page_range=(0, 1))
@@ -256,7 +275,7 @@ def test_runner_uses_the_given_keyword_extractor(demo_folder):
     # the multi-route retriever keeps this extractor, which tags the units with the expert
     # keyword (NER would not find it)
     ws = R._Workspace(runner, corpus)
-    assert R._multi_route(ws, "fixed").keyword_extractor is extractor
+    assert _multi_route(ws, "fixed").keyword_extractor is extractor
     tagged = [n for n in ws.unit_set("fixed") if "thermal shutdown" in n.text]
     assert tagged and all(
         normalize_keyword("thermal shutdown") in n.metadata[schema.CRITICAL_KEYWORDS] for n in tagged
