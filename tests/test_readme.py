@@ -1,0 +1,79 @@
+"""The README's Python snippets run, so a renamed setting cannot leave the README wrong.
+
+Every ```python block of README.md runs, in order, in one namespace (later blocks use what
+earlier ones built, as a reader would), inside a folder that holds the paths the README names
+(`examples/data`, `datasheets/`, `filings/`, `manuals/`: copies of the demo datasheets). The
+embedding is the package's hashing embedding (the README's results do not depend on the
+model) and `llm` a scripted offline LLM. A block that needs what a test cannot have (a paid
+LLM API, minutes of model building) is marked in the README by an HTML comment right before
+it, `<!-- not-tested: why -->`; only those are skipped, and they must stay few.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+from llama_index.core import Document, Settings
+from llama_index.core import settings as llama_settings
+from llama_index.core.llms import MockLLM
+from llama_index.core.llms.utils import resolve_llm as real_resolve
+
+from llama_index_hiqa import pack as pack_module
+from llama_index_hiqa.demo import DEMO_DATA_DIR
+from llama_index_hiqa.testing import HashingEmbedding
+
+README = Path(__file__).resolve().parents[1] / "README.md"
+BLOCK = re.compile(r"(?:<!--\s*not-tested:\s*(?P<why>[^>]*?)\s*-->\s*\n)?```python\n(?P<code>.*?)```", re.S)
+MAX_SKIPPED = 3
+
+
+def readme_blocks():
+    text = README.read_text(encoding="utf-8")
+    return [
+        (text.count("\n", 0, m.start("code")) + 1, m.group("code"), m.group("why"))
+        for m in BLOCK.finditer(text)
+    ]
+
+
+def test_readme_blocks_are_found_and_few_are_skipped():
+    blocks = readme_blocks()
+    skipped = [(line, why) for line, _code, why in blocks if why is not None]
+    assert len(blocks) >= 10
+    assert len(skipped) <= MAX_SKIPPED, skipped
+    assert all(why.strip() for _line, why in skipped)  # each skip says why
+
+
+def test_readme_snippets_run(tmp_path, monkeypatch):
+    for folder in ("examples/data", "datasheets", "filings", "manuals"):
+        shutil.copytree(DEMO_DATA_DIR, tmp_path / folder, ignore=shutil.ignore_patterns("*.jsonl"))
+    (tmp_path / "datasheets" / "NX-2040.md").write_text(
+        "# NX-2040 Datasheet\n\n## 4 Specifications\n\nThe output current is 2 A.\n", encoding="utf-8"
+    )
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(Settings, "_embed_model", HashingEmbedding())
+    monkeypatch.setattr(pack_module, "_default_embed_model", lambda m=None, backend=None: m or HashingEmbedding())
+    # Where LlamaIndex would resolve its default LLM (OpenAI, a paid API), a reader has their
+    # own; here LlamaIndex's offline MockLLM stands in.
+    monkeypatch.setattr(llama_settings, "resolve_llm", lambda llm=None, **kw: MockLLM() if llm == "default" else real_resolve(llm))
+    namespace = {
+        "llm": None,  # no LLM: the components take their documented offline paths
+        "embed_model": HashingEmbedding(),
+        "new_docs": [Document(text="# NX-3000 Datasheet\n\nA new part.", id_="NX-3000",
+                              metadata={"document_id": "NX-3000"})],
+    }
+    ran = 0
+    for line, code, why in readme_blocks():
+        if why is not None:
+            continue
+        try:
+            exec(compile(code, f"README.md:{line}", "exec"), namespace)
+        except Exception as exc:  # noqa: BLE001 - report which snippet broke, with its error
+            pytest.fail(f"README.md snippet at line {line} failed: {type(exc).__name__}: {exc}")
+        ran += 1
+        # The MockLLM stands in only where a snippet asked LlamaIndex for its default; the
+        # pack treats a Settings.llm as the user's choice, so it must not see that stand-in.
+        monkeypatch.setattr(Settings, "_llm", None)
+    assert ran >= 10
