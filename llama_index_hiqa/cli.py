@@ -310,6 +310,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     except (CLIError, EmptyCorpusError, PackStoreError, LLMConfigError) as exc:
         print(f"hiqa {args.command}: {exc}", file=sys.stderr)
         return 2
+    # Only the LLM client's errors are handled (printed as one line); anything else re-raises.
     except Exception as exc:
         if not is_llm_client_error(exc):
             raise

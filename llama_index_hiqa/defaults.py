@@ -112,7 +112,9 @@ def build_packaged_embed_model(
             onnx_path=str(onnx_path), tokenizer_dir=str(model_path),
             embed_batch_size=embed_batch_size, num_threads=num_threads,
         )
-    except Exception as exc:  # e.g. a damaged file: name it, so it can be deleted and rebuilt
+    # ONNX Runtime raises its own and numpy errors for a damaged file: one typed error that
+    # names the file, so it can be deleted and rebuilt (nothing is swallowed).
+    except Exception as exc:
         raise OfflineModelError(f"ONNX Runtime could not load {onnx_path}: {type(exc).__name__}: {exc}") from exc
 
 
@@ -185,7 +187,10 @@ def embedding_tokenizer(embed_model: Optional[BaseEmbedding]) -> Optional[Tuple[
         model = getattr(inner, "_model", None)
         tokenizer = getattr(model, "tokenizer", None)
         window = getattr(inner, "max_length", None) or getattr(model, "max_seq_length", None)
-    except Exception:  # a remote model's attribute access must not break ingestion
+    # Safe: without a tokenizer the parsers fall back to their character budget; a remote or
+    # wrapped model's attribute access (which may raise anything) must not break ingestion.
+    except Exception as exc:
+        logger.debug("no tokenizer found on %s (%s)", type(embed_model).__name__, exc)
         return None
     if tokenizer is None or not window:
         return None

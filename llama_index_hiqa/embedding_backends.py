@@ -219,6 +219,7 @@ def ensure_onnx_model(
             _publish(lambda tmp: _export_fp32(model_path, tmp), fp32)
         except OfflineModelError:
             raise
+        # The exporter (torch.onnx, onnx) raises many types: one typed error naming the model.
         except Exception as exc:
             raise OfflineModelError(f"ONNX export of {model_path} failed: {type(exc).__name__}: {exc}") from exc
     if backend == ONNX:

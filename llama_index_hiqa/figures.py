@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
+from llama_index.core.bridge.pydantic import Field
 from llama_index.core.schema import BaseNode, Document, NodeRelationship, NodeWithScore, TextNode
 
 from llama_index_hiqa import schema
@@ -43,6 +44,15 @@ RENDER_DPI = 150
 
 
 # --------------------------------------------------------------------------- image nodes
+def images_as_nodes_field() -> Any:
+    """The ``images_as_nodes`` setting of the segment parsers (one definition for all three)."""
+    return Field(
+        default=True,
+        description="Give each figure of the document (schema.IMAGES: page, box, caption) an image node "
+        "after the segment it sits in (llama_index_hiqa.figures).",
+    )
+
+
 def figure_entries(doc: BaseNode) -> List[Dict[str, Any]]:
     """The document's images that are figures: big enough, with a page, not repeated on
     :data:`MAX_FIGURE_PAGES` or more pages (logos, running decorations)."""
@@ -116,11 +126,7 @@ def _image_node(
     node = TextNode(
         text=caption or f"Figure on page {page + 1}",
         metadata=meta,
-        excluded_embed_metadata_keys=list(host.excluded_embed_metadata_keys),
-        excluded_llm_metadata_keys=list(host.excluded_llm_metadata_keys),
-        metadata_separator=host.metadata_separator,
-        metadata_template=host.metadata_template,
-        text_template=host.text_template,
+        **schema.view_settings(host),
         start_char_idx=offset,
         end_char_idx=offset,
     )
@@ -240,6 +246,7 @@ def _extract_from_pdf(
 
     try:
         pdf = pymupdf.open(source)
+    # Safe: figures are extras; a source that no longer opens is reported in report.missing.
     except Exception as exc:
         report.missing.extend((name, f"{source}: {exc}") for name, _ in figures)
         return
@@ -247,7 +254,8 @@ def _extract_from_pdf(
         for name, entry in figures:
             try:
                 data = _image_bytes(pdf, name, entry)
-            except Exception as exc:  # one unreadable image never stops the others
+            # Safe: one unreadable image never stops the others; reported in report.missing.
+            except Exception as exc:
                 report.missing.append((name, f"{source} p.{int(entry.get('page') or 0) + 1}: {exc}"))
                 continue
             _atomic_write(folder / name, data)

@@ -12,6 +12,8 @@ import email.utils
 import time
 from typing import Any, Awaitable, Callable, Optional, Tuple, TypeVar
 
+from llama_index.core.bridge.pydantic import Field
+
 T = TypeVar("T")
 
 # A server asking for longer than this is not waited for longer (a misbehaving gateway
@@ -22,6 +24,21 @@ MAX_RETRY_AFTER_SECONDS = 60.0
 async def with_timeout(call: Awaitable[T], timeout_seconds: Optional[float]) -> T:
     """Await ``call``, bounded by ``timeout_seconds`` (``None`` or 0: no bound)."""
     return await (asyncio.wait_for(call, timeout_seconds) if timeout_seconds else call)
+
+
+# The retry settings every LLM component has, as pydantic fields with one wording.
+
+
+def max_retries_field(retried: str = "a failing LLM call") -> Any:
+    return Field(default=2, ge=0, description=f"Retries of {retried}.")
+
+
+def retry_backoff_field() -> Any:
+    return Field(default=1.0, ge=0, description="First wait before a retry after an LLM error; doubles on every further retry.")
+
+
+def timeout_field(default: float) -> Any:
+    return Field(default=default, gt=0, description="Time limit of one LLM call (None: no limit).")
 
 
 def retry_after_seconds(error: BaseException) -> Optional[float]:

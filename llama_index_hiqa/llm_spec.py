@@ -114,6 +114,7 @@ def check_llm(llm: Any, spec: Optional[str] = None) -> None:
         models = [m.id for m in client.models.list()]
     except openai.NotFoundError:
         models = None  # no /models route: try the completion itself below
+    # The openai client raises many types (connection, auth, HTTP): one typed error, described.
     except Exception as exc:
         raise LLMConfigError(label, describe_llm_error(exc, llm.api_base)) from exc
     if models is not None:
@@ -126,6 +127,7 @@ def check_llm(llm: Any, spec: Optional[str] = None) -> None:
         client.chat.completions.create(
             model=llm.model, messages=[{"role": "user", "content": "ping"}], max_tokens=1
         )
+    # As above: every client error becomes one typed error.
     except Exception as exc:
         raise LLMConfigError(label, describe_llm_error(exc, llm.api_base, model=llm.model)) from exc
 

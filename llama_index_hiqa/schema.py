@@ -59,7 +59,7 @@ rewritten.
 
 from __future__ import annotations
 
-from typing import Dict, Iterable, List, Mapping, NamedTuple, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterable, List, Mapping, NamedTuple, Optional, Sequence, Tuple
 
 from llama_index.core.schema import BaseNode, Document, RelatedNodeInfo
 
@@ -182,6 +182,19 @@ class PageSpan(NamedTuple):
 
 
 # --- helpers -------------------------------------------------------------------------
+
+
+def view_settings(source: BaseNode) -> Dict[str, Any]:
+    """What a node cut from ``source`` inherits of how it is shown: the metadata keys each view
+    hides and the templates (``TextNode(**view_settings(doc), ...)``), so its embedding and LLM
+    views are built like its document's."""
+    return {
+        "excluded_embed_metadata_keys": list(source.excluded_embed_metadata_keys),
+        "excluded_llm_metadata_keys": list(source.excluded_llm_metadata_keys),
+        "metadata_separator": source.metadata_separator,
+        "metadata_template": source.metadata_template,
+        "text_template": source.text_template,
+    }
 
 
 def source_node_info(doc: BaseNode) -> RelatedNodeInfo:

@@ -15,7 +15,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
-from llama_index.core.schema import Document, NodeRelationship, TextNode
+from llama_index.core.node_parser import NodeParser
+from llama_index.core.schema import BaseNode, Document, NodeRelationship, TextNode
 
 from llama_index_hiqa import schema
 from llama_index_hiqa.headings import HeadingNumber, clean_inline, iter_lines, markdown_headings
@@ -23,6 +24,23 @@ from llama_index_hiqa.headings import HeadingNumber, clean_inline, iter_lines, m
 _TABLE_LINE_RE = re.compile(r"^\s*\|.*\|\s*$")
 _TABLE_SEP_RE = re.compile(r"^\s*\|?\s*:?-{2,}:?\s*(\|\s*:?-{2,}:?\s*)*\|?\s*$")
 _CAPTION_RE = re.compile(r"^(table|tab\.)\s*[\dA-Z][\w.\-]*\b", re.I)
+
+
+class SegmentNodeParser(NodeParser):
+    """Base of the pack's segment parsers (layout, LLM formatter, line-number sectioning).
+
+    LlamaIndex's post-processing (ids, relationships, metadata inheritance) runs on the nodes
+    without the document-only facts (a filing's layout facts would be copied into every node),
+    and the exact character spans the parsers know are restored after it: the base class finds
+    spans again by text search, which a repeated sentence fools.
+    """
+
+    def _postprocess_parsed_nodes(
+        self, nodes: List[BaseNode], parent_doc_map: Dict[str, Document]
+    ) -> List[BaseNode]:
+        return finish_nodes(
+            super()._postprocess_parsed_nodes(nodes, schema.without_document_only_facts(parent_doc_map))
+        )
 
 
 class LevelResolver:
@@ -347,11 +365,7 @@ def pieces_to_nodes(
             id_=id_func(pos, doc),
             text=node_text(piece),
             metadata=dict(base_meta, **(extra_metadata or {})),
-            excluded_embed_metadata_keys=list(doc.excluded_embed_metadata_keys),
-            excluded_llm_metadata_keys=list(doc.excluded_llm_metadata_keys),
-            metadata_seperator=doc.metadata_separator,
-            metadata_template=doc.metadata_template,
-            text_template=doc.text_template,
+            **schema.view_settings(doc),
             relationships={NodeRelationship.SOURCE: source},
             start_char_idx=c_start,
             end_char_idx=c_end,

@@ -32,12 +32,11 @@ from collections import Counter
 from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple
 
 from llama_index.core.bridge.pydantic import Field, PrivateAttr
-from llama_index.core.node_parser import NodeParser
 from llama_index.core.schema import BaseNode, Document, TextNode
 from llama_index.core.utils import get_tqdm_iterable
 
 from llama_index_hiqa import schema
-from llama_index_hiqa.figures import with_figure_nodes
+from llama_index_hiqa.figures import images_as_nodes_field, with_figure_nodes
 from llama_index_hiqa.headings import (
     clean_inline,
     is_strong_sec_heading,
@@ -46,12 +45,12 @@ from llama_index_hiqa.headings import (
     parse_heading_number,
 )
 from llama_index_hiqa.parsers._markdown_segments import (
+    SegmentNodeParser,
     HeadingMark,
     LevelResolver,
     Piece,
     build_pieces,
     drop_title_marks,
-    finish_nodes,
     merge_stacked_headings,
     pieces_to_nodes,
 )
@@ -76,7 +75,7 @@ def _norm_running(line: str) -> str:
     return re.sub(r"\d+", "#", clean_inline(line.replace("|", " ")).lower()).strip()
 
 
-class LayoutMarkdownParser(NodeParser):
+class LayoutMarkdownParser(SegmentNodeParser):
     """One node per chapter segment (tables as their own nodes) from layout Markdown."""
 
     max_segment_chars: Optional[int] = Field(
@@ -104,11 +103,7 @@ class LayoutMarkdownParser(NodeParser):
         default=True,
         description="Give each Markdown table (with its title) a node of its own, kind 'table'.",
     )
-    images_as_nodes: bool = Field(
-        default=True,
-        description="Give each figure of the document (schema.IMAGES: page, box, caption) an image node "
-        "after the segment it sits in (llama_index_hiqa.figures).",
-    )
+    images_as_nodes: bool = images_as_nodes_field()
     skip_running_lines: bool = Field(
         default=True,
         description="Never take a line repeated at the top/bottom of many pages as a heading.",
@@ -147,12 +142,6 @@ class LayoutMarkdownParser(NodeParser):
             out.extend(self.parse_document(_as_document(node)))
         return out
 
-    def _postprocess_parsed_nodes(
-        self, nodes: List[BaseNode], parent_doc_map: Dict[str, Document]
-    ) -> List[BaseNode]:
-        return finish_nodes(
-            super()._postprocess_parsed_nodes(nodes, schema.without_document_only_facts(parent_doc_map))
-        )
 
     # --- public helpers -------------------------------------------------------------
 

@@ -34,16 +34,15 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 from llama_index.core.async_utils import asyncio_run, run_jobs
 from llama_index.core.bridge.pydantic import BaseModel, Field, PrivateAttr, field_validator
 from llama_index.core.llms import LLM
-from llama_index.core.node_parser import NodeParser
 from llama_index.core.prompts import PromptTemplate
-from llama_index.core.schema import BaseNode, Document, NodeRelationship, TextNode
+from llama_index.core.schema import BaseNode, NodeRelationship, TextNode
 
 from llama_index_hiqa import schema
-from llama_index_hiqa.figures import with_figure_nodes
+from llama_index_hiqa.figures import images_as_nodes_field, with_figure_nodes
 from llama_index_hiqa.defaults import resolve_llm
 from llama_index_hiqa.errors import LLMOutputError
-from llama_index_hiqa.llm_calls import call_with_retries
-from llama_index_hiqa.parsers._markdown_segments import finish_nodes
+from llama_index_hiqa.llm_calls import call_with_retries, max_retries_field, retry_backoff_field, timeout_field
+from llama_index_hiqa.parsers._markdown_segments import SegmentNodeParser
 from llama_index_hiqa.transforms.context_header import apply_header_format
 
 logger = logging.getLogger(__name__)
@@ -332,7 +331,7 @@ def chunk_section(
 # --- the parser ---------------------------------------------------------------------------
 
 
-class LineNumberSegmentParser(NodeParser):
+class LineNumberSegmentParser(SegmentNodeParser):
     """One node per semantic section (or per chunk of a section), sectioned by an LLM.
 
     >>> parser = LineNumberSegmentParser(llm=llm)              # any LlamaIndex LLM
@@ -364,18 +363,10 @@ class LineNumberSegmentParser(NodeParser):
         "None keeps one node per section.",
     )
     num_workers: int = Field(default=4, description="Windows sectioned concurrently.")
-    max_retries: int = Field(default=2, description="Retries of a failing window.")
-    retry_backoff_seconds: float = Field(
-        default=1.0, description="First retry delay; doubles on every further retry."
-    )
-    timeout_seconds: Optional[float] = Field(
-        default=120.0, description="Per-call LLM timeout; None waits forever."
-    )
-    images_as_nodes: bool = Field(
-        default=True,
-        description="Give each figure of the document (schema.IMAGES: page, box, caption) an image node "
-        "after the segment it sits in (llama_index_hiqa.figures).",
-    )
+    max_retries: int = max_retries_field("a failing window")
+    retry_backoff_seconds: float = retry_backoff_field()
+    timeout_seconds: Optional[float] = timeout_field(120.0)
+    images_as_nodes: bool = images_as_nodes_field()
     keep_section_summaries: bool = Field(
         default=False,
         description="Write the LLM's optional one-line section summaries to "
@@ -410,13 +401,6 @@ class LineNumberSegmentParser(NodeParser):
             out.extend(self._build_nodes(doc, secs))
         return out
 
-    def _postprocess_parsed_nodes(
-        self, nodes: List[BaseNode], parent_doc_map: Dict[str, Document]
-    ) -> List[BaseNode]:
-        # The base class finds spans by text search; ours are exact (restored by finish_nodes).
-        return finish_nodes(
-            super()._postprocess_parsed_nodes(nodes, schema.without_document_only_facts(parent_doc_map))
-        )
 
     # -- sectioning -------------------------------------------------------------------------
 
@@ -540,11 +524,7 @@ class LineNumberSegmentParser(NodeParser):
                 node = TextNode(
                     text=text[start:end],
                     metadata=dict(doc.metadata) if self.include_metadata else {},
-                    excluded_embed_metadata_keys=list(doc.excluded_embed_metadata_keys),
-                    excluded_llm_metadata_keys=list(doc.excluded_llm_metadata_keys),
-                    metadata_template=doc.metadata_template,
-                    metadata_separator=doc.metadata_separator,
-                    text_template=doc.text_template,
+                    **schema.view_settings(doc),
                     start_char_idx=start,
                     end_char_idx=end,
                 )

@@ -37,26 +37,25 @@ import re
 import warnings
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, List, Optional, Sequence, Tuple
 
 from llama_index.core.async_utils import asyncio_run, run_jobs
 from llama_index.core.bridge.pydantic import Field, PrivateAttr
 from llama_index.core.llms import LLM
-from llama_index.core.node_parser import NodeParser
 from llama_index.core.schema import BaseNode, Document, TextNode
 
 from llama_index_hiqa import schema
-from llama_index_hiqa.figures import with_figure_nodes
+from llama_index_hiqa.figures import images_as_nodes_field, with_figure_nodes
 from llama_index_hiqa.defaults import resolve_llm
 from llama_index_hiqa.errors import LLMOutputError
-from llama_index_hiqa.llm_calls import retry_delay, with_timeout
+from llama_index_hiqa.llm_calls import max_retries_field, retry_backoff_field, retry_delay, timeout_field, with_timeout
 from llama_index_hiqa.headings import markdown_headings, parse_heading_number
 from llama_index_hiqa.parsers._markdown_segments import (
+    SegmentNodeParser,
     HeadingMark,
     LevelResolver,
     build_pieces,
     drop_title_marks,
-    finish_nodes,
     pieces_to_nodes,
 )
 from llama_index_hiqa.parsers.layout_markdown import LayoutMarkdownParser, _as_document
@@ -224,7 +223,7 @@ def check_window(
     return WindowCheck(True, coverage, novelty)
 
 
-class MarkdownFormatterParser(NodeParser):
+class MarkdownFormatterParser(SegmentNodeParser):
     """One node per chapter segment of LLM-formatted Markdown (HiQA Markdown Formatter)."""
 
     window_words: int = Field(
@@ -239,15 +238,9 @@ class MarkdownFormatterParser(NodeParser):
     padding_words: int = Field(
         default=200, description="K: words of context shown before and after each window."
     )
-    max_retries: int = Field(
-        default=2, description="Retries of a window after an LLM error or an unusable answer."
-    )
-    retry_backoff_seconds: float = Field(
-        default=1.0, description="First wait before a retry after an LLM error; doubles."
-    )
-    timeout_seconds: Optional[float] = Field(
-        default=180.0, description="Time limit of one LLM call (None: no limit)."
-    )
+    max_retries: int = max_retries_field("a window after an LLM error or an unusable answer")
+    retry_backoff_seconds: float = retry_backoff_field()
+    timeout_seconds: Optional[float] = timeout_field(180.0)
     min_window_coverage: float = Field(
         default=0.85, description="Share of the window's words the answer must keep."
     )
@@ -267,11 +260,7 @@ class MarkdownFormatterParser(NodeParser):
     tables_as_nodes: bool = Field(
         default=True, description="Give each Markdown table (with its title) its own node."
     )
-    images_as_nodes: bool = Field(
-        default=True,
-        description="Give each figure of the document (schema.IMAGES: page, box, caption) an image node "
-        "after the segment it sits in (llama_index_hiqa.figures).",
-    )
+    images_as_nodes: bool = images_as_nodes_field()
     fallback_to_layout: bool = Field(
         default=True,
         description=(
@@ -321,12 +310,6 @@ class MarkdownFormatterParser(NodeParser):
         )
         return [node for doc_nodes in results for node in doc_nodes]
 
-    def _postprocess_parsed_nodes(
-        self, nodes: List[BaseNode], parent_doc_map: Dict[str, Document]
-    ) -> List[BaseNode]:
-        return finish_nodes(
-            super()._postprocess_parsed_nodes(nodes, schema.without_document_only_facts(parent_doc_map))
-        )
 
     def _layout_only(self, nodes: Sequence[BaseNode], show_progress: bool) -> List[BaseNode]:
         parser = self.layout_parser.model_copy(

@@ -33,6 +33,8 @@ def read_pages(path: Path, pdf: Any, truncated: bool) -> List[_PageLines]:
     for i in range(pdf.page_count):
         try:
             pages.append(_page_lines(pdf[i], i))
+        # MuPDF raises several types for a damaged page: the file is then corrupt (typed error)
+        # or, when MuPDF repaired it, the page is reported as unreadable; nothing is silent.
         except Exception as exc:
             if not repaired:
                 raise CorruptDocumentError(path, f"cannot extract text of page {i + 1} ({one_line(exc)})") from exc
@@ -93,7 +95,10 @@ def declared_page_count(pdf: Any) -> Optional[int]:
     try:
         kind, value = pdf.xref_get_key(pdf.pdf_catalog(), "Pages/Count")
         return int(value) if kind == "int" else None
-    except Exception:  # the catalog itself may be gone in a damaged file
+    # Safe: the catalog itself may be gone in a damaged file; the page count is then unknown
+    # (None), which the caller reports.
+    except Exception as exc:
+        logger.debug("no declared page count (%s)", exc)
         return None
 
 

@@ -315,7 +315,8 @@ class PDFLayoutReader(BasePydanticReader):
         no_eof_marker = lacks_eof_marker(path)
         try:
             pdf = pymupdf.open(path)
-        except Exception as exc:  # pymupdf raises FileDataError and friends
+        # pymupdf raises FileDataError and friends: one typed error naming the file.
+        except Exception as exc:
             if no_eof_marker:
                 raise CorruptDocumentError(path, f"damaged or truncated PDF: {TRUNCATED}; MuPDF cannot open it") from exc
             raise CorruptDocumentError(path, f"not a readable PDF ({one_line(exc)})") from exc
@@ -486,7 +487,8 @@ class PDFLayoutReader(BasePydanticReader):
                 if markdown:
                     tables.append(((xs[0], ys[0], xs[-1], ys[-1]), markdown))
             return tables
-        except Exception as exc:  # a table we cannot parse stays as plain lines: no text lost
+        # Safe: a table we cannot parse stays as plain lines (no text lost); logged.
+        except Exception as exc:
             logger.debug("table detection failed on page %s: %s", page.number, exc)
             return []
 
@@ -547,7 +549,9 @@ class PDFLayoutReader(BasePydanticReader):
                 # digest: MuPDF's MD5 of the image, its content hash (the file name it is saved
                 # under, see llama_index_hiqa.figures); xref: where to read its bytes again.
                 infos = pdf[page_no].get_image_info(hashes=True, xrefs=True)
-            except Exception:  # images are extras: never fail a document for them
+            # Safe: images are extras (figures); the page's text is read all the same.
+            except Exception as exc:
+                logger.debug("no image info on page %s (%s)", page_no + 1, exc)
                 continue
             for info in infos:
                 bbox = [round(float(v), 1) for v in info.get("bbox", (0, 0, 0, 0))]
@@ -612,8 +616,9 @@ def _image_file_name(pdf: Any, xref: int, digest: bytes, page_no: int, bbox: Lis
         try:
             if "DCTDecode" in str(pdf.xref_get_key(xref, "Filter")[1]):
                 ext = "jpg"
-        except Exception:  # an odd xref: saved as PNG
-            pass
+        # Safe: an odd xref only changes the file suffix (saved as PNG).
+        except Exception as exc:
+            logger.debug("no image filter for xref %s (%s); saved as PNG", xref, exc)
     return f"{content}.{ext}"
 
 

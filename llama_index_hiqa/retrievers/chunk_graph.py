@@ -221,7 +221,7 @@ class ChunkGraphRetriever(BaseRetriever):
         if self._llm is not None:
             try:
                 answer = (await self._llm.acomplete(QUESTION_KEYWORDS_PROMPT.format(text=question))).text
-            except Exception as exc:  # noqa: BLE001
+            except Exception as exc:  # noqa: BLE001 - safe as above: logged, the extractor answers
                 logger.warning("IIER keyword prompt failed (%s); using the keyword extractor", exc)
         if answer is None:
             return _normalised_set(await asyncio.to_thread(self.keyword_fn, question))

@@ -187,24 +187,19 @@ def shorten_cascade(levels: Sequence[str], separator: str, max_chars: int) -> st
 def _image_bytes(node: BaseNode) -> Optional[bytes]:
     """The image of an image node as bytes (ImageNode ``image``/``image_path``, or a
     multimodal ``Node.image_resource``); ``None`` when it has none."""
+    resource = getattr(node, "image_resource", None)
+    sources = [(node.image, node.image_path, node.image_url)] if isinstance(node, ImageNode) else []
+    if resource is not None:
+        sources.append((resource.data, resource.path, resource.url))
     try:
-        if isinstance(node, ImageNode):
-            if node.image:
-                return base64.b64decode(node.image)
-            if node.image_path:
-                with open(node.image_path, "rb") as handle:
+        for data, path, url in sources:
+            if data:
+                return base64.b64decode(data)
+            if path:
+                with open(path, "rb") as handle:
                     return handle.read()
-            if node.image_url:
-                return node.image_url.encode("utf-8")
-        resource = getattr(node, "image_resource", None)
-        if resource is not None:
-            if resource.data:
-                return base64.b64decode(resource.data)
-            if resource.path:
-                with open(resource.path, "rb") as handle:
-                    return handle.read()
-            if resource.url:
-                return str(resource.url).encode("utf-8")
+            if url:
+                return str(url).encode("utf-8")
     except (OSError, ValueError) as exc:
         logger.warning("image of node %s unreadable (%s): no description", node.node_id, exc)
     return None

@@ -53,7 +53,7 @@ from llama_index_hiqa import schema
 from llama_index_hiqa.defaults import resolve_llm
 from llama_index_hiqa.embedding_cache import content_hash, default_cache_dir
 from llama_index_hiqa.errors import LLMOutputError
-from llama_index_hiqa.llm_calls import call_with_retries
+from llama_index_hiqa.llm_calls import call_with_retries, max_retries_field, retry_backoff_field, timeout_field
 
 logger = logging.getLogger(__name__)
 
@@ -266,13 +266,9 @@ class ContextHeaderTransform(TransformComponent):
         default=True, description="Also show the header in the LLM view (MetadataMode.LLM)."
     )
     num_workers: int = Field(default=4, description="LLM calls run concurrently.")
-    max_retries: int = Field(default=2, description="Retries of a failing LLM call.")
-    retry_backoff_seconds: float = Field(
-        default=1.0, description="First retry delay; doubles on every further retry."
-    )
-    timeout_seconds: Optional[float] = Field(
-        default=60.0, description="Per-call LLM timeout; None waits forever."
-    )
+    max_retries: int = max_retries_field()
+    retry_backoff_seconds: float = retry_backoff_field()
+    timeout_seconds: Optional[float] = timeout_field(60.0)
     use_cache: bool = Field(
         default=True, description="Cache answers by content hash on disk (HIQA_CACHE_DIR)."
     )
@@ -388,7 +384,10 @@ class ContextHeaderTransform(TransformComponent):
     def _model_id(llm: LLM) -> str:
         try:
             name = llm.metadata.model_name
-        except Exception:  # pragma: no cover - exotic LLM wrappers
+        # Safe: only the cache key's model name is lost (wrappers whose metadata raises, of
+        # any type); the key still holds the class name, and the summaries are computed.
+        except Exception as exc:  # pragma: no cover - exotic LLM wrappers
+            logger.debug("no model name from %s (%s)", type(llm).__name__, exc)
             name = ""
         return f"{type(llm).__name__}:{name}"
 

@@ -392,7 +392,7 @@ class CriticalKeywordExtractor(TransformComponent):
     async def _allm_keywords(self, prompt: str, text: str) -> List[str]:
         try:
             answer = (await self.llm.acomplete(prompt.format(text=text))).text
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:  # noqa: BLE001 - safe as in _llm_keywords: logged, rule keywords kept
             logger.warning("keyword LLM call failed, using NER/rule keywords only: %s", exc)
             return []
         return parse_keyword_list(answer)
