@@ -232,10 +232,18 @@ def build_parser() -> argparse.ArgumentParser:
         prog="hiqa", description="Question answering over many similar documents (LlamaIndex)."
     )
     sub = parser.add_subparsers(dest="command", required=True)
+    for add in (_add_demo, _add_eval, _add_ingest, _add_ask):
+        add(sub)
+    return parser
+
+
+def _add_demo(sub: Any) -> None:
     demo = sub.add_parser("demo", help="index the demo datasheets offline and answer the demo questions")
     demo.add_argument("--top-k", type=_positive_int, default=3, help="evidence shown per question")
     demo.set_defaults(func=_cmd_demo)
 
+
+def _add_eval(sub: Any) -> None:
     from llama_index_hiqa.evaluation.runner import VARIANTS
 
     ev = sub.add_parser(
@@ -260,6 +268,8 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--quiet", action="store_true", help="no progress bars")
     ev.set_defaults(func=_cmd_eval)
 
+
+def _add_ingest(sub: Any) -> None:
     ing = sub.add_parser("ingest", help="read, parse, augment and index a folder; save the store")
     ing.add_argument("dir", help="folder of .pdf/.md/.txt documents")
     ing.add_argument("--store", required=True, help="folder the index is saved to")
@@ -285,6 +295,8 @@ def build_parser() -> argparse.ArgumentParser:
                      help="how the packaged embedding model runs (default: the pack's measured default)")
     ing.set_defaults(func=_cmd_ingest)
 
+
+def _add_ask(sub: Any) -> None:
     ask = sub.add_parser("ask", help="answer a question from a saved store, with citations")
     ask.add_argument("question")
     ask.add_argument("--store", required=True, help="folder written by `hiqa ingest`")
@@ -297,7 +309,6 @@ def build_parser() -> argparse.ArgumentParser:
         help="print the LLM's answer token by token as it arrives, then the sources and figures",
     )
     ask.set_defaults(func=_cmd_ask)
-    return parser
 
 
 def main(argv: Optional[List[str]] = None) -> int:
