@@ -8,6 +8,7 @@ file (the dependencies, but not this checkout's editable install), and runs the 
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import sysconfig
@@ -21,7 +22,9 @@ pytestmark = pytest.mark.packaging
 
 
 def _run(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run(list(args), cwd=cwd, capture_output=True, text=True, timeout=300)
+    # Without PYTHONPATH (other tests point it at this checkout): the installed wheel must answer.
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    return subprocess.run(list(args), cwd=cwd, capture_output=True, text=True, timeout=300, env=env)
 
 
 def test_hiqa_demo_runs_from_an_installed_wheel(tmp_path):
