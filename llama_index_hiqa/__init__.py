@@ -56,6 +56,7 @@ _EXPORTS: Dict[str, str] = {
     "ChunkGraphRetriever": "llama_index_hiqa.retrievers.chunk_graph",
     "DefaultChainScorer": "llama_index_hiqa.retrievers.chain_scorers",
     "TrainedChainScorer": "llama_index_hiqa.retrievers.chain_scorers",
+    "ChainAugmentedRetriever": "llama_index_hiqa.retrievers.chain_augmented",
     "GraphBuildError": "llama_index_hiqa.errors",
     #
     # -- TextRAG segment integration
@@ -69,7 +70,7 @@ _EXPORTS: Dict[str, str] = {
     #
     # -- the pack
     "HiQAPack": "llama_index_hiqa.pack",
-    "HiQAPackConfig": "llama_index_hiqa.pack",
+    "HiQAPackConfig": "llama_index_hiqa.pack_config",
     "PackStoreError": "llama_index_hiqa.errors",
     "EmptyCorpusError": "llama_index_hiqa.errors",
     #

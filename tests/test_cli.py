@@ -21,7 +21,7 @@ from tests.pack_helpers import HashEmbedding
 ROOT = Path(__file__).resolve().parents[1]
 
 
-_real_keyword_extractor = pack_module._keyword_extractor
+_real_keyword_extractor = pack_module.keyword_extractor
 
 
 def _rules_only(config):
@@ -32,16 +32,16 @@ def _rules_only(config):
 @pytest.fixture(autouse=True)
 def _cheap_embedding(monkeypatch):
     # The CLI uses the packaged MiniLM; the commands' behaviour does not depend on it.
-    monkeypatch.setattr(pack_module, "_default_embed_model", lambda m=None, backend=None: m or HashEmbedding())
-    monkeypatch.setattr(pack_module, "_keyword_extractor", _rules_only)
+    monkeypatch.setattr(pack_module, "default_embed_model", lambda m=None, backend=None: m or HashEmbedding())
+    monkeypatch.setattr(pack_module, "keyword_extractor", _rules_only)
 
 
 @pytest.fixture(scope="module")
 def store(tmp_path_factory):
     path = tmp_path_factory.mktemp("cli") / "store"
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(pack_module, "_default_embed_model", lambda m=None, backend=None: m or HashEmbedding())
-        mp.setattr(pack_module, "_keyword_extractor", _rules_only)
+        mp.setattr(pack_module, "default_embed_model", lambda m=None, backend=None: m or HashEmbedding())
+        mp.setattr(pack_module, "keyword_extractor", _rules_only)
         assert cli.main(["ingest", str(DEMO_DATA_DIR), "--store", str(path), "--quiet"]) == 0
     return path
 
