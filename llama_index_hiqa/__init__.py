@@ -58,6 +58,7 @@ _EXPORTS: Dict[str, str] = {
     "TrainedChainScorer": "llama_index_hiqa.retrievers.chain_scorers",
     "chain_training_examples": "llama_index_hiqa.retrievers.chain_training",
     "fit_chain_scorer": "llama_index_hiqa.retrievers.chain_training",
+    "ChainAugmentedRetriever": "llama_index_hiqa.retrievers.chain_augmented",
     "GraphBuildError": "llama_index_hiqa.errors",
     #
     # -- TextRAG segment integration
@@ -71,9 +72,12 @@ _EXPORTS: Dict[str, str] = {
     #
     # -- the pack
     "HiQAPack": "llama_index_hiqa.pack",
-    "HiQAPackConfig": "llama_index_hiqa.pack",
+    "HiQAPackConfig": "llama_index_hiqa.pack_config",
     "PackStoreError": "llama_index_hiqa.errors",
     "EmptyCorpusError": "llama_index_hiqa.errors",
+    "calibrate": "llama_index_hiqa.calibration",
+    "calibration_questions": "llama_index_hiqa.calibration",
+    "CalibrationReport": "llama_index_hiqa.calibration",
     #
     # -- real collections: stores, batch ingestion, reader errors
     "MatrixVectorStore": "llama_index_hiqa.storage.vector_store",

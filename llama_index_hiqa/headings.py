@@ -19,6 +19,13 @@ What it knows:
   word "A" is not a number). The family word is written capitalised (``ITEM 7A`` ->
   ``Item 7A``) so that one section has one spelling whatever the typesetting; a decimal
   number of three or more digits is a year or a quantity, not a section number.
+* **Report headings without a number**: annual and quarterly reports set the titles of their
+  financial statements ("Consolidated Statements of Cash Flows") and notes ("NOTE 9.
+  Supplemental Cash Flow Information") in bold body type with no Item or decimal number; a
+  parser that trusts only numbered or larger-type lines folds every statement into one long
+  "Item 8" section, and a question about "the cash flow statement" cannot find its rows
+  (:func:`is_report_heading`; only emphasised or larger-type lines are candidates, since a
+  statement's row labels are bold too).
 * **Inline markup** around heading text (``**Item 1. Busines** **<u>s.</u>**``, as
   pymupdf4llm writes a heading set in two styles) is removed first, re-joining a word cut
   by a style change.
@@ -37,8 +44,10 @@ __all__ = [
     "clean_inline",
     "heading_from_text",
     "heading_key",
+    "is_report_heading",
     "is_strong_sec_heading",
     "iter_lines",
+    "join_split_letters",
     "markdown_heading",
     "markdown_headings",
     "parse_heading_number",
@@ -187,3 +196,51 @@ def markdown_headings(text: str) -> List[Tuple[int, int, int, str]]:
         if found:
             out.append((start, end, found[0], found[1]))
     return out
+
+
+# --- financial statement and note titles ------------------------------------------
+
+# "Consolidated Statements of Cash Flows", "Condensed Consolidated Balance Sheets
+# (Unaudited)", "Consolidated Statement of Changes in Shareholders' Equity", "Statements of
+# Financial Position". Text extraction sometimes splits a word ("Cash Flow s").
+_STATEMENT_RE = re.compile(
+    r"^(?:(?:condensed|consolidated|combined|unaudited|interim|group)\s+)*"
+    r"(?:"
+    r"statements?\s+of\s+(?:consolidated\s+)?(?:"
+    r"(?:comprehensive\s+)?(?:income|loss|earnings|operations)(?:\s+\(loss\))?"
+    r"|(?:income|operations|earnings)\s+and\s+comprehensive\s+(?:income|loss|earnings)"
+    r"|cash\s+flow\s*s?"
+    r"|financial\s+(?:position|condition)"
+    r"|(?:changes\s+in\s+)?(?:share|stock)\s*(?:holders|owners)[’'`]?\s+equity"
+    r"|(?:changes\s+in\s+)?(?:equity|net\s+assets|retained\s+earnings)"
+    r")"
+    r"|balance\s+sheets?"
+    r")"
+    r"(?:\s*\((?:continued|unaudited)\))*\s*$",
+    re.I,
+)
+# "NOTE 9. Supplemental Cash Flow Information", "Note 3: Revenue", "NOTE 12 — INCOME TAXES".
+_NOTE_RE = re.compile(r"^note\s+(\d{1,2}|[A-Z])\s*[.:—–-]?\s+(\S.{1,120})$", re.I)
+
+
+# PDF text extraction splits the last letters off words set in some fonts ("Consolidated
+# Balance Shee t", "Statement of Incom e"): a lone lower-case letter after a word joins it.
+_SPLIT_LETTER_RE = re.compile(r"(?<=[a-z]) (?=[a-z](?:\s|$|[)’']))")
+
+
+def join_split_letters(text: str) -> str:
+    """``"Consolidated Balance Shee t"`` -> ``"Consolidated Balance Sheet"``."""
+    return _SPLIT_LETTER_RE.sub("", " ".join(text.split()))
+
+
+def is_report_heading(text: str) -> bool:
+    """Whether a line (markup removed) is a financial statement or note title."""
+    text = join_split_letters(text)
+    if not text or len(text) > 140 or text.endswith((",", ";", ".")):
+        return False
+    if _STATEMENT_RE.match(text):
+        return True
+    note = _NOTE_RE.match(text)
+    # A note title is words, not a sentence or a figure: "Note 3: Revenue", not "Note 3 to
+    # the financial statements describes ..." (lower-case first word) or "Note 9 $ 1,250".
+    return bool(note) and note.group(2)[0].isupper() and sum(c.isdigit() for c in note.group(2)) <= 4

@@ -33,14 +33,13 @@ from __future__ import annotations
 import logging
 import time
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterable, List, Literal, Optional, Union
+from typing import Any, Callable, Dict, Iterable, List, Optional, Union
 
 from llama_index.core import Settings, StorageContext, VectorStoreIndex
 from llama_index.core.base.base_query_engine import BaseQueryEngine
 from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.base.embeddings.base import BaseEmbedding
 from llama_index.core.base.response.schema import Response
-from llama_index.core.bridge.pydantic import BaseModel, ConfigDict, Field, field_validator
 from llama_index.core.chat_engine.types import BaseChatEngine
 from llama_index.core.ingestion import IngestionPipeline
 from llama_index.core.llms import LLM
@@ -60,142 +59,21 @@ from llama_index_hiqa.answers import (  # noqa: F401
     evidence_answer,
     format_citation,
 )
-from llama_index_hiqa.defaults import DEFAULT_EMBED_BACKEND, resolve_embed_model, resolve_llm, user_embed_model
-from llama_index_hiqa.embedding_backends import EmbedBackend
+from llama_index_hiqa.defaults import resolve_llm
+from llama_index_hiqa.pack_config import (  # noqa: F401  (HiQAPackConfig re-exported: it was defined here)
+    HiQAPackConfig,
+    build_parser,
+    default_embed_model,
+    keyword_extractor,
+    model_identity,
+    route_settings,
+)
 from llama_index_hiqa.errors import EmptyCorpusError, PackStoreError, UnknownNodeError
 from llama_index_hiqa.ingestion import Checkpointer, IngestionReport, TimedTransform, batched, timed_iter, upsert_plan
+from llama_index_hiqa.retrievers.chain_augmented import ChainAugmentedRetriever
 from llama_index_hiqa.storage.vector_store import MatrixVectorStore
 
 logger = logging.getLogger(__name__)
-
-
-class HiQAPackConfig(BaseModel):
-    """Settings of the default pipeline; saved with the pack and restored by ``load``."""
-
-    # A misspelt setting is an error, not a silently ignored keyword.
-    model_config = ConfigDict(extra="forbid")
-
-    similarity_top_k: int = Field(default=5, ge=1, description="Evidence nodes per question.")
-    use_llm_formatter: bool = Field(
-        default=True,
-        description="With an LLM set, parse with HiQA's MarkdownFormatterParser (Algorithm 1); "
-        "without one (or when False) the LayoutMarkdownParser reads the layout.",
-    )
-    use_cascade: bool = Field(
-        default=True, description="HiQA HCA: heading cascade in every node's embedding view."
-    )
-    keywords: Dict[str, Any] = Field(
-        default_factory=dict,
-        description="CriticalKeywordExtractor settings for ingestion and queries, e.g. "
-        "{'expert_keywords': [...]} or {'use_ner': False} (rules only, no spaCy).",
-    )
-    fusion_mode: Literal["hiqa", "rrf", "relative_score", "dist_based_score"] = Field(
-        default="hiqa", description="MultiRouteRetriever fusion: hiqa, rrf, relative_score, dist_based_score."
-    )
-    multi_route: Dict[str, Any] = Field(
-        default_factory=dict,
-        description="Further MultiRouteConfig settings (alpha, beta, candidates_per_route, ...).",
-    )
-    use_chunk_graph: bool = Field(
-        default=False,
-        description="Append IIER evidence chains (ChunkGraphRetriever) for multi-hop questions.",
-    )
-    chunk_graph: Dict[str, Any] = Field(
-        default_factory=lambda: {"max_nodes": 5},
-        description="ChainSearchSettings of the ChunkGraphRetriever (max_hops, max_nodes, ...).",
-    )
-    use_segment_integration: bool = Field(
-        default=False,
-        description="Merge retrieved chunks into contiguous segments (TextRAG RSE) before answering.",
-    )
-    segment_preset: Optional[Literal["balanced", "precision", "find_all"]] = Field(
-        default=None,
-        description="SegmentIntegrationPostprocessor preset (dsRAG's): balanced (the default when "
-        "None), precision (shorter segments) or find_all (longer ones).",
-    )
-    max_segment_chars: Optional[int] = Field(
-        default=None, description="Parser: split sections longer than this (None: the parser's default)."
-    )
-    max_segment_tokens: Union[int, Literal["auto"], None] = Field(
-        default="auto",
-        description="Parser: bound every node's cascade header + text by this many tokens of the "
-        "embedding model's tokenizer ('auto': the model's own window, e.g. 256 for MiniLM; None: "
-        "character limits only). Longer segments are split, small ones of a section merged.",
-    )
-    show_progress: bool = Field(default=False, description="Progress bars during ingestion.")
-    ingest_batch_size: int = Field(
-        default=8, ge=1,
-        description="Documents parsed, augmented and embedded together; peak memory grows with it.",
-    )
-    embed_backend: EmbedBackend = Field(
-        default=DEFAULT_EMBED_BACKEND,
-        description="How the packaged MiniLM runs when no embed_model / Settings.embed_model is "
-        "given: torch, onnx (same vectors, faster) or onnx-int8 (fastest, vectors drift slightly).",
-    )
-
-    # The nested settings stay plain dicts (saved as JSON with the store) but are checked
-    # against the models that will receive them, here, not at the first question.
-    @field_validator("keywords")
-    @classmethod
-    def _check_keywords(cls, value: Dict[str, Any]) -> Dict[str, Any]:
-        from llama_index_hiqa.transforms.critical_keywords import CriticalKeywordExtractor
-
-        _known_keys("keywords", value, CriticalKeywordExtractor.model_fields)
-        return value
-
-    @field_validator("multi_route")
-    @classmethod
-    def _check_multi_route(cls, value: Dict[str, Any]) -> Dict[str, Any]:
-        from llama_index_hiqa.retrievers.multi_route import MultiRouteConfig
-
-        MultiRouteConfig(**value)  # extra="forbid": an unknown key names itself
-        return value
-
-    @field_validator("chunk_graph")
-    @classmethod
-    def _check_chunk_graph(cls, value: Dict[str, Any]) -> Dict[str, Any]:
-        from llama_index_hiqa.retrievers.chunk_graph import ChainSearchSettings, ChunkInteractionGraph
-
-        _known_keys("chunk_graph", value, {**ChunkInteractionGraph.model_fields, **ChainSearchSettings.model_fields})
-        ChainSearchSettings(**{k: v for k, v in value.items() if k in ChainSearchSettings.model_fields})
-        for key in ("max_hops", "max_nodes", "max_seeds"):
-            if key in value and (not isinstance(value[key], int) or value[key] < 1):
-                raise ValueError(f"chunk_graph[{key!r}] must be a whole number of at least 1, not {value[key]!r}")
-        return value
-
-
-def _known_keys(setting: str, value: Dict[str, Any], known: Any) -> None:
-    unknown = sorted(set(value) - set(known))
-    if unknown:
-        raise ValueError(f"{setting}: unknown setting(s) {unknown}; known: {sorted(known)}")
-
-
-class _MultiRouteThenGraph(BaseRetriever):
-    """Multi-route top-k first, then the IIER chain nodes it did not already return.
-
-    The multi-route ranking answers single-hop questions best; the graph's chains add the
-    bridge evidence a multi-hop question needs. Chain nodes keep traversal order.
-    """
-
-    def __init__(self, multi_route: BaseRetriever, graph: BaseRetriever) -> None:
-        self.multi_route, self.graph = multi_route, graph
-        super().__init__()
-
-    def _retrieve(self, query_bundle: QueryBundle) -> List[NodeWithScore]:
-        return self._merge(self.multi_route.retrieve(query_bundle), self.graph.retrieve(query_bundle))
-
-    async def _aretrieve(self, query_bundle: QueryBundle) -> List[NodeWithScore]:
-        import asyncio
-
-        first, second = await asyncio.gather(
-            self.multi_route.aretrieve(query_bundle), self.graph.aretrieve(query_bundle)
-        )
-        return self._merge(first, second)
-
-    @staticmethod
-    def _merge(first: List[NodeWithScore], second: List[NodeWithScore]) -> List[NodeWithScore]:
-        seen = {n.node.node_id for n in first}
-        return list(first) + [n for n in second if n.node.node_id not in seen]
 
 
 # --------------------------------------------------------------------------- the pack
@@ -240,6 +118,7 @@ class HiQAPack:
         # leaves a file with the same facts unread (the document hash decides for the others).
         self.file_stats: Dict[str, List[int]] = {}
         self.store_path: Optional[Path] = None  # the folder it was loaded from / persisted to
+        self.calibration: Optional[Dict[str, Any]] = None  # the last calibrate() report, saved with the store
 
     # -- construction ------------------------------------------------------------------
     @classmethod
@@ -287,7 +166,7 @@ class HiQAPack:
     ) -> "HiQAPack":
         """A pack with no documents yet (fill it with :meth:`ingest`); settings are validated here."""
         config = HiQAPackConfig(**{**(config or HiQAPackConfig()).model_dump(), **settings})
-        embed_model = _default_embed_model(embed_model, config.embed_backend)
+        embed_model = default_embed_model(embed_model, config.embed_backend)
         storage = StorageContext.from_defaults(vector_store=vector_store or MatrixVectorStore())
         # The BM25 and keyword routes and segment integration read the nodes from the
         # docstore, also when the vector store keeps its own copy of the text.
@@ -324,8 +203,8 @@ class HiQAPack:
         if self._keyword_index is None:
             self._keyword_index = KeywordIndex.from_nodes(nodes)
         self._multi_route = MultiRouteRetriever.from_index(
-            self.index, nodes=nodes, docstore=self.index.docstore, keyword_extractor=_keyword_extractor(self.config),
-            keyword_index=self._keyword_index, **_route_settings(self.config),
+            self.index, nodes=nodes, docstore=self.index.docstore, keyword_extractor=keyword_extractor(self.config),
+            keyword_index=self._keyword_index, **route_settings(self.config),
         )
         self._graph = self._build_graph() if self.config.use_chunk_graph and nodes else None
         self._routes_stale = False
@@ -337,7 +216,7 @@ class HiQAPack:
 
         return ChunkGraphRetriever.from_index(
             self.index, embed_model=self.embed_model, llm=self.llm,
-            keyword_fn=_keyword_extractor(self.config).extract_query,
+            keyword_fn=keyword_extractor(self.config).extract_query,
             show_progress=self.config.show_progress, **self.config.chunk_graph,
         )
 
@@ -399,10 +278,31 @@ class HiQAPack:
         if kwargs:
             retriever = self.multi_route.with_settings(**kwargs)  # type: ignore[attr-defined]
         if self.graph is not None:
-            retriever = _MultiRouteThenGraph(retriever, self.graph)
+            retriever = ChainAugmentedRetriever(retriever, self.graph)
         if not kwargs:
             self._retriever = retriever
         return retriever
+
+    # -- self-calibration (no labels) --------------------------------------------------
+    def calibrate(
+        self, questions: int = 120, grid: Optional[Dict[str, Any]] = None, seed: int = 0, min_gain: float = 0.01
+    ) -> Any:
+        """Choose α, β and the title keyword weight on questions generated from this
+        collection's own titles and headings (see :mod:`llama_index_hiqa.calibration`),
+        apply what was chosen to ``config.multi_route`` (saved by the next :meth:`persist`)
+        and return the :class:`~llama_index_hiqa.calibration.CalibrationReport`."""
+        from llama_index_hiqa.calibration import calibrate, calibration_questions
+
+        generated = calibration_questions(self.index.docstore.docs.values(), limit=questions, seed=seed)
+        report = calibrate(self.multi_route, generated, grid=grid, min_gain=min_gain)
+        if report.chosen:
+            self.config = self.config.model_copy(update={"multi_route": {**self.config.multi_route, **report.chosen}})
+            # Same indexes, new fusion settings: nothing is rebuilt.
+            self._multi_route = self._multi_route.with_settings(**report.chosen)  # type: ignore[union-attr]
+            self._retriever = None
+        self.calibration = report.model_dump()
+        logger.info("%s", report.summary())
+        return report
 
     def node_postprocessors(self) -> List[BaseNodePostprocessor]:
         if self._postprocessors is not None:
@@ -579,12 +479,12 @@ class HiQAPack:
         transformation cache: it would keep a copy of every batch's nodes per stage."""
         from llama_index_hiqa.transforms.cascading_metadata import CascadingMetadataTransform
 
-        stages: List[TimedTransform] = [TimedTransform(stage="parse", inner=_parser(self.config, self.llm, self.embed_model))]
+        stages: List[TimedTransform] = [TimedTransform(stage="parse", inner=build_parser(self.config, self.llm, self.embed_model))]
         if self.config.use_cascade:
             stages.append(
                 TimedTransform(stage="cascade", inner=CascadingMetadataTransform(show_progress=self.config.show_progress))
             )
-        stages.append(TimedTransform(stage="keywords", inner=_keyword_extractor(self.config)))
+        stages.append(TimedTransform(stage="keywords", inner=keyword_extractor(self.config)))
         stages.append(TimedTransform(stage="embed", inner=self.embed_model))
         return IngestionPipeline(transformations=[s.bind(report) for s in stages], disable_cache=True)
 
@@ -610,11 +510,12 @@ class HiQAPack:
                 {
                     "config": self.config.model_dump(),
                     "index_id": self.index.index_id,
-                    "embed_model": _model_identity(self.embed_model),
+                    "embed_model": model_identity(self.embed_model),
                     "vector_store": vector_kind,
                     "node_count": self.node_count,
                     "documents": self.document_ids,
                     "file_stats": self.file_stats,
+                    "calibration": self.calibration,
                 },
             )
         self.store_path = root
@@ -653,17 +554,18 @@ class HiQAPack:
             config = HiQAPackConfig(**{"embed_backend": "torch", **files.payload["config"], **settings})
         except ValueError as exc:
             raise PackStoreError(files.config_file, f"holds invalid settings ({exc})") from exc
-        embed_model = _default_embed_model(embed_model, config.embed_backend)
-        if files.payload.get("embed_model") and files.payload["embed_model"] != _model_identity(embed_model):
+        embed_model = default_embed_model(embed_model, config.embed_backend)
+        if files.payload.get("embed_model") and files.payload["embed_model"] != model_identity(embed_model):
             logger.warning(
                 "HiQAPack.load: the store was embedded with %s, queries now use %s",
-                files.payload["embed_model"], _model_identity(embed_model),
+                files.payload["embed_model"], model_identity(embed_model),
             )
         index = files.load_index(embed_model, vector_store)
         multi_route = _load_multi_route(files, index, config)
         graph = _load_graph(files, index, config, embed_model, llm)
         pack = cls(index, config=config, llm=llm, embed_model=embed_model, _multi_route=multi_route, _graph=graph)
         pack.store_path = Path(persist_dir)
+        pack.calibration = files.payload.get("calibration")
         pack.file_stats = {
             str(doc_id): [int(v) for v in stat]
             for doc_id, stat in (files.payload.get("file_stats") or {}).items()
@@ -682,11 +584,6 @@ def _file_stat(path: Any) -> Optional[List[int]]:
     return None if stat is None else [int(stat.st_size), int(stat.st_mtime_ns)]
 
 
-def _route_settings(config: HiQAPackConfig) -> Dict[str, Any]:
-    """The MultiRouteRetriever settings of a pack configuration (one place)."""
-    return {"similarity_top_k": config.similarity_top_k, "mode": config.fusion_mode, **config.multi_route}
-
-
 def _load_multi_route(files: Any, index: VectorStoreIndex, config: HiQAPackConfig) -> BaseRetriever:
     """The persisted BM25 and keyword indexes, checked against the docstore: a route that
     would fail or miss nodes on every question is an error now, naming its file."""
@@ -697,7 +594,7 @@ def _load_multi_route(files: Any, index: VectorStoreIndex, config: HiQAPackConfi
     retriever = files.read(
         MULTI_ROUTE_DIRNAME,
         lambda p: MultiRouteRetriever.from_persist_dir(
-            p, index=index, nodes=nodes, keyword_extractor=_keyword_extractor(config), **_route_settings(config)
+            p, index=index, nodes=nodes, keyword_extractor=keyword_extractor(config), **route_settings(config)
         ),
         "the BM25 and keyword indexes",
     )
@@ -725,55 +622,8 @@ def _load_graph(
     )
     return ChunkGraphRetriever(
         graph, docstore=index.docstore, embed_model=embed_model, llm=llm,
-        keyword_fn=_keyword_extractor(config).extract_query, **config.chunk_graph,
+        keyword_fn=keyword_extractor(config).extract_query, **config.chunk_graph,
     )
-
-
-def _default_embed_model(embed_model: Optional[BaseEmbedding], backend: Optional[str] = None) -> BaseEmbedding:
-    """The given model, else Settings.embed_model, else the packaged MiniLM on ``backend``
-    behind the shared on-disk vector cache (re-ingesting the same text costs nothing)."""
-    if embed_model is not None:
-        return embed_model
-    if user_embed_model() is not None:
-        return resolve_embed_model()
-    from llama_index_hiqa.embedding_cache import CachedEmbedding
-
-    return CachedEmbedding.from_defaults(backend=backend)
-
-
-def _model_identity(embed_model: BaseEmbedding) -> str:
-    inner = getattr(embed_model, "model_id", None)
-    return inner or f"{embed_model.class_name()}:{getattr(embed_model, 'model_name', '?')}"
-
-
-def _parser(config: HiQAPackConfig, llm: Optional[LLM], embed_model: Optional[BaseEmbedding] = None) -> Any:
-    from llama_index_hiqa.defaults import embedding_tokenizer
-    from llama_index_hiqa.parsers.layout_markdown import LayoutMarkdownParser
-
-    layout_kwargs: Dict[str, Any] = {} if config.max_segment_chars is None else {"max_segment_chars": config.max_segment_chars}
-    if llm is not None and config.use_llm_formatter:
-        from llama_index_hiqa.parsers.markdown_formatter import MarkdownFormatterParser
-
-        # Falls back to the layout parser window by window when the LLM's output is unusable.
-        return MarkdownFormatterParser(llm=llm, show_progress=config.show_progress, **layout_kwargs)
-    window = embedding_tokenizer(embed_model) if config.max_segment_tokens is not None else None
-    if window is not None:
-        tokenizer, size = window
-        size = size if config.max_segment_tokens == "auto" else min(size, int(config.max_segment_tokens))
-        layout_kwargs.update(tokenizer=tokenizer, max_segment_tokens=size)
-    return LayoutMarkdownParser(show_progress=config.show_progress, **layout_kwargs)
-
-
-def _keyword_extractor(config: HiQAPackConfig) -> Any:
-    """The same critical-keyword settings at ingestion and at query time (|C| must match)."""
-    from llama_index_hiqa.transforms.critical_keywords import CriticalKeywordExtractor
-
-    # NER over every node's text cost more than embedding it (about a CPU-minute per 1,000
-    # filing-sized chunks) and was not what the product-path figures measured at collection
-    # scale; the pack's default runs NER over document titles and questions only, whatever the
-    # batch size. keywords={"ner_max_nodes": None} turns it back on for node text.
-    defaults = {"show_progress": config.show_progress, "ner_max_nodes": 0}
-    return CriticalKeywordExtractor(**{**defaults, **config.keywords})
 
 
 # Settings is re-exported so notebooks can configure the pack without a second import line.

@@ -469,3 +469,23 @@ def test_auto_threshold_is_resolved_on_build_and_kept_by_persist(tmp_path):
     assert graph.edge_counts()["keyword"] == 5  # consecutive chunks share k{i+1} and "shared"
     graph.persist(tmp_path / "g")
     assert ChunkInteractionGraph.load(tmp_path / "g").resolved_keyword_threshold == 2
+
+
+def test_chain_augmented_retriever_keeps_first_ranking_then_appends_new_chain_nodes():
+    import asyncio
+
+    from llama_index.core.base.base_retriever import BaseRetriever
+    from llama_index.core.schema import NodeWithScore, TextNode
+
+    from llama_index_hiqa import ChainAugmentedRetriever
+
+    def fixed(ids):
+        class Fixed(BaseRetriever):
+            def _retrieve(self, query_bundle):
+                return [NodeWithScore(node=TextNode(text=i, id_=i), score=1.0) for i in ids]
+
+        return Fixed()
+
+    retriever = ChainAugmentedRetriever(fixed(["a", "b", "c"]), fixed(["c", "d", "a", "e"]))
+    assert [n.node.node_id for n in retriever.retrieve("q")] == ["a", "b", "c", "d", "e"]
+    assert [n.node.node_id for n in asyncio.run(retriever.aretrieve("q"))] == ["a", "b", "c", "d", "e"]

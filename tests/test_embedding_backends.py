@@ -290,9 +290,9 @@ def test_cli_ingest_embed_backend_reaches_the_store(hash_backends, tmp_path, mon
     from llama_index_hiqa import pack as pack_module
     from llama_index_hiqa.demo import DEMO_DATA_DIR
 
-    real = pack_module._keyword_extractor
+    real = pack_module.keyword_extractor
     monkeypatch.setattr(
-        pack_module, "_keyword_extractor", lambda c: real(c.model_copy(update={"keywords": {"use_ner": False}}))
+        pack_module, "keyword_extractor", lambda c: real(c.model_copy(update={"keywords": {"use_ner": False}}))
     )
     store = tmp_path / "s"
     args = ["ingest", str(DEMO_DATA_DIR), "--store", str(store), "--quiet", "--embed-backend", "onnx-int8"]

@@ -216,7 +216,7 @@ def test_keyword_prompts_over_http_fall_back_to_the_rules(serve):
 def small_pack(monkeypatch, demo_docs):
     from llama_index_hiqa.transforms.critical_keywords import CriticalKeywordExtractor
 
-    monkeypatch.setattr(pack_module, "_keyword_extractor", lambda config: CriticalKeywordExtractor(use_ner=False))
+    monkeypatch.setattr(pack_module, "keyword_extractor", lambda config: CriticalKeywordExtractor(use_ner=False))
     docs = [demo_docs[k] for k in ("NX-2042", "NX-2043")]
     return pack_module.HiQAPack.from_documents(docs, embed_model=HashEmbedding(), similarity_top_k=3)
 
@@ -251,8 +251,8 @@ def store(tmp_path_factory):
 
     path = tmp_path_factory.mktemp("http") / "store"
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(pack_module, "_default_embed_model", lambda m=None, backend=None: m or HashEmbedding())
-        mp.setattr(pack_module, "_keyword_extractor", lambda config: CriticalKeywordExtractor(use_ner=False))
+        mp.setattr(pack_module, "default_embed_model", lambda m=None, backend=None: m or HashEmbedding())
+        mp.setattr(pack_module, "keyword_extractor", lambda config: CriticalKeywordExtractor(use_ner=False))
         assert cli.main(["ingest", str(DEMO_DATA_DIR), "--store", str(path), "--quiet"]) == 0
     return path
 
@@ -261,8 +261,8 @@ def store(tmp_path_factory):
 def cheap_models(monkeypatch):
     from llama_index_hiqa.transforms.critical_keywords import CriticalKeywordExtractor
 
-    monkeypatch.setattr(pack_module, "_default_embed_model", lambda m=None, backend=None: m or HashEmbedding())
-    monkeypatch.setattr(pack_module, "_keyword_extractor", lambda config: CriticalKeywordExtractor(use_ner=False))
+    monkeypatch.setattr(pack_module, "default_embed_model", lambda m=None, backend=None: m or HashEmbedding())
+    monkeypatch.setattr(pack_module, "keyword_extractor", lambda config: CriticalKeywordExtractor(use_ner=False))
     monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
 

@@ -229,7 +229,7 @@ def test_documented_presets_are_accepted():
 
 
 def test_the_pack_runs_ner_over_titles_and_questions_not_node_text_whatever_the_batch():
-    from llama_index_hiqa.pack import _keyword_extractor
+    from llama_index_hiqa.pack_config import keyword_extractor as _keyword_extractor
 
     assert _keyword_extractor(HiQAPackConfig())._ner_on_text(1) is False
     assert _keyword_extractor(HiQAPackConfig(keywords={"ner_max_nodes": None}))._ner_on_text(10**6) is True

@@ -222,7 +222,7 @@ def test_each_kind_of_damage_is_a_pack_store_error_naming_the_file(store, damage
     with pytest.raises(PackStoreError) as info:
         HiQAPack.load(store, embed_model=HashEmbedding())
     assert names in str(info.value)
-    monkeypatch.setattr(pack_module, "_default_embed_model", lambda m=None, backend=None: m or HashEmbedding())
+    monkeypatch.setattr(pack_module, "default_embed_model", lambda m=None, backend=None: m or HashEmbedding())
     assert cli.main(["ask", QUESTION, "--store", str(store)]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and names in err and "Traceback" not in err

@@ -1,0 +1,171 @@
+"""HiQAPackConfig: the settings of the pack's default pipeline, and the components they build.
+
+One place turns a configuration into the parser, keyword extractor, route settings and
+embedding model, so ingestion, loading and querying build them the same way (the keyword
+extractor in particular must be the same at ingestion and query time: the keyword route's
+score |C| compares the two).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Dict, Literal, Optional, Union
+
+from llama_index.core.base.embeddings.base import BaseEmbedding
+from llama_index.core.bridge.pydantic import BaseModel, ConfigDict, Field, field_validator
+from llama_index.core.llms import LLM
+
+from llama_index_hiqa.defaults import DEFAULT_EMBED_BACKEND, resolve_embed_model, user_embed_model
+from llama_index_hiqa.embedding_backends import EmbedBackend
+
+
+class HiQAPackConfig(BaseModel):
+    """Settings of the default pipeline; saved with the pack and restored by ``load``."""
+
+    # A misspelt setting is an error, not a silently ignored keyword.
+    model_config = ConfigDict(extra="forbid")
+
+    similarity_top_k: int = Field(default=5, ge=1, description="Evidence nodes per question.")
+    use_llm_formatter: bool = Field(
+        default=True,
+        description="With an LLM set, parse with HiQA's MarkdownFormatterParser (Algorithm 1); "
+        "without one (or when False) the LayoutMarkdownParser reads the layout.",
+    )
+    use_cascade: bool = Field(
+        default=True, description="HiQA HCA: heading cascade in every node's embedding view."
+    )
+    keywords: Dict[str, Any] = Field(
+        default_factory=dict,
+        description="CriticalKeywordExtractor settings for ingestion and queries, e.g. "
+        "{'expert_keywords': [...]} or {'use_ner': False} (rules only, no spaCy).",
+    )
+    fusion_mode: Literal["hiqa", "rrf", "relative_score", "dist_based_score"] = Field(
+        default="hiqa", description="MultiRouteRetriever fusion: hiqa, rrf, relative_score, dist_based_score."
+    )
+    multi_route: Dict[str, Any] = Field(
+        default_factory=dict,
+        description="Further MultiRouteConfig settings (alpha, beta, candidates_per_route, ...).",
+    )
+    use_chunk_graph: bool = Field(
+        default=False,
+        description="Append IIER evidence chains (ChunkGraphRetriever) for multi-hop questions.",
+    )
+    chunk_graph: Dict[str, Any] = Field(
+        default_factory=lambda: {"max_nodes": 5},
+        description="ChainSearchSettings of the ChunkGraphRetriever (max_hops, max_nodes, ...).",
+    )
+    use_segment_integration: bool = Field(
+        default=False,
+        description="Merge retrieved chunks into contiguous segments (TextRAG RSE) before answering.",
+    )
+    segment_preset: Optional[Literal["balanced", "precision", "find_all"]] = Field(
+        default=None,
+        description="SegmentIntegrationPostprocessor preset (dsRAG's): balanced (the default when "
+        "None), precision (shorter segments) or find_all (longer ones).",
+    )
+    max_segment_chars: Optional[int] = Field(
+        default=None, description="Parser: split sections longer than this (None: the parser's default)."
+    )
+    max_segment_tokens: Union[int, Literal["auto"], None] = Field(
+        default="auto",
+        description="Parser: bound every node's cascade header + text by this many tokens of the "
+        "embedding model's tokenizer ('auto': the model's own window, e.g. 256 for MiniLM; None: "
+        "character limits only). Longer segments are split, small ones of a section merged.",
+    )
+    show_progress: bool = Field(default=False, description="Progress bars during ingestion.")
+    ingest_batch_size: int = Field(
+        default=8, ge=1,
+        description="Documents parsed, augmented and embedded together; peak memory grows with it.",
+    )
+    embed_backend: EmbedBackend = Field(
+        default=DEFAULT_EMBED_BACKEND,
+        description="How the packaged MiniLM runs when no embed_model / Settings.embed_model is "
+        "given: torch, onnx (same vectors, faster) or onnx-int8 (fastest, vectors drift slightly).",
+    )
+
+    # The nested settings stay plain dicts (saved as JSON with the store) but are checked
+    # against the models that will receive them, here, not at the first question.
+    @field_validator("keywords")
+    @classmethod
+    def _check_keywords(cls, value: Dict[str, Any]) -> Dict[str, Any]:
+        from llama_index_hiqa.transforms.critical_keywords import CriticalKeywordExtractor
+
+        _known_keys("keywords", value, CriticalKeywordExtractor.model_fields)
+        return value
+
+    @field_validator("multi_route")
+    @classmethod
+    def _check_multi_route(cls, value: Dict[str, Any]) -> Dict[str, Any]:
+        from llama_index_hiqa.retrievers.multi_route import MultiRouteConfig
+
+        MultiRouteConfig(**value)  # extra="forbid": an unknown key names itself
+        return value
+
+    @field_validator("chunk_graph")
+    @classmethod
+    def _check_chunk_graph(cls, value: Dict[str, Any]) -> Dict[str, Any]:
+        from llama_index_hiqa.retrievers.chunk_graph import ChainSearchSettings, ChunkInteractionGraph
+
+        _known_keys("chunk_graph", value, {**ChunkInteractionGraph.model_fields, **ChainSearchSettings.model_fields})
+        ChainSearchSettings(**{k: v for k, v in value.items() if k in ChainSearchSettings.model_fields})
+        for key in ("max_hops", "max_nodes", "max_seeds"):
+            if key in value and (not isinstance(value[key], int) or value[key] < 1):
+                raise ValueError(f"chunk_graph[{key!r}] must be a whole number of at least 1, not {value[key]!r}")
+        return value
+
+
+def _known_keys(setting: str, value: Dict[str, Any], known: Any) -> None:
+    unknown = sorted(set(value) - set(known))
+    if unknown:
+        raise ValueError(f"{setting}: unknown setting(s) {unknown}; known: {sorted(known)}")
+
+
+def route_settings(config: HiQAPackConfig) -> Dict[str, Any]:
+    """The MultiRouteRetriever settings of a pack configuration (one place)."""
+    return {"similarity_top_k": config.similarity_top_k, "mode": config.fusion_mode, **config.multi_route}
+
+
+def default_embed_model(embed_model: Optional[BaseEmbedding], backend: Optional[str] = None) -> BaseEmbedding:
+    """The given model, else Settings.embed_model, else the packaged MiniLM on ``backend``
+    behind the shared on-disk vector cache (re-ingesting the same text costs nothing)."""
+    if embed_model is not None:
+        return embed_model
+    if user_embed_model() is not None:
+        return resolve_embed_model()
+    from llama_index_hiqa.embedding_cache import CachedEmbedding
+
+    return CachedEmbedding.from_defaults(backend=backend)
+
+
+def model_identity(embed_model: BaseEmbedding) -> str:
+    inner = getattr(embed_model, "model_id", None)
+    return inner or f"{embed_model.class_name()}:{getattr(embed_model, 'model_name', '?')}"
+
+
+def build_parser(config: HiQAPackConfig, llm: Optional[LLM], embed_model: Optional[BaseEmbedding] = None) -> Any:
+    from llama_index_hiqa.defaults import embedding_tokenizer
+    from llama_index_hiqa.parsers.layout_markdown import LayoutMarkdownParser
+
+    layout_kwargs: Dict[str, Any] = {} if config.max_segment_chars is None else {"max_segment_chars": config.max_segment_chars}
+    if llm is not None and config.use_llm_formatter:
+        from llama_index_hiqa.parsers.markdown_formatter import MarkdownFormatterParser
+
+        # Falls back to the layout parser window by window when the LLM's output is unusable.
+        return MarkdownFormatterParser(llm=llm, show_progress=config.show_progress, **layout_kwargs)
+    window = embedding_tokenizer(embed_model) if config.max_segment_tokens is not None else None
+    if window is not None:
+        tokenizer, size = window
+        size = size if config.max_segment_tokens == "auto" else min(size, int(config.max_segment_tokens))
+        layout_kwargs.update(tokenizer=tokenizer, max_segment_tokens=size)
+    return LayoutMarkdownParser(show_progress=config.show_progress, **layout_kwargs)
+
+
+def keyword_extractor(config: HiQAPackConfig) -> Any:
+    """The same critical-keyword settings at ingestion and at query time (|C| must match)."""
+    from llama_index_hiqa.transforms.critical_keywords import CriticalKeywordExtractor
+
+    # NER over every node's text cost more than embedding it (about a CPU-minute per 1,000
+    # filing-sized chunks) and was not what the product-path figures measured at collection
+    # scale; the pack's default runs NER over document titles and questions only, whatever the
+    # batch size. keywords={"ner_max_nodes": None} turns it back on for node text.
+    defaults = {"show_progress": config.show_progress, "ner_max_nodes": 0}
+    return CriticalKeywordExtractor(**{**defaults, **config.keywords})
