@@ -112,7 +112,9 @@ def parse_heading_number(text: str) -> HeadingNumber:
     them); ``"A.1 Scope"`` -> ``("A.1", "Scope", 2)``; ``"Appendix B Tables"`` ->
     ``("Appendix B", "Tables", None)``; ``"Revision History"`` -> ``("", ..., None)``.
     """
-    text = clean_inline(text)
+    # Punctuation around the whole heading is not part of it (".0 A" reads as "0 A"): strip
+    # it first, so that reading a heading's own label again gives the same heading.
+    text = _clean_title(clean_inline(text))
     for regex, family in ((_PART_RE, "part"), (_ITEM_RE, "item"), (_CHAPTER_RE, "chapter")):
         match = regex.match(text)
         if match and (family != "part" or match.group(2)):
@@ -123,11 +125,15 @@ def parse_heading_number(text: str) -> HeadingNumber:
             return HeadingNumber(number, _clean_title(title), None, family)
     match = _DECIMAL_RE.match(text)
     if match:
-        number, title = match.group(1), match.group(3)
-        # A lone capital letter is only a number when dotted ("A.1") or followed by a dot.
-        if re.fullmatch(r"[A-Z]", number) and not match.group(2):
-            return HeadingNumber("", _clean_title(text), None, "none")
-        return HeadingNumber(number, _clean_title(title), number.count(".") + 1, "decimal")
+        number, title = match.group(1), _clean_title(match.group(3))
+        level = number.count(".") + 1
+        # A lone capital letter is only a number when dotted ("A.1") or followed by a dot, which
+        # it keeps ("A. Scope" -> "A."; "A Scope" is a title); a title must start with a word
+        # ("2 .5" is not section 2 titled "5").
+        if re.fullmatch(r"[A-Z]", number):
+            number = number + match.group(2) if match.group(2) else ""
+        if number and title and not title[0].isdigit():
+            return HeadingNumber(number, title, level, "decimal")
     return HeadingNumber("", _clean_title(text), None, "none")
 
 

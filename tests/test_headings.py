@@ -135,7 +135,7 @@ def test_family_numbers_are_written_one_way(family, title):
     assert parsed.title == title.strip(".:;–—- ")
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=1000, deadline=None)
 @given(text=st.text(alphabet=string.ascii_letters + string.digits + " .:*_#-", max_size=40), level=st.integers(1, 6))
 def test_normalisation_is_idempotent(text, level):
     """Reading a heading's own label again gives the same heading: the cascade, the gold

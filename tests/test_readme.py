@@ -54,7 +54,7 @@ def test_readme_snippets_run(tmp_path, monkeypatch):
     )
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(Settings, "_embed_model", HashingEmbedding())
-    monkeypatch.setattr(pack_module, "_default_embed_model", lambda m=None, backend=None: m or HashingEmbedding())
+    monkeypatch.setattr(pack_module, "default_embed_model", lambda m=None, backend=None: m or HashingEmbedding())
     # Where LlamaIndex would resolve its default LLM (OpenAI, a paid API), a reader has their
     # own; here LlamaIndex's offline MockLLM stands in.
     monkeypatch.setattr(llama_settings, "resolve_llm", lambda llm=None, **kw: MockLLM() if llm == "default" else real_resolve(llm))
