@@ -62,6 +62,7 @@ from llama_index_hiqa.answers import (  # noqa: F401
 from llama_index_hiqa.defaults import resolve_llm
 from llama_index_hiqa.pack_config import (  # noqa: F401  (HiQAPackConfig re-exported: it was defined here)
     HiQAPackConfig,
+    chunk_graph_settings,
     build_parser,
     default_embed_model,
     keyword_extractor,
@@ -213,10 +214,11 @@ class HiQAPack:
     def _build_graph(self) -> Any:
         from llama_index_hiqa.retrievers.chunk_graph import ChunkGraphRetriever
 
+        settings = chunk_graph_settings(self.config)
         return ChunkGraphRetriever.from_index(
             self.index, embed_model=self.embed_model, llm=self.llm,
-            keyword_fn=keyword_extractor(self.config).extract_query,
-            show_progress=self.config.show_progress, **self.config.chunk_graph,
+            keyword_fn=keyword_extractor(self.config).extract_query, graph_settings=settings["graph"],
+            show_progress=self.config.show_progress, **settings["search"],
         )
 
     def _invalidate(self) -> None:
@@ -277,7 +279,7 @@ class HiQAPack:
         if kwargs:
             retriever = self.multi_route.with_settings(**kwargs)  # type: ignore[attr-defined]
         if self.graph is not None:
-            retriever = ChainAugmentedRetriever(retriever, self.graph)
+            retriever = ChainAugmentedRetriever(retriever, self.graph, **chunk_graph_settings(self.config)["budget"])
         if not kwargs:
             self._retriever = retriever
         return retriever
@@ -598,7 +600,7 @@ def _load_graph(
     )
     return ChunkGraphRetriever(
         graph, docstore=index.docstore, embed_model=embed_model, llm=llm,
-        keyword_fn=keyword_extractor(config).extract_query, **config.chunk_graph,
+        keyword_fn=keyword_extractor(config).extract_query, **chunk_graph_settings(config)["search"],
     )
 
 
