@@ -101,3 +101,29 @@ def test_pack_config_sends_each_chunk_graph_key_to_its_receiver():
     assert chunk_graph_settings(config) == {
         "graph": {"keyword_threshold": 2}, "search": {"max_nodes": 7}, "budget": {"head_share": 0.2},
     }
+
+
+def test_pack_sends_graph_search_and_budget_settings_where_they_act():
+    from llama_index_hiqa.demo import load_demo_documents
+    from llama_index_hiqa.pack import HiQAPack
+    from tests.pack_helpers import HashEmbedding
+
+    pack = HiQAPack.from_documents(
+        load_demo_documents()[:3], embed_model=HashEmbedding(), use_chunk_graph=True,
+        keywords={"use_ner": False}, chunk_graph={"keyword_threshold": 7, "max_nodes": 3, "head_share": 0.2},
+    )
+    retriever = pack.as_retriever()
+    assert pack.graph.graph.keyword_threshold == 7 and pack.graph.graph.resolved_keyword_threshold == 7
+    assert pack.graph.settings.max_nodes == 3
+    assert isinstance(retriever, ChainAugmentedRetriever) and retriever.budget.head_share == 0.2
+    first = pack.multi_route.retrieve("What is the maximum output current of the NX-2040?")
+    got = retriever.retrieve("What is the maximum output current of the NX-2040?")
+    assert ids(got)[0] == ids(first)[0]  # a head share above 0 keeps the first ranking's best node first
+
+
+def test_node_text_ner_is_on_with_the_chunk_graph_unless_the_user_sets_it():
+    from llama_index_hiqa.pack_config import keyword_extractor
+
+    assert keyword_extractor(HiQAPackConfig()).ner_max_nodes == 0
+    assert keyword_extractor(HiQAPackConfig(use_chunk_graph=True)).ner_max_nodes is None
+    assert keyword_extractor(HiQAPackConfig(use_chunk_graph=True, keywords={"ner_max_nodes": 0})).ner_max_nodes == 0

@@ -23,9 +23,11 @@ from llama_index.core.bridge.pydantic import BaseModel, ConfigDict, Field
 from llama_index.core.schema import NodeWithScore, QueryBundle
 
 # Chosen on the even-numbered MuSiQue and HotpotQA questions of the multi-hop product-path
-# benchmark (benchmarks/bench_multihop_product.py), checked on the odd-numbered ones and on
-# the single-hop demo questions.
-DEFAULT_HEAD_SHARE = 0.4
+# benchmark (benchmarks/bench_multihop_product.py): the share whose all-gold@5 stays closest
+# to (or furthest above) "MuSiQue 15 points over vector top-5, HotpotQA not below it" on the
+# worse of the two; checked on the odd-numbered ones. At k = 5 it keeps the first retriever's
+# best node first (rank-1 answers do not change) and gives the chains the other 4 places.
+DEFAULT_HEAD_SHARE = 0.2
 
 
 class ChainBudget(BaseModel):
@@ -38,7 +40,7 @@ class ChainBudget(BaseModel):
         ge=0.0,
         le=1.0,
         description="Share of the top-k budget kept for the first retriever's best nodes "
-        "(rounded up: 0.4 of 5 keeps 2); chain nodes fill the rest of the k. 1.0: the first "
+        "(rounded up: 0.2 of 5 keeps 1, 0.4 keeps 2); chain nodes fill the rest of the k. 1.0: the first "
         "ranking's k nodes, then the chain nodes (appended only); 0.0: chain nodes first.",
     )
     top_k: Optional[int] = Field(
@@ -83,7 +85,7 @@ class ChainAugmentedRetriever(BaseRetriever):
 
     Both run on every question (concurrently in ``aretrieve``); see :func:`share_budget`::
 
-        retriever = ChainAugmentedRetriever(multi_route_retriever, chunk_graph_retriever, head_share=0.4)
+        retriever = ChainAugmentedRetriever(multi_route_retriever, chunk_graph_retriever, head_share=0.2)
 
     Settings are :class:`ChainBudget` fields, validated here (a bad value is a pydantic
     ``ValidationError`` naming the setting).
