@@ -268,7 +268,8 @@ class HiQAPack:
         return modules
 
     def as_retriever(self, **kwargs: Any) -> BaseRetriever:
-        """The multi-route retriever (followed by the chunk-graph chains when enabled).
+        """The multi-route retriever (sharing its top k with the chunk-graph chains when enabled:
+        :class:`ChainAugmentedRetriever`, ``chunk_graph={"head_share": ...}``).
 
         ``kwargs`` are MultiRouteConfig settings for this retriever only (e.g.
         ``similarity_top_k=10``, ``mode="rrf"``); it shares the pack's BM25 and keyword indexes.

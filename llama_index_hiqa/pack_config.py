@@ -47,7 +47,8 @@ class HiQAPackConfig(BaseModel):
     )
     use_chunk_graph: bool = Field(
         default=False,
-        description="Append IIER evidence chains (ChunkGraphRetriever) for multi-hop questions.",
+        description="IIER evidence chains (ChunkGraphRetriever) share the top k with the multi-route "
+        "ranking, for multi-hop questions; NER then also reads node text at ingestion.",
     )
     chunk_graph: Dict[str, Any] = Field(
         default_factory=lambda: {"max_nodes": 5},
