@@ -8,7 +8,8 @@ from llama_index.core.bridge.pydantic import ValidationError
 from llama_index.core.schema import NodeWithScore, TextNode
 
 from llama_index_hiqa import ChainAugmentedRetriever, HiQAPackConfig
-from llama_index_hiqa.retrievers.chain_augmented import ChainBudget, share_budget
+from llama_index_hiqa import ChainBudget
+from llama_index_hiqa.retrievers.chain_augmented import share_budget
 
 
 class Fixed(BaseRetriever):
