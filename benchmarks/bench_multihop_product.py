@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import resource
 import sys
 import time
 from pathlib import Path
@@ -116,10 +117,10 @@ def run_dataset(name: str) -> Dict:
         started = time.perf_counter()
         pack = HiQAPack.from_documents(corpus.documents, **settings)
         retriever = pack.as_retriever()  # builds the routes (and the graph)
-        timings[f"build s, {label}"] = time.perf_counter() - started
+        built = time.perf_counter() - started
         started = time.perf_counter()
         ranks[label] = [passage_ids(retriever.retrieve(t)) for t in texts]
-        timings[f"ms/question, {label}"] = (time.perf_counter() - started) * 1000 / len(texts)
+        timings[label] = {"build_s": built, "ms_per_question": (time.perf_counter() - started) * 1000 / len(texts)}
         return pack
 
     plain = build(PLAIN)
@@ -135,11 +136,11 @@ def run_dataset(name: str) -> Dict:
     # function the retriever calls (the default share's row must equal the product row).
     graph = pack.graph
     firsts = [pack.multi_route.retrieve(t) for t in texts]
+    budget_k = graph.settings.max_nodes  # the pack's chain budget
     chains = {}
-    for k in KS:
+    for k in sorted({*KS, budget_k}):
         graph.settings.max_nodes = k
         chains[k] = [graph.retrieve(t) for t in texts]
-    budget_k = pack.config.chunk_graph.get("max_nodes", 10)
     graph.settings.max_nodes = budget_k
     results = {row: {k: scores(r, golds, k) for k in KS} for row, r in ranks.items()}
     results[GRAPH_ALONE] = {k: scores([passage_ids(c) for c in chains[k]], golds, k) for k in KS}
@@ -171,6 +172,7 @@ def run_dataset(name: str) -> Dict:
         "rules_graph_edges": rules_pack.graph.graph.edge_counts(),
         "default_head_share": ChainBudget().head_share,
         "timings": timings,
+        "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
     }
 
 
@@ -243,7 +245,12 @@ def report(runs: List[Dict], demo: Dict) -> None:
             ["head_share", "all-gold@5 even", "@10 even", "all-gold@5 odd", "@10 odd", "all-gold@5 all", "@10 all"],
             share_rows,
         )
-        timings = "; ".join(f"{k} {v:.1f}" for k, v in run["timings"].items())
+        base = run["timings"][PLAIN]
+        timings = markdown_table(
+            ["pack", "build s", "× no graph", "ms/question", "× no graph"],
+            [[row, f"{t['build_s']:.1f}", f"{t['build_s'] / base['build_s']:.2f}", f"{t['ms_per_question']:.0f}",
+              f"{t['ms_per_question'] / base['ms_per_question']:.2f}"] for row, t in run["timings"].items()],
+        )
         parts.append(
             f"### {run['name']}: {run['n_questions']} questions, {run['n_passages']:,} passages "
             f"({run['n_nodes']:,} pack nodes)\n\n{table}\n\n"
@@ -253,7 +260,9 @@ def report(runs: List[Dict], demo: Dict) -> None:
             f"node keywords T = {run['rules_graph_T']}, edges {run['rules_graph_edges']}.\n\n"
             f"Budget share (`chunk_graph={{'head_share': s}}`, default {run['default_head_share']}; k = 5 so "
             f"s keeps ceil(5 s) multi-route nodes first) on the even, odd and all questions, from the "
-            f"same retrieved lists:\n\n{shares}\n\nTimings (2 shared cores, cached vectors): {timings}."
+            f"same retrieved lists:\n\n{shares}\n\nCost (2 shared cores; vectors from the shared cache, so "
+            f"build = parse + keywords + indexes + graph; process peak RSS after this dataset "
+            f"{run['peak_rss_mb']:,.0f} MB):\n\n{timings}"
         )
     if demo:
         rows = [[row, *v.values()] for row, v in demo.items() if row != "n_questions"]
