@@ -57,6 +57,7 @@ _EXPORTS: Dict[str, str] = {
     "DefaultChainScorer": "llama_index_hiqa.retrievers.chain_scorers",
     "TrainedChainScorer": "llama_index_hiqa.retrievers.chain_scorers",
     "ChainAugmentedRetriever": "llama_index_hiqa.retrievers.chain_augmented",
+    "ChainBudget": "llama_index_hiqa.retrievers.chain_augmented",
     "GraphBuildError": "llama_index_hiqa.errors",
     #
     # -- TextRAG segment integration
