@@ -59,6 +59,7 @@ _EXPORTS: Dict[str, str] = {
     "chain_training_examples": "llama_index_hiqa.retrievers.chain_training",
     "fit_chain_scorer": "llama_index_hiqa.retrievers.chain_training",
     "ChainAugmentedRetriever": "llama_index_hiqa.retrievers.chain_augmented",
+    "ChainBudget": "llama_index_hiqa.retrievers.chain_augmented",
     "GraphBuildError": "llama_index_hiqa.errors",
     #
     # -- TextRAG segment integration

@@ -62,6 +62,7 @@ from llama_index_hiqa.answers import (  # noqa: F401
 from llama_index_hiqa.defaults import resolve_llm
 from llama_index_hiqa.pack_config import (  # noqa: F401  (HiQAPackConfig re-exported: it was defined here)
     HiQAPackConfig,
+    chunk_graph_settings,
     build_parser,
     default_embed_model,
     keyword_extractor,
@@ -214,10 +215,11 @@ class HiQAPack:
     def _build_graph(self) -> Any:
         from llama_index_hiqa.retrievers.chunk_graph import ChunkGraphRetriever
 
+        settings = chunk_graph_settings(self.config)
         return ChunkGraphRetriever.from_index(
             self.index, embed_model=self.embed_model, llm=self.llm,
-            keyword_fn=keyword_extractor(self.config).extract_query,
-            show_progress=self.config.show_progress, **self.config.chunk_graph,
+            keyword_fn=keyword_extractor(self.config).extract_query, graph_settings=settings["graph"],
+            show_progress=self.config.show_progress, **settings["search"],
         )
 
     def _invalidate(self) -> None:
@@ -267,7 +269,8 @@ class HiQAPack:
         return modules
 
     def as_retriever(self, **kwargs: Any) -> BaseRetriever:
-        """The multi-route retriever (followed by the chunk-graph chains when enabled).
+        """The multi-route retriever (sharing its top k with the chunk-graph chains when enabled:
+        :class:`ChainAugmentedRetriever`, ``chunk_graph={"head_share": ...}``).
 
         ``kwargs`` are MultiRouteConfig settings for this retriever only (e.g.
         ``similarity_top_k=10``, ``mode="rrf"``); it shares the pack's BM25 and keyword indexes.
@@ -278,7 +281,7 @@ class HiQAPack:
         if kwargs:
             retriever = self.multi_route.with_settings(**kwargs)  # type: ignore[attr-defined]
         if self.graph is not None:
-            retriever = ChainAugmentedRetriever(retriever, self.graph)
+            retriever = ChainAugmentedRetriever(retriever, self.graph, **chunk_graph_settings(self.config)["budget"])
         if not kwargs:
             self._retriever = retriever
         return retriever
@@ -622,7 +625,7 @@ def _load_graph(
     )
     return ChunkGraphRetriever(
         graph, docstore=index.docstore, embed_model=embed_model, llm=llm,
-        keyword_fn=keyword_extractor(config).extract_query, **config.chunk_graph,
+        keyword_fn=keyword_extractor(config).extract_query, **chunk_graph_settings(config)["search"],
     )
 
 
