@@ -5,7 +5,7 @@ retriever returns hold *all* the evidence of a multi-hop question more often tha
 LlamaIndex user has today, with no setting chosen by hand?
 
 * Data: MuSiQue and HotpotQA from ``../shared/data/multihop_wiki`` (100 questions each), loaded
-  by ``evaluation.runner.multihop_corpus``: one LlamaIndex ``Document`` per passage, its
+  by ``benchmarks/shared_data.multihop_corpus``: one LlamaIndex ``Document`` per passage, its
   ``document_title`` the Wikipedia title (what the pack's reader gives a Markdown file as its
   first heading) and its ``document_id`` the passage id (the gold). Nothing else is given.
 * Product rows: ``HiQAPack.from_documents(documents, use_chunk_graph=True)`` with every
@@ -44,7 +44,7 @@ import numpy as np  # noqa: E402
 from llama_index.core.schema import NodeWithScore  # noqa: E402
 
 from llama_index_hiqa import schema  # noqa: E402
-from llama_index_hiqa.evaluation.runner import multihop_corpus  # noqa: E402
+from shared_data import multihop_corpus  # noqa: E402
 from llama_index_hiqa.retrievers.chain_augmented import ChainAugmentedRetriever, ChainBudget, share_budget  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
