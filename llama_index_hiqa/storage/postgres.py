@@ -1,0 +1,624 @@
+"""PostgreSQL as the pack's store: every route in one database, every write one transaction.
+
+One database (or one schema of it, chosen with ``?options=-csearch_path%3Dmy_schema``) holds
+one pack:
+
+==========================  ==============================================================
+``data_hiqa_vectors``       LlamaIndex ``PGVectorStore`` (pgvector, HNSW, cosine)
+``data_hiqa_docstore``      LlamaIndex ``PostgresDocumentStore`` (nodes, per-document
+                            records, document hashes)
+``data_hiqa_index_store``   LlamaIndex ``PostgresIndexStore`` (the index struct)
+``hiqa_pack``               settings, embedding model and dimension, collection statistics
+                            (node count, total BM25 length)
+``hiqa_documents``          one row per document: id, title, hash, file size and mtime,
+                            pages, node count
+``hiqa_nodes``              one row per node: critical keywords (``text[]``, GIN),
+                            its document title's keywords, BM25 terms (``text[]``, GIN) with
+                            their frequencies and the node's BM25 length
+==========================  ==============================================================
+
+**Transactions.** LlamaIndex's stores open a session of their own per call, so they cannot
+share a transaction with ours. We therefore write their rows ourselves, in their own tables
+and their own row format (``PGVectorStore``'s table and ``node_to_metadata_dict``, the
+docstore's key/namespace/value pairs from ``KVDocumentStore._get_kv_pairs_for_insert``), in
+the same transaction as the pack's tables; reads go through LlamaIndex's classes as usual.
+An ingested batch, ``add_documents`` or ``delete_document`` is one transaction (writers are
+serialised by an advisory lock): a process killed at any instant leaves the previous state,
+and other processes see the change when it commits.
+
+**BM25** is Okapi BM25 over stored term statistics, computed by one SQL query with bm25s's
+defaults (Lucene IDF, k1 = 1.5, b = 0.75) over the same tokens (``BM25Retriever``'s
+tokenizer, stop words and Snowball stemmer), so it ranks as the in-memory route does.
+
+Connection handling: one SQLAlchemy pool per process for writes and synchronous queries
+(psycopg2, the driver LlamaIndex's Postgres stores are written for) and one for asynchronous retrieval (asyncpg), connect and statement timeouts, and
+every failure a user can cause (a malformed URL, an unreachable server, wrong credentials, a
+missing database or pgvector extension, a store built with another embedding model) raised
+as :class:`~llama_index_hiqa.errors.PackStoreError` naming the URL with its password masked.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from dataclasses import dataclass, field
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
+
+from llama_index.core.bridge.pydantic import BaseModel, ConfigDict, Field
+from llama_index.core.schema import BaseNode, MetadataMode
+
+from llama_index_hiqa.errors import PackStoreError
+
+logger = logging.getLogger(__name__)
+
+URL_SCHEMES = ("postgresql://", "postgres://", "postgresql+psycopg://", "postgresql+asyncpg://")
+VECTOR_TABLE = "hiqa_vectors"  # PGVectorStore prefixes "data_"
+DOCSTORE_TABLE = "hiqa_docstore"
+INDEX_STORE_TABLE = "hiqa_index_store"
+STORE_FORMAT = 1
+# pg_advisory_xact_lock key serialising the writers of one database ("hiqa" in ASCII).
+WRITE_LOCK = 0x68697161
+BM25_K1, BM25_B = 1.5, 0.75  # bm25s.BM25 defaults (method "lucene")
+
+
+def is_postgres_url(store: Any) -> bool:
+    """Whether ``store`` names a PostgreSQL database rather than a folder."""
+    return isinstance(store, str) and store.lower().startswith(URL_SCHEMES)
+
+
+def mask_url(url: Any) -> str:
+    """The URL with its password replaced by ``***`` (for every message and log line)."""
+    return re.sub(r"(://[^:/@?#]*:)[^@/?#]*@", r"\1***@", str(url))
+
+
+class PostgresStoreSettings(BaseModel):
+    """Connection and index settings of the PostgreSQL store."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    pool_size: int = Field(default=5, ge=1, description="Connections kept open per process and pool.")
+    max_overflow: int = Field(default=10, ge=0, description="Extra connections under load.")
+    connect_timeout_s: float = Field(default=10.0, gt=0, description="Give up connecting after this long.")
+    statement_timeout_s: float = Field(
+        default=60.0, gt=0, description="Cancel a query after this long (ingestion batches get 20x)."
+    )
+    hnsw_m: int = Field(default=16, ge=2, description="pgvector HNSW: links per node.")
+    hnsw_ef_construction: int = Field(default=64, ge=4, description="pgvector HNSW: build-time candidate list.")
+    hnsw_ef_search: int = Field(
+        default=200, ge=1,
+        description="pgvector HNSW: query-time candidate list (at least the route's candidates, "
+        "or HNSW returns fewer).",
+    )
+
+
+@dataclass
+class DocumentRecord:
+    """What ``hiqa_documents`` keeps of one document."""
+
+    ref_doc_id: str
+    document_id: str
+    title: str = ""
+    doc_hash: str = ""
+    file_stat: Optional[List[int]] = None
+    pages: int = 0
+    nodes: List[BaseNode] = field(default_factory=list)
+
+
+_SCHEMA = [
+    """CREATE TABLE IF NOT EXISTS hiqa_pack (
+        id int PRIMARY KEY CHECK (id = 1),
+        format int NOT NULL,
+        config jsonb NOT NULL,
+        embed_model text NOT NULL,
+        embed_dim int NOT NULL,
+        index_id text NOT NULL,
+        node_count bigint NOT NULL DEFAULT 0,
+        total_length bigint NOT NULL DEFAULT 0,
+        created_at timestamptz NOT NULL DEFAULT now())""",
+    """CREATE TABLE IF NOT EXISTS hiqa_documents (
+        ref_doc_id text PRIMARY KEY,
+        document_id text NOT NULL,
+        title text NOT NULL DEFAULT '',
+        doc_hash text NOT NULL,
+        file_size bigint,
+        file_mtime_ns bigint,
+        pages int NOT NULL,
+        node_count int NOT NULL)""",
+    "CREATE INDEX IF NOT EXISTS hiqa_documents_document_id ON hiqa_documents (document_id)",
+    """CREATE TABLE IF NOT EXISTS hiqa_nodes (
+        node_id text PRIMARY KEY,
+        ref_doc_id text NOT NULL REFERENCES hiqa_documents (ref_doc_id) ON DELETE CASCADE,
+        position int,
+        keywords text[] NOT NULL,
+        title_keywords text[] NOT NULL,
+        terms text[] NOT NULL,
+        term_freqs int[] NOT NULL,
+        length int NOT NULL)""",
+    "CREATE INDEX IF NOT EXISTS hiqa_nodes_ref_doc ON hiqa_nodes (ref_doc_id)",
+    "CREATE INDEX IF NOT EXISTS hiqa_nodes_keywords ON hiqa_nodes USING gin (keywords)",
+    "CREATE INDEX IF NOT EXISTS hiqa_nodes_terms ON hiqa_nodes USING gin (terms)",
+]
+
+# |C| per node in one query: the query's keywords the node holds, and those of them that are
+# also keywords of its document title (counted document_keyword_weight times in all).
+KEYWORD_SQL = """
+SELECT node_id,
+       cardinality(ARRAY(SELECT unnest(keywords) INTERSECT SELECT unnest(CAST(:q AS text[])))) AS held,
+       cardinality(ARRAY(SELECT unnest(keywords) INTERSECT SELECT unnest(title_keywords)
+                         INTERSECT SELECT unnest(CAST(:q AS text[])))) AS in_title
+FROM hiqa_nodes WHERE keywords && CAST(:q AS text[])
+"""
+
+# Okapi BM25 as bm25s scores it (Lucene IDF log(1 + (N - df + 0.5) / (df + 0.5)), term
+# component tf / (tf + k1 (1 - b + b dl / avgdl)), a query term counted as often as it occurs).
+BM25_SQL = f"""
+WITH q AS (SELECT t AS term, count(*) AS qtf FROM unnest(CAST(:terms AS text[])) t GROUP BY t),
+stats AS (SELECT node_count::float8 AS n, total_length::float8 / greatest(node_count, 1) AS avgdl
+          FROM hiqa_pack WHERE id = 1),
+df AS (SELECT q.term, q.qtf,
+              (SELECT count(*) FROM hiqa_nodes WHERE terms @> ARRAY[q.term])::float8 AS df FROM q)
+SELECT n.node_id,
+       sum(df.qtf * ln(1 + (stats.n - df.df + 0.5) / (df.df + 0.5))
+           * x.tf / (x.tf + {BM25_K1} * (1 - {BM25_B} + {BM25_B} * n.length / stats.avgdl))) AS score
+FROM hiqa_nodes n CROSS JOIN stats CROSS JOIN df
+     CROSS JOIN LATERAL (SELECT n.term_freqs[array_position(n.terms, df.term)]::float8 AS tf) x
+WHERE n.terms && CAST(:terms AS text[]) AND x.tf IS NOT NULL AND df.df > 0
+GROUP BY n.node_id ORDER BY score DESC, n.node_id LIMIT :n
+"""
+
+SHAPE_SQL = "SELECT count(*), coalesce(avg(pages), 1) FROM hiqa_documents"
+
+
+class BM25Tokenizer:
+    """The tokens ``BM25Retriever`` indexes (``bm25s.tokenize`` with its stop words, token
+    pattern and Snowball stemmer), so stored statistics score as the in-memory route does."""
+
+    TOKEN_PATTERN = r"(?u)\b\w\w+\b"
+
+    def __init__(self, language: str = "en") -> None:
+        import Stemmer
+
+        self.language = language
+        self.stemmer = Stemmer.Stemmer("english")
+
+    def documents(self, texts: Sequence[str]) -> List[List[str]]:
+        import bm25s
+
+        if not texts:
+            return []
+        tokens = bm25s.tokenize(
+            list(texts), stopwords=self.language, stemmer=self.stemmer,
+            token_pattern=self.TOKEN_PATTERN, return_ids=False, show_progress=False,
+        )
+        return [list(t) for t in tokens]
+
+    def query(self, text: str) -> List[str]:
+        import bm25s
+
+        # As _BM25Route._query_tokens: no stop-word list (stop words are not in the index).
+        tokens = bm25s.tokenize(
+            [text], stemmer=self.stemmer, token_pattern=self.TOKEN_PATTERN, return_ids=False, show_progress=False
+        )
+        return list(tokens[0]) if tokens else []
+
+
+def _driver_url(url: str, driver: str) -> str:
+    return re.sub(r"^(postgresql|postgres)(\+\w+)?://", f"postgresql+{driver}://", url, flags=re.I)
+
+
+class PostgresStore:
+    """One pack's database: engines, schema, transactional writes and the routes' queries."""
+
+    def __init__(self, url: str, settings: Optional[PostgresStoreSettings] = None) -> None:
+        if not is_postgres_url(url):
+            raise PackStoreError(mask_url(url), f"is not a PostgreSQL URL (expected {URL_SCHEMES[0]}USER@HOST/DATABASE)")
+        self.url = url
+        self.masked_url = mask_url(url)
+        self.settings = settings or PostgresStoreSettings()
+        self._engine: Any = None
+        self._async_engine: Any = None
+        self._password = self._url_password(url)
+
+    # -- connections ---------------------------------------------------------------------
+    def _url_password(self, url: str) -> Optional[str]:
+        from sqlalchemy.engine import make_url
+        from sqlalchemy.exc import ArgumentError
+
+        try:
+            return make_url(_driver_url(url, "psycopg2")).password
+        except (ArgumentError, ValueError) as exc:
+            raise PackStoreError(self.masked_url, f"is not a valid PostgreSQL URL ({exc})") from None
+
+    def error(self, reason: str) -> PackStoreError:
+        """A PackStoreError about this database; a password never appears in it."""
+        text = " ".join(str(reason).split())
+        if self._password:
+            text = text.replace(str(self._password), "***")
+        return PackStoreError(self.masked_url, text)
+
+    @property
+    def engine(self) -> Any:
+        if self._engine is None:
+            from sqlalchemy import create_engine
+
+            s = self.settings
+            self._engine = create_engine(
+                _driver_url(self.url, "psycopg2"), pool_size=s.pool_size, max_overflow=s.max_overflow,
+                pool_pre_ping=True, pool_timeout=s.connect_timeout_s,
+                connect_args={
+                    "connect_timeout": max(1, int(round(s.connect_timeout_s))),
+                    "options": f"-c statement_timeout={int(s.statement_timeout_s * 1000)}",
+                    "application_name": "llama-index-hiqa",
+                },
+            )
+        return self._engine
+
+    @property
+    def async_engine(self) -> Any:
+        """The asyncpg pool of the running event loop (asyncpg connections belong to one loop,
+        so a process that runs several loops, e.g. ``asyncio.run`` per call, gets one each)."""
+        import asyncio
+
+        from sqlalchemy.ext.asyncio import create_async_engine
+
+        try:
+            loop: Any = asyncio.get_running_loop()
+        except RuntimeError:
+            loop = None
+        if self._async_engine is None or self._async_engine[0] is not loop:
+            s = self.settings
+            engine = create_async_engine(
+                _driver_url(self.url, "asyncpg"), pool_size=s.pool_size, max_overflow=s.max_overflow,
+                pool_pre_ping=True, pool_timeout=s.connect_timeout_s,
+                connect_args={
+                    "timeout": s.connect_timeout_s, "command_timeout": s.statement_timeout_s,
+                    "server_settings": {"application_name": "llama-index-hiqa"},
+                },
+            )
+            self._async_engine = (loop, engine)
+        return self._async_engine[1]
+
+    def describe_failure(self, exc: BaseException) -> PackStoreError:
+        """A driver exception as one line a user can act on."""
+        message = str(getattr(exc, "orig", None) or exc)
+        lower = message.lower()
+        if "password authentication failed" in lower or "no password supplied" in lower:
+            reason = "wrong user name or password (password authentication failed)"
+        elif "does not exist" in lower and "database" in lower:
+            reason = f"no such database ({message.splitlines()[0]})"
+        elif "timeout" in lower or "timed out" in lower:
+            reason = f"the server did not answer within {self.settings.connect_timeout_s:g} s ({message.splitlines()[0]})"
+        elif "connection refused" in lower or "could not translate host name" in lower or "no such file" in lower \
+                or "name or service not known" in lower or "connection failed" in lower:
+            reason = f"cannot reach the server ({message.splitlines()[0]})"
+        else:
+            reason = f"database error: {message.splitlines()[0] if message else type(exc).__name__}"
+        return self.error(reason)
+
+    def connect(self) -> "PostgresStore":
+        """Open the pool and check the server: reachable, credentials, pgvector."""
+        from sqlalchemy import text
+        from sqlalchemy.exc import SQLAlchemyError
+
+        try:
+            with self.engine.connect() as conn:
+                conn.execute(text("SELECT 1"))
+                installed = conn.execute(text("SELECT 1 FROM pg_extension WHERE extname = 'vector'")).first()
+        except SQLAlchemyError as exc:
+            raise self.describe_failure(exc) from None
+        if installed is None:
+            self._create_vector_extension()
+        return self
+
+    def _create_vector_extension(self) -> None:
+        from sqlalchemy import text
+        from sqlalchemy.exc import SQLAlchemyError
+
+        try:
+            with self.engine.begin() as conn:
+                available = conn.execute(text("SELECT 1 FROM pg_available_extensions WHERE name = 'vector'")).first()
+                if available is None:
+                    raise self.error(
+                        "the pgvector extension is not installed on this server (install pgvector, "
+                        "e.g. the postgresql-16-pgvector package, or use a managed Postgres that ships it)"
+                    )
+                conn.execute(text("CREATE EXTENSION IF NOT EXISTS vector"))
+        except SQLAlchemyError as exc:
+            first = str(getattr(exc, "orig", exc)).splitlines()[0]
+            raise self.error(
+                f"the pgvector extension is missing in this database and this user may not create it ({first}); "
+                "ask an administrator to run CREATE EXTENSION vector"
+            ) from None
+
+    def dispose(self) -> None:
+        if self._engine is not None:
+            self._engine.dispose()
+            self._engine = None
+        # The asyncpg pool belongs to its event loop; dropping the reference closes it with it.
+        self._async_engine = None
+
+    # -- LlamaIndex's stores over the same pool ----------------------------------------
+    def _hnsw(self) -> Dict[str, Any]:
+        s = self.settings
+        return {
+            "hnsw_m": s.hnsw_m, "hnsw_ef_construction": s.hnsw_ef_construction,
+            "hnsw_ef_search": s.hnsw_ef_search, "hnsw_dist_method": "vector_cosine_ops",
+        }
+
+    def vector_store(self, embed_dim: int) -> Any:
+        from llama_index.vector_stores.postgres import PGVectorStore
+
+        store = PGVectorStore(
+            connection_string=_driver_url(self.url, "psycopg2"), async_connection_string=_driver_url(self.url, "asyncpg"),
+            table_name=VECTOR_TABLE, embed_dim=embed_dim, hnsw_kwargs=self._hnsw(), use_jsonb=True,
+            engine=self.engine, async_engine=_LazyAsyncEngine(self), initialization_fail_on_error=True,
+        )
+        return store
+
+    def _kvstore(self, table: str) -> Any:
+        from llama_index.storage.kvstore.postgres import PostgresKVStore
+
+        return PostgresKVStore(
+            table_name=table, connection_string=_driver_url(self.url, "psycopg2"),
+            async_connection_string=_driver_url(self.url, "asyncpg"),
+            engine=self.engine, async_engine=_LazyAsyncEngine(self), use_jsonb=True,
+        )
+
+    def docstore(self) -> Any:
+        from llama_index.storage.docstore.postgres import PostgresDocumentStore
+
+        return PostgresDocumentStore(self._kvstore(DOCSTORE_TABLE))
+
+    def index_store(self) -> Any:
+        from llama_index.storage.index_store.postgres import PostgresIndexStore
+
+        return PostgresIndexStore(self._kvstore(INDEX_STORE_TABLE))
+
+    # -- the pack record -----------------------------------------------------------------
+    def read_pack(self) -> Optional[Dict[str, Any]]:
+        """The pack's record, or ``None`` when the database holds no pack yet."""
+        from sqlalchemy import text
+        from sqlalchemy.exc import SQLAlchemyError
+
+        try:
+            with self.engine.connect() as conn:
+                exists = conn.execute(text("SELECT to_regclass('hiqa_pack')")).scalar()
+                if exists is None:
+                    return None
+                row = conn.execute(
+                    text("SELECT format, config, embed_model, embed_dim, index_id, node_count FROM hiqa_pack WHERE id = 1")
+                ).mappings().first()
+        except SQLAlchemyError as exc:
+            raise self.describe_failure(exc) from None
+        return None if row is None else dict(row)
+
+    def create_pack(self, config: Dict[str, Any], embed_model: str, embed_dim: int, index_id: str) -> None:
+        """Create the schema, LlamaIndex's tables and the pack record (once; another process
+        creating the same pack concurrently is harmless)."""
+        from sqlalchemy import text
+
+        vector_store = self.vector_store(embed_dim)
+        vector_store._initialize()  # its table and HNSW index, by its own code
+        for table in (DOCSTORE_TABLE, INDEX_STORE_TABLE):
+            self._kvstore(table)._initialize()
+        with self.engine.begin() as conn:
+            conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": WRITE_LOCK})
+            for statement in _SCHEMA:
+                conn.execute(text(statement))
+            conn.execute(
+                text(
+                    "INSERT INTO hiqa_pack (id, format, config, embed_model, embed_dim, index_id) "
+                    "VALUES (1, :format, CAST(:config AS jsonb), :model, :dim, :index_id) ON CONFLICT (id) DO NOTHING"
+                ),
+                {"format": STORE_FORMAT, "config": json.dumps(config), "model": embed_model, "dim": embed_dim,
+                 "index_id": index_id},
+            )
+
+    # -- reads ---------------------------------------------------------------------------
+    def scalar(self, sql: str, **params: Any) -> Any:
+        from sqlalchemy import text
+
+        with self.engine.connect() as conn:
+            return conn.execute(text(sql), params).scalar()
+
+    def rows(self, sql: str, **params: Any) -> List[Tuple[Any, ...]]:
+        from sqlalchemy import text
+
+        with self.engine.connect() as conn:
+            return [tuple(r) for r in conn.execute(text(sql), params)]
+
+    async def arows(self, sql: str, **params: Any) -> List[Tuple[Any, ...]]:
+        from sqlalchemy import text
+
+        async with self.async_engine.connect() as conn:
+            result = await conn.execute(text(sql), params)
+            return [tuple(r) for r in result]
+
+    def document_hash(self, ref_doc_id: str) -> Optional[str]:
+        return self.scalar("SELECT doc_hash FROM hiqa_documents WHERE ref_doc_id = :r", r=ref_doc_id)
+
+    def documents(self) -> Dict[str, str]:
+        """``{document id: ref_doc_id}`` of every committed document."""
+        return {doc_id: ref for ref, doc_id in self.rows("SELECT ref_doc_id, document_id FROM hiqa_documents")}
+
+    def file_stats(self) -> Dict[str, List[int]]:
+        return {
+            ref: [int(size), int(mtime)]
+            for ref, size, mtime in self.rows(
+                "SELECT ref_doc_id, file_size, file_mtime_ns FROM hiqa_documents WHERE file_size IS NOT NULL"
+            )
+        }
+
+    def node_count(self) -> int:
+        return int(self.scalar("SELECT node_count FROM hiqa_pack WHERE id = 1") or 0)
+
+    def nodes(self, node_ids: Sequence[str]) -> Dict[str, BaseNode]:
+        """Nodes by id from the docstore table, in one query."""
+        from llama_index.core.storage.docstore.utils import json_to_doc
+
+        rows = self.rows(
+            f"SELECT key, value FROM data_{DOCSTORE_TABLE} WHERE namespace = 'docstore/data' AND key = ANY(:ids)",
+            ids=list(node_ids),
+        )
+        return {key: json_to_doc(value if isinstance(value, dict) else json.loads(value)) for key, value in rows}
+
+    # -- writes --------------------------------------------------------------------------
+    def write(
+        self,
+        vector_store: Any,
+        docstore: Any,
+        documents: Sequence[DocumentRecord],
+        remove_ref_doc_ids: Iterable[str] = (),
+        keywords: Optional[Dict[str, Tuple[List[str], List[str]]]] = None,
+        tokenizer: Optional[BM25Tokenizer] = None,
+    ) -> int:
+        """Replace ``documents`` (and remove ``remove_ref_doc_ids``) in every route, in one
+        transaction; returns the number of nodes removed. ``keywords`` maps node id to its
+        (critical keywords, title keywords), normalised."""
+        from sqlalchemy.exc import SQLAlchemyError
+
+        tokenizer = tokenizer or BM25Tokenizer()
+        nodes = [n for d in documents for n in d.nodes]
+        tokens = tokenizer.documents([_as_stored(n).get_content(metadata_mode=MetadataMode.EMBED) for n in nodes])
+        try:
+            with self.engine.begin() as conn:
+                conn.exec_driver_sql(f"SET LOCAL statement_timeout = {int(self.settings.statement_timeout_s * 20000)}")
+                conn.exec_driver_sql(f"SELECT pg_advisory_xact_lock({WRITE_LOCK})")
+                removed = self._delete(conn, docstore, [*remove_ref_doc_ids, *(d.ref_doc_id for d in documents)])
+                self._insert(conn, vector_store, docstore, documents, nodes, tokens, keywords or {})
+        except SQLAlchemyError as exc:
+            raise self.describe_failure(exc) from None
+        return removed
+
+    def delete(self, docstore: Any, ref_doc_ids: Sequence[str]) -> int:
+        from sqlalchemy.exc import SQLAlchemyError
+
+        try:
+            with self.engine.begin() as conn:
+                conn.exec_driver_sql(f"SELECT pg_advisory_xact_lock({WRITE_LOCK})")
+                return self._delete(conn, docstore, ref_doc_ids)
+        except SQLAlchemyError as exc:
+            raise self.describe_failure(exc) from None
+
+    def _delete(self, conn: Any, docstore: Any, ref_doc_ids: Sequence[str]) -> int:
+        from sqlalchemy import text
+
+        refs = list(dict.fromkeys(ref_doc_ids))
+        if not refs:
+            return 0
+        node_ids = [r[0] for r in conn.execute(text("SELECT node_id FROM hiqa_nodes WHERE ref_doc_id = ANY(:r)"), {"r": refs})]
+        length = conn.execute(
+            text("SELECT coalesce(sum(length), 0) FROM hiqa_nodes WHERE ref_doc_id = ANY(:r)"), {"r": refs}
+        ).scalar()
+        conn.execute(text(f"DELETE FROM data_{VECTOR_TABLE} WHERE node_id = ANY(:ids)"), {"ids": node_ids})
+        conn.execute(
+            text(f"DELETE FROM data_{DOCSTORE_TABLE} WHERE (namespace = ANY(:node_ns) AND key = ANY(:ids)) "
+                 "OR (namespace = ANY(:doc_ns) AND key = ANY(:refs))"),
+            {"node_ns": [docstore._node_collection, docstore._metadata_collection], "ids": node_ids,
+             "doc_ns": [docstore._ref_doc_collection, docstore._metadata_collection], "refs": refs},
+        )
+        conn.execute(text("DELETE FROM hiqa_documents WHERE ref_doc_id = ANY(:r)"), {"r": refs})  # cascades to nodes
+        conn.execute(
+            text("UPDATE hiqa_pack SET node_count = node_count - :n, total_length = total_length - :l WHERE id = 1"),
+            {"n": len(node_ids), "l": int(length)},
+        )
+        return len(node_ids)
+
+    def _insert(self, conn, vector_store, docstore, documents, nodes, tokens, keywords) -> None:
+        from llama_index.core.storage.docstore.types import RefDocInfo
+        from llama_index.core.vector_stores.utils import node_to_metadata_dict
+        from sqlalchemy import insert, text
+
+        if not documents:
+            return
+        conn.execute(
+            text(
+                "INSERT INTO hiqa_documents (ref_doc_id, document_id, title, doc_hash, file_size, file_mtime_ns, pages, node_count) "
+                "VALUES (:ref, :doc, :title, :hash, :size, :mtime, :pages, :count)"
+            ),
+            [
+                {"ref": d.ref_doc_id, "doc": d.document_id, "title": d.title or "", "hash": d.doc_hash,
+                 "size": d.file_stat[0] if d.file_stat else None, "mtime": d.file_stat[1] if d.file_stat else None,
+                 "pages": d.pages, "count": len(d.nodes)}
+                for d in documents
+            ],
+        )
+        # Hashes of documents without nodes still make their re-ingestion a no-op.
+        kv_rows: List[Dict[str, Any]] = [
+            {"key": d.ref_doc_id, "namespace": docstore._metadata_collection, "value": {"doc_hash": d.doc_hash}}
+            for d in documents
+        ]
+        if nodes:
+            table = vector_store._table_class.__table__
+            conn.execute(
+                insert(table),
+                [
+                    {"node_id": n.node_id, "embedding": n.get_embedding(),
+                     "text": n.get_content(metadata_mode=MetadataMode.NONE),
+                     "metadata_": node_to_metadata_dict(n, remove_text=True, flat_metadata=vector_store.flat_metadata)}
+                    for n in nodes
+                ],
+            )
+            infos: Dict[str, Any] = {}
+            ref_pairs: Dict[str, List[Any]] = {}
+            for node in nodes:
+                stored = node.model_copy()
+                stored.embedding = None
+                info = infos.setdefault(node.ref_doc_id, RefDocInfo()) if node.ref_doc_id else None
+                data, meta, ref = docstore._get_kv_pairs_for_insert(stored, info, True)
+                kv_rows.append({"key": data[0], "namespace": docstore._node_collection, "value": data[1]})
+                kv_rows.append({"key": meta[0], "namespace": docstore._metadata_collection, "value": meta[1]})
+                if ref is not None:
+                    ref_pairs.setdefault(ref[0], []).append(ref)
+            for key, value in docstore._merge_ref_doc_kv_pairs(ref_pairs):
+                kv_rows.append({"key": key, "namespace": docstore._ref_doc_collection, "value": value})
+            conn.execute(
+                text(
+                    "INSERT INTO hiqa_nodes (node_id, ref_doc_id, position, keywords, title_keywords, terms, term_freqs, length) "
+                    "VALUES (:id, :ref, :pos, :kw, :tkw, :terms, :tfs, :len)"
+                ),
+                [_node_row(n, toks, keywords.get(n.node_id, ([], []))) for n, toks in zip(nodes, tokens)],
+            )
+            conn.execute(
+                text("UPDATE hiqa_pack SET node_count = node_count + :n, total_length = total_length + :l WHERE id = 1"),
+                {"n": len(nodes), "l": sum(len(t) for t in tokens)},
+            )
+        kv_table = docstore._kvstore._table_class.__table__
+        from sqlalchemy.dialects.postgresql import insert as pg_insert
+
+        for start in range(0, len(kv_rows), 1000):
+            stmt = pg_insert(kv_table).values(kv_rows[start:start + 1000])
+            conn.execute(stmt.on_conflict_do_update(index_elements=["key", "namespace"], set_={"value": stmt.excluded.value}))
+
+
+def _as_stored(node: BaseNode) -> BaseNode:
+    """The node as the docstore gives it back (what the in-memory BM25 route indexes): a node
+    fresh from the pipeline can render its embedding view differently before the round trip."""
+    from llama_index.core.storage.docstore.utils import doc_to_json, json_to_doc
+
+    return json_to_doc(doc_to_json(node))
+
+
+def _node_row(node: BaseNode, tokens: List[str], keywords: Tuple[List[str], List[str]]) -> Dict[str, Any]:
+    from collections import Counter
+
+    from llama_index_hiqa import schema
+
+    counts = Counter(tokens)
+    return {
+        "id": node.node_id, "ref": node.ref_doc_id, "pos": schema.get_position(node),
+        "kw": list(keywords[0]), "tkw": list(keywords[1]),
+        "terms": list(counts), "tfs": [int(c) for c in counts.values()], "len": len(tokens),
+    }
+
+
+class _LazyAsyncEngine:
+    """Stands in for the asyncpg engine until LlamaIndex's stores first use it, so a
+    process that never retrieves asynchronously never opens an asyncpg pool."""
+
+    def __init__(self, store: PostgresStore) -> None:
+        self._store = store
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._store.async_engine, name)
