@@ -85,6 +85,32 @@ class PostgresHiQAPack(HiQAPack):
         pack.file_stats = store.file_stats()
         return pack
 
+    @classmethod
+    def from_pack(cls, pack: HiQAPack, url: str, batch_documents: int = 8, **kwargs: Any) -> "PostgresHiQAPack":
+        """Copy a built pack (e.g. a folder store, ``HiQAPack.load(folder)``) into the database
+        at ``url``, its nodes and vectors as they are (nothing is parsed or embedded again),
+        ``batch_documents`` documents per transaction."""
+        target = cls.open(url, llm=pack.llm, embed_model=pack.embed_model, create=True, **pack.config.model_dump(), **kwargs)
+        docstore = pack.index.docstore
+        infos = docstore.get_all_ref_doc_info() or {}
+        refs = sorted(infos)
+        for start in range(0, len(refs), batch_documents):
+            batch = refs[start:start + batch_documents]
+            documents, nodes = [], []
+            for ref in batch:
+                doc_nodes = docstore.get_nodes(list(infos[ref].node_ids))
+                vectors = pack.index.vector_store.get_embeddings([n.node_id for n in doc_nodes])
+                for node, vector in zip(doc_nodes, vectors):
+                    node.embedding = [float(v) for v in vector]
+                nodes += doc_nodes
+                documents.append(Document(id_=ref, text="", metadata={schema.DOCUMENT_ID: infos[ref].metadata.get(schema.DOCUMENT_ID, ref)}))
+                target.file_stats[ref] = pack.file_stats.get(ref)  # type: ignore[assignment]
+            hashes = {ref: docstore.get_document_hash(ref) or "" for ref in batch}
+            target._write_batch(documents, [], nodes, hashes=hashes)
+        target.store.analyze()
+        target._invalidate()
+        return target
+
     # -- what the folder pack keeps in memory, read from the database ----------------------
     @property
     def node_count(self) -> int:
@@ -110,11 +136,16 @@ class PostgresHiQAPack(HiQAPack):
         self._postprocessors = None
 
     # -- writes: one transaction each ------------------------------------------------------
-    def _write_batch(self, documents: Sequence[Document], replaced: Sequence[str], nodes: Sequence[BaseNode]) -> int:
+    def _write_batch(
+        self, documents: Sequence[Document], replaced: Sequence[str], nodes: Sequence[BaseNode],
+        hashes: Optional[Dict[str, str]] = None,
+    ) -> int:
         by_ref: Dict[str, List[BaseNode]] = {}
         for node in nodes:
             by_ref.setdefault(node.ref_doc_id or "", []).append(node)
         records = [self._record(doc, by_ref.get(doc.doc_id, [])) for doc in documents]
+        for record in records:
+            record.doc_hash = (hashes or {}).get(record.ref_doc_id, record.doc_hash)
         extractor = keyword_extractor(self.config)
         titles = list(dict.fromkeys(r.title for r in records if r.title))
         title_keywords = {
@@ -141,7 +172,7 @@ class PostgresHiQAPack(HiQAPack):
             ref_doc_id=doc.doc_id,
             document_id=str(schema.get_document_id(first) or doc.metadata.get(schema.DOCUMENT_ID) or doc.doc_id),
             title=str(schema.get_document_title(first) or ""),
-            doc_hash=doc.hash, file_stat=self.file_stats.get(doc.doc_id), pages=pages or len(nodes), nodes=nodes,
+            doc_hash=doc.hash, file_stat=self.file_stats.get(doc.doc_id) or None, pages=pages or len(nodes), nodes=nodes,
         )
 
     def delete_document(self, document_id: str) -> int:

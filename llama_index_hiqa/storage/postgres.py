@@ -156,7 +156,7 @@ BM25_SQL = f"""
 WITH q AS (SELECT t AS term, count(*) AS qtf FROM unnest(CAST(:terms AS text[])) t GROUP BY t),
 stats AS (SELECT node_count::float8 AS n, total_length::float8 / greatest(node_count, 1) AS avgdl
           FROM hiqa_pack WHERE id = 1),
-df AS (SELECT q.term, q.qtf,
+df AS MATERIALIZED (SELECT q.term, q.qtf,
               (SELECT count(*) FROM hiqa_nodes WHERE terms @> ARRAY[q.term])::float8 AS df FROM q)
 SELECT n.node_id,
        sum(df.qtf * ln(1 + (stats.n - df.df + 0.5) / (df.df + 0.5))
@@ -434,6 +434,12 @@ class PostgresStore:
         async with self.async_engine.connect() as conn:
             result = await conn.execute(text(sql), params)
             return [tuple(r) for r in result]
+
+    def analyze(self) -> None:
+        """Refresh the planner's statistics (autovacuum does it in time; call after a bulk load)."""
+        with self.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+            for table in ("hiqa_nodes", "hiqa_documents", f"data_{VECTOR_TABLE}", f"data_{DOCSTORE_TABLE}"):
+                conn.exec_driver_sql(f"ANALYZE {table}")
 
     def document_hash(self, ref_doc_id: str) -> Optional[str]:
         return self.scalar("SELECT doc_hash FROM hiqa_documents WHERE ref_doc_id = :r", r=ref_doc_id)
