@@ -19,10 +19,11 @@ from llama_index.core.base.embeddings.base import BaseEmbedding
 from llama_index.core.llms import LLM
 from llama_index.core.schema import BaseNode, Document
 
+from llama_index_hiqa import pack as _pack
 from llama_index_hiqa import schema
 from llama_index_hiqa.errors import UnknownNodeError
 from llama_index_hiqa.pack import HiQAPack
-from llama_index_hiqa.pack_config import HiQAPackConfig, default_embed_model, keyword_extractor, model_identity, route_settings
+from llama_index_hiqa.pack_config import HiQAPackConfig, model_identity, route_settings
 from llama_index_hiqa.storage.postgres import DocumentRecord, PostgresStore, PostgresStoreSettings
 from llama_index_hiqa.transforms.critical_keywords import normalize_keyword
 
@@ -45,13 +46,15 @@ class PostgresHiQAPack(HiQAPack):
         """The pack of the database at ``url``; with ``create`` a new one when it holds none
         (``settings`` are :class:`HiQAPackConfig` fields: those of a new pack, or query-time
         overrides of an existing one)."""
+        # The embedding model and keyword extractor are built by pack.py's functions, as for a
+        # folder store (one place to configure or replace them).
         store = PostgresStore(url, store_settings).connect()
         record = store.read_pack()
         if record is None and not create:
             raise store.error("holds no HiQA pack; build one with `hiqa ingest DIR --store URL`")
         if record is None:
             config = HiQAPackConfig(**settings)
-            embed_model = default_embed_model(embed_model, config.embed_backend)
+            embed_model = _pack.default_embed_model(embed_model, config.embed_backend)
             dim = len(embed_model.get_text_embedding("embedding dimension"))
             store.create_pack(config.model_dump(), model_identity(embed_model), dim, str(uuid.uuid4()))
             record = store.read_pack()
@@ -60,7 +63,7 @@ class PostgresHiQAPack(HiQAPack):
                 config = HiQAPackConfig(**{**record["config"], **settings})
             except ValueError as exc:
                 raise store.error(f"holds invalid settings ({exc})") from None
-            embed_model = default_embed_model(embed_model, config.embed_backend)
+            embed_model = _pack.default_embed_model(embed_model, config.embed_backend)
             identity = model_identity(embed_model)
             if identity != record["embed_model"]:
                 raise store.error(
@@ -128,7 +131,7 @@ class PostgresHiQAPack(HiQAPack):
         candidates = {**routes}.get("candidates_per_route", 100)
         self._multi_route = PostgresMultiRouteRetriever(
             self.store, self.index.as_retriever(similarity_top_k=candidates),
-            keyword_extractor=keyword_extractor(self.config), **routes,
+            keyword_extractor=_pack.keyword_extractor(self.config), **routes,
         )
         self._graph = None
         self._routes_stale = False
@@ -146,7 +149,7 @@ class PostgresHiQAPack(HiQAPack):
         records = [self._record(doc, by_ref.get(doc.doc_id, [])) for doc in documents]
         for record in records:
             record.doc_hash = (hashes or {}).get(record.ref_doc_id, record.doc_hash)
-        extractor = keyword_extractor(self.config)
+        extractor = _pack.keyword_extractor(self.config)
         titles = list(dict.fromkeys(r.title for r in records if r.title))
         title_keywords = {
             t: [k for k in dict.fromkeys(normalize_keyword(k) for k in kws) if k]

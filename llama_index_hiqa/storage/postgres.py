@@ -231,11 +231,16 @@ class PostgresStore:
             raise PackStoreError(self.masked_url, f"is not a valid PostgreSQL URL ({exc})") from None
 
     def error(self, reason: str) -> PackStoreError:
-        """A PackStoreError about this database; a password never appears in it."""
-        text = " ".join(str(reason).split())
+        """A PackStoreError about this database, on one line (``reason`` holds no password:
+        driver messages pass through :meth:`_scrub` first)."""
+        return PackStoreError(self.masked_url, " ".join(str(reason).split()))
+
+    def _scrub(self, message: str) -> str:
+        """A driver's message with any URL's password and this URL's password masked."""
+        text = mask_url(message)
         if self._password:
             text = text.replace(str(self._password), "***")
-        return PackStoreError(self.masked_url, text)
+        return text
 
     @property
     def engine(self) -> Any:
@@ -281,7 +286,7 @@ class PostgresStore:
 
     def describe_failure(self, exc: BaseException) -> PackStoreError:
         """A driver exception as one line a user can act on."""
-        message = str(getattr(exc, "orig", None) or exc)
+        message = self._scrub(str(getattr(exc, "orig", None) or exc))
         lower = message.lower()
         if "password authentication failed" in lower or "no password supplied" in lower:
             reason = "wrong user name or password (password authentication failed)"
@@ -325,7 +330,7 @@ class PostgresStore:
                     )
                 conn.execute(text("CREATE EXTENSION IF NOT EXISTS vector"))
         except SQLAlchemyError as exc:
-            first = str(getattr(exc, "orig", exc)).splitlines()[0]
+            first = self._scrub(str(getattr(exc, "orig", exc))).splitlines()[0]
             raise self.error(
                 f"the pgvector extension is missing in this database and this user may not create it ({first}); "
                 "ask an administrator to run CREATE EXTENSION vector"
