@@ -93,6 +93,51 @@ def top_ids(retriever: Any, question: str) -> List[str]:
     return [hit.node.node_id for hit in retriever.retrieve(question)]
 
 
+FTS_SQL = """
+SELECT node_id, ts_rank_cd(fts, q) AS score
+FROM hiqa_nodes, to_tsquery('english', :query) q
+WHERE fts @@ q ORDER BY score DESC, node_id LIMIT :n
+"""
+
+
+def add_fulltext(pg: Any) -> float:
+    """The alternative to stored BM25 statistics, for measurement only: PostgreSQL full-text
+    search (``to_tsvector('english', ...)`` of each node's embedding view, GIN, ``ts_rank_cd``)
+    in a column the benchmark adds; returns the seconds it took."""
+    from llama_index.core.schema import MetadataMode
+    from sqlalchemy import text
+
+    t0 = time.perf_counter()
+    ids = [r[0] for r in pg.store.rows("SELECT node_id FROM hiqa_nodes")]
+    with pg.store.engine.begin() as conn:
+        conn.exec_driver_sql("SET LOCAL statement_timeout = 0")
+        conn.exec_driver_sql("ALTER TABLE hiqa_nodes ADD COLUMN IF NOT EXISTS fts tsvector")
+        for start in range(0, len(ids), 1000):
+            nodes = pg.store.nodes(ids[start:start + 1000])
+            conn.execute(
+                text("UPDATE hiqa_nodes SET fts = to_tsvector('english', :t) WHERE node_id = :i"),
+                [{"i": i, "t": n.get_content(metadata_mode=MetadataMode.EMBED)} for i, n in nodes.items()],
+            )
+        conn.exec_driver_sql("CREATE INDEX IF NOT EXISTS hiqa_nodes_fts ON hiqa_nodes USING gin (fts)")
+    return time.perf_counter() - t0
+
+
+class _FullTextRoute:
+    """The BM25 route's place taken by ``ts_rank_cd`` over the query's words OR-ed."""
+
+    def __init__(self, store: Any) -> None:
+        self.store = store
+
+    def top(self, query: str, n: int) -> Dict[str, float]:
+        import re
+
+        words = [w for w in re.findall(r"\w+", query.lower()) if len(w) > 1]
+        if not words:
+            return {}
+        rows = self.store.rows(FTS_SQL, query=" | ".join(dict.fromkeys(words)), n=n)
+        return {node_id: float(score) for node_id, score in rows if score > 0}
+
+
 def run_financebench(args: argparse.Namespace) -> Dict[str, Any]:
     from llama_index_hiqa import HiQAPack
     from llama_index_hiqa.evaluation import datasets
@@ -118,6 +163,7 @@ def run_financebench(args: argparse.Namespace) -> Dict[str, Any]:
     t0 = time.perf_counter()
     pg = PostgresHiQAPack.from_pack(local, url)
     copy_s = time.perf_counter() - t0
+    size = pg.store.scalar("SELECT pg_database_size(current_database())")  # before the fts experiment
     nodes = local.nodes
     n = len(nodes)
     rows: Dict[str, Any] = {}
@@ -130,12 +176,19 @@ def run_financebench(args: argparse.Namespace) -> Dict[str, Any]:
         seconds = (time.perf_counter() - t0) / len(questions)
         rows[name] = {**score(rankings[name], nodes, questions), "query_ms": seconds * 1000.0}
         print(name, rows[name], flush=True)
+    fts_s = add_fulltext(pg)
+    retriever = pg.multi_route.with_settings(similarity_top_k=TOP)
+    retriever._bm25 = _FullTextRoute(pg.store)
+    t0 = time.perf_counter()
+    rankings["postgres_fulltext"] = [top_ids(retriever, q.question) for q in questions]
+    seconds = (time.perf_counter() - t0) / len(questions)
+    rows["postgres_fulltext"] = {**score(rankings["postgres_fulltext"], nodes, questions), "query_ms": seconds * 1000.0}
+    print("postgres_fulltext", rows["postgres_fulltext"], flush=True)
     same_top5 = sum(a[:5] == b[:5] for a, b in zip(rankings["local"], rankings["postgres"])) / len(questions)
     same_top1 = sum(a[:1] == b[:1] for a, b in zip(rankings["local"], rankings["postgres"])) / len(questions)
-    size = pg.store.scalar("SELECT pg_database_size(current_database())")
     return {
         "rows": rows, "nodes": n, "questions": len(questions), "build": build,
-        "copy_s": copy_s, "copy_nodes_per_s": n / copy_s, "same_top5": same_top5, "same_top1": same_top1,
+        "fulltext_index_s": fts_s, "copy_s": copy_s, "copy_nodes_per_s": n / copy_s, "same_top5": same_top5, "same_top1": same_top1,
         "db_bytes": int(size), "db_bytes_per_node": int(size) / n, "peak_rss_mib": peak_rss_mib(),
     }
 
@@ -330,6 +383,13 @@ def run_synthetic(args: argparse.Namespace, n_nodes: int) -> Dict[str, Any]:
 
 
 # --- RESULTS.md -------------------------------------------------------------------------------------
+FB_LABELS = {
+    "local": "folder store (bm25s, exact vectors)",
+    "postgres": "PostgreSQL store (BM25 in SQL, HNSW)",
+    "postgres_fulltext": "PostgreSQL, full-text search (ts_rank_cd) instead of BM25 (not shipped)",
+}
+
+
 def write_section() -> None:
     saved = {p.stem: json.loads(p.read_text()) for p in sorted(OUT_DIR.glob("*.json"))}
     parts: List[str] = []
@@ -338,9 +398,11 @@ def write_section() -> None:
         keys = ("page-hit@1", "page-hit@5", "page-hit@20", "doc-hit@1", "doc-hit@5")
         table = _results.markdown_table(
             ["store", "nodes", *keys, "query ms (sync, top-20)"],
-            [[name, f"{fb['nodes']:,}", *[row[k] for k in keys], f"{row['query_ms']:.0f}"] for name, row in fb["rows"].items()],
+            [[FB_LABELS.get(name, name), f"{fb['nodes']:,}", *[row[k] for k in keys], f"{row['query_ms']:.0f}"]
+             for name, row in fb["rows"].items()],
         )
         deltas = {k: fb["rows"]["postgres"][k] - fb["rows"]["local"][k] for k in keys}
+        fts = fb["rows"].get("postgres_fulltext")
         parts.append(
             f"**FinanceBench** ({fb['questions']} answerable questions; run {fb['run']}). One build with "
             "`HiQAPack.from_directory` (defaults, folder store), then `PostgresHiQAPack.from_pack` copies the same "
@@ -348,7 +410,9 @@ def write_section() -> None:
             "computed in SQL over stored term statistics instead of bm25s). Scores from `bench_product.score` "
             "over each store's top-20.\n\n" + table + "\n\n"
             f"PostgreSQL minus local: " + ", ".join(f"{k} {v:+.3f}" for k, v in deltas.items()) + ". "
-            f"Identical top-5 lists: {fb['same_top5']:.3f} of questions, identical top-1: {fb['same_top1']:.3f}. "
+            + (f"Full-text search in BM25's place minus local: "
+               + ", ".join(f"{k} {fts[k] - fb['rows']['local'][k]:+.3f}" for k in keys) + ". " if fts else "")
+            + f"Identical top-5 lists: {fb['same_top5']:.3f} of questions, identical top-1: {fb['same_top1']:.3f}. "
             f"Copy into PostgreSQL: {fb['copy_s']:.0f} s ({fb['copy_nodes_per_s']:.0f} nodes/s, 8 documents per "
             f"transaction); database {fb['db_bytes'] / 2**20:.0f} MiB ({fb['db_bytes_per_node'] / 1024:.1f} KiB per node, "
             "vectors, text, metadata, docstore copy and indexes)."

@@ -171,6 +171,20 @@ def test_async_retrieval_ranks_as_sync(built):
         _assert_same_ranking(retriever.retrieve(question), asyncio.run(retriever.aretrieve(question)))
 
 
+def test_a_read_only_session_answers_like_a_replica(built):
+    """Opening and querying write nothing, so a read replica (here: a read-only session,
+    set through the URL's own options) serves a pack."""
+    from urllib.parse import quote
+
+    read_only = built + ("&" if "?" in built else "?") + "options=" + quote("-c default_transaction_read_only=on")
+    pack = HiQAPack.load(read_only, embed_model=HashEmbedding())
+    assert pack.store.scalar("SHOW default_transaction_read_only") == "on"
+    assert pack.retrieve(QUESTIONS[0])
+    assert asyncio.run(pack.as_retriever().aretrieve(QUESTIONS[0]))
+    with pytest.raises(PackStoreError, match="read-only"):
+        pack.delete_document(pack.document_ids[0])
+
+
 def test_query_from_another_process_and_several_at_once(built):
     expected = [_keys(HiQAPack.load(built, embed_model=HashEmbedding()).retrieve(q)) for q in QUESTIONS]
     expected = [[list(k) for k in keys] for keys in expected]

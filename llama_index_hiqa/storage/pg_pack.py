@@ -14,7 +14,8 @@ from __future__ import annotations
 import uuid
 from typing import Any, Dict, List, Optional, Sequence
 
-from llama_index.core import StorageContext, VectorStoreIndex, load_index_from_storage
+from llama_index.core import StorageContext, VectorStoreIndex
+from llama_index.core.storage.index_store import SimpleIndexStore
 from llama_index.core.base.embeddings.base import BaseEmbedding
 from llama_index.core.llms import LLM
 from llama_index.core.schema import BaseNode, Document
@@ -72,16 +73,18 @@ class PostgresHiQAPack(HiQAPack):
                 )
         if config.use_chunk_graph:
             raise store.error("the chunk graph is not available on the PostgreSQL store yet (use_chunk_graph=False)")
-        storage = StorageContext.from_defaults(
-            vector_store=store.vector_store(int(record["embed_dim"])), docstore=store.docstore(),
-            index_store=store.index_store(),
-        )
-        if storage.index_store.get_index_struct(record["index_id"]) is None:
+        vector_store, docstore, index_store = store.vector_store(int(record["embed_dim"])), store.docstore(), store.index_store()
+        struct = index_store.get_index_struct(record["index_id"])
+        if struct is None:  # a new pack: its index struct is written once
+            storage = StorageContext.from_defaults(vector_store=vector_store, docstore=docstore, index_store=index_store)
             index = VectorStoreIndex([], storage_context=storage, embed_model=embed_model, store_nodes_override=True)
             index.set_index_id(record["index_id"])
         else:
-            index = load_index_from_storage(
-                storage, index_id=record["index_id"], embed_model=embed_model, store_nodes_override=True
+            # VectorStoreIndex writes its struct back on construction; an in-memory index store
+            # takes that write, so opening a pack writes nothing (a read replica serves it).
+            storage = StorageContext.from_defaults(vector_store=vector_store, docstore=docstore, index_store=SimpleIndexStore())
+            index = VectorStoreIndex(
+                index_struct=struct, storage_context=storage, embed_model=embed_model, store_nodes_override=True
             )
         pack = cls(index, config=config, llm=llm, embed_model=embed_model)
         pack.store = store
@@ -125,12 +128,15 @@ class PostgresHiQAPack(HiQAPack):
     def _ensure_routes(self) -> None:
         if not self._routes_stale:
             return
+        from llama_index_hiqa.retrievers.multi_route import MultiRouteConfig
         from llama_index_hiqa.storage.pg_routes import PostgresMultiRouteRetriever
 
         routes = route_settings(self.config)
-        candidates = {**routes}.get("candidates_per_route", 100)
+        candidates = int(routes.get("candidates_per_route", MultiRouteConfig().candidates_per_route))
+        # HNSW returns at most ef_search rows: never fewer than the route's candidates.
+        ef_search = max(self.store.settings.hnsw_ef_search, candidates)
         self._multi_route = PostgresMultiRouteRetriever(
-            self.store, self.index.as_retriever(similarity_top_k=candidates),
+            self.store, self.index.as_retriever(similarity_top_k=candidates, vector_store_kwargs={"hnsw_ef_search": ef_search}),
             keyword_extractor=_pack.keyword_extractor(self.config), **routes,
         )
         self._graph = None

@@ -207,6 +207,14 @@ def _driver_url(url: str, driver: str) -> str:
     return re.sub(r"^(postgresql|postgres)(\+\w+)?://", f"postgresql+{driver}://", url, flags=re.I)
 
 
+def _url_without_options(url: str, driver: str) -> Any:
+    """The URL for ``driver`` without ``options`` (passed as session settings instead:
+    asyncpg takes no ``options`` argument)."""
+    from sqlalchemy.engine import make_url
+
+    return make_url(_driver_url(url, driver)).difference_update_query(["options"])
+
+
 class PostgresStore:
     """One pack's database: engines, schema, transactional writes and the routes' queries."""
 
@@ -249,12 +257,11 @@ class PostgresStore:
 
             s = self.settings
             self._engine = create_engine(
-                _driver_url(self.url, "psycopg2"), pool_size=s.pool_size, max_overflow=s.max_overflow,
+                _url_without_options(self.url, "psycopg2"), pool_size=s.pool_size, max_overflow=s.max_overflow,
                 pool_pre_ping=True, pool_timeout=s.connect_timeout_s,
                 connect_args={
                     "connect_timeout": max(1, int(round(s.connect_timeout_s))),
-                    "options": f"-c statement_timeout={int(s.statement_timeout_s * 1000)}",
-                    "application_name": "llama-index-hiqa",
+                    "options": " ".join(f"-c {k}={v}" for k, v in self._server_settings().items()),
                 },
             )
         return self._engine
@@ -274,15 +281,28 @@ class PostgresStore:
         if self._async_engine is None or self._async_engine[0] is not loop:
             s = self.settings
             engine = create_async_engine(
-                _driver_url(self.url, "asyncpg"), pool_size=s.pool_size, max_overflow=s.max_overflow,
+                _url_without_options(self.url, "asyncpg"), pool_size=s.pool_size, max_overflow=s.max_overflow,
                 pool_pre_ping=True, pool_timeout=s.connect_timeout_s,
                 connect_args={
                     "timeout": s.connect_timeout_s, "command_timeout": s.statement_timeout_s,
-                    "server_settings": {"application_name": "llama-index-hiqa"},
+                    "server_settings": self._server_settings(),
                 },
             )
             self._async_engine = (loop, engine)
         return self._async_engine[1]
+
+    def _server_settings(self) -> Dict[str, str]:
+        """Session settings: the URL's own ``options=-c key=value ...`` (e.g. a search_path),
+        then the statement timeout and application name, for both drivers."""
+        from sqlalchemy.engine import make_url
+
+        given = make_url(_driver_url(self.url, "psycopg2")).query.get("options") or ""
+        if isinstance(given, tuple):
+            given = " ".join(given)
+        settings = dict(re.findall(r"-c\s*([\w.]+)=(\S+)", given))
+        settings.setdefault("statement_timeout", str(int(self.settings.statement_timeout_s * 1000)))
+        settings.setdefault("application_name", "llama-index-hiqa")
+        return settings
 
     def describe_failure(self, exc: BaseException) -> PackStoreError:
         """A driver exception as one line a user can act on."""
@@ -351,23 +371,26 @@ class PostgresStore:
             "hnsw_ef_search": s.hnsw_ef_search, "hnsw_dist_method": "vector_cosine_ops",
         }
 
-    def vector_store(self, embed_dim: int) -> Any:
+    # setup=True only when the pack is created: a query process writes nothing, so it also
+    # runs against a read-only replica.
+    def vector_store(self, embed_dim: int, setup: bool = False) -> Any:
         from llama_index.vector_stores.postgres import PGVectorStore
 
         store = PGVectorStore(
             connection_string=_driver_url(self.url, "psycopg2"), async_connection_string=_driver_url(self.url, "asyncpg"),
             table_name=VECTOR_TABLE, embed_dim=embed_dim, hnsw_kwargs=self._hnsw(), use_jsonb=True,
             engine=self.engine, async_engine=_LazyAsyncEngine(self), initialization_fail_on_error=True,
+            perform_setup=setup,
         )
         return store
 
-    def _kvstore(self, table: str) -> Any:
+    def _kvstore(self, table: str, setup: bool = False) -> Any:
         from llama_index.storage.kvstore.postgres import PostgresKVStore
 
         return PostgresKVStore(
             table_name=table, connection_string=_driver_url(self.url, "psycopg2"),
             async_connection_string=_driver_url(self.url, "asyncpg"),
-            engine=self.engine, async_engine=_LazyAsyncEngine(self), use_jsonb=True,
+            engine=self.engine, async_engine=_LazyAsyncEngine(self), use_jsonb=True, perform_setup=setup,
         )
 
     def docstore(self) -> Any:
@@ -403,10 +426,10 @@ class PostgresStore:
         creating the same pack concurrently is harmless)."""
         from sqlalchemy import text
 
-        vector_store = self.vector_store(embed_dim)
+        vector_store = self.vector_store(embed_dim, setup=True)
         vector_store._initialize()  # its table and HNSW index, by its own code
         for table in (DOCSTORE_TABLE, INDEX_STORE_TABLE):
-            self._kvstore(table)._initialize()
+            self._kvstore(table, setup=True)._initialize()
         with self.engine.begin() as conn:
             conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": WRITE_LOCK})
             for statement in _SCHEMA:
