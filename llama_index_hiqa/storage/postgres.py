@@ -20,7 +20,7 @@ one pack:
 **Transactions.** LlamaIndex's stores open a session of their own per call, so they cannot
 share a transaction with ours. We therefore write their rows ourselves, in their own tables
 and their own row format (``PGVectorStore``'s table and ``node_to_metadata_dict``, the
-docstore's key/namespace/value pairs from ``KVDocumentStore._get_kv_pairs_for_insert``), in
+docstore's key/namespace/value pairs of ``KVDocumentStore.add_documents``), in
 the same transaction as the pack's tables; reads go through LlamaIndex's classes as usual.
 An ingested batch, ``add_documents`` or ``delete_document`` is one transaction (writers are
 serialised by an advisory lock): a process killed at any instant leaves the previous state,
@@ -138,6 +138,8 @@ _SCHEMA = [
     "CREATE INDEX IF NOT EXISTS hiqa_nodes_ref_doc ON hiqa_nodes (ref_doc_id)",
     "CREATE INDEX IF NOT EXISTS hiqa_nodes_keywords ON hiqa_nodes USING gin (keywords)",
     "CREATE INDEX IF NOT EXISTS hiqa_nodes_terms ON hiqa_nodes USING gin (terms)",
+    # PGVectorStore indexes its rows by metadata ref_doc_id only; replacing and deleting go by node id.
+    f"CREATE INDEX IF NOT EXISTS data_{VECTOR_TABLE}_node_id ON data_{VECTOR_TABLE} (node_id)",
 ]
 
 # |C| per node in one query: the query's keywords the node holds, and those of them that are
@@ -205,6 +207,22 @@ class BM25Tokenizer:
 
 def _driver_url(url: str, driver: str) -> str:
     return re.sub(r"^(postgresql|postgres)(\+\w+)?://", f"postgresql+{driver}://", url, flags=re.I)
+
+
+def _nodes_table() -> Any:
+    """``hiqa_nodes`` for SQLAlchemy Core inserts (batched into multi-row INSERTs)."""
+    from sqlalchemy import Column, Integer, MetaData, Table, Text
+    from sqlalchemy.dialects.postgresql import ARRAY
+
+    return Table(
+        "hiqa_nodes", MetaData(),
+        Column("node_id", Text, primary_key=True), Column("ref_doc_id", Text), Column("position", Integer),
+        Column("keywords", ARRAY(Text)), Column("title_keywords", ARRAY(Text)), Column("terms", ARRAY(Text)),
+        Column("term_freqs", ARRAY(Integer)), Column("length", Integer),
+    )
+
+
+_NODES = _nodes_table()
 
 
 def _url_without_options(url: str, driver: str) -> Any:
@@ -514,13 +532,19 @@ class PostgresStore:
 
         tokenizer = tokenizer or BM25Tokenizer()
         nodes = [n for d in documents for n in d.nodes]
-        tokens = tokenizer.documents([_as_stored(n).get_content(metadata_mode=MetadataMode.EMBED) for n in nodes])
+        from llama_index.core.storage.docstore.utils import doc_to_json, json_to_doc
+
+        # The docstore's JSON of each node (without its vector, as VectorStoreIndex stores it);
+        # BM25 tokenises the node as read back from it, which is what the in-memory route indexes
+        # (a node fresh from the pipeline can render its embedding view differently).
+        stored = [doc_to_json(n.model_copy(update={"embedding": None})) for n in nodes]
+        tokens = tokenizer.documents([json_to_doc(d).get_content(metadata_mode=MetadataMode.EMBED) for d in stored])
         try:
             with self.engine.begin() as conn:
                 conn.exec_driver_sql(f"SET LOCAL statement_timeout = {int(self.settings.statement_timeout_s * 20000)}")
                 conn.exec_driver_sql(f"SELECT pg_advisory_xact_lock({WRITE_LOCK})")
                 removed = self._delete(conn, docstore, [*remove_ref_doc_ids, *(d.ref_doc_id for d in documents)])
-                self._insert(conn, vector_store, docstore, documents, nodes, tokens, keywords or {})
+                self._insert(conn, vector_store, docstore, documents, nodes, stored, tokens, keywords or {})
         except SQLAlchemyError as exc:
             raise self.describe_failure(exc) from None
         return removed
@@ -541,6 +565,10 @@ class PostgresStore:
         refs = list(dict.fromkeys(ref_doc_ids))
         if not refs:
             return 0
+        known = [r[0] for r in conn.execute(text("SELECT ref_doc_id FROM hiqa_documents WHERE ref_doc_id = ANY(:r)"), {"r": refs})]
+        if not known:  # new documents: nothing to remove
+            return 0
+        refs = known
         node_ids = [r[0] for r in conn.execute(text("SELECT node_id FROM hiqa_nodes WHERE ref_doc_id = ANY(:r)"), {"r": refs})]
         length = conn.execute(
             text("SELECT coalesce(sum(length), 0) FROM hiqa_nodes WHERE ref_doc_id = ANY(:r)"), {"r": refs}
@@ -559,7 +587,7 @@ class PostgresStore:
         )
         return len(node_ids)
 
-    def _insert(self, conn, vector_store, docstore, documents, nodes, tokens, keywords) -> None:
+    def _insert(self, conn, vector_store, docstore, documents, nodes, stored, tokens, keywords) -> None:
         from llama_index.core.storage.docstore.types import RefDocInfo
         from llama_index.core.vector_stores.utils import node_to_metadata_dict
         from sqlalchemy import insert, text
@@ -594,26 +622,20 @@ class PostgresStore:
                     for n in nodes
                 ],
             )
-            infos: Dict[str, Any] = {}
-            ref_pairs: Dict[str, List[Any]] = {}
-            for node in nodes:
-                stored = node.model_copy()
-                stored.embedding = None
-                info = infos.setdefault(node.ref_doc_id, RefDocInfo()) if node.ref_doc_id else None
-                data, meta, ref = docstore._get_kv_pairs_for_insert(stored, info, True)
-                kv_rows.append({"key": data[0], "namespace": docstore._node_collection, "value": data[1]})
-                kv_rows.append({"key": meta[0], "namespace": docstore._metadata_collection, "value": meta[1]})
-                if ref is not None:
-                    ref_pairs.setdefault(ref[0], []).append(ref)
-            for key, value in docstore._merge_ref_doc_kv_pairs(ref_pairs):
-                kv_rows.append({"key": key, "namespace": docstore._ref_doc_collection, "value": value})
-            conn.execute(
-                text(
-                    "INSERT INTO hiqa_nodes (node_id, ref_doc_id, position, keywords, title_keywords, terms, term_freqs, length) "
-                    "VALUES (:id, :ref, :pos, :kw, :tkw, :terms, :tfs, :len)"
-                ),
-                [_node_row(n, toks, keywords.get(n.node_id, ([], []))) for n, toks in zip(nodes, tokens)],
-            )
+            # KVDocumentStore's three collections, as its add_documents writes them: the node,
+            # {doc_hash, ref_doc_id} per node, and one RefDocInfo per document.
+            per_document: Dict[str, Tuple[Dict[str, Any], List[str]]] = {}
+            for node, value in zip(nodes, stored):
+                meta: Dict[str, Any] = {"doc_hash": node.hash}
+                if node.ref_doc_id:
+                    meta["ref_doc_id"] = node.ref_doc_id
+                    per_document.setdefault(node.ref_doc_id, (node.metadata or {}, []))[1].append(node.node_id)
+                kv_rows.append({"key": node.node_id, "namespace": docstore._node_collection, "value": value})
+                kv_rows.append({"key": node.node_id, "namespace": docstore._metadata_collection, "value": meta})
+            for ref, (metadata, ids) in per_document.items():
+                info = RefDocInfo(node_ids=ids, metadata=metadata)
+                kv_rows.append({"key": ref, "namespace": docstore._ref_doc_collection, "value": info.to_dict()})
+            conn.execute(insert(_NODES), [_node_row(n, toks, keywords.get(n.node_id, ([], []))) for n, toks in zip(nodes, tokens)])
             conn.execute(
                 text("UPDATE hiqa_pack SET node_count = node_count + :n, total_length = total_length + :l WHERE id = 1"),
                 {"n": len(nodes), "l": sum(len(t) for t in tokens)},
@@ -626,14 +648,6 @@ class PostgresStore:
             conn.execute(stmt.on_conflict_do_update(index_elements=["key", "namespace"], set_={"value": stmt.excluded.value}))
 
 
-def _as_stored(node: BaseNode) -> BaseNode:
-    """The node as the docstore gives it back (what the in-memory BM25 route indexes): a node
-    fresh from the pipeline can render its embedding view differently before the round trip."""
-    from llama_index.core.storage.docstore.utils import doc_to_json, json_to_doc
-
-    return json_to_doc(doc_to_json(node))
-
-
 def _node_row(node: BaseNode, tokens: List[str], keywords: Tuple[List[str], List[str]]) -> Dict[str, Any]:
     from collections import Counter
 
@@ -641,9 +655,9 @@ def _node_row(node: BaseNode, tokens: List[str], keywords: Tuple[List[str], List
 
     counts = Counter(tokens)
     return {
-        "id": node.node_id, "ref": node.ref_doc_id, "pos": schema.get_position(node),
-        "kw": list(keywords[0]), "tkw": list(keywords[1]),
-        "terms": list(counts), "tfs": [int(c) for c in counts.values()], "len": len(tokens),
+        "node_id": node.node_id, "ref_doc_id": node.ref_doc_id, "position": schema.get_position(node),
+        "keywords": list(keywords[0]), "title_keywords": list(keywords[1]),
+        "terms": list(counts), "term_freqs": [int(c) for c in counts.values()], "length": len(tokens),
     }
 
 
