@@ -81,9 +81,11 @@ def server(tmp_path_factory):
     pgserver = pytest.importorskip("pgserver")
     # Not under pytest's tmp folder: the server runs as its own user, which must reach the path.
     pgdata = Path(tempfile.mkdtemp(prefix="hiqa-test-pg-"))
-    instance = pgserver.get_server(str(pgdata), cleanup_mode="stop")
+    instance = pgserver.get_server(str(pgdata), cleanup_mode=None)
     yield Server(instance.get_uri(), pgdata)
-    instance.cleanup()
+    # Immediate shutdown (SIGQUIT to the postmaster): a throw-away cluster needs no checkpoint.
+    pid = int((pgdata / "postmaster.pid").read_text().split()[0])
+    os.kill(pid, signal.SIGQUIT)
     shutil.rmtree(pgdata, ignore_errors=True)
 
 
