@@ -13,8 +13,9 @@ one pack:
 ``hiqa_documents``          one row per document: id, title, hash, file size and mtime,
                             pages, node count
 ``hiqa_nodes``              one row per node: critical keywords (``text[]``, GIN),
-                            its document title's keywords, BM25 terms (``text[]``, GIN) with
-                            their frequencies and the node's BM25 length
+                            its document title's keywords, its BM25 length
+``hiqa_postings``           BM25's inverted index: (term, node, term frequency, node length),
+                            a B-tree on the term covering the rest (index-only scans)
 ==========================  ==============================================================
 
 **Transactions.** LlamaIndex's stores open a session of their own per call, so they cannot
@@ -132,12 +133,17 @@ _SCHEMA = [
         position int,
         keywords text[] NOT NULL,
         title_keywords text[] NOT NULL,
-        terms text[] NOT NULL,
-        term_freqs int[] NOT NULL,
         length int NOT NULL)""",
     "CREATE INDEX IF NOT EXISTS hiqa_nodes_ref_doc ON hiqa_nodes (ref_doc_id)",
     "CREATE INDEX IF NOT EXISTS hiqa_nodes_keywords ON hiqa_nodes USING gin (keywords)",
-    "CREATE INDEX IF NOT EXISTS hiqa_nodes_terms ON hiqa_nodes USING gin (terms)",
+    """CREATE TABLE IF NOT EXISTS hiqa_postings (
+        term text NOT NULL,
+        node_id text NOT NULL,
+        ref_doc_id text NOT NULL,
+        tf int NOT NULL,
+        length int NOT NULL)""",
+    "CREATE INDEX IF NOT EXISTS hiqa_postings_term ON hiqa_postings (term) INCLUDE (node_id, tf, length)",
+    "CREATE INDEX IF NOT EXISTS hiqa_postings_ref_doc ON hiqa_postings (ref_doc_id)",
     # PGVectorStore indexes its rows by metadata ref_doc_id only; replacing and deleting go by node id.
     f"CREATE INDEX IF NOT EXISTS data_{VECTOR_TABLE}_node_id ON data_{VECTOR_TABLE} (node_id)",
 ]
@@ -158,15 +164,13 @@ BM25_SQL = f"""
 WITH q AS (SELECT t AS term, count(*) AS qtf FROM unnest(CAST(:terms AS text[])) t GROUP BY t),
 stats AS (SELECT node_count::float8 AS n, total_length::float8 / greatest(node_count, 1) AS avgdl
           FROM hiqa_pack WHERE id = 1),
-df AS MATERIALIZED (SELECT q.term, q.qtf,
-              (SELECT count(*) FROM hiqa_nodes WHERE terms @> ARRAY[q.term])::float8 AS df FROM q)
-SELECT n.node_id,
-       sum(df.qtf * ln(1 + (stats.n - df.df + 0.5) / (df.df + 0.5))
-           * x.tf / (x.tf + {BM25_K1} * (1 - {BM25_B} + {BM25_B} * n.length / stats.avgdl))) AS score
-FROM hiqa_nodes n CROSS JOIN stats CROSS JOIN df
-     CROSS JOIN LATERAL (SELECT n.term_freqs[array_position(n.terms, df.term)]::float8 AS tf) x
-WHERE n.terms && CAST(:terms AS text[]) AND x.tf IS NOT NULL AND df.df > 0
-GROUP BY n.node_id ORDER BY score DESC, n.node_id LIMIT :n
+p AS MATERIALIZED (SELECT term, node_id, tf, length FROM hiqa_postings WHERE term = ANY(CAST(:terms AS text[]))),
+df AS (SELECT term, count(*)::float8 AS df FROM p GROUP BY term)
+SELECT p.node_id,
+       sum(q.qtf * ln(1 + (stats.n - df.df + 0.5) / (df.df + 0.5))
+           * p.tf / (p.tf + {BM25_K1} * (1 - {BM25_B} + {BM25_B} * p.length / stats.avgdl))) AS score
+FROM p JOIN q USING (term) JOIN df USING (term) CROSS JOIN stats
+GROUP BY p.node_id ORDER BY score DESC, p.node_id LIMIT :n
 """
 
 SHAPE_SQL = "SELECT count(*), coalesce(avg(pages), 1) FROM hiqa_documents"
@@ -217,8 +221,7 @@ def _nodes_table() -> Any:
     return Table(
         "hiqa_nodes", MetaData(),
         Column("node_id", Text, primary_key=True), Column("ref_doc_id", Text), Column("position", Integer),
-        Column("keywords", ARRAY(Text)), Column("title_keywords", ARRAY(Text)), Column("terms", ARRAY(Text)),
-        Column("term_freqs", ARRAY(Integer)), Column("length", Integer),
+        Column("keywords", ARRAY(Text)), Column("title_keywords", ARRAY(Text)), Column("length", Integer),
     )
 
 
@@ -580,6 +583,7 @@ class PostgresStore:
             {"node_ns": [docstore._node_collection, docstore._metadata_collection], "ids": node_ids,
              "doc_ns": [docstore._ref_doc_collection, docstore._metadata_collection], "refs": refs},
         )
+        conn.execute(text("DELETE FROM hiqa_postings WHERE ref_doc_id = ANY(:r)"), {"r": refs})
         conn.execute(text("DELETE FROM hiqa_documents WHERE ref_doc_id = ANY(:r)"), {"r": refs})  # cascades to nodes
         conn.execute(
             text("UPDATE hiqa_pack SET node_count = node_count - :n, total_length = total_length - :l WHERE id = 1"),
@@ -636,6 +640,7 @@ class PostgresStore:
                 info = RefDocInfo(node_ids=ids, metadata=metadata)
                 kv_rows.append({"key": ref, "namespace": docstore._ref_doc_collection, "value": info.to_dict()})
             conn.execute(insert(_NODES), [_node_row(n, toks, keywords.get(n.node_id, ([], []))) for n, toks in zip(nodes, tokens)])
+            _copy_postings(conn, nodes, tokens)
             conn.execute(
                 text("UPDATE hiqa_pack SET node_count = node_count + :n, total_length = total_length + :l WHERE id = 1"),
                 {"n": len(nodes), "l": sum(len(t) for t in tokens)},
@@ -649,16 +654,31 @@ class PostgresStore:
 
 
 def _node_row(node: BaseNode, tokens: List[str], keywords: Tuple[List[str], List[str]]) -> Dict[str, Any]:
-    from collections import Counter
-
     from llama_index_hiqa import schema
 
-    counts = Counter(tokens)
     return {
         "node_id": node.node_id, "ref_doc_id": node.ref_doc_id, "position": schema.get_position(node),
-        "keywords": list(keywords[0]), "title_keywords": list(keywords[1]),
-        "terms": list(counts), "term_freqs": [int(c) for c in counts.values()], "length": len(tokens),
+        "keywords": list(keywords[0]), "title_keywords": list(keywords[1]), "length": len(tokens),
     }
+
+
+def _copy_field(value: Any) -> str:
+    return str(value).replace("\\", "\\\\").replace("\t", "\\t").replace("\n", "\\n").replace("\r", "\\r")
+
+
+def _copy_postings(conn: Any, nodes: Sequence[BaseNode], tokens: Sequence[List[str]]) -> None:
+    """The batch's postings with COPY, inside the caller's transaction (tens of rows a node)."""
+    import io
+    from collections import Counter
+
+    buffer = io.StringIO()
+    for node, node_tokens in zip(nodes, tokens):
+        node_id, ref, length = _copy_field(node.node_id), _copy_field(node.ref_doc_id), len(node_tokens)
+        for term, tf in Counter(node_tokens).items():
+            buffer.write(f"{_copy_field(term)}\t{node_id}\t{ref}\t{tf}\t{length}\n")
+    buffer.seek(0)
+    with conn.connection.cursor() as cursor:  # the DBAPI connection of this transaction
+        cursor.copy_expert("COPY hiqa_postings (term, node_id, ref_doc_id, tf, length) FROM STDIN", buffer)
 
 
 class _LazyAsyncEngine:
