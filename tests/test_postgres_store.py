@@ -371,3 +371,12 @@ def test_cli_ingest_and_ask_with_a_database(url, monkeypatch, capsys):
     store = PostgresStore(url).connect()
     assert store.scalar("SELECT count(*) FROM hiqa_documents WHERE file_size IS NOT NULL") == len(list(DEMO_DATA_DIR.glob("*.pdf")))
     store.dispose()
+
+
+def test_from_directory_store_argument_for_a_database_and_a_folder(url, tmp_path):
+    in_database = HiQAPack.from_directory(DEMO_DATA_DIR, store=url, embed_model=HashEmbedding(), **FAST)
+    in_folder = HiQAPack.from_directory(DEMO_DATA_DIR, store=tmp_path / "store", embed_model=HashEmbedding(), **FAST)
+    assert isinstance(in_database, PostgresHiQAPack) and in_folder.store_path == tmp_path / "store"
+    reloaded = HiQAPack.load(tmp_path / "store", embed_model=HashEmbedding())
+    assert reloaded.node_count == in_database.node_count == in_folder.node_count
+    assert sorted(in_database.file_stats) == sorted(reloaded.file_stats)
