@@ -49,8 +49,9 @@ TOP = 20
 
 
 # --- server ------------------------------------------------------------------------------------
-def server_url(args: argparse.Namespace, database: str) -> str:
-    """A fresh database ``database`` on the benchmark's server."""
+def server_url(args: argparse.Namespace, database: str, fresh: bool = True) -> str:
+    """The URL of database ``database`` on the benchmark's server (dropped and created anew
+    when ``fresh``)."""
     if args.url:
         base = args.url
         admin = _admin_engine(base)
@@ -60,9 +61,10 @@ def server_url(args: argparse.Namespace, database: str) -> str:
         server = pgserver.get_server(str(args.pg_dir), cleanup_mode=None)
         base = server.get_uri()
         admin = _admin_engine(base)
-    with admin.connect() as conn:
-        conn.exec_driver_sql(f"DROP DATABASE IF EXISTS {database}")
-        conn.exec_driver_sql(f"CREATE DATABASE {database}")
+    if fresh:
+        with admin.connect() as conn:
+            conn.exec_driver_sql(f"DROP DATABASE IF EXISTS {database}")
+            conn.exec_driver_sql(f"CREATE DATABASE {database}")
     admin.dispose()
     head, _, tail = base.partition("?")
     return head.rsplit("/", 1)[0] + f"/{database}" + (f"?{tail}" if tail else "")
@@ -82,6 +84,22 @@ def rss_mib() -> float:
             if line.startswith("VmRSS:"):
                 return int(line.split()[1]) / 1024.0
     return float("nan")
+
+
+TABLE_GROUPS = {
+    "vectors+HNSW": ("data_hiqa_vectors",),
+    "docstore": ("data_hiqa_docstore", "data_hiqa_index_store"),
+    "BM25 postings": ("hiqa_postings",),
+    "nodes+keywords+documents": ("hiqa_nodes", "hiqa_documents", "hiqa_pack"),
+}
+
+
+def table_sizes(store: Any) -> Dict[str, int]:
+    """Bytes on disk (table, TOAST and indexes) of each group of the pack's tables."""
+    sizes = {}
+    for group, tables in TABLE_GROUPS.items():
+        sizes[group] = int(sum(store.scalar("SELECT coalesce(pg_total_relation_size(to_regclass(:t)), 0)", t=t) for t in tables))
+    return sizes
 
 
 def pct(values: Sequence[float], q: float) -> float:
@@ -178,6 +196,7 @@ def run_financebench(args: argparse.Namespace) -> Dict[str, Any]:
     pg = PostgresHiQAPack.from_pack(local, url)
     copy_s = time.perf_counter() - t0
     size = pg.store.scalar("SELECT pg_database_size(current_database())")  # before the fts experiment
+    sizes = table_sizes(pg.store)
     nodes = local.nodes
     n = len(nodes)
     rows: Dict[str, Any] = {}
@@ -204,7 +223,7 @@ def run_financebench(args: argparse.Namespace) -> Dict[str, Any]:
     return {
         "rows": rows, "nodes": n, "questions": len(questions), "build": build,
         "hnsw_recall@10": recall, "fulltext_index_s": fts_s, "copy_s": copy_s, "copy_nodes_per_s": n / copy_s, "same_top5": same_top5, "same_top1": same_top1,
-        "db_bytes": int(size), "db_bytes_per_node": int(size) / n, "peak_rss_mib": peak_rss_mib(),
+        "db_bytes": int(size), "db_bytes_per_node": int(size) / n, "table_bytes": sizes, "peak_rss_mib": peak_rss_mib(),
     }
 
 
@@ -369,6 +388,7 @@ def run_synthetic(args: argparse.Namespace, n_nodes: int) -> Dict[str, Any]:
     print(n_nodes, "pg ingest", result["pg_ingest_s"], flush=True)
     pg.store.analyze()
     result["db_bytes"] = int(pg.store.scalar("SELECT pg_database_size(current_database())"))
+    result["table_bytes"] = table_sizes(pg.store)
     retriever = pg.as_retriever()
     retriever.retrieve(questions[0])
     times = query_times(retriever, questions)
@@ -405,6 +425,25 @@ FB_LABELS = {
 }
 
 
+def fill_table_sizes(args: argparse.Namespace) -> None:
+    """Table sizes for saved synthetic results that lack them, from their databases."""
+    from llama_index_hiqa.storage.postgres import PostgresStore
+
+    for path in sorted(OUT_DIR.glob("synthetic_*.json")):
+        result = json.loads(path.read_text())
+        if "table_bytes" in result:
+            continue
+        store = PostgresStore(server_url(args, f"hiqa_synthetic_{result['nodes']}", fresh=False)).connect()
+        result["table_bytes"] = table_sizes(store)
+        store.dispose()
+        path.write_text(json.dumps(result, indent=1))
+
+
+def _per_node(result: Dict[str, Any]) -> str:
+    sizes = result.get("table_bytes") or {}
+    return ", ".join(f"{group} {size / result['nodes'] / 1024:.1f}" for group, size in sizes.items())
+
+
 def write_section() -> None:
     saved = {p.stem: json.loads(p.read_text()) for p in sorted(OUT_DIR.glob("*.json"))}
     parts: List[str] = []
@@ -431,7 +470,8 @@ def write_section() -> None:
             f"Copy into PostgreSQL: {fb['copy_s']:.0f} s ({fb['copy_nodes_per_s']:.0f} nodes/s, 8 documents per "
             f"transaction); HNSW recall@10 against exact search on the questions' embeddings: {fb['hnsw_recall@10']:.3f}; "
             f"database {fb['db_bytes'] / 2**20:.0f} MiB ({fb['db_bytes_per_node'] / 1024:.1f} KiB per node, "
-            "vectors, text, metadata, docstore copy and indexes)."
+            "vectors, text, metadata, docstore copy and indexes; KiB per node by table group: "
+            + _per_node({**fb, "table_bytes": fb.get("table_bytes")}) + ")."
         )
     synth = [v for k, v in saved.items() if k.startswith("synthetic_")]
     if synth:
@@ -458,6 +498,7 @@ def write_section() -> None:
              "local client RSS MiB"],
             rows,
         )
+        sizes = "; ".join(f"{r['nodes']:,} nodes: {_per_node(r)}" for r in synth if r.get("table_bytes"))
         parts.append(
             f"**Synthetic collections** (run {synth[-1]['run']}): 50-node documents of 60 Zipf-distributed words and "
             "3 identifier keywords per node, 384-dimension seeded random unit vectors (no model; unclustered "
@@ -466,6 +507,7 @@ def write_section() -> None:
             "identifier, a year; the pack's defaults: 100 candidates a route, top 5). Local ingest is the "
             "in-memory insert only (its BM25 index is built on the first question, and `persist` writes the "
             "folder); client RSS: a fresh process that opens the store and answers 20 questions.\n\n" + table
+            + (f"\n\nDatabase KiB per node by table group (tables, TOAST and indexes): {sizes}." if sizes else "")
         )
         skipped = [s for s in synth[-1].get("skipped", [])]
         if skipped:
@@ -476,7 +518,7 @@ def write_section() -> None:
 
 def main(argv: Optional[Sequence[str]] = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--part", choices=["financebench", "synthetic", "section"], required=True)
+    parser.add_argument("--part", choices=["financebench", "synthetic", "sizes", "section"], required=True)
     parser.add_argument("--url", default=os.environ.get("HIQA_BENCH_POSTGRES_URL"), help="server to use instead of pgserver")
     parser.add_argument("--pg-dir", type=Path, default=Path("/tmp/hiqa_bench_pg"))
     parser.add_argument("--store-dir", type=Path, default=Path("/tmp/hiqa_bench_postgres"))
@@ -498,6 +540,8 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
             result = run_synthetic(args, size)
             result["run"] = run
             (OUT_DIR / f"synthetic_{size}.json").write_text(json.dumps(result, indent=1))
+    elif args.part == "sizes":
+        fill_table_sizes(args)
     write_section()
 
 
