@@ -380,3 +380,11 @@ def test_from_directory_store_argument_for_a_database_and_a_folder(url, tmp_path
     reloaded = HiQAPack.load(tmp_path / "store", embed_model=HashEmbedding())
     assert reloaded.node_count == in_database.node_count == in_folder.node_count
     assert sorted(in_database.file_stats) == sorted(reloaded.file_stats)
+
+
+def test_a_folder_pack_copied_into_a_database_ranks_the_same(url, local_pack):
+    copied = PostgresHiQAPack.from_pack(local_pack, url)
+    assert copied.node_count == local_pack.node_count
+    for question in QUESTIONS:
+        hits = copied.retrieve(question)
+        assert [h.node.node_id for h in hits] == [h.node.node_id for h in local_pack.retrieve(question)]

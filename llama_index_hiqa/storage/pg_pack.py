@@ -96,6 +96,9 @@ class PostgresHiQAPack(HiQAPack):
         """Copy a built pack (e.g. a folder store, ``HiQAPack.load(folder)``) into the database
         at ``url``, its nodes and vectors as they are (nothing is parsed or embedded again),
         ``batch_documents`` documents per transaction."""
+        source_vectors = pack.index.vector_store
+        if not hasattr(source_vectors, "get_embeddings") and not hasattr(source_vectors, "get"):
+            raise ValueError(f"from_pack reads the vectors back from the pack's vector store; {type(source_vectors).__name__} cannot")
         target = cls.open(url, llm=pack.llm, embed_model=pack.embed_model, create=True, **pack.config.model_dump(), **kwargs)
         docstore = pack.index.docstore
         infos = docstore.get_all_ref_doc_info() or {}
@@ -105,12 +108,17 @@ class PostgresHiQAPack(HiQAPack):
             documents, nodes = [], []
             for ref in batch:
                 doc_nodes = docstore.get_nodes(list(infos[ref].node_ids))
-                vectors = pack.index.vector_store.get_embeddings([n.node_id for n in doc_nodes])
+                ids = [n.node_id for n in doc_nodes]
+                vectors = (
+                    source_vectors.get_embeddings(ids) if hasattr(source_vectors, "get_embeddings")
+                    else [source_vectors.get(i) for i in ids]  # SimpleVectorStore
+                )
                 for node, vector in zip(doc_nodes, vectors):
                     node.embedding = [float(v) for v in vector]
                 nodes += doc_nodes
                 documents.append(Document(id_=ref, text="", metadata={schema.DOCUMENT_ID: infos[ref].metadata.get(schema.DOCUMENT_ID, ref)}))
-                target.file_stats[ref] = pack.file_stats.get(ref)  # type: ignore[assignment]
+                if ref in pack.file_stats:
+                    target.file_stats[ref] = pack.file_stats[ref]
             hashes = {ref: docstore.get_document_hash(ref) or "" for ref in batch}
             target._write_batch(documents, [], nodes, hashes=hashes)
         target.store.analyze()
