@@ -57,6 +57,7 @@ _EXPORTS: Dict[str, str] = {
     "DefaultChainScorer": "llama_index_hiqa.retrievers.chain_scorers",
     "TrainedChainScorer": "llama_index_hiqa.retrievers.chain_scorers",
     "ChainAugmentedRetriever": "llama_index_hiqa.retrievers.chain_augmented",
+    "ChainBudget": "llama_index_hiqa.retrievers.chain_augmented",
     "GraphBuildError": "llama_index_hiqa.errors",
     #
     # -- TextRAG segment integration
@@ -73,6 +74,9 @@ _EXPORTS: Dict[str, str] = {
     "HiQAPackConfig": "llama_index_hiqa.pack_config",
     "PackStoreError": "llama_index_hiqa.errors",
     "EmptyCorpusError": "llama_index_hiqa.errors",
+    "calibrate": "llama_index_hiqa.calibration",
+    "calibration_questions": "llama_index_hiqa.calibration",
+    "CalibrationReport": "llama_index_hiqa.calibration",
     #
     # -- real collections: stores, batch ingestion, reader errors
     "MatrixVectorStore": "llama_index_hiqa.storage.vector_store",

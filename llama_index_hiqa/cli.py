@@ -176,14 +176,34 @@ def _cmd_ingest(args: argparse.Namespace) -> int:
     return 0
 
 
+def _existing_store(path: str) -> Any:
+    if is_postgres_url(path):
+        return path  # HiQAPack.load checks the database
+    store = Path(path)
+    if not store.exists():
+        raise CLIError(f"{store}: no such store; build one with `hiqa ingest DIR --store {store}`")
+    return store
+
+
+def _cmd_calibrate(args: argparse.Namespace) -> int:
+    from llama_index_hiqa.pack import HiQAPack
+
+    store = _existing_store(args.store)
+    pack = HiQAPack.load(store)
+    report = pack.calibrate(questions=args.questions)
+    print(report.summary())
+    if report.chosen:
+        pack.persist(store)
+        print(f"saved to {store}: multi_route {pack.config.multi_route}")
+    return 0
+
+
 def _cmd_ask(args: argparse.Namespace) -> int:
     from llama_index_hiqa.figures import format_figure
     from llama_index_hiqa.pack import HiQAPack, citation, format_citation
 
     llm = _llm(args)
-    store: Any = args.store if is_postgres_url(args.store) else Path(args.store)
-    if isinstance(store, Path) and not store.exists():
-        raise CLIError(f"{store}: no such store; build one with `hiqa ingest DIR --store {store}`")
+    store = _existing_store(args.store)
     settings = {"similarity_top_k": args.top_k} if args.top_k is not None else {}
     pack = HiQAPack.load(store, llm=llm, **settings)
     stream = args.stream and not args.json and pack.llm is not None
@@ -298,6 +318,14 @@ def build_parser() -> argparse.ArgumentParser:
     ing.add_argument("--embed-backend", choices=EMBED_BACKENDS,
                      help="how the packaged embedding model runs (default: the pack's measured default)")
     ing.set_defaults(func=_cmd_ingest)
+
+    cal = sub.add_parser(
+        "calibrate",
+        help="choose the fusion settings (alpha, beta, title weight) on questions generated from the store's own headings",
+    )
+    cal.add_argument("--store", required=True, help="folder written by `hiqa ingest`")
+    cal.add_argument("--questions", type=_positive_int, default=120, help="generated questions (default 120)")
+    cal.set_defaults(func=_cmd_calibrate)
 
     ask = sub.add_parser("ask", help="answer a question from a saved store, with citations")
     ask.add_argument("question")

@@ -62,6 +62,7 @@ from llama_index_hiqa.answers import (  # noqa: F401
 from llama_index_hiqa.defaults import resolve_llm
 from llama_index_hiqa.pack_config import (  # noqa: F401  (HiQAPackConfig re-exported: it was defined here)
     HiQAPackConfig,
+    chunk_graph_settings,
     build_parser,
     default_embed_model,
     keyword_extractor,
@@ -118,6 +119,7 @@ class HiQAPack:
         # leaves a file with the same facts unread (the document hash decides for the others).
         self.file_stats: Dict[str, List[int]] = {}
         self.store_path: Optional[Path] = None  # the folder it was loaded from / persisted to
+        self.calibration: Optional[Dict[str, Any]] = None  # the last calibrate() report, saved with the store
 
     # -- construction ------------------------------------------------------------------
     @classmethod
@@ -228,10 +230,11 @@ class HiQAPack:
     def _build_graph(self) -> Any:
         from llama_index_hiqa.retrievers.chunk_graph import ChunkGraphRetriever
 
+        settings = chunk_graph_settings(self.config)
         return ChunkGraphRetriever.from_index(
             self.index, embed_model=self.embed_model, llm=self.llm,
-            keyword_fn=keyword_extractor(self.config).extract_query,
-            show_progress=self.config.show_progress, **self.config.chunk_graph,
+            keyword_fn=keyword_extractor(self.config).extract_query, graph_settings=settings["graph"],
+            show_progress=self.config.show_progress, **settings["search"],
         )
 
     def _invalidate(self) -> None:
@@ -281,7 +284,8 @@ class HiQAPack:
         return modules
 
     def as_retriever(self, **kwargs: Any) -> BaseRetriever:
-        """The multi-route retriever (followed by the chunk-graph chains when enabled).
+        """The multi-route retriever (sharing its top k with the chunk-graph chains when enabled:
+        :class:`ChainAugmentedRetriever`, ``chunk_graph={"head_share": ...}``).
 
         ``kwargs`` are MultiRouteConfig settings for this retriever only (e.g.
         ``similarity_top_k=10``, ``mode="rrf"``); it shares the pack's BM25 and keyword indexes.
@@ -292,10 +296,31 @@ class HiQAPack:
         if kwargs:
             retriever = self.multi_route.with_settings(**kwargs)  # type: ignore[attr-defined]
         if self.graph is not None:
-            retriever = ChainAugmentedRetriever(retriever, self.graph)
+            retriever = ChainAugmentedRetriever(retriever, self.graph, **chunk_graph_settings(self.config)["budget"])
         if not kwargs:
             self._retriever = retriever
         return retriever
+
+    # -- self-calibration (no labels) --------------------------------------------------
+    def calibrate(
+        self, questions: int = 120, grid: Optional[Dict[str, Any]] = None, seed: int = 0, min_gain: float = 0.01
+    ) -> Any:
+        """Choose α, β and the title keyword weight on questions generated from this
+        collection's own titles and headings (see :mod:`llama_index_hiqa.calibration`),
+        apply what was chosen to ``config.multi_route`` (saved by the next :meth:`persist`)
+        and return the :class:`~llama_index_hiqa.calibration.CalibrationReport`."""
+        from llama_index_hiqa.calibration import calibrate, calibration_questions
+
+        generated = calibration_questions(self.index.docstore.docs.values(), limit=questions, seed=seed)
+        report = calibrate(self.multi_route, generated, grid=grid, min_gain=min_gain)
+        if report.chosen:
+            self.config = self.config.model_copy(update={"multi_route": {**self.config.multi_route, **report.chosen}})
+            # Same indexes, new fusion settings: nothing is rebuilt.
+            self._multi_route = self._multi_route.with_settings(**report.chosen)  # type: ignore[union-attr]
+            self._retriever = None
+        self.calibration = report.model_dump()
+        logger.info("%s", report.summary())
+        return report
 
     def node_postprocessors(self) -> List[BaseNodePostprocessor]:
         if self._postprocessors is not None:
@@ -514,6 +539,7 @@ class HiQAPack:
                     "node_count": self.node_count,
                     "documents": self.document_ids,
                     "file_stats": self.file_stats,
+                    "calibration": self.calibration,
                 },
             )
         self.store_path = root
@@ -569,6 +595,7 @@ class HiQAPack:
         graph = _load_graph(files, index, config, embed_model, llm)
         pack = cls(index, config=config, llm=llm, embed_model=embed_model, _multi_route=multi_route, _graph=graph)
         pack.store_path = Path(persist_dir)
+        pack.calibration = files.payload.get("calibration")
         pack.file_stats = {
             str(doc_id): [int(v) for v in stat]
             for doc_id, stat in (files.payload.get("file_stats") or {}).items()
@@ -631,7 +658,7 @@ def _load_graph(
     )
     return ChunkGraphRetriever(
         graph, docstore=index.docstore, embed_model=embed_model, llm=llm,
-        keyword_fn=keyword_extractor(config).extract_query, **config.chunk_graph,
+        keyword_fn=keyword_extractor(config).extract_query, **chunk_graph_settings(config)["search"],
     )
 
 

@@ -47,11 +47,15 @@ class HiQAPackConfig(BaseModel):
     )
     use_chunk_graph: bool = Field(
         default=False,
-        description="Append IIER evidence chains (ChunkGraphRetriever) for multi-hop questions.",
+        description="IIER evidence chains (ChunkGraphRetriever) share the top k with the multi-route "
+        "ranking, for multi-hop questions; NER then also reads node text at ingestion.",
     )
     chunk_graph: Dict[str, Any] = Field(
         default_factory=lambda: {"max_nodes": 5},
-        description="ChainSearchSettings of the ChunkGraphRetriever (max_hops, max_nodes, ...).",
+        description="Chunk-graph settings: ChunkInteractionGraph fields (keyword_threshold, default "
+        "'auto': T from the collection's shared-keyword counts), ChainSearchSettings of the "
+        "ChunkGraphRetriever (max_hops, max_nodes, ...) and ChainBudget's head_share (the "
+        "multi-route nodes kept first in the top k before the chain nodes).",
     )
     use_segment_integration: bool = Field(
         default=False,
@@ -103,14 +107,33 @@ class HiQAPackConfig(BaseModel):
     @field_validator("chunk_graph")
     @classmethod
     def _check_chunk_graph(cls, value: Dict[str, Any]) -> Dict[str, Any]:
+        from llama_index_hiqa.retrievers.chain_augmented import ChainBudget
         from llama_index_hiqa.retrievers.chunk_graph import ChainSearchSettings, ChunkInteractionGraph
 
-        _known_keys("chunk_graph", value, {**ChunkInteractionGraph.model_fields, **ChainSearchSettings.model_fields})
-        ChainSearchSettings(**{k: v for k, v in value.items() if k in ChainSearchSettings.model_fields})
+        _known_keys(
+            "chunk_graph", value,
+            {**ChunkInteractionGraph.model_fields, **ChainSearchSettings.model_fields, **ChainBudget.model_fields},
+        )
+        for model in (ChainSearchSettings, ChainBudget):
+            model(**{k: v for k, v in value.items() if k in model.model_fields})
         for key in ("max_hops", "max_nodes", "max_seeds"):
             if key in value and (not isinstance(value[key], int) or value[key] < 1):
                 raise ValueError(f"chunk_graph[{key!r}] must be a whole number of at least 1, not {value[key]!r}")
         return value
+
+
+def chunk_graph_settings(config: HiQAPackConfig) -> Dict[str, Dict[str, Any]]:
+    """``config.chunk_graph`` split by who receives each key: ``graph`` (ChunkInteractionGraph),
+    ``search`` (ChainSearchSettings of the ChunkGraphRetriever) and ``budget`` (ChainBudget of
+    the ChainAugmentedRetriever) — one place, so a graph setting never lands where it is ignored."""
+    from llama_index_hiqa.retrievers.chain_augmented import ChainBudget
+    from llama_index_hiqa.retrievers.chunk_graph import ChunkInteractionGraph
+
+    split: Dict[str, Dict[str, Any]] = {"graph": {}, "search": {}, "budget": {}}
+    for key, value in config.chunk_graph.items():
+        part = "graph" if key in ChunkInteractionGraph.model_fields else "budget" if key in ChainBudget.model_fields else "search"
+        split[part][key] = value
+    return split
 
 
 def _known_keys(setting: str, value: Dict[str, Any], known: Any) -> None:
@@ -167,5 +190,10 @@ def keyword_extractor(config: HiQAPackConfig) -> Any:
     # filing-sized chunks) and was not what the product-path figures measured at collection
     # scale; the pack's default runs NER over document titles and questions only, whatever the
     # batch size. keywords={"ner_max_nodes": None} turns it back on for node text.
-    defaults = {"show_progress": config.show_progress, "ner_max_nodes": 0}
+    #
+    # With the chunk graph on, NER reads the nodes' text too: IIER's keyword edges link chunks
+    # by the named entities they share (the bridge entity of a multi-hop question); with the
+    # rules alone (years, identifiers) the chains found no more of MuSiQue's evidence than
+    # vector top-k (benchmarks/RESULTS.md, "Multi-hop on the product path").
+    defaults = {"show_progress": config.show_progress, "ner_max_nodes": None if config.use_chunk_graph else 0}
     return CriticalKeywordExtractor(**{**defaults, **config.keywords})

@@ -479,6 +479,6 @@ def test_chain_augmented_retriever_keeps_first_ranking_then_appends_new_chain_no
 
         return Fixed()
 
-    retriever = ChainAugmentedRetriever(fixed(["a", "b", "c"]), fixed(["c", "d", "a", "e"]))
+    retriever = ChainAugmentedRetriever(fixed(["a", "b", "c"]), fixed(["c", "d", "a", "e"]), head_share=1.0)
     assert [n.node.node_id for n in retriever.retrieve("q")] == ["a", "b", "c", "d", "e"]
     assert [n.node.node_id for n in asyncio.run(retriever.aretrieve("q"))] == ["a", "b", "c", "d", "e"]

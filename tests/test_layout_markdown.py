@@ -490,3 +490,56 @@ def test_plausible_heading_rejects_sentence_lines_and_bare_numbers():
                  "Participant following his or her rehire date as if the rehire date were",
                  "Revenue by segment,"):
         assert not plausible_heading(line), line
+
+
+@pytest.mark.parametrize(
+    "line, expected",
+    [
+        ("Consolidated Balance Sheets", True),
+        ("Consolidated Balance Shee t", True),  # a word split by text extraction
+        ("Consolidated Statement of Incom e", True),
+        ("CONDENSED CONSOLIDATED STATEMENTS OF EARNINGS (Unaudited)", True),
+        ("Consolidated Statements of Shareholders’ Equity", True),
+        ("Consolidated Statements of Comprehensive Income", True),
+        ("Statements of Financial Position", True),
+        ("NOTE 9. Supplemental Cash Flow Information", True),
+        ("Note 3 - Revenue", True),
+        ("Cash Flows from Operating Activities", False),  # a bold row label of the statement
+        ("Total current assets", False),
+        ("Notes to Consolidated Financial Statements", False),
+        ("Note 3 to the statements describes the leases", False),
+        ("The Consolidated Balance Sheets show the assets.", False),
+    ],
+)
+def test_report_heading_recognises_statement_and_note_titles_only(line, expected):
+    from llama_index_hiqa.parsers._report_headings import is_report_heading
+
+    assert is_report_heading(line) is expected
+
+
+def test_bold_statement_and_note_titles_head_their_rows_in_the_cascade():
+    """A statement's rows carry the statement's title (and a note's text its note) in their
+    heading path, under the Item the statement sits in; bold row labels stay text."""
+    page = (
+        "**Item 8. Financial Statements**\n\n" + LOREM + "\n\n"
+        "**3M Company and Subsidiaries**\n\n**Consolidated Balance Shee t**\n\n"
+        "**Current assets**\n\nCash and cash equivalents $ 2,853 $ 3,053 Inventories 4,366 4,034\n\n"
+        "**Consolidated Statement of Cash Flow s**\n\n**Cash Flows from Operating Activities**\n\n"
+        "Net income 5,363 4,869 Purchases of property, plant and equipment (1,577) (1,373)\n\n"
+        "**NOTE 9. Supplemental Cash Flow Information**\n\n" + LOREM
+    )
+    doc = _doc([page], doc_id="MMM_2018_10K", title="3M Company, Form 10-K, 2018")
+    nodes = LayoutMarkdownParser(max_segment_chars=120).get_nodes_from_documents([doc])
+    _assert_tiles(doc, nodes)
+
+    def path_of(fragment):
+        node = next(n for n in nodes if fragment in n.text)
+        return [h.label() for h in schema.get_heading_path(node)]
+
+    assert path_of("Inventories 4,366") == ["Item 8 Financial Statements", "Consolidated Balance Sheet"]
+    assert path_of("Purchases of property") == ["Item 8 Financial Statements", "Consolidated Statement of Cash Flows"]
+    assert path_of(LOREM.strip()[-20:])[:1] == ["Item 8 Financial Statements"]
+    marks = LayoutMarkdownParser().detect_headings(doc.text, doc.metadata)
+    titles = [m.title for m in marks]
+    assert "Cash Flows from Operating Activities" not in titles and "Current assets" not in titles
+    assert "NOTE 9. Supplemental Cash Flow Information" in titles or any("Supplemental Cash Flow" in t for t in titles)

@@ -526,3 +526,23 @@ def test_lazy_load_data_reads_one_file_per_document_it_yields(tmp_path, monkeypa
     assert [d.metadata[schema.DOCUMENT_ID] for d in rest] == ["b", "c"]
     assert [Path(f.path).name for f in reader.failures] == ["d.txt"]
     assert [d.text for d in reader.load_data(folder)] == [first.text] + [d.text for d in rest]
+
+
+def test_small_bold_statement_title_is_a_layout_heading_but_small_bold_row_labels_are_not(tmp_path):
+    """Statements are set smaller than the text with bold titles and bold row labels: the
+    title is a heading candidate whatever its size, a row label is not."""
+    doc = pymupdf.open()
+    page = doc.new_page(width=W, height=H)
+    y = 80
+    for i in range(12):
+        _text(page, y, f"Body sentence {i} of the annual report explains the results of the year.")
+        y += 14
+    _text(page, y + 10, "Consolidated Balance Shee t", size=8, bold=True)
+    _text(page, y + 24, "Current assets", size=8, bold=True)
+    _text(page, y + 38, "Cash and cash equivalents 2,853 3,053", size=8)
+    path = tmp_path / "statement.pdf"
+    doc.save(path)
+    read = PDFLayoutReader().load_data(path)[0]
+    headings = [read.text[s:e] for s, e, *_ in read.metadata[schema.LAYOUT_HEADINGS]]
+    assert any("Consolidated Balance Shee t" in h for h in headings)
+    assert not any("Current assets" in h for h in headings)

@@ -54,6 +54,7 @@ from llama_index_hiqa.parsers._markdown_segments import (
     pieces_to_nodes,
 )
 from llama_index_hiqa.parsers._token_budget import cascade_header_counter, fit_pieces_to_window, resolve_window
+from llama_index_hiqa.parsers._report_headings import is_report_heading, join_split_letters
 
 logger = logging.getLogger(__name__)
 
@@ -229,6 +230,9 @@ class LayoutMarkdownParser(NodeParser):
                 body = line.strip()
                 if not body or body.startswith("|"):
                     continue
+                if _is_report_heading_line(body, start in layout):
+                    candidates.append((start, end, join_split_letters(clean_inline(body)), layout_styles.get(layout.get(start, (0.0, False)), 6)))
+                    continue
                 if not _MAYBE_NUMBERED_RE.match(body):
                     continue
                 # A run-in heading: "**ITEM 2 - Properties** We own our offices ..." —
@@ -311,6 +315,13 @@ class LayoutMarkdownParser(NodeParser):
             if entries >= 4 or (titled and entries >= 2):
                 ranges.append((start, end))
         return ranges
+
+
+def _is_report_heading_line(body: str, in_layout: bool) -> bool:
+    """A bold or larger-type statement / note title (see ``_report_headings``)."""
+    if not (in_layout or (body.startswith(("**", "__")) and body.rstrip().endswith(("**", "__")))):
+        return False
+    return is_report_heading(clean_inline(body))
 
 
 def plausible_heading(text: str) -> bool:

@@ -51,6 +51,7 @@ from llama_index.core.schema import Document
 
 from llama_index_hiqa import schema
 from llama_index_hiqa.readers.titles import CoverLine, document_title, file_name_title
+from llama_index_hiqa.parsers._report_headings import is_report_heading
 from llama_index_hiqa.errors import (
     CorruptDocumentError,
     DocumentReadError,
@@ -390,7 +391,9 @@ class PDFLayoutReader(BasePydanticReader):
         if not text or len(text) > self.max_heading_chars:
             return False
         return line.size >= body_size * self.heading_size_ratio or (
-            line.bold and line.size >= body_size * 0.95
+            # Financial statements are set in a smaller type than the text, their titles bold
+            # in that type: a statement or note title is a heading whatever its size.
+            line.bold and (line.size >= body_size * 0.95 or is_report_heading(text))
         )
 
     def _render_fast(

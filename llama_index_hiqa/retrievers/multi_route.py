@@ -624,6 +624,25 @@ class MultiRouteRetriever(BaseRetriever):
         )
         return self._finish(query, vector, vector_nodes, bm25, counts, errors)
 
+    # -- route scores and fusion, separately (calibration) -------------------------------
+    def route_scores(self, query: Union[str, QueryBundle]) -> Dict[str, Dict[str, float]]:
+        """Each route's candidates for ``query`` before fusion: ``{"vector": {id: cosine},
+        "bm25": {id: score}, "keywords": {id: |C|}}`` (``|C|`` with this retriever's title
+        weight). :meth:`fuse` ranks them under any settings without asking the routes again."""
+        bundle = QueryBundle(query) if isinstance(query, str) else query
+        n = self.config.candidates_per_route
+        errors: Dict[str, BaseException] = {}
+        q = bundle.query_str or ""
+        vector, _ = self._run_route(VECTOR, lambda: self._vector_scores(bundle, n), ({}, {}), errors, q)
+        bm25 = self._run_route(BM25, lambda: self._bm25_scores(bundle, n), {}, errors, q)
+        _, counts = self._run_route(KEYWORDS, lambda: self._keyword_counts(bundle), ([], {}), errors, q)
+        return {VECTOR: vector, BM25: bm25, KEYWORDS: counts}
+
+    def fuse(self, scores: Mapping[str, Mapping[str, float]], top_k: Optional[int] = None) -> List[str]:
+        """Node ids ranked by this retriever's fusion of :meth:`route_scores` output."""
+        fused = self._fuse(dict(scores[VECTOR]), dict(scores[BM25]), dict(scores[KEYWORDS]), top_k)
+        return [node_id for node_id, _ in fused]
+
     # In-memory routes run in worker threads; a store with an async driver overrides these.
     async def _abm25_scores(self, query: QueryBundle, n: int) -> Dict[str, float]:
         return await asyncio.to_thread(self._bm25_scores, query, n)

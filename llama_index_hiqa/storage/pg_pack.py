@@ -204,10 +204,12 @@ class PostgresHiQAPack(HiQAPack):
         return removed
 
     def persist(self, persist_dir: Any = None) -> Any:
-        """Nothing to do: every write committed already. (Copying a database pack into a
-        folder is not supported; build the folder store from the documents.)"""
+        """Save the settings (e.g. what ``calibrate`` chose); the indexes need nothing, every
+        write committed already. (Copying a database pack into a folder is not supported;
+        build the folder store from the documents.)"""
         if persist_dir not in (None, self.store.url):
             raise self.store.error(f"is a PostgreSQL pack; it cannot be persisted to {persist_dir}")
+        self.store.save_config(self.config.model_dump())
         return self.store.masked_url
 
     def close(self) -> None:

@@ -464,6 +464,16 @@ class PostgresStore:
                  "index_id": index_id},
             )
 
+    def save_config(self, config: Dict[str, Any]) -> None:
+        from sqlalchemy import text
+        from sqlalchemy.exc import SQLAlchemyError
+
+        try:
+            with self.engine.begin() as conn:
+                conn.execute(text("UPDATE hiqa_pack SET config = CAST(:c AS jsonb) WHERE id = 1"), {"c": json.dumps(config)})
+        except SQLAlchemyError as exc:
+            raise self.describe_failure(exc) from None
+
     # -- reads ---------------------------------------------------------------------------
     def scalar(self, sql: str, **params: Any) -> Any:
         from sqlalchemy import text
