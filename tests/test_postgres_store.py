@@ -388,3 +388,12 @@ def test_a_folder_pack_copied_into_a_database_ranks_the_same(url, local_pack):
     for question in QUESTIONS:
         hits = copied.retrieve(question)
         assert [h.node.node_id for h in hits] == [h.node.node_id for h in local_pack.retrieve(question)]
+
+
+def test_persist_saves_the_settings_in_the_database(url, documents):
+    pack = HiQAPack.from_documents(documents[:2], embed_model=HashEmbedding(), store=url, **FAST)
+    pack.config = pack.config.model_copy(update={"multi_route": {"alpha": 0.5}})
+    assert pack.persist(url) == mask_url(url)
+    assert HiQAPack.load(url, embed_model=HashEmbedding()).config.multi_route == {"alpha": 0.5}
+    with pytest.raises(PackStoreError, match="cannot be persisted"):
+        pack.persist("/tmp/elsewhere")
