@@ -550,7 +550,7 @@ class PostgresStore:
         # The docstore's JSON of each node (without its vector, as VectorStoreIndex stores it);
         # BM25 tokenises the node as read back from it, which is what the in-memory route indexes
         # (a node fresh from the pipeline can render its embedding view differently).
-        stored = [doc_to_json(n.model_copy(update={"embedding": None})) for n in nodes]
+        stored = [_without_nul(doc_to_json(n.model_copy(update={"embedding": None}))) for n in nodes]
         tokens = tokenizer.documents([json_to_doc(d).get_content(metadata_mode=MetadataMode.EMBED) for d in stored])
         try:
             with self.engine.begin() as conn:
@@ -614,7 +614,7 @@ class PostgresStore:
                 "VALUES (:ref, :doc, :title, :hash, :size, :mtime, :pages, :count)"
             ),
             [
-                {"ref": d.ref_doc_id, "doc": d.document_id, "title": d.title or "", "hash": d.doc_hash,
+                {"ref": d.ref_doc_id, "doc": _without_nul(d.document_id), "title": _without_nul(d.title or ""), "hash": d.doc_hash,
                  "size": d.file_stat[0] if d.file_stat else None, "mtime": d.file_stat[1] if d.file_stat else None,
                  "pages": d.pages, "count": len(d.nodes)}
                 for d in documents
@@ -631,8 +631,9 @@ class PostgresStore:
                 insert(table),
                 [
                     {"node_id": n.node_id, "embedding": n.get_embedding(),
-                     "text": n.get_content(metadata_mode=MetadataMode.NONE),
-                     "metadata_": node_to_metadata_dict(n, remove_text=True, flat_metadata=vector_store.flat_metadata)}
+                     "text": _without_nul(n.get_content(metadata_mode=MetadataMode.NONE)),
+                     "metadata_": _without_nul(
+                         node_to_metadata_dict(n, remove_text=True, flat_metadata=vector_store.flat_metadata))}
                     for n in nodes
                 ],
             )
@@ -648,7 +649,7 @@ class PostgresStore:
                 kv_rows.append({"key": node.node_id, "namespace": docstore._metadata_collection, "value": meta})
             for ref, (metadata, ids) in per_document.items():
                 info = RefDocInfo(node_ids=ids, metadata=metadata)
-                kv_rows.append({"key": ref, "namespace": docstore._ref_doc_collection, "value": info.to_dict()})
+                kv_rows.append({"key": ref, "namespace": docstore._ref_doc_collection, "value": _without_nul(info.to_dict())})
             conn.execute(insert(_NODES), [_node_row(n, toks, keywords.get(n.node_id, ([], []))) for n, toks in zip(nodes, tokens)])
             _copy_postings(conn, nodes, tokens)
             conn.execute(
@@ -663,12 +664,25 @@ class PostgresStore:
             conn.execute(stmt.on_conflict_do_update(index_elements=["key", "namespace"], set_={"value": stmt.excluded.value}))
 
 
+def _without_nul(value: Any) -> Any:
+    """``value`` with NUL characters removed from every string: PostgreSQL's text and jsonb
+    cannot hold them (PDF text sometimes does); nothing else is changed."""
+    if isinstance(value, str):
+        return value.replace("\x00", "") if "\x00" in value else value
+    if isinstance(value, dict):
+        return {_without_nul(k): _without_nul(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_without_nul(v) for v in value]
+    return value
+
+
 def _node_row(node: BaseNode, tokens: List[str], keywords: Tuple[List[str], List[str]]) -> Dict[str, Any]:
     from llama_index_hiqa import schema
 
     return {
         "node_id": node.node_id, "ref_doc_id": node.ref_doc_id, "position": schema.get_position(node),
-        "keywords": list(keywords[0]), "title_keywords": list(keywords[1]), "length": len(tokens),
+        "keywords": _without_nul(list(keywords[0])), "title_keywords": _without_nul(list(keywords[1])),
+        "length": len(tokens),
     }
 
 
