@@ -329,7 +329,7 @@ async def aquery_times(retriever: Any, questions: Sequence[str]) -> List[float]:
     return times
 
 
-def hnsw_recall(pack: Any, n_nodes: int, queries: int = 100, k: int = 10) -> float:
+def hnsw_recall(pack: Any, n_nodes: int, queries: int = 100, k: int = 10, ef_search: Optional[int] = None) -> float:
     """Recall@k of the pgvector HNSW index against exact cosine search over the same vectors."""
     from llama_index.core.vector_stores.types import VectorStoreQuery
 
@@ -345,7 +345,8 @@ def hnsw_recall(pack: Any, n_nodes: int, queries: int = 100, k: int = 10) -> flo
         q = rng.standard_normal(DIM).astype(np.float32)
         q /= np.linalg.norm(q)
         exact = {ids[i] for i in np.argsort(-(vectors @ q))[:k]}
-        result = store.query(VectorStoreQuery(query_embedding=q.tolist(), similarity_top_k=k))
+        extra = {} if ef_search is None else {"hnsw_ef_search": ef_search}
+        result = store.query(VectorStoreQuery(query_embedding=q.tolist(), similarity_top_k=k), **extra)
         hits += len(exact & set(result.ids or []))
     return hits / (queries * k)
 
@@ -439,6 +440,25 @@ def fill_table_sizes(args: argparse.Namespace) -> None:
         path.write_text(json.dumps(result, indent=1))
 
 
+EF_SWEEP = (40, 200, 800)
+
+
+def fill_recall_sweep(args: argparse.Namespace) -> None:
+    """HNSW recall@10 at several ef_search values for the saved synthetic collections."""
+    from llama_index_hiqa import HiQAPack
+
+    for path in sorted(OUT_DIR.glob("synthetic_*.json")):
+        result = json.loads(path.read_text())
+        if "recall_by_ef_search" in result:
+            continue
+        pack = HiQAPack.load(server_url(args, f"hiqa_synthetic_{result['nodes']}", fresh=False),
+                             embed_model=_fast_embedding(), **FAST)
+        result["recall_by_ef_search"] = {str(ef): hnsw_recall(pack, result["nodes"], ef_search=ef) for ef in EF_SWEEP}
+        print(result["nodes"], result["recall_by_ef_search"], flush=True)
+        pack.close()
+        path.write_text(json.dumps(result, indent=1))
+
+
 def _per_node(result: Dict[str, Any]) -> str:
     sizes = result.get("table_bytes") or {}
     return ", ".join(f"{group} {size / result['nodes'] / 1024:.1f}" for group, size in sizes.items())
@@ -499,6 +519,10 @@ def write_section() -> None:
             rows,
         )
         sizes = "; ".join(f"{r['nodes']:,} nodes: {_per_node(r)}" for r in synth if r.get("table_bytes"))
+        sweep = "; ".join(
+            f"{r['nodes']:,} nodes: " + ", ".join(f"ef_search {ef} → {v:.3f}" for ef, v in r["recall_by_ef_search"].items())
+            for r in synth if r.get("recall_by_ef_search")
+        )
         parts.append(
             f"**Synthetic collections** (run {synth[-1]['run']}): 50-node documents of 60 Zipf-distributed words and "
             "3 identifier keywords per node, 384-dimension seeded random unit vectors (no model; unclustered "
@@ -508,6 +532,7 @@ def write_section() -> None:
             "in-memory insert only (its BM25 index is built on the first question, and `persist` writes the "
             "folder); client RSS: a fresh process that opens the store and answers 20 questions.\n\n" + table
             + (f"\n\nDatabase KiB per node by table group (tables, TOAST and indexes): {sizes}." if sizes else "")
+            + (f"\n\nHNSW recall@10 on these random vectors by ef_search (the store's default is 200): {sweep}." if sweep else "")
         )
         skipped = [s for s in synth[-1].get("skipped", [])]
         if skipped:
@@ -535,7 +560,7 @@ def write_section() -> None:
 
 def main(argv: Optional[Sequence[str]] = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--part", choices=["financebench", "synthetic", "sizes", "section"], required=True)
+    parser.add_argument("--part", choices=["financebench", "synthetic", "sizes", "recall", "section"], required=True)
     parser.add_argument("--url", default=os.environ.get("HIQA_BENCH_POSTGRES_URL"), help="server to use instead of pgserver")
     parser.add_argument("--pg-dir", type=Path, default=Path("/tmp/hiqa_bench_pg"))
     parser.add_argument("--store-dir", type=Path, default=Path("/tmp/hiqa_bench_postgres"))
@@ -559,6 +584,8 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
             (OUT_DIR / f"synthetic_{size}.json").write_text(json.dumps(result, indent=1))
     elif args.part == "sizes":
         fill_table_sizes(args)
+    elif args.part == "recall":
+        fill_recall_sweep(args)
     write_section()
 
 

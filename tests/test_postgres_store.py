@@ -397,3 +397,11 @@ def test_persist_saves_the_settings_in_the_database(url, documents):
     assert HiQAPack.load(url, embed_model=HashEmbedding()).config.multi_route == {"alpha": 0.5}
     with pytest.raises(PackStoreError, match="cannot be persisted"):
         pack.persist("/tmp/elsewhere")
+
+
+def test_text_with_nul_characters_is_stored(url):
+    """PDF text sometimes holds NUL characters, which PostgreSQL text and jsonb cannot."""
+    document = Document(text="# NX-9000\n\nOutput\x00 current 3 A.", metadata={schema.DOCUMENT_TITLE: "NX\x009000"})
+    pack = HiQAPack.from_documents([document], embed_model=HashEmbedding(), store=url, **FAST)
+    hits = pack.retrieve("NX-9000 output current")
+    assert hits and "\x00" not in hits[0].node.get_content() and "Output current" in hits[0].node.get_content()
