@@ -543,7 +543,10 @@ def write_section() -> None:
         parts.append(
             f"1M nodes not run: at the {rate:.0f} nodes/s measured at {largest['nodes']:,} nodes on this shared "
             f"2-core machine, one build would take about {1_000_000 / rate / 3600:.1f} h, past the 30-minute budget "
-            "(HNSW insertion dominates the server's time; a bulk load would build the index after the rows)."
+            "(profiled at 4,000 nodes, about half of ingestion is the server's inserts, HNSW graph and indexes, "
+            "the rest Python-side serialisation; a bulk load could build the HNSW index after the rows). These runs "
+            "shared the 2 cores with other benchmarks (load average 7 to 9), so absolute times are inflated; each "
+            "PostgreSQL/local ratio was measured in the same run."
         )
     parts.append(
         "Choices: BM25 is Okapi BM25 computed in SQL over a postings table (term, node, tf, node length; B-tree on "
