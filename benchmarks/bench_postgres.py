@@ -156,6 +156,33 @@ class _FullTextRoute:
         return {node_id: float(score) for node_id, score in rows if score > 0}
 
 
+def financebench_ef_search(args: argparse.Namespace, ef_search: int = 400) -> None:
+    """One more PostgreSQL row on the saved FinanceBench stores, with a wider HNSW search."""
+    from llama_index_hiqa import HiQAPack
+    from llama_index_hiqa.evaluation import datasets
+    from llama_index_hiqa.storage.postgres import PostgresStoreSettings
+
+    path = OUT_DIR / "financebench.json"
+    saved = json.loads(path.read_text())
+    root = _common.require_shared_data("FinanceBench on the PostgreSQL store")
+    pdf_dir = root / "financebench" / "pdfs"
+    doc_names = {p.stem for p in pdf_dir.glob("*.pdf")}
+    questions = [q for q in datasets.load_financebench_questions(root) if set(q.gold_documents) <= doc_names]
+    local = HiQAPack.load(args.store_dir / "financebench_local")
+    pg = HiQAPack.load(server_url(args, "hiqa_financebench", fresh=False),
+                       store_settings=PostgresStoreSettings(hnsw_ef_search=ef_search))
+    retriever = pg.multi_route.with_settings(similarity_top_k=TOP)
+    top_ids(retriever, questions[0].question)
+    t0 = time.perf_counter()
+    ranking = [top_ids(retriever, q.question) for q in questions]
+    seconds = (time.perf_counter() - t0) / len(questions)
+    saved["rows"][f"postgres_ef{ef_search}"] = {**score(ranking, local.nodes, questions), "query_ms": seconds * 1000.0}
+    local_ranking = [top_ids(local.multi_route.with_settings(similarity_top_k=TOP), q.question) for q in questions]
+    saved[f"same_top5_ef{ef_search}"] = sum(a[:5] == b[:5] for a, b in zip(local_ranking, ranking)) / len(questions)
+    print(saved["rows"][f"postgres_ef{ef_search}"], saved[f"same_top5_ef{ef_search}"], flush=True)
+    path.write_text(json.dumps(saved, indent=1))
+
+
 def financebench_recall(local: Any, pg: Any, questions: Sequence[Any], k: int = 10) -> float:
     """Recall@k of pgvector's HNSW against the folder store's exact search, on the questions'
     MiniLM embeddings over the same vectors."""
@@ -237,7 +264,10 @@ class SeededEmbedding:
 
     @staticmethod
     def vector(key: str) -> np.ndarray:
-        rng = np.random.default_rng(abs(hash(key)) % (2**32))
+        import hashlib
+
+        # hashlib, not hash(): str hashes differ between processes (PYTHONHASHSEED).
+        rng = np.random.default_rng(int.from_bytes(hashlib.md5(key.encode("utf-8")).digest()[:8], "little"))
         v = rng.standard_normal(DIM).astype(np.float32)
         return v / np.linalg.norm(v)
 
@@ -329,7 +359,7 @@ async def aquery_times(retriever: Any, questions: Sequence[str]) -> List[float]:
     return times
 
 
-def hnsw_recall(pack: Any, n_nodes: int, queries: int = 100, k: int = 10, ef_search: Optional[int] = None) -> float:
+def hnsw_recall(pack: Any, n_nodes: int, queries: int = 100, k: int = 10) -> float:
     """Recall@k of the pgvector HNSW index against exact cosine search over the same vectors."""
     from llama_index.core.vector_stores.types import VectorStoreQuery
 
@@ -345,8 +375,7 @@ def hnsw_recall(pack: Any, n_nodes: int, queries: int = 100, k: int = 10, ef_sea
         q = rng.standard_normal(DIM).astype(np.float32)
         q /= np.linalg.norm(q)
         exact = {ids[i] for i in np.argsort(-(vectors @ q))[:k]}
-        extra = {} if ef_search is None else {"hnsw_ef_search": ef_search}
-        result = store.query(VectorStoreQuery(query_embedding=q.tolist(), similarity_top_k=k), **extra)
+        result = store.query(VectorStoreQuery(query_embedding=q.tolist(), similarity_top_k=k))
         hits += len(exact & set(result.ids or []))
     return hits / (queries * k)
 
@@ -423,6 +452,7 @@ FB_LABELS = {
     "local": "folder store (bm25s, exact vectors)",
     "postgres": "PostgreSQL store (BM25 in SQL, HNSW)",
     "postgres_fulltext": "PostgreSQL, full-text search (ts_rank_cd) instead of BM25 (not shipped)",
+    "postgres_ef400": "PostgreSQL store, HNSW ef_search = 400",
 }
 
 
@@ -443,6 +473,36 @@ def fill_table_sizes(args: argparse.Namespace) -> None:
 EF_SWEEP = (40, 200, 800)
 
 
+def stored_recall(pack: Any, ef_values: Sequence[int], queries: int = 100, k: int = 10) -> Dict[str, float]:
+    """Recall@k of HNSW at each ef_search against exact search over the vectors as stored."""
+    from llama_index.core.vector_stores.types import VectorStoreQuery
+
+    ids: List[str] = []
+    blocks = []
+    with pack.store.engine.connect() as conn:
+        result = conn.execution_options(stream_results=True, max_row_buffer=5000).exec_driver_sql(
+            "SELECT node_id, embedding::real[] FROM data_hiqa_vectors"
+        )
+        for rows in result.partitions(5000):
+            ids += [r[0] for r in rows]
+            blocks.append(np.asarray([r[1] for r in rows], dtype=np.float32))
+    vectors = np.concatenate(blocks)
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    rng = np.random.default_rng(3)
+    probes = rng.standard_normal((queries, vectors.shape[1])).astype(np.float32)
+    probes /= np.linalg.norm(probes, axis=1, keepdims=True)
+    exact = [{ids[i] for i in np.argsort(-(vectors @ q))[:k]} for q in probes]
+    store = pack.index.vector_store
+    out = {}
+    for ef in ef_values:
+        hits = 0
+        for q, truth in zip(probes, exact):
+            found = store.query(VectorStoreQuery(query_embedding=q.tolist(), similarity_top_k=k), hnsw_ef_search=ef).ids
+            hits += len(truth & set(found or []))
+        out[str(ef)] = hits / (queries * k)
+    return out
+
+
 def fill_recall_sweep(args: argparse.Namespace) -> None:
     """HNSW recall@10 at several ef_search values for the saved synthetic collections."""
     from llama_index_hiqa import HiQAPack
@@ -453,7 +513,7 @@ def fill_recall_sweep(args: argparse.Namespace) -> None:
             continue
         pack = HiQAPack.load(server_url(args, f"hiqa_synthetic_{result['nodes']}", fresh=False),
                              embed_model=_fast_embedding(), **FAST)
-        result["recall_by_ef_search"] = {str(ef): hnsw_recall(pack, result["nodes"], ef_search=ef) for ef in EF_SWEEP}
+        result["recall_by_ef_search"] = stored_recall(pack, EF_SWEEP)
         print(result["nodes"], result["recall_by_ef_search"], flush=True)
         pack.close()
         path.write_text(json.dumps(result, indent=1))
@@ -563,7 +623,9 @@ def write_section() -> None:
 
 def main(argv: Optional[Sequence[str]] = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--part", choices=["financebench", "synthetic", "sizes", "recall", "section"], required=True)
+    parser.add_argument(
+        "--part", choices=["financebench", "financebench-ef", "synthetic", "sizes", "recall", "section"], required=True
+    )
     parser.add_argument("--url", default=os.environ.get("HIQA_BENCH_POSTGRES_URL"), help="server to use instead of pgserver")
     parser.add_argument("--pg-dir", type=Path, default=Path("/tmp/hiqa_bench_pg"))
     parser.add_argument("--store-dir", type=Path, default=Path("/tmp/hiqa_bench_postgres"))
@@ -585,6 +647,8 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
             result = run_synthetic(args, size)
             result["run"] = run
             (OUT_DIR / f"synthetic_{size}.json").write_text(json.dumps(result, indent=1))
+    elif args.part == "financebench-ef":
+        financebench_ef_search(args)
     elif args.part == "sizes":
         fill_table_sizes(args)
     elif args.part == "recall":
