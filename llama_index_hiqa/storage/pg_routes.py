@@ -5,7 +5,7 @@ Contextual Augmentation RAG for Multi-Documents QA" (Chen et al.), §Multi-Route
 with the routes answered by the database of :class:`~llama_index_hiqa.storage.postgres.PostgresStore`:
 
 * vector — LlamaIndex's ``PGVectorStore`` (pgvector HNSW) through ``VectorIndexRetriever``;
-* BM25 — Okapi BM25 over the stored term statistics (one query, see ``postgres.BM25_SQL``);
+* BM25 — Okapi BM25 over the stored term statistics (one query, see ``pg_schema.BM25_SQL``);
 * critical keywords — ``|C|`` per node from the GIN-indexed ``text[]`` column (one query).
 
 Fusion, score normalisation, the per-node route scores and failure handling are
@@ -26,7 +26,8 @@ from llama_index.core.callbacks.base import CallbackManager
 from llama_index.core.schema import BaseNode, NodeWithScore, QueryBundle
 
 from llama_index_hiqa.retrievers.multi_route import MultiRouteConfig, MultiRouteRetriever
-from llama_index_hiqa.storage.postgres import BM25_SQL, KEYWORD_SQL, SHAPE_SQL, BM25Tokenizer, PostgresStore
+from llama_index_hiqa.storage.pg_schema import BM25_SQL, KEYWORD_SQL, SHAPE_SQL, BM25Tokenizer
+from llama_index_hiqa.storage.postgres import PostgresStore
 from llama_index_hiqa.transforms.critical_keywords import CriticalKeywordExtractor, KeywordIndex, normalize_keyword
 
 SHAPE_TTL_S = 5.0
