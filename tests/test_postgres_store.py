@@ -405,3 +405,16 @@ def test_text_with_nul_characters_is_stored(url):
     pack = HiQAPack.from_documents([document], embed_model=HashEmbedding(), store=url, **FAST)
     hits = pack.retrieve("NX-9000 output current")
     assert hits and "\x00" not in hits[0].node.get_content() and "Output current" in hits[0].node.get_content()
+
+
+def test_no_password_in_the_objects_or_the_logs(server, caplog):
+    if server.pgdata is None:
+        pytest.skip("needs the pgserver instance (trust authentication accepts any password)")
+    url = server.database(user="postgres", password="pw-must-not-leak")
+    with caplog.at_level(logging.DEBUG):
+        pack = HiQAPack.from_documents(load_demo_documents()[:2], embed_model=HashEmbedding(), store=url, **FAST)
+        pack.retrieve(QUESTIONS[0])
+        asyncio.run(pack.as_retriever().aretrieve(QUESTIONS[0]))
+    shown = " ".join([caplog.text, repr(pack.index.vector_store), repr(pack.index.docstore._kvstore.__dict__),
+                      str(pack.store.engine), mask_url(url), pack.persist(url)])
+    assert "pw-must-not-leak" not in shown

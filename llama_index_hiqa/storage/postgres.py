@@ -285,7 +285,10 @@ class PostgresStore:
         from llama_index.vector_stores.postgres import PGVectorStore
 
         store = PGVectorStore(
-            connection_string=_driver_url(self.url, "psycopg2"), async_connection_string=_driver_url(self.url, "asyncpg"),
+            # The engines below are what connects; the strings are only kept (and shown in the
+            # stores' repr), so they carry no password.
+            connection_string=mask_url(_driver_url(self.url, "psycopg2")),
+            async_connection_string=mask_url(_driver_url(self.url, "asyncpg")),
             table_name=VECTOR_TABLE, embed_dim=embed_dim, hnsw_kwargs=self._hnsw(), use_jsonb=True,
             engine=self.engine, async_engine=_LazyAsyncEngine(self), initialization_fail_on_error=True,
             perform_setup=setup,
@@ -296,8 +299,8 @@ class PostgresStore:
         from llama_index.storage.kvstore.postgres import PostgresKVStore
 
         return PostgresKVStore(
-            table_name=table, connection_string=_driver_url(self.url, "psycopg2"),
-            async_connection_string=_driver_url(self.url, "asyncpg"),
+            table_name=table, connection_string=mask_url(_driver_url(self.url, "psycopg2")),
+            async_connection_string=mask_url(_driver_url(self.url, "asyncpg")),
             engine=self.engine, async_engine=_LazyAsyncEngine(self), use_jsonb=True, perform_setup=setup,
         )
 
