@@ -98,6 +98,12 @@ _EXPORTS: Dict[str, str] = {
     # -- embedding backends: ONNX / int8 builds of the packaged MiniLM
     "ONNXEmbedding": "llama_index_hiqa.embedding_backends",
     "UnknownEmbedBackendError": "llama_index_hiqa.errors",
+    #
+    # -- PostgreSQL store (pip install llama-index-hiqa[postgres])
+    "PostgresHiQAPack": "llama_index_hiqa.storage.pg_pack",
+    "PostgresStore": "llama_index_hiqa.storage.postgres",
+    "PostgresStoreSettings": "llama_index_hiqa.storage.postgres",
+    "PostgresMultiRouteRetriever": "llama_index_hiqa.storage.pg_routes",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -7,6 +7,8 @@ documents and a questions JSONL. ``hiqa ingest DIR --store PATH`` builds a
 --store PATH`` loads it in a new process and answers with citations (``--json`` for scripts).
 On an existing store ``hiqa ingest`` needs ``--add`` (new and changed files replace
 their old versions, unchanged ones are skipped) or ``--rebuild``; it never overwrites silently.
+``--store postgresql://USER@HOST/DB`` keeps the pack in PostgreSQL instead (each batch commits as
+it is indexed; ``hiqa ask`` in any process on any machine answers from it).
 ``--llm openai:gpt-4o-mini`` selects an OpenAI model, ``--llm openai-compatible:MODEL
 --llm-base-url http://host:8000/v1`` any OpenAI-compatible server (vLLM, Ollama, LM Studio,
 llama.cpp server), the key read from the environment (``OPENAI_API_KEY``); without ``--llm``
@@ -24,6 +26,8 @@ import logging
 import sys
 from pathlib import Path
 from typing import Any, List, Optional
+
+from llama_index_hiqa.storage.postgres import is_postgres_url, mask_url
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
@@ -100,25 +104,42 @@ def _store_exists(store: Path) -> bool:
     return is_snapshot_store(store) or (store / CONFIG_FILENAME).is_file()
 
 
+def _database_exists(url: str) -> bool:
+    from llama_index_hiqa.storage.postgres import PostgresStore
+
+    store = PostgresStore(url).connect()
+    try:
+        return store.read_pack() is not None
+    finally:
+        store.dispose()
+
+
 def _cmd_ingest(args: argparse.Namespace) -> int:
     import time
 
     from llama_index_hiqa.pack import HiQAPack
 
     llm = _llm(args)
-    folder, store = Path(args.dir), Path(args.store)
+    folder = Path(args.dir)
+    database = is_postgres_url(args.store)
+    store: Any = args.store if database else Path(args.store)
     if not folder.is_dir():
         raise CLIError(f"{folder}: no such folder")
-    exists = _store_exists(store)
+    if database and args.rebuild:
+        raise CLIError(f"{mask_url(store)}: --rebuild replaces a folder store; for a database, ingest into a new one")
+    exists = _database_exists(store) if database else _store_exists(store)
     if exists and not (args.add or args.rebuild):
         raise CLIError(
-            f"{store} already holds a store: pass --add to add new and changed files to it "
+            f"{mask_url(store)} already holds a store: pass --add to add new and changed files to it "
             f"(unchanged files are skipped) or --rebuild to replace it"
         )
     settings = {"use_chunk_graph": args.graph, "use_segment_integration": args.segments}
     if args.embed_backend:
         settings["embed_backend"] = args.embed_backend
-    if exists and args.add:
+    if database and not exists:  # every batch commits to the database as it is indexed
+        pack = HiQAPack.empty(llm=llm, store=store, **settings)
+        mode = "built"
+    elif exists and args.add:
         pack = HiQAPack.load(store, llm=llm)
         if args.embed_backend and args.embed_backend != pack.config.embed_backend:
             raise CLIError(
@@ -138,7 +159,7 @@ def _cmd_ingest(args: argparse.Namespace) -> int:
 
     # Checkpoints make an interrupted run resumable with --add; a rebuild keeps the old
     # store until it is complete, so it checkpoints only into a new store.
-    checkpoint = None if (exists and args.rebuild) else (lambda: pack.persist(store))
+    checkpoint = None if (exists and args.rebuild) or database else (lambda: pack.persist(store))
     # The command prints each skipped file once below; the reader's own warning would repeat it.
     reader_log = logging.getLogger("llama_index_hiqa.readers")
     level = reader_log.level
@@ -152,17 +173,20 @@ def _cmd_ingest(args: argparse.Namespace) -> int:
         reader_log.setLevel(level)
     for failure in pack.read_failures:
         print(f"skipped {failure}", file=sys.stderr)
-    start = time.perf_counter()
-    pack.persist(store)
-    report.add_time("persist", time.perf_counter() - start)
+    if not database:
+        start = time.perf_counter()
+        pack.persist(store)
+        report.add_time("persist", time.perf_counter() - start)
     print(
-        f"{mode} {store}: {len(pack.document_ids)} document(s), {pack.node_count} nodes "
+        f"{mode} {mask_url(store)}: {len(pack.document_ids)} document(s), {pack.node_count} nodes "
         f"({report.summary()})"
     )
     return 0
 
 
-def _existing_store(path: str) -> Path:
+def _existing_store(path: str) -> Any:
+    if is_postgres_url(path):
+        return path  # HiQAPack.load checks the database
     store = Path(path)
     if not store.exists():
         raise CLIError(f"{store}: no such store; build one with `hiqa ingest DIR --store {store}`")
@@ -290,7 +314,7 @@ def _add_eval(sub: Any) -> None:
 def _add_ingest(sub: Any) -> None:
     ing = sub.add_parser("ingest", help="read, parse, augment and index a folder; save the store")
     ing.add_argument("dir", help="folder of .pdf/.md/.txt documents")
-    ing.add_argument("--store", required=True, help="folder the index is saved to")
+    ing.add_argument("--store", required=True, help="folder the index is saved to, or postgresql://USER@HOST/DB")
     ing.add_argument("--llm", help="openai:MODEL or openai-compatible:MODEL (LLM Markdown formatter)")
     _llm_options(ing)
     ing.add_argument("--recursive", action="store_true", help="include subfolders")
@@ -327,7 +351,7 @@ def _add_calibrate(sub: Any) -> None:
 def _add_ask(sub: Any) -> None:
     ask = sub.add_parser("ask", help="answer a question from a saved store, with citations")
     ask.add_argument("question")
-    ask.add_argument("--store", required=True, help="folder written by `hiqa ingest`")
+    ask.add_argument("--store", required=True, help="folder or postgresql:// URL written by `hiqa ingest`")
     ask.add_argument("--llm", help="openai:MODEL or openai-compatible:MODEL; default: cited evidence only")
     _llm_options(ask)
     ask.add_argument("--top-k", type=_positive_int, help="evidence nodes (default: the store's setting, 5)")

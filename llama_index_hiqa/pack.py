@@ -33,7 +33,7 @@ from __future__ import annotations
 import logging
 import time
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterable, List, Optional, Union
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Union
 
 from llama_index.core import Settings, StorageContext, VectorStoreIndex
 from llama_index.core.base.base_query_engine import BaseQueryEngine
@@ -135,6 +135,9 @@ class HiQAPack:
         progress = kwargs.pop("progress", None)
         pack = cls.empty(**kwargs)
         pack.add_directory(folder, recursive=recursive, progress=progress)
+        store = kwargs.get("store")
+        if store is not None and not _is_database(store):
+            pack.persist(store)
         return pack
 
     @classmethod
@@ -165,7 +168,19 @@ class HiQAPack:
         config: Optional[HiQAPackConfig] = None,
         **settings: Any,
     ) -> "HiQAPack":
-        """A pack with no documents yet (fill it with :meth:`ingest`); settings are validated here."""
+        """A pack with no documents yet (fill it with :meth:`ingest`); settings are validated here.
+
+        ``store="postgresql://USER@HOST/DB"``: the pack of that database (created when it
+        holds none; every ingested batch commits there). A folder ``store`` is written by
+        :meth:`from_directory` once it has read the folder."""
+        store = settings.pop("store", None)
+        if _is_database(store):
+            if vector_store is not None:
+                raise ValueError("a PostgreSQL store brings its own vector store (pgvector); pass no vector_store")
+            from llama_index_hiqa.storage.pg_pack import PostgresHiQAPack
+
+            return PostgresHiQAPack.open(store, llm=llm, embed_model=embed_model, create=True, **{
+                **(config.model_dump() if config is not None else {}), **settings})
         config = HiQAPackConfig(**{**(config or HiQAPackConfig()).model_dump(), **settings})
         embed_model = default_embed_model(embed_model, config.embed_backend)
         storage = StorageContext.from_defaults(vector_store=vector_store or MatrixVectorStore())
@@ -398,8 +413,6 @@ class HiQAPack:
             report.empty_documents += [
                 str(d.metadata.get(schema.FILE_NAME) or d.doc_id) for d in batch if not d.text.strip()
             ]
-            for doc in changed:
-                report.nodes_removed += self._remove_ref_doc(doc.doc_id)
             for doc in batch:
                 stat = _file_stat(doc.metadata.get(schema.FILE_PATH))
                 if stat is not None:
@@ -408,12 +421,7 @@ class HiQAPack:
             if fresh:
                 nodes = pipeline.run(documents=fresh, show_progress=False)
                 start = time.perf_counter()
-                self.index.insert_nodes(nodes)
-                for doc in fresh:
-                    docstore.set_document_hash(doc.doc_id, doc.hash)
-                if self._keyword_index is not None:
-                    for node in nodes:
-                        self._keyword_index.add(node.node_id, schema.get_critical_keywords(node))
+                report.nodes_removed += self._write_batch(fresh, [doc.doc_id for doc in changed], nodes)
                 report.add_time("index", time.perf_counter() - start)
                 report.documents_added += len(new)
                 report.documents_replaced += len(changed)
@@ -425,6 +433,19 @@ class HiQAPack:
                 progress(report)
             saver.maybe_save()
         return report
+
+    def _write_batch(self, documents: Sequence[Document], replaced: Sequence[str], nodes: Sequence[BaseNode]) -> int:
+        """Index one batch's ``nodes`` in place of the documents ``replaced`` (ids of earlier
+        versions); returns the number of nodes removed. A database store overrides this with
+        one transaction."""
+        removed = sum(self._remove_ref_doc(ref_doc_id) for ref_doc_id in replaced)
+        self.index.insert_nodes(nodes)
+        for doc in documents:
+            self.index.docstore.set_document_hash(doc.doc_id, doc.hash)
+        if self._keyword_index is not None:
+            for node in nodes:
+                self._keyword_index.add(node.node_id, schema.get_critical_keywords(node))
+        return removed
 
     def add_documents(self, documents: Iterable[Document]) -> List[BaseNode]:
         """Index ``documents`` (replacing earlier versions of the same ids); returns the new
@@ -551,6 +572,12 @@ class HiQAPack:
         from llama_index_hiqa.storage.pack_files import CONFIG_FILENAME, StoreFiles
         from llama_index_hiqa.storage.snapshots import snapshot_for_reading
 
+        if _is_database(persist_dir):  # "postgresql://...": the pack of that database
+            from llama_index_hiqa.storage.pg_pack import PostgresHiQAPack
+
+            if vector_store is not None:
+                raise ValueError("a PostgreSQL store brings its own vector store (pgvector); pass no vector_store")
+            return PostgresHiQAPack.open(str(persist_dir), llm=llm, embed_model=embed_model, **settings)
         files = StoreFiles.open(snapshot_for_reading(Path(persist_dir), legacy_marker=CONFIG_FILENAME))
         try:
             # Stores written before embed_backend existed were embedded with PyTorch.
@@ -578,6 +605,12 @@ class HiQAPack:
 
 
 # --------------------------------------------------------------------------- helpers
+def _is_database(store: Any) -> bool:
+    from llama_index_hiqa.storage.postgres import is_postgres_url
+
+    return is_postgres_url(store)
+
+
 def _file_stat(path: Any) -> Optional[List[int]]:
     """``[size, mtime_ns]`` of a file, ``None`` when there is no such file."""
     try:

@@ -633,8 +633,8 @@ class MultiRouteRetriever(BaseRetriever):
 
         (vector, vector_nodes), bm25, (_, counts) = await asyncio.gather(
             guarded(VECTOR, self._avector_scores(query_bundle, n), ({}, {})),
-            guarded(BM25, asyncio.to_thread(self._bm25_scores, query_bundle, n), {}),
-            guarded(KEYWORDS, asyncio.to_thread(self._keyword_counts, query_bundle), ([], {})),
+            guarded(BM25, self._abm25_scores(query_bundle, n), {}),
+            guarded(KEYWORDS, self._akeyword_counts(query_bundle), ([], {})),
         )
         return self._finish(query, vector, vector_nodes, bm25, counts, errors)
 
@@ -656,6 +656,13 @@ class MultiRouteRetriever(BaseRetriever):
         """Node ids ranked by this retriever's fusion of :meth:`route_scores` output."""
         fused = self._fuse(dict(scores[VECTOR]), dict(scores[BM25]), dict(scores[KEYWORDS]), top_k)
         return [node_id for node_id, _ in fused]
+
+    # In-memory routes run in worker threads; a store with an async driver overrides these.
+    async def _abm25_scores(self, query: QueryBundle, n: int) -> Dict[str, float]:
+        return await asyncio.to_thread(self._bm25_scores, query, n)
+
+    async def _akeyword_counts(self, query: QueryBundle) -> Tuple[List[str], Dict[str, float]]:
+        return await asyncio.to_thread(self._keyword_counts, query)
 
     # -- full ranking (Log-Rank Index) -----------------------------------------------------
     def full_ranking(self, query: Union[str, QueryBundle]) -> List[str]:

@@ -1,0 +1,667 @@
+"""The PostgreSQL store against the local folder store, measured in the same run.
+
+Part ``financebench``: the 46 FinanceBench filings built once with
+``HiQAPack.from_directory`` (defaults, the folder store), then copied into PostgreSQL with
+``PostgresHiQAPack.from_pack`` (same nodes and vectors, so any difference is the store's: HNSW
+instead of exact search, BM25 in SQL instead of bm25s). Both answer the 86 answerable questions
+with the pack's default multi-route retriever; page-hit@1/5/20 and doc-hit@1/5 are scored by
+``bench_product.score`` over each store's top-20 (MRR and the Log-Rank Index need full
+rankings, which the database route does not produce, so they are not compared).
+
+Part ``synthetic``: collections of fast deterministic nodes (a Zipf vocabulary, a few
+identifier keywords per node, 384-dimension vectors from a seeded generator), ingested through
+the same seam (``HiQAPack._write_batch``) into both stores: ingest throughput, multi-route query
+p50/p95 (sync, and async for PostgreSQL), HNSW recall@10 against exact search, database size
+per node, and the resident memory of a fresh client process that opens the store and answers
+questions (it must not grow with the collection for PostgreSQL).
+
+The server is a ``pgserver`` instance (PostgreSQL 16.2, pgvector 0.6.2) in ``--pg-dir`` unless
+``--url`` names another.
+
+    nice -n 10 .venv/bin/python benchmarks/bench_postgres.py --part financebench
+    nice -n 10 .venv/bin/python benchmarks/bench_postgres.py --part synthetic --sizes 10000,100000
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Sequence
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import numpy as np  # noqa: E402
+
+from benchmarks import _common, _results  # noqa: E402
+from benchmarks.bench_product import git_commit, peak_rss_mib, score  # noqa: E402
+
+HERE = Path(__file__).resolve().parent
+OUT_DIR = HERE / "postgres"
+SECTION = "postgres"
+TITLE = "PostgreSQL store"
+TOP = 20
+
+
+# --- server ------------------------------------------------------------------------------------
+def server_url(args: argparse.Namespace, database: str, fresh: bool = True) -> str:
+    """The URL of database ``database`` on the benchmark's server (dropped and created anew
+    when ``fresh``)."""
+    if args.url:
+        base = args.url
+        admin = _admin_engine(base)
+    else:
+        import pgserver
+
+        server = pgserver.get_server(str(args.pg_dir), cleanup_mode=None)
+        base = server.get_uri()
+        admin = _admin_engine(base)
+    if fresh:
+        with admin.connect() as conn:
+            conn.exec_driver_sql(f"DROP DATABASE IF EXISTS {database}")
+            conn.exec_driver_sql(f"CREATE DATABASE {database}")
+    admin.dispose()
+    head, _, tail = base.partition("?")
+    return head.rsplit("/", 1)[0] + f"/{database}" + (f"?{tail}" if tail else "")
+
+
+def _admin_engine(url: str) -> Any:
+    from sqlalchemy import create_engine
+
+    from llama_index_hiqa.storage.postgres import _driver_url
+
+    return create_engine(_driver_url(url, "psycopg2"), isolation_level="AUTOCOMMIT")
+
+
+def rss_mib() -> float:
+    with open("/proc/self/status") as handle:
+        for line in handle:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024.0
+    return float("nan")
+
+
+TABLE_GROUPS = {
+    "vectors+HNSW": ("data_hiqa_vectors",),
+    "docstore": ("data_hiqa_docstore", "data_hiqa_index_store"),
+    "BM25 postings": ("hiqa_postings",),
+    "nodes+keywords+documents": ("hiqa_nodes", "hiqa_documents", "hiqa_pack"),
+}
+
+
+def table_sizes(store: Any) -> Dict[str, int]:
+    """Bytes on disk (table, TOAST and indexes) of each group of the pack's tables."""
+    sizes = {}
+    for group, tables in TABLE_GROUPS.items():
+        sizes[group] = int(sum(store.scalar("SELECT coalesce(pg_total_relation_size(to_regclass(:t)), 0)", t=t) for t in tables))
+    return sizes
+
+
+def pct(values: Sequence[float], q: float) -> float:
+    return float(np.percentile(np.asarray(values), q)) * 1000.0
+
+
+# --- FinanceBench ---------------------------------------------------------------------------------
+def top_ids(retriever: Any, question: str) -> List[str]:
+    return [hit.node.node_id for hit in retriever.retrieve(question)]
+
+
+FTS_SQL = """
+SELECT node_id, ts_rank_cd(fts, q) AS score
+FROM hiqa_nodes, to_tsquery('english', :query) q
+WHERE fts @@ q ORDER BY score DESC, node_id LIMIT :n
+"""
+
+
+def add_fulltext(pg: Any) -> float:
+    """The alternative to stored BM25 statistics, for measurement only: PostgreSQL full-text
+    search (``to_tsvector('english', ...)`` of each node's embedding view, GIN, ``ts_rank_cd``)
+    in a column the benchmark adds; returns the seconds it took."""
+    from llama_index.core.schema import MetadataMode
+    from sqlalchemy import text
+
+    t0 = time.perf_counter()
+    ids = [r[0] for r in pg.store.rows("SELECT node_id FROM hiqa_nodes")]
+    with pg.store.engine.begin() as conn:
+        conn.exec_driver_sql("SET LOCAL statement_timeout = 0")
+        conn.exec_driver_sql("ALTER TABLE hiqa_nodes ADD COLUMN IF NOT EXISTS fts tsvector")
+        for start in range(0, len(ids), 1000):
+            nodes = pg.store.nodes(ids[start:start + 1000])
+            conn.execute(
+                text("UPDATE hiqa_nodes SET fts = to_tsvector('english', :t) WHERE node_id = :i"),
+                [{"i": i, "t": n.get_content(metadata_mode=MetadataMode.EMBED)} for i, n in nodes.items()],
+            )
+        conn.exec_driver_sql("CREATE INDEX IF NOT EXISTS hiqa_nodes_fts ON hiqa_nodes USING gin (fts)")
+    return time.perf_counter() - t0
+
+
+class _FullTextRoute:
+    """The BM25 route's place taken by ``ts_rank_cd`` over the query's words OR-ed."""
+
+    def __init__(self, store: Any) -> None:
+        self.store = store
+
+    def top(self, query: str, n: int) -> Dict[str, float]:
+        import re
+
+        words = [w for w in re.findall(r"\w+", query.lower()) if len(w) > 1]
+        if not words:
+            return {}
+        rows = self.store.rows(FTS_SQL, query=" | ".join(dict.fromkeys(words)), n=n)
+        return {node_id: float(score) for node_id, score in rows if score > 0}
+
+
+def financebench_ef_search(args: argparse.Namespace, ef_search: int = 400) -> None:
+    """One more PostgreSQL row on the saved FinanceBench stores, with a wider HNSW search."""
+    from llama_index_hiqa import HiQAPack
+    from llama_index_hiqa.evaluation import datasets
+    from llama_index_hiqa.storage.postgres import PostgresStoreSettings
+
+    path = OUT_DIR / "financebench.json"
+    saved = json.loads(path.read_text())
+    root = _common.require_shared_data("FinanceBench on the PostgreSQL store")
+    pdf_dir = root / "financebench" / "pdfs"
+    doc_names = {p.stem for p in pdf_dir.glob("*.pdf")}
+    questions = [q for q in datasets.load_financebench_questions(root) if set(q.gold_documents) <= doc_names]
+    local = HiQAPack.load(args.store_dir / "financebench_local")
+    pg = HiQAPack.load(server_url(args, "hiqa_financebench", fresh=False),
+                       store_settings=PostgresStoreSettings(hnsw_ef_search=ef_search))
+    retriever = pg.multi_route.with_settings(similarity_top_k=TOP)
+    top_ids(retriever, questions[0].question)
+    t0 = time.perf_counter()
+    ranking = [top_ids(retriever, q.question) for q in questions]
+    seconds = (time.perf_counter() - t0) / len(questions)
+    saved["rows"][f"postgres_ef{ef_search}"] = {**score(ranking, local.nodes, questions), "query_ms": seconds * 1000.0}
+    local_ranking = [top_ids(local.multi_route.with_settings(similarity_top_k=TOP), q.question) for q in questions]
+    saved[f"same_top5_ef{ef_search}"] = sum(a[:5] == b[:5] for a, b in zip(local_ranking, ranking)) / len(questions)
+    print(saved["rows"][f"postgres_ef{ef_search}"], saved[f"same_top5_ef{ef_search}"], flush=True)
+    path.write_text(json.dumps(saved, indent=1))
+
+
+def financebench_recall(local: Any, pg: Any, questions: Sequence[Any], k: int = 10) -> float:
+    """Recall@k of pgvector's HNSW against the folder store's exact search, on the questions'
+    MiniLM embeddings over the same vectors."""
+    from llama_index.core.vector_stores.types import VectorStoreQuery
+
+    hits = 0
+    for question in questions:
+        vector = local.embed_model.get_query_embedding(question.question)
+        exact = local.index.vector_store.query(VectorStoreQuery(query_embedding=vector, similarity_top_k=k)).ids
+        approx = pg.index.vector_store.query(VectorStoreQuery(query_embedding=vector, similarity_top_k=k)).ids
+        hits += len(set(exact or []) & set(approx or []))
+    return hits / (k * len(questions))
+
+
+def run_financebench(args: argparse.Namespace) -> Dict[str, Any]:
+    from llama_index_hiqa import HiQAPack
+    from llama_index_hiqa.evaluation import datasets
+    from llama_index_hiqa.storage.pg_pack import PostgresHiQAPack
+
+    root = _common.require_shared_data("FinanceBench on the PostgreSQL store")
+    if root is None:
+        return {}
+    pdf_dir = root / "financebench" / "pdfs"
+    doc_names = {p.stem for p in pdf_dir.glob("*.pdf")}
+    questions = [q for q in datasets.load_financebench_questions(root) if set(q.gold_documents) <= doc_names]
+    local_dir = args.store_dir / "financebench_local"
+    if args.reuse and local_dir.exists():
+        t0 = time.perf_counter()
+        local = HiQAPack.load(local_dir)
+        build = {"loaded_s": time.perf_counter() - t0}
+    else:
+        t0 = time.perf_counter()
+        local = HiQAPack.from_directory(pdf_dir, show_progress=True)
+        build = {"build_s": time.perf_counter() - t0}
+        local.persist(local_dir)
+    url = server_url(args, "hiqa_financebench")
+    t0 = time.perf_counter()
+    pg = PostgresHiQAPack.from_pack(local, url)
+    copy_s = time.perf_counter() - t0
+    size = pg.store.scalar("SELECT pg_database_size(current_database())")  # before the fts experiment
+    sizes = table_sizes(pg.store)
+    nodes = local.nodes
+    n = len(nodes)
+    rows: Dict[str, Any] = {}
+    rankings: Dict[str, List[List[str]]] = {}
+    for name, pack in (("local", local), ("postgres", pg)):
+        retriever = pack.multi_route.with_settings(similarity_top_k=TOP)
+        top_ids(retriever, questions[0].question)  # warm (models, pools)
+        t0 = time.perf_counter()
+        rankings[name] = [top_ids(retriever, q.question) for q in questions]
+        seconds = (time.perf_counter() - t0) / len(questions)
+        rows[name] = {**score(rankings[name], nodes, questions), "query_ms": seconds * 1000.0}
+        print(name, rows[name], flush=True)
+    recall = financebench_recall(local, pg, questions)
+    fts_s = add_fulltext(pg)
+    retriever = pg.multi_route.with_settings(similarity_top_k=TOP)
+    retriever._bm25 = _FullTextRoute(pg.store)
+    t0 = time.perf_counter()
+    rankings["postgres_fulltext"] = [top_ids(retriever, q.question) for q in questions]
+    seconds = (time.perf_counter() - t0) / len(questions)
+    rows["postgres_fulltext"] = {**score(rankings["postgres_fulltext"], nodes, questions), "query_ms": seconds * 1000.0}
+    print("postgres_fulltext", rows["postgres_fulltext"], flush=True)
+    same_top5 = sum(a[:5] == b[:5] for a, b in zip(rankings["local"], rankings["postgres"])) / len(questions)
+    same_top1 = sum(a[:1] == b[:1] for a, b in zip(rankings["local"], rankings["postgres"])) / len(questions)
+    return {
+        "rows": rows, "nodes": n, "questions": len(questions), "build": build,
+        "hnsw_recall@10": recall, "fulltext_index_s": fts_s, "copy_s": copy_s, "copy_nodes_per_s": n / copy_s, "same_top5": same_top5, "same_top1": same_top1,
+        "db_bytes": int(size), "db_bytes_per_node": int(size) / n, "table_bytes": sizes, "peak_rss_mib": peak_rss_mib(),
+    }
+
+
+# --- synthetic collections ------------------------------------------------------------------------
+DIM = 384
+VOCAB = [f"w{i}" for i in range(20000)]
+
+
+class SeededEmbedding:
+    """Deterministic unit vectors: a node's from its id, a query's from its text (no model)."""
+
+    @staticmethod
+    def vector(key: str) -> np.ndarray:
+        import hashlib
+
+        # hashlib, not hash(): str hashes differ between processes (PYTHONHASHSEED).
+        rng = np.random.default_rng(int.from_bytes(hashlib.md5(key.encode("utf-8")).digest()[:8], "little"))
+        v = rng.standard_normal(DIM).astype(np.float32)
+        return v / np.linalg.norm(v)
+
+
+def synthetic_batches(n_nodes: int, per_doc: int = 50, docs_per_batch: int = 20, seed: int = 7):
+    """Documents and their nodes, ``docs_per_batch`` documents at a time."""
+    from llama_index.core.schema import Document, NodeRelationship, RelatedNodeInfo, TextNode
+
+    from llama_index_hiqa import schema
+
+    rng = np.random.default_rng(seed)
+    ranks = np.arange(1, len(VOCAB) + 1)
+    probs = (1.0 / ranks) / (1.0 / ranks).sum()
+    n_docs = n_nodes // per_doc
+    for start in range(0, n_docs, docs_per_batch):
+        documents, nodes = [], []
+        for d in range(start, min(n_docs, start + docs_per_batch)):
+            doc_id = f"doc{d:06d}"
+            title = f"Model X{d % 997:03d} datasheet {2000 + d % 25}"
+            documents.append(Document(id_=doc_id, text=title, metadata={schema.DOCUMENT_ID: doc_id}))
+            for p in range(per_doc):
+                words = rng.choice(len(VOCAB), size=60, p=probs)
+                keywords = [f"X{(d * 7 + p) % 5000:04d}", f"P{(d + p * 13) % 20000:05d}", str(2000 + (d + p) % 25)]
+                text = " ".join(VOCAB[i] for i in words) + " " + " ".join(keywords)
+                node = TextNode(
+                    id_=f"{doc_id}-{p:03d}", text=text,
+                    metadata={schema.DOCUMENT_ID: doc_id, schema.DOCUMENT_TITLE: title, schema.POSITION: p,
+                              schema.CRITICAL_KEYWORDS: keywords},
+                )
+                node.relationships[NodeRelationship.SOURCE] = RelatedNodeInfo(node_id=doc_id)
+                node.embedding = SeededEmbedding.vector(node.node_id).tolist()
+                nodes.append(node)
+        yield documents, nodes
+
+
+def synthetic_questions(n: int, seed: int = 11) -> List[str]:
+    rng = np.random.default_rng(seed)
+    out = []
+    for i in range(n):
+        words = " ".join(VOCAB[j] for j in rng.integers(0, 2000, size=6))
+        out.append(f"{words} X{int(rng.integers(0, 5000)):04d} {2000 + int(rng.integers(0, 25))}")
+    return out
+
+
+def _fast_embedding() -> Any:
+    from llama_index.core.base.embeddings.base import BaseEmbedding
+
+    class _Seeded(BaseEmbedding):
+        model_name: str = "seeded-384"
+
+        def _get_query_embedding(self, query: str) -> List[float]:
+            return SeededEmbedding.vector("q:" + query).tolist()
+
+        async def _aget_query_embedding(self, query: str) -> List[float]:
+            return self._get_query_embedding(query)
+
+        def _get_text_embedding(self, text: str) -> List[float]:
+            return SeededEmbedding.vector("t:" + text).tolist()
+
+    return _Seeded()
+
+
+FAST = {"keywords": {"use_ner": False}}
+
+
+def ingest_synthetic(pack: Any, n_nodes: int) -> float:
+    t0 = time.perf_counter()
+    for documents, nodes in synthetic_batches(n_nodes):
+        pack._write_batch(documents, [], nodes)
+        pack._invalidate()
+    return time.perf_counter() - t0
+
+
+def query_times(retriever: Any, questions: Sequence[str]) -> List[float]:
+    times = []
+    for q in questions:
+        t0 = time.perf_counter()
+        retriever.retrieve(q)
+        times.append(time.perf_counter() - t0)
+    return times
+
+
+async def aquery_times(retriever: Any, questions: Sequence[str]) -> List[float]:
+    times = []
+    for q in questions:
+        t0 = time.perf_counter()
+        await retriever.aretrieve(q)
+        times.append(time.perf_counter() - t0)
+    return times
+
+
+def hnsw_recall(pack: Any, n_nodes: int, queries: int = 100, k: int = 10) -> float:
+    """Recall@k of the pgvector HNSW index against exact cosine search over the same vectors."""
+    from llama_index.core.vector_stores.types import VectorStoreQuery
+
+    ids, matrix = [], []
+    for _, nodes in synthetic_batches(n_nodes):
+        ids += [n.node_id for n in nodes]
+        matrix.append(np.asarray([n.embedding for n in nodes], dtype=np.float32))
+    vectors = np.concatenate(matrix)
+    rng = np.random.default_rng(3)
+    hits = 0
+    store = pack.index.vector_store
+    for _ in range(queries):
+        q = rng.standard_normal(DIM).astype(np.float32)
+        q /= np.linalg.norm(q)
+        exact = {ids[i] for i in np.argsort(-(vectors @ q))[:k]}
+        result = store.query(VectorStoreQuery(query_embedding=q.tolist(), similarity_top_k=k))
+        hits += len(exact & set(result.ids or []))
+    return hits / (queries * k)
+
+
+CLIENT = r"""
+import json, sys, time, resource
+sys.path.insert(0, {root!r})
+from benchmarks.bench_postgres import _fast_embedding, synthetic_questions, rss_mib, FAST
+from llama_index_hiqa import HiQAPack
+t0 = time.perf_counter()
+pack = HiQAPack.load({store!r}, embed_model=_fast_embedding(), **FAST)
+retriever = pack.as_retriever()
+for q in synthetic_questions(20):
+    retriever.retrieve(q)
+print(json.dumps({{"rss_mib": rss_mib(), "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+                  "open_and_20_queries_s": time.perf_counter() - t0}}))
+"""
+
+
+def client_memory(store: str) -> Dict[str, float]:
+    root = str(HERE.parent)
+    out = subprocess.run(
+        [sys.executable, "-c", CLIENT.format(root=root, store=store)], capture_output=True, text=True, timeout=1800,
+        env={**os.environ, "TOKENIZERS_PARALLELISM": "false"},
+    )
+    if out.returncode != 0:
+        return {"error": out.stderr.strip().splitlines()[-1] if out.stderr.strip() else "failed"}
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def run_synthetic(args: argparse.Namespace, n_nodes: int) -> Dict[str, Any]:
+    from llama_index_hiqa import HiQAPack
+
+    embed = _fast_embedding()
+    questions = synthetic_questions(args.queries)
+    url = server_url(args, f"hiqa_synthetic_{n_nodes}")
+    result: Dict[str, Any] = {"nodes": n_nodes}
+    pg = HiQAPack.empty(embed_model=embed, store=url, **FAST)
+    result["pg_ingest_s"] = ingest_synthetic(pg, n_nodes)
+    print(n_nodes, "pg ingest", result["pg_ingest_s"], flush=True)
+    pg.store.analyze()
+    result["db_bytes"] = int(pg.store.scalar("SELECT pg_database_size(current_database())"))
+    result["table_bytes"] = table_sizes(pg.store)
+    retriever = pg.as_retriever()
+    retriever.retrieve(questions[0])
+    times = query_times(retriever, questions)
+    result["pg_p50_ms"], result["pg_p95_ms"] = pct(times, 50), pct(times, 95)
+    atimes = asyncio.run(aquery_times(retriever, questions))
+    result["pg_async_p50_ms"], result["pg_async_p95_ms"] = pct(atimes, 50), pct(atimes, 95)
+    result["hnsw_recall@10"] = hnsw_recall(pg, n_nodes)
+    pg.close()
+    result["pg_client"] = client_memory(url)
+    print(n_nodes, "pg", result, flush=True)
+    if not args.skip_local:
+        local = HiQAPack.empty(embed_model=embed, **FAST)
+        result["local_ingest_s"] = ingest_synthetic(local, n_nodes)
+        t0 = time.perf_counter()
+        retriever = local.as_retriever()  # BM25 and keyword indexes are built on first use
+        result["local_route_build_s"] = time.perf_counter() - t0
+        times = query_times(retriever, questions)
+        result["local_p50_ms"], result["local_p95_ms"] = pct(times, 50), pct(times, 95)
+        folder = args.store_dir / f"synthetic_local_{n_nodes}"
+        t0 = time.perf_counter()
+        local.persist(folder)
+        result["local_persist_s"] = time.perf_counter() - t0
+        del local, retriever
+        result["local_client"] = client_memory(str(folder))
+    print(n_nodes, result, flush=True)
+    return result
+
+
+# --- RESULTS.md -------------------------------------------------------------------------------------
+FB_LABELS = {
+    "local": "folder store (bm25s, exact vectors)",
+    "postgres": "PostgreSQL store (BM25 in SQL, HNSW ef_search = 200, the first default)",
+    "postgres_fulltext": "PostgreSQL, full-text search (ts_rank_cd) instead of BM25 (not shipped)",
+    "postgres_ef400": "PostgreSQL store, HNSW ef_search = 400 (the default)",
+}
+
+
+def fill_table_sizes(args: argparse.Namespace) -> None:
+    """Table sizes for saved synthetic results that lack them, from their databases."""
+    from llama_index_hiqa.storage.postgres import PostgresStore
+
+    for path in sorted(OUT_DIR.glob("synthetic_*.json")):
+        result = json.loads(path.read_text())
+        if "table_bytes" in result:
+            continue
+        store = PostgresStore(server_url(args, f"hiqa_synthetic_{result['nodes']}", fresh=False)).connect()
+        result["table_bytes"] = table_sizes(store)
+        store.dispose()
+        path.write_text(json.dumps(result, indent=1))
+
+
+EF_SWEEP = (40, 200, 800)
+
+
+def stored_recall(pack: Any, ef_values: Sequence[int], queries: int = 100, k: int = 10) -> Dict[str, float]:
+    """Recall@k of HNSW at each ef_search against exact search over the vectors as stored."""
+    from llama_index.core.vector_stores.types import VectorStoreQuery
+
+    ids: List[str] = []
+    blocks = []
+    with pack.store.engine.connect() as conn:
+        result = conn.execution_options(stream_results=True, max_row_buffer=5000).exec_driver_sql(
+            "SELECT node_id, embedding::real[] FROM data_hiqa_vectors"
+        )
+        for rows in result.partitions(5000):
+            ids += [r[0] for r in rows]
+            blocks.append(np.asarray([r[1] for r in rows], dtype=np.float32))
+    vectors = np.concatenate(blocks)
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    rng = np.random.default_rng(3)
+    probes = rng.standard_normal((queries, vectors.shape[1])).astype(np.float32)
+    probes /= np.linalg.norm(probes, axis=1, keepdims=True)
+    exact = [{ids[i] for i in np.argsort(-(vectors @ q))[:k]} for q in probes]
+    store = pack.index.vector_store
+    out = {}
+    for ef in ef_values:
+        hits = 0
+        for q, truth in zip(probes, exact):
+            found = store.query(VectorStoreQuery(query_embedding=q.tolist(), similarity_top_k=k), hnsw_ef_search=ef).ids
+            hits += len(truth & set(found or []))
+        out[str(ef)] = hits / (queries * k)
+    return out
+
+
+def fill_recall_sweep(args: argparse.Namespace) -> None:
+    """HNSW recall@10 at several ef_search values for the saved synthetic collections."""
+    from llama_index_hiqa import HiQAPack
+
+    for path in sorted(OUT_DIR.glob("synthetic_*.json")):
+        result = json.loads(path.read_text())
+        if "recall_by_ef_search" in result:
+            continue
+        pack = HiQAPack.load(server_url(args, f"hiqa_synthetic_{result['nodes']}", fresh=False),
+                             embed_model=_fast_embedding(), **FAST)
+        result["recall_by_ef_search"] = stored_recall(pack, EF_SWEEP)
+        print(result["nodes"], result["recall_by_ef_search"], flush=True)
+        pack.close()
+        path.write_text(json.dumps(result, indent=1))
+
+
+def _per_node(result: Dict[str, Any]) -> str:
+    sizes = result.get("table_bytes") or {}
+    return ", ".join(f"{group} {size / result['nodes'] / 1024:.1f}" for group, size in sizes.items())
+
+
+def write_section() -> None:
+    saved = {p.stem: json.loads(p.read_text()) for p in sorted(OUT_DIR.glob("*.json"))}
+    parts: List[str] = []
+    fb = saved.get("financebench")
+    if fb:
+        keys = ("page-hit@1", "page-hit@5", "page-hit@20", "doc-hit@1", "doc-hit@5")
+        table = _results.markdown_table(
+            ["store", "nodes", *keys, "query ms (sync, top-20)"],
+            [[FB_LABELS.get(name, name), f"{fb['nodes']:,}", *[row[k] for k in keys], f"{row['query_ms']:.0f}"]
+             for name, row in fb["rows"].items()],
+        )
+        deltas = {k: fb["rows"]["postgres"][k] - fb["rows"]["local"][k] for k in keys}
+        fts = fb["rows"].get("postgres_fulltext")
+        parts.append(
+            f"**FinanceBench** ({fb['questions']} answerable questions; run {fb['run']}). One build with "
+            "`HiQAPack.from_directory` (defaults, folder store), then `PostgresHiQAPack.from_pack` copies the same "
+            "nodes and vectors into PostgreSQL, so differences are the store's (HNSW instead of exact search; BM25 "
+            "computed in SQL over stored term statistics instead of bm25s). Scores from `bench_product.score` "
+            "over each store's top-20.\n\n" + table + "\n\n"
+            f"PostgreSQL (ef_search 200) minus local: " + ", ".join(f"{k} {v:+.3f}" for k, v in deltas.items()) + ". "
+            + ("With ef_search = 400 every figure equals the folder store's; 400 became the default after this "
+               "run, chosen by looking at these questions (the query time did not change measurably). "
+               if "postgres_ef400" in fb["rows"] else "")
+            + (f"Full-text search in BM25's place minus local: "
+               + ", ".join(f"{k} {fts[k] - fb['rows']['local'][k]:+.3f}" for k in keys) + ". " if fts else "")
+            + f"Identical top-5 lists: {fb['same_top5']:.3f} of questions, identical top-1: {fb['same_top1']:.3f}"
+            + (f" (with ef_search = 400: identical top-5 {fb['same_top5_ef400']:.3f})" if "same_top5_ef400" in fb else "")
+            + ". BM25 and keyword scores are the same by construction (tests check them on the demo corpus), so "
+            "the differences left are HNSW's approximation. "
+            f"Copy into PostgreSQL: {fb['copy_s']:.0f} s ({fb['copy_nodes_per_s']:.0f} nodes/s, 8 documents per "
+            f"transaction); HNSW recall@10 against exact search on the questions' embeddings: {fb['hnsw_recall@10']:.3f}; "
+            f"database {fb['db_bytes'] / 2**20:.0f} MiB ({fb['db_bytes_per_node'] / 1024:.1f} KiB per node, "
+            "vectors, text, metadata, docstore copy and indexes; KiB per node by table group: "
+            + _per_node({**fb, "table_bytes": fb.get("table_bytes")}) + ")."
+        )
+    synth = [v for k, v in saved.items() if k.startswith("synthetic_")]
+    if synth:
+        synth.sort(key=lambda r: r["nodes"])
+        rows = []
+        for r in synth:
+            lc, pc = r.get("local_client", {}), r.get("pg_client", {})
+            rows.append([
+                f"{r['nodes']:,}",
+                f"{r['nodes'] / r['pg_ingest_s']:.0f}",
+                f"{r['nodes'] / r['local_ingest_s']:.0f}" if "local_ingest_s" in r else "-",
+                f"{r['pg_p50_ms']:.0f} / {r['pg_p95_ms']:.0f}",
+                f"{r['pg_async_p50_ms']:.0f} / {r['pg_async_p95_ms']:.0f}",
+                f"{r['local_p50_ms']:.0f} / {r['local_p95_ms']:.0f}" if "local_p50_ms" in r else "-",
+                f"{r['pg_p50_ms'] / r['local_p50_ms']:.2f}" if "local_p50_ms" in r else "-",
+                f"{r['hnsw_recall@10']:.3f}",
+                f"{r['db_bytes'] / r['nodes'] / 1024:.1f}",
+                f"{pc.get('rss_mib', float('nan')):.0f}",
+                f"{lc.get('rss_mib', float('nan')):.0f}" if lc else "-",
+            ])
+        table = _results.markdown_table(
+            ["nodes", "PG ingest nodes/s", "local ingest nodes/s", "PG query p50/p95 ms", "PG async p50/p95 ms",
+             "local query p50/p95 ms", "PG/local p50", "HNSW recall@10", "DB KiB/node", "PG client RSS MiB",
+             "local client RSS MiB"],
+            rows,
+        )
+        sizes = "; ".join(f"{r['nodes']:,} nodes: {_per_node(r)}" for r in synth if r.get("table_bytes"))
+        sweep = "; ".join(
+            f"{r['nodes']:,} nodes: " + ", ".join(f"ef_search {ef} → {v:.3f}" for ef, v in r["recall_by_ef_search"].items())
+            for r in synth if r.get("recall_by_ef_search")
+        )
+        parts.append(
+            f"**Synthetic collections** (run {synth[-1]['run']}): 50-node documents of 60 Zipf-distributed words and "
+            "3 identifier keywords per node, 384-dimension seeded random unit vectors (no model; unclustered "
+            "random vectors are HNSW's hardest case, so its recall here is a floor), ingested through the pack's "
+            "batch seam (20 documents a transaction) into each store; multi-route questions (6 words, an "
+            "identifier, a year; the pack's defaults: 100 candidates a route, top 5). Local ingest is the "
+            "in-memory insert only (its BM25 index is built on the first question, and `persist` writes the "
+            "folder); client RSS: a fresh process that opens the store and answers 20 questions.\n\n" + table
+            + (f"\n\nDatabase KiB per node by table group (tables, TOAST and indexes): {sizes}." if sizes else "")
+            + (f"\n\nHNSW recall@10 on these random vectors by ef_search (these runs used 200; the default is now 400): {sweep}." if sweep else "")
+        )
+        skipped = [s for s in synth[-1].get("skipped", [])]
+        if skipped:
+            parts.append("Not run: " + "; ".join(skipped))
+    if synth:
+        largest = synth[-1]
+        rate = largest["nodes"] / largest["pg_ingest_s"]
+        parts.append(
+            f"1M nodes not run: at the {rate:.0f} nodes/s measured at {largest['nodes']:,} nodes on this shared "
+            f"2-core machine, one build would take about {1_000_000 / rate / 3600:.1f} h, past the 30-minute budget "
+            "(profiled at 4,000 nodes, about half of ingestion is the server's inserts, HNSW graph and indexes, "
+            "the rest Python-side serialisation; a bulk load could build the HNSW index after the rows). These runs "
+            "shared the 2 cores with other benchmarks (load average 7 to 9), so absolute times are inflated; each "
+            "PostgreSQL/local ratio was measured in the same run."
+        )
+    parts.append(
+        "Choices: BM25 is Okapi BM25 computed in SQL over a postings table (term, node, tf, node length; B-tree on "
+        "the term covering the rest) with bm25s's tokens and parameters, so it ranks as the in-memory route; "
+        "PostgreSQL full-text search (`ts_rank_cd` over `to_tsvector('english', ...)`, GIN) is the row above measured "
+        "in its place. Term arrays per node with a GIN index (the first version) ranked the same but took 8x longer "
+        "per query at 10k nodes (200 ms against 25 ms for the BM25 query), so the postings table was kept. pgvector "
+        "HNSW settings are pgvector's defaults (m = 16, ef_construction = 64) with ef_search = 200 (at least the 100 "
+        "candidates a route asks for) in these runs; ef_search = 400 is the default since the FinanceBench run "
+        "above (the one setting chosen by looking at benchmark questions)."
+    )
+    body = "\n\n".join(parts) + "\n"
+    _results.write_section(SECTION, TITLE, body, "nice -n 10 .venv/bin/python benchmarks/bench_postgres.py --part ...")
+
+
+def main(argv: Optional[Sequence[str]] = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument(
+        "--part", choices=["financebench", "financebench-ef", "synthetic", "sizes", "recall", "section"], required=True
+    )
+    parser.add_argument("--url", default=os.environ.get("HIQA_BENCH_POSTGRES_URL"), help="server to use instead of pgserver")
+    parser.add_argument("--pg-dir", type=Path, default=Path("/tmp/hiqa_bench_pg"))
+    parser.add_argument("--store-dir", type=Path, default=Path("/tmp/hiqa_bench_postgres"))
+    parser.add_argument("--reuse", action="store_true", help="load the saved local FinanceBench store")
+    parser.add_argument("--sizes", default="10000,100000")
+    parser.add_argument("--queries", type=int, default=100)
+    parser.add_argument("--skip-local", action="store_true")
+    args = parser.parse_args(argv)
+    OUT_DIR.mkdir(exist_ok=True)
+    args.store_dir.mkdir(parents=True, exist_ok=True)
+    run = f"{time.strftime('%Y-%m-%d %H:%M')}, {git_commit()}"
+    if args.part == "financebench":
+        result = run_financebench(args)
+        if result:
+            result["run"] = run
+            (OUT_DIR / "financebench.json").write_text(json.dumps(result, indent=1))
+    elif args.part == "synthetic":
+        for size in [int(s) for s in args.sizes.split(",") if s]:
+            result = run_synthetic(args, size)
+            result["run"] = run
+            (OUT_DIR / f"synthetic_{size}.json").write_text(json.dumps(result, indent=1))
+    elif args.part == "financebench-ef":
+        financebench_ef_search(args)
+    elif args.part == "sizes":
+        fill_table_sizes(args)
+    elif args.part == "recall":
+        fill_recall_sweep(args)
+    write_section()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,171 @@
+"""The multi-route retriever served by PostgreSQL: every route one query, nothing in memory.
+
+:class:`PostgresMultiRouteRetriever` is HiQA's Multi-Route Retriever ("HiQA: A Hierarchical
+Contextual Augmentation RAG for Multi-Documents QA" (Chen et al.), §Multi-Route Retriever)
+with the routes answered by the database of :class:`~llama_index_hiqa.storage.postgres.PostgresStore`:
+
+* vector — LlamaIndex's ``PGVectorStore`` (pgvector HNSW) through ``VectorIndexRetriever``;
+* BM25 — Okapi BM25 over the stored term statistics (one query, see ``pg_schema.BM25_SQL``);
+* critical keywords — ``|C|`` per node from the GIN-indexed ``text[]`` column (one query).
+
+Fusion, score normalisation, the per-node route scores and failure handling are
+:class:`~llama_index_hiqa.MultiRouteRetriever`'s own. What another process commits is seen by
+the next query; ``beta="auto"`` follows the collection (its shape is re-read every few seconds).
+``_aretrieve`` runs the three routes concurrently on the asyncpg pool.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import time
+from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
+
+from llama_index.core.base.base_retriever import BaseRetriever
+from llama_index.core.callbacks.base import CallbackManager
+from llama_index.core.schema import BaseNode, NodeWithScore, QueryBundle
+
+from llama_index_hiqa.retrievers.multi_route import MultiRouteConfig, MultiRouteRetriever
+from llama_index_hiqa.storage.pg_schema import BM25_SQL, KEYWORD_SQL, SHAPE_SQL, BM25Tokenizer
+from llama_index_hiqa.storage.postgres import PostgresStore
+from llama_index_hiqa.transforms.critical_keywords import CriticalKeywordExtractor, KeywordIndex, normalize_keyword
+
+SHAPE_TTL_S = 5.0
+
+
+class _StoredNodes(Mapping):
+    """The retriever's node mapping, answered by the database (nothing is held)."""
+
+    def __init__(self, store: PostgresStore) -> None:
+        self._store = store
+
+    def __getitem__(self, node_id: str) -> BaseNode:
+        found = self._store.nodes([node_id])
+        if node_id not in found:
+            raise KeyError(node_id)
+        return found[node_id]
+
+    def __contains__(self, node_id: object) -> bool:
+        return bool(self._store.scalar("SELECT 1 FROM hiqa_nodes WHERE node_id = :i", i=str(node_id)))
+
+    def __iter__(self) -> Iterator[str]:
+        return iter([r[0] for r in self._store.rows("SELECT node_id FROM hiqa_nodes ORDER BY ref_doc_id, position")])
+
+    def __len__(self) -> int:
+        return self._store.node_count()
+
+
+class _StoredBM25:
+    """The BM25 route over the stored term statistics."""
+
+    def __init__(self, store: PostgresStore, language: str) -> None:
+        self.store = store
+        self.tokenizer = BM25Tokenizer(language)
+
+    @property
+    def node_ids(self) -> List[str]:
+        return list(_StoredNodes(self.store))
+
+    def top(self, query: str, n: int) -> Dict[str, float]:
+        terms = self.tokenizer.query(query)
+        if not terms:
+            return {}
+        return {node_id: float(score) for node_id, score in self.store.rows(BM25_SQL, terms=terms, n=n) if score > 0}
+
+    async def atop(self, query: str, n: int) -> Dict[str, float]:
+        terms = self.tokenizer.query(query)
+        if not terms:
+            return {}
+        rows = await self.store.arows(BM25_SQL, terms=terms, n=n)
+        return {node_id: float(score) for node_id, score in rows if score > 0}
+
+
+class PostgresMultiRouteRetriever(MultiRouteRetriever):
+    """:class:`~llama_index_hiqa.MultiRouteRetriever` whose BM25 and keyword routes are SQL
+    queries on a :class:`PostgresStore` and whose vector route is a ``PGVectorStore``
+    retriever. Build it with the same settings as the in-memory retriever."""
+
+    def __init__(
+        self,
+        store: PostgresStore,
+        vector_retriever: BaseRetriever,
+        keyword_extractor: Optional[CriticalKeywordExtractor] = None,
+        config: Optional[MultiRouteConfig] = None,
+        callback_manager: Optional[CallbackManager] = None,
+        verbose: bool = False,
+        **settings: Any,
+    ) -> None:
+        # MultiRouteRetriever.__init__ builds in-memory indexes from the nodes; none are built here.
+        self.config = MultiRouteConfig(**{**(config or MultiRouteConfig()).model_dump(), **settings})
+        self._store = store
+        self._nodes = _StoredNodes(store)
+        self._vector_retriever = vector_retriever
+        self.keyword_extractor = keyword_extractor or CriticalKeywordExtractor()
+        self._bm25_tokenizer = None
+        self._keyword_index = KeywordIndex()  # unused: the keyword route is a query
+        self._title_keywords = {}
+        self._bm25 = _StoredBM25(store, self.config.bm25_language) if self.config.use_bm25 else None  # type: ignore[assignment]
+        self._shape: Tuple[int, float] = (0, 1.0)
+        self._shape_read_at = float("-inf")
+        self._beta_value = self._resolve_beta()
+        BaseRetriever.__init__(self, callback_manager=callback_manager, verbose=verbose)
+
+    def collection_shape(self) -> Tuple[int, float]:
+        if time.monotonic() - self._shape_read_at > SHAPE_TTL_S:
+            (count, pages), = self._store.rows(SHAPE_SQL)
+            self._shape = (int(count), float(pages or 1.0))
+            self._shape_read_at = time.monotonic()
+        return self._shape
+
+    def with_settings(self, **settings: Any) -> "PostgresMultiRouteRetriever":
+        clone = copy.copy(self)
+        clone.config = MultiRouteConfig(**{**self.config.model_dump(), **settings})
+        clone._bm25 = _StoredBM25(self._store, clone.config.bm25_language) if clone.config.use_bm25 else None  # type: ignore[assignment]
+        clone._beta_value = clone._resolve_beta()
+        return clone
+
+    # -- routes ----------------------------------------------------------------------------
+    def _title_extra(self) -> float:
+        if self.keyword_extractor.include_document_keywords:
+            return self.config.document_keyword_weight - 1.0
+        return 0.0
+
+    def _counts(self, rows: Sequence[Tuple[str, int, int]]) -> Dict[str, float]:
+        extra = self._title_extra()
+        return {node_id: float(held) + extra * float(in_title) for node_id, held, in_title in rows}
+
+    def _query_keywords(self, query: QueryBundle) -> Tuple[List[str], List[str]]:
+        keywords = self.keyword_extractor.extract_query(query.query_str)
+        return keywords, [k for k in dict.fromkeys(normalize_keyword(k) for k in keywords) if k]
+
+    def _keyword_counts(self, query: QueryBundle) -> Tuple[List[str], Dict[str, float]]:
+        if not self.config.use_keywords:
+            return [], {}
+        keywords, wanted = self._query_keywords(query)
+        return keywords, (self._counts(self._store.rows(KEYWORD_SQL, q=wanted)) if wanted else {})
+
+    async def _akeyword_counts(self, query: QueryBundle) -> Tuple[List[str], Dict[str, float]]:
+        if not self.config.use_keywords:
+            return [], {}
+        keywords, wanted = await asyncio.to_thread(self._query_keywords, query)  # NER is CPU work
+        return keywords, (self._counts(await self._store.arows(KEYWORD_SQL, q=wanted)) if wanted else {})
+
+    async def _abm25_scores(self, query: QueryBundle, n: int) -> Dict[str, float]:
+        if self._bm25 is None or not self.config.use_bm25:
+            return {}
+        return await self._bm25.atop(query.query_str, n)  # type: ignore[attr-defined]
+
+    def _results(self, fused, vector, bm25, counts, vector_nodes) -> List[NodeWithScore]:
+        # Nodes the vector route did not bring are read in one query, not one per node.
+        missing = [node_id for node_id, _ in fused if node_id not in vector_nodes]
+        found = {**self._store.nodes(missing), **vector_nodes} if missing else vector_nodes
+        return super()._results(fused, vector, bm25, counts, found)
+
+    def full_ranking(self, query: Any) -> List[str]:
+        raise NotImplementedError(
+            "full_ranking ranks every node of the collection; on the PostgreSQL store use retrieve() "
+            "with a larger similarity_top_k"
+        )
+
+    def persist(self, persist_dir: Any) -> None:
+        raise NotImplementedError("the PostgreSQL routes are saved by every write; there is nothing to persist")
