@@ -12,11 +12,9 @@ import asyncio
 import json
 import logging
 import os
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import uuid
 from pathlib import Path
 
@@ -45,48 +43,7 @@ QUESTIONS = [
 ]
 
 
-# --- the server --------------------------------------------------------------------------------
-class Server:
-    def __init__(self, url: str, pgdata: Path | None) -> None:
-        from sqlalchemy import create_engine
-
-        from llama_index_hiqa.storage.postgres import _driver_url
-
-        self.url = url
-        self.pgdata = pgdata  # only for a pgserver instance (its pg_hba.conf can be edited)
-        self.admin = create_engine(_driver_url(url, "psycopg2"), isolation_level="AUTOCOMMIT")
-
-    def sql(self, statement: str) -> None:
-        with self.admin.connect() as conn:
-            conn.exec_driver_sql(statement)
-
-    def database(self, user: str | None = None, password: str | None = None) -> str:
-        """A new empty database; its URL (as ``user`` when given)."""
-        from sqlalchemy.engine import make_url
-
-        name = f"hiqa_test_{uuid.uuid4().hex[:10]}"
-        self.sql(f"CREATE DATABASE {name}")
-        url = make_url(self.url).set(database=name)
-        if user is not None:
-            url = url.set(username=user, password=password)
-        return url.render_as_string(hide_password=False)
-
-
-@pytest.fixture(scope="session")
-def server(tmp_path_factory):
-    given = os.environ.get("HIQA_TEST_POSTGRES_URL")
-    if given:
-        yield Server(given, None)
-        return
-    pgserver = pytest.importorskip("pgserver")
-    # Not under pytest's tmp folder: the server runs as its own user, which must reach the path.
-    pgdata = Path(tempfile.mkdtemp(prefix="hiqa-test-pg-"))
-    instance = pgserver.get_server(str(pgdata), cleanup_mode=None)
-    yield Server(instance.get_uri(), pgdata)
-    # Immediate shutdown (SIGQUIT to the postmaster): a throw-away cluster needs no checkpoint.
-    pid = int((pgdata / "postmaster.pid").read_text().split()[0])
-    os.kill(pid, signal.SIGQUIT)
-    shutil.rmtree(pgdata, ignore_errors=True)
+# The server (`server` fixture, `Server`) lives in conftest.py: the README test uses it too.
 
 
 @pytest.fixture

@@ -4,13 +4,17 @@ Every ```python block of README.md runs, in order, in one namespace (later block
 earlier ones built, as a reader would), inside a folder that holds the paths the README names
 (`examples/data`, `datasheets/`, `filings/`, `manuals/`: copies of the demo datasheets). The
 embedding is the package's hashing embedding (the README's results do not depend on the
-model) and `llm` a scripted offline LLM. A block that needs what a test cannot have (a paid
+model) and `llm` a scripted offline LLM; the PostgreSQL URLs point at the tests' own
+throw-away server, and a block with a top-level ``await`` runs as in a notebook. A block that needs what a test cannot have (a paid
 LLM API, minutes of model building) is marked in the README by an HTML comment right before
 it, `<!-- not-tested: why -->`; only those are skipped, and they must stay few.
 """
 
 from __future__ import annotations
 
+import ast
+import asyncio
+import inspect
 import re
 import shutil
 from pathlib import Path
@@ -46,7 +50,12 @@ def test_readme_blocks_are_found_and_few_are_skipped():
     assert all(why.strip() for _line, why in skipped)  # each skip says why
 
 
-def test_readme_snippets_run(tmp_path, monkeypatch):
+# The README's database URLs name a server the reader has; here a throw-away PostgreSQL
+# (the session's pgserver instance, or HIQA_TEST_POSTGRES_URL) stands in for it.
+README_URLS = re.compile(r"postgresql://[^\s\"']+")
+
+
+def test_readme_snippets_run(tmp_path, monkeypatch, server):
     for folder in ("examples/data", "datasheets", "filings", "manuals"):
         shutil.copytree(DEMO_DATA_DIR, tmp_path / folder, ignore=shutil.ignore_patterns("*.jsonl"))
     (tmp_path / "datasheets" / "NX-2040.md").write_text(
@@ -64,12 +73,18 @@ def test_readme_snippets_run(tmp_path, monkeypatch):
         "new_docs": [Document(text="# NX-3000 Datasheet\n\nA new part.", id_="NX-3000",
                               metadata={"document_id": "NX-3000"})],
     }
+    database = server.database()
     ran = 0
     for line, code, why in readme_blocks():
         if why is not None:
             continue
+        code = README_URLS.sub(database, code)
         try:
-            exec(compile(code, f"README.md:{line}", "exec"), namespace)
+            # Top-level ``await`` as in a notebook: the compiled block is then a coroutine.
+            compiled = compile(code, f"README.md:{line}", "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT)
+            result = eval(compiled, namespace)
+            if inspect.iscoroutine(result):
+                asyncio.run(result)
         except Exception as exc:  # noqa: BLE001 - report which snippet broke, with its error
             pytest.fail(f"README.md snippet at line {line} failed: {type(exc).__name__}: {exc}")
         ran += 1
