@@ -20,10 +20,11 @@ question and title weight.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import random
 from collections import defaultdict
-from typing import Any, Dict, Iterable, List, Optional, Sequence, Union
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence
 
 from llama_index.core.bridge.pydantic import BaseModel, ConfigDict, Field
 from llama_index.core.schema import BaseNode
@@ -128,11 +129,11 @@ def calibration_questions(nodes: Iterable[BaseNode], limit: int = 120, seed: int
     ]
 
 
-def _score(ranking: Sequence[str], question: CalibrationQuestion, document_of: Any) -> tuple:
+def _score(ranking: Sequence[str], question: CalibrationQuestion, document_of: Callable[[str], Optional[str]]) -> tuple:
     """(reciprocal rank of the section's first node, 1.0 when the first node is in its document)."""
     answers = set(question.node_ids)
     reciprocal = next((1.0 / rank for rank, node_id in enumerate(ranking, 1) if node_id in answers), 0.0)
-    first_document = document_of.get(ranking[0]) if ranking else None
+    first_document = document_of(ranking[0]) if ranking else None
     return reciprocal, float(first_document == question.document_id)
 
 
@@ -160,21 +161,31 @@ def calibrate(
     current = {k: getattr(retriever.config, k) for k in DEFAULT_GRID}
     results: List[CalibrationResult] = []
     baseline: Optional[CalibrationResult] = None
-    node_document = _DocumentLookup(retriever)
+    # Node id -> node, read lazily from the docstore (only the first node of each ranking).
+    nodes = retriever._nodes
+
+    @functools.lru_cache(maxsize=None)
+    def document_of(node_id: str) -> Optional[str]:
+        node = nodes.get(node_id)
+        return schema.get_document_id(node) if node is not None else None
+
+    combos = list(itertools.product(*(grid[k] for k in fusion_keys)))
+    current_combo = tuple(current[k] for k in fusion_keys)
     for weight in dict.fromkeys([*weights, current["document_keyword_weight"]]):
         weighted = retriever.with_settings(document_keyword_weight=weight)
         scored = [weighted.route_scores(q.question) for q in questions]
-        combos = list(itertools.product(*(grid[k] for k in fusion_keys)))
-        for combo in dict.fromkeys([*combos, tuple(current[k] for k in fusion_keys)]):
+        is_current_weight = weight == current["document_keyword_weight"]
+        # The current settings are scored too (the baseline), also when the grid leaves them out.
+        for combo in dict.fromkeys([*combos, current_combo] if is_current_weight else combos):
             settings = {**dict(zip(fusion_keys, combo)), "document_keyword_weight": weight}
-            variant = weighted.with_settings(**{k: v for k, v in settings.items() if k != "document_keyword_weight"})
-            totals = [_score(variant.fuse(s), q, node_document) for s, q in zip(scored, questions)]
+            variant = weighted.with_settings(**dict(zip(fusion_keys, combo)))
+            totals = [_score(variant.fuse(s), q, document_of) for s, q in zip(scored, questions)]
             result = CalibrationResult(
                 settings=settings,
                 mrr=sum(t[0] for t in totals) / len(totals),
                 document_hit_at_1=sum(t[1] for t in totals) / len(totals),
             )
-            if all(settings[k] == current[k] for k in settings):
+            if is_current_weight and combo == current_combo:
                 baseline = result
             if weight in weights and combo in combos:
                 results.append(result)
@@ -187,19 +198,3 @@ def calibrate(
         questions=len(questions), baseline=baseline, best=best, chosen=chosen, min_gain=min_gain, results=results
     )
 
-
-class _DocumentLookup(dict):
-    """``node id -> document id`` read from the retriever's nodes on first use."""
-
-    def __init__(self, retriever: Any) -> None:
-        super().__init__()
-        self._nodes = getattr(retriever, "_nodes", {})
-
-    def __missing__(self, node_id: str) -> Optional[str]:
-        node = self._nodes.get(node_id) if hasattr(self._nodes, "get") else None
-        value = schema.get_document_id(node) if node is not None else None
-        self[node_id] = value
-        return value
-
-    def get(self, node_id: str, default: Union[str, None] = None) -> Optional[str]:  # type: ignore[override]
-        return self[node_id] if node_id is not None else default

@@ -209,6 +209,10 @@ class LayoutMarkdownParser(SegmentNodeParser):
         layout = _layout_lines(metadata, lines)
         layout_styles = _layout_styles(layout)
 
+        def line_style(start: int) -> int:
+            """Markdown-like level of a layout-marked line's style; 6 for any other line."""
+            return layout_styles.get(layout[start], 6) if start in layout else 6
+
         candidates: List[Tuple[int, int, str, int]] = []  # start, end, text, style
         md = {start: (hashes, body) for start, _, hashes, body in markdown_headings(text)}
         for start, end, line in lines:
@@ -221,8 +225,9 @@ class LayoutMarkdownParser(SegmentNodeParser):
                 body = line.strip()
                 if not body or body.startswith("|"):
                     continue
-                if _is_report_heading_line(body, start in layout):
-                    candidates.append((start, end, join_split_letters(clean_inline(body)), layout_styles.get(layout.get(start, (0.0, False)), 6)))
+                if (start in layout or _is_emphasised(body)) and is_report_heading(clean_inline(body)):
+                    # A statement / note title: a heading without a number (headings.is_report_heading).
+                    candidates.append((start, end, join_split_letters(clean_inline(body)), line_style(start)))
                     continue
                 if not _MAYBE_NUMBERED_RE.match(body):
                     continue
@@ -237,12 +242,11 @@ class LayoutMarkdownParser(SegmentNodeParser):
                     continue
                 cleaned = clean_inline(body)
                 numbered = parse_heading_number(cleaned).family != "none"
-                emphasised = body.startswith(("**", "__")) and body.rstrip().endswith(("**", "__"))
                 in_layout = start in layout
                 strong = self.use_sec_patterns and is_strong_sec_heading(cleaned)
-                if not (numbered and (emphasised or in_layout)) and not strong:
+                if not (numbered and (_is_emphasised(body) or in_layout)) and not strong:
                     continue
-                style = layout_styles.get(layout.get(start, (0.0, False)), 6) if in_layout else 6
+                style = line_style(start)
             cleaned = clean_inline(body)
             if not cleaned or len(cleaned.split()) > _MAX_HEADING_WORDS or not plausible_heading(cleaned):
                 continue
@@ -308,11 +312,9 @@ class LayoutMarkdownParser(SegmentNodeParser):
         return ranges
 
 
-def _is_report_heading_line(body: str, in_layout: bool) -> bool:
-    """A bold or larger-type statement / note title (see :func:`llama_index_hiqa.headings.is_report_heading`)."""
-    if not (in_layout or (body.startswith(("**", "__")) and body.rstrip().endswith(("**", "__")))):
-        return False
-    return is_report_heading(clean_inline(body))
+def _is_emphasised(body: str) -> bool:
+    """The whole line is bold (``**...**`` / ``__...__``)."""
+    return body.startswith(("**", "__")) and body.rstrip().endswith(("**", "__"))
 
 
 def plausible_heading(text: str) -> bool:
