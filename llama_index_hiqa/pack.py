@@ -656,10 +656,17 @@ def _load_graph(
     files.check_node_ids(
         CHUNK_GRAPH_DIRNAME, graph.node_ids, docstore_node_ids(index.docstore), "the chunk graph", complete=True
     )
-    return ChunkGraphRetriever(
-        graph, docstore=index.docstore, embed_model=embed_model, llm=llm,
-        keyword_fn=keyword_extractor(config).extract_query, **chunk_graph_settings(config)["search"],
-    )
+    return ChunkGraphRetriever(graph, **graph_retriever_settings(index, config, embed_model, llm))
+
+
+def graph_retriever_settings(
+    index: VectorStoreIndex, config: HiQAPackConfig, embed_model: BaseEmbedding, llm: Optional[LLM]
+) -> Dict[str, Any]:
+    """What a loaded pack's ChunkGraphRetriever is given besides its graph (any store)."""
+    return {
+        "docstore": index.docstore, "embed_model": embed_model, "llm": llm,
+        "keyword_fn": keyword_extractor(config).extract_query, **chunk_graph_settings(config)["search"],
+    }
 
 
 # Settings is re-exported so notebooks can configure the pack without a second import line.

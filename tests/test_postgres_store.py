@@ -300,10 +300,6 @@ def test_a_store_built_with_another_embedding_model(built):
     assert "hash-bow-256" in str(info.value)
 
 
-def test_chunk_graph_is_refused_clearly(url):
-    with pytest.raises(PackStoreError, match="chunk graph"):
-        HiQAPack.empty(embed_model=HashEmbedding(), store=url, use_chunk_graph=True)
-
 
 def test_mask_url_hides_every_password():
     assert mask_url("postgresql://app:p%40ss@db.internal:5432/rag") == "postgresql://app:***@db.internal:5432/rag"

@@ -220,25 +220,55 @@ class ChunkInteractionGraph(BaseModel):
                 f"embedding dimension {vectors.shape[1]} does not match the graph's {self._vectors.shape[1]}"
             )
         start = len(self._ids)
-        for offset, node in enumerate(nodes):
-            idx = start + offset
-            self._ids.append(node.node_id)
-            self._index[node.node_id] = idx
+        for node in nodes:
             title_words = title_keywords(schema.get_document_title(node))
-            self._titles.append(title_words)
-            self._docs.append(schema.get_document_id(node))
-            self._positions.append(schema.get_position(node))
             raw = schema.get_critical_keywords(node)
             if not raw and keyword_fn is not None:
                 raw = keyword_fn(node.get_content(MetadataMode.NONE))
             # IIER: titles describe the whole document, not the chunk, and would link every
             # chunk of a document to every other; they are not keywords.
-            self._keywords.append(_normalised_set(raw) - title_words)
-            self._graph.add_node(node.node_id)
+            self._append_row(
+                node.node_id, schema.get_document_id(node), schema.get_position(node), title_words,
+                _normalised_set(raw) - title_words,
+            )
         self._vectors = vectors if not self._vectors.size else np.vstack([self._vectors, vectors])
         self._update_structural(range(start, len(self._ids)))
         self._update_semantic(start, show_progress)
         self._rebuild_keyword_edges()
+
+    def without_nodes(self, node_ids: Iterable[str]) -> "ChunkInteractionGraph":
+        """A graph over the other chunks, rows in the same order, with every edge recomputed as
+        a rebuild over them would make it (which neighbours, chains and keyword threshold
+        remain depends on all of them; the cost is a rebuild's, without re-embedding)."""
+        drop = set(node_ids)
+        keep = [i for i, node_id in enumerate(self._ids) if node_id not in drop]
+        graph = type(self)(**self.model_dump())
+        for i in keep:
+            graph._append_row(self._ids[i], self._docs[i], self._positions[i], self._titles[i], self._keywords[i])
+        if not keep:
+            return graph
+        graph._vectors = self._vectors[keep]
+        gc_was_enabled = gc.isenabled()
+        gc.disable()
+        try:
+            graph._update_structural(range(len(keep)))
+            graph._update_semantic(0, show_progress=False)
+            graph._rebuild_keyword_edges()
+        finally:
+            if gc_was_enabled:
+                gc.enable()
+        return graph
+
+    def _append_row(
+        self, node_id: str, doc: Optional[str], position: Optional[int], titles: Set[str], keywords: Set[str]
+    ) -> None:
+        self._index[node_id] = len(self._ids)
+        self._ids.append(node_id)
+        self._docs.append(doc)
+        self._positions.append(position)
+        self._titles.append(titles)
+        self._keywords.append(keywords)
+        self._graph.add_node(node_id)
 
     def _embed(self, nodes: List[BaseNode], embed_model: Optional[BaseEmbedding], show_progress: bool) -> np.ndarray:
         missing = [i for i, n in enumerate(nodes) if n.embedding is None]
@@ -256,8 +286,7 @@ class ChunkInteractionGraph(BaseModel):
             raise GraphBuildError(f"node embeddings have different dimensions: {exc}") from exc
         if matrix.ndim != 2:
             raise GraphBuildError("node embeddings must be vectors of one dimension")
-        matrix /= np.linalg.norm(matrix, axis=1, keepdims=True) + 1e-12
-        return matrix
+        return unit_rows(matrix)
 
     # --- edges --------------------------------------------------------------------------
     # (Hot loops bind the private attributes to locals: pydantic resolves ``self._x`` through a
@@ -301,7 +330,11 @@ class ChunkInteractionGraph(BaseModel):
         if k_eff <= 0:
             self._knn_ids, self._knn_sims = new_ids, new_sims
             return
-        new_vecs = self._vectors[start:]
+        # Products in float64, rounded to float32 after: a pair's cosine is then the same
+        # whichever block shape computed it (float32 sums differ in the last bits by shape), so
+        # near-ties rank alike and an incremental build equals a rebuild over the same rows.
+        vectors = self._vectors
+        new_vecs = vectors[start:].astype(np.float64)
         n_new = n - start
         # Best new candidates for every old row (new rows can push old neighbours out).
         cand_old_ids = np.full((start, k_eff), -1, dtype=np.int64)
@@ -316,7 +349,7 @@ class ChunkInteractionGraph(BaseModel):
             blocks = tqdm(blocks, desc="semantic top-k", unit="block")
         for b0 in blocks:
             b1 = min(b0 + rows_per_block, n)
-            sims = self._vectors[b0:b1] @ new_vecs.T  # (block, n_new)
+            sims = (vectors[b0:b1].astype(np.float64) @ new_vecs.T).astype(np.float32)  # (block, n_new)
             rows = np.arange(b0, b1)
             is_new = rows >= start
             sims[np.flatnonzero(is_new), rows[is_new] - start] = -np.inf  # no self-edges
@@ -330,7 +363,8 @@ class ChunkInteractionGraph(BaseModel):
             if b1 > start:  # new rows: top-k over old and new columns
                 lo = max(b0, start)
                 part = sims[lo - b0 :]
-                full = np.hstack([self._vectors[lo:b1] @ self._vectors[:start].T, part]) if start else part
+                old = (vectors[lo:b1].astype(np.float64) @ vectors[:start].T.astype(np.float64)).astype(np.float32)
+                full = np.hstack([old, part]) if start else part
                 new_ids[lo:b1, :k_eff], new_sims[lo:b1, :k_eff] = _top_k_rows(full, k_eff)
         if start:
             merged_ids = np.concatenate([new_ids[:start], cand_old_ids], axis=1)
@@ -487,6 +521,59 @@ class ChunkInteractionGraph(BaseModel):
         return [self._index[v] for v in path]
 
     # --- persistence --------------------------------------------------------------------
+    # One row format for every store: a folder (persist/load) and a database table.
+    def node_records(self) -> List[Dict[str, Any]]:
+        """One record per row, in row order: id, document id, position, title keywords and
+        edge keywords (sorted)."""
+        return [
+            {
+                "id": node_id,
+                schema.DOCUMENT_ID: self._docs[i],
+                schema.POSITION: self._positions[i],
+                "title_keywords": sorted(self._titles[i]),
+                "keywords": sorted(self._keywords[i]),
+            }
+            for i, node_id in enumerate(self._ids)
+        ]
+
+    def edge_records(self) -> List[Tuple[str, str, float, float, float]]:
+        """``(u, v, structural, semantic, keyword)`` per linked pair."""
+        return [(u, v, d.get(STRUCTURAL, 0), d.get(SEMANTIC, 0), d.get(KEYWORD, 0)) for u, v, d in self._graph.edges(data=True)]
+
+    @property
+    def knn(self) -> Tuple[np.ndarray, np.ndarray]:
+        """Every row's semantic top-k (rows, cosines; -1 / -inf where fewer exist): what
+        :meth:`add_nodes` updates incrementally."""
+        return self._knn_ids, self._knn_sims
+
+    @classmethod
+    def from_records(
+        cls,
+        settings: Mapping[str, Any],
+        keyword_threshold: Optional[int],
+        nodes: Iterable[Mapping[str, Any]],
+        edges: Iterable[Sequence[Any]],
+        vectors: np.ndarray,
+        knn_ids: np.ndarray,
+        knn_sims: np.ndarray,
+    ) -> "ChunkInteractionGraph":
+        """The graph saved as :meth:`node_records`, :meth:`edge_records`, :attr:`vectors`
+        (unit rows) and :attr:`knn`, nothing recomputed."""
+        graph = cls(**settings)
+        graph._threshold = keyword_threshold
+        for row in nodes:
+            graph._append_row(
+                row["id"], row[schema.DOCUMENT_ID], row[schema.POSITION], set(row["title_keywords"]), set(row["keywords"])
+            )
+            for w in row["keywords"]:
+                graph._keyword_index[w].add(len(graph._ids) - 1)
+        G = graph._graph
+        for u, v, st, se, kw in edges:
+            G.add_edge(u, v, **{STRUCTURAL: st, SEMANTIC: se, KEYWORD: kw})
+        graph._vectors = np.asarray(vectors, dtype=np.float32)
+        graph._knn_ids, graph._knn_sims = np.asarray(knn_ids, dtype=np.int64), np.asarray(knn_sims, dtype=np.float32)
+        return graph
+
     def persist(self, persist_dir: Union[str, Path]) -> None:
         """Write ``chunk_graph.json`` (settings, nodes, edges keyed by node id) and the vectors."""
         folder = Path(persist_dir)
@@ -495,20 +582,8 @@ class ChunkInteractionGraph(BaseModel):
             "format": "llama_index_hiqa.chunk_graph/1",
             "settings": self.model_dump(),
             "resolved_keyword_threshold": self._threshold,
-            "nodes": [
-                {
-                    "id": node_id,
-                    schema.DOCUMENT_ID: self._docs[i],
-                    schema.POSITION: self._positions[i],
-                    "title_keywords": sorted(self._titles[i]),
-                    "keywords": sorted(self._keywords[i]),
-                }
-                for i, node_id in enumerate(self._ids)
-            ],
-            "edges": [
-                [u, v, d.get(STRUCTURAL, 0), d.get(SEMANTIC, 0), d.get(KEYWORD, 0)]
-                for u, v, d in self._graph.edges(data=True)
-            ],
+            "nodes": self.node_records(),
+            "edges": [list(edge) for edge in self.edge_records()],
         }
         (folder / GRAPH_FILE).write_text(json.dumps(payload), encoding="utf-8")
         np.savez_compressed(
@@ -523,23 +598,16 @@ class ChunkInteractionGraph(BaseModel):
             arrays = np.load(folder / VECTORS_FILE)
         except (OSError, ValueError) as exc:
             raise GraphBuildError(f"no readable chunk graph in {folder}: {exc}") from exc
-        graph = cls(**payload["settings"])
-        graph._threshold = payload.get("resolved_keyword_threshold")
-        for i, row in enumerate(payload["nodes"]):
-            graph._ids.append(row["id"])
-            graph._index[row["id"]] = i
-            graph._docs.append(row[schema.DOCUMENT_ID])
-            graph._positions.append(row[schema.POSITION])
-            graph._titles.append(set(row["title_keywords"]))
-            graph._keywords.append(set(row["keywords"]))
-            for w in row["keywords"]:
-                graph._keyword_index[w].add(i)
-            graph._graph.add_node(row["id"])
-        for u, v, st, se, kw in payload["edges"]:
-            graph._graph.add_edge(u, v, **{STRUCTURAL: st, SEMANTIC: se, KEYWORD: kw})
-        graph._vectors = arrays["vectors"].astype(np.float32)
-        graph._knn_ids, graph._knn_sims = arrays["knn_ids"], arrays["knn_sims"]
-        return graph
+        return cls.from_records(
+            payload["settings"], payload.get("resolved_keyword_threshold"), payload["nodes"], payload["edges"],
+            arrays["vectors"], arrays["knn_ids"], arrays["knn_sims"],
+        )
+
+
+def unit_rows(matrix: np.ndarray) -> np.ndarray:
+    """``matrix`` (float32) with every row scaled to unit length, in place."""
+    matrix /= np.linalg.norm(matrix, axis=1, keepdims=True) + 1e-12
+    return matrix
 
 
 def _top_k_rows(mat: np.ndarray, k: int) -> Tuple[np.ndarray, np.ndarray]:

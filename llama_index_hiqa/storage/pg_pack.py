@@ -14,6 +14,8 @@ from __future__ import annotations
 import uuid
 from typing import Any, Dict, List, Optional, Sequence
 
+import numpy as np
+
 from llama_index.core import StorageContext, VectorStoreIndex
 from llama_index.core.storage.index_store import SimpleIndexStore
 from llama_index.core.base.embeddings.base import BaseEmbedding
@@ -33,6 +35,7 @@ class PostgresHiQAPack(HiQAPack):
     """A :class:`~llama_index_hiqa.HiQAPack` whose store is a PostgreSQL database."""
 
     store: PostgresStore
+    stored_graph: Any  # StoredChunkGraph when use_chunk_graph, else None
 
     @classmethod
     def open(
@@ -71,8 +74,6 @@ class PostgresHiQAPack(HiQAPack):
                     f"was built with the embedding model {record['embed_model']} ({record['embed_dim']} dimensions); "
                     f"this process embeds with {identity}: pass the store's model (embed_model=...) or use another database"
                 )
-        if config.use_chunk_graph:
-            raise store.error("the chunk graph is not available on the PostgreSQL store yet (use_chunk_graph=False)")
         vector_store, docstore, index_store = store.vector_store(int(record["embed_dim"])), store.docstore(), store.index_store()
         struct = index_store.get_index_struct(record["index_id"])
         if struct is None:  # a new pack: its index struct is written once
@@ -89,6 +90,14 @@ class PostgresHiQAPack(HiQAPack):
         pack = cls(index, config=config, llm=llm, embed_model=embed_model)
         pack.store = store
         pack.file_stats = store.file_stats()
+        pack.stored_graph = None
+        if config.use_chunk_graph:
+            from llama_index_hiqa.storage.pg_graph import StoredChunkGraph
+
+            pack.stored_graph = StoredChunkGraph(
+                store, _pack.chunk_graph_settings(config)["graph"], keyword_fn=_pack.keyword_extractor(config).extract_query,
+                embed_model=embed_model,
+            )
         return pack
 
     @classmethod
@@ -120,7 +129,7 @@ class PostgresHiQAPack(HiQAPack):
                 if ref in pack.file_stats:
                     target.file_stats[ref] = pack.file_stats[ref]
             hashes = {ref: docstore.get_document_hash(ref) or "" for ref in batch}
-            target._write_batch(documents, [], nodes, hashes=hashes)
+            target._write_batch(documents, [], nodes, hashes=hashes, vectors_as_given=True)
         target.store.analyze()
         target._invalidate()
         return target
@@ -148,6 +157,10 @@ class PostgresHiQAPack(HiQAPack):
             keyword_extractor=_pack.keyword_extractor(self.config), **routes,
         )
         self._graph = None
+        if self.stored_graph is not None and self.store.node_count():
+            self._graph = self.stored_graph.retriever(
+                **_pack.graph_retriever_settings(self.index, self.config, self.embed_model, self.llm)
+            )
         self._routes_stale = False
         self._retriever = None
         self._postprocessors = None
@@ -155,8 +168,18 @@ class PostgresHiQAPack(HiQAPack):
     # -- writes: one transaction each ------------------------------------------------------
     def _write_batch(
         self, documents: Sequence[Document], replaced: Sequence[str], nodes: Sequence[BaseNode],
-        hashes: Optional[Dict[str, str]] = None,
+        hashes: Optional[Dict[str, str]] = None, vectors_as_given: bool = False,
     ) -> int:
+        if not vectors_as_given and nodes:
+            # The vectors as the folder store keeps them (MatrixVectorStore: float32 unit rows),
+            # so the chunk graph built from them is the folder store's bit for bit (cosines
+            # that tie in float32 are broken by row; a normalisation more or less changes a
+            # last bit). Cosine search is unchanged.
+            from llama_index_hiqa.storage.vector_store import _unit_rows
+
+            units = _unit_rows(np.asarray([n.get_embedding() for n in nodes], dtype=np.float32))
+            for node, unit in zip(nodes, units):
+                node.embedding = unit.tolist()
         by_ref: Dict[str, List[BaseNode]] = {}
         for node in nodes:
             by_ref.setdefault(node.ref_doc_id or "", []).append(node)
@@ -176,7 +199,23 @@ class PostgresHiQAPack(HiQAPack):
             )
             for node in nodes
         }
-        return self.store.write(self.index.vector_store, self.index.docstore, records, replaced, keywords)
+        return self._in_transaction(
+            self.store.write, self.index.vector_store, self.index.docstore, records, replaced, keywords, then=self._graph_sync(nodes)
+        )
+
+    def _graph_sync(self, nodes: Sequence[BaseNode]) -> Any:
+        """What updates the chunk graph in a write's transaction (``None`` without a graph)."""
+        stored = self.stored_graph
+        return None if stored is None else (lambda conn: stored.sync(conn, nodes))
+
+    def _in_transaction(self, write: Any, *args: Any, **kwargs: Any) -> int:
+        try:
+            return write(*args, **kwargs)
+        except BaseException:
+            # The graph in memory may hold what was rolled back: read it again when next used.
+            if self.stored_graph is not None:
+                self.stored_graph.forget()
+            raise
 
     def _record(self, doc: Document, nodes: List[BaseNode]) -> DocumentRecord:
         pages = 0
@@ -197,7 +236,7 @@ class PostgresHiQAPack(HiQAPack):
         refs = [ref for doc_id, ref in documents.items() if document_id in (doc_id, ref)]
         if not refs:
             raise UnknownNodeError(f"no indexed document {document_id!r}; known: {sorted(documents)[:10]}")
-        removed = self.store.delete(self.index.docstore, refs)
+        removed = self._in_transaction(self.store.delete, self.index.docstore, refs, then=self._graph_sync([]))
         for ref in refs:
             self.file_stats.pop(ref, None)
         self._invalidate()

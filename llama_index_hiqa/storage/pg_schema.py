@@ -16,7 +16,9 @@ from llama_index.core.schema import BaseNode
 VECTOR_TABLE = "hiqa_vectors"  # PGVectorStore prefixes "data_"
 DOCSTORE_TABLE = "hiqa_docstore"
 INDEX_STORE_TABLE = "hiqa_index_store"
-STORE_FORMAT = 1
+# 1: the routes' tables; 2: + the chunk graph's (a format-1 database gets them from the first
+# writer that keeps a graph, see GRAPH_SCHEMA).
+STORE_FORMAT = 2
 # pg_advisory_xact_lock key serialising the writers of one database ("hiqa" in ASCII).
 WRITE_LOCK = 0x68697161
 BM25_K1, BM25_B = 1.5, 0.75  # bm25s.BM25 defaults (method "lucene")
@@ -63,6 +65,35 @@ SCHEMA = [
     # PGVectorStore indexes its rows by metadata ref_doc_id only; replacing and deleting go by node id.
     f"CREATE INDEX IF NOT EXISTS data_{VECTOR_TABLE}_node_id ON data_{VECTOR_TABLE} (node_id)",
 ]
+
+# The chunk graph (IIER's Chunk-Interaction Graph), when the pack keeps one: its settings and a
+# generation bumped by every write (a process reloads its copy when it changed), one row per
+# chunk (its row in the graph, what the graph keeps of it, its semantic top-k for incremental
+# updates; vectors stay in the vector table) and one row per edge and kind.
+GRAPH_SCHEMA = [
+    """CREATE TABLE IF NOT EXISTS hiqa_graph (
+        id int PRIMARY KEY CHECK (id = 1),
+        generation bigint NOT NULL,
+        node_count int NOT NULL,
+        keyword_threshold int,
+        settings jsonb NOT NULL)""",
+    """CREATE TABLE IF NOT EXISTS hiqa_graph_nodes (
+        node_id text PRIMARY KEY,
+        graph_row int NOT NULL,
+        document_id text,
+        position int,
+        keywords text[] NOT NULL,
+        title_keywords text[] NOT NULL,
+        knn_rows int[] NOT NULL,
+        knn_sims real[] NOT NULL)""",
+    """CREATE TABLE IF NOT EXISTS hiqa_graph_edges (
+        u text NOT NULL,
+        v text NOT NULL,
+        kind text NOT NULL CHECK (kind IN ('structural', 'semantic', 'keyword')),
+        weight float8 NOT NULL,
+        PRIMARY KEY (u, v, kind))""",
+]
+SCHEMA += GRAPH_SCHEMA
 
 # |C| per node in one query: the query's keywords the node holds, and those of them that are
 # also keywords of its document title (counted document_keyword_weight times in all).

@@ -16,6 +16,8 @@ one pack:
                             its document title's keywords, its BM25 length
 ``hiqa_postings``           BM25's inverted index: (term, node, term frequency, node length),
                             a B-tree on the term covering the rest (index-only scans)
+``hiqa_graph*``             the IIER chunk graph when ``use_chunk_graph=True``: settings,
+                            one row per chunk, one per edge and kind (see ``pg_graph``)
 ==========================  ==============================================================
 
 **Transactions.** LlamaIndex's stores open a session of their own per call, so they cannot
@@ -23,9 +25,9 @@ share a transaction with ours. We therefore write their rows ourselves, in their
 and their own row format (``PGVectorStore``'s table and ``node_to_metadata_dict``, the
 docstore's key/namespace/value pairs of ``KVDocumentStore.add_documents``), in
 the same transaction as the pack's tables; reads go through LlamaIndex's classes as usual.
-An ingested batch, ``add_documents`` or ``delete_document`` is one transaction (writers are
-serialised by an advisory lock): a process killed at any instant leaves the previous state,
-and other processes see the change when it commits.
+An ingested batch, ``add_documents`` or ``delete_document`` is one transaction, the chunk
+graph's rows included (writers are serialised by an advisory lock): a process killed at any
+instant leaves the previous state, and other processes see the change when it commits.
 
 **BM25** is Okapi BM25 over stored term statistics, computed by one SQL query with bm25s's
 defaults (Lucene IDF, k1 = 1.5, b = 0.75) over the same tokens (``BM25Retriever``'s
@@ -44,7 +46,7 @@ import json
 import logging
 import re
 from dataclasses import dataclass, field
-from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
 from llama_index.core.bridge.pydantic import BaseModel, ConfigDict, Field
 from llama_index.core.schema import BaseNode, MetadataMode
@@ -427,10 +429,12 @@ class PostgresStore:
         remove_ref_doc_ids: Iterable[str] = (),
         keywords: Optional[Dict[str, Tuple[List[str], List[str]]]] = None,
         tokenizer: Optional[BM25Tokenizer] = None,
+        then: Optional[Callable[[Any], None]] = None,
     ) -> int:
         """Replace ``documents`` (and remove ``remove_ref_doc_ids``) in every route, in one
         transaction; returns the number of nodes removed. ``keywords`` maps node id to its
-        (critical keywords, title keywords), normalised."""
+        (critical keywords, title keywords), normalised; ``then(connection)`` writes more in
+        the same transaction (the chunk graph) once the routes' rows are in."""
         from sqlalchemy.exc import SQLAlchemyError
 
         tokenizer = tokenizer or BM25Tokenizer()
@@ -448,17 +452,23 @@ class PostgresStore:
                 conn.exec_driver_sql(f"SELECT pg_advisory_xact_lock({WRITE_LOCK})")
                 removed = self._delete(conn, docstore, [*remove_ref_doc_ids, *(d.ref_doc_id for d in documents)])
                 self._insert(conn, vector_store, docstore, documents, nodes, stored, tokens, keywords or {})
+                if then is not None:
+                    then(conn)
         except SQLAlchemyError as exc:
             raise self.describe_failure(exc) from None
         return removed
 
-    def delete(self, docstore: Any, ref_doc_ids: Sequence[str]) -> int:
+    def delete(self, docstore: Any, ref_doc_ids: Sequence[str], then: Optional[Callable[[Any], None]] = None) -> int:
+        """Remove documents from every route in one transaction (``then`` as in :meth:`write`)."""
         from sqlalchemy.exc import SQLAlchemyError
 
         try:
             with self.engine.begin() as conn:
                 conn.exec_driver_sql(f"SELECT pg_advisory_xact_lock({WRITE_LOCK})")
-                return self._delete(conn, docstore, ref_doc_ids)
+                removed = self._delete(conn, docstore, ref_doc_ids)
+                if then is not None:
+                    then(conn)
+                return removed
         except SQLAlchemyError as exc:
             raise self.describe_failure(exc) from None
 
