@@ -614,6 +614,24 @@ def write_section() -> None:
             "shared the 2 cores with other benchmarks (load average 7 to 9), so absolute times are inflated; each "
             "PostgreSQL/local ratio was measured in the same run."
         )
+    for g in sorted((v for k, v in saved.items() if k.startswith("graph_")), key=lambda r: r["nodes"]):
+        graph_bytes = sum(g["graph_bytes"].values())
+        parts.append(
+            f"**Chunk graph** (`use_chunk_graph=True`; run {g['run']}; `benchmarks/bench_postgres_graph.py`): the "
+            f"synthetic collection above at {g['nodes']:,} nodes, 20 documents a transaction. Ingestion into PostgreSQL "
+            f"{g['pg_ingest_graph_s']:.0f} s with the graph against {g['pg_ingest_no_graph_s']:.0f} s without "
+            f"({g['pg_ingest_graph_s'] / g['pg_ingest_no_graph_s']:.2f}x; each batch's graph update and changed rows "
+            f"are written in its transaction); the folder store builds its graph once, on first use "
+            f"({g['local_routes_and_graph_build_s']:.1f} s with the BM25 and keyword routes, after a "
+            f"{g['local_ingest_s']:.0f} s insert). Graph tables: {g['edge_rows']:,} edge rows (one per edge and kind; "
+            f"{g['edges']['edges']:,} linked pairs) and {g['graph_node_rows']:,} node rows, {graph_bytes / 2**20:.1f} MiB "
+            f"({graph_bytes / g['nodes'] / 1024:.2f} KiB per node, indexes included; the folder store's graph files "
+            f"{g['folder_graph_bytes'] / 2**20:.1f} MiB, vectors included). Loading the graph in a fresh pack: "
+            f"{g['pg_graph_load_s']:.2f} s from the tables (vectors read from the vector table) against "
+            f"{g['folder_graph_load_s']:.2f} s from the folder (`ChunkInteractionGraph.load`). Same edges and weights "
+            f"as the folder store's graph: {'yes' if g['same_edges_as_folder_store'] else 'no'}; the same after "
+            f"reloading: {'yes' if g['same_after_reload'] else 'no'}."
+        )
     parts.append(
         "Choices: BM25 is Okapi BM25 computed in SQL over a postings table (term, node, tf, node length; B-tree on "
         "the term covering the rest) with bm25s's tokens and parameters, so it ranks as the in-memory route; "

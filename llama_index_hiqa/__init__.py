@@ -104,6 +104,8 @@ _EXPORTS: Dict[str, str] = {
     "PostgresStore": "llama_index_hiqa.storage.postgres",
     "PostgresStoreSettings": "llama_index_hiqa.storage.postgres",
     "PostgresMultiRouteRetriever": "llama_index_hiqa.storage.pg_routes",
+    "StoredChunkGraph": "llama_index_hiqa.storage.pg_graph",
+    "StoredGraphRetriever": "llama_index_hiqa.storage.pg_graph",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -150,6 +150,34 @@ def test_incremental_add_equals_rebuild_including_insertions_between_positions()
     assert edge_set(inc) == edge_set(full)
 
 
+def test_incremental_add_equals_rebuild_on_near_ties_in_the_top_k():
+    """Look-alike chunks give cosines equal in float32 (ties broken by row); an incremental
+    build must compute each pair's cosine to the same bit as a rebuild does."""
+    rng = np.random.default_rng(7)
+    base = rng.normal(size=(12, 64))
+    vectors = np.concatenate([base + rng.normal(scale=1e-7, size=base.shape) for _ in range(6)])
+    def nodes():
+        return [make_node(f"n{i:03d}", v, doc=f"d{i // 12}", pos=i % 12) for i, v in enumerate(vectors)]
+
+    full = ChunkInteractionGraph.from_nodes(nodes(), semantic_top_k=4)
+    parts = nodes()
+    inc = ChunkInteractionGraph.from_nodes(parts[:40], semantic_top_k=4)
+    inc.add_nodes(parts[40:])
+    assert edge_set(inc) == edge_set(full)
+    assert np.array_equal(inc.knn[0], full.knn[0])
+
+
+def test_without_nodes_equals_a_rebuild_over_the_rest():
+    nodes = random_nodes(30, seed=5)
+    graph = ChunkInteractionGraph.from_nodes(nodes, semantic_top_k=3, keyword_threshold=2)
+    gone = {n.node_id for n in nodes if schema.get_document_id(n) == "d1"} | {"n4"}
+    rest = [n for n in random_nodes(30, seed=5) if n.node_id not in gone]
+    smaller = graph.without_nodes(gone)
+    assert smaller.node_ids == [n.node_id for n in rest] and len(graph) == 30  # a new graph
+    assert edge_set(smaller) == edge_set(ChunkInteractionGraph.from_nodes(rest, semantic_top_k=3, keyword_threshold=2))
+    assert not graph.without_nodes([n.node_id for n in nodes]).node_ids
+
+
 def test_bad_input_raises_typed_errors(tmp_path):
     with pytest.raises(GraphBuildError):
         ChunkInteractionGraph.from_nodes([])

@@ -138,9 +138,10 @@ def test_another_process_follows_the_committed_graph(server, documents, monkeypa
     assert len(reader.graph.graph) == writer.node_count == len(writer.graph.graph)
 
 
-def test_a_pack_built_without_the_graph_gets_one(server, documents):
+def test_a_pack_built_without_the_graph_gets_one(server, documents, monkeypatch):
     """A store built with use_chunk_graph=False, opened with it on: the graph is built from the
-    stored chunks and vectors (in memory), and written by the next batch."""
+    stored chunks and vectors (in memory), and written by the next batch; chunks a writer
+    without the graph adds are followed too."""
     url = server.database()
     HiQAPack.from_documents(documents[:3], embed_model=HashEmbedding(), store=url, **FAST).close()
     pack = HiQAPack.load(url, embed_model=HashEmbedding(), use_chunk_graph=True)
@@ -150,3 +151,12 @@ def test_a_pack_built_without_the_graph_gets_one(server, documents):
     pack.add_documents(documents[3:4])
     assert pack.store.scalar("SELECT count(*) FROM hiqa_graph_nodes") == pack.node_count
     assert _stored_edges(pack) == _edges(pack.graph.graph)
+
+    monkeypatch.setattr(pg_graph, "GRAPH_TTL_S", 0.0)
+    HiQAPack.load(url, embed_model=HashEmbedding(), use_chunk_graph=False).add_documents(documents[4:5])
+    pack.retrieve(QUESTIONS[0])
+    assert len(pack.graph.graph) == pack.node_count == pack.store.scalar("SELECT count(*) FROM hiqa_nodes")
+    pack.add_documents(documents[5:6])
+    assert pack.store.scalar("SELECT count(*) FROM hiqa_graph_nodes") == pack.node_count
+    folder = HiQAPack.from_documents(documents[:6], embed_model=HashEmbedding(), **GRAPH)
+    assert len(_stored_edges(pack)) == len(_edges(folder.graph.graph))

@@ -95,7 +95,9 @@ class StoredChunkGraph:
             try:
                 with self.store.engine.connect() as conn:
                     generation = _generation(conn)
-                    if self.graph is None or generation != self.generation:
+                    # (The node count catches a writer that did not keep the graph.)
+                    count = conn.exec_driver_sql("SELECT node_count FROM hiqa_pack WHERE id = 1").scalar()
+                    if self.graph is None or generation != self.generation or count != len(self.graph):
                         graph = _read(conn, self.settings)
                         # Chunks another writer added or removed without keeping the graph
                         # (use_chunk_graph=False): followed here, in memory only.

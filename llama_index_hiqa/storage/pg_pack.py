@@ -6,7 +6,10 @@ parsing and embedding are the pack's own; only where the results go differs: eac
 batch (``add_documents``, ``ingest``, ``add_directory``) and each ``delete_document`` is one
 transaction of :class:`~llama_index_hiqa.storage.postgres.PostgresStore`, and questions are
 answered by :class:`~llama_index_hiqa.storage.pg_routes.PostgresMultiRouteRetriever` with no
-node held in memory. Any number of processes may answer from the same database.
+node held in memory. Any number of processes may answer from the same database. With
+``use_chunk_graph=True`` the IIER chunk graph is kept in the database too and walked from a
+copy in each process (:mod:`~llama_index_hiqa.storage.pg_graph`), updated in each write's
+transaction.
 """
 
 from __future__ import annotations
