@@ -9,7 +9,9 @@ titles are not keywords).
 
 :class:`ChunkInteractionGraph` builds it with a blocked matrix top-k and a sparse keyword
 co-occurrence product (no all-pairs Python loop), extends it incrementally
-(:meth:`~ChunkInteractionGraph.add_nodes`) and saves it with ``persist`` / ``load``. Text stays
+(:meth:`~ChunkInteractionGraph.add_nodes`), drops chunks (:meth:`~ChunkInteractionGraph.without_nodes`)
+and saves it as rows (``node_records`` / ``edge_records`` / ``from_records``: a folder's files
+with ``persist`` / ``load``, or the PostgreSQL store's tables). Text stays
 in the docstore; the graph keeps ids, document/position, keywords and the embedding matrix,
 and answers by node id or by row (the row of a node in :attr:`node_ids` / :attr:`vectors`),
 which is what the evidence-chain search of :mod:`llama_index_hiqa.retrievers.chunk_graph`
