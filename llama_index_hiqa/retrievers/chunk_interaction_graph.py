@@ -332,11 +332,8 @@ class ChunkInteractionGraph(BaseModel):
         if k_eff <= 0:
             self._knn_ids, self._knn_sims = new_ids, new_sims
             return
-        # Products in float64, rounded to float32 after: a pair's cosine is then the same
-        # whichever block shape computed it (float32 sums differ in the last bits by shape), so
-        # near-ties rank alike and an incremental build equals a rebuild over the same rows.
         vectors = self._vectors
-        new_vecs = vectors[start:].astype(np.float64)
+        new_vecs = vectors[start:]
         n_new = n - start
         # Best new candidates for every old row (new rows can push old neighbours out).
         cand_old_ids = np.full((start, k_eff), -1, dtype=np.int64)
@@ -351,7 +348,7 @@ class ChunkInteractionGraph(BaseModel):
             blocks = tqdm(blocks, desc="semantic top-k", unit="block")
         for b0 in blocks:
             b1 = min(b0 + rows_per_block, n)
-            sims = (vectors[b0:b1].astype(np.float64) @ new_vecs.T).astype(np.float32)  # (block, n_new)
+            sims = vectors[b0:b1] @ new_vecs.T  # (block, n_new)
             rows = np.arange(b0, b1)
             is_new = rows >= start
             sims[np.flatnonzero(is_new), rows[is_new] - start] = -np.inf  # no self-edges
@@ -359,15 +356,14 @@ class ChunkInteractionGraph(BaseModel):
                 hi = min(b1, start)
                 part = sims[: hi - b0]
                 kk = min(k_eff, n_new)
-                top, top_s = _top_k_rows(part, kk)
+                top, top_s = _top_k_rows(part, kk, vectors, b0, start)
                 cand_old_ids[b0:hi, :kk] = top + start
                 cand_old_sims[b0:hi, :kk] = top_s
             if b1 > start:  # new rows: top-k over old and new columns
                 lo = max(b0, start)
                 part = sims[lo - b0 :]
-                old = (vectors[lo:b1].astype(np.float64) @ vectors[:start].T.astype(np.float64)).astype(np.float32)
-                full = np.hstack([old, part]) if start else part
-                new_ids[lo:b1, :k_eff], new_sims[lo:b1, :k_eff] = _top_k_rows(full, k_eff)
+                full = np.hstack([vectors[lo:b1] @ vectors[:start].T, part]) if start else part
+                new_ids[lo:b1, :k_eff], new_sims[lo:b1, :k_eff] = _top_k_rows(full, k_eff, vectors, lo, 0)
         if start:
             merged_ids = np.concatenate([new_ids[:start], cand_old_ids], axis=1)
             merged_sims = np.concatenate([new_sims[:start], cand_old_sims], axis=1)
@@ -612,20 +608,35 @@ def unit_rows(matrix: np.ndarray) -> np.ndarray:
     return matrix
 
 
-def _top_k_rows(mat: np.ndarray, k: int) -> Tuple[np.ndarray, np.ndarray]:
-    """Column indices and values of the k largest entries of every row, best first.
+# A float32 product's entry can differ from the same pair's in another product by a few units
+# in the last place (BLAS sums in a shape-dependent order): at most ~d x 6e-8 for unit vectors.
+_CANDIDATE_MARGIN = 1e-4
 
+
+def _top_k_rows(
+    mat: np.ndarray, k: int, vectors: np.ndarray, row0: int, col0: int
+) -> Tuple[np.ndarray, np.ndarray]:
+    """Column indices and cosines of the k most similar columns of every row, best first.
+
+    ``mat`` is the float32 product of ``vectors[row0:...]`` and ``vectors[col0:...]``; it
+    only picks the candidates: the entries within :data:`_CANDIDATE_MARGIN` of each row's
+    k-th largest. The candidates are then ranked on their cosine recomputed pair by pair in
+    float64 (rounded to float32), which is the same whichever block computed the pair, so an
+    incremental build ranks near-ties as a rebuild does; equal cosines go to the lower column.
     ``np.partition`` finds each row's k-th largest value (faster than ``argpartition`` and
-    without its int64 matrix); the entries at or above it are then ranked per row.
+    without its int64 matrix).
     """
     n_rows, n_cols = mat.shape
     kth = np.partition(mat, n_cols - k, axis=1)[:, n_cols - k]
-    rows, cols = np.nonzero(mat >= kth[:, None])
-    vals = mat[rows, cols]
-    order = np.lexsort((-vals, rows))
-    rows, cols, vals = rows[order], cols[order], vals[order]
+    rows, cols = np.nonzero(mat >= (kth - _CANDIDATE_MARGIN)[:, None])
+    exact = np.einsum(
+        "ij,ij->i", vectors[row0 + rows].astype(np.float64), vectors[col0 + cols].astype(np.float64)
+    ).astype(np.float32)
+    exact[~np.isfinite(mat[rows, cols])] = -np.inf  # masked pairs (a row with itself) stay out
+    order = np.lexsort((cols, -exact, rows))
+    rows, cols, vals = rows[order], cols[order], exact[order]
     rank = np.arange(len(rows)) - np.searchsorted(rows, np.arange(n_rows))[rows]
-    keep = rank < k  # ties at the k-th value: keep the first k
+    keep = (rank < k) & np.isfinite(vals)
     ids = np.full((n_rows, k), -1, dtype=np.int64)
     out = np.full((n_rows, k), -np.inf, dtype=np.float32)
     ids[rows[keep], rank[keep]] = cols[keep]
