@@ -160,3 +160,17 @@ def test_a_pack_built_without_the_graph_gets_one(server, documents, monkeypatch)
     assert pack.store.scalar("SELECT count(*) FROM hiqa_graph_nodes") == pack.node_count
     folder = HiQAPack.from_documents(documents[:6], embed_model=HashEmbedding(), **GRAPH)
     assert len(_stored_edges(pack)) == len(_edges(folder.graph.graph))
+
+
+def test_a_graph_smaller_than_its_top_k_round_trips(server):
+    """Fewer chunks than semantic_top_k: the top-k lists are padded (-1, -inf) in the rows too."""
+    from llama_index.core.schema import Document
+
+    url = server.database()
+    text = "# NX-9000\n\nOutput current 3 A.\n\n## Pins\n\nVIN, GND, VOUT.\n\n## Thermal\n\nShutdown at 160 C."
+    pack = HiQAPack.from_documents([Document(text=text, id_="NX-9000")], embed_model=HashEmbedding(), store=url, **GRAPH)
+    graph = pack.graph.graph
+    assert 1 < len(graph) <= graph.semantic_top_k and (graph.knn[0] == -1).any()
+    reopened = HiQAPack.load(url, embed_model=HashEmbedding()).graph.graph
+    assert _edges(reopened) == _edges(graph)
+    assert (reopened.knn[0] == graph.knn[0]).all() and (reopened.knn[1] == graph.knn[1]).all()
