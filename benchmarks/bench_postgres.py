@@ -616,6 +616,7 @@ def write_section() -> None:
         )
     for g in sorted((v for k, v in saved.items() if k.startswith("graph_")), key=lambda r: r["nodes"]):
         graph_bytes = sum(g["graph_bytes"].values())
+        vacuumed = sum(g.get("graph_bytes_vacuumed", g["graph_bytes"]).values())
         parts.append(
             f"**Chunk graph** (`use_chunk_graph=True`; run {g['run']}; `benchmarks/bench_postgres_graph.py`): the "
             f"synthetic collection above at {g['nodes']:,} nodes, 20 documents a transaction. Ingestion into PostgreSQL "
@@ -625,8 +626,10 @@ def write_section() -> None:
             f"({g['local_routes_and_graph_build_s']:.1f} s with the BM25 and keyword routes, after a "
             f"{g['local_ingest_s']:.0f} s insert). Graph tables: {g['edge_rows']:,} edge rows (one per edge and kind; "
             f"{g['edges']['edges']:,} linked pairs) and {g['graph_node_rows']:,} node rows, {graph_bytes / 2**20:.1f} MiB "
-            f"({graph_bytes / g['nodes'] / 1024:.2f} KiB per node, indexes included; the folder store's graph files "
-            f"{g['folder_graph_bytes'] / 2**20:.1f} MiB, vectors included). Loading the graph in a fresh pack: "
+            f"as ingestion leaves them, {vacuumed / 2**20:.1f} MiB after `VACUUM FULL` ({vacuumed / g['nodes'] / 1024:.2f} "
+            "KiB per node, indexes included; each batch rewrites the rows it changed, and autovacuum makes the old "
+            f"versions' space reusable); the folder store's graph files {g['folder_graph_bytes'] / 2**20:.1f} MiB, vectors "
+            f"included. Loading the graph in a fresh pack: "
             f"{g['pg_graph_load_s']:.2f} s from the tables (vectors read from the vector table) against "
             f"{g['folder_graph_load_s']:.2f} s from the folder (`ChunkInteractionGraph.load`). Same edges and weights "
             f"as the folder store's graph: {'yes' if g['same_edges_as_folder_store'] else 'no'}; the same after "

@@ -95,10 +95,21 @@ def test_add_and_delete_update_the_graph_rows(server, documents):
     assert pack.store.scalar("SELECT count(*) FROM hiqa_graph_nodes WHERE node_id = ANY(:i)", i=ids) == 0
     assert pack.store.scalar("SELECT node_count FROM hiqa_graph") == pack.node_count
     # What is left is the graph a build over the remaining documents makes.
-    remaining = [d for d in documents[:6] if d.doc_id in pack.store.file_stats() or d.doc_id in set(pack._documents().values())]
+    kept = set(pack._documents().values())
+    remaining = [d for d in documents[:6] if d.doc_id in kept]
+    assert len(remaining) == 5
     folder = HiQAPack.from_documents(remaining, embed_model=HashEmbedding(), **GRAPH)
     reopened = HiQAPack.load(url, embed_model=HashEmbedding())
     assert _stored_edges(pack) == _edges(reopened.graph.graph) == _edges(folder.graph.graph)
+
+    # A changed document is replaced in one batch: its old chunks leave the graph, its new ones
+    # join at the end, as in the folder store.
+    changed = remaining[0].model_copy()
+    changed.set_content(remaining[0].text + "\n\n## Errata\n\nThe NX-9999 supersedes this part.")
+    assert pack.ingest([changed]).documents_replaced == 1
+    folder = HiQAPack.from_documents([*remaining[1:], changed], embed_model=HashEmbedding(), **GRAPH)
+    assert _stored_edges(pack) == _edges(pack.graph.graph) == _edges(folder.graph.graph)
+    assert pack.store.scalar("SELECT count(*) FROM hiqa_graph_nodes") == pack.node_count
 
 
 def test_a_failed_write_leaves_the_previous_graph(server, documents, monkeypatch):
