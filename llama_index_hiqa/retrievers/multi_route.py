@@ -155,6 +155,7 @@ class _BM25Route:
         self.retriever = retriever
         self.node_ids = node_ids
         self.tokenizer = tokenizer
+        self._rows: Optional[Dict[str, int]] = None  # node id -> score row, at first use
 
     @classmethod
     def build(
@@ -204,6 +205,18 @@ class _BM25Route:
         if not ids:
             return np.zeros(len(self.node_ids), dtype=np.float32)
         return np.asarray(bm25.get_scores_from_ids(ids), dtype=np.float32)
+
+    def scores_of(self, query: str, node_ids: Sequence[str]) -> Dict[str, float]:
+        """The positive BM25 scores of ``node_ids`` (collection-wide statistics)."""
+        if self._rows is None:
+            self._rows = {node_id: row for row, node_id in enumerate(self.node_ids)}
+        scores = self.all_scores(query)
+        out = {}
+        for node_id in node_ids:
+            row = self._rows.get(node_id)
+            if row is not None and scores[row] > 0:
+                out[node_id] = float(scores[row])
+        return out
 
     def top(self, query: str, n: int) -> Dict[str, float]:
         """The best ``n`` nodes with a positive score (the zero-score padding dropped)."""
@@ -344,6 +357,7 @@ class MultiRouteRetriever(BaseRetriever):
             self._check_known(self._bm25.node_ids, "BM25 index")
         self._shape = _collection_shape(nodes_list)
         self._beta_value = self._resolve_beta()
+        self._document_nodes: Optional[Dict[str, List[str]]] = None  # built at first use
         super().__init__(callback_manager=callback_manager, verbose=verbose)
 
     # -- construction ----------------------------------------------------------------------
@@ -560,9 +574,29 @@ class MultiRouteRetriever(BaseRetriever):
         counts: Dict[str, float],
         vector_nodes: Dict[str, BaseNode],
     ) -> List[NodeWithScore]:
+        return self.results_for(
+            fused,
+            {
+                node_id: {VECTOR: vector.get(node_id), BM25: bm25.get(node_id), KEYWORDS: float(counts.get(node_id, 0.0))}
+                for node_id, _ in fused
+            },
+            vector_nodes,
+        )
+
+    def results_for(
+        self,
+        ranked: Sequence[Tuple[str, float]],
+        route_scores: Mapping[str, Mapping[str, Any]],
+        known_nodes: Optional[Mapping[str, BaseNode]] = None,
+    ) -> List[NodeWithScore]:
+        """``(node_id, score)`` pairs as results: copies of the nodes with their
+        ``route_scores`` (and the score as ``"fused"``) in ``metadata["route_scores"]``."""
+        known_nodes = known_nodes or {}
+        missing = [node_id for node_id, _ in ranked if node_id not in known_nodes]
+        found = {**self.nodes_by_id(missing), **known_nodes} if missing else known_nodes
         out = []
-        for node_id, score in fused:
-            node = vector_nodes.get(node_id) or self._nodes.get(node_id)
+        for node_id, score in ranked:
+            node = found.get(node_id)
             if node is None:  # an id no route can turn into a node: report, don't invent text
                 logger.warning("MultiRouteRetriever: node %s is unknown; skipped", node_id)
                 continue
@@ -571,15 +605,52 @@ class MultiRouteRetriever(BaseRetriever):
             node.metadata = dict(node.metadata)
             node.excluded_embed_metadata_keys = list(node.excluded_embed_metadata_keys)
             node.excluded_llm_metadata_keys = list(node.excluded_llm_metadata_keys)
-            node.metadata[schema.ROUTE_SCORES] = {
-                VECTOR: vector.get(node_id),
-                BM25: bm25.get(node_id),
-                KEYWORDS: float(counts.get(node_id, 0.0)),
-                "fused": score,
-            }
+            node.metadata[schema.ROUTE_SCORES] = {**route_scores.get(node_id, {}), "fused": score}
             schema.hide_from_views(node, (schema.ROUTE_SCORES,))
             out.append(NodeWithScore(node=node, score=score))
         return out
+
+    # -- one document's nodes (DocumentFocusRetriever) ---------------------------------------
+    def nodes_by_id(self, node_ids: Sequence[str]) -> Dict[str, BaseNode]:
+        """The indexed nodes of ``node_ids`` (unknown ids left out)."""
+        out = {}
+        for node_id in node_ids:
+            node = self._nodes.get(node_id)
+            if node is not None:
+                out[node_id] = node
+        return out
+
+    def document_node_ids(self, document_id: str) -> List[str]:
+        """The ids of every indexed node of ``document_id`` (``schema.get_document_id``)."""
+        if self._document_nodes is None:
+            by_document: Dict[str, List[str]] = {}
+            for node_id in self._nodes:
+                node = self._nodes[node_id]
+                by_document.setdefault(schema.get_document_id(node) or "", []).append(node_id)
+            self._document_nodes = by_document
+        return list(self._document_nodes.get(document_id, []))
+
+    def scores_within(self, query: Union[str, QueryBundle], node_ids: Sequence[str]) -> Dict[str, Dict[str, float]]:
+        """Each route's scores of exactly ``node_ids`` for ``query`` (not only of the routes'
+        collection-wide candidates): ``{"vector": {id: cosine}, "bm25": {id: score},
+        "keywords": {id: |C|}}``."""
+        bundle = QueryBundle(query) if isinstance(query, str) else query
+        wanted = set(node_ids)
+        vector: Dict[str, float] = {}
+        if self._vector_retriever is not None and node_ids:
+            retriever = _with_top_k(self._vector_retriever, len(node_ids))
+            if hasattr(retriever, "_node_ids"):
+                retriever._node_ids = list(node_ids)  # VectorIndexRetriever's restriction
+            found, _ = self._collect(retriever.retrieve(bundle))
+            vector = {i: s for i, s in found.items() if i in wanted}
+        bm25: Dict[str, float] = {}
+        if self._bm25 is not None and self.config.use_bm25 and node_ids:
+            bm25 = self._bm25.scores_of(bundle.query_str or "", node_ids)
+        return {VECTOR: vector, BM25: bm25, KEYWORDS: self._keyword_counts_of(bundle, wanted)}
+
+    def _keyword_counts_of(self, query: QueryBundle, node_ids: Any) -> Dict[str, float]:
+        _, counts = self._keyword_counts(query)
+        return {node_id: count for node_id, count in counts.items() if node_id in node_ids}
 
     def _finish(self, query: str, vector, vector_nodes, bm25, counts, errors: Dict[str, BaseException]) -> List[NodeWithScore]:
         enabled = [VECTOR] if self._vector_retriever is not None else []
