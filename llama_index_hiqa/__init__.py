@@ -50,6 +50,8 @@ _EXPORTS: Dict[str, str] = {
     "MultiRouteRetriever": "llama_index_hiqa.retrievers.multi_route",
     "MultiRouteConfig": "llama_index_hiqa.retrievers.multi_route",
     "RetrievalRouteError": "llama_index_hiqa.errors",
+    "DocumentFocusRetriever": "llama_index_hiqa.retrievers.document_focus",
+    "DocumentFocusConfig": "llama_index_hiqa.retrievers.document_focus",
     #
     # -- IIER chunk graph
     "ChunkInteractionGraph": "llama_index_hiqa.retrievers.chunk_interaction_graph",

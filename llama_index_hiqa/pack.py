@@ -72,6 +72,7 @@ from llama_index_hiqa.pack_config import (  # noqa: F401  (HiQAPackConfig re-exp
 from llama_index_hiqa.errors import EmptyCorpusError, PackStoreError, UnknownNodeError
 from llama_index_hiqa.ingestion import Checkpointer, IngestionReport, TimedTransform, batched, timed_iter, upsert_plan
 from llama_index_hiqa.retrievers.chain_augmented import ChainAugmentedRetriever
+from llama_index_hiqa.retrievers.document_focus import DocumentFocusConfig, DocumentFocusRetriever
 from llama_index_hiqa.storage.vector_store import MatrixVectorStore
 
 logger = logging.getLogger(__name__)
@@ -284,8 +285,10 @@ class HiQAPack:
         return modules
 
     def as_retriever(self, **kwargs: Any) -> BaseRetriever:
-        """The multi-route retriever (sharing its top k with the chunk-graph chains when enabled:
-        :class:`ChainAugmentedRetriever`, ``chunk_graph={"head_share": ...}``).
+        """The multi-route retriever with its best document ranked again and listed first
+        (:class:`DocumentFocusRetriever`, ``document_focus={...}``), or, with the chunk graph on,
+        sharing its top k with the chunk-graph chains (:class:`ChainAugmentedRetriever`,
+        ``chunk_graph={"head_share": ...}``).
 
         ``kwargs`` are MultiRouteConfig settings for this retriever only (e.g.
         ``similarity_top_k=10``, ``mode="rrf"``); it shares the pack's BM25 and keyword indexes.
@@ -297,6 +300,8 @@ class HiQAPack:
             retriever = self.multi_route.with_settings(**kwargs)  # type: ignore[attr-defined]
         if self.graph is not None:
             retriever = ChainAugmentedRetriever(retriever, self.graph, **chunk_graph_settings(self.config)["budget"])
+        elif DocumentFocusConfig(**self.config.document_focus).focus_documents:
+            retriever = DocumentFocusRetriever(retriever, embed_model=self.embed_model, **self.config.document_focus)
         if not kwargs:
             self._retriever = retriever
         return retriever

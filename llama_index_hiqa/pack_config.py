@@ -57,6 +57,13 @@ class HiQAPackConfig(BaseModel):
         "ChunkGraphRetriever (max_hops, max_nodes, ...) and ChainBudget's head_share (the "
         "multi-route nodes kept first in the top k before the chain nodes).",
     )
+    document_focus: Dict[str, Any] = Field(
+        default_factory=dict,
+        description="DocumentFocusRetriever settings: the multi-route ranking's best document is "
+        "ranked again node by node (vector, BM25, heading-path similarity, a table bonus; one node "
+        "per page first) and listed first. {'focus_documents': 0} turns it off. Not used with "
+        "the chunk graph (its chains cross documents).",
+    )
     use_segment_integration: bool = Field(
         default=False,
         description="Merge retrieved chunks into contiguous segments (TextRAG RSE) before answering.",
@@ -102,6 +109,14 @@ class HiQAPackConfig(BaseModel):
         from llama_index_hiqa.retrievers.multi_route import MultiRouteConfig
 
         MultiRouteConfig(**value)  # extra="forbid": an unknown key names itself
+        return value
+
+    @field_validator("document_focus")
+    @classmethod
+    def _check_document_focus(cls, value: Dict[str, Any]) -> Dict[str, Any]:
+        from llama_index_hiqa.retrievers.document_focus import DocumentFocusConfig
+
+        DocumentFocusConfig(**value)  # extra="forbid": an unknown key names itself
         return value
 
     @field_validator("chunk_graph")

@@ -5,7 +5,8 @@ from llama_index.core.schema import MetadataMode, TextNode
 
 from llama_index_hiqa import schema
 from llama_index_hiqa.testing import ScriptedLLM
-from llama_index_hiqa.transforms.critical_keywords import (
+from llama_index_hiqa.transforms.critical_keywords import (  # noqa: I001
+    _rule_keywords,
     CriticalKeywordExtractor,
     KeywordIndex,
     normalize_keyword,
@@ -65,6 +66,16 @@ def test_fiscal_years_and_periods():
     assert extractor.extract("Q3 2021") == ["q32021", "2021"]
     # numbers that merely look like years are not years
     assert extractor.extract("1,2019 units and 2019.5 tons") == []
+
+
+@pytest.mark.parametrize(
+    "text", ["Q2 of FY2023", "FY2023Q2", "FY2023 Q2", "AMCOR 2023Q2 10Q", "Amcor 2Q 2023 Exhibit", "2Q23 results"]
+)
+def test_a_quarter_has_one_form_however_it_is_written(text):
+    # A question's "Q2 of FY2023" must match a file name's "2023Q2" and a release's "2Q 2023".
+    keywords = {normalize_keyword(k) for k in _rule_keywords(text)}
+    assert {"q22023", "2023"} <= keywords
+    assert not any(k.endswith("2023q2") or k.startswith("2q") for k in keywords)
 
 
 def test_sec_form_types_in_any_case():

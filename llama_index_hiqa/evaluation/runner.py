@@ -75,7 +75,7 @@ from llama_index_hiqa.evaluation.variants import (  # noqa: F401
     list_first_scores,
     rrf_scores,
 )
-from llama_index_hiqa.retrievers.multi_route import bm25_score_matrix  # noqa: F401
+from llama_index_hiqa.retrievers.bm25_route import bm25_score_matrix  # noqa: F401
 
 logger = logging.getLogger(__name__)
 

@@ -24,7 +24,7 @@ from llama_index_hiqa import schema
 from llama_index_hiqa.evaluation import metrics as M
 from llama_index_hiqa.evaluation.corpus import Corpus
 from llama_index_hiqa.retrievers import fusion
-from llama_index_hiqa.retrievers.multi_route import bm25_score_matrix
+from llama_index_hiqa.retrievers.bm25_route import bm25_score_matrix
 
 if TYPE_CHECKING:
     from llama_index_hiqa.evaluation.runner import AblationRunner

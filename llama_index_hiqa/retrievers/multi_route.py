@@ -43,18 +43,18 @@ from pathlib import Path
 from typing import Any, Callable, Dict, List, Literal, Mapping, Optional, Sequence, Tuple, Union
 
 import llama_index.core.instrumentation as instrument
-import numpy as np
 from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.bridge.pydantic import BaseModel, ConfigDict, Field
 from llama_index.core.callbacks.base import CallbackManager
 from llama_index.core.indices.vector_store.base import VectorStoreIndex
-from llama_index.core.schema import BaseNode, MetadataMode, NodeWithScore, QueryBundle
+from llama_index.core.schema import BaseNode, NodeWithScore, QueryBundle
 from llama_index.core.storage.docstore.types import BaseDocumentStore
 
 from llama_index_hiqa import schema
 from llama_index_hiqa.events import MultiRouteRetrievalEndEvent, RouteFailedEvent
 from llama_index_hiqa.errors import RetrievalRouteError, UnknownNodeError
 from llama_index_hiqa.retrievers import fusion
+from llama_index_hiqa.retrievers.bm25_route import BM25Route as _BM25Route
 from llama_index_hiqa.transforms.critical_keywords import CriticalKeywordExtractor, KeywordIndex, normalize_keyword
 
 logger = logging.getLogger(__name__)
@@ -141,118 +141,6 @@ def _with_top_k(retriever: BaseRetriever, top_k: int) -> BaseRetriever:
             except (AttributeError, TypeError, ValueError):
                 continue
     return retriever
-
-
-class _BM25Route:
-    """The BM25 route: LlamaIndex's ``BM25Retriever`` (default) or bm25s with a custom tokenizer.
-
-    We score through the underlying ``bm25s.BM25`` rather than ``BM25Retriever.retrieve``:
-    the latter rebuilds every node from its stored JSON on each call and pads its top-k with
-    zero-score nodes; we need only ids and real scores (and, for the full ranking, all of them).
-    """
-
-    def __init__(self, retriever: Any, node_ids: List[str], tokenizer: Optional[Callable[[str], List[str]]]):
-        self.retriever = retriever
-        self.node_ids = node_ids
-        self.tokenizer = tokenizer
-
-    @classmethod
-    def build(
-        cls,
-        nodes: Sequence[BaseNode],
-        tokenizer: Optional[Callable[[str], List[str]]] = None,
-        language: str = "en",
-    ) -> "_BM25Route":
-        from llama_index.retrievers.bm25 import BM25Retriever
-
-        node_ids = [n.node_id for n in nodes]
-        if tokenizer is None:
-            retriever = BM25Retriever(nodes=list(nodes), language=language, similarity_top_k=1)
-            # BM25Retriever keeps (and persists as corpus.jsonl) a dict of every node; we
-            # score by position and map to ids ourselves, so the ids are all it needs.
-            retriever.corpus = [{"node_id": i} for i in node_ids]
-            retriever.bm25.corpus = retriever.corpus
-        else:
-            import bm25s
-
-            bm25 = bm25s.BM25()
-            tokens = [tokenizer(n.get_content(metadata_mode=MetadataMode.EMBED)) or [""] for n in nodes]
-            bm25.index(tokens, show_progress=False)
-            bm25.corpus = [{"node_id": i} for i in node_ids]
-            retriever = BM25Retriever(existing_bm25=bm25, similarity_top_k=1)
-        return cls(retriever, node_ids, tokenizer)
-
-    def _query_tokens(self, query: str) -> List[str]:
-        if self.tokenizer is not None:
-            return list(self.tokenizer(query))
-        import bm25s
-
-        retriever = self.retriever
-        tokens = bm25s.tokenize(
-            [query],
-            stemmer=None if retriever.skip_stemming else retriever.stemmer,
-            token_pattern=retriever.token_pattern,
-            return_ids=False,
-            show_progress=False,
-        )
-        return list(tokens[0]) if tokens else []
-
-    def all_scores(self, query: str) -> np.ndarray:
-        """BM25 score of every indexed node (in ``node_ids`` order)."""
-        bm25 = self.retriever.bm25
-        ids = bm25.get_tokens_ids(self._query_tokens(query))
-        if not ids:
-            return np.zeros(len(self.node_ids), dtype=np.float32)
-        return np.asarray(bm25.get_scores_from_ids(ids), dtype=np.float32)
-
-    def top(self, query: str, n: int) -> Dict[str, float]:
-        """The best ``n`` nodes with a positive score (the zero-score padding dropped)."""
-        scores = self.all_scores(query)
-        n = min(n, len(scores))
-        if n <= 0:
-            return {}
-        best = np.argpartition(-scores, n - 1)[:n] if n < len(scores) else np.arange(len(scores))
-        best = best[np.argsort(-scores[best], kind="stable")]
-        return {self.node_ids[i]: float(scores[i]) for i in best if scores[i] > 0}
-
-    def persist(self, path: Path) -> None:
-        path.mkdir(parents=True, exist_ok=True)
-        # The scores and vocabulary only: the ids go to node_ids.json, the nodes live in the
-        # docstore (BM25Retriever.persist would write a corpus file of them besides).
-        bm25 = self.retriever.bm25
-        corpus, bm25.corpus = bm25.corpus, None  # save() falls back to the attribute
-        try:
-            bm25.save(str(path))
-        finally:
-            bm25.corpus = corpus
-        (path / "node_ids.json").write_text(json.dumps(self.node_ids), encoding="utf-8")
-
-    @classmethod
-    def load(cls, path: Path, tokenizer: Optional[Callable[[str], List[str]]] = None) -> "_BM25Route":
-        import bm25s
-        from llama_index.retrievers.bm25 import BM25Retriever
-
-        # The corpus file holds only the ids again (node_ids.json); not loading it also
-        # spares a progress bar per load.
-        bm25 = bm25s.BM25.load(str(path), load_corpus=False)
-        node_ids = json.loads((path / "node_ids.json").read_text(encoding="utf-8"))
-        bm25.corpus = [{"node_id": i} for i in node_ids]
-        retriever = BM25Retriever(existing_bm25=bm25, similarity_top_k=1)
-        return cls(retriever, node_ids, tokenizer)
-
-
-def bm25_score_matrix(
-    nodes: Sequence[BaseNode], questions: Sequence[str], language: str = "en"
-) -> np.ndarray:
-    """BM25 score of every node for every question (one row a question), scored by the
-    multi-route retriever's BM25 route: LlamaIndex's ``BM25Retriever`` index over the
-    embedding view, whose ``retrieve`` returns only a top k where a full ranking is needed
-    (the Log-Rank Index ranks every unit)."""
-    route = _BM25Route.build(nodes, None, language)
-    out = np.zeros((len(questions), len(route.node_ids)), dtype=np.float32)
-    for i, question in enumerate(questions):
-        out[i] = route.all_scores(question)
-    return out
 
 
 class _DocstoreNodes(Mapping):
@@ -344,6 +232,7 @@ class MultiRouteRetriever(BaseRetriever):
             self._check_known(self._bm25.node_ids, "BM25 index")
         self._shape = _collection_shape(nodes_list)
         self._beta_value = self._resolve_beta()
+        self._document_nodes: Optional[Dict[str, List[str]]] = None  # built at first use
         super().__init__(callback_manager=callback_manager, verbose=verbose)
 
     # -- construction ----------------------------------------------------------------------
@@ -560,9 +449,29 @@ class MultiRouteRetriever(BaseRetriever):
         counts: Dict[str, float],
         vector_nodes: Dict[str, BaseNode],
     ) -> List[NodeWithScore]:
+        return self.results_for(
+            fused,
+            {
+                node_id: {VECTOR: vector.get(node_id), BM25: bm25.get(node_id), KEYWORDS: float(counts.get(node_id, 0.0))}
+                for node_id, _ in fused
+            },
+            vector_nodes,
+        )
+
+    def results_for(
+        self,
+        ranked: Sequence[Tuple[str, float]],
+        route_scores: Mapping[str, Mapping[str, Any]],
+        known_nodes: Optional[Mapping[str, BaseNode]] = None,
+    ) -> List[NodeWithScore]:
+        """``(node_id, score)`` pairs as results: copies of the nodes with their
+        ``route_scores`` (and the score as ``"fused"``) in ``metadata["route_scores"]``."""
+        known_nodes = known_nodes or {}
+        missing = [node_id for node_id, _ in ranked if node_id not in known_nodes]
+        found = {**self.nodes_by_id(missing), **known_nodes} if missing else known_nodes
         out = []
-        for node_id, score in fused:
-            node = vector_nodes.get(node_id) or self._nodes.get(node_id)
+        for node_id, score in ranked:
+            node = found.get(node_id)
             if node is None:  # an id no route can turn into a node: report, don't invent text
                 logger.warning("MultiRouteRetriever: node %s is unknown; skipped", node_id)
                 continue
@@ -571,15 +480,52 @@ class MultiRouteRetriever(BaseRetriever):
             node.metadata = dict(node.metadata)
             node.excluded_embed_metadata_keys = list(node.excluded_embed_metadata_keys)
             node.excluded_llm_metadata_keys = list(node.excluded_llm_metadata_keys)
-            node.metadata[schema.ROUTE_SCORES] = {
-                VECTOR: vector.get(node_id),
-                BM25: bm25.get(node_id),
-                KEYWORDS: float(counts.get(node_id, 0.0)),
-                "fused": score,
-            }
+            node.metadata[schema.ROUTE_SCORES] = {**route_scores.get(node_id, {}), "fused": score}
             schema.hide_from_views(node, (schema.ROUTE_SCORES,))
             out.append(NodeWithScore(node=node, score=score))
         return out
+
+    # -- one document's nodes (DocumentFocusRetriever) ---------------------------------------
+    def nodes_by_id(self, node_ids: Sequence[str]) -> Dict[str, BaseNode]:
+        """The indexed nodes of ``node_ids`` (unknown ids left out)."""
+        out = {}
+        for node_id in node_ids:
+            node = self._nodes.get(node_id)
+            if node is not None:
+                out[node_id] = node
+        return out
+
+    def document_node_ids(self, document_id: str) -> List[str]:
+        """The ids of every indexed node of ``document_id`` (``schema.get_document_id``)."""
+        if self._document_nodes is None:
+            by_document: Dict[str, List[str]] = {}
+            for node_id in self._nodes:
+                node = self._nodes[node_id]
+                by_document.setdefault(schema.get_document_id(node) or "", []).append(node_id)
+            self._document_nodes = by_document
+        return list(self._document_nodes.get(document_id, []))
+
+    def scores_within(self, query: Union[str, QueryBundle], node_ids: Sequence[str]) -> Dict[str, Dict[str, float]]:
+        """Each route's scores of exactly ``node_ids`` for ``query`` (not only of the routes'
+        collection-wide candidates): ``{"vector": {id: cosine}, "bm25": {id: score},
+        "keywords": {id: |C|}}``."""
+        bundle = QueryBundle(query) if isinstance(query, str) else query
+        wanted = set(node_ids)
+        vector: Dict[str, float] = {}
+        if self._vector_retriever is not None and node_ids:
+            retriever = _with_top_k(self._vector_retriever, len(node_ids))
+            if hasattr(retriever, "_node_ids"):
+                retriever._node_ids = list(node_ids)  # VectorIndexRetriever's restriction
+            found, _ = self._collect(retriever.retrieve(bundle))
+            vector = {i: s for i, s in found.items() if i in wanted}
+        bm25: Dict[str, float] = {}
+        if self._bm25 is not None and self.config.use_bm25 and node_ids:
+            bm25 = self._bm25.scores_of(bundle.query_str or "", node_ids)
+        return {VECTOR: vector, BM25: bm25, KEYWORDS: self._keyword_counts_of(bundle, wanted)}
+
+    def _keyword_counts_of(self, query: QueryBundle, node_ids: Any) -> Dict[str, float]:
+        _, counts = self._keyword_counts(query)
+        return {node_id: count for node_id, count in counts.items() if node_id in node_ids}
 
     def _finish(self, query: str, vector, vector_nodes, bm25, counts, errors: Dict[str, BaseException]) -> List[NodeWithScore]:
         enabled = [VECTOR] if self._vector_retriever is not None else []

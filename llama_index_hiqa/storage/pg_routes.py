@@ -26,7 +26,15 @@ from llama_index.core.callbacks.base import CallbackManager
 from llama_index.core.schema import BaseNode, NodeWithScore, QueryBundle
 
 from llama_index_hiqa.retrievers.multi_route import MultiRouteConfig, MultiRouteRetriever
-from llama_index_hiqa.storage.pg_schema import BM25_SQL, KEYWORD_SQL, SHAPE_SQL, BM25Tokenizer
+from llama_index_hiqa.storage.pg_schema import (
+    BM25_SQL,
+    BM25_WITHIN_SQL,
+    DOCUMENT_NODES_SQL,
+    KEYWORD_SQL,
+    SHAPE_SQL,
+    VECTOR_WITHIN_SQL,
+    BM25Tokenizer,
+)
 from llama_index_hiqa.storage.postgres import PostgresStore
 from llama_index_hiqa.transforms.critical_keywords import CriticalKeywordExtractor, KeywordIndex, normalize_keyword
 
@@ -160,6 +168,29 @@ class PostgresMultiRouteRetriever(MultiRouteRetriever):
         missing = [node_id for node_id, _ in fused if node_id not in vector_nodes]
         found = {**self._store.nodes(missing), **vector_nodes} if missing else vector_nodes
         return super()._results(fused, vector, bm25, counts, found)
+
+    # -- one document's nodes (DocumentFocusRetriever): three queries ------------------------
+    def nodes_by_id(self, node_ids: Sequence[str]) -> Dict[str, BaseNode]:
+        return self._store.nodes(list(node_ids))
+
+    def document_node_ids(self, document_id: str) -> List[str]:
+        return [node_id for node_id, in self._store.rows(DOCUMENT_NODES_SQL, document_id=document_id)]
+
+    def scores_within(self, query: Any, node_ids: Sequence[str]) -> Dict[str, Dict[str, float]]:
+        bundle = QueryBundle(query) if isinstance(query, str) else query
+        ids = list(node_ids)
+        embedding = bundle.embedding
+        if embedding is None:
+            embedding = self._vector_retriever._embed_model.get_agg_embedding_from_queries(bundle.embedding_strs)
+        literal = "[" + ",".join(repr(float(x)) for x in embedding) + "]"
+        vector = {node_id: float(score) for node_id, score in self._store.rows(VECTOR_WITHIN_SQL, q=literal, ids=ids)}
+        bm25: Dict[str, float] = {}
+        if self._bm25 is not None and self.config.use_bm25:
+            terms = self._bm25.tokenizer.query(bundle.query_str or "")
+            if terms:
+                rows = self._store.rows(BM25_WITHIN_SQL, terms=terms, ids=ids)
+                bm25 = {node_id: float(score) for node_id, score in rows if score > 0}
+        return {"vector": vector, "bm25": bm25, "keywords": self._keyword_counts_of(bundle, set(ids))}
 
     def full_ranking(self, query: Any) -> List[str]:
         raise NotImplementedError(

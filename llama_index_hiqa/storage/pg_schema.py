@@ -122,6 +122,33 @@ GROUP BY p.node_id ORDER BY score DESC, p.node_id LIMIT :n
 
 SHAPE_SQL = "SELECT count(*), coalesce(avg(pages), 1) FROM hiqa_documents"
 
+# One document's nodes, and the vector and BM25 scores of given nodes (the document focus
+# ranks every node of the best document; BM25's document frequencies stay collection-wide).
+DOCUMENT_NODES_SQL = """
+SELECT n.node_id FROM hiqa_nodes n JOIN hiqa_documents d USING (ref_doc_id)
+WHERE d.document_id = :document_id ORDER BY n.position, n.node_id
+"""
+
+BM25_WITHIN_SQL = f"""
+WITH q AS (SELECT t AS term, count(*) AS qtf FROM unnest(CAST(:terms AS text[])) t GROUP BY t),
+stats AS (SELECT node_count::float8 AS n, total_length::float8 / greatest(node_count, 1) AS avgdl
+          FROM hiqa_pack WHERE id = 1),
+df AS (SELECT term, count(*)::float8 AS df FROM hiqa_postings
+       WHERE term = ANY(CAST(:terms AS text[])) GROUP BY term),
+p AS (SELECT term, node_id, tf, length FROM hiqa_postings
+      WHERE term = ANY(CAST(:terms AS text[])) AND node_id = ANY(CAST(:ids AS text[])))
+SELECT p.node_id,
+       sum(q.qtf * ln(1 + (stats.n - df.df + 0.5) / (df.df + 0.5))
+           * p.tf / (p.tf + {BM25_K1} * (1 - {BM25_B} + {BM25_B} * p.length / stats.avgdl))) AS score
+FROM p JOIN q USING (term) JOIN df USING (term) CROSS JOIN stats
+GROUP BY p.node_id
+"""
+
+VECTOR_WITHIN_SQL = f"""
+SELECT node_id, 1 - (embedding <=> CAST(:q AS vector)) FROM data_{VECTOR_TABLE}
+WHERE node_id = ANY(CAST(:ids AS text[]))
+"""
+
 
 class BM25Tokenizer:
     """The tokens ``BM25Retriever`` indexes (``bm25s.tokenize`` with its stop words, token

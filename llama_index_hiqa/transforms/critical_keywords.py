@@ -24,7 +24,7 @@ What counts as a critical keyword (all normalised by :func:`normalize_keyword`):
 * SEC form types in any case (``10-K``, ``10q``, ``8k filing``), which tell one company's
   filings of the same year apart;
 * years, fiscal years and periods: ``FY2022``/``FY22``/``fiscal 2022`` give ``2022``;
-  ``Q2 2023``, ``Q2 of FY2023``, ``FY2023Q2`` give ``q22023`` and ``2023``;
+  ``Q2 2023``, ``Q2 of FY2023``, ``FY2023Q2``, ``2023Q2``, ``2Q 2023`` give ``q22023`` and ``2023``;
 * expert keywords a user supplies (``expert_keywords``, with ``keyword_aliases`` mapping
   alternative spellings such as ``"JnJ"`` onto one canonical keyword);
 * optionally keywords from an LLM with IIER's keyword prompt (``llm=...``).
@@ -111,6 +111,12 @@ _QUARTER = re.compile(
     r"\b(?:FY\s*'?((?:19|20)?\d{2})\s*)?Q([1-4])(?:\s*(?:of\s+)?(?:FY|fiscal(?:\s+year)?)?\s*'?((?:19|20)?\d{2}))?\b",
     re.I,
 )
+# The same quarter written year first or number first: "2023Q2" (file names, "FY2023Q2"
+# without the FY), "4Q 2023" / "4Q23" (earnings releases). All become "q{n}{year}", the form
+# "Q2 of FY2023" gives, so a question's quarter matches the document's however each writes it.
+_YEAR_QUARTER = re.compile(r"(?<![\w])((?:19|20)\d{2})\s*Q([1-4])(?![\w])", re.I)
+_NUMBER_QUARTER = re.compile(r"(?<![\w])([1-4])Q\s*'?((?:19|20)?\d{2})(?![\w])", re.I)
+_PERIOD_TOKEN = re.compile(r"^(?:FY|Q[1-4]|(?:19|20)\d{2}Q[1-4]$|[1-4]Q(?:\d{2}|\d{4})?$)", re.I)
 # SEC form types, whatever the case or hyphen ("8k filing", "10-Q"): the filing type tells
 # a company's 10-K from its 8-K of the same year, and people write it in lower case.
 _FORM_TYPE = re.compile(r"(?<![\w-])(10-?[KQ]|8-?K|6-?K|11-?K|20-?F|40-?F)(?![\w-])", re.I)
@@ -165,7 +171,7 @@ def _rule_keywords(text: str) -> List[str]:
             continue
         if _FORM_TYPE.fullmatch(token):
             continue  # form types (below, in any case)
-        if _ORDINAL.match(token) or _UNIT.match(token) or re.match(r"^(?:FY|Q[1-4])", token, re.I):
+        if _ORDINAL.match(token) or _UNIT.match(token) or _PERIOD_TOKEN.match(token):
             continue  # ordinals, quantities and fiscal periods (handled below)
         found.append(token)
     found.extend(match.group(1).upper() for match in _FORM_TYPE.finditer(text))
@@ -173,8 +179,8 @@ def _rule_keywords(text: str) -> List[str]:
         name, number = match.group(1), match.group(2)
         if name.lower() in _NAME_STOPWORDS or _YEAR.fullmatch(number) or _ORDINAL.match(number):
             continue
-        if _UNIT.match(number) or _FORM_TYPE.fullmatch(number):
-            continue  # "AMCOR 8k" names a filing, not a product
+        if _UNIT.match(number) or _FORM_TYPE.fullmatch(number) or _PERIOD_TOKEN.match(number):
+            continue  # "AMCOR 8k" names a filing and "AMCOR 2023Q2" a period, not a product
         found.append(f"{name} {number}")
     for match in _QUARTER.finditer(text):
         year = match.group(1) or match.group(3)
@@ -182,6 +188,11 @@ def _rule_keywords(text: str) -> List[str]:
             year = _two_digit_year(year)
             found.append(f"Q{match.group(2)} {year}")
             found.append(year)
+    for match in _YEAR_QUARTER.finditer(text):
+        found.extend([f"Q{match.group(2)} {match.group(1)}", match.group(1)])
+    for match in _NUMBER_QUARTER.finditer(text):
+        year = _two_digit_year(match.group(2))
+        found.extend([f"Q{match.group(1)} {year}", year])
     for match in _FISCAL_YEAR.finditer(text):
         found.append(_two_digit_year(match.group(1)))
     found.extend(match.group(1) for match in _YEAR.finditer(text))

@@ -1,0 +1,139 @@
+"""The multi-route retriever's BM25 route: node ids and BM25 scores, nothing else.
+
+HiQA ("HiQA: A Hierarchical Contextual Augmentation RAG for Multi-Documents QA", §Multi-Route
+Retriever) ranks by BM25 over the embedding view, where the heading cascade is searchable.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Optional, Sequence
+
+import numpy as np
+from llama_index.core.schema import BaseNode, MetadataMode
+
+
+class BM25Route:
+    """The BM25 route: LlamaIndex's ``BM25Retriever`` (default) or bm25s with a custom tokenizer.
+
+    We score through the underlying ``bm25s.BM25`` rather than ``BM25Retriever.retrieve``:
+    the latter rebuilds every node from its stored JSON on each call and pads its top-k with
+    zero-score nodes; we need only ids and real scores (and, for the full ranking, all of them).
+    """
+
+    def __init__(self, retriever: Any, node_ids: List[str], tokenizer: Optional[Callable[[str], List[str]]]):
+        self.retriever = retriever
+        self.node_ids = node_ids
+        self.tokenizer = tokenizer
+        self._rows: Optional[Dict[str, int]] = None  # node id -> score row, at first use
+
+    @classmethod
+    def build(
+        cls,
+        nodes: Sequence[BaseNode],
+        tokenizer: Optional[Callable[[str], List[str]]] = None,
+        language: str = "en",
+    ) -> "BM25Route":
+        from llama_index.retrievers.bm25 import BM25Retriever
+
+        node_ids = [n.node_id for n in nodes]
+        if tokenizer is None:
+            retriever = BM25Retriever(nodes=list(nodes), language=language, similarity_top_k=1)
+            # BM25Retriever keeps (and persists as corpus.jsonl) a dict of every node; we
+            # score by position and map to ids ourselves, so the ids are all it needs.
+            retriever.corpus = [{"node_id": i} for i in node_ids]
+            retriever.bm25.corpus = retriever.corpus
+        else:
+            import bm25s
+
+            bm25 = bm25s.BM25()
+            tokens = [tokenizer(n.get_content(metadata_mode=MetadataMode.EMBED)) or [""] for n in nodes]
+            bm25.index(tokens, show_progress=False)
+            bm25.corpus = [{"node_id": i} for i in node_ids]
+            retriever = BM25Retriever(existing_bm25=bm25, similarity_top_k=1)
+        return cls(retriever, node_ids, tokenizer)
+
+    def _query_tokens(self, query: str) -> List[str]:
+        if self.tokenizer is not None:
+            return list(self.tokenizer(query))
+        import bm25s
+
+        retriever = self.retriever
+        tokens = bm25s.tokenize(
+            [query],
+            stemmer=None if retriever.skip_stemming else retriever.stemmer,
+            token_pattern=retriever.token_pattern,
+            return_ids=False,
+            show_progress=False,
+        )
+        return list(tokens[0]) if tokens else []
+
+    def all_scores(self, query: str) -> np.ndarray:
+        """BM25 score of every indexed node (in ``node_ids`` order)."""
+        bm25 = self.retriever.bm25
+        ids = bm25.get_tokens_ids(self._query_tokens(query))
+        if not ids:
+            return np.zeros(len(self.node_ids), dtype=np.float32)
+        return np.asarray(bm25.get_scores_from_ids(ids), dtype=np.float32)
+
+    def scores_of(self, query: str, node_ids: Sequence[str]) -> Dict[str, float]:
+        """The positive BM25 scores of ``node_ids`` (collection-wide statistics)."""
+        if self._rows is None:
+            self._rows = {node_id: row for row, node_id in enumerate(self.node_ids)}
+        scores = self.all_scores(query)
+        out = {}
+        for node_id in node_ids:
+            row = self._rows.get(node_id)
+            if row is not None and scores[row] > 0:
+                out[node_id] = float(scores[row])
+        return out
+
+    def top(self, query: str, n: int) -> Dict[str, float]:
+        """The best ``n`` nodes with a positive score (the zero-score padding dropped)."""
+        scores = self.all_scores(query)
+        n = min(n, len(scores))
+        if n <= 0:
+            return {}
+        best = np.argpartition(-scores, n - 1)[:n] if n < len(scores) else np.arange(len(scores))
+        best = best[np.argsort(-scores[best], kind="stable")]
+        return {self.node_ids[i]: float(scores[i]) for i in best if scores[i] > 0}
+
+    def persist(self, path: Path) -> None:
+        path.mkdir(parents=True, exist_ok=True)
+        # The scores and vocabulary only: the ids go to node_ids.json, the nodes live in the
+        # docstore (BM25Retriever.persist would write a corpus file of them besides).
+        bm25 = self.retriever.bm25
+        corpus, bm25.corpus = bm25.corpus, None  # save() falls back to the attribute
+        try:
+            bm25.save(str(path))
+        finally:
+            bm25.corpus = corpus
+        (path / "node_ids.json").write_text(json.dumps(self.node_ids), encoding="utf-8")
+
+    @classmethod
+    def load(cls, path: Path, tokenizer: Optional[Callable[[str], List[str]]] = None) -> "BM25Route":
+        import bm25s
+        from llama_index.retrievers.bm25 import BM25Retriever
+
+        # The corpus file holds only the ids again (node_ids.json); not loading it also
+        # spares a progress bar per load.
+        bm25 = bm25s.BM25.load(str(path), load_corpus=False)
+        node_ids = json.loads((path / "node_ids.json").read_text(encoding="utf-8"))
+        bm25.corpus = [{"node_id": i} for i in node_ids]
+        retriever = BM25Retriever(existing_bm25=bm25, similarity_top_k=1)
+        return cls(retriever, node_ids, tokenizer)
+
+
+def bm25_score_matrix(
+    nodes: Sequence[BaseNode], questions: Sequence[str], language: str = "en"
+) -> np.ndarray:
+    """BM25 score of every node for every question (one row a question), scored by the
+    multi-route retriever's BM25 route: LlamaIndex's ``BM25Retriever`` index over the
+    embedding view, whose ``retrieve`` returns only a top k where a full ranking is needed
+    (the Log-Rank Index ranks every unit)."""
+    route = BM25Route.build(nodes, None, language)
+    out = np.zeros((len(questions), len(route.node_ids)), dtype=np.float32)
+    for i, question in enumerate(questions):
+        out[i] = route.all_scores(question)
+    return out

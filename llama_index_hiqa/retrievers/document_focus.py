@@ -1,0 +1,300 @@
+"""DocumentFocusRetriever: find the document first, then the pages inside it.
+
+In a collection of look-alike documents a question names its document (company and year,
+product and part number) and asks for a place inside it. HiQA's multi-route retriever
+("HiQA: A Hierarchical Contextual Augmentation RAG for Multi-Documents QA", §3.3) finds the
+document well: its keyword route counts the question's keywords in each node and in the node's
+document title. Inside that document the keyword bonus is the same for every node, and the
+fused ranking over the whole collection only ever saw the routes' top candidates, so the
+pages of the right document are ranked by whatever of them happened to be among those.
+
+This retriever takes the multi-route ranking's best document(s) and ranks *every* node of
+them again with signals that separate pages of one document:
+
+* the vector and BM25 scores of all its nodes (not only the collection-wide candidates),
+  min-max normalised inside the document and weighted by the multi-route ``alpha``;
+* the question's similarity to the node's heading path alone (HiQA's hierarchical
+  metadata, §3.2): a question that names a section ("… shown in the cash flow statement")
+  finds it even when the node's own embedding is dominated by rows of numbers;
+* a bonus for table-like nodes (a ``table`` segment, or text that is mostly numbers): the
+  questions such collections get ask for values, and values live in tables;
+
+then lists one node per page before a second node of any page, so the top k shows k places.
+The document's nodes come first, then the multi-route ranking's other results.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+
+import numpy as np
+from llama_index.core.base.base_retriever import BaseRetriever
+from llama_index.core.base.embeddings.base import BaseEmbedding
+from llama_index.core.bridge.pydantic import BaseModel, ConfigDict, Field
+from llama_index.core.schema import BaseNode, NodeWithScore, QueryBundle
+
+from llama_index_hiqa import schema
+
+logger = logging.getLogger(__name__)
+
+HEADING, TABLE, FOCUS = "heading", "table", "focus"
+_NUMBER = re.compile(r"^[(\-–$€£]*[\d][\d,.]*[)%]*$")
+
+
+class DocumentFocusConfig(BaseModel):
+    """Settings of :class:`DocumentFocusRetriever`.
+
+    The weights are on the scale of the min-max normalised vector/BM25 mix (0..1). They were
+    chosen on FinanceBench's development questions (benchmarks/RESULTS.md says so).
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    focus_documents: int = Field(
+        default=1,
+        ge=0,
+        description="How many of the multi-route ranking's best documents are ranked again "
+        "node by node and listed first (0: off, the multi-route ranking as it is).",
+    )
+    heading_weight: float = Field(
+        default=0.2,
+        ge=0.0,
+        description="Weight of the question's cosine similarity to the node's heading path "
+        "(titles only, no document title), min-max normalised inside the document.",
+    )
+    table_weight: float = Field(
+        default=0.2,
+        ge=0.0,
+        description="Bonus of a table-like node: a table segment, or text whose share of "
+        "number tokens is at least table_number_share.",
+    )
+    table_number_share: float = Field(
+        default=0.3,
+        gt=0.0,
+        le=1.0,
+        description="Share of a node's tokens that must be numbers (1,234 / (56) / 7.5%) for it "
+        "to count as a table.",
+    )
+    pages_first: bool = Field(
+        default=True,
+        description="List the best node of each page before a second node of any page.",
+    )
+    max_document_nodes: int = Field(
+        default=20_000,
+        ge=1,
+        description="Documents with more nodes are not ranked again (cost limit): the "
+        "multi-route ranking is returned as it is.",
+    )
+
+
+# -- pure functions ----------------------------------------------------------------------
+def numeric_share(text: str) -> float:
+    """Share of whitespace-separated tokens of ``text`` that are numbers."""
+    tokens = text.split()
+    if not tokens:
+        return 0.0
+    return sum(1 for token in tokens if _NUMBER.match(token)) / len(tokens)
+
+
+def heading_text(node: BaseNode) -> str:
+    """The node's heading path as one line ("Item 8 Financial Statements > Consolidated
+    Balance Sheet"), without the document title; "" when it has none."""
+    return " > ".join(h.label() for h in schema.get_heading_path(node) if h.label())
+
+
+def min_max(scores: Mapping[str, float], ids: Sequence[str]) -> Dict[str, float]:
+    """``scores`` over ``ids`` scaled to 0..1 (a missing id counts as the lowest score)."""
+    if not ids:
+        return {}
+    values = np.array([scores.get(i, np.nan) for i in ids], dtype=float)
+    present = values[~np.isnan(values)]
+    if present.size == 0:
+        return {i: 0.0 for i in ids}
+    lo, hi = float(present.min()), float(present.max())
+    values = np.where(np.isnan(values), lo, values)
+    scaled = (values - lo) / (hi - lo) if hi > lo else np.zeros_like(values)
+    return dict(zip(ids, scaled.tolist()))
+
+
+def focus_scores(
+    ids: Sequence[str],
+    vector: Mapping[str, float],
+    bm25: Mapping[str, float],
+    heading: Mapping[str, float],
+    table: Mapping[str, float],
+    alpha: float,
+    heading_weight: float,
+    table_weight: float,
+) -> Dict[str, float]:
+    """``α·v + (1−α)·b + heading_weight·h + table_weight·t`` for each of ``ids``, with v, b and
+    h min-max normalised over ``ids`` and t in {0, 1}."""
+    v, b, h = min_max(vector, ids), min_max(bm25, ids), min_max(heading, ids)
+    return {
+        i: alpha * v[i] + (1.0 - alpha) * b[i] + heading_weight * h[i] + table_weight * float(table.get(i, 0.0))
+        for i in ids
+    }
+
+
+def one_per_page_first(ranked: Sequence[str], page_of: Mapping[str, Any]) -> List[str]:
+    """``ranked`` reordered so that each page's best node comes before any page's second
+    node; the relative order inside both parts is kept. Ids without a page are each a page."""
+    first, rest, seen = [], [], set()
+    for node_id in ranked:
+        page = page_of.get(node_id)
+        key = (node_id,) if page is None else page
+        (rest if key in seen else first).append(node_id)
+        seen.add(key)
+    return first + rest
+
+
+# -- retriever ---------------------------------------------------------------------------
+class DocumentFocusRetriever(BaseRetriever):
+    """A multi-route retriever's best document ranked again node by node, listed first.
+
+    Put it where the multi-route retriever was::
+
+        retriever = DocumentFocusRetriever(multi_route, embed_model=embed_model)
+        nodes = retriever.retrieve("What is the FY2018 capital expenditure of 3M?")
+
+    ``multi_route`` is a :class:`~llama_index_hiqa.MultiRouteRetriever` (it answers which
+    document and scores that document's nodes); ``embed_model`` embeds the question once for
+    both and the heading paths (kept in memory after their first use; an embedding model with
+    a content-hash cache keeps them across processes). Settings are
+    :class:`DocumentFocusConfig` fields, validated here. Each returned node carries the
+    focus scores in ``metadata["route_scores"]`` next to the routes' own.
+    """
+
+    def __init__(
+        self,
+        multi_route: Any,
+        embed_model: Optional[BaseEmbedding] = None,
+        config: Optional[DocumentFocusConfig] = None,
+        **settings: Any,
+    ) -> None:
+        self.config = DocumentFocusConfig(**{**(config or DocumentFocusConfig()).model_dump(), **settings})
+        self.multi_route = multi_route
+        self._embed_model = embed_model
+        self._heading_vectors: Dict[str, np.ndarray] = {}
+        self._table_like: Dict[str, bool] = {}
+        super().__init__(callback_manager=getattr(multi_route, "callback_manager", None))
+
+    @property
+    def similarity_top_k(self) -> int:
+        return self.multi_route.config.similarity_top_k
+
+    # -- the question's embedding, once ----------------------------------------------------
+    def _embedded(self, query: QueryBundle) -> QueryBundle:
+        if self._embed_model is None or query.embedding is not None:
+            return query
+        embedding = self._embed_model.get_agg_embedding_from_queries(query.embedding_strs)
+        return QueryBundle(query.query_str, custom_embedding_strs=query.custom_embedding_strs, embedding=embedding)
+
+    # -- scoring inside a document ---------------------------------------------------------
+    def _heading_similarity(self, query: QueryBundle, nodes: Mapping[str, BaseNode]) -> Dict[str, float]:
+        if self._embed_model is None or query.embedding is None or not self.config.heading_weight:
+            return {}
+        texts = {node_id: heading_text(node) for node_id, node in nodes.items()}
+        missing = sorted({t for t in texts.values() if t and t not in self._heading_vectors})
+        if missing:
+            vectors = np.asarray(self._embed_model.get_text_embedding_batch(missing), dtype=np.float32)
+            vectors /= np.linalg.norm(vectors, axis=1, keepdims=True) + 1e-12
+            self._heading_vectors.update(zip(missing, vectors))
+        q = np.asarray(query.embedding, dtype=np.float32)
+        q /= float(np.linalg.norm(q)) or 1.0
+        return {node_id: float(self._heading_vectors[t] @ q) for node_id, t in texts.items() if t}
+
+    def _tables(self, nodes: Mapping[str, BaseNode]) -> Dict[str, float]:
+        out = {}
+        for node_id, node in nodes.items():
+            if node_id not in self._table_like:
+                self._table_like[node_id] = schema.get_segment_kind(node) == schema.KIND_TABLE or (
+                    numeric_share(node.get_content()) >= self.config.table_number_share
+                )
+            out[node_id] = 1.0 if self._table_like[node_id] else 0.0
+        return out
+
+    def rank_document(self, query: QueryBundle, document_ids: Sequence[str]) -> List[Tuple[str, float, Dict[str, Any]]]:
+        """Every node of ``document_ids``, best first: ``(node_id, score, route scores)``."""
+        ids: List[str] = []
+        for document_id in document_ids:
+            ids.extend(self.multi_route.document_node_ids(document_id))
+        if not ids or len(ids) > self.config.max_document_nodes:
+            return []
+        nodes = self.multi_route.nodes_by_id(ids)
+        routes = self.multi_route.scores_within(query, ids)
+        heading = self._heading_similarity(query, nodes)
+        table = self._tables(nodes)
+        alpha = self.multi_route.config.alpha
+        fused = focus_scores(
+            ids, routes["vector"], routes["bm25"], heading, table, alpha, self.config.heading_weight, self.config.table_weight
+        )
+        ranked = sorted(ids, key=lambda i: (-fused[i], i))
+        if self.config.pages_first:
+            ranked = one_per_page_first(ranked, {i: _page_key(nodes[i]) for i in ids})
+        return [
+            (i, fused[i], {"vector": routes["vector"].get(i), "bm25": routes["bm25"].get(i),
+                           "keywords": float(routes["keywords"].get(i, 0.0)),
+                           HEADING: heading.get(i), TABLE: table[i], FOCUS: fused[i]})
+            for i in ranked
+        ]
+
+    def _focus_documents(self, head: Sequence[NodeWithScore]) -> List[str]:
+        # Look-alike documents tie (identical pin tables); a tie is broken by document id, not
+        # by the node ids the head's order falls back to, which differ between two builds.
+        documents: List[str] = []
+        ordered = sorted(head, key=lambda hit: (-round(hit.score or 0.0, 9), schema.get_document_id(hit.node) or ""))
+        for hit in ordered:
+            document_id = schema.get_document_id(hit.node)
+            if document_id and document_id not in documents:
+                documents.append(document_id)
+            if len(documents) >= self.config.focus_documents:
+                break
+        return documents
+
+    def _combine(self, query: QueryBundle, head: List[NodeWithScore], limit: Optional[int]) -> List[NodeWithScore]:
+        if not self.config.focus_documents or not head:
+            return head
+        ranked = self.rank_document(query, self._focus_documents(head))
+        if not ranked:
+            return head
+        keep = ranked if limit is None else ranked[:limit]
+        focused = self.multi_route.results_for([(i, s) for i, s, _ in keep], {i: r for i, _, r in keep})
+        seen = {hit.node.node_id for hit in focused}
+        out = focused + [hit for hit in head if hit.node.node_id not in seen]
+        return out if limit is None else out[:limit]
+
+    # -- BaseRetriever -------------------------------------------------------------------
+    def _retrieve(self, query_bundle: QueryBundle) -> List[NodeWithScore]:
+        if not (query_bundle.query_str or "").strip():
+            return []
+        query = self._embedded(query_bundle)
+        return self._combine(query, self.multi_route.retrieve(query), self.similarity_top_k)
+
+    async def _aretrieve(self, query_bundle: QueryBundle) -> List[NodeWithScore]:
+        if not (query_bundle.query_str or "").strip():
+            return []
+        query = await asyncio.to_thread(self._embedded, query_bundle)
+        head = await self.multi_route.aretrieve(query)
+        return await asyncio.to_thread(self._combine, query, head, self.similarity_top_k)
+
+    def full_ranking(self, query: Any) -> List[str]:
+        """Every node id, best first, as :meth:`retrieve` orders them: the focused
+        document's nodes, then the multi-route retriever's full ranking of the others."""
+        bundle = self._embedded(QueryBundle(query) if isinstance(query, str) else query)
+        if not (bundle.query_str or "").strip():
+            return self.multi_route.full_ranking(bundle)
+        rest = self.multi_route.full_ranking(bundle)
+        if not self.config.focus_documents:
+            return rest
+        head = self.multi_route.retrieve(bundle)
+        first = [i for i, _, _ in self.rank_document(bundle, self._focus_documents(head))]
+        seen = set(first)
+        return first + [i for i in rest if i not in seen]
+
+
+def _page_key(node: BaseNode) -> Optional[Tuple[Optional[str], int]]:
+    pages = schema.get_page_range(node)
+    return None if pages is None else (schema.get_document_id(node), pages[0])

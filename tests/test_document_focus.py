@@ -1,0 +1,189 @@
+import asyncio
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from llama_index.core import StorageContext, VectorStoreIndex
+from llama_index.core.bridge.pydantic import ValidationError
+from llama_index.core.schema import TextNode
+
+from llama_index_hiqa import DocumentFocusRetriever, HiQAPack, MultiRouteRetriever, schema
+from llama_index_hiqa.retrievers.document_focus import (
+    focus_scores,
+    heading_text,
+    min_max,
+    numeric_share,
+    one_per_page_first,
+)
+from llama_index_hiqa.storage.vector_store import MatrixVectorStore
+from llama_index_hiqa.testing import HashingEmbedding
+
+
+# --- pure functions ---------------------------------------------------------------------
+
+
+def _one_per_page_reference(ranked, page_of):
+    """Brute force: a node is 'first' when no earlier node of the ranking has its page."""
+    key = lambda i: (i,) if page_of.get(i) is None else page_of[i]  # noqa: E731
+    firsts = [i for n, i in enumerate(ranked) if all(key(j) != key(i) for j in ranked[:n])]
+    return firsts + [i for i in ranked if i not in firsts]
+
+
+@given(
+    st.lists(st.integers(0, 30), unique=True, max_size=25).flatmap(
+        lambda ids: st.tuples(st.just([f"n{i}" for i in ids]), st.lists(st.one_of(st.none(), st.integers(0, 4)), min_size=len(ids), max_size=len(ids)))
+    )
+)
+def test_one_per_page_first_matches_the_brute_force_reference(case):
+    ranked, pages = case
+    page_of = dict(zip(ranked, pages))
+    out = one_per_page_first(ranked, page_of)
+    assert out == _one_per_page_reference(ranked, page_of)
+    assert sorted(out) == sorted(ranked)
+
+
+def test_one_per_page_first_hand_example():
+    page_of = {"a": 1, "b": 1, "c": 2, "d": None, "e": 2}
+    assert one_per_page_first(["a", "b", "c", "d", "e"], page_of) == ["a", "c", "d", "b", "e"]
+
+
+def test_numeric_share_counts_money_percent_and_bracketed_numbers():
+    assert numeric_share("Net sales $ 14,694 (11,969) 7.5% 2023") == pytest.approx(4 / 7)
+    assert numeric_share("Purchases of property, plant and equipment") == 0.0
+    assert numeric_share("") == 0.0
+
+
+def test_min_max_counts_a_missing_id_as_the_lowest_and_flat_scores_as_zero():
+    assert min_max({"a": 2.0, "b": 4.0}, ["a", "b", "c"]) == {"a": 0.0, "b": 1.0, "c": 0.0}
+    assert min_max({"a": 3.0, "b": 3.0}, ["a", "b"]) == {"a": 0.0, "b": 0.0}
+    assert min_max({}, ["a"]) == {"a": 0.0}
+
+
+def test_focus_scores_hand_computed():
+    ids = ["a", "b", "c"]
+    out = focus_scores(
+        ids, vector={"a": 0.8, "b": 0.6, "c": 0.4}, bm25={"b": 6.0, "c": 2.0},
+        heading={"a": 0.1, "c": 0.5}, table={"c": 1.0}, alpha=0.7, heading_weight=0.2, table_weight=0.3,
+    )
+    assert out["a"] == pytest.approx(0.7 * 1.0 + 0.3 * 0.0 + 0.2 * 0.0)
+    assert out["b"] == pytest.approx(0.7 * 0.5 + 0.3 * 1.0 + 0.2 * 0.0)
+    assert out["c"] == pytest.approx(0.7 * 0.0 + 0.3 * 0.0 + 0.2 * 1.0 + 0.3)
+
+
+# --- the retriever ----------------------------------------------------------------------
+
+
+def _node(node_id, document, page, text, heading=None, title=None):
+    node = TextNode(id_=node_id, text=text)
+    node.metadata[schema.DOCUMENT_ID] = document
+    node.metadata[schema.DOCUMENT_TITLE] = title or f"{document} annual report"
+    node.metadata[schema.PAGE_START] = node.metadata[schema.PAGE_END] = page
+    if heading:
+        schema.set_heading_path(node, [["", heading, 1]])
+    # The routes read the text alone, so the heading similarity is a signal of its own here.
+    node.excluded_embed_metadata_keys = list(node.metadata)
+    return node
+
+
+def _collection():
+    nodes = []
+    for doc in ("acme", "globex"):
+        nodes += [
+            _node(f"{doc}-mdna-1", doc, 10, f"{doc} capital spending grew as the company invested in plants", "Management discussion"),
+            _node(f"{doc}-mdna-2", doc, 10, f"{doc} capital spending outlook for next year remains strong", "Management discussion"),
+            _node(f"{doc}-risk", doc, 4, f"{doc} risks include supply chain disruption", "Risk factors"),
+            _node(f"{doc}-cash", doc, 30, "Purchases of property 1,234 (567) 890 2018 2017 45 67", "Consolidated statement of cash flows"),
+            _node(f"{doc}-notes", doc, 40, f"{doc} leases and commitments", "Notes"),
+        ]
+    return nodes
+
+
+def _retrievers(**focus):
+    embed = HashingEmbedding(dim=64)
+    nodes = _collection()
+    index = VectorStoreIndex(nodes, embed_model=embed, storage_context=StorageContext.from_defaults(vector_store=MatrixVectorStore()))
+    multi = MultiRouteRetriever.from_index(index, similarity_top_k=4, keyword_extractor=None)
+    return multi, DocumentFocusRetriever(multi, embed_model=embed, **focus), nodes
+
+
+def test_the_best_documents_nodes_come_first_ranked_inside_it():
+    multi, focus, _ = _retrievers()
+    question = "acme capital spending cash flows statement"
+    head = multi.retrieve(question)
+    results = focus.retrieve(question)
+    top_document = schema.get_document_id(head[0].node)
+    assert len(results) == 4
+    assert [schema.get_document_id(r.node) for r in results] == [top_document] * 4
+    scores = [r.node.metadata[schema.ROUTE_SCORES] for r in results]
+    assert {"vector", "bm25", "heading", "table", "focus"} <= set(scores[0])
+    # One node per page first: the two nodes of page 10 are not both ahead of another page.
+    pages = [r.node.metadata[schema.PAGE_START] for r in results]
+    assert pages.count(10) == 1 or pages.index(10) < 3 and pages[1:3].count(10) <= 1
+
+
+@pytest.mark.parametrize(
+    "question, signal",
+    [("acme consolidated statement of cash flows", "heading_weight"), ("acme capital spending", "table_weight")],
+)
+def test_the_heading_similarity_and_the_table_bonus_each_lift_the_statement(question, signal):
+    _, plain, _ = _retrievers(table_weight=0.0, heading_weight=0.0)
+    _, lifted, _ = _retrievers(**{"table_weight": 0.0, "heading_weight": 0.0, signal: 2.0})
+    assert plain.retrieve(question)[0].node.node_id != "acme-cash"
+    best = lifted.retrieve(question)[0]
+    assert best.node.node_id == "acme-cash"
+    row = best.node.metadata[schema.ROUTE_SCORES]
+    assert row["table"] == 1.0
+    # Heading vectors are computed only when their weight is not zero.
+    assert (row["heading"] is not None and row["heading"] > 0) == (signal == "heading_weight")
+
+
+def test_focus_off_returns_the_multi_route_ranking_unchanged():
+    multi, focus, _ = _retrievers(focus_documents=0)
+    question = "globex risks supply chain"
+    assert [r.node.node_id for r in focus.retrieve(question)] == [r.node.node_id for r in multi.retrieve(question)]
+
+
+def test_async_retrieve_and_full_ranking_agree_with_retrieve():
+    _, focus, nodes = _retrievers()
+    question = "globex capital spending outlook"
+    ids = [r.node.node_id for r in focus.retrieve(question)]
+    assert [r.node.node_id for r in asyncio.run(focus.aretrieve(question))] == ids
+    ranking = focus.full_ranking(question)
+    assert ranking[: len(ids)] == ids
+    assert sorted(ranking) == sorted(n.node_id for n in nodes)
+
+
+def test_an_empty_question_returns_nothing():
+    _, focus, _ = _retrievers()
+    assert focus.retrieve("   ") == []
+
+
+@pytest.mark.parametrize(
+    "settings, name",
+    [({"focus_documents": -1}, "focus_documents"), ({"table_number_share": 0}, "table_number_share"), ({"bogus": 1}, "bogus")],
+)
+def test_bad_settings_fail_at_construction_naming_the_setting(settings, name):
+    multi, _, _ = _retrievers()
+    with pytest.raises(ValidationError, match=name):
+        DocumentFocusRetriever(multi, **settings)
+    with pytest.raises(ValidationError, match=name):
+        HiQAPack.empty(embed_model=HashingEmbedding(dim=16), document_focus=settings)
+
+
+def test_heading_text_leaves_the_document_title_out():
+    node = _node("x", "acme", 1, "text", "Consolidated balance sheet")
+    assert heading_text(node) == "Consolidated balance sheet"
+    assert heading_text(_node("y", "acme", 1, "text")) == ""
+
+
+def test_the_pack_answers_through_the_document_focus_unless_it_is_off():
+    docs = [n for n in _collection()]
+    from llama_index.core import Document
+
+    documents = [Document(text=n.text, metadata={schema.DOCUMENT_ID: n.metadata[schema.DOCUMENT_ID]}) for n in docs[:5]]
+    on = HiQAPack.from_documents(documents, embed_model=HashingEmbedding(dim=32), keywords={"use_ner": False})
+    off = HiQAPack.from_documents(
+        documents, embed_model=HashingEmbedding(dim=32), keywords={"use_ner": False}, document_focus={"focus_documents": 0}
+    )
+    assert isinstance(on.as_retriever(), DocumentFocusRetriever)
+    assert isinstance(off.as_retriever(), MultiRouteRetriever)
