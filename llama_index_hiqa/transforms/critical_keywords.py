@@ -188,11 +188,12 @@ def _rule_keywords(text: str) -> List[str]:
             year = _two_digit_year(year)
             found.append(f"Q{match.group(2)} {year}")
             found.append(year)
+    # The quarter only: a title's "2023Q2" must not also claim the fiscal year, or a 10-Q would
+    # match an annual question ("FY2023") as well as the 10-K of that year does.
     for match in _YEAR_QUARTER.finditer(text):
-        found.extend([f"Q{match.group(2)} {match.group(1)}", match.group(1)])
+        found.append(f"Q{match.group(2)} {match.group(1)}")
     for match in _NUMBER_QUARTER.finditer(text):
-        year = _two_digit_year(match.group(2))
-        found.extend([f"Q{match.group(1)} {year}", year])
+        found.append(f"Q{match.group(1)} {_two_digit_year(match.group(2))}")
     for match in _FISCAL_YEAR.finditer(text):
         found.append(_two_digit_year(match.group(1)))
     found.extend(match.group(1) for match in _YEAR.finditer(text))
