@@ -159,7 +159,7 @@ class _FullTextRoute:
 def financebench_ef_search(args: argparse.Namespace, ef_search: int = 400) -> None:
     """One more PostgreSQL row on the saved FinanceBench stores, with a wider HNSW search."""
     from llama_index_hiqa import HiQAPack
-    from llama_index_hiqa.evaluation import datasets
+    import shared_data as datasets  # benchmarks/ is on the path (_common)
     from llama_index_hiqa.storage.postgres import PostgresStoreSettings
 
     path = OUT_DIR / "financebench.json"
@@ -199,7 +199,7 @@ def financebench_recall(local: Any, pg: Any, questions: Sequence[Any], k: int = 
 
 def run_financebench(args: argparse.Namespace) -> Dict[str, Any]:
     from llama_index_hiqa import HiQAPack
-    from llama_index_hiqa.evaluation import datasets
+    import shared_data as datasets  # benchmarks/ is on the path (_common)
     from llama_index_hiqa.storage.pg_pack import PostgresHiQAPack
 
     root = _common.require_shared_data("FinanceBench on the PostgreSQL store")
