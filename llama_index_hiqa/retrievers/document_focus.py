@@ -28,7 +28,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Mapping, NamedTuple, Optional, Sequence, Tuple
 
 import numpy as np
 from llama_index.core.base.base_retriever import BaseRetriever
@@ -178,7 +178,9 @@ class DocumentFocusRetriever(BaseRetriever):
         self.multi_route = multi_route
         self._embed_model = embed_model
         self._heading_vectors: Dict[str, np.ndarray] = {}
-        self._table_like: Dict[str, bool] = {}
+        # What the ranking needs of a node, read once: a database store then fetches a
+        # document's nodes only the first time a question lands on it.
+        self._facts: Dict[str, _NodeFacts] = {}
         super().__init__(callback_manager=getattr(multi_route, "callback_manager", None))
 
     @property
@@ -193,28 +195,26 @@ class DocumentFocusRetriever(BaseRetriever):
         return QueryBundle(query.query_str, custom_embedding_strs=query.custom_embedding_strs, embedding=embedding)
 
     # -- scoring inside a document ---------------------------------------------------------
-    def _heading_similarity(self, query: QueryBundle, nodes: Mapping[str, BaseNode]) -> Dict[str, float]:
+    def _node_facts(self, ids: Sequence[str]) -> Dict[str, "_NodeFacts"]:
+        missing = [i for i in ids if i not in self._facts]
+        if missing:
+            share = self.config.table_number_share
+            for node_id, node in self.multi_route.nodes_by_id(missing).items():
+                table = schema.get_segment_kind(node) == schema.KIND_TABLE or numeric_share(node.get_content()) >= share
+                self._facts[node_id] = _NodeFacts(heading_text(node), 1.0 if table else 0.0, _page_key(node))
+        return {i: self._facts[i] for i in ids if i in self._facts}
+
+    def _heading_similarity(self, query: QueryBundle, facts: Mapping[str, "_NodeFacts"]) -> Dict[str, float]:
         if self._embed_model is None or query.embedding is None or not self.config.heading_weight:
             return {}
-        texts = {node_id: heading_text(node) for node_id, node in nodes.items()}
-        missing = sorted({t for t in texts.values() if t and t not in self._heading_vectors})
+        missing = sorted({f.heading for f in facts.values() if f.heading and f.heading not in self._heading_vectors})
         if missing:
             vectors = np.asarray(self._embed_model.get_text_embedding_batch(missing), dtype=np.float32)
             vectors /= np.linalg.norm(vectors, axis=1, keepdims=True) + 1e-12
             self._heading_vectors.update(zip(missing, vectors))
         q = np.asarray(query.embedding, dtype=np.float32)
         q /= float(np.linalg.norm(q)) or 1.0
-        return {node_id: float(self._heading_vectors[t] @ q) for node_id, t in texts.items() if t}
-
-    def _tables(self, nodes: Mapping[str, BaseNode]) -> Dict[str, float]:
-        out = {}
-        for node_id, node in nodes.items():
-            if node_id not in self._table_like:
-                self._table_like[node_id] = schema.get_segment_kind(node) == schema.KIND_TABLE or (
-                    numeric_share(node.get_content()) >= self.config.table_number_share
-                )
-            out[node_id] = 1.0 if self._table_like[node_id] else 0.0
-        return out
+        return {node_id: float(self._heading_vectors[f.heading] @ q) for node_id, f in facts.items() if f.heading}
 
     def rank_document(self, query: QueryBundle, document_ids: Sequence[str]) -> List[Tuple[str, float, Dict[str, Any]]]:
         """Every node of ``document_ids``, best first: ``(node_id, score, route scores)``."""
@@ -223,17 +223,18 @@ class DocumentFocusRetriever(BaseRetriever):
             ids.extend(self.multi_route.document_node_ids(document_id))
         if not ids or len(ids) > self.config.max_document_nodes:
             return []
-        nodes = self.multi_route.nodes_by_id(ids)
+        facts = self._node_facts(ids)
+        ids = [i for i in ids if i in facts]
         routes = self.multi_route.scores_within(query, ids)
-        heading = self._heading_similarity(query, nodes)
-        table = self._tables(nodes)
+        heading = self._heading_similarity(query, facts)
+        table = {i: facts[i].table for i in ids}
         alpha = self.multi_route.config.alpha
         fused = focus_scores(
             ids, routes["vector"], routes["bm25"], heading, table, alpha, self.config.heading_weight, self.config.table_weight
         )
         ranked = sorted(ids, key=lambda i: (-fused[i], i))
         if self.config.pages_first:
-            ranked = one_per_page_first(ranked, {i: _page_key(nodes[i]) for i in ids})
+            ranked = one_per_page_first(ranked, {i: facts[i].page for i in ids})
         return [
             (i, fused[i], {"vector": routes["vector"].get(i), "bm25": routes["bm25"].get(i),
                            "keywords": float(routes["keywords"].get(i, 0.0)),
@@ -293,6 +294,12 @@ class DocumentFocusRetriever(BaseRetriever):
         first = [i for i, _, _ in self.rank_document(bundle, self._focus_documents(head))]
         seen = set(first)
         return first + [i for i in rest if i not in seen]
+
+
+class _NodeFacts(NamedTuple):
+    heading: str  # heading_text(node)
+    table: float  # 1.0 for a table-like node
+    page: Optional[Tuple[Optional[str], int]]  # (document, first page)
 
 
 def _page_key(node: BaseNode) -> Optional[Tuple[Optional[str], int]]:
