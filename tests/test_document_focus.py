@@ -3,7 +3,7 @@ import asyncio
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from llama_index.core import StorageContext, VectorStoreIndex
+from llama_index.core import Document, StorageContext, VectorStoreIndex
 from llama_index.core.bridge.pydantic import ValidationError
 from llama_index.core.schema import TextNode
 
@@ -177,10 +177,9 @@ def test_heading_text_leaves_the_document_title_out():
 
 
 def test_the_pack_answers_through_the_document_focus_unless_it_is_off():
-    docs = [n for n in _collection()]
-    from llama_index.core import Document
-
-    documents = [Document(text=n.text, metadata={schema.DOCUMENT_ID: n.metadata[schema.DOCUMENT_ID]}) for n in docs[:5]]
+    documents = [
+        Document(text=n.text, metadata={schema.DOCUMENT_ID: n.metadata[schema.DOCUMENT_ID]}) for n in _collection()[:5]
+    ]
     on = HiQAPack.from_documents(documents, embed_model=HashingEmbedding(dim=32), keywords={"use_ner": False})
     off = HiQAPack.from_documents(
         documents, embed_model=HashingEmbedding(dim=32), keywords={"use_ner": False}, document_focus={"focus_documents": 0}

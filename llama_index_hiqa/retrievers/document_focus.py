@@ -37,6 +37,7 @@ from llama_index.core.bridge.pydantic import BaseModel, ConfigDict, Field
 from llama_index.core.schema import BaseNode, NodeWithScore, QueryBundle
 
 from llama_index_hiqa import schema
+from llama_index_hiqa.retrievers.multi_route import BM25, KEYWORDS, VECTOR
 
 logger = logging.getLogger(__name__)
 
@@ -230,14 +231,14 @@ class DocumentFocusRetriever(BaseRetriever):
         table = {i: facts[i].table for i in ids}
         alpha = self.multi_route.config.alpha
         fused = focus_scores(
-            ids, routes["vector"], routes["bm25"], heading, table, alpha, self.config.heading_weight, self.config.table_weight
+            ids, routes[VECTOR], routes[BM25], heading, table, alpha, self.config.heading_weight, self.config.table_weight
         )
         ranked = sorted(ids, key=lambda i: (-fused[i], i))
         if self.config.pages_first:
             ranked = one_per_page_first(ranked, {i: facts[i].page for i in ids})
         return [
-            (i, fused[i], {"vector": routes["vector"].get(i), "bm25": routes["bm25"].get(i),
-                           "keywords": float(routes["keywords"].get(i, 0.0)),
+            (i, fused[i], {VECTOR: routes[VECTOR].get(i), BM25: routes[BM25].get(i),
+                           KEYWORDS: float(routes[KEYWORDS].get(i, 0.0)),
                            HEADING: heading.get(i), TABLE: table[i], FOCUS: fused[i]})
             for i in ranked
         ]

@@ -25,7 +25,7 @@ from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.callbacks.base import CallbackManager
 from llama_index.core.schema import BaseNode, NodeWithScore, QueryBundle
 
-from llama_index_hiqa.retrievers.multi_route import MultiRouteConfig, MultiRouteRetriever
+from llama_index_hiqa.retrievers.multi_route import BM25, KEYWORDS, VECTOR, MultiRouteConfig, MultiRouteRetriever
 from llama_index_hiqa.storage.pg_schema import (
     BM25_SQL,
     BM25_WITHIN_SQL,
@@ -190,7 +190,7 @@ class PostgresMultiRouteRetriever(MultiRouteRetriever):
             if terms:
                 rows = self._store.rows(BM25_WITHIN_SQL, terms=terms, ids=ids)
                 bm25 = {node_id: float(score) for node_id, score in rows if score > 0}
-        return {"vector": vector, "bm25": bm25, "keywords": self._keyword_counts_of(bundle, set(ids))}
+        return {VECTOR: vector, BM25: bm25, KEYWORDS: self._keyword_counts_of(bundle, set(ids))}
 
     def full_ranking(self, query: Any) -> List[str]:
         raise NotImplementedError(

@@ -107,17 +107,24 @@ FROM hiqa_nodes WHERE keywords && CAST(:q AS text[])
 
 # Okapi BM25 as bm25s scores it (Lucene IDF log(1 + (N - df + 0.5) / (df + 0.5)), term
 # component tf / (tf + k1 (1 - b + b dl / avgdl)), a query term counted as often as it occurs).
-BM25_SQL = f"""
-WITH q AS (SELECT t AS term, count(*) AS qtf FROM unnest(CAST(:terms AS text[])) t GROUP BY t),
+# The query's terms, the collection's statistics and the score are one text for both queries
+# below; the document frequencies are always the whole collection's.
+_BM25_TERMS_AND_STATS = """
+q AS (SELECT t AS term, count(*) AS qtf FROM unnest(CAST(:terms AS text[])) t GROUP BY t),
 stats AS (SELECT node_count::float8 AS n, total_length::float8 / greatest(node_count, 1) AS avgdl
-          FROM hiqa_pack WHERE id = 1),
-p AS MATERIALIZED (SELECT term, node_id, tf, length FROM hiqa_postings WHERE term = ANY(CAST(:terms AS text[]))),
-df AS (SELECT term, count(*)::float8 AS df FROM p GROUP BY term)
+          FROM hiqa_pack WHERE id = 1)"""
+_BM25_SCORE = f"""
 SELECT p.node_id,
        sum(q.qtf * ln(1 + (stats.n - df.df + 0.5) / (df.df + 0.5))
            * p.tf / (p.tf + {BM25_K1} * (1 - {BM25_B} + {BM25_B} * p.length / stats.avgdl))) AS score
 FROM p JOIN q USING (term) JOIN df USING (term) CROSS JOIN stats
-GROUP BY p.node_id ORDER BY score DESC, p.node_id LIMIT :n
+GROUP BY p.node_id"""
+
+BM25_SQL = f"""
+WITH {_BM25_TERMS_AND_STATS},
+p AS MATERIALIZED (SELECT term, node_id, tf, length FROM hiqa_postings WHERE term = ANY(CAST(:terms AS text[]))),
+df AS (SELECT term, count(*)::float8 AS df FROM p GROUP BY term)
+{_BM25_SCORE} ORDER BY score DESC, p.node_id LIMIT :n
 """
 
 SHAPE_SQL = "SELECT count(*), coalesce(avg(pages), 1) FROM hiqa_documents"
@@ -130,18 +137,12 @@ WHERE d.document_id = :document_id ORDER BY n.position, n.node_id
 """
 
 BM25_WITHIN_SQL = f"""
-WITH q AS (SELECT t AS term, count(*) AS qtf FROM unnest(CAST(:terms AS text[])) t GROUP BY t),
-stats AS (SELECT node_count::float8 AS n, total_length::float8 / greatest(node_count, 1) AS avgdl
-          FROM hiqa_pack WHERE id = 1),
+WITH {_BM25_TERMS_AND_STATS},
 df AS (SELECT term, count(*)::float8 AS df FROM hiqa_postings
        WHERE term = ANY(CAST(:terms AS text[])) GROUP BY term),
 p AS (SELECT term, node_id, tf, length FROM hiqa_postings
       WHERE term = ANY(CAST(:terms AS text[])) AND node_id = ANY(CAST(:ids AS text[])))
-SELECT p.node_id,
-       sum(q.qtf * ln(1 + (stats.n - df.df + 0.5) / (df.df + 0.5))
-           * p.tf / (p.tf + {BM25_K1} * (1 - {BM25_B} + {BM25_B} * p.length / stats.avgdl))) AS score
-FROM p JOIN q USING (term) JOIN df USING (term) CROSS JOIN stats
-GROUP BY p.node_id
+{_BM25_SCORE}
 """
 
 VECTOR_WITHIN_SQL = f"""
