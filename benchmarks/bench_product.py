@@ -66,6 +66,9 @@ VARIANTS: Dict[str, Dict[str, Any]] = {
     "focus_no_heading": {"document_focus": {"heading_weight": 0.0}},
     "focus_no_table": {"document_focus": {"table_weight": 0.0}},
     "focus_no_pages_first": {"document_focus": {"pages_first": False}},
+    # The two title-matching rules of the keyword route, each off.
+    "no_name_abbreviations": {"multi_route": {"match_name_abbreviations": False}},
+    "no_latest_year": {"multi_route": {"latest_year_in_titles": False}},
 }
 RETRIEVAL_ONLY = {name: "defaults" for name in VARIANTS if name != "defaults"}
 VARIANT_LABELS = {
@@ -80,6 +83,8 @@ VARIANT_LABELS = {
     "focus_no_heading": "HiQAPack, document focus without the heading-path similarity",
     "focus_no_table": "HiQAPack, document focus without the table bonus",
     "focus_no_pages_first": "HiQAPack, document focus without one node per page first",
+    "no_name_abbreviations": "HiQAPack without name abbreviations in questions (AMEX, JnJ)",
+    "no_latest_year": "HiQAPack, every year of a question matched against titles",
 }
 
 

@@ -371,3 +371,34 @@ def test_no_password_in_the_objects_or_the_logs(server, caplog):
     shown = " ".join([caplog.text, repr(pack.index.vector_store), repr(pack.index.docstore._kvstore.__dict__),
                       str(pack.store.engine), mask_url(url), pack.persist(url)])
     assert "pw-must-not-leak" not in shown
+
+
+def test_name_abbreviations_and_the_latest_year_match_titles_as_in_the_folder_store(url):
+    filings = {
+        "AMERICANEXPRESS_2022_10K": ("American Express Company, Form 10-K, fiscal year ended December 31, 2022",
+                                     "Operating margin improved as card member spending grew."),
+        "BOEING_2022_10K": ("The Boeing Company, Form 10-K, fiscal year ended December 31, 2022",
+                            "Operating margin of commercial airplanes improved in 2022."),
+        "PEPSICO_2021_10K": ("PepsiCo, Inc., Form 10-K, fiscal year ended December 25, 2021",
+                             "Legal proceedings of 2021 and 2020 are described here."),
+        "PEPSICO_2022_10K": ("PepsiCo, Inc., Form 10-K, fiscal year ended December 31, 2022",
+                             "Legal proceedings are described here."),
+    }
+    documents = [
+        Document(text=text, metadata={schema.DOCUMENT_ID: doc_id, schema.DOCUMENT_TITLE: title})
+        for doc_id, (title, text) in filings.items()
+    ]
+    settings = {"keywords": {"use_ner": False, "expert_keywords": ["American Express", "Boeing", "PepsiCo"]}}
+    local = HiQAPack.from_documents(documents, embed_model=HashEmbedding(), **settings)
+    stored = HiQAPack.from_documents(documents, embed_model=HashEmbedding(), store=url, **settings)
+    for question, first in [
+        ("Does AMEX have an improving operating margin profile as of 2022?", "AMERICANEXPRESS_2022_10K"),
+        ("Has PepsiCo reported any ongoing legal battles from FY2022 and FY2021?", "PEPSICO_2022_10K"),
+    ]:
+        scores = []
+        for pack in (local, stored):
+            hits = pack.multi_route.retrieve(question)
+            assert schema.get_document_id(hits[0].node) == first, question
+            scores.append({schema.get_document_id(h.node): h.node.metadata[schema.ROUTE_SCORES]["keywords"] for h in hits})
+        assert scores[0] == scores[1], question
+    stored.close()

@@ -53,7 +53,7 @@ from llama_index.core.storage.docstore.types import BaseDocumentStore
 from llama_index_hiqa import schema
 from llama_index_hiqa.events import MultiRouteRetrievalEndEvent, RouteFailedEvent
 from llama_index_hiqa.errors import RetrievalRouteError, UnknownNodeError
-from llama_index_hiqa.retrievers import fusion
+from llama_index_hiqa.retrievers import fusion, title_match
 from llama_index_hiqa.retrievers.bm25_route import BM25Route as _BM25Route
 from llama_index_hiqa.transforms.critical_keywords import CriticalKeywordExtractor, KeywordIndex, normalize_keyword
 
@@ -102,6 +102,18 @@ class MultiRouteConfig(BaseModel):
         description="How much a matched keyword counts in |C| when it is in the node's document "
         "title (1.0: the paper's plain count). The title says what the whole document is "
         "(3M 2018 10-K); the same year in the text is often a comparative figure of a later filing.",
+    )
+    match_name_abbreviations: bool = Field(
+        default=True,
+        description="Count a document's name keyword for a question that abbreviates the name "
+        "('AMEX' for American Express, 'JnJ' for Johnson & Johnson) or writes its words apart "
+        "('Best Buy's'); names are the multi-word keywords of the document titles.",
+    )
+    latest_year_in_titles: bool = Field(
+        default=True,
+        description="When a question names several years, match only the latest against "
+        "document titles: a report of a year carries the previous years as comparatives, so "
+        "'FY2022 and FY2021' is the FY2022 report. Every year still counts in the text.",
     )
     beta_min: float = Field(default=0.5, ge=0.0, description="β for beta='auto' as |D|/pages -> 0.")
     beta_max: float = Field(default=2.0, ge=0.0, description="β for beta='auto' as |D|/pages -> ∞.")
@@ -225,6 +237,7 @@ class MultiRouteRetriever(BaseRetriever):
             self._check_known(keyword_index.node_ids, "keyword index")
         self._keyword_index = keyword_index or KeywordIndex()
         self._title_keywords = self._document_title_keywords(nodes_list)
+        self._document_names = self._names_of_titles(nodes_list)
         self._bm25: Optional[_BM25Route] = _bm25_route
         if self._bm25 is None and self.config.use_bm25 and nodes_list:
             self._bm25 = _BM25Route.build(nodes_list, bm25_tokenizer, self.config.bm25_language)
@@ -284,6 +297,24 @@ class MultiRouteRetriever(BaseRetriever):
         }
         return {node_id: by_title[t] for node_id, t in titles.items() if by_title[t]}
 
+    def _names_of_titles(self, nodes: Sequence[BaseNode]) -> Dict[str, Tuple[str, ...]]:
+        """Name keyword -> its words, over the document titles of ``nodes``
+        (``title_match.document_names``); empty unless title keywords are on the nodes."""
+        if not self.config.use_keywords or not self.keyword_extractor.include_document_keywords:
+            return {}
+        titles = list(dict.fromkeys(t for t in (schema.get_document_title(n) for n in nodes) if t))
+        return self._names_of(titles)
+
+    def _names_of(self, titles: Sequence[str]) -> Dict[str, Tuple[str, ...]]:
+        keywords = self.keyword_extractor.title_keywords(titles)
+        return title_match.document_names(
+            {t: [normalize_keyword(k) for k in kws] for t, kws in zip(titles, keywords)}
+        )
+
+    def document_names(self) -> Mapping[str, Tuple[str, ...]]:
+        """The collection's document names a question may abbreviate (name keyword -> words)."""
+        return self._document_names
+
     def _resolve_beta(self) -> float:
         beta = self.config.beta
         if beta != "auto":
@@ -330,6 +361,7 @@ class MultiRouteRetriever(BaseRetriever):
             if new.use_keywords and not old.use_keywords:
                 clone._keyword_index = KeywordIndex.from_nodes(nodes)
             clone._title_keywords = clone._document_title_keywords(nodes)
+            clone._document_names = clone._names_of_titles(nodes)
         clone._beta_value = clone._resolve_beta()
         return clone
 
@@ -363,16 +395,31 @@ class MultiRouteRetriever(BaseRetriever):
             return {}
         return self._bm25.top(query.query_str, n)
 
+    def _query_keywords(self, query: QueryBundle) -> Tuple[List[str], List[str]]:
+        """The question's keywords (with the document names it abbreviates) and their
+        normalised forms, once each."""
+        keywords = self.keyword_extractor.extract_query(query.query_str)
+        if self.config.match_name_abbreviations:
+            named = title_match.names_in_question(query.query_str or "", self.document_names())
+            keywords = list(dict.fromkeys([*keywords, *named]))
+        return keywords, [k for k in dict.fromkeys(normalize_keyword(k) for k in keywords) if k]
+
+    def _title_wanted(self, wanted: Sequence[str]) -> frozenset:
+        """The normalised keywords matched against document titles."""
+        if self.config.latest_year_in_titles:
+            return title_match.latest_year_only(wanted)
+        return frozenset(wanted)
+
     def _keyword_counts(self, query: QueryBundle) -> Tuple[List[str], Dict[str, float]]:
         """The query's keywords and ``|C|`` per matching node, a keyword of the node's
         document title counted ``document_keyword_weight`` times."""
         if not self.config.use_keywords:
             return [], {}
-        keywords = self.keyword_extractor.extract_query(query.query_str)
-        counts: Dict[str, float] = dict(self._keyword_index.match_counts(keywords))
+        keywords, normalized = self._query_keywords(query)
+        counts: Dict[str, float] = dict(self._keyword_index.match_counts(normalized))
         extra = self.config.document_keyword_weight - 1.0
         if extra and self._title_keywords:
-            wanted = frozenset(normalize_keyword(k) for k in keywords)
+            wanted = self._title_wanted(normalized)
             in_title: Dict[frozenset, frozenset] = {}  # one intersection per document title
             index = self._keyword_index
             for node_id in counts:

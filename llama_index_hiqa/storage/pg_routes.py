@@ -32,11 +32,12 @@ from llama_index_hiqa.storage.pg_schema import (
     DOCUMENT_NODES_SQL,
     KEYWORD_SQL,
     SHAPE_SQL,
+    TITLES_SQL,
     VECTOR_WITHIN_SQL,
     BM25Tokenizer,
 )
 from llama_index_hiqa.storage.postgres import PostgresStore
-from llama_index_hiqa.transforms.critical_keywords import CriticalKeywordExtractor, KeywordIndex, normalize_keyword
+from llama_index_hiqa.transforms.critical_keywords import CriticalKeywordExtractor, KeywordIndex
 
 SHAPE_TTL_S = 5.0
 
@@ -112,6 +113,7 @@ class PostgresMultiRouteRetriever(MultiRouteRetriever):
         self._bm25_tokenizer = None
         self._keyword_index = KeywordIndex()  # unused: the keyword route is a query
         self._title_keywords = {}
+        self._names_of_titles_read: Tuple[Tuple[str, ...], Dict[str, Tuple[str, ...]]] = ((), {})
         self._bm25 = _StoredBM25(store, self.config.bm25_language) if self.config.use_bm25 else None  # type: ignore[assignment]
         self._shape: Tuple[int, float] = (0, 1.0)
         self._shape_read_at = float("-inf")
@@ -122,6 +124,8 @@ class PostgresMultiRouteRetriever(MultiRouteRetriever):
         if time.monotonic() - self._shape_read_at > SHAPE_TTL_S:
             (count, pages), = self._store.rows(SHAPE_SQL)
             self._shape = (int(count), float(pages or 1.0))
+            if self.config.use_keywords and self.keyword_extractor.include_document_keywords:
+                self._read_titles()
             self._shape_read_at = time.monotonic()
         return self._shape
 
@@ -142,21 +146,35 @@ class PostgresMultiRouteRetriever(MultiRouteRetriever):
         extra = self._title_extra()
         return {node_id: float(held) + extra * float(in_title) for node_id, held, in_title in rows}
 
-    def _query_keywords(self, query: QueryBundle) -> Tuple[List[str], List[str]]:
-        keywords = self.keyword_extractor.extract_query(query.query_str)
-        return keywords, [k for k in dict.fromkeys(normalize_keyword(k) for k in keywords) if k]
+    def document_names(self) -> Mapping[str, Tuple[str, ...]]:
+        # The stored titles, read with the collection's shape; names re-extracted only when
+        # the titles changed (another process may have added a document).
+        if not (self.config.use_keywords and self.keyword_extractor.include_document_keywords):
+            return {}
+        self.collection_shape()
+        return self._names_of_titles_read[1]
+
+    def _read_titles(self) -> None:
+        titles = tuple(title for title, in self._store.rows(TITLES_SQL))
+        if titles != self._names_of_titles_read[0]:
+            self._names_of_titles_read = (titles, self._names_of(list(titles)))
 
     def _keyword_counts(self, query: QueryBundle) -> Tuple[List[str], Dict[str, float]]:
         if not self.config.use_keywords:
             return [], {}
         keywords, wanted = self._query_keywords(query)
-        return keywords, (self._counts(self._store.rows(KEYWORD_SQL, q=wanted)) if wanted else {})
+        if not wanted:
+            return keywords, {}
+        return keywords, self._counts(self._store.rows(KEYWORD_SQL, q=wanted, t=list(self._title_wanted(wanted))))
 
     async def _akeyword_counts(self, query: QueryBundle) -> Tuple[List[str], Dict[str, float]]:
         if not self.config.use_keywords:
             return [], {}
         keywords, wanted = await asyncio.to_thread(self._query_keywords, query)  # NER is CPU work
-        return keywords, (self._counts(await self._store.arows(KEYWORD_SQL, q=wanted)) if wanted else {})
+        if not wanted:
+            return keywords, {}
+        rows = await self._store.arows(KEYWORD_SQL, q=wanted, t=list(self._title_wanted(wanted)))
+        return keywords, self._counts(rows)
 
     async def _abm25_scores(self, query: QueryBundle, n: int) -> Dict[str, float]:
         if self._bm25 is None or not self.config.use_bm25:

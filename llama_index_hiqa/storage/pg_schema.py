@@ -101,7 +101,7 @@ KEYWORD_SQL = """
 SELECT node_id,
        cardinality(ARRAY(SELECT unnest(keywords) INTERSECT SELECT unnest(CAST(:q AS text[])))) AS held,
        cardinality(ARRAY(SELECT unnest(keywords) INTERSECT SELECT unnest(title_keywords)
-                         INTERSECT SELECT unnest(CAST(:q AS text[])))) AS in_title
+                         INTERSECT SELECT unnest(CAST(:t AS text[])))) AS in_title
 FROM hiqa_nodes WHERE keywords && CAST(:q AS text[])
 """
 
@@ -128,6 +128,7 @@ df AS (SELECT term, count(*)::float8 AS df FROM p GROUP BY term)
 """
 
 SHAPE_SQL = "SELECT count(*), coalesce(avg(pages), 1) FROM hiqa_documents"
+TITLES_SQL = "SELECT DISTINCT title FROM hiqa_documents WHERE title <> '' ORDER BY title"
 
 # One document's nodes, and the vector and BM25 scores of given nodes (the document focus
 # ranks every node of the best document; BM25's document frequencies stay collection-wide).

@@ -1,0 +1,120 @@
+"""Matching a question to document titles where exact keywords fall short.
+
+HiQA's critical-keyword route ("Multi-Route Retrieval") counts the question's keywords that a
+node holds, the document title's keywords among them (``document_keyword_weight``). Two ways
+a question names its document escape an exact match:
+
+* **the name abbreviated or written apart.** A title's "American Express Company" gives the
+  keyword ``americanexpress``; a question says "AMEX". "Johnson & Johnson" is asked about as
+  "JnJ", and "Best Buy's" can escape the entity recogniser. :func:`names_in_question` finds
+  a document name in a question when a capitalised token is made of prefixes of the name's
+  words in order (``abbreviates``), or when the name's words stand together in it.
+* **several periods.** A yearly report also reports the previous years as comparatives, so
+  a question about "FY2022 and FY2021" is answered by the FY2022 report: only the latest of
+  several years named is matched against titles (:func:`latest_year_only`); every year still
+  counts in the text.
+
+Pure functions over strings, so each rule can be checked on its own.
+"""
+
+from __future__ import annotations
+
+import re
+from functools import lru_cache
+from typing import Dict, Iterable, List, Mapping, Optional, Tuple
+
+_WORD = re.compile(r"[A-Za-z0-9]+|&")
+# Words a name's abbreviation may skip or shorten to a letter ("JnJ", "P&G", "BofA").
+CONNECTORS: Dict[str, Tuple[str, ...]] = {
+    "&": ("", "n", "&"),
+    "and": ("", "n", "a", "and"),
+    "of": ("", "o", "of"),
+    "the": ("", "t"),
+}
+# A token written with capitals, possibly with "&" inside ("AMEX", "JnJ", "P&G").
+_TOKEN = re.compile(r"(?<![\w&])[A-Za-z][A-Za-z&]*(?![\w&])")
+_YEAR = re.compile(r"^(?:19|20)\d{2}$")
+MIN_ABBREVIATION = 3  # characters, "&" included: "US" and "EU" are not names, "P&G" is
+
+
+def name_words(title: str, keyword: str) -> Optional[Tuple[str, ...]]:
+    """The words of ``title`` (lower case) whose letters spell ``keyword`` — a normalised
+    name such as ``americanexpress`` -> ``("american", "express")`` — when they are two or
+    more and the name neither starts nor ends with a connector; else ``None``."""
+    words = [w.lower() for w in _WORD.findall(title.replace("_", " "))]
+    for start in range(len(words)):
+        spelled = ""
+        for end in range(start, len(words)):
+            spelled += "" if words[end] == "&" else words[end]
+            if not keyword.startswith(spelled):
+                break
+            if spelled == keyword and end > start:
+                found = tuple(words[start : end + 1])
+                if found[0] in CONNECTORS or found[-1] in CONNECTORS:
+                    return None
+                return found
+    return None
+
+
+def document_names(title_keywords: Mapping[str, Iterable[str]]) -> Dict[str, Tuple[str, ...]]:
+    """``{title: its keywords}`` -> ``{name keyword: its words}`` for every keyword that is a
+    name of two words or more in its title (keywords with digits, such as years, are not)."""
+    names: Dict[str, Tuple[str, ...]] = {}
+    for title, keywords in title_keywords.items():
+        for keyword in keywords:
+            if not keyword or any(ch.isdigit() for ch in keyword) or keyword in names:
+                continue
+            words = name_words(title, keyword)
+            if words is not None:
+                names[keyword] = words
+    return names
+
+
+def abbreviates(token: str, words: Tuple[str, ...]) -> bool:
+    """Whether ``token`` (lower case) is each of ``words`` in order cut to a non-empty
+    prefix, a connector (``CONNECTORS``) cut to one of its short forms or left out."""
+
+    @lru_cache(maxsize=None)
+    def rest(i: int, j: int) -> bool:
+        if j == len(words):
+            return i == len(token)
+        word = words[j]
+        if word in CONNECTORS:
+            return any(token.startswith(short, i) and rest(i + len(short), j + 1) for short in CONNECTORS[word])
+        return any(
+            token[i : i + k] == word[:k] and rest(i + k, j + 1) for k in range(1, min(len(word), len(token) - i) + 1)
+        )
+
+    return rest(0, 0)
+
+
+def names_in_question(question: str, names: Mapping[str, Tuple[str, ...]]) -> List[str]:
+    """The name keywords of ``names`` (see :func:`document_names`) that ``question`` refers
+    to by an abbreviation written with at least two capitals ("AMEX", "JnJ") or by the
+    name's words side by side in any case ("best buy's")."""
+    if not names or not question:
+        return []
+    found: Dict[str, None] = {}
+    for match in _TOKEN.finditer(question):
+        written = match.group(0)
+        token = written.lower()
+        if len(token) < MIN_ABBREVIATION or sum(ch.isupper() for ch in written) < 2:
+            continue
+        for keyword, words in names.items():
+            if token.replace("&", "") != keyword and abbreviates(token, words):
+                found[keyword] = None
+    spaced = " " + " ".join(w for w in _WORD.findall(question.lower())) + " "
+    for keyword, words in names.items():
+        if " " + " ".join(words) + " " in spaced:
+            found[keyword] = None
+    return list(found)
+
+
+def latest_year_only(keywords: Iterable[str]) -> frozenset:
+    """``keywords`` with every year but the latest left out (unchanged with one year or none)."""
+    keywords = frozenset(keywords)
+    years = [k for k in keywords if _YEAR.match(k)]
+    if len(years) < 2:
+        return keywords
+    latest = max(years)
+    return frozenset(k for k in keywords if k == latest or not _YEAR.match(k))
