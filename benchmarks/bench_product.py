@@ -64,6 +64,7 @@ VARIANTS: Dict[str, Dict[str, Any]] = {
     # The document focus (DocumentFocusRetriever) off, and each of its signals off.
     "no_focus": {"document_focus": {"focus_documents": 0}},
     "focus_no_heading": {"document_focus": {"heading_weight": 0.0}},
+    "focus_no_heading_words": {"document_focus": {"heading_words_weight": 0.0}},
     "focus_no_table": {"document_focus": {"table_weight": 0.0}},
     "focus_no_pages_first": {"document_focus": {"pages_first": False}},
     # The two title-matching rules of the keyword route, each off.
@@ -81,6 +82,7 @@ VARIANT_LABELS = {
     "calibrated": "HiQAPack after `pack.calibrate()` (self-calibration, no labels)",
     "no_focus": "HiQAPack without the document focus (the multi-route ranking alone)",
     "focus_no_heading": "HiQAPack, document focus without the heading-path similarity",
+    "focus_no_heading_words": "HiQAPack, document focus without the heading words the question names",
     "focus_no_table": "HiQAPack, document focus without the table bonus",
     "focus_no_pages_first": "HiQAPack, document focus without one node per page first",
     "no_name_abbreviations": "HiQAPack without name abbreviations in questions (AMEX, JnJ)",

@@ -9,8 +9,10 @@ from llama_index.core.schema import TextNode
 
 from llama_index_hiqa import DocumentFocusRetriever, HiQAPack, MultiRouteRetriever, schema
 from llama_index_hiqa.retrievers.document_focus import (
+    content_words,
     focus_scores,
     heading_text,
+    heading_word_share,
     min_max,
     numeric_share,
     one_per_page_first,
@@ -59,6 +61,30 @@ def test_min_max_counts_a_missing_id_as_the_lowest_and_flat_scores_as_zero():
     assert min_max({}, ["a"]) == {"a": 0.0}
 
 
+def test_content_words_are_stemmed_without_stop_words():
+    assert content_words(["Consolidated Statements of Cash Flows", "the balance sheet", ""]) == [
+        frozenset({"consolid", "statement", "cash", "flow"}), frozenset({"balanc", "sheet"}), frozenset()
+    ]
+
+
+def test_heading_word_share_is_the_best_levels_share_of_named_words():
+    question = frozenset({"balanc", "sheet", "work", "capit"})
+    levels = [frozenset({"item", "financi", "statement"}), frozenset({"consolid", "balanc", "sheet"})]
+    assert heading_word_share(question, levels) == pytest.approx(2 / 3)
+    assert heading_word_share(question, []) == 0.0
+    assert heading_word_share(question, [frozenset()]) == 0.0
+
+
+@given(
+    st.frozensets(st.sampled_from("abcdef")),
+    st.lists(st.frozensets(st.sampled_from("abcdef")), max_size=4),
+)
+def test_heading_word_share_matches_its_definition(question, levels):
+    shares = [sum(1 for w in level if w in question) / len(level) for level in levels if level]
+    assert heading_word_share(question, levels) == pytest.approx(max(shares, default=0.0))
+    assert 0.0 <= heading_word_share(question, levels) <= 1.0
+
+
 def test_focus_scores_hand_computed():
     ids = ["a", "b", "c"]
     out = focus_scores(
@@ -68,6 +94,12 @@ def test_focus_scores_hand_computed():
     assert out["a"] == pytest.approx(0.7 * 1.0 + 0.3 * 0.0 + 0.2 * 0.0)
     assert out["b"] == pytest.approx(0.7 * 0.5 + 0.3 * 1.0 + 0.2 * 0.0)
     assert out["c"] == pytest.approx(0.7 * 0.0 + 0.3 * 0.0 + 0.2 * 1.0 + 0.3)
+    named = focus_scores(
+        ids, vector={"a": 0.8, "b": 0.6, "c": 0.4}, bm25={"b": 6.0, "c": 2.0}, heading={}, table={},
+        alpha=0.7, heading_weight=0.2, table_weight=0.3, heading_words={"b": 0.5}, heading_words_weight=0.4,
+    )
+    assert named["b"] == pytest.approx(0.7 * 0.5 + 0.3 * 1.0 + 0.4 * 0.5)  # not normalised
+    assert named["a"] == pytest.approx(0.7)
 
 
 # --- the retriever ----------------------------------------------------------------------
@@ -115,7 +147,7 @@ def test_the_best_documents_nodes_come_first_ranked_inside_it():
     assert len(results) == 4
     assert [schema.get_document_id(r.node) for r in results] == [top_document] * 4
     scores = [r.node.metadata[schema.ROUTE_SCORES] for r in results]
-    assert {"vector", "bm25", "heading", "table", "focus"} <= set(scores[0])
+    assert {"vector", "bm25", "heading", "heading_words", "table", "focus"} <= set(scores[0])
     # One node per page first: the two nodes of page 10 are not both ahead of another page.
     pages = [r.node.metadata[schema.PAGE_START] for r in results]
     assert pages.count(10) == 1 or pages.index(10) < 3 and pages[1:3].count(10) <= 1
@@ -123,18 +155,27 @@ def test_the_best_documents_nodes_come_first_ranked_inside_it():
 
 @pytest.mark.parametrize(
     "question, signal",
-    [("acme consolidated statement of cash flows", "heading_weight"), ("acme capital spending", "table_weight")],
+    [
+        ("acme consolidated statement of cash flows", "heading_weight"),
+        ("acme capital spending", "table_weight"),
+        ("acme capital spending in the statement of cash flows", "heading_words_weight"),
+    ],
 )
-def test_the_heading_similarity_and_the_table_bonus_each_lift_the_statement(question, signal):
-    _, plain, _ = _retrievers(table_weight=0.0, heading_weight=0.0)
-    _, lifted, _ = _retrievers(**{"table_weight": 0.0, "heading_weight": 0.0, signal: 2.0})
+def test_each_heading_signal_and_the_table_bonus_lift_the_statement(question, signal):
+    off = {"table_weight": 0.0, "heading_weight": 0.0, "heading_words_weight": 0.0}
+    _, plain, _ = _retrievers(**off)
+    _, lifted, _ = _retrievers(**{**off, signal: 2.0})
     assert plain.retrieve(question)[0].node.node_id != "acme-cash"
     best = lifted.retrieve(question)[0]
     assert best.node.node_id == "acme-cash"
     row = best.node.metadata[schema.ROUTE_SCORES]
     assert row["table"] == 1.0
-    # Heading vectors are computed only when their weight is not zero.
+    # Heading vectors and heading words are computed only when their weight is not zero.
     assert (row["heading"] is not None and row["heading"] > 0) == (signal == "heading_weight")
+    if signal == "heading_words_weight":
+        assert row["heading_words"] == pytest.approx(3 / 4)  # statement, cash, flow of 4 words
+    else:
+        assert row["heading_words"] is None
 
 
 def test_focus_off_returns_the_multi_route_ranking_unchanged():

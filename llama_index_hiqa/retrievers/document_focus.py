@@ -16,6 +16,10 @@ them again with signals that separate pages of one document:
 * the question's similarity to the node's heading path alone (HiQA's hierarchical
   metadata, §3.2): a question that names a section ("… shown in the cash flow statement")
   finds it even when the node's own embedding is dominated by rows of numbers;
+* the share of a heading's words the question names (stemmed, stop words left out; the
+  best of the node's heading levels): "balance sheet" names two of the three words of
+  "Consolidated Balance Sheets", so a section the question names outranks the many sections
+  its embedding is merely close to;
 * a bonus for table-like nodes (a ``table`` segment, or text that is mostly numbers): the
   questions such collections get ask for values, and values live in tables;
 
@@ -41,7 +45,7 @@ from llama_index_hiqa.retrievers.multi_route import BM25, KEYWORDS, VECTOR
 
 logger = logging.getLogger(__name__)
 
-HEADING, TABLE, FOCUS = "heading", "table", "focus"
+HEADING, HEADING_WORDS, TABLE, FOCUS = "heading", "heading_words", "table", "focus"
 _NUMBER = re.compile(r"^[(\-–$€£]*[\d][\d,.]*[)%]*$")
 
 
@@ -65,6 +69,12 @@ class DocumentFocusConfig(BaseModel):
         ge=0.0,
         description="Weight of the question's cosine similarity to the node's heading path "
         "(titles only, no document title), min-max normalised inside the document.",
+    )
+    heading_words_weight: float = Field(
+        default=0.2,
+        ge=0.0,
+        description="Weight of the share of a heading's words that the question names (0..1, "
+        "stemmed, stop words left out, the best of the node's heading levels).",
     )
     table_weight: float = Field(
         default=0.2,
@@ -106,6 +116,23 @@ def heading_text(node: BaseNode) -> str:
     return " > ".join(h.label() for h in schema.get_heading_path(node) if h.label())
 
 
+def content_words(texts: Sequence[str], language: str = "en") -> List[frozenset]:
+    """The stemmed words of each text, stop words left out: the default BM25 route's
+    tokens (bm25s with the English Snowball stemmer)."""
+    import bm25s
+    import Stemmer
+
+    tokens = bm25s.tokenize(list(texts), stopwords=language, stemmer=Stemmer.Stemmer("english"),
+                            return_ids=False, show_progress=False)
+    return [frozenset(t) for t in tokens]
+
+
+def heading_word_share(question_words: frozenset, heading_levels: Sequence[frozenset]) -> float:
+    """The largest share, over ``heading_levels`` (each level's words), of a level's words
+    that are among ``question_words``; 0 without headings."""
+    return max((len(level & question_words) / len(level) for level in heading_levels if level), default=0.0)
+
+
 def min_max(scores: Mapping[str, float], ids: Sequence[str]) -> Dict[str, float]:
     """``scores`` over ``ids`` scaled to 0..1 (a missing id counts as the lowest score)."""
     if not ids:
@@ -129,12 +156,17 @@ def focus_scores(
     alpha: float,
     heading_weight: float,
     table_weight: float,
+    heading_words: Optional[Mapping[str, float]] = None,
+    heading_words_weight: float = 0.0,
 ) -> Dict[str, float]:
-    """``α·v + (1−α)·b + heading_weight·h + table_weight·t`` for each of ``ids``, with v, b and
-    h min-max normalised over ``ids`` and t in {0, 1}."""
+    """``α·v + (1−α)·b + heading_weight·h + table_weight·t + heading_words_weight·w`` for each
+    of ``ids``, with v, b and h min-max normalised over ``ids``, t in {0, 1} and w (the share
+    of a heading's words the question names) in 0..1 as it is."""
     v, b, h = min_max(vector, ids), min_max(bm25, ids), min_max(heading, ids)
+    w = heading_words or {}
     return {
         i: alpha * v[i] + (1.0 - alpha) * b[i] + heading_weight * h[i] + table_weight * float(table.get(i, 0.0))
+        + heading_words_weight * float(w.get(i, 0.0))
         for i in ids
     }
 
@@ -179,6 +211,7 @@ class DocumentFocusRetriever(BaseRetriever):
         self.multi_route = multi_route
         self._embed_model = embed_model
         self._heading_vectors: Dict[str, np.ndarray] = {}
+        self._label_words: Dict[str, frozenset] = {}  # heading label -> content_words
         # What the ranking needs of a node, read once: a database store then fetches a
         # document's nodes only the first time a question lands on it.
         self._facts: Dict[str, _NodeFacts] = {}
@@ -202,8 +235,22 @@ class DocumentFocusRetriever(BaseRetriever):
             share = self.config.table_number_share
             for node_id, node in self.multi_route.nodes_by_id(missing).items():
                 table = schema.get_segment_kind(node) == schema.KIND_TABLE or numeric_share(node.get_content()) >= share
-                self._facts[node_id] = _NodeFacts(heading_text(node), 1.0 if table else 0.0, _page_key(node))
+                labels = tuple(h.label() for h in schema.get_heading_path(node) if h.label())
+                self._facts[node_id] = _NodeFacts(heading_text(node), 1.0 if table else 0.0, _page_key(node), labels)
         return {i: self._facts[i] for i in ids if i in self._facts}
+
+    def _heading_words(self, query: QueryBundle, facts: Mapping[str, "_NodeFacts"]) -> Dict[str, float]:
+        if not self.config.heading_words_weight:
+            return {}
+        language = getattr(self.multi_route.config, "bm25_language", "en")
+        missing = sorted({label for f in facts.values() for label in f.labels if label not in self._label_words})
+        if missing:
+            self._label_words.update(zip(missing, content_words(missing, language)))
+        question, = content_words([query.query_str or ""], language)
+        return {
+            node_id: heading_word_share(question, [self._label_words[label] for label in f.labels])
+            for node_id, f in facts.items() if f.labels
+        }
 
     def _heading_similarity(self, query: QueryBundle, facts: Mapping[str, "_NodeFacts"]) -> Dict[str, float]:
         if self._embed_model is None or query.embedding is None or not self.config.heading_weight:
@@ -228,10 +275,12 @@ class DocumentFocusRetriever(BaseRetriever):
         ids = [i for i in ids if i in facts]
         routes = self.multi_route.scores_within(query, ids)
         heading = self._heading_similarity(query, facts)
+        named = self._heading_words(query, facts)
         table = {i: facts[i].table for i in ids}
         alpha = self.multi_route.config.alpha
         fused = focus_scores(
-            ids, routes[VECTOR], routes[BM25], heading, table, alpha, self.config.heading_weight, self.config.table_weight
+            ids, routes[VECTOR], routes[BM25], heading, table, alpha, self.config.heading_weight, self.config.table_weight,
+            named, self.config.heading_words_weight,
         )
         ranked = sorted(ids, key=lambda i: (-fused[i], i))
         if self.config.pages_first:
@@ -239,7 +288,7 @@ class DocumentFocusRetriever(BaseRetriever):
         return [
             (i, fused[i], {VECTOR: routes[VECTOR].get(i), BM25: routes[BM25].get(i),
                            KEYWORDS: float(routes[KEYWORDS].get(i, 0.0)),
-                           HEADING: heading.get(i), TABLE: table[i], FOCUS: fused[i]})
+                           HEADING: heading.get(i), HEADING_WORDS: named.get(i), TABLE: table[i], FOCUS: fused[i]})
             for i in ranked
         ]
 
@@ -301,6 +350,7 @@ class _NodeFacts(NamedTuple):
     heading: str  # heading_text(node)
     table: float  # 1.0 for a table-like node
     page: Optional[Tuple[Optional[str], int]]  # (document, first page)
+    labels: Tuple[str, ...]  # each heading level's label, outermost first
 
 
 def _page_key(node: BaseNode) -> Optional[Tuple[Optional[str], int]]:
