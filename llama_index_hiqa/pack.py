@@ -25,7 +25,8 @@ LlamaIndex deprecated ``BaseLlamaPack``; the familiar ``get_modules()`` / ``run(
 kept without depending on it. ``persist(dir)`` / ``HiQAPack.load(dir)`` save and load the
 docstore and vector store (``StorageContext``), the BM25 and keyword indexes
 (``MultiRouteRetriever.persist``), the chunk graph (``ChunkInteractionGraph.persist``) and the
-configuration (JSON), so a second process answers without re-ingesting.
+configuration (JSON) — `storage/pack_folder.py` for a folder, `storage/pg_pack.py` for a
+database — so a second process answers without re-ingesting.
 """
 
 from __future__ import annotations
@@ -69,7 +70,7 @@ from llama_index_hiqa.pack_config import (  # noqa: F401  (HiQAPackConfig re-exp
     model_identity,
     route_settings,
 )
-from llama_index_hiqa.errors import EmptyCorpusError, PackStoreError, UnknownNodeError
+from llama_index_hiqa.errors import EmptyCorpusError, UnknownNodeError
 from llama_index_hiqa.ingestion import Checkpointer, IngestionReport, TimedTransform, batched, timed_iter, upsert_plan
 from llama_index_hiqa.retrievers.chain_augmented import ChainAugmentedRetriever
 from llama_index_hiqa.retrievers.document_focus import DocumentFocusConfig, DocumentFocusRetriever
@@ -517,49 +518,28 @@ class HiQAPack:
         stages.append(TimedTransform(stage="embed", inner=self.embed_model))
         return IngestionPipeline(transformations=[s.bind(report) for s in stages], disable_cache=True)
 
-    # -- persistence -----------------------------------------------------------------------
+    # -- persistence (storage/pack_folder.py writes and reads the folder) -------------------
     def persist(self, persist_dir: Union[str, Path]) -> Path:
         """Save everything into a new snapshot of the store folder and switch to it
         atomically: a process killed at any instant leaves the previous store loadable."""
-        from llama_index_hiqa.storage import pack_files
-        from llama_index_hiqa.storage.snapshots import write_snapshot
+        from llama_index_hiqa.storage.pack_folder import write_pack
 
         self._ensure_routes()
-        root = Path(persist_dir)
-        from llama_index_hiqa.figures import FIGURES_DIRNAME
-
-        with write_snapshot(root, legacy_marker=pack_files.CONFIG_FILENAME, shared_dirs=(FIGURES_DIRNAME,)) as folder:
-            vector_kind = pack_files.write_index(self.index, folder)
-            self._multi_route.persist(folder / pack_files.MULTI_ROUTE_DIRNAME)  # type: ignore[union-attr]
-            if self._graph is not None:
-                self._graph.graph.persist(folder / pack_files.CHUNK_GRAPH_DIRNAME)
-            self._save_figures(root)
-            pack_files.write_config(
-                folder,
-                {
-                    "config": self.config.model_dump(),
-                    "index_id": self.index.index_id,
-                    "embed_model": model_identity(self.embed_model),
-                    "vector_store": vector_kind,
-                    "node_count": self.node_count,
-                    "documents": self.document_ids,
-                    "file_stats": self.file_stats,
-                    "calibration": self.calibration,
-                },
-            )
+        root = write_pack(
+            Path(persist_dir), index=self.index, multi_route=self._multi_route, graph=self._graph,
+            previous_store=self.store_path,
+            payload={
+                "config": self.config.model_dump(),
+                "index_id": self.index.index_id,
+                "embed_model": model_identity(self.embed_model),
+                "node_count": self.node_count,
+                "documents": self.document_ids,
+                "file_stats": self.file_stats,
+                "calibration": self.calibration,
+            },
+        )
         self.store_path = root
         return root
-
-    def _save_figures(self, root: Path) -> None:
-        """Figure files go to ``root/images/`` beside the snapshots, named by content hash
-        and each written atomically, so every snapshot shares them and a crash leaves at
-        most an unreferenced file."""
-        from llama_index_hiqa.figures import FIGURES_DIRNAME, save_figures
-
-        previous = [] if self.store_path in (None, root) else [Path(self.store_path) / FIGURES_DIRNAME]
-        report = save_figures(self.index.docstore.docs.values(), root / FIGURES_DIRNAME, previous_dirs=previous)
-        for name, reason in report.missing:
-            logger.warning("figure %s not saved: %s", name, reason)
 
     @classmethod
     def load(
@@ -574,38 +554,26 @@ class HiQAPack:
         or inconsistent one is a :class:`PackStoreError` naming it). Pass ``vector_store``
         again for a remote store and the embedding model the pack was built with (the
         packaged MiniLM by default)."""
-        from llama_index_hiqa.storage.pack_files import CONFIG_FILENAME, StoreFiles
-        from llama_index_hiqa.storage.snapshots import snapshot_for_reading
-
         if _is_database(persist_dir):  # "postgresql://...": the pack of that database
             from llama_index_hiqa.storage.pg_pack import PostgresHiQAPack
 
             if vector_store is not None:
                 raise ValueError("a PostgreSQL store brings its own vector store (pgvector); pass no vector_store")
             return PostgresHiQAPack.open(str(persist_dir), llm=llm, embed_model=embed_model, **settings)
-        files = StoreFiles.open(snapshot_for_reading(Path(persist_dir), legacy_marker=CONFIG_FILENAME))
-        try:
-            # Stores written before embed_backend existed were embedded with PyTorch.
-            config = HiQAPackConfig(**{"embed_backend": "torch", **files.payload["config"], **settings})
-        except ValueError as exc:
-            raise PackStoreError(files.config_file, f"holds invalid settings ({exc})") from exc
-        embed_model = default_embed_model(embed_model, config.embed_backend)
-        if files.payload.get("embed_model") and files.payload["embed_model"] != model_identity(embed_model):
-            logger.warning(
-                "HiQAPack.load: the store was embedded with %s, queries now use %s",
-                files.payload["embed_model"], model_identity(embed_model),
-            )
-        index = files.load_index(embed_model, vector_store)
-        multi_route = _load_multi_route(files, index, config)
-        graph = _load_graph(files, index, config, embed_model, llm)
-        pack = cls(index, config=config, llm=llm, embed_model=embed_model, _multi_route=multi_route, _graph=graph)
+        from llama_index_hiqa.storage.pack_folder import open_folder, read_pack
+
+        files, config = open_folder(Path(persist_dir), settings)
+        stored = read_pack(
+            files, config, embed_model=default_embed_model(embed_model, config.embed_backend),
+            keywords=keyword_extractor(config), llm=llm, vector_store=vector_store,
+        )
+        pack = cls(
+            stored.index, config=stored.config, llm=llm, embed_model=stored.embed_model,
+            _multi_route=stored.multi_route, _graph=stored.graph,
+        )
         pack.store_path = Path(persist_dir)
-        pack.calibration = files.payload.get("calibration")
-        pack.file_stats = {
-            str(doc_id): [int(v) for v in stat]
-            for doc_id, stat in (files.payload.get("file_stats") or {}).items()
-            if isinstance(stat, list) and len(stat) == 2
-        }
+        pack.calibration = stored.calibration
+        pack.file_stats = stored.file_stats
         return pack
 
 
@@ -623,55 +591,6 @@ def _file_stat(path: Any) -> Optional[List[int]]:
     except OSError:
         return None
     return None if stat is None else [int(stat.st_size), int(stat.st_mtime_ns)]
-
-
-def _load_multi_route(files: Any, index: VectorStoreIndex, config: HiQAPackConfig) -> BaseRetriever:
-    """The persisted BM25 and keyword indexes, checked against the docstore: a route that
-    would fail or miss nodes on every question is an error now, naming its file."""
-    from llama_index_hiqa.retrievers.multi_route import BM25_DIRNAME, MultiRouteRetriever
-    from llama_index_hiqa.storage.pack_files import MULTI_ROUTE_DIRNAME
-
-    nodes = list(index.docstore.docs.values())
-    retriever = files.read(
-        MULTI_ROUTE_DIRNAME,
-        lambda p: MultiRouteRetriever.from_persist_dir(
-            p, index=index, nodes=nodes, keyword_extractor=keyword_extractor(config), **route_settings(config)
-        ),
-        "the BM25 and keyword indexes",
-    )
-    bm25_ids = retriever.bm25_node_ids
-    if bm25_ids is not None:
-        files.check_node_ids(
-            f"{MULTI_ROUTE_DIRNAME}/{BM25_DIRNAME}", bm25_ids, [n.node_id for n in nodes], "the BM25 index", complete=True
-        )
-    return retriever
-
-
-def _load_graph(
-    files: Any, index: VectorStoreIndex, config: HiQAPackConfig, embed_model: BaseEmbedding, llm: Optional[LLM]
-) -> Any:
-    if not config.use_chunk_graph:
-        return None
-    from llama_index_hiqa.retrievers.chunk_graph import ChunkGraphRetriever, ChunkInteractionGraph
-    from llama_index_hiqa.storage.pack_files import CHUNK_GRAPH_DIRNAME
-
-    from llama_index_hiqa.storage.pack_files import docstore_node_ids
-
-    graph = files.read(CHUNK_GRAPH_DIRNAME, ChunkInteractionGraph.load, "the chunk graph")
-    files.check_node_ids(
-        CHUNK_GRAPH_DIRNAME, graph.node_ids, docstore_node_ids(index.docstore), "the chunk graph", complete=True
-    )
-    return ChunkGraphRetriever(graph, **graph_retriever_settings(index, config, embed_model, llm))
-
-
-def graph_retriever_settings(
-    index: VectorStoreIndex, config: HiQAPackConfig, embed_model: BaseEmbedding, llm: Optional[LLM]
-) -> Dict[str, Any]:
-    """What a loaded pack's ChunkGraphRetriever is given besides its graph (any store)."""
-    return {
-        "docstore": index.docstore, "embed_model": embed_model, "llm": llm,
-        "keyword_fn": keyword_extractor(config).extract_query, **chunk_graph_settings(config)["search"],
-    }
 
 
 # Settings is re-exported so notebooks can configure the pack without a second import line.

@@ -212,3 +212,14 @@ def keyword_extractor(config: HiQAPackConfig) -> Any:
     # vector top-k (benchmarks/RESULTS.md, "Multi-hop on the product path").
     defaults = {"show_progress": config.show_progress, "ner_max_nodes": None if config.use_chunk_graph else 0}
     return CriticalKeywordExtractor(**{**defaults, **config.keywords})
+
+
+def graph_retriever_settings(
+    index: Any, config: HiQAPackConfig, embed_model: BaseEmbedding, llm: Optional[LLM], keywords: Any
+) -> Dict[str, Any]:
+    """What a loaded pack's ChunkGraphRetriever is given besides its graph (any store);
+    ``keywords`` is the pack's ``CriticalKeywordExtractor``."""
+    return {
+        "docstore": index.docstore, "embed_model": embed_model, "llm": llm,
+        "keyword_fn": keywords.extract_query, **chunk_graph_settings(config)["search"],
+    }

@@ -29,7 +29,7 @@ from llama_index_hiqa import pack as _pack
 from llama_index_hiqa import schema
 from llama_index_hiqa.errors import UnknownNodeError
 from llama_index_hiqa.pack import HiQAPack
-from llama_index_hiqa.pack_config import HiQAPackConfig, model_identity, route_settings
+from llama_index_hiqa.pack_config import HiQAPackConfig, graph_retriever_settings, model_identity, route_settings
 from llama_index_hiqa.storage.postgres import DocumentRecord, PostgresStore, PostgresStoreSettings
 from llama_index_hiqa.transforms.critical_keywords import normalize_keyword
 
@@ -162,7 +162,9 @@ class PostgresHiQAPack(HiQAPack):
         self._graph = None
         if self.stored_graph is not None and self.store.node_count():
             self._graph = self.stored_graph.retriever(
-                **_pack.graph_retriever_settings(self.index, self.config, self.embed_model, self.llm)
+                **graph_retriever_settings(
+                    self.index, self.config, self.embed_model, self.llm, _pack.keyword_extractor(self.config)
+                )
             )
         self._routes_stale = False
         self._retriever = None
