@@ -297,7 +297,7 @@ class MultiRouteRetriever(BaseRetriever):
         }
         return {node_id: by_title[t] for node_id, t in titles.items() if by_title[t]}
 
-    def _names_of_titles(self, nodes: Sequence[BaseNode]) -> Dict[str, Tuple[str, ...]]:
+    def _names_of_titles(self, nodes: Sequence[BaseNode]) -> Dict[str, Tuple[Tuple[str, ...], ...]]:
         """Name keyword -> its words, over the document titles of ``nodes``
         (``title_match.document_names``); empty unless title keywords are on the nodes."""
         if not self.config.use_keywords or not self.keyword_extractor.include_document_keywords:
@@ -305,14 +305,15 @@ class MultiRouteRetriever(BaseRetriever):
         titles = list(dict.fromkeys(t for t in (schema.get_document_title(n) for n in nodes) if t))
         return self._names_of(titles)
 
-    def _names_of(self, titles: Sequence[str]) -> Dict[str, Tuple[str, ...]]:
+    def _names_of(self, titles: Sequence[str]) -> Dict[str, Tuple[Tuple[str, ...], ...]]:
         keywords = self.keyword_extractor.title_keywords(titles)
         return title_match.document_names(
             {t: [normalize_keyword(k) for k in kws] for t, kws in zip(titles, keywords)}
         )
 
-    def document_names(self) -> Mapping[str, Tuple[str, ...]]:
-        """The collection's document names a question may abbreviate (name keyword -> words)."""
+    def document_names(self) -> Mapping[str, Tuple[Tuple[str, ...], ...]]:
+        """The collection's document names a question may abbreviate (name keyword -> the
+        words that spell it in the titles, ``title_match.document_names``)."""
         return self._document_names
 
     def _resolve_beta(self) -> float:

@@ -56,18 +56,23 @@ def name_words(title: str, keyword: str) -> Optional[Tuple[str, ...]]:
     return None
 
 
-def document_names(title_keywords: Mapping[str, Iterable[str]]) -> Dict[str, Tuple[str, ...]]:
-    """``{title: its keywords}`` -> ``{name keyword: its words}`` for every keyword that is a
-    name of two words or more in its title (keywords with digits, such as years, are not)."""
-    names: Dict[str, Tuple[str, ...]] = {}
+Names = Mapping[str, Tuple[Tuple[str, ...], ...]]  # name keyword -> each way titles spell it
+
+
+def document_names(title_keywords: Mapping[str, Iterable[str]]) -> Dict[str, Tuple[Tuple[str, ...], ...]]:
+    """``{title: its keywords}`` -> ``{name keyword: the words that spell it}`` for every
+    keyword that is a name of two words or more in a title (keywords with digits, such as
+    years, are not). Titles may spell one name differently ("Johnson & Johnson" on a 10-K's
+    cover, "JOHNSON JOHNSON" in a file name): every spelling is kept."""
+    names: Dict[str, Dict[Tuple[str, ...], None]] = {}
     for title, keywords in title_keywords.items():
         for keyword in keywords:
-            if not keyword or any(ch.isdigit() for ch in keyword) or keyword in names:
+            if not keyword or any(ch.isdigit() for ch in keyword):
                 continue
             words = name_words(title, keyword)
             if words is not None:
-                names[keyword] = words
-    return names
+                names.setdefault(keyword, {})[words] = None
+    return {keyword: tuple(spellings) for keyword, spellings in names.items()}
 
 
 def abbreviates(token: str, words: Tuple[str, ...]) -> bool:
@@ -88,7 +93,7 @@ def abbreviates(token: str, words: Tuple[str, ...]) -> bool:
     return rest(0, 0)
 
 
-def names_in_question(question: str, names: Mapping[str, Tuple[str, ...]]) -> List[str]:
+def names_in_question(question: str, names: Names) -> List[str]:
     """The name keywords of ``names`` (see :func:`document_names`) that ``question`` refers
     to by an abbreviation written with at least two capitals ("AMEX", "JnJ") or by the
     name's words side by side in any case ("best buy's")."""
@@ -100,12 +105,12 @@ def names_in_question(question: str, names: Mapping[str, Tuple[str, ...]]) -> Li
         token = written.lower()
         if len(token) < MIN_ABBREVIATION or sum(ch.isupper() for ch in written) < 2:
             continue
-        for keyword, words in names.items():
-            if token.replace("&", "") != keyword and abbreviates(token, words):
+        for keyword, spellings in names.items():
+            if token.replace("&", "") != keyword and any(abbreviates(token, words) for words in spellings):
                 found[keyword] = None
     spaced = " " + " ".join(w for w in _WORD.findall(question.lower())) + " "
-    for keyword, words in names.items():
-        if " " + " ".join(words) + " " in spaced:
+    for keyword, spellings in names.items():
+        if any(" " + " ".join(words) + " " in spaced for words in spellings):
             found[keyword] = None
     return list(found)
 

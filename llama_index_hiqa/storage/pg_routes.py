@@ -113,7 +113,7 @@ class PostgresMultiRouteRetriever(MultiRouteRetriever):
         self._bm25_tokenizer = None
         self._keyword_index = KeywordIndex()  # unused: the keyword route is a query
         self._title_keywords = {}
-        self._names_of_titles_read: Tuple[Tuple[str, ...], Dict[str, Tuple[str, ...]]] = ((), {})
+        self._names_of_titles_read: Tuple[Tuple[str, ...], Dict[str, Tuple[Tuple[str, ...], ...]]] = ((), {})
         self._bm25 = _StoredBM25(store, self.config.bm25_language) if self.config.use_bm25 else None  # type: ignore[assignment]
         self._shape: Tuple[int, float] = (0, 1.0)
         self._shape_read_at = float("-inf")
@@ -146,7 +146,7 @@ class PostgresMultiRouteRetriever(MultiRouteRetriever):
         extra = self._title_extra()
         return {node_id: float(held) + extra * float(in_title) for node_id, held, in_title in rows}
 
-    def document_names(self) -> Mapping[str, Tuple[str, ...]]:
+    def document_names(self) -> Mapping[str, Tuple[Tuple[str, ...], ...]]:
         # The stored titles, read with the collection's shape; names re-extracted only when
         # the titles changed (another process may have added a document).
         if not (self.config.use_keywords and self.keyword_extractor.include_document_keywords):
