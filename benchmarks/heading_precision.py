@@ -10,7 +10,7 @@ The sample: 120 headings drawn with ``random.Random(0)`` from the distinct (fili
 path) pairs of a pack built by ``HiQAPack.from_directory`` on the 46 FinanceBench PDFs with
 defaults (the store ``bench_product.py`` leaves in ``--store-dir``/defaults). Each was judged by
 reading its label and the text under it; the judgments are in
-``benchmarks/product/heading_labels.json`` (index -> "ok" or the error's kind), written for this
+``benchmarks/heading_precision_labels.json`` (index -> "ok" or the error's kind), written for this
 sample. A different store (another reader version) draws a different sample: re-label it.
 
 Run: ``.venv/bin/python benchmarks/heading_precision.py --store /tmp/hiqa_bench_product/defaults``
@@ -29,7 +29,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
-LABELS = HERE / "product" / "heading_labels.json"
+LABELS = HERE / "heading_precision_labels.json"
 SAMPLE_SIZE = 120
 
 
