@@ -32,6 +32,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
+from functools import lru_cache
 from typing import Any, Dict, List, Mapping, NamedTuple, Optional, Sequence, Tuple
 
 import numpy as np
@@ -110,19 +111,35 @@ def numeric_share(text: str) -> float:
     return sum(1 for token in tokens if _NUMBER.match(token)) / len(tokens)
 
 
+def heading_labels(node: BaseNode) -> Tuple[str, ...]:
+    """Each level's label of the node's heading path, outermost first, without the
+    document title."""
+    return tuple(h.label() for h in schema.get_heading_path(node) if h.label())
+
+
 def heading_text(node: BaseNode) -> str:
     """The node's heading path as one line ("Item 8 Financial Statements > Consolidated
     Balance Sheet"), without the document title; "" when it has none."""
-    return " > ".join(h.label() for h in schema.get_heading_path(node) if h.label())
+    return _joined(heading_labels(node))
+
+
+def _joined(labels: Sequence[str]) -> str:
+    return " > ".join(labels)
+
+
+@lru_cache(maxsize=1)
+def _english_stemmer() -> Any:
+    import Stemmer
+
+    return Stemmer.Stemmer("english")
 
 
 def content_words(texts: Sequence[str], language: str = "en") -> List[frozenset]:
     """The stemmed words of each text, stop words left out: the default BM25 route's
     tokens (bm25s with the English Snowball stemmer)."""
     import bm25s
-    import Stemmer
 
-    tokens = bm25s.tokenize(list(texts), stopwords=language, stemmer=Stemmer.Stemmer("english"),
+    tokens = bm25s.tokenize(list(texts), stopwords=language, stemmer=_english_stemmer(),
                             return_ids=False, show_progress=False)
     return [frozenset(t) for t in tokens]
 
@@ -235,8 +252,7 @@ class DocumentFocusRetriever(BaseRetriever):
             share = self.config.table_number_share
             for node_id, node in self.multi_route.nodes_by_id(missing).items():
                 table = schema.get_segment_kind(node) == schema.KIND_TABLE or numeric_share(node.get_content()) >= share
-                labels = tuple(h.label() for h in schema.get_heading_path(node) if h.label())
-                self._facts[node_id] = _NodeFacts(heading_text(node), 1.0 if table else 0.0, _page_key(node), labels)
+                self._facts[node_id] = _NodeFacts(heading_labels(node), 1.0 if table else 0.0, _page_key(node))
         return {i: self._facts[i] for i in ids if i in self._facts}
 
     def _heading_words(self, query: QueryBundle, facts: Mapping[str, "_NodeFacts"]) -> Dict[str, float]:
@@ -347,10 +363,14 @@ class DocumentFocusRetriever(BaseRetriever):
 
 
 class _NodeFacts(NamedTuple):
-    heading: str  # heading_text(node)
+    labels: Tuple[str, ...]  # heading_labels(node)
     table: float  # 1.0 for a table-like node
     page: Optional[Tuple[Optional[str], int]]  # (document, first page)
-    labels: Tuple[str, ...]  # each heading level's label, outermost first
+
+    @property
+    def heading(self) -> str:
+        """heading_text(node): the path as one line, what the heading similarity embeds."""
+        return _joined(self.labels)
 
 
 def _page_key(node: BaseNode) -> Optional[Tuple[Optional[str], int]]:

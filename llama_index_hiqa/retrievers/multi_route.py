@@ -236,8 +236,7 @@ class MultiRouteRetriever(BaseRetriever):
                 keyword_index = KeywordIndex.from_nodes(nodes_list)
             self._check_known(keyword_index.node_ids, "keyword index")
         self._keyword_index = keyword_index or KeywordIndex()
-        self._title_keywords = self._document_title_keywords(nodes_list)
-        self._document_names = self._names_of_titles(nodes_list)
+        self._title_keywords, self._document_names = self._title_facts(nodes_list)
         self._bm25: Optional[_BM25Route] = _bm25_route
         if self._bm25 is None and self.config.use_bm25 and nodes_list:
             self._bm25 = _BM25Route.build(nodes_list, bm25_tokenizer, self.config.bm25_language)
@@ -278,38 +277,33 @@ class MultiRouteRetriever(BaseRetriever):
                 f"(first: {unknown[:3]}); rebuild the index or pass the matching docstore"
             )
 
-    def _document_title_keywords(self, nodes: Sequence[BaseNode]) -> Dict[str, frozenset]:
-        """Node id -> the normalised keywords of its document title (one extraction per
-        title), for ``document_keyword_weight``; empty when the weight is 1 or the extractor
+    def _reads_titles(self) -> bool:
+        """Whether title keywords are on the nodes and the keyword route asks for them."""
+        return self.config.use_keywords and self.keyword_extractor.include_document_keywords
+
+    def _title_keywords_of(self, titles: Sequence[str]) -> Dict[str, frozenset]:
+        """Title -> its normalised keywords (one extraction per title)."""
+        keywords = self.keyword_extractor.title_keywords(titles)
+        return {t: frozenset(normalize_keyword(k) for k in kws) for t, kws in zip(titles, keywords)}
+
+    def _title_facts(
+        self, nodes: Sequence[BaseNode]
+    ) -> Tuple[Dict[str, frozenset], Dict[str, Tuple[Tuple[str, ...], ...]]]:
+        """From one extraction over the document titles of ``nodes``: node id -> its title's
+        keywords, for ``document_keyword_weight`` (empty when the weight is 1), and the
+        collection's names (``title_match.document_names``). Both empty when the extractor
         does not copy title keywords onto nodes."""
-        if (
-            not self.config.use_keywords
-            or self.config.document_keyword_weight == 1.0
-            or not self.keyword_extractor.include_document_keywords
-        ):
-            return {}
+        if not self._reads_titles():
+            return {}, {}
         titles = {n.node_id: schema.get_document_title(n) for n in nodes}
         titles = {node_id: title for node_id, title in titles.items() if title}
-        unique = list(dict.fromkeys(titles.values()))
-        by_title = {
-            t: frozenset(normalize_keyword(k) for k in kws)
-            for t, kws in zip(unique, self.keyword_extractor.title_keywords(unique))
-        }
-        return {node_id: by_title[t] for node_id, t in titles.items() if by_title[t]}
-
-    def _names_of_titles(self, nodes: Sequence[BaseNode]) -> Dict[str, Tuple[Tuple[str, ...], ...]]:
-        """Name keyword -> its words, over the document titles of ``nodes``
-        (``title_match.document_names``); empty unless title keywords are on the nodes."""
-        if not self.config.use_keywords or not self.keyword_extractor.include_document_keywords:
-            return {}
-        titles = list(dict.fromkeys(t for t in (schema.get_document_title(n) for n in nodes) if t))
-        return self._names_of(titles)
-
-    def _names_of(self, titles: Sequence[str]) -> Dict[str, Tuple[Tuple[str, ...], ...]]:
-        keywords = self.keyword_extractor.title_keywords(titles)
-        return title_match.document_names(
-            {t: [normalize_keyword(k) for k in kws] for t, kws in zip(titles, keywords)}
+        by_title = self._title_keywords_of(list(dict.fromkeys(titles.values())))
+        per_node = (
+            {}
+            if self.config.document_keyword_weight == 1.0
+            else {node_id: by_title[t] for node_id, t in titles.items() if by_title[t]}
         )
+        return per_node, title_match.document_names(by_title)
 
     def document_names(self) -> Mapping[str, Tuple[Tuple[str, ...], ...]]:
         """The collection's document names a question may abbreviate (name keyword -> the
@@ -361,8 +355,7 @@ class MultiRouteRetriever(BaseRetriever):
                 clone._bm25 = _BM25Route.build(nodes, self._bm25_tokenizer, new.bm25_language)
             if new.use_keywords and not old.use_keywords:
                 clone._keyword_index = KeywordIndex.from_nodes(nodes)
-            clone._title_keywords = clone._document_title_keywords(nodes)
-            clone._document_names = clone._names_of_titles(nodes)
+            clone._title_keywords, clone._document_names = clone._title_facts(nodes)
         clone._beta_value = clone._resolve_beta()
         return clone
 

@@ -66,7 +66,7 @@ def document_names(title_keywords: Mapping[str, Iterable[str]]) -> Dict[str, Tup
     cover, "JOHNSON JOHNSON" in a file name): every spelling is kept."""
     names: Dict[str, Dict[Tuple[str, ...], None]] = {}
     for title, keywords in title_keywords.items():
-        for keyword in keywords:
+        for keyword in sorted(keywords):  # sets arrive too: one order on every run
             if not keyword or any(ch.isdigit() for ch in keyword):
                 continue
             words = name_words(title, keyword)

@@ -25,6 +25,7 @@ from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.callbacks.base import CallbackManager
 from llama_index.core.schema import BaseNode, NodeWithScore, QueryBundle
 
+from llama_index_hiqa.retrievers import title_match
 from llama_index_hiqa.retrievers.multi_route import BM25, KEYWORDS, VECTOR, MultiRouteConfig, MultiRouteRetriever
 from llama_index_hiqa.storage.pg_schema import (
     BM25_SQL,
@@ -124,7 +125,7 @@ class PostgresMultiRouteRetriever(MultiRouteRetriever):
         if time.monotonic() - self._shape_read_at > SHAPE_TTL_S:
             (count, pages), = self._store.rows(SHAPE_SQL)
             self._shape = (int(count), float(pages or 1.0))
-            if self.config.use_keywords and self.keyword_extractor.include_document_keywords:
+            if self._reads_titles():
                 self._read_titles()
             self._shape_read_at = time.monotonic()
         return self._shape
@@ -149,7 +150,7 @@ class PostgresMultiRouteRetriever(MultiRouteRetriever):
     def document_names(self) -> Mapping[str, Tuple[Tuple[str, ...], ...]]:
         # The stored titles, read with the collection's shape; names re-extracted only when
         # the titles changed (another process may have added a document).
-        if not (self.config.use_keywords and self.keyword_extractor.include_document_keywords):
+        if not self._reads_titles():
             return {}
         self.collection_shape()
         return self._names_of_titles_read[1]
@@ -157,7 +158,7 @@ class PostgresMultiRouteRetriever(MultiRouteRetriever):
     def _read_titles(self) -> None:
         titles = tuple(title for title, in self._store.rows(TITLES_SQL))
         if titles != self._names_of_titles_read[0]:
-            self._names_of_titles_read = (titles, self._names_of(list(titles)))
+            self._names_of_titles_read = (titles, title_match.document_names(self._title_keywords_of(list(titles))))
 
     def _keyword_counts(self, query: QueryBundle) -> Tuple[List[str], Dict[str, float]]:
         if not self.config.use_keywords:
