@@ -94,8 +94,8 @@ def build_nodes(documents: Sequence[Document]) -> List[TextNode]:
     nodes: List[TextNode] = []
     for document in documents:
         meta = document.metadata
-        spans = meta.get(schema.PAGE_SPANS) or [[0, 0, len(document.text)]]
-        headings = meta.get(schema.LAYOUT_HEADINGS) or []
+        spans = schema.page_spans_of(meta) or [(0, 0, len(document.text))]
+        headings = schema.layout_headings_of(meta)
         for position, node in enumerate(splitter.get_nodes_from_documents([document])):
             start = node.start_char_idx if node.start_char_idx is not None else 0
             end = node.end_char_idx if node.end_char_idx is not None else start + len(node.text)

@@ -295,12 +295,12 @@ class PDFLayoutReader(BasePydanticReader):
                 schema.FILE_PATH: str(path),
                 schema.FILE_NAME: path.name,
                 schema.PAGE_COUNT: len(parsed.page_spans),
-                schema.PAGE_SPANS: parsed.page_spans,
-                schema.LAYOUT_HEADINGS: parsed.headings,
                 schema.BODY_FONT_SIZE: parsed.body_size,
-                schema.IMAGES: parsed.images,
             }
         )
+        schema.set_page_spans(metadata, parsed.page_spans)
+        schema.set_layout_headings(metadata, parsed.headings)
+        schema.set_images(metadata, parsed.images)
         # id_ is the ref_doc_id a docstore upserts by: re-ingesting the file replaces it.
         document = Document(text=parsed.text, id_=document_id, metadata=metadata)
         schema.hide_from_views(document)
