@@ -32,6 +32,14 @@ from llama_index_hiqa.evaluation.datasets import EvalQuestion, load_questions_js
 
 # Package data, so `hiqa demo` works from an installed wheel (examples/data links here).
 DEMO_DATA_DIR = Path(__file__).resolve().parent / "demo_data"
+
+
+def demo_data_dir() -> Path:
+    """The folder of the ten demo datasheets and their questions, inside the installed package
+    (``HiQAPack.from_directory(demo_data_dir())`` works from a wheel as from a checkout)."""
+    return DEMO_DATA_DIR
+
+
 CHUNK_SIZE = 256  # tokens, the same baseline as the benchmarks (benchmarks/_common.py)
 CHUNK_OVERLAP = 32
 SNIPPET_CHARS = 90
