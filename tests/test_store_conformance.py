@@ -27,9 +27,12 @@ from llama_index.core.schema import QueryBundle
 from llama_index_hiqa import (
     CascadingMetadataTransform,
     ChunkGraphRetriever,
+    ContextHeaderTransform,
     CriticalKeywordExtractor,
     HiQAPack,
     LayoutMarkdownParser,
+    LineNumberSegmentParser,
+    MarkdownFormatterParser,
     MultiRouteRetriever,
     PDFLayoutReader,
     SegmentIntegrationPostprocessor,
@@ -38,7 +41,8 @@ from llama_index_hiqa import (
     schema,
 )
 from llama_index_hiqa.evaluation.datasets import load_questions_jsonl
-from llama_index_hiqa.index_nodes import index_nodes
+from llama_index_hiqa.vector_store_access import index_nodes
+from llama_index_hiqa.testing import ScriptedLLM
 from tests.pack_helpers import HashEmbedding
 from tests.vector_stores import IN_MEMORY_KINDS, STORE_KINDS, available, close_store, open_store
 
@@ -137,6 +141,31 @@ def test_parser_cascade_and_keywords_ingest_into_the_store(kind, pg_url, tmp_pat
     path = [h.label() for h in schema.get_heading_path(hit.node)]
     assert path and hit.node.metadata[schema.HEADING_CASCADE].startswith("NX-2043")
     close_store(kind, store)
+
+
+def test_llm_parsers_and_context_headers_ingest_into_the_store(kind, pg_url, tmp_path, documents):
+    """The README rows that take an LLM (scripted here, as in their own tests)."""
+    from tests.test_context_header import _llm as header_llm
+    from tests.test_markdown_formatter import good as good_markdown
+
+    pipelines = {
+        "markdown formatter": [MarkdownFormatterParser(llm=ScriptedLLM(good_markdown)), CascadingMetadataTransform()],
+        "line numbers": [LineNumberSegmentParser(llm=header_llm(), min_chars_for_llm=0),
+                         ContextHeaderTransform(llm=header_llm())],
+    }
+    for name, transformations in pipelines.items():
+        # One store (one collection) per index, as an app has: FAISS rows are numbered per index.
+        # (pgvector: both share the database's table, as two apps on one database may.)
+        store = open_store(kind, tmp_path / name.replace(" ", "-"), DIM, pg_url)
+        index = VectorStoreIndex.from_documents(
+            documents[:2], storage_context=StorageContext.from_defaults(vector_store=store),
+            transformations=transformations, embed_model=HashEmbedding(),
+        )
+        hits = index.as_retriever(similarity_top_k=3).retrieve("NX-2040 output current")
+        assert hits, name
+        assert all(h.node.metadata.get(schema.PARSE_PATH) == "llm" for h in hits), name
+        assert all(schema.get_heading_path(h.node) for h in hits), name
+        close_store(kind, store)
 
 
 # --------------------------------------------------------------------------- drop-in rows
@@ -289,7 +318,7 @@ def test_pack_on_the_store_ranks_persists_loads_updates_and_deletes(
 
 def _store_nodes(pack):
     """The nodes the vector store itself holds (the docstore's for stores without text)."""
-    from llama_index_hiqa.index_nodes import list_vector_store_nodes
+    from llama_index_hiqa.vector_store_access import list_vector_store_nodes
 
     vector_store = pack.index.vector_store
     if vector_store.stores_text:
@@ -306,3 +335,20 @@ def _append_page(path: Path, text: str) -> None:
     data = doc.tobytes()
     doc.close()
     path.write_bytes(data)
+
+
+@pytest.mark.skipif(not available("lancedb"), reason="lancedb integration not installed")
+def test_a_write_lancedb_would_refuse_is_refused_before_anything_changes(tmp_path):
+    """A LanceDB table keeps the metadata fields of its first write: a later node with another
+    field is refused before the document it replaces is removed."""
+    from llama_index.core.schema import TextNode
+
+    from llama_index_hiqa.vector_store_access import check_nodes_fit
+
+    store = open_store("lancedb", tmp_path, DIM)
+    check_nodes_fit(store, [TextNode(text="x", metadata={"a": "1"})])  # no table yet: any fields
+    VectorStoreIndex([TextNode(text="first", metadata={"a": "1"})],
+                     storage_context=StorageContext.from_defaults(vector_store=store), embed_model=HashEmbedding())
+    check_nodes_fit(store, [TextNode(text="same fields", metadata={"a": "2"})])
+    with pytest.raises(VectorStoreFeatureError, match="LanceDBVectorStore.*'b'"):
+        check_nodes_fit(store, [TextNode(text="new field", metadata={"a": "2", "b": "3"})])

@@ -57,7 +57,7 @@ from llama_index.core.schema import (
 from llama_index.core.storage.docstore.types import BaseDocumentStore
 
 from llama_index_hiqa import schema
-from llama_index_hiqa.index_nodes import index_nodes
+from llama_index_hiqa.vector_store_access import index_nodes
 from llama_index_hiqa.errors import RerankerError, UnknownNodeError
 # The pure selection algorithm; re-exported here, where it was first.
 from llama_index_hiqa.postprocessors.segment_selection import (  # noqa: F401
@@ -244,7 +244,7 @@ class SegmentIntegrationPostprocessor(BaseNodePostprocessor):
     def from_index(cls, index: Any, **kwargs: Any) -> "SegmentIntegrationPostprocessor":
         """Fill segments with the chunks that were not retrieved, read from the index's
         docstore or, over a store that keeps the text (Chroma, Qdrant, pgvector, ...), from the
-        nodes listed from the vector store (:mod:`llama_index_hiqa.index_nodes`)."""
+        nodes listed from the vector store (:mod:`llama_index_hiqa.vector_store_access`)."""
         _nodes, docstore = index_nodes(index, "SegmentIntegrationPostprocessor")
         return cls(docstore=docstore, **kwargs)
 

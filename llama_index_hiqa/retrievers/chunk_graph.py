@@ -37,7 +37,7 @@ from llama_index.core.schema import BaseNode, MetadataMode, NodeWithScore, Query
 from llama_index.core.storage.docstore import BaseDocumentStore
 
 from llama_index_hiqa import schema
-from llama_index_hiqa.index_nodes import index_nodes
+from llama_index_hiqa.vector_store_access import index_nodes
 from llama_index_hiqa.defaults import resolve_embed_model, resolve_llm
 from llama_index_hiqa.errors import GraphBuildError, LLMOutputError, UnknownNodeError
 from llama_index_hiqa.retrievers.chain_scorers import N_FEATURES, ChainScorer, DefaultChainScorer
@@ -168,7 +168,7 @@ class ChunkGraphRetriever(BaseRetriever):
     def from_index(cls, index: Any, show_progress: bool = False, **kwargs: Any) -> "ChunkGraphRetriever":
         """Build over the nodes of a ``VectorStoreIndex``: text from its docstore or, over a
         store that keeps the text (Chroma, Qdrant, pgvector, ...), from the vector store
-        (:mod:`llama_index_hiqa.index_nodes`); vectors from the vector store where it returns
+        (:mod:`llama_index_hiqa.vector_store_access`); vectors from the vector store where it returns
         them, else the index's embed model recomputes them."""
         listed, docstore = index_nodes(index, "ChunkGraphRetriever")
         nodes = [n.model_copy() for n in listed]

@@ -51,7 +51,7 @@ from llama_index.core.schema import BaseNode, NodeWithScore, QueryBundle
 from llama_index.core.storage.docstore.types import BaseDocumentStore
 
 from llama_index_hiqa import schema
-from llama_index_hiqa.index_nodes import index_nodes
+from llama_index_hiqa.vector_store_access import index_nodes
 from llama_index_hiqa.retrievers.store_vectors import collect, cosine_scale, scores_of_nodes, with_top_k
 from llama_index_hiqa.events import MultiRouteRetrievalEndEvent, RouteFailedEvent
 from llama_index_hiqa.errors import RetrievalRouteError, UnknownNodeError
@@ -246,7 +246,7 @@ class MultiRouteRetriever(BaseRetriever):
         """Vector route from ``index.as_retriever``; BM25/keywords over every node of the index:
         ``nodes`` or ``docstore`` when given, else the index's docstore, else the nodes listed
         from a vector store that keeps the text (Chroma, Qdrant, LanceDB, Milvus, DuckDB,
-        pgvector, ...; :mod:`llama_index_hiqa.index_nodes`). A store that cannot list them
+        pgvector, ...; :mod:`llama_index_hiqa.vector_store_access`). A store that cannot list them
         raises :class:`~llama_index_hiqa.errors.VectorStoreFeatureError` here.
         """
         config = kwargs.pop("config", None) or MultiRouteConfig()

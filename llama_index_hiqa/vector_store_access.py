@@ -1,20 +1,23 @@
-"""The nodes of a ``VectorStoreIndex``, wherever its vector store keeps them, and the deletion
-of a document's vectors from any store.
+"""What the pack needs of a LlamaIndex vector store beyond ``VectorStoreIndex``'s interface:
+the collection's nodes, a document's deletion, and a write the store can take.
 
-The BM25 and keyword routes of :class:`~llama_index_hiqa.MultiRouteRetriever`, the chunk graph
-of :class:`~llama_index_hiqa.ChunkGraphRetriever` and the gap filling of
+**Nodes.** The BM25 and keyword routes of :class:`~llama_index_hiqa.MultiRouteRetriever`, the
+chunk graph of :class:`~llama_index_hiqa.ChunkGraphRetriever` and the gap filling of
 :class:`~llama_index_hiqa.SegmentIntegrationPostprocessor` read every node of the collection,
 not only the top k. A ``VectorStoreIndex`` keeps them in its docstore when the vector store
 keeps no text (``SimpleVectorStore``, FAISS) or when built with ``store_nodes_override=True``;
 over a store that keeps the text (Chroma, Qdrant, LanceDB, Milvus, DuckDB, pgvector, ...) the
-docstore stays empty and the nodes are only in the vector store.
+docstore stays empty and the nodes are only in the vector store. :func:`index_nodes` returns
+them from wherever they are: ``nodes=`` or ``docstore=`` given by the caller, else the index's
+docstore, else the vector store itself. Listing a store is not one call in LlamaIndex:
+``get_nodes()`` with no argument is refused by Milvus and pgvector and capped by Qdrant (9,999
+points), so each of those has its lister below. A store that cannot list its nodes raises
+:class:`~llama_index_hiqa.errors.VectorStoreFeatureError` naming the store, the component and
+the argument to pass: a route is never switched off silently.
 
-:func:`index_nodes` returns them from wherever they are: ``nodes=`` or ``docstore=`` given by
-the caller, else the index's docstore, else the vector store itself. Listing a store is not one
-call in LlamaIndex: ``get_nodes()`` with no argument is refused by Milvus and pgvector and
-capped by Qdrant (9,999 points), so each of those has its lister below. A store that cannot
-list its nodes raises :class:`~llama_index_hiqa.errors.VectorStoreFeatureError` naming the
-store, the component and the argument to pass: a route is never switched off silently.
+**Deletion** (:func:`delete_ref_doc`) and **writes** (:func:`check_nodes_fit`) go around two
+integrations' limits: LanceDB's delete quotes the id as a column name, and a LanceDB table
+keeps the metadata fields of its first write.
 """
 
 from __future__ import annotations
@@ -117,6 +120,33 @@ def _milvus(vector_store: Any) -> List[BaseNode]:
 def _pgvector(vector_store: Any) -> List[BaseNode]:
     # PGVectorStore asserts ids or filters; an empty filter list selects every row.
     return vector_store.get_nodes(filters=MetadataFilters(filters=[]))
+
+
+# Keys LlamaIndex's node_to_metadata_dict adds beside the node's own metadata.
+_LLAMA_INDEX_ROW_KEYS = frozenset({"_node_content", "_node_type", "document_id", "doc_id", "ref_doc_id"})
+
+
+def check_nodes_fit(vector_store: Any, nodes: Sequence[BaseNode]) -> None:
+    """Raise :class:`~llama_index_hiqa.errors.VectorStoreFeatureError` before a write the store
+    would refuse half-way: a LanceDB table keeps the metadata fields of its first write and
+    rejects a node carrying another (a table's labels, a figure's caption, a summary)."""
+    if type(vector_store).__name__ != "LanceDBVectorStore" or not nodes:
+        return
+    try:
+        fields = {field.name for field in vector_store.table.schema.field("metadata").type}
+    # No table yet (the first write makes it), or another layout: nothing to check against.
+    except Exception:  # noqa: BLE001
+        return
+    keys = {key for node in nodes for key in node.metadata} | _LLAMA_INDEX_ROW_KEYS
+    unknown = sorted(keys - fields)
+    if unknown:
+        raise VectorStoreFeatureError(
+            store="LanceDBVectorStore",
+            feature=f"its table keeps the metadata fields of its first write, and these nodes carry "
+            f"{', '.join(map(repr, unknown[:5]))} which it lacks",
+            fix="ingest the whole collection into a new table in one run (its first batch then holds every "
+            "kind of node), or use a store without a fixed schema (the pack's default, Chroma, Qdrant, ...)",
+        )
 
 
 def delete_ref_doc(index: Any, ref_doc_id: str) -> None:
