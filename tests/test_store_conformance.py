@@ -59,7 +59,8 @@ def _kinds() -> List:
     ]
 
 
-@pytest.fixture(params=_kinds())
+# Module scope: the tests of one store run together, sharing its app index (built once).
+@pytest.fixture(scope="module", params=_kinds())
 def kind(request) -> str:
     return request.param
 
@@ -67,6 +68,13 @@ def kind(request) -> str:
 @pytest.fixture
 def pg_url(kind, request):
     """A fresh database for pgvector (the session's server), ``None`` for the others."""
+    if kind != "pgvector":
+        return None
+    return request.getfixturevalue("server").database()
+
+
+@pytest.fixture(scope="module")
+def module_pg_url(kind, request):
     if kind != "pgvector":
         return None
     return request.getfixturevalue("server").database()
@@ -169,11 +177,11 @@ def test_llm_parsers_and_context_headers_ingest_into_the_store(kind, pg_url, tmp
 
 
 # --------------------------------------------------------------------------- drop-in rows
-@pytest.fixture
-def app_index(kind, pg_url, tmp_path, documents):
+@pytest.fixture(scope="module")
+def app_index(kind, module_pg_url, tmp_path_factory, documents):
     """An existing app's index over the store, built as LlamaIndex builds it (no
     store_nodes_override): over a store that keeps the text, its docstore stays empty."""
-    store = open_store(kind, tmp_path, DIM, pg_url)
+    store = open_store(kind, tmp_path_factory.mktemp(f"app-{kind}"), DIM, module_pg_url)
     index = VectorStoreIndex.from_documents(
         documents, storage_context=StorageContext.from_defaults(vector_store=store),
         transformations=[LayoutMarkdownParser(), CascadingMetadataTransform()], embed_model=HashEmbedding(),
@@ -205,11 +213,17 @@ def test_chunk_graph_and_segments_from_index(kind, app_index):
     assert all(s.node.metadata[schema.SEGMENT_FILL] == "docstore" for s in segments)
 
 
-def test_multi_route_rankings_match_the_simple_store(kind, app_index, questions, tmp_path, documents):
-    reference_index = VectorStoreIndex.from_documents(
+@pytest.fixture(scope="module")
+def reference_rankings(documents, questions):
+    """The multi-route top k over LlamaIndex's SimpleVectorStore, for every store to match."""
+    index = VectorStoreIndex.from_documents(
         documents, transformations=[LayoutMarkdownParser(), CascadingMetadataTransform()], embed_model=HashEmbedding()
     )
-    reference = _top_ids(MultiRouteRetriever.from_index(reference_index, similarity_top_k=TOP_K), questions)
+    return _top_ids(MultiRouteRetriever.from_index(index, similarity_top_k=TOP_K), questions)
+
+
+def test_multi_route_rankings_match_the_simple_store(kind, app_index, questions, reference_rankings):
+    reference = reference_rankings
     ours = _top_ids(MultiRouteRetriever.from_index(app_index, similarity_top_k=TOP_K), questions)
     first, overlap = _agreement(ours, reference)
     assert first >= 0.96 and overlap >= 0.9, (first, overlap)
