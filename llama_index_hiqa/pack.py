@@ -71,7 +71,7 @@ from llama_index_hiqa.pack_config import (  # noqa: F401  (HiQAPackConfig re-exp
     route_settings,
 )
 from llama_index_hiqa.errors import EmptyCorpusError, UnknownNodeError, VectorStoreFeatureError
-from llama_index_hiqa.vector_store_access import check_nodes_fit, delete_ref_doc
+from llama_index_hiqa.vector_store_access import check_nodes_fit, delete_ref_doc, prepare_nodes_for_store
 from llama_index_hiqa.ingestion import Checkpointer, IngestionReport, TimedTransform, batched, timed_iter, upsert_plan
 from llama_index_hiqa.retrievers.chain_augmented import ChainAugmentedRetriever
 from llama_index_hiqa.retrievers.document_focus import DocumentFocusConfig, DocumentFocusRetriever
@@ -445,6 +445,7 @@ class HiQAPack:
         """Index one batch's ``nodes`` in place of the documents ``replaced`` (ids of earlier
         versions); returns the number of nodes removed. A database store overrides this with
         one transaction."""
+        prepare_nodes_for_store(self.index.vector_store, nodes)
         check_nodes_fit(self.index.vector_store, nodes)  # before the old versions are removed
         removed = sum(self._remove_ref_doc(ref_doc_id) for ref_doc_id in replaced)
         self.index.insert_nodes(nodes)

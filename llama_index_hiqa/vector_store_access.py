@@ -15,9 +15,9 @@ points), so each of those has its lister below. A store that cannot list its nod
 :class:`~llama_index_hiqa.errors.VectorStoreFeatureError` naming the store, the component and
 the argument to pass: a route is never switched off silently.
 
-**Deletion** (:func:`delete_ref_doc`) and **writes** (:func:`check_nodes_fit`) go around two
-integrations' limits: LanceDB's delete quotes the id as a column name, and a LanceDB table
-keeps the metadata fields of its first write.
+**Deletion** (:func:`delete_ref_doc`) and **writes** (:func:`prepare_nodes_for_store`,
+:func:`check_nodes_fit`) go around two integrations' limits: LanceDB's delete quotes the id as a
+column name, and a LanceDB table keeps the metadata fields of its first write.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from llama_index.core.schema import BaseNode
 from llama_index.core.storage.docstore import BaseDocumentStore, SimpleDocumentStore
 from llama_index.core.vector_stores.types import MetadataFilters
 
+from llama_index_hiqa import schema
 from llama_index_hiqa.errors import VectorStoreFeatureError
 
 # Ids asked of a store per call when a store is listed by id (Milvus).
@@ -124,6 +125,31 @@ def _pgvector(vector_store: Any) -> List[BaseNode]:
 
 # Keys LlamaIndex's node_to_metadata_dict adds beside the node's own metadata.
 _LLAMA_INDEX_ROW_KEYS = frozenset({"_node_content", "_node_type", "document_id", "doc_id", "ref_doc_id"})
+
+
+# Every fact a node of the pack may carry whose absence has an empty form of the same type,
+# for a LanceDB table to hold from its first write (pages and positions are never padded: 0
+# would be a wrong page, not an empty one).
+_EMPTY_FACTS: Dict[str, Any] = {
+    **{key: "" for key in (schema.SECTION_TITLE, schema.TABLE_TITLE, schema.IMAGE_CAPTION, schema.IMAGE_FILE,
+                           schema.PARSE_PATH, *schema.VIEW_KEYS)},
+    **{key: schema.encode_json([]) for key in (schema.HEADING_PATH, schema.TABLE_COLUMNS, schema.TABLE_ROWS,
+                                               schema.IMAGE_BBOX, schema.CRITICAL_KEYWORDS)},
+    schema.IMAGE_XREF: 0,
+}
+
+
+def prepare_nodes_for_store(vector_store: Any, nodes: Sequence[BaseNode]) -> None:
+    """Give every node the same metadata fields where the store needs it: a LanceDB table keeps
+    the fields of its first write, so each node gets every fact of the pack's vocabulary, the
+    missing ones empty (and hidden from both views). Other stores: nothing changes."""
+    if type(vector_store).__name__ != "LanceDBVectorStore":
+        return
+    for node in nodes:
+        padded = [key for key in _EMPTY_FACTS if key not in node.metadata]
+        for key in padded:
+            node.metadata[key] = _EMPTY_FACTS[key]
+        schema.hide_from_views(node, padded)
 
 
 def check_nodes_fit(vector_store: Any, nodes: Sequence[BaseNode]) -> None:

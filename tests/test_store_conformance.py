@@ -22,7 +22,7 @@ from typing import Dict, List
 import pytest
 from llama_index.core import StorageContext, VectorStoreIndex
 from llama_index.core.node_parser import SentenceSplitter
-from llama_index.core.schema import QueryBundle
+from llama_index.core.schema import MetadataMode, QueryBundle
 
 from llama_index_hiqa import (
     CascadingMetadataTransform,
@@ -366,3 +366,22 @@ def test_a_write_lancedb_would_refuse_is_refused_before_anything_changes(tmp_pat
     check_nodes_fit(store, [TextNode(text="same fields", metadata={"a": "2"})])
     with pytest.raises(VectorStoreFeatureError, match="LanceDBVectorStore.*'b'"):
         check_nodes_fit(store, [TextNode(text="new field", metadata={"a": "2", "b": "3"})])
+
+
+@pytest.mark.skipif(not available("lancedb"), reason="lancedb integration not installed")
+def test_the_pack_writes_later_kinds_of_node_into_a_lancedb_table(tmp_path, documents):
+    """A first batch with no table and no figure, a later one with both: the pack pads each
+    node's facts, so LanceDB's table (fixed at its first write) takes the later nodes."""
+    notes = tmp_path / "notes.md"
+    notes.write_text("# Notes\n\nThe NX-2040 ships in reels of 2,500.\n", encoding="utf-8")
+    store = open_store("lancedb", tmp_path / "vectors", DIM)
+    pack = HiQAPack.empty(vector_store=store, embed_model=HashEmbedding())
+    pack.ingest(PDFLayoutReader().load_data(notes))
+    pack.ingest(documents[:1])  # a datasheet: tables and a figure
+    kinds = {schema.get_segment_kind(n) for n in pack.nodes}
+    assert {schema.KIND_TABLE, schema.KIND_IMAGE} <= kinds
+    hits = pack.retrieve("NX-2040 electrical characteristics table")
+    assert any(schema.get_segment_kind(h.node) == schema.KIND_TABLE for h in hits)
+    # Padding is hidden from what is embedded: a text node's embedding view is unchanged.
+    note = next(n for n in pack.nodes if schema.get_document_id(n) == "notes")
+    assert "[]" not in note.get_content(metadata_mode=MetadataMode.EMBED)
