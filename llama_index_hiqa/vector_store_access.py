@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
-from llama_index.core.schema import BaseNode
+from llama_index.core.schema import BaseNode, MetadataMode
 from llama_index.core.storage.docstore import BaseDocumentStore, SimpleDocumentStore
 from llama_index.core.vector_stores.types import MetadataFilters
 
@@ -140,16 +140,35 @@ _EMPTY_FACTS: Dict[str, Any] = {
 
 
 def prepare_nodes_for_store(vector_store: Any, nodes: Sequence[BaseNode]) -> None:
-    """Give every node the same metadata fields where the store needs it: a LanceDB table keeps
-    the fields of its first write, so each node gets every fact of the pack's vocabulary, the
-    missing ones empty (and hidden from both views). Other stores: nothing changes."""
-    if type(vector_store).__name__ != "LanceDBVectorStore":
+    """Make ``nodes`` what the store can take, changing nothing a reader relies on:
+
+    * pgvector: PostgreSQL's text and jsonb cannot hold NUL (PDF text sometimes does), so each
+      is replaced by U+FFFD in the text and the string metadata, one character for one, so
+      every character offset holds;
+    * LanceDB: a table keeps the fields of its first write, so each node gets every fact of
+      the pack's vocabulary, the missing ones empty (and hidden from both views).
+
+    Other stores: nothing changes."""
+    name = type(vector_store).__name__
+    if name == "PGVectorStore":
+        for node in nodes:
+            _replace_nul(node)
+    if name != "LanceDBVectorStore":
         return
     for node in nodes:
         padded = [key for key in _EMPTY_FACTS if key not in node.metadata]
         for key in padded:
             node.metadata[key] = _EMPTY_FACTS[key]
         schema.hide_from_views(node, padded)
+
+
+def _replace_nul(node: BaseNode) -> None:
+    text = node.get_content(metadata_mode=MetadataMode.NONE)
+    if "\x00" in text:
+        node.set_content(text.replace("\x00", "\ufffd"))
+    for key, value in list(node.metadata.items()):
+        if isinstance(value, str) and "\x00" in value:
+            node.metadata[key] = value.replace("\x00", "\ufffd")
 
 
 def check_nodes_fit(vector_store: Any, nodes: Sequence[BaseNode]) -> None:

@@ -385,3 +385,16 @@ def test_the_pack_writes_later_kinds_of_node_into_a_lancedb_table(tmp_path, docu
     # Padding is hidden from what is embedded: a text node's embedding view is unchanged.
     note = next(n for n in pack.nodes if schema.get_document_id(n) == "notes")
     assert "[]" not in note.get_content(metadata_mode=MetadataMode.EMBED)
+
+
+@pytest.mark.skipif(not available("pgvector"), reason="postgres integration not installed")
+def test_pdf_text_with_nul_characters_goes_into_pgvector(server, tmp_path, documents):
+    """PostgreSQL cannot hold NUL (PDF text sometimes does); the pack replaces it with U+FFFD,
+    one character for one, instead of the write failing half-way through a collection."""
+    doc = documents[0].model_copy()
+    doc.set_content(doc.text.replace("Electrical characteristics", "Electrical\x00characteristics", 1))
+    store = open_store("pgvector", tmp_path, DIM, server.database())
+    pack = HiQAPack.from_documents([doc], vector_store=store, embed_model=HashEmbedding())
+    node = next(n for n in pack.nodes if "\ufffd" in n.text)
+    assert "Electrical\ufffdcharacteristics" in node.text
+    assert pack.retrieve("NX-2040 electrical characteristics")
