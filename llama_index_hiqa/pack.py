@@ -32,6 +32,7 @@ database — so a second process answers without re-ingesting.
 from __future__ import annotations
 
 import logging
+import os
 import time
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Union
@@ -121,6 +122,7 @@ class HiQAPack:
         # leaves a file with the same facts unread (the document hash decides for the others).
         self.file_stats: Dict[str, List[int]] = {}
         self.store_path: Optional[Path] = None  # the folder it was loaded from / persisted to
+        self._snapshot: Optional[str] = None  # the snapshot of store_path it holds (conflict check)
         self.calibration: Optional[Dict[str, Any]] = None  # the last calibrate() report, saved with the store
 
     # -- construction ------------------------------------------------------------------
@@ -525,9 +527,12 @@ class HiQAPack:
         from llama_index_hiqa.storage.pack_folder import write_pack
 
         self._ensure_routes()
-        root = write_pack(
-            Path(persist_dir), index=self.index, multi_route=self._multi_route, graph=self._graph,
-            previous_store=self.store_path,
+        root = Path(persist_dir)
+        # Saving over the store this pack was loaded from: it must still be the snapshot loaded.
+        same = self.store_path is not None and os.path.realpath(self.store_path) == os.path.realpath(root)
+        self._snapshot = write_pack(
+            root, index=self.index, multi_route=self._multi_route, graph=self._graph,
+            previous_store=self.store_path, expected_snapshot=self._snapshot if same else None,
             payload={
                 "config": self.config.model_dump(),
                 "index_id": self.index.index_id,
@@ -560,7 +565,7 @@ class HiQAPack:
             if vector_store is not None:
                 raise ValueError("a PostgreSQL store brings its own vector store (pgvector); pass no vector_store")
             return PostgresHiQAPack.open(str(persist_dir), llm=llm, embed_model=embed_model, **settings)
-        from llama_index_hiqa.storage.pack_folder import open_folder, read_pack
+        from llama_index_hiqa.storage.pack_folder import loaded_snapshot, open_folder, read_pack
 
         files, config = open_folder(Path(persist_dir), settings)
         stored = read_pack(
@@ -572,6 +577,7 @@ class HiQAPack:
             _multi_route=stored.multi_route, _graph=stored.graph,
         )
         pack.store_path = Path(persist_dir)
+        pack._snapshot = loaded_snapshot(files)
         pack.calibration = stored.calibration
         pack.file_stats = stored.file_stats
         return pack

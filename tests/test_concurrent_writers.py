@@ -1,0 +1,94 @@
+"""Two writers of one folder store never lose an update: `hiqa ingest --add` runs in separate
+processes are serialised by the store's lock (held from load to the switch of CURRENT), and a
+library caller that saves over a store changed since it loaded it gets a StoreConflictError."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from llama_index_hiqa import pack as pack_module
+from llama_index_hiqa.errors import StoreConflictError
+from llama_index_hiqa.pack import HiQAPack
+from llama_index_hiqa.storage.snapshots import current_snapshot
+from tests.pack_helpers import HashEmbedding
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _folder(path: Path, names) -> Path:
+    path.mkdir(parents=True)
+    for name in names:
+        (path / f"{name}.txt").write_text(f"# {name} manual\n\nThe {name} unit runs at {len(name)} volts.\n")
+    return path
+
+
+def _cli(*args: str) -> subprocess.Popen:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.Popen(
+        [sys.executable, "-m", "tests.cheap_cli", *args], cwd=ROOT, env=env,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+
+
+def _documents(store: Path) -> set:
+    import json
+
+    payload = json.loads((current_snapshot(store) / "hiqa_pack.json").read_text())
+    return set(payload["documents"])
+
+
+@pytest.mark.parametrize("run", range(3))
+def test_two_concurrent_add_runs_keep_both_documents(tmp_path, run):
+    base = _folder(tmp_path / "base", ["alpha"])
+    first = _folder(tmp_path / "one", [f"bravo{run}", "charlie"])
+    second = _folder(tmp_path / "two", [f"delta{run}", "echo"])
+    store = tmp_path / "store"
+    done = _cli("ingest", str(base), "--store", str(store), "--quiet")
+    assert done.wait(timeout=300) == 0, done.stderr.read()
+    writers = [_cli("ingest", str(f), "--store", str(store), "--add", "--quiet") for f in (first, second)]
+    for writer in writers:
+        assert writer.wait(timeout=300) == 0, writer.stderr.read()
+        assert "added to" in writer.stdout.read()
+    assert _documents(store) == {"alpha", f"bravo{run}", "charlie", f"delta{run}", "echo"}
+
+
+@pytest.fixture
+def cheap(monkeypatch):
+    monkeypatch.setattr(pack_module, "default_embed_model", lambda m=None, backend=None: m or HashEmbedding())
+    real = pack_module.keyword_extractor
+    monkeypatch.setattr(
+        pack_module, "keyword_extractor",
+        lambda config: real(config.model_copy(update={"keywords": {"use_ner": False}})),
+    )
+
+
+def test_saving_over_a_store_changed_since_loading_is_refused(tmp_path, cheap):
+    store = tmp_path / "store"
+    HiQAPack.from_directory(_folder(tmp_path / "base", ["alpha"]), store=store)
+    one, two = HiQAPack.load(store), HiQAPack.load(store)
+    one.add_directory(_folder(tmp_path / "one", ["bravo"]))
+    one.persist(store)
+    two.add_directory(_folder(tmp_path / "two", ["charlie"]))
+    with pytest.raises(StoreConflictError, match="load the store again") as caught:
+        two.persist(store)
+    assert caught.value.path == store
+    assert _documents(store) == {"alpha", "bravo"}  # the first writer's document is kept
+    again = HiQAPack.load(store)  # what the message says to do works
+    again.add_directory(tmp_path / "two")
+    again.persist(store)
+    assert _documents(store) == {"alpha", "bravo", "charlie"}
+
+
+def test_a_pack_saves_repeatedly_over_its_own_store(tmp_path, cheap):
+    store = tmp_path / "store"
+    pack = HiQAPack.from_directory(_folder(tmp_path / "base", ["alpha"]), store=store)
+    pack = HiQAPack.load(store)
+    for name in ("bravo", "charlie"):
+        pack.add_directory(_folder(tmp_path / name, [name]))
+        pack.persist(store)  # its own previous save is not a conflict
+    assert _documents(store) == {"alpha", "bravo", "charlie"}
