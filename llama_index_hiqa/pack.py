@@ -72,6 +72,7 @@ from llama_index_hiqa.pack_config import (  # noqa: F401  (HiQAPackConfig re-exp
     route_settings,
 )
 from llama_index_hiqa.errors import EmptyCorpusError, UnknownNodeError
+from llama_index_hiqa.pack_arguments import check_pack_arguments, checked_documents
 from llama_index_hiqa.ingestion import Checkpointer, IngestionReport, TimedTransform, batched, timed_iter, upsert_plan
 from llama_index_hiqa.retrievers.chain_augmented import ChainAugmentedRetriever
 from llama_index_hiqa.retrievers.document_focus import DocumentFocusConfig, DocumentFocusRetriever
@@ -105,6 +106,7 @@ class HiQAPack:
         _multi_route: Optional[BaseRetriever] = None,
         _graph: Any = None,
     ) -> None:
+        check_pack_arguments(llm=llm, embed_model=embed_model)
         self.index = index
         self.config = config or HiQAPackConfig()
         self.llm = resolve_llm(llm)
@@ -178,6 +180,7 @@ class HiQAPack:
         holds none; every ingested batch commits there). A folder ``store`` is written by
         :meth:`from_directory` once it has read the folder."""
         store = settings.pop("store", None)
+        check_pack_arguments(llm=llm, embed_model=embed_model, vector_store=vector_store, store=store)
         if _is_database(store):
             if vector_store is not None:
                 raise ValueError("a PostgreSQL store brings its own vector store (pgvector); pass no vector_store")
@@ -415,6 +418,7 @@ class HiQAPack:
         pipeline = self._pipeline(report)
         saver = Checkpointer(checkpoint, checkpoint_seconds)
         docstore = self.index.docstore
+        documents = checked_documents(documents)
         for batch in batched(timed_iter(documents, report), batch_size or self.config.ingest_batch_size):
             new, changed, unchanged = upsert_plan(batch, docstore.get_document_hash)
             report.documents_unchanged += unchanged
@@ -559,6 +563,7 @@ class HiQAPack:
         or inconsistent one is a :class:`PackStoreError` naming it). Pass ``vector_store``
         again for a remote store and the embedding model the pack was built with (the
         packaged MiniLM by default)."""
+        check_pack_arguments(llm=llm, embed_model=embed_model, vector_store=vector_store, store=persist_dir)
         if _is_database(persist_dir):  # "postgresql://...": the pack of that database
             from llama_index_hiqa.storage.pg_pack import PostgresHiQAPack
 

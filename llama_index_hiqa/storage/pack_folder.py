@@ -116,10 +116,13 @@ def open_folder(persist_dir: Path, settings: Optional[Mapping[str, Any]] = None)
     files = pack_files.StoreFiles.open(snapshot_for_reading(persist_dir, legacy_marker=pack_files.CONFIG_FILENAME))
     try:
         # Stores written before embed_backend existed were embedded with PyTorch.
-        config = HiQAPackConfig(**{"embed_backend": "torch", **files.payload["config"], **(settings or {})})
-    except ValueError as exc:
+        stored = {"embed_backend": "torch", **files.payload["config"]}
+        HiQAPackConfig(**stored)
+    except (ValueError, TypeError) as exc:
         raise PackStoreError(files.config_file, f"holds invalid settings ({exc})") from exc
-    return files, config
+    # The caller's settings are checked on their own: a bad argument is the caller's error
+    # (a ValidationError naming the setting), not the store's.
+    return files, HiQAPackConfig(**{**stored, **(settings or {})})
 
 
 def read_pack(
