@@ -383,7 +383,9 @@ class HiQAPack:
     def run(self, question: str, **kwargs: Any) -> Response:
         """Answer one question (``Response`` with ``source_nodes``; print it for the text;
         ``streaming=True``: a ``StreamingResponse`` whose ``response_gen`` yields the tokens)."""
-        return self.as_query_engine(**kwargs).query(question)
+        from llama_index_hiqa.readers._text_decode import valid_unicode
+
+        return self.as_query_engine(**kwargs).query(valid_unicode(question))
 
     def figures(self, response: Any) -> List[Dict[str, Any]]:
         """The figures that go with an answer (a response or its source nodes): figures it
