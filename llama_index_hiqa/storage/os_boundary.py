@@ -52,14 +52,15 @@ def as_path_error(exc: OSError, path: Any = None) -> PathAccessError:
 
 @contextlib.contextmanager
 def os_errors(path: Any) -> Iterator[None]:
-    """Run the block; an ``OSError`` leaves it as a :class:`PathAccessError` (``path`` is named
-    when the system did not say which file it refused)."""
+    """Run the block; an ``OSError`` leaves it as a :class:`PathAccessError` naming ``path``
+    (the store, what the user chose) and the file the system refused inside it."""
     try:
         yield
     except HiQAError:  # PackStoreError is a FileNotFoundError too: already the pack's own
         raise
     except OSError as exc:
-        raise as_path_error(exc, path) from exc
+        inside = f"writing {exc.filename} failed: " if exc.filename is not None else ""
+        raise PathAccessError(path, inside + describe_os_error(exc)) from exc
 
 
 def _tree_bytes(folder: Path) -> int:
@@ -89,7 +90,11 @@ def check_store_writable(root: Path, current: Optional[Path] = None) -> None:
         with open(probe, "wb") as handle:
             handle.write(b"x")
     except OSError as exc:
-        raise PathAccessError(existing, f"cannot be written ({describe_os_error(exc)})") from exc
+        reason = (
+            "files cannot be created there (a virtual file system such as /proc?); choose another path"
+            if exc.errno == errno.ENOENT else describe_os_error(exc)
+        )
+        raise PathAccessError(existing, f"cannot be written ({reason})") from exc
     finally:
         with contextlib.suppress(OSError):
             probe.unlink()
