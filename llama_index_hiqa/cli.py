@@ -148,6 +148,37 @@ def _folder_writer(store: Path) -> Iterator[None]:
                 store.rmdir()
 
 
+# A stage that runs longer than this is shown moving (one huge document is one batch, and
+# the per-batch progress line would otherwise stay silent for its whole ingestion).
+STAGE_TICK_SECONDS = 10.0
+
+
+@contextlib.contextmanager
+def _stage_ticker(report: Any, started: float, quiet: bool, every: Optional[float] = None) -> Iterator[None]:
+    """Print the running stage every ``every`` seconds while a stage runs that long."""
+    import threading
+    import time
+
+    every = STAGE_TICK_SECONDS if every is None else every
+    stop = threading.Event()
+
+    def tick() -> None:
+        while not stop.wait(every):
+            line = report.running_line()
+            if line is not None and time.monotonic() - report.stage_started >= every:
+                print(f"[{time.monotonic() - started:7.1f}s] {line}", file=sys.stderr, flush=True)
+
+    thread = None if quiet else threading.Thread(target=tick, name="hiqa-progress", daemon=True)
+    if thread is not None:
+        thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        if thread is not None:
+            thread.join(timeout=every)
+
+
 def _cmd_ingest(args: argparse.Namespace) -> int:
     llm = _llm(args)
     folder = Path(args.dir)
@@ -206,11 +237,15 @@ def _ingest(args: argparse.Namespace, llm: Any, folder: Path, store: Any, databa
     reader_log = logging.getLogger("llama_index_hiqa.readers")
     level = reader_log.level
     reader_log.setLevel(logging.ERROR)
+    from llama_index_hiqa.ingestion import IngestionReport
+
+    running = IngestionReport()
     try:
-        report = pack.add_directory(
-            folder, recursive=args.recursive, progress=progress,
-            checkpoint=checkpoint, checkpoint_seconds=args.checkpoint_minutes * 60,
-        )
+        with _stage_ticker(running, started, quiet=args.quiet):
+            report = pack.add_directory(
+                folder, recursive=args.recursive, progress=progress, report=running,
+                checkpoint=checkpoint, checkpoint_seconds=args.checkpoint_minutes * 60,
+            )
     finally:
         reader_log.setLevel(level)
     for failure in pack.read_failures:
