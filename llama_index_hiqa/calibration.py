@@ -153,8 +153,8 @@ def calibrate(
         from llama_index_hiqa.errors import EvaluationInputError
 
         raise EvaluationInputError(
-            "calibrate: no question could be generated (the collection has no headed sections, so "
-            "there is nothing to calibrate on); the store keeps its fusion settings"
+            "calibrate needs at least one question and none could be generated (the collection has "
+            "no headed sections to ask about); the store keeps its fusion settings"
         )
     grid = {**DEFAULT_GRID} if grid is None else {k: list(v) for k, v in grid.items()}
     unknown = sorted(set(grid) - set(DEFAULT_GRID))

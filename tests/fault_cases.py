@@ -384,7 +384,7 @@ def _calibrate_flat(tmp: Path, store: Path) -> bool:
     docs.mkdir()
     (docs / "a.txt").write_text("just one line of text without any heading at all")
     assert hiqa("ingest", docs, "--store", tmp / "s", "--quiet").code == 0
-    return hiqa("calibrate", "--store", tmp / "s").one_line("no question could be generated")
+    return hiqa("calibrate", "--store", tmp / "s").one_line("none could be generated", "no headed sections")
 
 
 @case("damaged cache", "garbage embedding cache file")
