@@ -1,4 +1,4 @@
-"""``python -m tests.cheap_cli ARGS``: the ``hiqa`` command with a hashing embedding and
+"""``python tests/cheap_cli.py ARGS`` (or ``-m tests.cheap_cli``): the ``hiqa`` command with a hashing embedding and
 rules-only keywords (no model loads), for tests that run the command in several processes."""
 
 from __future__ import annotations
