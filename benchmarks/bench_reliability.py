@@ -62,7 +62,7 @@ SUITE = r'''
 import json, sys, tempfile, importlib.util
 from pathlib import Path
 spec = importlib.util.spec_from_file_location("fault_cases", str(Path(%(root)r) / "tests" / "fault_cases.py"))
-fc = importlib.util.module_from_spec(spec); spec.loader.exec_module(fc)
+fc = importlib.util.module_from_spec(spec); sys.modules["fault_cases"] = fc; spec.loader.exec_module(fc)
 base = fc.build_store(Path(tempfile.mkdtemp()) / "store")
 out = []
 for item in fc.CASES:
@@ -108,8 +108,7 @@ def suite_table(cases: List[Dict[str, Any]], before: Optional[List[Dict[str, Any
 SIZE = r'''
 import json, sys, time, contextlib, io
 from pathlib import Path
-sys.path.insert(0, %(root)r)
-from tests.fault_cases import cheap_models
+from tests.fault_cases import cheap_models  # PYTHONPATH: the pack's checkout first, then this one
 from llama_index_hiqa import cli
 err = io.StringIO()
 start = time.perf_counter()

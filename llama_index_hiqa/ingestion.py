@@ -18,6 +18,7 @@ import contextlib
 import itertools
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
 
 from llama_index.core.bridge.pydantic import Field, PrivateAttr
@@ -170,3 +171,13 @@ class Checkpointer:
         self._save()
         self._last = time.monotonic()
         return True
+
+
+def file_stat(path: Any) -> Optional[List[int]]:
+    """``[size, mtime_ns]`` of a file, ``None`` when there is no such file: what a folder
+    re-ingestion compares to leave an unchanged file unread."""
+    try:
+        stat = Path(path).stat() if path else None
+    except OSError:
+        return None
+    return None if stat is None else [int(stat.st_size), int(stat.st_mtime_ns)]

@@ -73,7 +73,9 @@ from llama_index_hiqa.pack_config import (  # noqa: F401  (HiQAPackConfig re-exp
 )
 from llama_index_hiqa.errors import EmptyCorpusError, UnknownNodeError
 from llama_index_hiqa.pack_arguments import check_pack_arguments, checked_documents
-from llama_index_hiqa.ingestion import Checkpointer, IngestionReport, TimedTransform, batched, timed_iter, upsert_plan
+from llama_index_hiqa.ingestion import (
+    Checkpointer, IngestionReport, TimedTransform, batched, file_stat, timed_iter, upsert_plan,
+)
 from llama_index_hiqa.retrievers.chain_augmented import ChainAugmentedRetriever
 from llama_index_hiqa.retrievers.document_focus import DocumentFocusConfig, DocumentFocusRetriever
 from llama_index_hiqa.storage.vector_store import MatrixVectorStore
@@ -430,7 +432,7 @@ class HiQAPack:
                 str(d.metadata.get(schema.FILE_NAME) or d.doc_id) for d in batch if not d.text.strip()
             ]
             for doc in batch:
-                stat = _file_stat(doc.metadata.get(schema.FILE_PATH))
+                stat = file_stat(doc.metadata.get(schema.FILE_PATH))
                 if stat is not None:
                     self.file_stats[doc.doc_id] = stat
             fresh = new + changed
@@ -480,7 +482,7 @@ class HiQAPack:
 
         def unchanged(document_id: str, file: Path) -> bool:
             same = (
-                self.file_stats.get(document_id) == _file_stat(file)
+                self.file_stats.get(document_id) == file_stat(file)
                 and docstore.get_document_hash(document_id) is not None
             )
             if same:
@@ -598,15 +600,6 @@ def _is_database(store: Any) -> bool:
     from llama_index_hiqa.storage.postgres import is_postgres_url
 
     return is_postgres_url(store)
-
-
-def _file_stat(path: Any) -> Optional[List[int]]:
-    """``[size, mtime_ns]`` of a file, ``None`` when there is no such file."""
-    try:
-        stat = Path(path).stat() if path else None
-    except OSError:
-        return None
-    return None if stat is None else [int(stat.st_size), int(stat.st_mtime_ns)]
 
 
 # Settings is re-exported so notebooks can configure the pack without a second import line.
