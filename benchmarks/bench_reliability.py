@@ -166,7 +166,7 @@ def _stage(summary: str, stage: str) -> str:
 def size_table(rows: List[Dict[str, Any]], before: List[Dict[str, Any]], timeout: float) -> str:
     old = {r["mb"]: r for r in before}
     headers = ["MB", "nodes", "total s", "s per MB", "parse s", "keywords s", "embed s", "index s", "persist s",
-               "peak RSS MB", "'running for' lines"] + (["total s before (main)"] if before else [])
+               "peak RSS MB", "'running for' lines"] + (["total s before (main)", "index s before (main)"] if before else [])
     out = []
     for r in rows:
         if r.get("timeout"):
@@ -181,6 +181,7 @@ def size_table(rows: List[Dict[str, Any]], before: List[Dict[str, Any]], timeout
         if before:
             b = old.get(r["mb"])
             row.append("-" if b is None else (f"> {timeout:.0f} (stopped)" if b.get("timeout") else f"{b['seconds']:.1f}"))
+            row.append("-" if b is None or b.get("timeout") else _stage(b.get("summary", ""), "index"))
         out.append(row)
     return markdown_table(headers, out)
 
@@ -241,7 +242,8 @@ def main() -> None:
     parser.add_argument("--before-max-mb", type=float, default=4, help="largest size run against --before")
     parser.add_argument("--writers", type=int, default=2)
     parser.add_argument("--runs", type=int, default=4)
-    parser.add_argument("--skip", nargs="*", default=[], choices=["suite", "sizes", "writers"])
+    parser.add_argument("--skip", nargs="*", default=[], choices=["suite", "sizes", "sizes-here", "writers"],
+                        help="parts not to run again (sizes-here: keep this checkout's sizes, run only --before's)")
     args = parser.parse_args()
     data: Dict[str, Any] = json.loads(RESULT_FILE.read_text()) if RESULT_FILE.exists() else {}
     if "suite" not in args.skip:
@@ -250,7 +252,8 @@ def main() -> None:
         data["suite_before"] = run_suite(args.before) if args.before else None
     if "sizes" not in args.skip:
         print("document sizes", flush=True)
-        data["sizes"] = run_sizes(args.sizes, ROOT, args.size_timeout)
+        if "sizes-here" not in args.skip or not data.get("sizes"):
+            data["sizes"] = run_sizes(args.sizes, ROOT, args.size_timeout)
         data["sizes_before"] = (
             run_sizes([s for s in args.sizes if s <= args.before_max_mb], args.before, args.size_timeout)
             if args.before else []

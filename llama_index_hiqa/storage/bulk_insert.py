@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Sequence
 
-from llama_index.core.schema import BaseNode
+from llama_index.core.schema import BaseNode, ImageNode, IndexNode
 from llama_index.core.storage.docstore.types import RefDocInfo
 from llama_index.core.storage.docstore.utils import doc_to_json
 
@@ -24,13 +24,18 @@ def insert_nodes(index: Any, nodes: Sequence[BaseNode]) -> None:
         return
     embedded = index._get_node_with_embedding(nodes)  # a no-op for nodes embedded by the pipeline
     new_ids = index._vector_store.add(embedded)
-    if not index._vector_store.stores_text or index._store_nodes_override:
-        copies: List[BaseNode] = []
-        for node, new_id in zip(embedded, new_ids):
-            copy = node.model_copy()
-            copy.embedding = None  # the vector store holds it; the docstore need not
-            index.index_struct.add_node(copy, text_id=new_id)
-            copies.append(copy)
+    # As LlamaIndex does: every node goes to the docstore when the vector store keeps no text
+    # (or the pack asks for it), else only image and index nodes.
+    keep_all = not index._vector_store.stores_text or index._store_nodes_override
+    copies: List[BaseNode] = []
+    for node, new_id in zip(embedded, new_ids):
+        if not keep_all and not isinstance(node, (ImageNode, IndexNode)):
+            continue
+        copy = node.model_copy()
+        copy.embedding = None  # the vector store holds it; the docstore need not
+        index.index_struct.add_node(copy, text_id=new_id)
+        copies.append(copy)
+    if copies:
         add_to_docstore(index.docstore, copies)
     index.storage_context.index_store.add_index_struct(index.index_struct)
 
