@@ -163,6 +163,24 @@ def _stage(summary: str, stage: str) -> str:
     return found.group(1) if found else "<0.05"
 
 
+def size_notes(rows: List[Dict[str, Any]], before: List[Dict[str, Any]]) -> str:
+    """One paragraph reading the size table: seconds per MB here, the index stage there."""
+    done = [r for r in rows if not r.get("timeout") and r.get("mb")]
+    if not done:
+        return ""
+    per_mb = [r["seconds"] / r["mb"] for r in done]
+    text = (f"\nThis branch: {min(per_mb):.1f}-{max(per_mb):.1f} s per MB from {done[0]['mb']:g} to "
+            f"{done[-1]['mb']:g} MB (linear; the keyword rules are the largest stage), index stage "
+            f"{_stage(done[-1].get('summary', ''), 'index')} s at {done[-1]['mb']:g} MB.")
+    old = [r for r in before if not r.get("timeout")]
+    if old:
+        text += (f" Before (main): the index stage grows about fourfold per doubling (LlamaIndex's per-node "
+                 f"docstore writes), {_stage(old[0].get('summary', ''), 'index')} s at {old[0]['mb']:g} MB to "
+                 f"{_stage(old[-1].get('summary', ''), 'index')} s at {old[-1]['mb']:g} MB, "
+                 f"{old[-1]['seconds']:.0f} s in all.")
+    return text + " Each size runs in its own process; the machine is shared, so expect ±20% on a row.\n"
+
+
 def size_table(rows: List[Dict[str, Any]], before: List[Dict[str, Any]], timeout: float) -> str:
     old = {r["mb"]: r for r in before}
     headers = ["MB", "nodes", "total s", "s per MB", "parse s", "keywords s", "embed s", "index s", "persist s",
@@ -170,12 +188,12 @@ def size_table(rows: List[Dict[str, Any]], before: List[Dict[str, Any]], timeout
     out = []
     for r in rows:
         if r.get("timeout"):
-            out.append([r["mb"], "-", f"> {timeout:.0f} (stopped)"] + ["-"] * (len(headers) - 3))
+            out.append([f"{r['mb']:g}", "-", f"> {timeout:.0f} (stopped)"] + ["-"] * (len(headers) - 3))
             continue
         import re
 
         nodes = re.search(r"(\d+) nodes \(", r.get("summary", ""))
-        row = [r["mb"], nodes.group(1) if nodes else "?", f"{r['seconds']:.1f}", f"{r['seconds'] / r['mb']:.1f}"]
+        row = [f"{r['mb']:g}", nodes.group(1) if nodes else "?", f"{r['seconds']:.1f}", f"{r['seconds'] / r['mb']:.1f}"]
         row += [_stage(r.get("summary", ""), s) for s in ("parse", "keywords", "embed", "index", "persist")]
         row += [f"{r.get('rss_mb', 0):.0f}", r.get("progress_lines", 0)]
         if before:
@@ -263,8 +281,13 @@ def main() -> None:
         data["writers"] = run_writers(args.writers, args.runs, ROOT)
         data["writers_before"] = run_writers(args.writers, args.runs, args.before) if args.before else []
         data["writer_count"] = args.writers
+    if args.before:
+        done = subprocess.run(["git", "-C", str(args.before), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+        data["before_commit"] = done.stdout.strip() or "?"
     RESULT_FILE.write_text(json.dumps(data, indent=1))
     body = [
+        f"\"Before (main)\" is the main branch's checkout at {data.get('before_commit', '?')}, run by the same "
+        "cases and scripts.\n",
         "### Fault-injection suite (`tests/fault_cases.py`)\n",
         "A case is *handled* when the work is done, or the command prints one line naming what is wrong "
         "(exit code 2, no traceback) and the store still loads. Cases needing a tmpfs run only as root.\n",
@@ -272,14 +295,18 @@ def main() -> None:
         "\n### Ingestion time against the size of one document\n",
         "`hiqa ingest` of one `.txt` document, hashing embedding and rules-only keywords (the pack's own "
         "stages, not the embedding model's: MiniLM on 2 cores embeds about 20 chunks a second, which alone "
-        "would take hours at these sizes).\n",
+        "would take hours at these sizes). 'running for' lines: what `hiqa ingest` printed while one stage ran "
+        "longer than 10 s inside the single batch (the per-batch line comes only at its end).\n",
         size_table(data.get("sizes") or [], data.get("sizes_before") or [], args.size_timeout),
         "\n### Concurrent writers on one folder store\n",
         f"{data.get('writer_count', args.writers)} `hiqa ingest --add` processes started together, each adding "
         "3 documents of its own folder to a store holding 1.\n",
         writers_table(data.get("writers") or [], data.get("writers_before") or [], data.get("writer_count", args.writers)),
     ]
-    write_section("reliability", "Reliability", "\n".join(body))
+    body.insert(6, size_notes(data.get("sizes") or [], data.get("sizes_before") or []))
+    command = ("python benchmarks/bench_reliability.py --sizes 1 2 4 8 16 32 64 --before ../main "
+               f"--before-max-mb 64 --runs {len(data.get('writers') or []) or args.runs}")
+    write_section("reliability", "Reliability", "\n".join(body), command=command)
 
 
 if __name__ == "__main__":
