@@ -29,8 +29,8 @@ import contextlib
 import os
 import re
 import shutil
-from pathlib import Path
 import threading
+from pathlib import Path
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 from llama_index_hiqa.errors import PackStoreError, StoreConflictError
@@ -154,7 +154,7 @@ def writer_lock(
     with open(root / LOCK_FILE, "a+") as handle:
         try:
             import fcntl
-        except ImportError:  # pragma: no cover - Windows: no advisory lock, single writer assumed
+        except ImportError:  # pragma: no cover - Windows: no advisory lock; the CURRENT check still applies
             fcntl = None  # type: ignore[assignment]
         if fcntl is not None:
             try:
