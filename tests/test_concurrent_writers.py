@@ -92,3 +92,29 @@ def test_a_pack_saves_repeatedly_over_its_own_store(tmp_path, cheap):
         pack.add_directory(_folder(tmp_path / name, [name]))
         pack.persist(store)  # its own previous save is not a conflict
     assert _documents(store) == {"alpha", "bravo", "charlie"}
+
+
+def test_a_second_writer_says_it_waits_and_proceeds_when_the_first_is_done(tmp_path):
+    from llama_index_hiqa.storage.snapshots import writer_lock
+
+    store = tmp_path / "store"
+    store.mkdir()
+    holder = subprocess.Popen(
+        [sys.executable, "-c",
+         "import fcntl, sys, time\n"
+         f"h = open({str(store / '.lock')!r}, 'a+'); fcntl.flock(h, fcntl.LOCK_EX)\n"
+         "print('held', flush=True); time.sleep(1.0)\n"],
+        stdout=subprocess.PIPE, text=True,
+    )
+    assert holder.stdout.readline().strip() == "held"
+    told = []
+    import time
+
+    started = time.monotonic()
+    with writer_lock(store, on_wait=told.append):
+        waited = time.monotonic() - started
+        with writer_lock(store, on_wait=told.append):  # re-entrant: no second wait
+            pass
+    holder.wait(timeout=30)
+    assert len(told) == 1 and "waiting for it to finish" in told[0] and str(store) in told[0]
+    assert waited >= 0.5
