@@ -128,16 +128,11 @@ def _folder_writer(store: Path) -> Iterator[None]:
     (another `hiqa ingest --add`, `delete`, `calibrate`) waits and then loads what this one
     saved; the store must be writable, with room for a new snapshot, before any work starts.
     A store folder this command created and never saved into is removed again."""
-    from llama_index_hiqa.figures import FIGURES_DIRNAME
-    from llama_index_hiqa.storage.os_boundary import check_store_writable
-    from llama_index_hiqa.storage.pack_files import CONFIG_FILENAME
-    from llama_index_hiqa.storage.pack_folder import store_writer
-    from llama_index_hiqa.storage.snapshots import LOCK_FILE, _pointer_target, check_store_folder
+    from llama_index_hiqa.storage.pack_folder import check_writable, store_writer
+    from llama_index_hiqa.storage.snapshots import LOCK_FILE
 
-    check_store_folder(store, CONFIG_FILENAME, (FIGURES_DIRNAME,))  # never a folder of the user's
+    check_writable(store)
     created = not store.exists()
-    current = _pointer_target(store) if store.is_dir() else None
-    check_store_writable(store, store / current if current else None)
     try:
         with store_writer(store, on_wait=_say):
             yield

@@ -140,10 +140,13 @@ class HiQAPack:
         folder = Path(path)
         if not folder.is_dir():
             raise EmptyCorpusError(folder, [f"{folder}: no such folder"])
-        progress = kwargs.pop("progress", None)
+        progress, store = kwargs.pop("progress", None), kwargs.get("store")
+        if isinstance(store, (str, Path)) and not _is_database(store):  # fail before the work
+            from llama_index_hiqa.storage.pack_folder import check_writable
+
+            check_writable(Path(store))
         pack = cls.empty(**kwargs)
         pack.add_directory(folder, recursive=recursive, progress=progress)
-        store = kwargs.get("store")
         if store is not None and not _is_database(store):
             pack.persist(store)
         return pack

@@ -1,6 +1,7 @@
-"""Two writers of one folder store never lose an update: `hiqa ingest --add` runs in separate
+"""Writing a folder store. Two writers never lose an update: `hiqa ingest --add` runs in separate
 processes are serialised by the store's lock (held from load to the switch of CURRENT), and a
-library caller that saves over a store changed since it loaded it gets a StoreConflictError."""
+library caller that saves over a store changed since it loaded it gets a StoreConflictError.
+A store that cannot be written is refused before any document is read."""
 
 from __future__ import annotations
 
@@ -118,3 +119,14 @@ def test_a_second_writer_says_it_waits_and_proceeds_when_the_first_is_done(tmp_p
     holder.wait(timeout=30)
     assert len(told) == 1 and "waiting for it to finish" in told[0] and str(store) in told[0]
     assert waited >= 0.5
+
+
+def test_from_directory_refuses_an_unwritable_store_before_reading(tmp_path, cheap, monkeypatch):
+    from llama_index_hiqa.errors import PathAccessError
+
+    (tmp_path / "file").write_text("x")
+    read = []
+    monkeypatch.setattr(HiQAPack, "add_directory", lambda self, *a, **k: read.append(a))
+    with pytest.raises(PathAccessError, match="a part of the path is a file|is a file"):
+        HiQAPack.from_directory(_folder(tmp_path / "docs", ["alpha"]), store=tmp_path / "file" / "store")
+    assert read == []  # nothing was read before the refusal

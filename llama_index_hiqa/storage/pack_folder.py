@@ -87,6 +87,19 @@ def store_writer(root: Path, on_wait: Optional[Any] = None) -> Any:
     return writer_lock(root, on_wait=on_wait, legacy_marker=pack_files.CONFIG_FILENAME, shared_dirs=(FIGURES_DIRNAME,))
 
 
+def check_writable(root: Path) -> None:
+    """Before any work: ``root`` is a store folder (or missing, or empty), can be written and
+    has room for a new snapshot — a :class:`~llama_index_hiqa.errors.PackStoreError` or
+    :class:`~llama_index_hiqa.errors.PathAccessError` naming it otherwise."""
+    from llama_index_hiqa.figures import FIGURES_DIRNAME
+    from llama_index_hiqa.storage.os_boundary import check_store_writable
+    from llama_index_hiqa.storage.snapshots import _pointer_target, check_store_folder
+
+    check_store_folder(root, pack_files.CONFIG_FILENAME, (FIGURES_DIRNAME,))  # never a folder of the user's
+    current = _pointer_target(root) if root.is_dir() else None
+    check_store_writable(root, root / current if current else None)
+
+
 def loaded_snapshot(files: Any) -> Optional[str]:
     """The name of the snapshot ``files`` (from :func:`open_folder`) were read from, ``None``
     for a store written before snapshots existed."""
