@@ -318,6 +318,33 @@ def _sync(tmp: Path, store: Path) -> bool:
     return result.code == 0 and "removed NX-2046" in result.err and "1 removed" in result.out and "NX-2046" not in cited
 
 
+@case("removed files", "--sync with a folder that cannot be listed removes nothing")
+def _sync_unlistable(tmp: Path, store: Path) -> bool:
+    from llama_index_hiqa.errors import SkippedDocumentError
+    from llama_index_hiqa.readers import _collection
+
+    docs = tmp / "docs"
+    shutil.copytree(DEMO_DATA_DIR, docs, ignore=shutil.ignore_patterns("*.jsonl"))
+    real = _collection.plan_folder
+
+    def unlistable(folder, *args):
+        return _collection.LoadPlan([], [SkippedDocumentError(folder, "cannot list the folder (Permission denied)")])
+
+    _collection.plan_folder = unlistable  # what --sync lists; the reader keeps its own import
+    try:
+        result = hiqa("ingest", docs, "--store", store, "--sync", "--quiet")
+    finally:
+        _collection.plan_folder = real
+    return result.one_line("cannot list", "nothing was removed") and len(stored_documents(store)) == 10
+
+
+@case("removed files", "--sync with an empty folder removes nothing")
+def _sync_empty(tmp: Path, store: Path) -> bool:
+    (tmp / "empty").mkdir()
+    result = hiqa("ingest", tmp / "empty", "--store", store, "--sync", "--quiet")
+    return result.code == 2 and "Traceback" not in result.err and len(stored_documents(store)) == 10
+
+
 @case("removed files", "hiqa delete DOC")
 def _delete(tmp: Path, store: Path) -> bool:
     result = hiqa("delete", "NX-2046", "--store", store)

@@ -25,8 +25,8 @@ from llama_index_hiqa.errors import HiQAError, PathAccessError
 MIN_FREE_BYTES = 16 * 1024 * 1024
 
 _FIXES = {
-    errno.EACCES: "permission denied; make it writable for this user or choose another path",
-    errno.EPERM: "operation not permitted; make it writable for this user or choose another path",
+    errno.EACCES: "permission denied; give this user access to it or choose another path",
+    errno.EPERM: "operation not permitted; give this user access to it or choose another path",
     errno.EROFS: "the file system is read-only; choose a path on a writable disk",
     errno.ENOSPC: "the disk is full; free some space or choose a path on another disk",
     errno.EDQUOT: "the disk quota is exhausted; free some space or choose a path on another disk",
