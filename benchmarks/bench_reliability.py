@@ -283,11 +283,14 @@ def main() -> None:
         data["writer_count"] = args.writers
     if args.before:
         done = subprocess.run(["git", "-C", str(args.before), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
-        data["before_commit"] = done.stdout.strip() or "?"
+        for part in ("suite", "sizes", "writers"):
+            if part not in args.skip:
+                data[f"{part}_before_commit"] = done.stdout.strip() or "?"
     RESULT_FILE.write_text(json.dumps(data, indent=1))
     body = [
-        f"\"Before (main)\" is the main branch's checkout at {data.get('before_commit', '?')}, run by the same "
-        "cases and scripts.\n",
+        "\"Before (main)\" is the main branch's checkout, run by the same cases and scripts (fault suite at "
+        f"{data.get('suite_before_commit', '?')}, sizes at {data.get('sizes_before_commit', '?')}, writers at "
+        f"{data.get('writers_before_commit', '?')}).\n",
         "### Fault-injection suite (`tests/fault_cases.py`)\n",
         "A case is *handled* when the work is done, or the command prints one line naming what is wrong "
         "(exit code 2, no traceback) and the store still loads. Cases needing a tmpfs run only as root.\n",
