@@ -150,7 +150,12 @@ def calibrate(
     ``min_gain``: a calibration never moves the settings on noise.
     """
     if not questions:
-        raise ValueError("calibrate needs at least one question (the collection has no headed sections?)")
+        from llama_index_hiqa.errors import EvaluationInputError
+
+        raise EvaluationInputError(
+            "calibrate needs at least one question and none could be generated (the collection has "
+            "no headed sections to ask about); the store keeps its fusion settings"
+        )
     grid = {**DEFAULT_GRID} if grid is None else {k: list(v) for k, v in grid.items()}
     unknown = sorted(set(grid) - set(DEFAULT_GRID))
     if unknown:

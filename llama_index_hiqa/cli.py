@@ -6,7 +6,10 @@ documents and a questions JSONL. ``hiqa ingest DIR --store PATH`` builds a
 :class:`~llama_index_hiqa.HiQAPack` over a folder and persists it; ``hiqa ask "question"
 --store PATH`` loads it in a new process and answers with citations (``--json`` for scripts).
 On an existing store ``hiqa ingest`` needs ``--add`` (new and changed files replace
-their old versions, unchanged ones are skipped) or ``--rebuild``; it never overwrites silently.
+their old versions, unchanged ones are skipped), ``--sync`` (as ``--add``, and the documents
+whose files left the folder are removed and listed) or ``--rebuild``; it never overwrites
+silently. ``hiqa delete DOC --store PATH`` removes documents. Writers of one folder store are
+serialised: each holds the store's lock from loading it to saving the new snapshot.
 ``--store postgresql://USER@HOST/DB`` keeps the pack in PostgreSQL instead (each batch commits as
 it is indexed; ``hiqa ask`` in any process on any machine answers from it).
 ``--llm openai:gpt-4o-mini`` selects an OpenAI model, ``--llm openai-compatible:MODEL
@@ -14,18 +17,19 @@ it is indexed; ``hiqa ask`` in any process on any machine answers from it).
 llama.cpp server), the key read from the environment (``OPENAI_API_KEY``); without ``--llm``
 (or ``Settings.llm``) answers are the cited evidence. ``hiqa ask --stream`` prints the answer
 as it is generated, then its sources and the figures on the cited pages. Errors a user can fix
-(missing store, empty folder, missing key, a server that refuses or lacks the model) print
-one line and exit 2.
+(missing store, empty folder, missing key, a server that refuses or lacks the model, a
+read-only or full disk, a bad setting) print one line and exit 2.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import sys
 from pathlib import Path
-from typing import Any, List, Optional
+from typing import Any, Iterator, List, Optional
 
 from llama_index_hiqa.storage.postgres import is_postgres_url, mask_url
 
@@ -114,24 +118,88 @@ def _database_exists(url: str) -> bool:
         store.dispose()
 
 
+def _say(message: str) -> None:
+    print(f"hiqa: {message}", file=sys.stderr, flush=True)
+
+
+@contextlib.contextmanager
+def _folder_writer(store: Path) -> Iterator[None]:
+    """Hold the folder store's writer lock from loading it to saving it, so a second writer
+    (another `hiqa ingest --add`, `delete`, `calibrate`) waits and then loads what this one
+    saved; the store must be writable, with room for a new snapshot, before any work starts.
+    A store folder this command created and never saved into is removed again."""
+    from llama_index_hiqa.storage.pack_folder import check_writable, store_writer
+    from llama_index_hiqa.storage.snapshots import LOCK_FILE
+
+    check_writable(store)
+    created = not store.exists()
+    try:
+        with store_writer(store, on_wait=_say):
+            yield
+    finally:
+        if created and not _store_exists(store):
+            with contextlib.suppress(OSError):
+                (store / LOCK_FILE).unlink()
+                store.rmdir()
+
+
+# A stage that runs longer than this is shown moving (one huge document is one batch, and
+# the per-batch progress line would otherwise stay silent for its whole ingestion).
+STAGE_TICK_SECONDS = 10.0
+
+
+@contextlib.contextmanager
+def _stage_ticker(report: Any, started: float, quiet: bool, every: Optional[float] = None) -> Iterator[None]:
+    """Print the running stage every ``every`` seconds while a stage runs that long."""
+    import threading
+    import time
+
+    every = STAGE_TICK_SECONDS if every is None else every
+    stop = threading.Event()
+
+    def tick() -> None:
+        while not stop.wait(every):
+            line = report.running_line()
+            if line is not None and time.monotonic() - report.stage_started >= every:
+                print(f"[{time.monotonic() - started:7.1f}s] {line}", file=sys.stderr, flush=True)
+
+    thread = None if quiet else threading.Thread(target=tick, name="hiqa-progress", daemon=True)
+    if thread is not None:
+        thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        if thread is not None:
+            thread.join(timeout=every)
+
+
 def _cmd_ingest(args: argparse.Namespace) -> int:
+    llm = _llm(args)
+    folder = Path(args.dir)
+    database = is_postgres_url(args.store)
+    if not folder.is_dir():
+        raise CLIError(f"{folder}: no such folder" if not folder.exists() else f"{folder}: is a file, not a folder")
+    if database:
+        if args.rebuild:
+            raise CLIError(f"{mask_url(args.store)}: --rebuild replaces a folder store; for a database, ingest into a new one")
+        return _ingest(args, llm, folder, args.store, database=True)
+    store = Path(args.store)
+    with _folder_writer(store):
+        return _ingest(args, llm, folder, store, database=False)
+
+
+def _ingest(args: argparse.Namespace, llm: Any, folder: Path, store: Any, database: bool) -> int:
     import time
 
     from llama_index_hiqa.pack import HiQAPack
 
-    llm = _llm(args)
-    folder = Path(args.dir)
-    database = is_postgres_url(args.store)
-    store: Any = args.store if database else Path(args.store)
-    if not folder.is_dir():
-        raise CLIError(f"{folder}: no such folder")
-    if database and args.rebuild:
-        raise CLIError(f"{mask_url(store)}: --rebuild replaces a folder store; for a database, ingest into a new one")
     exists = _database_exists(store) if database else _store_exists(store)
-    if exists and not (args.add or args.rebuild):
+    if exists and not (args.add or args.rebuild or args.sync):
         raise CLIError(
             f"{mask_url(store)} already holds a store: pass --add to add new and changed files to it "
-            f"(unchanged files are skipped) or --rebuild to replace it"
+            f"(unchanged files are skipped), --sync to also remove the documents whose files are gone, "
+            f"or --rebuild to replace it"
         )
     settings = {"use_chunk_graph": args.graph, "use_segment_integration": args.segments}
     if args.embed_backend:
@@ -139,14 +207,14 @@ def _cmd_ingest(args: argparse.Namespace) -> int:
     if database and not exists:  # every batch commits to the database as it is indexed
         pack = HiQAPack.empty(llm=llm, store=store, **settings)
         mode = "built"
-    elif exists and args.add:
+    elif exists and (args.add or args.sync):
         pack = HiQAPack.load(store, llm=llm)
         if args.embed_backend and args.embed_backend != pack.config.embed_backend:
             raise CLIError(
                 f"{store} was embedded with --embed-backend {pack.config.embed_backend}; adding "
                 f"{args.embed_backend} vectors would mix two models (use --rebuild to change it)"
             )
-        mode = "added to"
+        mode = "synced" if args.sync else "added to"
     else:
         pack = HiQAPack.empty(llm=llm, **settings)
         mode = "rebuilt" if exists else "built"
@@ -164,22 +232,55 @@ def _cmd_ingest(args: argparse.Namespace) -> int:
     reader_log = logging.getLogger("llama_index_hiqa.readers")
     level = reader_log.level
     reader_log.setLevel(logging.ERROR)
+    from llama_index_hiqa.ingestion import IngestionReport
+
+    running = IngestionReport()
     try:
-        report = pack.add_directory(
-            folder, recursive=args.recursive, progress=progress,
-            checkpoint=checkpoint, checkpoint_seconds=args.checkpoint_minutes * 60,
-        )
+        with _stage_ticker(running, started, quiet=args.quiet):
+            report = pack.add_directory(
+                folder, recursive=args.recursive, progress=progress, report=running,
+                checkpoint=checkpoint, checkpoint_seconds=args.checkpoint_minutes * 60,
+            )
     finally:
         reader_log.setLevel(level)
     for failure in pack.read_failures:
         print(f"skipped {failure}", file=sys.stderr)
+    removed: List[str] = []
+    if args.sync and exists:
+        from llama_index_hiqa.store_sync import prune_missing
+
+        removed = prune_missing(pack, folder, recursive=args.recursive)
+        for document_id in removed:
+            print(f"removed {document_id} (its file is no longer in {folder})", file=sys.stderr)
     if not database:
         start = time.perf_counter()
         pack.persist(store)
         report.add_time("persist", time.perf_counter() - start)
+    gone = f", {len(removed)} removed" if args.sync and exists else ""
     print(
         f"{mode} {mask_url(store)}: {len(pack.document_ids)} document(s), {pack.node_count} nodes "
-        f"({report.summary()})"
+        f"({report.summary()}{gone})"
+    )
+    return 0
+
+
+def _cmd_delete(args: argparse.Namespace) -> int:
+    from llama_index_hiqa.pack import HiQAPack
+
+    store = _existing_store(args.store)
+    with contextlib.nullcontext() if is_postgres_url(args.store) else _folder_writer(store):
+        pack = HiQAPack.load(store)
+        known = set(pack.document_ids)
+        missing = [d for d in args.documents if d not in known]
+        if missing:
+            shown = ", ".join(sorted(known)[:10]) + (" ..." if len(known) > 10 else "")
+            raise CLIError(f"{mask_url(store)} holds no document {', '.join(map(repr, missing))}; it holds: {shown}")
+        nodes = sum(pack.delete_document(d) for d in args.documents)
+        if not is_postgres_url(args.store):
+            pack.persist(store)
+    print(
+        f"removed {', '.join(args.documents)} from {mask_url(store)} ({nodes} nodes); "
+        f"{len(pack.document_ids)} document(s) left"
     )
     return 0
 
@@ -197,12 +298,13 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
     from llama_index_hiqa.pack import HiQAPack
 
     store = _existing_store(args.store)
-    pack = HiQAPack.load(store)
-    report = pack.calibrate(questions=args.questions)
-    print(report.summary())
-    if report.chosen:
-        pack.persist(store)
-        print(f"saved to {store}: multi_route {pack.config.multi_route}")
+    with contextlib.nullcontext() if is_postgres_url(args.store) else _folder_writer(store):
+        pack = HiQAPack.load(store)
+        report = pack.calibrate(questions=args.questions)
+        print(report.summary())
+        if report.chosen:
+            pack.persist(store)
+            print(f"saved to {store}: multi_route {pack.config.multi_route}")
     return 0
 
 
@@ -210,6 +312,9 @@ def _cmd_ask(args: argparse.Namespace) -> int:
     from llama_index_hiqa.figures import format_figure
     from llama_index_hiqa.pack import HiQAPack, citation, format_citation
 
+    from llama_index_hiqa.readers._text_decode import valid_unicode
+
+    args.question = valid_unicode(args.question)  # a stray non-UTF-8 byte of the shell: U+FFFD
     llm = _llm(args)
     store = _existing_store(args.store)
     settings = {"similarity_top_k": args.top_k} if args.top_k is not None else {}
@@ -274,7 +379,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="hiqa", description="Question answering over many similar documents (LlamaIndex)."
     )
     sub = parser.add_subparsers(dest="command", required=True)
-    for add in (_add_demo, _add_eval, _add_ingest, _add_calibrate, _add_ask):
+    for add in (_add_demo, _add_eval, _add_ingest, _add_delete, _add_calibrate, _add_ask):
         add(sub)
     return parser
 
@@ -327,6 +432,10 @@ def _add_ingest(sub: Any) -> None:
         help="the store exists: add new files and replace changed ones (unchanged files cost nothing)",
     )
     existing.add_argument("--rebuild", action="store_true", help="the store exists: replace it with a new one")
+    existing.add_argument(
+        "--sync", action="store_true",
+        help="as --add, and remove the documents whose files are no longer in the folder (listed as removed)",
+    )
     ing.add_argument(
         "--checkpoint-minutes", type=float, default=5.0,
         help="save progress this often, so an interrupted run resumes with --add (default 5)",
@@ -336,6 +445,13 @@ def _add_ingest(sub: Any) -> None:
     ing.add_argument("--embed-backend", choices=EMBED_BACKENDS,
                      help="how the packaged embedding model runs (default: the pack's measured default)")
     ing.set_defaults(func=_cmd_ingest)
+
+
+def _add_delete(sub: Any) -> None:
+    rm = sub.add_parser("delete", help="remove documents (by document id, e.g. the file name without .pdf) from a store")
+    rm.add_argument("documents", nargs="+", metavar="DOC", help="document id(s) as `hiqa ingest` listed them")
+    rm.add_argument("--store", required=True, help="folder or postgresql://USER@HOST/DB URL written by `hiqa ingest`")
+    rm.set_defaults(func=_cmd_delete)
 
 
 def _add_calibrate(sub: Any) -> None:
@@ -364,14 +480,18 @@ def _add_ask(sub: Any) -> None:
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    from llama_index_hiqa.errors import EmptyCorpusError, LLMConfigError, PackStoreError
+    from llama_index_hiqa.errors import HiQAError
     from llama_index_hiqa.llm_spec import describe_llm_error, is_llm_client_error
+    from llama_index_hiqa.storage.os_boundary import as_path_error
 
     args = build_parser().parse_args(argv)
     try:
         return int(args.func(args) or 0)
-    except (CLIError, EmptyCorpusError, PackStoreError, LLMConfigError) as exc:
+    except (CLIError, HiQAError) as exc:
         print(f"hiqa {args.command}: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:  # the system refused a path (read-only, full disk, not a folder): one line
+        print(f"hiqa {args.command}: {as_path_error(exc)}", file=sys.stderr)
         return 2
     # Only the LLM client's errors are handled (printed as one line); anything else re-raises.
     except Exception as exc:

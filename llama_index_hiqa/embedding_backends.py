@@ -283,7 +283,9 @@ class ONNXEmbedding(BaseEmbedding):
             counting.no_truncation()  # tokenizer.json may carry its own padding and truncation
             counting.no_padding()
             self._counting_tokenizer = counting
-        return self._counting_tokenizer.encode(text).ids
+        from llama_index_hiqa.readers._text_decode import valid_unicode
+
+        return self._counting_tokenizer.encode(valid_unicode(text)).ids
 
     def _encode(self, texts: List[str]) -> np.ndarray:
         encodings = self._tokenizer.encode_batch(texts)
@@ -299,6 +301,9 @@ class ONNXEmbedding(BaseEmbedding):
         sentence-transformers does) so that each batch pads to similar lengths."""
         if not texts:
             return []
+        from llama_index_hiqa.readers._text_decode import valid_unicode
+
+        texts = [valid_unicode(t) for t in texts]  # the Rust tokenizer refuses lone surrogates
         order = sorted(range(len(texts)), key=lambda i: -len(texts[i]))
         out: List[Optional[Embedding]] = [None] * len(texts)
         for start in range(0, len(order), self.embed_batch_size):

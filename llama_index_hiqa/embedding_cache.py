@@ -9,17 +9,21 @@ re-ingestion after a crash, two retrievers over one corpus) pay for it once.
 >>> # Settings.embed_model = embed_model  -- then use LlamaIndex as usual
 
 The store is SQLite (safe for several processes), keyed by
-``sha256(model id, "query"/"text", text)``; vectors are float32 blobs.
+``sha256(model id, "query"/"text", text)``; vectors are float32 blobs. The cache is
+disposable and never stops the pack: a damaged file is moved aside and started anew, a
+read-only one is only read, one that cannot be opened is bypassed (each with a warning).
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import logging
 import os
 import sqlite3
 import threading
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 from llama_index.core.base.embeddings.base import BaseEmbedding, Embedding
@@ -28,6 +32,7 @@ from llama_index.core.bridge.pydantic import Field, PrivateAttr
 from llama_index_hiqa.defaults import resolve_embed_model
 
 CACHE_DIR_ENV = "HIQA_CACHE_DIR"
+logger = logging.getLogger(__name__)
 
 
 def default_cache_dir() -> Path:
@@ -44,6 +49,70 @@ def content_hash(*parts: str) -> str:
     return digest.hexdigest()
 
 
+def open_cache(path: Path) -> Tuple[Optional[sqlite3.Connection], bool]:
+    """``(connection, writable)`` of the cache file ``path``. A cache is disposable, so it
+    degrades instead of failing: a damaged file (not SQLite, truncated) is moved aside with a
+    warning and a new one started; a cache that cannot be written (read-only folder or file)
+    is used read-only, or bypassed (``None``) when it cannot even be read."""
+    try:
+        return _open_writable(path), True
+    except sqlite3.DatabaseError as exc:
+        if not isinstance(exc, sqlite3.OperationalError):  # the file is damaged, not refused
+            aside = _move_aside(path)
+            if aside is not None:
+                logger.warning("embedding cache %s was damaged (%s); moved to %s, a new one is started", path, exc, aside)
+                with contextlib.suppress(sqlite3.Error, OSError):
+                    return _open_writable(path), True
+        refused: BaseException = exc
+    except OSError as exc:  # the cache folder cannot be created
+        refused = exc
+    # A WAL database opened read-only still needs its -shm file; on a read-only disk nobody
+    # can change the file, so it is opened as immutable (no locking, no -shm).
+    for mode in ("mode=ro", "mode=ro&immutable=1"):
+        with contextlib.suppress(sqlite3.Error):
+            if path.is_file():
+                conn = sqlite3.connect(f"{path.resolve().as_uri()}?{mode}", uri=True, timeout=60, check_same_thread=False)
+                try:
+                    conn.execute("SELECT key FROM vectors LIMIT 1").fetchall()
+                except sqlite3.Error:
+                    conn.close()
+                    raise
+                logger.warning("embedding cache %s is not writable (%s); it is read, new vectors are not saved", path, refused)
+                return conn, False
+    logger.warning("embedding cache %s cannot be used (%s); vectors are computed without it", path, refused)
+    return None, False
+
+
+def _open_writable(path: Path) -> sqlite3.Connection:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    conn = sqlite3.connect(str(path), timeout=60, check_same_thread=False)
+    try:
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("CREATE TABLE IF NOT EXISTS vectors (key TEXT PRIMARY KEY, vector BLOB NOT NULL)")
+        conn.commit()
+        conn.execute("SELECT key FROM vectors LIMIT 1").fetchall()
+    except BaseException:
+        conn.close()
+        raise
+    return conn
+
+
+def _move_aside(path: Path) -> Optional[Path]:
+    """Rename the damaged cache (and its WAL files) to ``*.damaged-<n>``; None when it cannot be."""
+    for n in range(1, 1000):
+        aside = path.with_name(f"{path.name}.damaged-{n}")
+        if not aside.exists():
+            break
+    try:
+        os.replace(path, aside)
+    except OSError:
+        return None
+    for suffix in ("-wal", "-shm"):
+        with contextlib.suppress(OSError):
+            os.replace(path.with_name(path.name + suffix), aside.with_name(aside.name + suffix))
+    return aside
+
+
 class CachedEmbedding(BaseEmbedding):
     """Wraps any LlamaIndex embedding model; computes only vectors it has not stored."""
 
@@ -51,7 +120,8 @@ class CachedEmbedding(BaseEmbedding):
     model_id: str = Field(description="Identity of the wrapped model, part of every key.")
 
     _inner: BaseEmbedding = PrivateAttr()
-    _conn: sqlite3.Connection = PrivateAttr()
+    _conn: Optional[sqlite3.Connection] = PrivateAttr(default=None)  # None: the cache is bypassed
+    _writable: bool = PrivateAttr(default=False)
     _lock: threading.Lock = PrivateAttr()
 
     def __init__(
@@ -63,18 +133,12 @@ class CachedEmbedding(BaseEmbedding):
     ) -> None:
         model_id = model_id or f"{inner.class_name()}:{inner.model_name}"
         path = Path(cache_path) if cache_path else default_cache_dir() / "embeddings.sqlite"
-        path.parent.mkdir(parents=True, exist_ok=True)
         kwargs.setdefault("embed_batch_size", inner.embed_batch_size)
         kwargs.setdefault("model_name", inner.model_name)
         super().__init__(cache_path=str(path), model_id=model_id, **kwargs)
         self._inner = inner
         self._lock = threading.Lock()
-        self._conn = sqlite3.connect(str(path), timeout=60, check_same_thread=False)
-        self._conn.execute("PRAGMA journal_mode=WAL")
-        self._conn.execute(
-            "CREATE TABLE IF NOT EXISTS vectors (key TEXT PRIMARY KEY, vector BLOB NOT NULL)"
-        )
-        self._conn.commit()
+        self._conn, self._writable = open_cache(path)
 
     @classmethod
     def from_defaults(
@@ -99,7 +163,9 @@ class CachedEmbedding(BaseEmbedding):
     # --- storage ------------------------------------------------------------------------
     def _lookup(self, keys: Sequence[str]) -> Dict[str, List[float]]:
         found: Dict[str, List[float]] = {}
-        with self._lock:
+        with self._lock, self._degrading():
+            if self._conn is None:
+                return found
             for start in range(0, len(keys), 500):
                 chunk = list(keys[start : start + 500])
                 marks = ",".join("?" * len(chunk))
@@ -111,7 +177,9 @@ class CachedEmbedding(BaseEmbedding):
         return found
 
     def _store(self, items: Dict[str, List[float]]) -> None:
-        with self._lock:
+        with self._lock, self._degrading():
+            if self._conn is None or not self._writable:
+                return
             self._conn.executemany(
                 "INSERT OR REPLACE INTO vectors (key, vector) VALUES (?, ?)",
                 [(k, np.asarray(v, dtype=np.float32).tobytes()) for k, v in items.items()],
@@ -133,7 +201,24 @@ class CachedEmbedding(BaseEmbedding):
 
     def cached_count(self) -> int:
         with self._lock:
-            return self._conn.execute("SELECT COUNT(*) FROM vectors").fetchone()[0]
+            return 0 if self._conn is None else self._conn.execute("SELECT COUNT(*) FROM vectors").fetchone()[0]
+
+    @contextlib.contextmanager
+    def _degrading(self) -> Iterator[None]:
+        """A cache that fails while in use (damaged pages deep in the file, the disk filling
+        up, the folder turning read-only) is bypassed with a warning: vectors are computed
+        instead of read, never an error (the caller holds ``_lock``)."""
+        try:
+            yield
+        except sqlite3.Error as exc:
+            logger.warning(
+                "embedding cache %s failed (%s); it is bypassed for this process (delete the file "
+                "to rebuild it)", self.cache_path, exc,
+            )
+            with contextlib.suppress(sqlite3.Error):
+                if self._conn is not None:
+                    self._conn.close()
+            self._conn, self._writable = None, False
 
     # --- BaseEmbedding ----------------------------------------------------------------
     def _get_query_embedding(self, query: str) -> Embedding:

@@ -104,6 +104,43 @@ class PackStoreError(HiQAError, FileNotFoundError):
         super().__init__(f"{path}: {reason}")
 
 
+class StoreConflictError(PackStoreError):
+    """Another writer saved the folder store after this pack was loaded from it; saving now
+    would drop that writer's documents. ``expected`` is the snapshot the pack was loaded from,
+    ``found`` the one ``CURRENT`` names now."""
+
+    def __init__(self, path: Any, expected: Any, found: Any) -> None:
+        self.expected = expected
+        self.found = found
+        super().__init__(
+            path,
+            f"another writer saved this store after it was loaded (loaded {expected}, now {found}); "
+            "nothing was saved: load the store again and repeat the change (the `hiqa` command "
+            "holds the store's lock from load to save, so two `hiqa ingest --add` runs never conflict)",
+        )
+
+
+class InvalidSettingError(HiQAError, ValueError):
+    """A setting or argument of the pack has the wrong type or lies outside its range.
+    ``setting`` names it, ``reason`` says what is expected."""
+
+    def __init__(self, setting: str, reason: str) -> None:
+        self.setting = setting
+        self.reason = reason
+        super().__init__(f"{setting}: {reason}")
+
+
+class PathAccessError(HiQAError):
+    """The operating system refused a file or folder the pack needs (not writable, full disk,
+    not a folder, unreadable). ``path`` names it, ``reason`` says what the system said and what
+    to do."""
+
+    def __init__(self, path: Any, reason: str) -> None:
+        self.path = str(path)
+        self.reason = reason
+        super().__init__(f"{self.path}: {reason}")
+
+
 class EmptyCorpusError(HiQAError, ValueError):
     """HiQAPack was given no readable document (an empty folder, or every file failed);
     ``failures`` lists the files that could not be read."""

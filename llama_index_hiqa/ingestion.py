@@ -14,9 +14,11 @@ the docstore behind the ``VectorStoreIndex``'s back, leaving stale ids in its in
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
 
 from llama_index.core.bridge.pydantic import Field, PrivateAttr
@@ -38,8 +40,32 @@ class IngestionReport:
     node_ids: List[str] = field(default_factory=list)
     empty_documents: List[str] = field(default_factory=list)
 
+    # The stage running now (None between stages), its input size and start (time.monotonic()),
+    # so a progress line can show a long stage moving inside one batch.
+    stage: Optional[str] = None
+    stage_items: int = 0
+    stage_started: float = 0.0
+
     def add_time(self, stage: str, seconds: float) -> None:
         self.seconds[stage] = self.seconds.get(stage, 0.0) + seconds
+
+    @contextlib.contextmanager
+    def running(self, stage: str, items: int) -> Iterator[None]:
+        """Book the block's wall time under ``stage`` and show it as the running stage."""
+        self.stage, self.stage_items, self.stage_started = stage, items, time.monotonic()
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.add_time(stage, time.perf_counter() - start)
+            self.stage = None
+
+    def running_line(self) -> Optional[str]:
+        """``"embed of 4,196 node(s) running for 31 s"``, None between stages."""
+        stage = self.stage
+        if stage is None:
+            return None
+        return f"{stage} of {self.stage_items:,} node(s) running for {time.monotonic() - self.stage_started:.0f} s"
 
     @property
     def documents_seen(self) -> int:
@@ -68,12 +94,10 @@ class TimedTransform(TransformComponent):
         return self
 
     def __call__(self, nodes: Sequence[BaseNode], **kwargs: Any) -> Sequence[BaseNode]:
-        start = time.perf_counter()
-        try:
+        if self._report is None:
             return self.inner(nodes, **kwargs)
-        finally:
-            if self._report is not None:
-                self._report.add_time(self.stage, time.perf_counter() - start)
+        with self._report.running(self.stage, len(nodes)):
+            return self.inner(nodes, **kwargs)
 
     async def acall(self, nodes: Sequence[BaseNode], **kwargs: Any) -> Sequence[BaseNode]:
         start = time.perf_counter()
@@ -147,3 +171,13 @@ class Checkpointer:
         self._save()
         self._last = time.monotonic()
         return True
+
+
+def file_stat(path: Any) -> Optional[List[int]]:
+    """``[size, mtime_ns]`` of a file, ``None`` when there is no such file: what a folder
+    re-ingestion compares to leave an unchanged file unread."""
+    try:
+        stat = Path(path).stat() if path else None
+    except OSError:
+        return None
+    return None if stat is None else [int(stat.st_size), int(stat.st_mtime_ns)]

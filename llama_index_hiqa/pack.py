@@ -32,6 +32,7 @@ database — so a second process answers without re-ingesting.
 from __future__ import annotations
 
 import logging
+import os
 import time
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Union
@@ -71,8 +72,11 @@ from llama_index_hiqa.pack_config import (  # noqa: F401  (HiQAPackConfig re-exp
     route_settings,
 )
 from llama_index_hiqa.errors import EmptyCorpusError, UnknownNodeError, VectorStoreFeatureError
+from llama_index_hiqa.ingestion import (
+    Checkpointer, IngestionReport, TimedTransform, batched, file_stat, timed_iter, upsert_plan,
+)
+from llama_index_hiqa.pack_arguments import check_pack_arguments, checked_documents
 from llama_index_hiqa.vector_store_access import check_nodes_fit, delete_ref_doc, prepare_nodes_for_store
-from llama_index_hiqa.ingestion import Checkpointer, IngestionReport, TimedTransform, batched, timed_iter, upsert_plan
 from llama_index_hiqa.retrievers.chain_augmented import ChainAugmentedRetriever
 from llama_index_hiqa.retrievers.document_focus import DocumentFocusConfig, DocumentFocusRetriever
 from llama_index_hiqa.storage.vector_store import MatrixVectorStore
@@ -105,6 +109,7 @@ class HiQAPack:
         _multi_route: Optional[BaseRetriever] = None,
         _graph: Any = None,
     ) -> None:
+        check_pack_arguments(llm=llm, embed_model=embed_model)
         self.index = index
         self.config = config or HiQAPackConfig()
         self.llm = resolve_llm(llm)
@@ -122,6 +127,7 @@ class HiQAPack:
         # leaves a file with the same facts unread (the document hash decides for the others).
         self.file_stats: Dict[str, List[int]] = {}
         self.store_path: Optional[Path] = None  # the folder it was loaded from / persisted to
+        self._snapshot: Optional[str] = None  # the snapshot of store_path it holds (conflict check)
         self.calibration: Optional[Dict[str, Any]] = None  # the last calibrate() report, saved with the store
 
     # -- construction ------------------------------------------------------------------
@@ -135,10 +141,13 @@ class HiQAPack:
         folder = Path(path)
         if not folder.is_dir():
             raise EmptyCorpusError(folder, [f"{folder}: no such folder"])
-        progress = kwargs.pop("progress", None)
+        progress, store = kwargs.pop("progress", None), kwargs.get("store")
+        if isinstance(store, (str, Path)) and not _is_database(store):  # fail before the work
+            from llama_index_hiqa.storage.pack_folder import check_writable
+
+            check_writable(Path(store))
         pack = cls.empty(**kwargs)
         pack.add_directory(folder, recursive=recursive, progress=progress)
-        store = kwargs.get("store")
         if store is not None and not _is_database(store):
             pack.persist(store)
         return pack
@@ -177,6 +186,7 @@ class HiQAPack:
         holds none; every ingested batch commits there). A folder ``store`` is written by
         :meth:`from_directory` once it has read the folder."""
         store = settings.pop("store", None)
+        check_pack_arguments(llm=llm, embed_model=embed_model, vector_store=vector_store, store=store)
         if _is_database(store):
             if vector_store is not None:
                 raise ValueError("a PostgreSQL store brings its own vector store (pgvector); pass no vector_store")
@@ -379,7 +389,9 @@ class HiQAPack:
     def run(self, question: str, **kwargs: Any) -> Response:
         """Answer one question (``Response`` with ``source_nodes``; print it for the text;
         ``streaming=True``: a ``StreamingResponse`` whose ``response_gen`` yields the tokens)."""
-        return self.as_query_engine(**kwargs).query(question)
+        from llama_index_hiqa.readers._text_decode import valid_unicode
+
+        return self.as_query_engine(**kwargs).query(valid_unicode(question))
 
     def figures(self, response: Any) -> List[Dict[str, Any]]:
         """The figures that go with an answer (a response or its source nodes): figures it
@@ -400,6 +412,7 @@ class HiQAPack:
         checkpoint: Optional[Callable[[], Any]] = None,
         checkpoint_seconds: Optional[float] = None,
         progress: Optional[Callable[[IngestionReport], Any]] = None,
+        report: Optional[IngestionReport] = None,
     ) -> IngestionReport:
         """Index ``documents`` a batch at a time (read → parse → cascade → keywords → embed →
         index); returns what was added, replaced or left unchanged and the time per stage.
@@ -408,12 +421,14 @@ class HiQAPack:
         indexed with the same hash is skipped; with another hash its old nodes are replaced.
         ``checkpoint`` (e.g. ``lambda: pack.persist(store)``) is called every
         ``checkpoint_seconds`` so an interrupted run resumes where it was; ``progress`` gets
-        the running report after every batch.
+        the running report after every batch; ``report`` (filled and returned) lets a caller
+        watch the running stage (``report.running_line()``) inside a long batch.
         """
-        report = IngestionReport()
+        report = report if report is not None else IngestionReport()
         pipeline = self._pipeline(report)
         saver = Checkpointer(checkpoint, checkpoint_seconds)
         docstore = self.index.docstore
+        documents = checked_documents(documents)
         for batch in batched(timed_iter(documents, report), batch_size or self.config.ingest_batch_size):
             new, changed, unchanged = upsert_plan(batch, docstore.get_document_hash)
             report.documents_unchanged += unchanged
@@ -421,15 +436,14 @@ class HiQAPack:
                 str(d.metadata.get(schema.FILE_NAME) or d.doc_id) for d in batch if not d.text.strip()
             ]
             for doc in batch:
-                stat = _file_stat(doc.metadata.get(schema.FILE_PATH))
+                stat = file_stat(doc.metadata.get(schema.FILE_PATH))
                 if stat is not None:
                     self.file_stats[doc.doc_id] = stat
             fresh = new + changed
             if fresh:
                 nodes = pipeline.run(documents=fresh, show_progress=False)
-                start = time.perf_counter()
-                report.nodes_removed += self._write_batch(fresh, [doc.doc_id for doc in changed], nodes)
-                report.add_time("index", time.perf_counter() - start)
+                with report.running("index", len(nodes)):
+                    report.nodes_removed += self._write_batch(fresh, [doc.doc_id for doc in changed], nodes)
                 report.documents_added += len(new)
                 report.documents_replaced += len(changed)
                 report.nodes_added += len(nodes)
@@ -445,10 +459,12 @@ class HiQAPack:
         """Index one batch's ``nodes`` in place of the documents ``replaced`` (ids of earlier
         versions); returns the number of nodes removed. A database store overrides this with
         one transaction."""
+        from llama_index_hiqa.storage.bulk_insert import insert_nodes
+
         prepare_nodes_for_store(self.index.vector_store, nodes)
         check_nodes_fit(self.index.vector_store, nodes)  # before the old versions are removed
         removed = sum(self._remove_ref_doc(ref_doc_id) for ref_doc_id in replaced)
-        self.index.insert_nodes(nodes)
+        insert_nodes(self.index, nodes)  # linear in the batch (LlamaIndex's is quadratic per document)
         for doc in documents:
             self.index.docstore.set_document_hash(doc.doc_id, doc.hash)
         if self._keyword_index is not None:
@@ -472,7 +488,7 @@ class HiQAPack:
 
         def unchanged(document_id: str, file: Path) -> bool:
             same = (
-                self.file_stats.get(document_id) == _file_stat(file)
+                self.file_stats.get(document_id) == file_stat(file)
                 and docstore.get_document_hash(document_id) is not None
             )
             if same:
@@ -540,9 +556,12 @@ class HiQAPack:
         from llama_index_hiqa.storage.pack_folder import write_pack
 
         self._ensure_routes()
-        root = write_pack(
-            Path(persist_dir), index=self.index, multi_route=self._multi_route, graph=self._graph,
-            previous_store=self.store_path,
+        root = Path(persist_dir)
+        # Saving over the store this pack was loaded from: it must still be the snapshot loaded.
+        same = self.store_path is not None and os.path.realpath(self.store_path) == os.path.realpath(root)
+        self._snapshot = write_pack(
+            root, index=self.index, multi_route=self._multi_route, graph=self._graph,
+            previous_store=self.store_path, expected_snapshot=self._snapshot if same else None,
             payload={
                 "config": self.config.model_dump(),
                 "index_id": self.index.index_id,
@@ -569,13 +588,14 @@ class HiQAPack:
         or inconsistent one is a :class:`PackStoreError` naming it). Pass ``vector_store``
         again for a remote store and the embedding model the pack was built with (the
         packaged MiniLM by default)."""
+        check_pack_arguments(llm=llm, embed_model=embed_model, vector_store=vector_store, store=persist_dir)
         if _is_database(persist_dir):  # "postgresql://...": the pack of that database
             from llama_index_hiqa.storage.pg_pack import PostgresHiQAPack
 
             if vector_store is not None:
                 raise ValueError("a PostgreSQL store brings its own vector store (pgvector); pass no vector_store")
             return PostgresHiQAPack.open(str(persist_dir), llm=llm, embed_model=embed_model, **settings)
-        from llama_index_hiqa.storage.pack_folder import open_folder, read_pack
+        from llama_index_hiqa.storage.pack_folder import loaded_snapshot, open_folder, read_pack
 
         files, config = open_folder(Path(persist_dir), settings)
         stored = read_pack(
@@ -587,6 +607,7 @@ class HiQAPack:
             _multi_route=stored.multi_route, _graph=stored.graph,
         )
         pack.store_path = Path(persist_dir)
+        pack._snapshot = loaded_snapshot(files)
         pack.calibration = stored.calibration
         pack.file_stats = stored.file_stats
         return pack
@@ -597,15 +618,6 @@ def _is_database(store: Any) -> bool:
     from llama_index_hiqa.storage.postgres import is_postgres_url
 
     return is_postgres_url(store)
-
-
-def _file_stat(path: Any) -> Optional[List[int]]:
-    """``[size, mtime_ns]`` of a file, ``None`` when there is no such file."""
-    try:
-        stat = Path(path).stat() if path else None
-    except OSError:
-        return None
-    return None if stat is None else [int(stat.st_size), int(stat.st_mtime_ns)]
 
 
 # Settings is re-exported so notebooks can configure the pack without a second import line.

@@ -8,7 +8,7 @@ score |C| compares the two).
 
 from __future__ import annotations
 
-from typing import Any, Dict, Literal, Optional, Union
+from typing import Annotated, Any, Dict, Literal, Optional, Union
 
 from llama_index.core.base.embeddings.base import BaseEmbedding
 from llama_index.core.bridge.pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -16,6 +16,11 @@ from llama_index.core.llms import LLM
 
 from llama_index_hiqa.defaults import DEFAULT_EMBED_BACKEND, resolve_embed_model, user_embed_model
 from llama_index_hiqa.embedding_backends import EmbedBackend
+
+# Below these a "segment" holds a few words: nodes multiply, and the cascade header alone can
+# fill the budget. The parsers accept at least 1; the pack's settings keep to useful sizes.
+MIN_SEGMENT_CHARS = 200
+MIN_SEGMENT_TOKENS = 32
 
 
 class HiQAPackConfig(BaseModel):
@@ -74,13 +79,16 @@ class HiQAPackConfig(BaseModel):
         "None), precision (shorter segments) or find_all (longer ones).",
     )
     max_segment_chars: Optional[int] = Field(
-        default=None, description="Parser: split sections longer than this (None: the parser's default)."
+        default=None, ge=MIN_SEGMENT_CHARS,
+        description="Parser: split sections longer than this many characters (at least "
+        f"{MIN_SEGMENT_CHARS}: shorter parts would cut sentences; None: the parser's default, 4000).",
     )
-    max_segment_tokens: Union[int, Literal["auto"], None] = Field(
+    max_segment_tokens: Union[Annotated[int, Field(ge=MIN_SEGMENT_TOKENS)], Literal["auto"], None] = Field(
         default="auto",
         description="Parser: bound every node's cascade header + text by this many tokens of the "
         "embedding model's tokenizer ('auto': the model's own window, e.g. 256 for MiniLM; None: "
-        "character limits only). Longer segments are split, small ones of a section merged.",
+        f"character limits only; at least {MIN_SEGMENT_TOKENS}, room for the cascade header and a "
+        "sentence). Longer segments are split, small ones of a section merged.",
     )
     show_progress: bool = Field(default=False, description="Progress bars during ingestion.")
     ingest_batch_size: int = Field(
@@ -101,6 +109,7 @@ class HiQAPackConfig(BaseModel):
         from llama_index_hiqa.transforms.critical_keywords import CriticalKeywordExtractor
 
         _known_keys("keywords", value, CriticalKeywordExtractor.model_fields)
+        _check_values("keywords", value, CriticalKeywordExtractor)  # types and ranges, cheap to build
         return value
 
     @field_validator("multi_route")
@@ -129,8 +138,8 @@ class HiQAPackConfig(BaseModel):
             "chunk_graph", value,
             {**ChunkInteractionGraph.model_fields, **ChainSearchSettings.model_fields, **ChainBudget.model_fields},
         )
-        for model in (ChainSearchSettings, ChainBudget):
-            model(**{k: v for k, v in value.items() if k in model.model_fields})
+        for model in (ChunkInteractionGraph, ChainSearchSettings, ChainBudget):
+            _check_values("chunk_graph", {k: v for k, v in value.items() if k in model.model_fields}, model)
         for key in ("max_hops", "max_nodes", "max_seeds"):
             if key in value and (not isinstance(value[key], int) or value[key] < 1):
                 raise ValueError(f"chunk_graph[{key!r}] must be a whole number of at least 1, not {value[key]!r}")
@@ -149,6 +158,20 @@ def chunk_graph_settings(config: HiQAPackConfig) -> Dict[str, Dict[str, Any]]:
         part = "graph" if key in ChunkInteractionGraph.model_fields else "budget" if key in ChainBudget.model_fields else "search"
         split[part][key] = value
     return split
+
+
+def _check_values(setting: str, value: Dict[str, Any], model: Any) -> None:
+    """Build ``model`` from ``value`` (the component the nested setting will configure) and
+    name the key of the first value it rejects: ``keywords['expert_keywords']: ...``."""
+    from pydantic import ValidationError
+
+    try:
+        model(**value)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        key = first["loc"][0] if first.get("loc") else "?"
+        shown = repr(value.get(key, first.get("input")))[:60]
+        raise ValueError(f"{setting}[{key!r}]: {first['msg']} (got {shown})") from None
 
 
 def _known_keys(setting: str, value: Dict[str, Any], known: Any) -> None:

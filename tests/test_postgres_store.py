@@ -326,6 +326,28 @@ def test_cli_ingest_and_ask_with_a_database(url, monkeypatch, capsys):
     store.dispose()
 
 
+def test_cli_sync_and_delete_with_a_database(url, monkeypatch, capsys, tmp_path):
+    import shutil
+
+    from tests.test_cli import _rules_only
+
+    monkeypatch.setattr(pack_module, "default_embed_model", lambda m=None, backend=None: m or HashEmbedding())
+    monkeypatch.setattr(pack_module, "keyword_extractor", _rules_only)
+    docs = tmp_path / "docs"
+    shutil.copytree(DEMO_DATA_DIR, docs, ignore=shutil.ignore_patterns("*.jsonl"))
+    assert cli.main(["ingest", str(docs), "--store", url, "--quiet"]) == 0
+    (docs / "NX-2046.pdf").unlink()
+    assert cli.main(["ingest", str(docs), "--store", url, "--quiet", "--sync"]) == 0
+    captured = capsys.readouterr()
+    assert "removed NX-2046" in captured.err and "1 removed" in captured.out
+    assert cli.main(["delete", "NX-2040", "--store", url]) == 0
+    pack = PostgresHiQAPack.open(url, embed_model=HashEmbedding())
+    try:
+        assert sorted(pack.document_ids) == [f"NX-{n}" for n in range(2041, 2050) if n != 2046]
+    finally:
+        pack.close()
+
+
 def test_from_directory_store_argument_for_a_database_and_a_folder(url, tmp_path):
     in_database = HiQAPack.from_directory(DEMO_DATA_DIR, store=url, embed_model=HashEmbedding(), **FAST)
     in_folder = HiQAPack.from_directory(DEMO_DATA_DIR, store=tmp_path / "store", embed_model=HashEmbedding(), **FAST)

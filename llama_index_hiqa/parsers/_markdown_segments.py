@@ -281,6 +281,8 @@ def _split_table(
     """A table piece, cut between rows when longer than ``max_chars`` (financial statements
     run to pages); every part keeps the title and column labels and lists its own rows."""
     parts = [(start, end)]
+    if max_chars is not None and max_chars < 1:  # every step below must move forward
+        raise ValueError(f"max_segment_chars must be at least 1, not {max_chars}")
     if max_chars and end - start > max_chars:
         parts, cursor = [], start
         while end - cursor > max_chars:
@@ -307,6 +309,8 @@ def _split_table(
 def _sub_split(
     text: str, start: int, end: int, path: List[Tuple[str, str, int]], max_chars: Optional[int]
 ) -> List[Piece]:
+    if max_chars is not None and max_chars < 1:  # the cursor must move forward
+        raise ValueError(f"max_segment_chars must be at least 1, not {max_chars}")
     if not max_chars or end - start <= max_chars:
         return [Piece(start, end, list(path))]
     out, cursor = [], start

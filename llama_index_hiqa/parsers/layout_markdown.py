@@ -80,7 +80,7 @@ class LayoutMarkdownParser(SegmentNodeParser):
     """One node per chapter segment (tables as their own nodes) from layout Markdown."""
 
     max_segment_chars: Optional[int] = Field(
-        default=4000,
+        default=4000, ge=1,
         description=(
             "Sub-split segments longer than this many characters at paragraph/line/word "
             "boundaries (all parts keep the chapter's metadata; positions stay "
@@ -88,7 +88,7 @@ class LayoutMarkdownParser(SegmentNodeParser):
         ),
     )
     max_segment_tokens: Optional[int] = Field(
-        default=None,
+        default=None, ge=1,
         description=(
             "The embedding model's token window (all-MiniLM-L6-v2: 256). With a tokenizer, "
             "segments whose cascade header + text exceed it are split (the cascade repeated in "

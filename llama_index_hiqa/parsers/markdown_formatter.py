@@ -254,7 +254,7 @@ class MarkdownFormatterParser(SegmentNodeParser):
         default=4, description="Documents formatted concurrently (windows of one document are sequential)."
     )
     max_segment_chars: Optional[int] = Field(
-        default=4000,
+        default=4000, ge=1,
         description="Sub-split longer segments (metadata kept, positions consecutive); None: whole chapters.",
     )
     tables_as_nodes: bool = Field(

@@ -256,6 +256,14 @@ class PDFLayoutReader(BasePydanticReader):
         ``document_id`` (default: the file stem) becomes both ``schema.DOCUMENT_ID`` and ``id_``.
         """
         path = Path(file_path)
+        try:
+            return self._read_checked(path, extra_info, document_id)
+        except OSError as exc:  # unreadable (permissions, I/O error): this file only, named
+            from llama_index_hiqa.storage.os_boundary import describe_os_error
+
+            raise DocumentReadError(path, f"cannot be read ({describe_os_error(exc)})") from exc
+
+    def _read_checked(self, path: Path, extra_info: Optional[Dict[str, Any]], document_id: Optional[str]) -> Document:
         suffix = path.suffix.lower()
         if not path.exists():
             raise DocumentReadError(path, "no such file or folder")

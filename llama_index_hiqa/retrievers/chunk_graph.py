@@ -72,11 +72,11 @@ QUESTION_KEYWORDS_PROMPT = QUERY_KEYWORD_PROMPT
 class ChainSearchSettings(BaseModel):
     """Settings of the evidence-chain search (IIER §3.2, §4.3)."""
 
-    max_hops: int = Field(default=5, description="Hops per chain after the seed (paper: path length 5).")
-    max_nodes: int = Field(default=10, description="Budget: total nodes returned over all chains.")
-    max_seeds: int = Field(default=5, description="At most this many seeds (chains) per question.")
+    max_hops: int = Field(default=5, ge=1, description="Hops per chain after the seed (paper: path length 5).")
+    max_nodes: int = Field(default=10, ge=1, description="Budget: total nodes returned over all chains.")
+    max_seeds: int = Field(default=5, ge=1, description="At most this many seeds (chains) per question.")
     vector_seeds: int = Field(
-        default=1,
+        default=1, ge=0,
         description="Top vector hits added as seeds after the keyword seeds (paper: only when no "
         "keyword matches; 1 keeps the best dense hit even when keywords mislead).",
     )
@@ -86,7 +86,7 @@ class ChainSearchSettings(BaseModel):
         "(titles are excluded from keyword edges only, as the paper argues for graph density).",
     )
     max_candidates_per_keyword: int = Field(
-        default=100,
+        default=100, ge=1,
         description="Seed candidates per question keyword: a keyword in more chunks contributes "
         "only its chunks most similar to the question.",
     )

@@ -26,7 +26,9 @@ import json
 import logging
 from collections import defaultdict
 from pathlib import Path
-from typing import Any, Callable, Dict, FrozenSet, Iterable, List, Literal, Mapping, Optional, Sequence, Set, Tuple, Union
+from typing import (
+    Annotated, Any, Callable, Dict, FrozenSet, Iterable, List, Literal, Mapping, Optional, Sequence, Set, Tuple, Union,
+)
 
 import networkx as nx
 import numpy as np
@@ -120,12 +122,12 @@ class ChunkInteractionGraph(BaseModel):
     model_config = ConfigDict(arbitrary_types_allowed=True)
 
     semantic_top_k: int = Field(
-        default=5, description="Semantic edges from each chunk to its k most similar chunks (paper: 5)."
+        default=5, ge=0, description="Semantic edges from each chunk to its k most similar chunks (paper: 5)."
     )
     min_similarity: float = Field(
-        default=0.0, description="Semantic edges below this cosine are not added."
+        default=0.0, ge=-1.0, le=1.0, description="Semantic edges below this cosine are not added."
     )
-    keyword_threshold: Union[int, Literal["auto"]] = Field(
+    keyword_threshold: Union[Annotated[int, Field(ge=1)], Literal["auto"]] = Field(
         default="auto",
         description="Keyword edge when two chunks share at least this many keywords (paper: more "
         "than two, T = 3). 'auto': the smallest T whose keyword edges average at most "
@@ -139,15 +141,15 @@ class ChunkInteractionGraph(BaseModel):
         "flooding the walk.",
     )
     max_keyword_fraction: float = Field(
-        default=0.01,
+        default=0.01, gt=0.0, le=1.0,
         description="Keywords found in more than this fraction of the chunks are too common to link chunks.",
     )
     min_common_count: int = Field(
-        default=20,
+        default=20, ge=0,
         description="...but a keyword is only ever 'too common' above this many chunks (small corpora).",
     )
     block_size: int = Field(
-        default=1024,
+        default=1024, ge=1,
         description="Most rows per block of the top-k similarity product (also capped at ~4M "
         "similarities per block, which bounds the build's memory).",
     )

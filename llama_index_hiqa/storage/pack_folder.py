@@ -49,22 +49,64 @@ def write_pack(
     graph: Any,
     payload: Mapping[str, Any],
     previous_store: Optional[Path] = None,
-) -> Path:
+    expected_snapshot: Optional[str] = None,
+) -> str:
     """A new snapshot of ``root`` holding ``index``, the routes, the graph (when not
     ``None``) and ``payload`` (the pack's configuration and facts, with the vector store's
-    kind added), switched to atomically. Figures already saved in ``previous_store`` (a pack
-    loaded from another folder) are copied from there."""
-    from llama_index_hiqa.figures import FIGURES_DIRNAME
-    from llama_index_hiqa.storage.snapshots import write_snapshot
+    kind added), switched to atomically; returns its name. Figures already saved in
+    ``previous_store`` (a pack loaded from another folder) are copied from there.
 
-    with write_snapshot(root, legacy_marker=pack_files.CONFIG_FILENAME, shared_dirs=(FIGURES_DIRNAME,)) as folder:
+    ``expected_snapshot``: the snapshot the pack was loaded from; another one current now is a
+    :class:`~llama_index_hiqa.errors.StoreConflictError`. An ``OSError`` (read-only folder,
+    full disk) leaves the previous snapshot current and is raised as a
+    :class:`~llama_index_hiqa.errors.PathAccessError` naming the path."""
+    from llama_index_hiqa.figures import FIGURES_DIRNAME
+    from llama_index_hiqa.storage.os_boundary import os_errors
+    from llama_index_hiqa.storage.snapshots import snapshot_name, write_snapshot
+
+    with os_errors(root), write_snapshot(
+        root, legacy_marker=pack_files.CONFIG_FILENAME, shared_dirs=(FIGURES_DIRNAME,),
+        expected_current=expected_snapshot,
+    ) as folder:
         vector_kind = pack_files.write_index(index, folder)
         multi_route.persist(folder / pack_files.MULTI_ROUTE_DIRNAME)
         if graph is not None:
             graph.graph.persist(folder / pack_files.CHUNK_GRAPH_DIRNAME)
         _save_figures(index, root, previous_store)
         pack_files.write_config(folder, {**payload, "vector_store": vector_kind})
-    return root
+        name = snapshot_name(folder)
+    return name
+
+
+def store_writer(root: Path, on_wait: Optional[Any] = None) -> Any:
+    """The writer lock of the folder store ``root`` (see ``snapshots.writer_lock``), to hold
+    from loading the store to saving it so that no other writer's update is lost."""
+    from llama_index_hiqa.figures import FIGURES_DIRNAME
+    from llama_index_hiqa.storage.snapshots import writer_lock
+
+    return writer_lock(root, on_wait=on_wait, legacy_marker=pack_files.CONFIG_FILENAME, shared_dirs=(FIGURES_DIRNAME,))
+
+
+def check_writable(root: Path) -> None:
+    """Before any work: ``root`` is a store folder (or missing, or empty), can be written and
+    has room for a new snapshot — a :class:`~llama_index_hiqa.errors.PackStoreError` or
+    :class:`~llama_index_hiqa.errors.PathAccessError` naming it otherwise."""
+    from llama_index_hiqa.figures import FIGURES_DIRNAME
+    from llama_index_hiqa.storage.os_boundary import check_store_writable
+    from llama_index_hiqa.storage.snapshots import _pointer_target, check_store_folder
+
+    check_store_folder(root, pack_files.CONFIG_FILENAME, (FIGURES_DIRNAME,))  # never a folder of the user's
+    current = _pointer_target(root) if root.is_dir() else None
+    check_store_writable(root, root / current if current else None)
+
+
+def loaded_snapshot(files: Any) -> Optional[str]:
+    """The name of the snapshot ``files`` (from :func:`open_folder`) were read from, ``None``
+    for a store written before snapshots existed."""
+    from llama_index_hiqa.storage.snapshots import is_snapshot_name
+
+    name = Path(files.folder).name
+    return name if is_snapshot_name(name) else None
 
 
 def _save_figures(index: VectorStoreIndex, root: Path, previous_store: Optional[Path]) -> None:
@@ -87,10 +129,13 @@ def open_folder(persist_dir: Path, settings: Optional[Mapping[str, Any]] = None)
     files = pack_files.StoreFiles.open(snapshot_for_reading(persist_dir, legacy_marker=pack_files.CONFIG_FILENAME))
     try:
         # Stores written before embed_backend existed were embedded with PyTorch.
-        config = HiQAPackConfig(**{"embed_backend": "torch", **files.payload["config"], **(settings or {})})
-    except ValueError as exc:
+        stored = {"embed_backend": "torch", **files.payload["config"]}
+        HiQAPackConfig(**stored)
+    except (ValueError, TypeError) as exc:
         raise PackStoreError(files.config_file, f"holds invalid settings ({exc})") from exc
-    return files, config
+    # The caller's settings are checked on their own: a bad argument is the caller's error
+    # (a ValidationError naming the setting), not the store's.
+    return files, HiQAPackConfig(**{**stored, **(settings or {})})
 
 
 def read_pack(

@@ -13,7 +13,11 @@ A writer stages every file of the next snapshot in ``S/.staging-<n>-<pid>/``, fl
 disk, renames the folder to ``snapshot-<n>`` and only then replaces ``CURRENT`` with
 ``os.replace`` (atomic on POSIX and Windows). A process killed at any instant therefore leaves
 ``CURRENT`` naming a complete snapshot, the previous one or the new one; half-written staging
-folders are removed by the next writer. Two writers are serialised by an advisory lock.
+folders are removed by the next writer. Two writers are serialised by an advisory lock
+(:func:`writer_lock`), held by the command line from loading the store to switching
+``CURRENT``; a library caller that loads, changes and saves without it is stopped by an
+optimistic check (``CURRENT`` must still name the snapshot it loaded), never silently
+dropping the other writer's documents.
 
 This is the same write-then-rename discipline SQLite's rollback journal and LevelDB's
 ``CURRENT``/``MANIFEST`` files use; it needs no database and works on any local file system.
@@ -25,16 +29,28 @@ import contextlib
 import os
 import re
 import shutil
+import threading
 from pathlib import Path
-from typing import Iterator, List, Optional, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
-from llama_index_hiqa.errors import PackStoreError
+from llama_index_hiqa.errors import PackStoreError, StoreConflictError
 
 CURRENT_FILE = "CURRENT"
 LOCK_FILE = ".lock"
 SNAPSHOT_PREFIX = "snapshot-"
 STAGING_PREFIX = ".staging-"
 _SNAPSHOT_NAME = re.compile(r"^snapshot-(\d{6,})$")
+
+
+def is_snapshot_name(name: str) -> bool:
+    """Whether ``name`` is the name of a snapshot folder (``snapshot-000007``)."""
+    return bool(_SNAPSHOT_NAME.match(name))
+
+
+def snapshot_name(staging: Path) -> str:
+    """The name the staging folder ``staging`` of :func:`write_snapshot` will have once current."""
+    number = staging.name[len(STAGING_PREFIX):].split("-")[0]
+    return f"{SNAPSHOT_PREFIX}{number}"
 
 
 def is_snapshot_store(root: Path) -> bool:
@@ -47,6 +63,10 @@ def current_snapshot(root: Path) -> Path:
     pointer = root / CURRENT_FILE
     try:
         name = pointer.read_text(encoding="utf-8").strip()
+    except UnicodeDecodeError:
+        raise PackStoreError(
+            pointer, "the store pointer is damaged (not text); re-run `hiqa ingest` with --rebuild"
+        ) from None
     except OSError as exc:
         raise PackStoreError(pointer, f"cannot read the store pointer ({exc})") from exc
     if not _SNAPSHOT_NAME.match(name):
@@ -96,25 +116,90 @@ def _fsync_dir(folder: Path) -> None:
         os.close(fd)
 
 
+# Locks this process holds, by (store folder, thread): a writer that holds the lock from
+# load to save (``writer_lock``) calls ``write_snapshot``, which must not wait for itself.
+# flock locks belong to an open file, so two threads of one process still exclude each other.
+_HELD: Dict[Tuple[str, int], int] = {}
+
+
+def _lock_key(root: Path) -> Tuple[str, int]:
+    return (os.path.realpath(root), threading.get_ident())
+
+
 @contextlib.contextmanager
-def _exclusive_lock(root: Path) -> Iterator[None]:
-    lock_path = root / LOCK_FILE
-    with open(lock_path, "a+") as handle:
-        try:
-            import fcntl
-        except ImportError:  # pragma: no cover - Windows: no advisory lock, single writer assumed
-            yield
-            return
-        fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
+def writer_lock(
+    root: Path, on_wait: Optional[Callable[[str], Any]] = None, legacy_marker: Optional[str] = None,
+    shared_dirs: Tuple[str, ...] = (),
+) -> Iterator[None]:
+    """Hold the store's writer lock (``S/.lock``) for the whole block, e.g. from loading the
+    store to switching ``CURRENT`` to the new snapshot, so that two writers (two
+    ``hiqa ingest --add`` runs) are serialised and the second one loads what the first saved.
+
+    Re-entrant within a thread. ``root`` is created when missing (after the same check
+    :func:`write_snapshot` makes that it is not a folder of the user's). ``on_wait`` is told once
+    when another process holds the lock and this one waits for it.
+    """
+    root = Path(root)
+    key = _lock_key(root) if root.exists() else None
+    if key is not None and _HELD.get(key):
+        _HELD[key] += 1
         try:
             yield
         finally:
-            fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
+            _HELD[key] -= 1
+        return
+    check_store_folder(root, legacy_marker, shared_dirs)
+    root.mkdir(parents=True, exist_ok=True)
+    key = _lock_key(root)
+    with open(root / LOCK_FILE, "a+") as handle:
+        try:
+            import fcntl
+        except ImportError:  # pragma: no cover - Windows: no advisory lock; the CURRENT check still applies
+            fcntl = None  # type: ignore[assignment]
+        if fcntl is not None:
+            try:
+                fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                if on_wait is not None:
+                    on_wait(f"{root}: another process is writing this store; waiting for it to finish")
+                fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
+        _HELD[key] = 1
+        try:
+            yield
+        finally:
+            _HELD.pop(key, None)
+            if fcntl is not None:
+                fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
+
+
+def check_store_folder(root: Path, legacy_marker: Optional[str] = None, shared_dirs: Tuple[str, ...] = ()) -> None:
+    """:class:`PackStoreError` unless ``root`` is missing, empty, or a store folder: a typo in
+    ``--store`` must never write into (or later clean up) a folder of the user's."""
+    root = Path(root)
+    if root.exists() and not root.is_dir():
+        raise PackStoreError(root, "is a file, not a store folder; choose a new or empty folder for the store")
+    if not root.is_dir() or is_snapshot_store(root):
+        return
+    if legacy_marker and (root / legacy_marker).is_file():
+        return
+    allowed = (LOCK_FILE, *shared_dirs)
+    try:
+        children = list(root.iterdir())
+    except OSError as exc:
+        raise PackStoreError(root, f"cannot be listed ({exc.strerror or exc}); choose another folder for the store") from exc
+    if any(
+        not (c.name in allowed or c.name.startswith(STAGING_PREFIX) or _SNAPSHOT_NAME.match(c.name))
+        for c in children
+    ):
+        raise PackStoreError(
+            root, "is a folder with other files and not a HiQAPack store; choose an empty or new folder"
+        )
 
 
 @contextlib.contextmanager
 def write_snapshot(
-    root: Path, legacy_marker: Optional[str] = None, shared_dirs: Tuple[str, ...] = ()
+    root: Path, legacy_marker: Optional[str] = None, shared_dirs: Tuple[str, ...] = (),
+    expected_current: Optional[str] = None,
 ) -> Iterator[Path]:
     """Stage a new snapshot of the store at ``root``; it becomes current when the block ends.
 
@@ -125,24 +210,18 @@ def write_snapshot(
     before snapshots existed (``legacy_marker`` directly in ``root``) is accepted; its old
     files stay in place and are no longer read once ``CURRENT`` exists. ``shared_dirs`` are
     folders beside the snapshots that every snapshot uses (content-addressed files).
+
+    ``expected_current``: the snapshot the writer loaded. When ``CURRENT`` names another one
+    by the time the lock is taken, another writer saved in between and saving now would drop
+    its documents: :class:`StoreConflictError` (an optimistic check, for library callers that
+    load and save without holding :func:`writer_lock` throughout).
     """
     root = Path(root)
-    if root.exists() and not root.is_dir():
-        raise PackStoreError(root, "is a file, not a store folder")
-    root.mkdir(parents=True, exist_ok=True)
-    legacy = bool(legacy_marker) and (root / str(legacy_marker)).is_file()
-    if not is_snapshot_store(root) and not legacy and any(
-        not (
-            c.name in (LOCK_FILE, *shared_dirs)
-            or c.name.startswith(STAGING_PREFIX)
-            or _SNAPSHOT_NAME.match(c.name)
-        )
-        for c in root.iterdir()
-    ):
-        raise PackStoreError(
-            root, "is a folder with other files and not a HiQAPack store; choose an empty or new folder"
-        )
-    with _exclusive_lock(root):
+    check_store_folder(root, legacy_marker, shared_dirs)
+    with writer_lock(root, legacy_marker=legacy_marker, shared_dirs=shared_dirs):
+        current = _pointer_target(root)
+        if expected_current is not None and current != expected_current:
+            raise StoreConflictError(root, expected_current, current)
         numbers = _snapshot_numbers(root)
         number = (numbers[-1] + 1) if numbers else 1
         staging = root / f"{STAGING_PREFIX}{number:06d}-{os.getpid()}"
@@ -170,7 +249,7 @@ def write_snapshot(
 def _pointer_target(root: Path) -> Optional[str]:
     try:
         name = (root / CURRENT_FILE).read_text(encoding="utf-8").strip()
-    except OSError:
+    except (OSError, UnicodeDecodeError):  # a damaged pointer is replaced by the next writer
         return None
     return name if _SNAPSHOT_NAME.match(name) else None
 

@@ -259,7 +259,7 @@ class CriticalKeywordExtractor(TransformComponent):
         "(about 50x faster on long corpora).",
     )
     ner_max_nodes: Optional[int] = Field(
-        default=5000,
+        default=5000, ge=0,
         description="At ingestion, run NER over the nodes' text only when a call holds at most this "
         "many nodes (spaCy costs about a CPU-minute per 1,000 filing-sized chunks); above it NER "
         "still reads every document title (copied onto its nodes) and every question, the rules "
@@ -293,9 +293,9 @@ class CriticalKeywordExtractor(TransformComponent):
         description="Optional LLM asked with IIER's keyword prompts; None: no LLM calls.",
         exclude=True,
     )
-    llm_num_workers: int = Field(default=4, description="Concurrent LLM calls in acall.")
-    min_length: int = Field(default=2, description="Shortest normalised keyword kept.")
-    ner_batch_size: int = Field(default=64, description="Texts per spaCy nlp.pipe batch.")
+    llm_num_workers: int = Field(default=4, ge=1, description="Concurrent LLM calls in acall.")
+    min_length: int = Field(default=2, ge=1, description="Shortest normalised keyword kept.")
+    ner_batch_size: int = Field(default=64, ge=1, description="Texts per spaCy nlp.pipe batch.")
     show_progress: bool = Field(default=False, description="Show a progress bar.")
 
     _expert_pattern: Optional[re.Pattern] = PrivateAttr(default=None)

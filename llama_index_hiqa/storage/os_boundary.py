@@ -1,0 +1,111 @@
+"""Where the operating system's errors become the pack's: one line naming the path and the fix.
+
+A read-only store, a full disk, a file where a folder is expected or a path under ``/proc``
+raise ``OSError`` deep inside LlamaIndex, NumPy or SQLite, often after a whole folder was
+ingested. :func:`os_errors` turns such an error into a
+:class:`~llama_index_hiqa.errors.PathAccessError` that says what to do, and
+:func:`check_store_writable` finds the commonest cases before any document is read
+(the same "check, then do the expensive work" order a database uses for its data directory).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import shutil
+import uuid
+from pathlib import Path
+from typing import Any, Iterator, Optional
+
+from llama_index_hiqa.errors import HiQAError, PathAccessError
+
+# Free space a new snapshot needs besides the size of the current one (the docstore, vectors
+# and BM25 files of a few new documents); a margin, not an estimate of the final size.
+MIN_FREE_BYTES = 16 * 1024 * 1024
+
+_FIXES = {
+    errno.EACCES: "permission denied; give this user access to it or choose another path",
+    errno.EPERM: "operation not permitted; give this user access to it or choose another path",
+    errno.EROFS: "the file system is read-only; choose a path on a writable disk",
+    errno.ENOSPC: "the disk is full; free some space or choose a path on another disk",
+    errno.EDQUOT: "the disk quota is exhausted; free some space or choose a path on another disk",
+    errno.ENOTDIR: "a part of the path is a file, not a folder; choose another path",
+    errno.EISDIR: "is a folder where a file was expected",
+    errno.ENOENT: "does not exist",
+    errno.EIO: "input/output error (a failing disk or a network mount); check the disk",
+}
+
+
+def describe_os_error(exc: OSError) -> str:
+    """What the system said and what the user can do about it, in one clause."""
+    fix = _FIXES.get(exc.errno or -1)
+    said = exc.strerror or type(exc).__name__
+    return fix if fix else f"{said}; check the path and its permissions"
+
+
+def as_path_error(exc: OSError, path: Any = None) -> PathAccessError:
+    """``exc`` as a :class:`PathAccessError` naming the file the system named (else ``path``)."""
+    target = exc.filename if exc.filename is not None else path
+    return PathAccessError(target if target is not None else "?", describe_os_error(exc))
+
+
+@contextlib.contextmanager
+def os_errors(path: Any) -> Iterator[None]:
+    """Run the block; an ``OSError`` leaves it as a :class:`PathAccessError` naming ``path``
+    (the store, what the user chose) and the file the system refused inside it."""
+    try:
+        yield
+    except HiQAError:  # PackStoreError is a FileNotFoundError too: already the pack's own
+        raise
+    except OSError as exc:
+        inside = f"writing {exc.filename} failed: " if exc.filename is not None else ""
+        raise PathAccessError(path, inside + describe_os_error(exc)) from exc
+
+
+def _tree_bytes(folder: Path) -> int:
+    total = 0
+    for dirpath, _dirs, files in os.walk(folder):
+        for name in files:
+            with contextlib.suppress(OSError):
+                total += os.path.getsize(os.path.join(dirpath, name))
+    return total
+
+
+def check_store_writable(root: Path, current: Optional[Path] = None) -> None:
+    """Fail now, before any document is read, when a folder store at ``root`` cannot be
+    written: a file is created and removed in it (the only test that catches read-only
+    mounts, ``/proc`` and missing rights alike, also for root), and the disk must have room
+    for a copy of the ``current`` snapshot plus :data:`MIN_FREE_BYTES`."""
+    root = Path(root)
+    existing = root
+    while not existing.exists():  # the nearest folder that exists: the store is created in it
+        if existing.parent == existing:
+            break
+        existing = existing.parent
+    if existing.exists() and not existing.is_dir():
+        raise PathAccessError(existing, "is a file, not a folder; choose another path for the store")
+    probe = existing / f".hiqa-write-test-{uuid.uuid4().hex[:8]}"
+    try:
+        with open(probe, "wb") as handle:
+            handle.write(b"x")
+    except OSError as exc:
+        reason = (
+            "files cannot be created there (a virtual file system such as /proc?); choose another path"
+            if exc.errno == errno.ENOENT else describe_os_error(exc)
+        )
+        raise PathAccessError(existing, f"cannot be written ({reason})") from exc
+    finally:
+        with contextlib.suppress(OSError):
+            probe.unlink()
+    need = MIN_FREE_BYTES + (_tree_bytes(current) if current is not None and current.is_dir() else 0)
+    try:
+        free = shutil.disk_usage(existing).free
+    except OSError:  # some pseudo file systems do not report their size: the write test decides
+        return
+    if free < need:
+        raise PathAccessError(
+            existing,
+            f"only {free / 2**20:.1f} MB free, a new snapshot of the store needs about "
+            f"{need / 2**20:.1f} MB; free some space or choose a path on another disk",
+        )
