@@ -16,7 +16,12 @@ Document-level facts (written by :class:`~llama_index_hiqa.PDFLayoutReader`):
                           char_end, font_size, bold], ...]`` for lines set larger or
                           bolder than the body text
 ``BODY_FONT_SIZE``        the most common font size of the document's body text
-``IMAGES``                ``[{"page", "bbox", "caption", "char_offset", "xref", "file"}, ...]``
+``IMAGES``                ``[{"page", "bbox", "caption", "char_offset", "xref", "file"}, ...]``;
+                          HTML/DOCX images add ``"source"`` (:data:`IMAGE_SOURCE`)
+``SOURCE_FORMAT``         ``"pdf"``, ``"markdown"``, ``"text"``, ``"html"`` or ``"docx"``;
+                          HTML and DOCX have no pages (:func:`has_pages`): their one
+                          page span covers the text and citations name the section path
+``OCR_PAGES``             pages (from 0) whose text was recognised by OCR (no text layer)
 ========================  ==============================================================
 
 Segment/node facts (written by the parsers, read by everything downstream):
@@ -35,6 +40,8 @@ Segment/node facts (written by the parsers, read by everything downstream):
 ``IMAGE_BBOX``            for images: ``[x0, y0, x1, y1]`` in PDF points on its page
 ``IMAGE_FILE``            for images: ``<content hash>.<ext>``, the file saved in the store
 ``IMAGE_XREF``            for images: the PDF object the bytes are read from (0: inline)
+``IMAGE_SOURCE``          for HTML/DOCX images: where the bytes are (the DOCX part name,
+                          the ``src`` path relative to the HTML file)
 ``PARSE_PATH``            which path produced the node: ``"llm"``, ``"layout"``,
                           ``"layout_fallback"``, ``"markdown"``, ``"text"``
 ========================  ==============================================================
@@ -73,6 +80,17 @@ PAGE_SPANS = "page_spans"
 LAYOUT_HEADINGS = "layout_headings"
 BODY_FONT_SIZE = "body_font_size"
 IMAGES = "images"
+SOURCE_FORMAT = "source_format"
+OCR_PAGES = "ocr_pages"
+
+FORMAT_PDF = "pdf"
+FORMAT_MARKDOWN = "markdown"
+FORMAT_TEXT = "text"
+FORMAT_HTML = "html"
+FORMAT_DOCX = "docx"
+# Formats whose documents have no pages: one page span covers the text (so every span maps
+# somewhere), but no page number is cited.
+FORMATS_WITHOUT_PAGES = (FORMAT_HTML, FORMAT_DOCX)
 
 # --- segment / node facts --------------------------------------------------------------
 POSITION = "position"
@@ -89,6 +107,7 @@ IMAGE_CAPTION = "image_caption"
 IMAGE_BBOX = "image_bbox"
 IMAGE_FILE = "image_file"
 IMAGE_XREF = "image_xref"
+IMAGE_SOURCE = "image_source"
 PARSE_PATH = "parse_path"
 COVERAGE = "coverage"
 
@@ -127,6 +146,8 @@ BOOKKEEPING_KEYS: Tuple[str, ...] = (
     LAYOUT_HEADINGS,
     BODY_FONT_SIZE,
     IMAGES,
+    SOURCE_FORMAT,
+    OCR_PAGES,
     POSITION,
     CHAR_START,
     CHAR_END,
@@ -141,6 +162,7 @@ BOOKKEEPING_KEYS: Tuple[str, ...] = (
     IMAGE_BBOX,
     IMAGE_FILE,
     IMAGE_XREF,
+    IMAGE_SOURCE,
     PARSE_PATH,
     COVERAGE,
     SECTION_TITLE,
@@ -159,7 +181,7 @@ BOOKKEEPING_KEYS: Tuple[str, ...] = (
 VIEW_KEYS: Tuple[str, ...] = (HEADING_CASCADE, DOCUMENT_SUMMARY, SECTION_SUMMARY, IMAGE_DESCRIPTION)
 
 # Keys that only make sense for a whole document and are not copied onto its segments.
-DOCUMENT_ONLY_KEYS: Tuple[str, ...] = (PAGE_SPANS, LAYOUT_HEADINGS, IMAGES)
+DOCUMENT_ONLY_KEYS: Tuple[str, ...] = (PAGE_SPANS, LAYOUT_HEADINGS, IMAGES, OCR_PAGES)
 
 
 class Heading(NamedTuple):
@@ -284,6 +306,39 @@ def get_segment_kind(node: BaseNode) -> str:
 
 def get_page_spans(node: BaseNode) -> List[PageSpan]:
     return [PageSpan(int(p), int(s), int(e)) for p, s, e in node.metadata.get(PAGE_SPANS) or []]
+
+
+def set_page_spans(node: BaseNode, spans: Sequence[Sequence[int]]) -> None:
+    """Store ``[[page, char_start, char_end], ...]`` (pages from 0)."""
+    node.metadata[PAGE_SPANS] = [[int(p), int(s), int(e)] for p, s, e in spans]
+
+
+def set_layout_headings(node: BaseNode, headings: Sequence[Sequence[Any]]) -> None:
+    """Store ``[[char_start, char_end, font_size, bold], ...]`` (size 0.0: unknown)."""
+    node.metadata[LAYOUT_HEADINGS] = [[int(s), int(e), float(size), bool(bold)] for s, e, size, bold in headings]
+
+
+def set_images(node: BaseNode, images: Sequence[Mapping[str, Any]]) -> None:
+    """Store the document's image entries (see the table above for their keys)."""
+    node.metadata[IMAGES] = [dict(entry) for entry in images]
+
+
+def get_images(node: BaseNode) -> List[Dict[str, Any]]:
+    return [dict(e) for e in node.metadata.get(IMAGES) or [] if isinstance(e, Mapping)]
+
+
+def set_ocr_pages(node: BaseNode, pages: Sequence[int]) -> None:
+    node.metadata[OCR_PAGES] = sorted(int(p) for p in pages)
+
+
+def get_ocr_pages(node: BaseNode) -> List[int]:
+    return [int(p) for p in node.metadata.get(OCR_PAGES) or []]
+
+
+def has_pages(node: BaseNode) -> bool:
+    """Whether the node's document has pages to cite (HTML and DOCX have none; a node
+    without :data:`SOURCE_FORMAT`, made elsewhere, is taken to have them)."""
+    return node.metadata.get(SOURCE_FORMAT) not in FORMATS_WITHOUT_PAGES
 
 
 def pages_for_span(

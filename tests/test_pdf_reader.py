@@ -219,11 +219,14 @@ def test_encrypted_corrupt_empty_and_unsupported_files_raise_typed_errors(tmp_pa
     blank_doc = pymupdf.open()
     blank_doc.new_page()
     blank_doc.save(blank)
-    unsupported = tmp_path / "notes.docx"
+    unsupported = tmp_path / "notes.odt"
     unsupported.write_bytes(b"PK")
+    broken_docx = tmp_path / "notes.docx"
+    broken_docx.write_bytes(b"PK")
     cases = [
         (encrypted, EncryptedDocumentError),
         (corrupt, CorruptDocumentError),
+        (broken_docx, CorruptDocumentError),
         (empty, EmptyDocumentError),
         (blank, EmptyDocumentError),
         (unsupported, UnsupportedDocumentError),

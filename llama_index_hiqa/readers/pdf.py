@@ -1,4 +1,4 @@
-"""PDFLayoutReader: one LlamaIndex ``Document`` per PDF, Markdown or text file, with layout facts.
+"""PDFLayoutReader: one LlamaIndex ``Document`` per PDF, HTML, DOCX, Markdown or text file, with layout facts.
 
 HiQA ("HiQA: A Hierarchical Contextual Augmentation RAG for
 Multi-Documents QA" (Chen et al.), §Markdown Formatter) starts from documents whose chapter
@@ -8,7 +8,9 @@ the embedding model or the LLM (every key is hidden with :func:`schema.hide_from
 
 * ``Document.text``: the file as Markdown, page after page joined with ``"\\n\\n"``: headings as
   ``#`` lines, tables as Markdown tables (their caption is the line above them), running
-  headers/footers removed. ``.md``/``.txt`` files are kept as they are.
+  headers/footers removed. ``.md``/``.txt`` files are kept as they are; HTML and DOCX files
+  are written into the same Markdown from their own heading levels and tables
+  (:mod:`~llama_index_hiqa.readers.html_reader`, :mod:`~llama_index_hiqa.readers.docx_reader`).
 * ``PAGE_SPANS``: ``[[page, char_start, char_end], ...]`` (pages from 0), contiguous and
   covering ``Document.text``, so any character span maps back to its pages.
 * ``LAYOUT_HEADINGS``: ``[[char_start, char_end, font_size, bold], ...]`` for the lines of
@@ -60,6 +62,9 @@ from llama_index_hiqa.errors import (
     UnsupportedDocumentError,
 )
 from llama_index_hiqa.readers._collection import plan_folder, plan_paths
+from llama_index_hiqa.readers._markdown_builder import Parsed as _Parsed
+from llama_index_hiqa.readers.docx_reader import DOCX_SUFFIXES, read_docx
+from llama_index_hiqa.readers.html_reader import HTML_SUFFIXES, read_html
 from llama_index_hiqa.readers._page_layout import (
     PAGE_JOINER,
     _body_font_size,
@@ -88,7 +93,7 @@ logger = logging.getLogger(__name__)
 PDF_SUFFIXES = (".pdf",)
 COVER_PAGES = 3  # pages read for the document title (a designed cover may precede the form's)
 TEXT_SUFFIXES = (".md", ".markdown", ".txt")
-SUPPORTED_SUFFIXES = PDF_SUFFIXES + TEXT_SUFFIXES
+SUPPORTED_SUFFIXES = PDF_SUFFIXES + HTML_SUFFIXES + DOCX_SUFFIXES + TEXT_SUFFIXES
 
 # Captions of figures: the nearest line that starts like one wins over merely near text.
 _CAPTION_RE = re.compile(r"^\s*(fig(ure)?\.?|image|photo|diagram|chart|plate)\s*\d*", re.I)
@@ -98,7 +103,7 @@ _PYMUPDF4LLM_LOCK = threading.Lock()
 
 
 class PDFLayoutReader(BasePydanticReader):
-    """Read PDF, Markdown and text files into one ``Document`` each, keeping layout facts.
+    """Read PDF, HTML, DOCX, Markdown and text files into one ``Document`` each, keeping layout facts.
 
     ``load_data(path)`` takes a file, a folder (every supported file in it, sorted) or a list
     of paths; ``lazy_load_data`` takes the same and yields one ``Document`` at a time, so a
@@ -269,6 +274,10 @@ class PDFLayoutReader(BasePydanticReader):
             raise EmptyDocumentError(path, "the file is empty (0 bytes)")
         if suffix in PDF_SUFFIXES:
             parsed = self._read_pdf(path)
+        elif suffix in HTML_SUFFIXES:
+            parsed = read_html(path, self.max_heading_chars)
+        elif suffix in DOCX_SUFFIXES:
+            parsed = read_docx(path, self.max_heading_chars)
         else:
             parsed = _read_text_file(path)
         return self._to_document(path, parsed, extra_info, document_id or path.stem)
@@ -294,15 +303,19 @@ class PDFLayoutReader(BasePydanticReader):
                 schema.DOCUMENT_TITLE: title,
                 schema.FILE_PATH: str(path),
                 schema.FILE_NAME: path.name,
-                schema.PAGE_COUNT: len(parsed.page_spans),
-                schema.PAGE_SPANS: parsed.page_spans,
-                schema.LAYOUT_HEADINGS: parsed.headings,
+                schema.SOURCE_FORMAT: parsed.source_format,
+                # HTML and DOCX have no pages: their one page span is only for offsets.
+                schema.PAGE_COUNT: 0 if parsed.source_format in schema.FORMATS_WITHOUT_PAGES else len(parsed.page_spans),
                 schema.BODY_FONT_SIZE: parsed.body_size,
-                schema.IMAGES: parsed.images,
             }
         )
         # id_ is the ref_doc_id a docstore upserts by: re-ingesting the file replaces it.
         document = Document(text=parsed.text, id_=document_id, metadata=metadata)
+        schema.set_page_spans(document, parsed.page_spans)
+        schema.set_layout_headings(document, parsed.headings)
+        schema.set_images(document, parsed.images)
+        if parsed.ocr_pages:
+            schema.set_ocr_pages(document, parsed.ocr_pages)
         schema.hide_from_views(document)
         return document
 
@@ -345,7 +358,7 @@ class PDFLayoutReader(BasePydanticReader):
                 (pdf.metadata or {}).get("title") or "",
                 path.stem,
             )
-            return _Parsed(text, spans, headings, body_size, images, title)
+            return _Parsed(text, spans, headings, body_size, images, title, schema.FORMAT_PDF)
         finally:
             pdf.close()
 
@@ -602,14 +615,6 @@ class PDFLayoutReader(BasePydanticReader):
 # --- plain data and helpers --------------------------------------------------------------
 
 
-class _Parsed:
-    __slots__ = ("text", "page_spans", "headings", "body_size", "images", "title")
-
-    def __init__(self, text, page_spans, headings, body_size, images, title=""):
-        self.text, self.page_spans, self.headings = text, page_spans, headings
-        self.body_size, self.images, self.title = body_size, images, title
-
-
 def _image_file_name(pdf: Any, xref: int, digest: bytes, page_no: int, bbox: List[float]) -> str:
     """``<content hash>.<ext>``: JPEG images are kept as they are stored, others become PNG.
     Without MuPDF's digest the hash is taken over where the image is (file-stable, not global)."""
@@ -647,4 +652,5 @@ def _read_text_file(path: Path) -> _Parsed:
             if re.match(r"^#{1,6}\s", line):
                 headings.append([offset, offset + len(line.rstrip("\r")), 0.0, True])
             offset += len(line) + 1
-    return _Parsed(text, [[0, 0, len(text)]], headings, 0.0, [], "")
+    fmt = schema.FORMAT_MARKDOWN if path.suffix.lower() in (".md", ".markdown") else schema.FORMAT_TEXT
+    return _Parsed(text, [[0, 0, len(text)]], headings, 0.0, [], "", fmt)
