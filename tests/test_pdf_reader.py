@@ -347,7 +347,7 @@ def test_damage_is_told_apart_from_a_repair_that_lost_nothing_and_from_no_text_l
     blank_doc = pymupdf.open()
     blank_doc.new_page()
     blank_doc.save(blank)
-    with pytest.raises(EmptyDocumentError, match="run OCR"):
+    with pytest.raises(EmptyDocumentError, match="no extractable text"):
         reader.load_data(blank)
 
 

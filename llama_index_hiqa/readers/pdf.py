@@ -65,6 +65,7 @@ from llama_index_hiqa.readers._collection import plan_folder, plan_paths
 from llama_index_hiqa.readers._markdown_builder import Parsed as _Parsed
 from llama_index_hiqa.readers.docx_reader import DOCX_SUFFIXES, read_docx
 from llama_index_hiqa.readers.html_reader import HTML_SUFFIXES, read_html
+from llama_index_hiqa.readers.ocr import is_scan_image, ocr_scanned_pages
 from llama_index_hiqa.readers._page_layout import (
     PAGE_JOINER,
     _body_font_size,
@@ -190,6 +191,14 @@ class PDFLayoutReader(BasePydanticReader):
         ),
     )
     show_progress: bool = Field(default=False, description="Show a progress bar over the files of a folder or list.")
+    ocr: Literal["auto", "off"] = Field(
+        default="auto",
+        description=(
+            "'auto': read PDF pages without a text layer (scans) with the bundled OCR (the 'ocr' "
+            "extra; MissingExtraError naming it when absent); 'off': such pages stay empty."
+        ),
+    )
+    ocr_dpi: int = Field(default=200, ge=72, le=600, description="Rendering resolution of a page read by OCR.")
 
     _failures: Dict[str, DocumentReadError] = PrivateAttr(default_factory=dict)
 
@@ -340,25 +349,34 @@ class PDFLayoutReader(BasePydanticReader):
             # Without a repair MuPDF followed the file's own cross-references to the end: a
             # missing marker alone (junk appended after it) is then no loss.
             pages = read_pages(path, pdf, truncated=no_eof_marker and bool(pdf.is_repaired))
+            ocr_pages = ocr_scanned_pages(path, pdf, pages, self.ocr_dpi) if self.ocr == "auto" else []
             if not any(line.text.strip() for page in pages for line in page.lines):
-                raise EmptyDocumentError(path, "the PDF has no extractable text (scanned? run OCR first)")
+                reason = (
+                    "OCR found no text either" if ocr_pages
+                    else "scanned? read it with ocr='auto'" if self.ocr == "off" else "nothing is drawn on its pages"
+                )
+                raise EmptyDocumentError(path, f"the PDF has no extractable text ({reason})")
             body_size = _body_font_size(pages)
             running = self._running_lines(pages) if self.remove_running_lines else set()
             if self.engine == "fast":
                 page_texts, headings = self._render_fast(pdf, pages, body_size, running)
             else:
                 page_texts = self._render_pymupdf4llm(pdf, pages, running)
+                if ocr_pages:  # pymupdf4llm sees no text on a scan: its OCR lines, rendered here
+                    scanned, _ = self._render_fast(pdf, [pages[n] for n in ocr_pages], body_size, running)
+                    for number, page_text in zip(ocr_pages, scanned):
+                        page_texts[number] = page_text
                 headings = None
             text, spans = _join_pages(page_texts)
             if headings is None:
                 headings = self._locate_headings(text, spans, pages, body_size, running)
-            images = self._images(pdf, pages, text, spans)
+            images = self._images(pdf, pages, text, spans, set(ocr_pages))
             title = document_title(
                 [CoverLine(ln.text, ln.size, ln.bold, page.number) for page in pages[:COVER_PAGES] for ln in page.lines],
                 (pdf.metadata or {}).get("title") or "",
                 path.stem,
             )
-            return _Parsed(text, spans, headings, body_size, images, title, schema.FORMAT_PDF)
+            return _Parsed(text, spans, headings, body_size, images, title, schema.FORMAT_PDF, ocr_pages)
         finally:
             pdf.close()
 
@@ -557,7 +575,7 @@ class PDFLayoutReader(BasePydanticReader):
     # images -----------------------------------------------------------------------------
 
     def _images(
-        self, pdf: Any, pages: List["_PageLines"], text: str, spans: List[List[int]]
+        self, pdf: Any, pages: List["_PageLines"], text: str, spans: List[List[int]], scanned: set = frozenset()
     ) -> List[Dict[str, Any]]:
         images: List[Dict[str, Any]] = []
         for (page_no, start, end), page in zip(spans, pages):
@@ -573,6 +591,8 @@ class PDFLayoutReader(BasePydanticReader):
                 bbox = [round(float(v), 1) for v in info.get("bbox", (0, 0, 0, 0))]
                 if bbox[2] - bbox[0] < 2 or bbox[3] - bbox[1] < 2:
                     continue
+                if page_no in scanned and is_scan_image(bbox, page):
+                    continue  # the page's own scan, read by OCR: not a figure
                 xref = int(info.get("xref") or 0)
                 digest = info.get("digest") or b""
                 caption = self._caption(bbox, page)
