@@ -244,7 +244,7 @@ def _node_entry(node: BaseNode) -> Dict[str, Any]:
     meta = node.metadata
     page = schema.get_page_range(node)
     return {
-        "page": page[0] if page else 0, "bbox": meta.get(schema.IMAGE_BBOX),
+        "page": page[0] if page else 0, "bbox": schema.get_image_bbox(node),
         "xref": meta.get(schema.IMAGE_XREF, 0), "source": meta.get(schema.IMAGE_SOURCE),
     }
 

@@ -323,6 +323,11 @@ def set_images(node: BaseNode, images: Sequence[Mapping[str, Any]]) -> None:
     node.metadata[IMAGES] = [dict(entry) for entry in images]
 
 
+def get_image_bbox(node: BaseNode) -> List[float]:
+    """An image node's ``[x0, y0, x1, y1]`` in points (empty when unknown)."""
+    return [float(v) for v in node.metadata.get(IMAGE_BBOX) or []]
+
+
 def get_images(node: BaseNode) -> List[Dict[str, Any]]:
     return [dict(e) for e in node.metadata.get(IMAGES) or [] if isinstance(e, Mapping)]
 
