@@ -66,6 +66,7 @@ from llama_index_hiqa.readers._markdown_builder import Parsed as _Parsed
 from llama_index_hiqa.readers.docx_reader import DOCX_SUFFIXES, read_docx
 from llama_index_hiqa.readers.html_reader import HTML_SUFFIXES, read_html
 from llama_index_hiqa.readers.ocr import is_scan_image, ocr_scanned_pages
+from llama_index_hiqa.readers._unruled_tables import unruled_tables
 from llama_index_hiqa.readers._page_layout import (
     PAGE_JOINER,
     _body_font_size,
@@ -142,6 +143,13 @@ class PDFLayoutReader(BasePydanticReader):
     detect_tables: bool = Field(
         default=True,
         description="Render ruled tables as Markdown tables (fast engine: only pages with ruling lines are searched).",
+    )
+    detect_unruled_tables: bool = Field(
+        default=False,
+        description=(
+            "Fast engine: also render tables without rules (aligned value columns under their "
+            "header row, from word positions) as Markdown tables."
+        ),
     )
     min_table_rules: int = Field(
         default=3,
@@ -359,7 +367,7 @@ class PDFLayoutReader(BasePydanticReader):
             body_size = _body_font_size(pages)
             running = self._running_lines(pages) if self.remove_running_lines else set()
             if self.engine == "fast":
-                page_texts, headings = self._render_fast(pdf, pages, body_size, running)
+                page_texts, headings = self._render_fast(pdf, pages, body_size, running, ocr_pages)
             else:
                 page_texts = self._render_pymupdf4llm(pdf, pages, running)
                 if ocr_pages:  # pymupdf4llm sees no text on a scan: its OCR lines, rendered here
@@ -429,13 +437,15 @@ class PDFLayoutReader(BasePydanticReader):
         )
 
     def _render_fast(
-        self, pdf: Any, pages: List["_PageLines"], body_size: float, running: set
+        self, pdf: Any, pages: List["_PageLines"], body_size: float, running: set, scanned: Sequence[int] = ()
     ) -> Tuple[List[str], List[List[Any]]]:
         levels = self._heading_levels(pages, body_size)
         page_texts: List[str] = []
         headings: List[List[Any]] = []  # offsets relative to the page first, fixed below
         for page in pages:
             tables = self._tables(pdf[page.number]) if self.detect_tables else []
+            if self.detect_tables and self.detect_unruled_tables and page.number not in scanned:
+                tables += unruled_tables(pdf[page.number].get_text("words"), [t[0] for t in tables])
             items: List[Tuple[float, float, int, Any]] = []  # (band key..., payload)
             for line in page.lines:
                 if self._is_running(line, page, running):
