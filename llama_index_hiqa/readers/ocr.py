@@ -39,6 +39,7 @@ OCR_PACKAGE = "rapidocr-onnxruntime"
 MIN_TEXT_CHARS = 30
 SCAN_COVER_SHARE = 0.6
 LARGE_LINE_RATIO = 1.3
+HEADING_SIZE_RATIO = 1.2  # above PDFLayoutReader.heading_size_ratio (1.15)
 NOMINAL_BODY_SIZE = 10.0  # body size given to OCR lines of a document without a text layer
 _MIN_SCORE = 0.5  # recognitions below this confidence are noise (speckles, rules)
 _HEADING_MAX_WORDS = 12
@@ -148,8 +149,16 @@ def _lines(
         text = " ".join(t for _, t in row)
         height = max(b[3] - b[1] for b, _ in row)
         large = height >= median * LARGE_LINE_RATIO
-        size = round(body_size * height / median * 2) / 2 if large else body_size
         heading_like = _heading_like(text)
+        if large:
+            size = round(body_size * height / median * 2) / 2
+        elif heading_like:
+            # Set just above the body size, so the fast engine writes it as a "#" heading
+            # (as it does a digital page's) rather than a bold line; its level then comes
+            # from its numbering in the segment parser.
+            size = round(body_size * HEADING_SIZE_RATIO * 2) / 2
+        else:
+            size = body_size
         # A row of several boxes apart (a table row, a label and its value) stands alone:
         # joined to the next row as one paragraph it would lose which value is whose.
         tabular = len(row) > 1
