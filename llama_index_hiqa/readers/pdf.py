@@ -65,6 +65,7 @@ from llama_index_hiqa.readers._collection import plan_folder, plan_paths
 from llama_index_hiqa.readers._markdown_builder import Parsed as _Parsed
 from llama_index_hiqa.readers.docx_reader import DOCX_SUFFIXES, read_docx
 from llama_index_hiqa.readers.html_reader import HTML_SUFFIXES, read_html
+from llama_index_hiqa.readers.text_reader import TEXT_SUFFIXES, read_text_file
 from llama_index_hiqa.readers.ocr import is_scan_image, ocr_scanned_pages
 from llama_index_hiqa.readers._unruled_tables import unruled_tables
 from llama_index_hiqa.readers._page_layout import (
@@ -88,13 +89,11 @@ from llama_index_hiqa.readers._pdf_integrity import (
     one_line,
     read_pages,
 )
-from llama_index_hiqa.readers._text_decode import decode_text
 
 logger = logging.getLogger(__name__)
 
 PDF_SUFFIXES = (".pdf",)
 COVER_PAGES = 3  # pages read for the document title (a designed cover may precede the form's)
-TEXT_SUFFIXES = (".md", ".markdown", ".txt")
 SUPPORTED_SUFFIXES = PDF_SUFFIXES + HTML_SUFFIXES + DOCX_SUFFIXES + TEXT_SUFFIXES
 
 # Captions of figures: the nearest line that starts like one wins over merely near text.
@@ -296,7 +295,7 @@ class PDFLayoutReader(BasePydanticReader):
         elif suffix in DOCX_SUFFIXES:
             parsed = read_docx(path, self.max_heading_chars)
         else:
-            parsed = _read_text_file(path)
+            parsed = read_text_file(path)
         return self._to_document(path, parsed, extra_info, document_id or path.stem)
 
     # -- internals ----------------------------------------------------------------------
@@ -665,22 +664,3 @@ def _first_top_heading(text: str) -> str:
         if line.startswith("# "):
             return _MD_MARKS_RE.sub("", line).strip()
     return ""
-
-
-def _read_text_file(path: Path) -> _Parsed:
-    try:
-        raw = path.read_bytes()
-    except OSError as exc:
-        raise DocumentReadError(path, f"cannot read the file ({one_line(exc)})") from exc
-    text = decode_text(path, raw)
-    if not text.strip():
-        raise EmptyDocumentError(path, "the file has no text")
-    headings = []
-    if path.suffix.lower() in (".md", ".markdown"):
-        offset = 0
-        for line in text.split("\n"):
-            if re.match(r"^#{1,6}\s", line):
-                headings.append([offset, offset + len(line.rstrip("\r")), 0.0, True])
-            offset += len(line) + 1
-    fmt = schema.FORMAT_MARKDOWN if path.suffix.lower() in (".md", ".markdown") else schema.FORMAT_TEXT
-    return _Parsed(text, [[0, 0, len(text)]], headings, 0.0, [], "", fmt)
