@@ -92,7 +92,7 @@ def add_keywords(nodes: List[TextNode], name: str) -> str:
         CriticalKeywordExtractor()(missing)
         for n, k in zip(nodes, keys):
             if schema.CRITICAL_KEYWORDS in n.metadata:
-                cache[k] = n.metadata[schema.CRITICAL_KEYWORDS]
+                cache[k] = schema.get_critical_keywords(n)
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(cache))
     for n, k in zip(nodes, keys):

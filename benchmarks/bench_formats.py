@@ -159,7 +159,7 @@ def main() -> int:
         shutil.copy(Path(DEMO_DATA_DIR) / "questions.jsonl", scans / "questions.jsonl")
         digital, _, _ = timed_read(sources)
         scanned_docs, wall, cpu = timed_read(sorted(scans.glob("*.pdf")))
-        ocr_pages = sum(len(schema.get_ocr_pages(d)) for d in scanned_docs)
+        ocr_pages = sum(len(schema.ocr_pages_of(d.metadata)) for d in scanned_docs)
         cers = [character_error_rate(plain(a.text), plain(b.text)) for a, b in zip(digital, scanned_docs)]
         heading_kept = []
         from llama_index_hiqa.parsers.layout_markdown import LayoutMarkdownParser

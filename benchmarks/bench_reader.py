@@ -123,7 +123,7 @@ def main() -> int:
             reader.load_data(warmup)  # imports, model loading and caches are not reading speed
             docs, wall, cpu = timed(lambda: reader.load_data(paths), repeats)
             tables = sum(d.text.count("\n|---") + d.text.startswith("|---") for d in docs)
-            headings = sum(len(d.metadata[schema.LAYOUT_HEADINGS]) for d in docs)
+            headings = sum(len(schema.layout_headings_of(d.metadata)) for d in docs)
             cov = sum(coverage(reference[d.metadata[schema.DOCUMENT_ID]], d.text) for d in docs) / len(docs)
             speeds[label] = pages / cpu
             rows.append([label, f"{pages / cpu:.1f}", f"{pages / wall:.1f}", f"{cpu / plain_cpu:.0f}x", tables, headings, f"{cov:.1%}"])

@@ -346,7 +346,7 @@ def demo_setup():
     nodes: List[TextNode] = []
     for document in documents:
         doc_id = document.metadata.get(schema.DOCUMENT_ID) or document.doc_id
-        spans = document.metadata.get(schema.PAGE_SPANS) or []
+        spans = schema.page_spans_of(document.metadata)
         for position, node in enumerate(splitter.get_nodes_from_documents([document])):
             pages = None
             if node.start_char_idx is not None and spans:

@@ -77,6 +77,10 @@ _EXPORTS: Dict[str, str] = {
     "HiQAPack": "llama_index_hiqa.pack",
     "HiQAPackConfig": "llama_index_hiqa.pack_config",
     "PackStoreError": "llama_index_hiqa.errors",
+    # -- drop-in: any LlamaIndex vector store, the demo data from an installed wheel
+    "VectorStoreFeatureError": "llama_index_hiqa.errors",
+    "index_nodes": "llama_index_hiqa.vector_store_access",
+    "demo_data_dir": "llama_index_hiqa.demo",
     "EmptyCorpusError": "llama_index_hiqa.errors",
     "calibrate": "llama_index_hiqa.calibration",
     "calibration_questions": "llama_index_hiqa.calibration",

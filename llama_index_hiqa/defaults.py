@@ -51,6 +51,7 @@ DEFAULT_EMBED_BACKEND = ONNX
 _lock = threading.Lock()
 _embed_models: Dict[str, BaseEmbedding] = {}
 _nlp: Any = None
+_no_llm_noticed = False  # the "no LLM" notice is logged once per process
 
 
 def user_embed_model() -> Optional[BaseEmbedding]:
@@ -152,8 +153,42 @@ def resolve_embed_model(
 
 
 def resolve_llm(llm: Optional[LLM] = None) -> Optional[LLM]:
-    """The given LLM, else ``Settings.llm`` if the user set one, else ``None``."""
-    return llm or user_llm()
+    """The given LLM, else ``Settings.llm`` if the user set one, else ``None``.
+
+    "No LLM" means no LLM: ``None``, LlamaIndex's ``MockLLM`` (what ``Settings.llm = None``
+    installs) and an OpenAI client with no API key (LlamaIndex's default when no key is set)
+    all resolve to ``None``, so every component takes its no-LLM path, with one notice per
+    process instead of an LLM failure per call."""
+    candidate = llm or user_llm()
+    if candidate is None:
+        return None
+    reason = no_llm_reason(candidate)
+    if reason is None:
+        return candidate
+    global _no_llm_noticed
+    if not _no_llm_noticed:
+        _no_llm_noticed = True
+        logger.warning("%s: taking the no-LLM paths (layout parser, cited evidence as answers)", reason)
+    return None
+
+
+def no_llm_reason(llm: Any) -> Optional[str]:
+    """Why ``llm`` stands for "no LLM" (``None`` when it is a real one)."""
+    from llama_index.core.llms.mock import MockLLM
+
+    # Exact type: a subclass is someone's scripted test LLM, which answers on purpose.
+    if type(llm) is MockLLM:
+        return "the LLM is LlamaIndex's MockLLM (Settings.llm = None installs it)"
+    try:
+        from llama_index.llms.openai import OpenAI
+        from llama_index.llms.openai_like import OpenAILike
+    except ImportError:  # pragma: no cover - both are dependencies of the package
+        return None
+    # An OpenAI-compatible server of one's own may need no key; the OpenAI API always does.
+    if isinstance(llm, OpenAI) and not isinstance(llm, OpenAILike):
+        if not llm.api_key and "api.openai.com" in str(llm.api_base or "api.openai.com"):
+            return "the OpenAI LLM has no API key (set OPENAI_API_KEY or pass api_key=)"
+    return None
 
 
 def load_ner_model() -> Any:

@@ -32,6 +32,14 @@ from llama_index_hiqa.evaluation.datasets import EvalQuestion, load_questions_js
 
 # Package data, so `hiqa demo` works from an installed wheel (examples/data links here).
 DEMO_DATA_DIR = Path(__file__).resolve().parent / "demo_data"
+
+
+def demo_data_dir() -> Path:
+    """The folder of the ten demo datasheets and their questions, inside the installed package
+    (``HiQAPack.from_directory(demo_data_dir())`` works from a wheel as from a checkout)."""
+    return DEMO_DATA_DIR
+
+
 CHUNK_SIZE = 256  # tokens, the same baseline as the benchmarks (benchmarks/_common.py)
 CHUNK_OVERLAP = 32
 SNIPPET_CHARS = 90
@@ -94,8 +102,8 @@ def build_nodes(documents: Sequence[Document]) -> List[TextNode]:
     nodes: List[TextNode] = []
     for document in documents:
         meta = document.metadata
-        spans = meta.get(schema.PAGE_SPANS) or [[0, 0, len(document.text)]]
-        headings = meta.get(schema.LAYOUT_HEADINGS) or []
+        spans = schema.page_spans_of(meta) or [(0, 0, len(document.text))]
+        headings = schema.layout_headings_of(meta)
         for position, node in enumerate(splitter.get_nodes_from_documents([document])):
             start = node.start_char_idx if node.start_char_idx is not None else 0
             end = node.end_char_idx if node.end_char_idx is not None else start + len(node.text)

@@ -137,6 +137,18 @@ class LLMConfigError(HiQAError, ValueError):
         super().__init__(f"--llm {spec}: {reason}")
 
 
+class VectorStoreFeatureError(HiQAError, ValueError):
+    """A vector store cannot serve what a component needs of it (for instance listing its
+    nodes for the BM25 and keyword routes). Names the store, the feature and the fix; raised
+    when the component is built, never at the first question."""
+
+    def __init__(self, store: str, feature: str, fix: str) -> None:
+        self.store = store
+        self.feature = feature
+        self.fix = fix
+        super().__init__(f"{store}: {feature}; fix: {fix}")
+
+
 class MissingExtraError(DocumentReadError):
     """A file needs an optional part of the pack that is not installed: ``extra`` is the
     pip extra (``ocr``, ``html``, ``docx``), ``package`` the missing module; the message says

@@ -58,7 +58,7 @@ def figure_entries(doc: BaseNode) -> List[Dict[str, Any]]:
     """The document's images that are figures: big enough, with a page, not repeated on
     :data:`MAX_FIGURE_PAGES` or more pages (logos, running decorations)."""
     entries = [
-        e for e in doc.metadata.get(schema.IMAGES) or []
+        e for e in schema.images_of(doc.metadata)
         if isinstance(e, dict) and e.get("page") is not None and _big_enough(e.get("bbox"))
     ]
     pages_of: Dict[str, set] = defaultdict(set)
@@ -142,13 +142,13 @@ def _image_node(
         document_title=str(host.metadata.get(schema.DOCUMENT_TITLE) or ""),
         position=position,
         char_span=(offset, offset),
-        heading_path=host.metadata.get(schema.HEADING_PATH) or [],
+        heading_path=schema.get_heading_path(host),
         page_range=(page, page),
         kind=schema.KIND_IMAGE,
         parse_path=host.metadata.get(schema.PARSE_PATH),
     )
     node.metadata[schema.IMAGE_CAPTION] = caption
-    node.metadata[schema.IMAGE_BBOX] = [float(v) for v in entry.get("bbox") or []]
+    schema.set_image_bbox(node, entry.get("bbox") or [])
     node.metadata[schema.IMAGE_XREF] = int(entry.get("xref") or 0)
     if entry.get("source"):
         node.metadata[schema.IMAGE_SOURCE] = str(entry["source"])
@@ -244,7 +244,7 @@ def _node_entry(node: BaseNode) -> Dict[str, Any]:
     meta = node.metadata
     page = schema.get_page_range(node)
     return {
-        "page": page[0] if page else 0, "bbox": schema.get_image_bbox(node),
+        "page": page[0] if page else 0, "bbox": schema.get_image_bbox(node) or [],
         "xref": meta.get(schema.IMAGE_XREF, 0), "source": meta.get(schema.IMAGE_SOURCE),
     }
 
@@ -254,7 +254,6 @@ def _figures_of(item: BaseNode) -> Iterable[Tuple[str, str, Dict[str, Any]]]:
     source = str(meta.get(schema.FILE_PATH) or "")
     if meta.get(schema.SEGMENT_KIND) == schema.KIND_IMAGE:
         if meta.get(schema.IMAGE_FILE):
-            page = schema.get_page_range(item)
             yield meta[schema.IMAGE_FILE], source, _node_entry(item)
         return
     if isinstance(item, Document):
@@ -366,7 +365,7 @@ def figure_record(node: BaseNode, images_dir: Optional[Union[str, Path]] = None)
         "page": page[0] + 1 if page else None,
         "section": _section(node),
         "caption": node.metadata.get(schema.IMAGE_CAPTION) or "",
-        "bbox": node.metadata.get(schema.IMAGE_BBOX),
+        "bbox": schema.get_image_bbox(node),
         "file": path,
         "image_file": name,
         "node_id": node.node_id,

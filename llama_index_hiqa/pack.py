@@ -70,7 +70,8 @@ from llama_index_hiqa.pack_config import (  # noqa: F401  (HiQAPackConfig re-exp
     model_identity,
     route_settings,
 )
-from llama_index_hiqa.errors import EmptyCorpusError, UnknownNodeError
+from llama_index_hiqa.errors import EmptyCorpusError, UnknownNodeError, VectorStoreFeatureError
+from llama_index_hiqa.vector_store_access import check_nodes_fit, delete_ref_doc, prepare_nodes_for_store
 from llama_index_hiqa.ingestion import Checkpointer, IngestionReport, TimedTransform, batched, timed_iter, upsert_plan
 from llama_index_hiqa.retrievers.chain_augmented import ChainAugmentedRetriever
 from llama_index_hiqa.retrievers.document_focus import DocumentFocusConfig, DocumentFocusRetriever
@@ -444,6 +445,8 @@ class HiQAPack:
         """Index one batch's ``nodes`` in place of the documents ``replaced`` (ids of earlier
         versions); returns the number of nodes removed. A database store overrides this with
         one transaction."""
+        prepare_nodes_for_store(self.index.vector_store, nodes)
+        check_nodes_fit(self.index.vector_store, nodes)  # before the old versions are removed
         removed = sum(self._remove_ref_doc(ref_doc_id) for ref_doc_id in replaced)
         self.index.insert_nodes(nodes)
         for doc in documents:
@@ -497,7 +500,19 @@ class HiQAPack:
     def _remove_ref_doc(self, ref_doc_id: str) -> int:
         info = self.index.docstore.get_ref_doc_info(ref_doc_id)
         node_ids = list(info.node_ids) if info else []
-        self.index.delete_ref_doc(ref_doc_id, delete_from_docstore=True)
+        try:
+            delete_ref_doc(self.index, ref_doc_id)
+        except NotImplementedError as exc:
+            # The vector store refused before anything was deleted (the index deletes from
+            # the vector store first): nothing is lost, and the user learns what to change.
+            store = type(self.index.vector_store).__name__
+            raise VectorStoreFeatureError(
+                store=store,
+                feature=f"replacing or deleting document {ref_doc_id!r} needs its vectors deleted, and {store} "
+                f"cannot delete ({exc})",
+                fix="rebuild the pack from the folder, or use a vector store that deletes (the pack's default, "
+                "Chroma, Qdrant, LanceDB, Milvus, DuckDB, pgvector)",
+            ) from exc
         self.file_stats.pop(ref_doc_id, None)
         if self._keyword_index is not None:
             for node_id in node_ids:

@@ -56,6 +56,14 @@ Rendered views (written by the transforms, shown on purpose):
                           was given) and the surrounding text (HiQA appendix A.5)
 ========================  ==============================================================
 
+Structured facts (``PAGE_SPANS``, ``LAYOUT_HEADINGS``, ``IMAGES``, ``OCR_PAGES``, ``HEADING_PATH``, the table
+labels, ``IMAGE_BBOX``, ``CRITICAL_KEYWORDS``) are stored as compact JSON strings
+(:data:`JSON_KEYS`): vector stores with flat metadata (Chroma, Milvus, LanceDB, DuckDB,
+Pinecone, Weaviate, ...) accept only ``str``, ``int``, ``float`` and ``None`` values. Read and
+write them through the accessors below (``get_heading_path``, ``get_page_spans``,
+``images_of``, ``ocr_pages_of``, ``get_table_labels``, ``get_critical_keywords``, ...), which also read the
+plain lists that stores written before this format hold.
+
 Every key of the first two tables is bookkeeping, hidden from both the embedding and the LLM view with
 :func:`hide_from_views`. Only the rendered views (``HEADING_CASCADE``, ``DOCUMENT_SUMMARY``,
 ``SECTION_SUMMARY``, written by the transforms) are shown, so what each view holds is
@@ -66,6 +74,7 @@ rewritten.
 
 from __future__ import annotations
 
+import json
 from typing import Any, Dict, Iterable, List, Mapping, NamedTuple, Optional, Sequence, Tuple
 
 from llama_index.core.schema import BaseNode, Document, RelatedNodeInfo
@@ -184,6 +193,25 @@ VIEW_KEYS: Tuple[str, ...] = (HEADING_CASCADE, DOCUMENT_SUMMARY, SECTION_SUMMARY
 DOCUMENT_ONLY_KEYS: Tuple[str, ...] = (PAGE_SPANS, LAYOUT_HEADINGS, IMAGES, OCR_PAGES)
 
 
+# Facts whose values are lists or dicts, kept as JSON strings so that every LlamaIndex vector
+# store takes the node as it is (flat metadata: str, int, float, None). Retrieval provenance
+# (ROUTE_SCORES, SEGMENT_NODE_IDS) is written on returned nodes only, never stored, and stays
+# a plain dict/list for the person reading it.
+JSON_KEYS: Tuple[str, ...] = (
+    PAGE_SPANS,
+    LAYOUT_HEADINGS,
+    IMAGES,
+    OCR_PAGES,
+    HEADING_PATH,
+    TABLE_COLUMNS,
+    TABLE_ROWS,
+    IMAGE_BBOX,
+    CRITICAL_KEYWORDS,
+)
+
+FLAT_VALUE_TYPES = (str, int, float, type(None))
+
+
 class Heading(NamedTuple):
     """One level of a heading path: the document's own number ("2.3", "Item 7A", "" when
     unnumbered), the title text without the number, and the depth (1 = top level)."""
@@ -201,6 +229,52 @@ class PageSpan(NamedTuple):
     page: int
     start: int
     end: int
+
+
+# --- structured facts as JSON strings -------------------------------------------------
+
+
+def encode_json(value: Any) -> str:
+    """The compact JSON string a structured fact is stored as."""
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+def read_json(metadata: Mapping[str, Any], key: str, owner: str = "?") -> Any:
+    """The decoded value of the structured fact ``key`` (``None`` when absent).
+
+    A list or dict is returned as it is: stores written before facts were flat hold them so,
+    and they still load. A string that is not JSON raises
+    :class:`~llama_index_hiqa.errors.InvalidMetadataError` naming ``owner`` (the node id) and
+    the key."""
+    value = metadata.get(key)
+    if not isinstance(value, str):
+        return value
+    try:
+        return json.loads(value)
+    except ValueError as exc:
+        from llama_index_hiqa.errors import InvalidMetadataError
+
+        raise InvalidMetadataError(owner, key, f"not a JSON value ({exc}): {value[:80]!r}") from None
+
+
+def write_json(metadata: Dict[str, Any], key: str, value: Any) -> None:
+    """Store the structured fact ``key`` as a JSON string."""
+    metadata[key] = encode_json(value)
+
+
+def flatten_metadata(metadata: Dict[str, Any]) -> Dict[str, Any]:
+    """Encode, in place, every structured fact of ``metadata`` still held as a list or dict
+    (nodes made before facts were flat, or by code that wrote a list); returns ``metadata``."""
+    for key in JSON_KEYS:
+        if isinstance(metadata.get(key), (list, tuple, dict)):
+            metadata[key] = encode_json(metadata[key])
+    return metadata
+
+
+def non_flat_keys(metadata: Mapping[str, Any]) -> List[str]:
+    """The keys whose values a flat-metadata vector store would reject (not str, int, float
+    or None)."""
+    return [key for key, value in metadata.items() if not isinstance(value, FLAT_VALUE_TYPES)]
 
 
 # --- helpers -------------------------------------------------------------------------
@@ -256,13 +330,18 @@ def hide_from_views(node: BaseNode, keys: Iterable[str] = BOOKKEEPING_KEYS) -> N
 
 def get_heading_path(node: BaseNode) -> List[Heading]:
     """The node's heading path as typed :class:`Heading` tuples (empty when unknown)."""
-    raw = node.metadata.get(HEADING_PATH) or []
+    raw = read_json(node.metadata, HEADING_PATH, node.node_id) or []
     return [Heading(str(n), str(t), int(lvl)) for n, t, lvl in raw]
 
 
+def has_heading_path(node: BaseNode) -> bool:
+    """Whether the node has a non-empty heading path."""
+    return bool(read_json(node.metadata, HEADING_PATH, node.node_id))
+
+
 def set_heading_path(node: BaseNode, path: Sequence[Sequence]) -> None:
-    """Store a heading path as plain JSON-serialisable lists."""
-    node.metadata[HEADING_PATH] = [[str(n), str(t), int(lvl)] for n, t, lvl in path]
+    """Store a heading path (``[[number, title, level], ...]``, as a JSON string)."""
+    write_json(node.metadata, HEADING_PATH, [[str(n), str(t), int(lvl)] for n, t, lvl in path])
     if path:
         node.metadata[SECTION_TITLE] = Heading(*[path[-1][0], path[-1][1], path[-1][2]]).label()
 
@@ -305,39 +384,53 @@ def get_segment_kind(node: BaseNode) -> str:
 
 
 def get_page_spans(node: BaseNode) -> List[PageSpan]:
-    return [PageSpan(int(p), int(s), int(e)) for p, s, e in node.metadata.get(PAGE_SPANS) or []]
+    return page_spans_of(node.metadata)
 
 
-def set_page_spans(node: BaseNode, spans: Sequence[Sequence[int]]) -> None:
-    """Store ``[[page, char_start, char_end], ...]`` (pages from 0)."""
-    node.metadata[PAGE_SPANS] = [[int(p), int(s), int(e)] for p, s, e in spans]
+def page_spans_of(metadata: Mapping[str, Any]) -> List[PageSpan]:
+    """``PAGE_SPANS`` of a document's (or a node's) metadata as typed tuples."""
+    return [PageSpan(int(p), int(s), int(e)) for p, s, e in read_json(metadata, PAGE_SPANS) or []]
 
 
-def set_layout_headings(node: BaseNode, headings: Sequence[Sequence[Any]]) -> None:
-    """Store ``[[char_start, char_end, font_size, bold], ...]`` (size 0.0: unknown)."""
-    node.metadata[LAYOUT_HEADINGS] = [[int(s), int(e), float(size), bool(bold)] for s, e, size, bold in headings]
+def set_page_spans(metadata: Dict[str, Any], spans: Sequence[Sequence[int]]) -> None:
+    write_json(metadata, PAGE_SPANS, [[int(p), int(s), int(e)] for p, s, e in spans])
 
 
-def set_images(node: BaseNode, images: Sequence[Mapping[str, Any]]) -> None:
-    """Store the document's image entries (see the table above for their keys)."""
-    node.metadata[IMAGES] = [dict(entry) for entry in images]
+def layout_headings_of(metadata: Mapping[str, Any]) -> List[List[Any]]:
+    """``LAYOUT_HEADINGS``: ``[[char_start, char_end, font_size, bold], ...]``."""
+    return list(read_json(metadata, LAYOUT_HEADINGS) or [])
 
 
-def get_image_bbox(node: BaseNode) -> List[float]:
-    """An image node's ``[x0, y0, x1, y1]`` in points (empty when unknown)."""
-    return [float(v) for v in node.metadata.get(IMAGE_BBOX) or []]
+def set_layout_headings(metadata: Dict[str, Any], headings: Sequence[Sequence[Any]]) -> None:
+    write_json(metadata, LAYOUT_HEADINGS, [list(h) for h in headings])
 
 
-def get_images(node: BaseNode) -> List[Dict[str, Any]]:
-    return [dict(e) for e in node.metadata.get(IMAGES) or [] if isinstance(e, Mapping)]
+def images_of(metadata: Mapping[str, Any]) -> List[Dict[str, Any]]:
+    """``IMAGES`` of a document: ``[{"page", "bbox", "caption", "char_offset", "xref", "file"}, ...]``."""
+    return [dict(e) for e in read_json(metadata, IMAGES) or []]
 
 
-def set_ocr_pages(node: BaseNode, pages: Sequence[int]) -> None:
-    node.metadata[OCR_PAGES] = sorted(int(p) for p in pages)
+def set_images(metadata: Dict[str, Any], images: Sequence[Mapping[str, Any]]) -> None:
+    write_json(metadata, IMAGES, [dict(e) for e in images])
 
 
-def get_ocr_pages(node: BaseNode) -> List[int]:
-    return [int(p) for p in node.metadata.get(OCR_PAGES) or []]
+def get_image_bbox(node: BaseNode) -> Optional[List[float]]:
+    """An image node's ``[x0, y0, x1, y1]`` (``None`` when unknown)."""
+    value = read_json(node.metadata, IMAGE_BBOX, node.node_id)
+    return [float(v) for v in value] if value else None
+
+
+def set_image_bbox(node: BaseNode, bbox: Sequence[float]) -> None:
+    write_json(node.metadata, IMAGE_BBOX, [float(v) for v in bbox])
+
+
+def set_ocr_pages(metadata: Dict[str, Any], pages: Sequence[int]) -> None:
+    """``OCR_PAGES``: the pages (from 0) read by OCR."""
+    write_json(metadata, OCR_PAGES, sorted(int(p) for p in pages))
+
+
+def ocr_pages_of(metadata: Mapping[str, Any]) -> List[int]:
+    return [int(p) for p in read_json(metadata, OCR_PAGES) or []]
 
 
 def has_pages(node: BaseNode) -> bool:
@@ -393,10 +486,22 @@ def set_table_facts(
     node: BaseNode, *, title: str, columns: Sequence[str], rows: Sequence[str]
 ) -> None:
     node.metadata[TABLE_TITLE] = title
-    node.metadata[TABLE_COLUMNS] = [str(c) for c in columns]
-    node.metadata[TABLE_ROWS] = [str(r) for r in rows]
+    write_json(node.metadata, TABLE_COLUMNS, [str(c) for c in columns])
+    write_json(node.metadata, TABLE_ROWS, [str(r) for r in rows])
     hide_from_views(node)
 
 
+def get_table_labels(node: BaseNode) -> Tuple[List[str], List[str]]:
+    """A table node's ``(column labels, row labels)``; empty lists when unknown."""
+    meta = node.metadata
+    columns = read_json(meta, TABLE_COLUMNS, node.node_id) or []
+    rows = read_json(meta, TABLE_ROWS, node.node_id) or []
+    return [str(c) for c in columns], [str(r) for r in rows]
+
+
 def get_critical_keywords(node: BaseNode) -> List[str]:
-    return list(node.metadata.get(CRITICAL_KEYWORDS) or [])
+    return [str(k) for k in read_json(node.metadata, CRITICAL_KEYWORDS, node.node_id) or []]
+
+
+def set_critical_keywords(node: BaseNode, keywords: Sequence[str]) -> None:
+    write_json(node.metadata, CRITICAL_KEYWORDS, [str(k) for k in keywords])

@@ -212,7 +212,7 @@ def test_ner_over_node_text_is_skipped_above_ner_max_nodes_but_titles_keep_it(mo
     extractor(nodes)
     assert (3, False) in seen  # three nodes > 2: no NER over the text
     assert (1, True) in seen  # the one distinct title still goes through NER
-    assert "2023" in nodes[0].metadata[schema.CRITICAL_KEYWORDS]
+    assert "2023" in schema.get_critical_keywords(nodes[0])
     seen.clear()
     extractor(nodes[:2])
     assert (2, True) in seen

@@ -23,7 +23,7 @@ def questions():
 
 
 def _page_text(document, page):
-    for number, start, end in document.metadata[schema.PAGE_SPANS]:
+    for number, start, end in schema.page_spans_of(document.metadata):
         if number == page:
             return document.text[start:end]
     raise AssertionError(f"no page {page}")
@@ -34,11 +34,11 @@ def test_corpus_is_ten_look_alike_datasheets(documents):
     chapters = None
     for doc in documents.values():
         assert 2 <= doc.metadata[schema.PAGE_COUNT] <= 3
-        headings = [doc.text[s:e].lstrip("# ") for s, e, _, _ in doc.metadata[schema.LAYOUT_HEADINGS]][1:]
+        headings = [doc.text[s:e].lstrip("# ") for s, e, _, _ in schema.layout_headings_of(doc.metadata)][1:]
         chapters = chapters or headings
         assert headings == chapters  # identical structure: only the values differ
         assert "|Maximum output current|IOUT|" in doc.text
-        assert doc.metadata[schema.IMAGES][0]["caption"].startswith("Figure 1.")
+        assert schema.images_of(doc.metadata)[0]["caption"].startswith("Figure 1.")
         assert "Datasheet Rev. C" not in doc.text  # running header removed
     assert "4.2 Electrical characteristics" in chapters and "6 Ordering information" in chapters
 
@@ -62,7 +62,7 @@ def test_nodes_know_document_pages_and_section(documents):
         start, end = schema.get_char_span(node)
         assert doc.text[start:end] == node.text
         first, last = schema.get_page_range(node)
-        assert schema.pages_for_span(doc.metadata[schema.PAGE_SPANS], start, end) == (first, last)
+        assert schema.pages_for_span(schema.page_spans_of(doc.metadata), start, end) == (first, last)
         # The section shown is the last heading at or before the chunk's start.
         section = node.metadata.get(schema.SECTION_TITLE)
         assert section and section in doc.text[: start + len(section) + 8]

@@ -58,7 +58,7 @@ def test_each_figure_is_one_image_node_in_its_section_and_text_still_tiles(figur
     assert figure.text == "Figure 1. Block diagram of the widget"
     assert figure.metadata[schema.IMAGE_CAPTION] == figure.text
     assert schema.get_page_range(figure) == (0, 0)
-    assert figure.metadata[schema.IMAGE_BBOX] == pytest.approx([100, 190, 300, 290], abs=1)
+    assert schema.get_image_bbox(figure) == pytest.approx([100, 190, 300, 290], abs=1)
     assert figure.metadata[schema.SECTION_TITLE] == "1 Circuit overview"
     assert figure.metadata[schema.IMAGE_FILE].endswith(".png")
     assert [schema.get_position(n) for n in nodes] == list(range(len(nodes)))
@@ -96,7 +96,7 @@ def test_figures_are_saved_once_by_content_hash_copied_or_reported_missing(figur
 
 def test_jpeg_figures_keep_their_bytes(tmp_path):
     doc = PDFLayoutReader().load_data(_figure_pdf(tmp_path / "photo.pdf", logo_pages=3, jpeg=True))[0]
-    (entry,) = [e for e in doc.metadata[schema.IMAGES] if e["caption"].startswith("Figure")]
+    (entry,) = [e for e in schema.images_of(doc.metadata) if e["caption"].startswith("Figure")]
     assert entry["file"].endswith(".jpg")
     report = save_figures([doc], tmp_path / "images")
     assert report.written == [entry["file"]]

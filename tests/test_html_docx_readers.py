@@ -115,14 +115,14 @@ def test_sec_filing_html_keeps_chapters_statement_table_and_figure(corpus):
     assert "|Accumulated depreciation|(5,678)|(5,001)|" in text
     assert "Layout box text, not a table." in text and "|Layout box" not in text
     assert "## Signatures" in text and "- Jane Doe, Chief Executive Officer" in text
-    [image] = schema.get_images(doc)
+    [image] = schema.images_of(doc.metadata)
     assert image["caption"] == "Figure 1. Revenue by segment" and image["source"] == "segments.png"
 
     nodes = LayoutMarkdownParser().get_nodes_from_documents([doc])
     table = next(n for n in nodes if schema.get_segment_kind(n) == schema.KIND_TABLE)
     labels = [h.label() for h in schema.get_heading_path(table)]
     assert labels[:2] == ["Part II", "Item 8 Financial Statements and Supplementary Data"]
-    assert table.metadata[schema.TABLE_ROWS][:2] == ["Accounts payable", "Accumulated depreciation"]
+    assert schema.get_table_labels(table)[1][:2] == ["Accounts payable", "Accumulated depreciation"]
     mdna = next(n for n in nodes if "industrial demand" in n.text)
     assert [h.number for h in schema.get_heading_path(mdna)] == ["Part II", "Item 7"]
     # No pages: the citation is the section path, never a page number.
@@ -141,7 +141,7 @@ def test_docx_heading_styles_table_and_picture(corpus, tmp_path):
     assert "# 1 Introduction" in doc.text and "## 1.1 Dosing table" in doc.text
     assert "|Drug|Dose|Maximum per day|\n|---|---|---|\n|Amoxicillin|500 mg|3 g|" in doc.text
     assert "- Check renal function weekly" in doc.text
-    [image] = schema.get_images(doc)
+    [image] = schema.images_of(doc.metadata)
     assert image["caption"] == "Figure 1. Serum level after the first dose"
     assert image["source"].startswith("/word/media/")
 
@@ -149,7 +149,7 @@ def test_docx_heading_styles_table_and_picture(corpus, tmp_path):
     assert {n.metadata[schema.PARSE_PATH] for n in nodes} == {"markdown"}
     table = next(n for n in nodes if schema.get_segment_kind(n) == schema.KIND_TABLE)
     assert [h.label() for h in schema.get_heading_path(table)] == ["1 Introduction", "1.1 Dosing table"]
-    assert table.metadata[schema.TABLE_COLUMNS] == ["Drug", "Dose", "Maximum per day"]
+    assert schema.get_table_labels(table)[0] == ["Drug", "Dose", "Maximum per day"]
     figure = next(n for n in nodes if schema.get_segment_kind(n) == schema.KIND_IMAGE)
     assert [h.label() for h in schema.get_heading_path(figure)] == ["2 Monitoring"]
     # The picture's bytes are read back from the DOCX package, for the store and for a VLM.

@@ -152,8 +152,8 @@ def test_table_is_its_own_node_inside_its_chapter():
     assert len(tables) == 1
     table = tables[0]
     assert table.metadata[schema.TABLE_TITLE] == "Table 1. Absolute Maximum Ratings"
-    assert table.metadata[schema.TABLE_COLUMNS] == ["Parameter", "Min", "Max"]
-    assert table.metadata[schema.TABLE_ROWS] == ["Supply voltage", "Temperature"]
+    assert schema.get_table_labels(table)[0] == ["Parameter", "Min", "Max"]
+    assert schema.get_table_labels(table)[1] == ["Supply voltage", "Temperature"]
     assert [h.label() for h in schema.get_heading_path(table)] == [
         "2 Specifications", "2.1 Absolute Maximum Ratings"
     ]
@@ -258,8 +258,8 @@ def test_long_tables_are_cut_between_rows_keeping_labels():
     tables = [n for n in nodes if schema.get_segment_kind(n) == schema.KIND_TABLE]
     assert len(tables) >= 4 and all(len(t.text) <= 500 for t in tables)
     assert all(t.metadata[schema.TABLE_TITLE] == "Table 5. Income" for t in tables)
-    assert all(t.metadata[schema.TABLE_COLUMNS] == ["Item", "2022", "2023"] for t in tables)
-    all_rows = [r for t in tables for r in t.metadata[schema.TABLE_ROWS]]
+    assert all(schema.get_table_labels(t)[0] == ["Item", "2022", "2023"] for t in tables)
+    all_rows = [r for t in tables for r in schema.get_table_labels(t)[1]]
     assert all_rows == [f"Revenue line {i}" for i in range(60)]
     assert all(t.text.endswith("\n") or t is tables[-1] for t in tables)  # cut between rows
 
@@ -388,7 +388,7 @@ def test_generated_pdf_recovers_every_chapter(datasheet_pdf):
                    for n in nodes for h in schema.get_heading_path(n))
     table = next(n for n in nodes if schema.get_segment_kind(n) == schema.KIND_TABLE)
     assert table.metadata[schema.TABLE_TITLE] == "Table 1. Absolute Maximum Ratings"
-    assert table.metadata[schema.TABLE_ROWS] == ["Supply voltage"]
+    assert schema.get_table_labels(table)[1] == ["Supply voltage"]
     last = nodes[-1]
     assert schema.get_page_range(last)[1] == doc.metadata[schema.PAGE_COUNT] - 1
 

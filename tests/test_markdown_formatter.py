@@ -162,7 +162,7 @@ def test_table_split_across_the_seam_stays_one_table():
     assert len(tables) == 1
     table = tables[0]
     assert table.text.count("| Parameter | Max |") == 1
-    assert table.metadata[schema.TABLE_ROWS] == [f"param{i}" for i in range(12)]
+    assert schema.get_table_labels(table)[1] == [f"param{i}" for i in range(12)]
     assert table.metadata[schema.TABLE_TITLE] == "Table 1. Ratings"
     assert [h.label() for h in schema.get_heading_path(table)] == ["2 Specifications", "2.1 Ratings"]
 

@@ -50,13 +50,13 @@ def no_network(monkeypatch):
 def test_mixed_pdf_reads_the_scanned_page_by_ocr(tmp_path, no_network):
     mixed = scanned_copy(DATASHEET, tmp_path / "NX-2043-mixed.pdf", pages={1})
     doc = PDFLayoutReader().load_data(mixed)[0]
-    assert schema.get_ocr_pages(doc) == [1]
+    assert schema.ocr_pages_of(doc.metadata) == [1]
     spans = schema.get_page_spans(doc)
     page2 = doc.text[spans[1].start:spans[1].end]
     for expected in ("Dropout voltage VDO 210 273 mV", "Pin configuration", "Ordering information"):
         assert expected in page2
     # The page's own scan is not a figure; the digital page's figure still is.
-    assert [image["page"] for image in schema.get_images(doc)] == [0]
+    assert [image["page"] for image in schema.images_of(doc.metadata)] == [0]
     # Page 1 is the digital text layer, word for word (its running header line aside: OCR
     # reads page 2's copy with other spacing, so it no longer repeats; heading marks aside:
     # the OCR page's sizes join the ranking of sizes).
@@ -74,7 +74,7 @@ def test_mixed_pdf_reads_the_scanned_page_by_ocr(tmp_path, no_network):
 def test_fully_scanned_datasheet_is_read_with_low_character_error_rate(tmp_path, no_network):
     scanned = scanned_copy(DATASHEET, tmp_path / "NX-2043-scan.pdf")
     doc = PDFLayoutReader().load_data(scanned)[0]
-    assert schema.get_ocr_pages(doc) == [0, 1]
+    assert schema.ocr_pages_of(doc.metadata) == [0, 1]
     digital = PDFLayoutReader().load_data(DATASHEET)[0]
     # Same reader, same rendering: only what OCR read differs (heading marks aside, which
     # OCR ranks by numbering rather than type size).
@@ -113,7 +113,7 @@ def test_ocr_off_keeps_scans_empty(tmp_path):
         PDFLayoutReader(ocr="off").load_data(scanned)
     mixed = scanned_copy(DATASHEET, tmp_path / "mixed.pdf", pages={1})
     doc = PDFLayoutReader(ocr="off").load_data(mixed)[0]
-    assert "Ordering information" not in doc.text and not schema.get_ocr_pages(doc)
+    assert "Ordering information" not in doc.text and not schema.ocr_pages_of(doc.metadata)
 
 
 def test_ocr_dpi_is_validated():

@@ -124,7 +124,7 @@ def reader() -> PDFLayoutReader:
 
 def test_page_spans_are_contiguous_cover_the_text_and_hold_each_pages_text(tmp_path, reader):
     doc = reader.load_data(_manual_pdf(tmp_path / "manual.pdf"))[0]
-    spans = doc.metadata[schema.PAGE_SPANS]
+    spans = schema.page_spans_of(doc.metadata)
     assert [p for p, _, _ in spans] == [0, 1, 2]
     assert spans[0][1] == 0 and spans[-1][2] == len(doc.text)
     assert all(spans[i][2] == spans[i + 1][1] for i in range(len(spans) - 1))
@@ -139,7 +139,7 @@ def test_page_spans_are_contiguous_cover_the_text_and_hold_each_pages_text(tmp_p
 def test_headings_carry_the_drawn_font_sizes_and_weight(tmp_path, reader):
     doc = reader.load_data(_manual_pdf(tmp_path / "manual.pdf"))[0]
     assert doc.metadata[schema.BODY_FONT_SIZE] == 10
-    found = {doc.text[s:e].lstrip("#* ").rstrip("* "): (size, bold) for s, e, size, bold in doc.metadata[schema.LAYOUT_HEADINGS]}
+    found = {doc.text[s:e].lstrip("#* ").rstrip("* "): (size, bold) for s, e, size, bold in schema.layout_headings_of(doc.metadata)}
     assert found["Widget Manual"] == (20, True)
     for n in (1, 2, 3):
         assert found[f"{n} Chapter {n}"] == (14, True)
@@ -188,7 +188,7 @@ def test_ruled_table_becomes_markdown_after_its_caption(tmp_path, reader):
 
 def test_image_has_page_bbox_caption_and_offset(tmp_path, reader):
     doc = reader.load_data(_image_pdf(tmp_path / "figure.pdf"))[0]
-    (image,) = doc.metadata[schema.IMAGES]
+    (image,) = schema.images_of(doc.metadata)
     assert image["page"] == 0
     assert image["bbox"] == pytest.approx([100, 100, 300, 200], abs=1)
     assert image["caption"] == "Figure 3. Block diagram of the widget"
@@ -266,9 +266,9 @@ def test_markdown_and_text_files_are_kept_as_is(tmp_path, reader):
     txt.write_text("Just text, no headings.\nSecond line.", encoding="utf-8")
     md_doc, txt_doc = reader.load_data([md, txt])
     assert md_doc.text == md_text
-    assert md_doc.metadata[schema.PAGE_SPANS] == [[0, 0, len(md_text)]]
+    assert schema.page_spans_of(md_doc.metadata) == [(0, 0, len(md_text))]
     assert md_doc.metadata[schema.DOCUMENT_TITLE] == "Guide"
-    headings = [md_text[s:e] for s, e, _, _ in md_doc.metadata[schema.LAYOUT_HEADINGS]]
+    headings = [md_text[s:e] for s, e, _, _ in schema.layout_headings_of(md_doc.metadata)]
     assert headings == ["# Guide", "## 1 Setup"]
     assert txt_doc.text == "Just text, no headings.\nSecond line."
     assert txt_doc.metadata[schema.DOCUMENT_TITLE] == "plain"
@@ -295,10 +295,10 @@ def test_public_import_and_serialisable_settings():
 def test_pymupdf4llm_engine_keeps_the_same_contract(tmp_path):
     path = _manual_pdf(tmp_path / "manual.pdf")
     doc = PDFLayoutReader(engine="pymupdf4llm").load_data(path)[0]
-    spans = doc.metadata[schema.PAGE_SPANS]
+    spans = schema.page_spans_of(doc.metadata)
     assert spans[0][1] == 0 and spans[-1][2] == len(doc.text)
     assert "Confidential" not in doc.text
-    lines = [doc.text[s:e] for s, e, _, _ in doc.metadata[schema.LAYOUT_HEADINGS]]
+    lines = [doc.text[s:e] for s, e, _, _ in schema.layout_headings_of(doc.metadata)]
     assert any("2 Chapter 2" in line for line in lines)
     assert all("Body sentence" not in line for line in lines)
 
@@ -546,7 +546,7 @@ def test_small_bold_statement_title_is_a_layout_heading_but_small_bold_row_label
     path = tmp_path / "statement.pdf"
     doc.save(path)
     read = PDFLayoutReader().load_data(path)[0]
-    headings = [read.text[s:e] for s, e, *_ in read.metadata[schema.LAYOUT_HEADINGS]]
+    headings = [read.text[s:e] for s, e, *_ in schema.layout_headings_of(read.metadata)]
     assert any("Consolidated Balance Shee t" in h for h in headings)
     assert not any("Current assets" in h for h in headings)
 

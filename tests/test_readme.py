@@ -55,6 +55,18 @@ def test_readme_blocks_are_found_and_few_are_skipped():
 README_URLS = re.compile(r"postgresql://[^\s\"']+")
 
 
+def test_the_package_under_test_is_the_expected_one():
+    """When run from an installed wheel (tests/test_wheel.py), the snippets must import the
+    wheel's package, not a checkout."""
+    import os
+
+    import llama_index_hiqa
+
+    expected = os.environ.get("HIQA_EXPECT_PACKAGE_UNDER")
+    if expected:
+        assert Path(llama_index_hiqa.__file__).resolve().is_relative_to(Path(expected).resolve())
+
+
 def test_readme_snippets_run(tmp_path, monkeypatch, server):
     for folder in ("examples/data", "datasheets", "filings", "manuals"):
         shutil.copytree(DEMO_DATA_DIR, tmp_path / folder, ignore=shutil.ignore_patterns("*.jsonl"))

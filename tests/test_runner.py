@@ -278,5 +278,5 @@ def test_runner_uses_the_given_keyword_extractor(demo_folder):
     assert _multi_route(ws, "fixed").keyword_extractor is extractor
     tagged = [n for n in ws.unit_set("fixed") if "thermal shutdown" in n.text]
     assert tagged and all(
-        normalize_keyword("thermal shutdown") in n.metadata[schema.CRITICAL_KEYWORDS] for n in tagged
+        normalize_keyword("thermal shutdown") in schema.get_critical_keywords(n) for n in tagged
     )

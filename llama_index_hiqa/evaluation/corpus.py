@@ -48,7 +48,7 @@ def document(text: str, doc_id: str, title: str, page_spans=None) -> Document:
     when known."""
     meta: Dict[str, Any] = {schema.DOCUMENT_ID: doc_id, schema.DOCUMENT_TITLE: title}
     if page_spans:
-        meta[schema.PAGE_SPANS] = page_spans
+        schema.set_page_spans(meta, page_spans)
     doc = Document(text=text, id_=doc_id, metadata=meta)
     schema.hide_from_views(doc)
     return doc

@@ -25,7 +25,7 @@ CHUNK_OVERLAP = 32
 
 
 def _page_range(doc: Document, start: int, end: int) -> Optional[Tuple[int, int]]:
-    spans = doc.metadata.get(schema.PAGE_SPANS)
+    spans = schema.page_spans_of(doc.metadata)
     return schema.pages_for_span(spans, start, end) if spans else None
 
 
@@ -84,7 +84,7 @@ def fixed_chunks(corpus: Corpus) -> List[BaseNode]:
     splitter = SentenceSplitter(chunk_size=CHUNK_SIZE, chunk_overlap=CHUNK_OVERLAP)
     nodes: List[BaseNode] = []
     for doc in corpus.documents:
-        spans = doc.metadata.get(schema.PAGE_SPANS) or [[None, 0, len(doc.text)]]
+        spans = schema.page_spans_of(doc.metadata) or [(None, 0, len(doc.text))]
         offsets, paths = _heading_walk(doc.text)
         position = 0
         for _page, start, end in spans:
@@ -153,7 +153,7 @@ def _split_segments(segments: Sequence[BaseNode], documents: Sequence[Document])
                 doc,
                 seg.get_content(MetadataMode.NONE),
                 span[0] if span else 0,
-                seg.metadata.get(schema.HEADING_PATH),
+                [list(h) for h in schema.get_heading_path(seg)] or None,
                 at,
                 splitter,
                 seg.metadata.get(schema.PARSE_PATH) or "layout",

@@ -352,7 +352,7 @@ def pieces_to_nodes(
     extra_metadata: Optional[Dict] = None,
 ) -> List[TextNode]:
     """One ``TextNode`` per piece with the shared schema facts; positions from 0."""
-    page_spans = doc.metadata.get(schema.PAGE_SPANS) or []
+    page_spans = schema.page_spans_of(doc.metadata)
     span_starts = [int(s) for _, s, _ in page_spans]
     base_meta = {
         k: v for k, v in doc.metadata.items() if k not in schema.DOCUMENT_ONLY_KEYS

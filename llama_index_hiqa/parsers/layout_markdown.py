@@ -200,7 +200,7 @@ class LayoutMarkdownParser(SegmentNodeParser):
 
     def detect_headings(self, text: str, metadata: Dict[str, Any]) -> List[HeadingMark]:
         """Every chapter heading of a document, in order, with number, title and level."""
-        page_spans = [tuple(map(int, s)) for s in metadata.get(schema.PAGE_SPANS) or []]
+        page_spans = [tuple(s) for s in schema.page_spans_of(metadata)]
         if not page_spans:
             page_spans = [(0, 0, len(text))]
         lines = iter_lines(text)
@@ -366,7 +366,7 @@ def _layout_lines(
     spans may start inside the line, after the Markdown marks)."""
     starts = [ln[0] for ln in lines]
     out = {}
-    for item in metadata.get(schema.LAYOUT_HEADINGS) or []:
+    for item in schema.layout_headings_of(metadata):
         start, _end, size, bold = item[:4]
         idx = bisect.bisect_right(starts, int(start)) - 1
         if idx >= 0:

@@ -511,7 +511,7 @@ class LineNumberSegmentParser(SegmentNodeParser):
         doc_id = schema.get_document_id(doc) or doc.node_id
         # Only a real title; the context header transform asks the LLM for one when empty.
         doc_title = str(doc.metadata.get(schema.DOCUMENT_TITLE) or "")
-        page_spans = doc.metadata.get(schema.PAGE_SPANS)
+        page_spans = schema.page_spans_of(doc.metadata)
         source = schema.source_node_info(doc)  # hashes the whole text: once per document
         nodes: List[TextNode] = []
         for sec in sections:

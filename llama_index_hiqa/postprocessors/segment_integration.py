@@ -57,6 +57,7 @@ from llama_index.core.schema import (
 from llama_index.core.storage.docstore.types import BaseDocumentStore
 
 from llama_index_hiqa import schema
+from llama_index_hiqa.vector_store_access import index_nodes
 from llama_index_hiqa.errors import RerankerError, UnknownNodeError
 # The pure selection algorithm; re-exported here, where it was first.
 from llama_index_hiqa.postprocessors.segment_selection import (  # noqa: F401
@@ -241,8 +242,11 @@ class SegmentIntegrationPostprocessor(BaseNodePostprocessor):
 
     @classmethod
     def from_index(cls, index: Any, **kwargs: Any) -> "SegmentIntegrationPostprocessor":
-        """Use ``index.docstore`` to fill segments with the chunks that were not retrieved."""
-        return cls(docstore=index.docstore, **kwargs)
+        """Fill segments with the chunks that were not retrieved, read from the index's
+        docstore or, over a store that keeps the text (Chroma, Qdrant, pgvector, ...), from the
+        nodes listed from the vector store (:mod:`llama_index_hiqa.vector_store_access`)."""
+        _nodes, docstore = index_nodes(index, "SegmentIntegrationPostprocessor")
+        return cls(docstore=docstore, **kwargs)
 
     def reset_docstore_lookup(self) -> None:
         """Forget the (document, position) lookup; call after adding nodes to the docstore."""

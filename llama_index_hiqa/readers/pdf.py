@@ -325,13 +325,13 @@ class PDFLayoutReader(BasePydanticReader):
                 schema.BODY_FONT_SIZE: parsed.body_size,
             }
         )
+        schema.set_page_spans(metadata, parsed.page_spans)
+        schema.set_layout_headings(metadata, parsed.headings)
+        schema.set_images(metadata, parsed.images)
+        if parsed.ocr_pages:
+            schema.set_ocr_pages(metadata, parsed.ocr_pages)
         # id_ is the ref_doc_id a docstore upserts by: re-ingesting the file replaces it.
         document = Document(text=parsed.text, id_=document_id, metadata=metadata)
-        schema.set_page_spans(document, parsed.page_spans)
-        schema.set_layout_headings(document, parsed.headings)
-        schema.set_images(document, parsed.images)
-        if parsed.ocr_pages:
-            schema.set_ocr_pages(document, parsed.ocr_pages)
         schema.hide_from_views(document)
         return document
 

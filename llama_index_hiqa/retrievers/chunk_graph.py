@@ -37,6 +37,7 @@ from llama_index.core.schema import BaseNode, MetadataMode, NodeWithScore, Query
 from llama_index.core.storage.docstore import BaseDocumentStore
 
 from llama_index_hiqa import schema
+from llama_index_hiqa.vector_store_access import index_nodes
 from llama_index_hiqa.defaults import resolve_embed_model, resolve_llm
 from llama_index_hiqa.errors import GraphBuildError, LLMOutputError, UnknownNodeError
 from llama_index_hiqa.retrievers.chain_scorers import N_FEATURES, ChainScorer, DefaultChainScorer
@@ -165,12 +166,14 @@ class ChunkGraphRetriever(BaseRetriever):
 
     @classmethod
     def from_index(cls, index: Any, show_progress: bool = False, **kwargs: Any) -> "ChunkGraphRetriever":
-        """Build over the nodes of a ``VectorStoreIndex``: text from its docstore, vectors from
-        its vector store where the store can return them (``SimpleVectorStore``), else the
-        index's embed model recomputes them."""
-        nodes = [n.model_copy() for n in index.docstore.docs.values()]
+        """Build over the nodes of a ``VectorStoreIndex``: text from its docstore or, over a
+        store that keeps the text (Chroma, Qdrant, pgvector, ...), from the vector store
+        (:mod:`llama_index_hiqa.vector_store_access`); vectors from the vector store where it returns
+        them, else the index's embed model recomputes them."""
+        listed, docstore = index_nodes(index, "ChunkGraphRetriever")
+        nodes = [n.model_copy() for n in listed]
         if not nodes:
-            raise GraphBuildError("the index's docstore holds no nodes (store_nodes_override?)")
+            raise GraphBuildError("the index holds no nodes")
         for node in nodes:
             if node.embedding is None:
                 try:
@@ -181,7 +184,7 @@ class ChunkGraphRetriever(BaseRetriever):
                     logger.debug("vector store gave no vector for %s (%s); embedding it", node.node_id, exc)
         kwargs.setdefault("embed_model", getattr(index, "_embed_model", None))
         retriever = cls.from_nodes(nodes, show_progress=show_progress, **kwargs)
-        retriever.docstore, retriever._nodes = index.docstore, {}
+        retriever.docstore, retriever._nodes = docstore, {}
         return retriever
 
     # --- question analysis ----------------------------------------------------------------

@@ -51,6 +51,8 @@ from llama_index.core.schema import BaseNode, NodeWithScore, QueryBundle
 from llama_index.core.storage.docstore.types import BaseDocumentStore
 
 from llama_index_hiqa import schema
+from llama_index_hiqa.vector_store_access import index_nodes
+from llama_index_hiqa.retrievers.store_vectors import collect, cosine_scale, scores_of_nodes, with_top_k
 from llama_index_hiqa.events import MultiRouteRetrievalEndEvent, RouteFailedEvent
 from llama_index_hiqa.errors import RetrievalRouteError, UnknownNodeError
 from llama_index_hiqa.retrievers import fusion, title_match
@@ -142,19 +144,6 @@ def _collection_shape(nodes: Sequence[BaseNode]) -> Tuple[int, float]:
     return len(counts), sum(per_doc) / len(per_doc)
 
 
-def _with_top_k(retriever: BaseRetriever, top_k: int) -> BaseRetriever:
-    """A shallow copy of ``retriever`` asking for ``top_k`` results, when it has that knob."""
-    for attribute in ("similarity_top_k", "_similarity_top_k", "top_k"):
-        if hasattr(retriever, attribute):
-            clone = copy.copy(retriever)
-            try:
-                setattr(clone, attribute, top_k)
-                return clone
-            except (AttributeError, TypeError, ValueError):
-                continue
-    return retriever
-
-
 class _DocstoreNodes(Mapping):
     """The retriever's nodes, read from the docstore by id when a result needs one: the ids
     stay in memory, the nodes stay where LlamaIndex keeps them (no second copy of the
@@ -220,6 +209,8 @@ class MultiRouteRetriever(BaseRetriever):
         if vector_retriever is None and not self._nodes:
             raise ValueError("MultiRouteRetriever needs a vector retriever, or nodes, or both")
         self._vector_retriever = vector_retriever
+        # Every store's similarity read as a cosine, as the fusion expects (store_vectors.py).
+        self._cosine = cosine_scale(getattr(vector_retriever, "_vector_store", None))
         self.keyword_extractor = keyword_extractor or CriticalKeywordExtractor()
         self._bm25_tokenizer = bm25_tokenizer
 
@@ -252,19 +243,19 @@ class MultiRouteRetriever(BaseRetriever):
     def from_index(
         cls, index: VectorStoreIndex, nodes: Optional[Sequence[BaseNode]] = None, **kwargs: Any
     ) -> "MultiRouteRetriever":
-        """Vector route from ``index.as_retriever``; BM25/keywords over its docstore (or ``nodes``).
-
-        Vector stores that keep the text outside the docstore (``store_nodes_override`` off)
-        leave the docstore empty: pass ``nodes`` then.
+        """Vector route from ``index.as_retriever``; BM25/keywords over every node of the index:
+        ``nodes`` or ``docstore`` when given, else the index's docstore, else the nodes listed
+        from a vector store that keeps the text (Chroma, Qdrant, LanceDB, Milvus, DuckDB,
+        pgvector, ...; :mod:`llama_index_hiqa.vector_store_access`). A store that cannot list them
+        raises :class:`~llama_index_hiqa.errors.VectorStoreFeatureError` here.
         """
         config = kwargs.pop("config", None) or MultiRouteConfig()
         updates = {k: kwargs.pop(k) for k in list(kwargs) if k in MultiRouteConfig.model_fields}
         config = MultiRouteConfig(**{**config.model_dump(), **updates})
         vector = index.as_retriever(similarity_top_k=config.candidates_per_route)
         docstore = kwargs.pop("docstore", None)
-        if nodes is None:
-            nodes = list(index.docstore.docs.values())
-            docstore = index.docstore  # result nodes are read from it by id
+        if nodes is None:  # result nodes are then read by id from the docstore that holds them
+            nodes, docstore = index_nodes(index, "MultiRouteRetriever", docstore=docstore)
         return cls(vector_retriever=vector, nodes=nodes, docstore=docstore, config=config, **kwargs)
 
     def _check_known(self, node_ids: Sequence[str], what: str) -> None:
@@ -363,25 +354,21 @@ class MultiRouteRetriever(BaseRetriever):
     def _vector_scores(self, query: QueryBundle, n: int) -> Tuple[Dict[str, float], Dict[str, BaseNode]]:
         if self._vector_retriever is None:
             return {}, {}
-        results = _with_top_k(self._vector_retriever, n).retrieve(query)
+        results = with_top_k(self._vector_retriever, n).retrieve(query)
         return self._collect(results)
 
     async def _avector_scores(self, query: QueryBundle, n: int) -> Tuple[Dict[str, float], Dict[str, BaseNode]]:
         if self._vector_retriever is None:
             return {}, {}
-        results = await _with_top_k(self._vector_retriever, n).aretrieve(query)
+        results = await with_top_k(self._vector_retriever, n).aretrieve(query)
         return self._collect(results)
 
-    @staticmethod
-    def _collect(results: Sequence[NodeWithScore]) -> Tuple[Dict[str, float], Dict[str, BaseNode]]:
-        scores: Dict[str, float] = {}
+    def _collect(self, results: Sequence[NodeWithScore]) -> Tuple[Dict[str, float], Dict[str, BaseNode]]:
+        """``({node id: cosine}, {node id: node})``; duplicates merged by id."""
+        scores = collect(results, self._cosine)
         seen: Dict[str, BaseNode] = {}
         for result in results:
-            node_id = result.node.node_id
-            score = float(result.score if result.score is not None else 0.0)
-            if node_id not in scores or score > scores[node_id]:  # duplicates merged by id
-                scores[node_id] = score
-                seen[node_id] = result.node
+            seen.setdefault(result.node.node_id, result.node)
         return scores, seen
 
     def _bm25_scores(self, query: QueryBundle, n: int) -> Dict[str, float]:
@@ -554,11 +541,9 @@ class MultiRouteRetriever(BaseRetriever):
         wanted = set(node_ids)
         vector: Dict[str, float] = {}
         if self._vector_retriever is not None and node_ids:
-            retriever = _with_top_k(self._vector_retriever, len(node_ids))
-            if hasattr(retriever, "_node_ids"):
-                retriever._node_ids = list(node_ids)  # VectorIndexRetriever's restriction
-            found, _ = self._collect(retriever.retrieve(bundle))
-            vector = {i: s for i, s in found.items() if i in wanted}
+            vector = scores_of_nodes(
+                self._vector_retriever, bundle, node_ids, self._nodes, self._cosine, collection_size=len(self._nodes)
+            )
         bm25: Dict[str, float] = {}
         if self._bm25 is not None and self.config.use_bm25 and node_ids:
             bm25 = self._bm25.scores_of(bundle.query_str or "", node_ids)

@@ -40,6 +40,7 @@ CONFIG_FILENAME = "hiqa_pack.json"
 DOCSTORE_FILENAME = "docstore.json"
 INDEX_STORE_FILENAME = "index_store.json"
 SIMPLE_VECTORS_FILENAME = "default__vector_store.json"
+FAISS_VECTORS_FILENAME = "faiss_vectors.bin"
 MULTI_ROUTE_DIRNAME = "multi_route"
 CHUNK_GRAPH_DIRNAME = "chunk_graph"
 FORMAT_VERSION = 2
@@ -63,6 +64,10 @@ def write_index(index: VectorStoreIndex, folder: Path) -> str:
     if isinstance(vector_store, SimpleVectorStore):
         vector_store.persist(persist_path=str(folder / SIMPLE_VECTORS_FILENAME))
         return "simple"
+    if type(vector_store).__name__ == "FaissVectorStore":
+        # An in-memory FAISS index is a local file like the others: saved in the snapshot.
+        vector_store.persist(persist_path=str(folder / FAISS_VECTORS_FILENAME))
+        return "faiss"
     return f"external:{vector_store.class_name()}"
 
 
@@ -160,6 +165,8 @@ class StoreFiles:
         if vector_store is None:
             if kind == "matrix":
                 vector_store = self.read(VECTORS_FILENAME, lambda p: MatrixVectorStore.from_persist_path(str(p)), "the vectors")
+            elif kind == "faiss":
+                vector_store = self.read(FAISS_VECTORS_FILENAME, _load_faiss, "the FAISS index")
             elif kind == "simple":
                 vector_store = self.read(
                     SIMPLE_VECTORS_FILENAME, lambda p: SimpleVectorStore.from_persist_path(str(p)), "the vectors"
@@ -170,7 +177,11 @@ class StoreFiles:
                 )
         storage = StorageContext.from_defaults(docstore=docstore, index_store=index_store, vector_store=vector_store)
         try:
-            index = load_index_from_storage(storage, index_id=self.payload.get("index_id"), embed_model=embed_model)
+            # store_nodes_override as at build: over a store that keeps the text (Chroma,
+            # Qdrant, ...) the docstore must go on receiving the nodes the routes read.
+            index = load_index_from_storage(
+                storage, index_id=self.payload.get("index_id"), embed_model=embed_model, store_nodes_override=True
+            )
         except (ValueError, KeyError) as exc:
             raise PackStoreError(self.folder / INDEX_STORE_FILENAME, f"holds no usable index ({exc}); {REBUILD_HINT}") from exc
         self._check_vectors(index, embed_model)
@@ -234,3 +245,11 @@ __all__: List[str] = [
     "write_config",
     "write_index",
 ]
+
+
+def _load_faiss(path: Path) -> BasePydanticVectorStore:
+    try:
+        from llama_index.vector_stores.faiss import FaissVectorStore
+    except ImportError as exc:
+        raise PackStoreError(path, "was built on FAISS: pip install 'llama-index-hiqa[faiss]' to load it") from exc
+    return FaissVectorStore.from_persist_path(str(path))

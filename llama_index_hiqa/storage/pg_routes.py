@@ -38,6 +38,7 @@ from llama_index_hiqa.storage.pg_schema import (
     BM25Tokenizer,
 )
 from llama_index_hiqa.storage.postgres import PostgresStore
+from llama_index_hiqa.retrievers.store_vectors import identity
 from llama_index_hiqa.transforms.critical_keywords import CriticalKeywordExtractor, KeywordIndex
 
 SHAPE_TTL_S = 5.0
@@ -110,6 +111,7 @@ class PostgresMultiRouteRetriever(MultiRouteRetriever):
         self._store = store
         self._nodes = _StoredNodes(store)
         self._vector_retriever = vector_retriever
+        self._cosine = identity  # pgvector's cosine ops give 1 − cosine distance: a cosine
         self.keyword_extractor = keyword_extractor or CriticalKeywordExtractor()
         self._bm25_tokenizer = None
         self._keyword_index = KeywordIndex()  # unused: the keyword route is a query

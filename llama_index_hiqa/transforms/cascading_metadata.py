@@ -228,10 +228,11 @@ class HCATableNode(TextNode):
         lines = []
         if meta.get(schema.TABLE_TITLE):
             lines.append(TABLE_TITLE_TEMPLATE.format(title=meta[schema.TABLE_TITLE]))
-        if meta.get(schema.TABLE_COLUMNS):
-            lines.append(TABLE_COLUMNS_TEMPLATE.format(columns="; ".join(meta[schema.TABLE_COLUMNS])))
-        if meta.get(schema.TABLE_ROWS):
-            lines.append(TABLE_ROWS_TEMPLATE.format(rows="; ".join(meta[schema.TABLE_ROWS])))
+        columns, rows = schema.get_table_labels(self)
+        if columns:
+            lines.append(TABLE_COLUMNS_TEMPLATE.format(columns="; ".join(columns)))
+        if rows:
+            lines.append(TABLE_ROWS_TEMPLATE.format(rows="; ".join(rows)))
         body = "\n".join(lines)
         metadata_str = self.get_metadata_str(metadata_mode).strip()
         if not metadata_str:
@@ -364,7 +365,7 @@ class CascadingMetadataTransform(TransformComponent):
         ):
             path = paths[index]
             node = self._as_view_node(node)
-            if path and not node.metadata.get(schema.HEADING_PATH):
+            if path and not schema.has_heading_path(node):
                 # Record the inferred path so that other components (and a second run of
                 # this transform) read the same fact instead of re-deriving it.
                 schema.set_heading_path(node, path)
@@ -405,9 +406,11 @@ class CascadingMetadataTransform(TransformComponent):
             node.metadata[schema.DOCUMENT_TITLE] = first_path[0].label()
 
     def _path_for(self, node: BaseNode, stack: List[Heading]) -> List[Heading]:
-        if node.metadata.get(schema.HEADING_PATH):
+        if schema.has_heading_path(node):
             try:
                 return schema.get_heading_path(node)
+            except InvalidMetadataError:
+                raise
             except (TypeError, ValueError) as exc:
                 raise InvalidMetadataError(
                     node.node_id,
@@ -558,8 +561,9 @@ class CascadingMetadataTransform(TransformComponent):
         meta = node.metadata
         parsed = parse_markdown_table(node.text) or ("", [], [])
         title = meta.get(schema.TABLE_TITLE) or parsed[0] or (path[-1].label() if path else "")
-        columns = meta.get(schema.TABLE_COLUMNS) or parsed[1]
-        rows = meta.get(schema.TABLE_ROWS) or parsed[2]
+        known_columns, known_rows = schema.get_table_labels(node)
+        columns = known_columns or parsed[1]
+        rows = known_rows or parsed[2]
         schema.set_table_facts(
             node, title=title, columns=columns, rows=list(rows)[: self.max_table_labels]
         )

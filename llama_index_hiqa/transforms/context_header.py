@@ -362,7 +362,7 @@ class ContextHeaderTransform(TransformComponent):
         sections: List[List[BaseNode]] = []
         last_path: Any = None
         for node in doc_nodes:
-            path = node.metadata.get(schema.HEADING_PATH)
+            path = schema.get_heading_path(node)
             if sections and path and path == last_path:
                 sections[-1].append(node)
             else:

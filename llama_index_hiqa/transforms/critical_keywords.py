@@ -429,7 +429,7 @@ class CriticalKeywordExtractor(TransformComponent):
 
     def _write(self, nodes: Sequence[BaseNode], per_node: Sequence[List[str]]) -> None:
         for node, doc_keywords, keywords in zip(nodes, self._document_keywords(nodes), per_node):
-            node.metadata[schema.CRITICAL_KEYWORDS] = self._finish(doc_keywords + keywords)
+            schema.set_critical_keywords(node, self._finish(doc_keywords + keywords))
             schema.hide_from_views(node, (schema.CRITICAL_KEYWORDS,))
 
     def _ner_on_text(self, n_nodes: int) -> bool:
