@@ -527,6 +527,8 @@ class HiQAPack:
         stages: List[TimedTransform] = [TimedTransform(stage="parse", inner=build_parser(self.config, self.llm, self.embed_model))]
         if self.config.use_cascade:
             multimodal = self.llm if self.config.describe_figures else None
+            if self.config.describe_figures and self.llm is None:
+                logger.warning("describe_figures is set but the pack has no LLM: figures are embedded by caption and context only")
             cascade = CascadingMetadataTransform(show_progress=self.config.show_progress, multimodal_llm=multimodal)
             stages.append(TimedTransform(stage="cascade", inner=cascade))
         stages.append(TimedTransform(stage="keywords", inner=keyword_extractor(self.config)))

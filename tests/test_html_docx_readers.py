@@ -248,3 +248,12 @@ def test_pack_describes_pdf_figures_with_its_llm(tmp_path):
     figures = [n for n in pack.index.docstore.docs.values() if schema.get_segment_kind(n) == schema.KIND_IMAGE]
     assert len(figures) == 1
     assert "regulator, filter, load" in figures[0].get_content(MetadataMode.EMBED)
+
+
+def test_describe_figures_without_an_llm_says_so(corpus, caplog):
+    with caplog.at_level("WARNING", logger="llama_index_hiqa.pack"):
+        pack = HiQAPack.from_directory(corpus, embed_model=HashEmbedding(), keywords={"use_ner": False},
+                                       describe_figures=True)
+    assert "describe_figures is set but the pack has no LLM" in caplog.text
+    figure = next(n for n in pack.index.docstore.docs.values() if schema.get_segment_kind(n) == schema.KIND_IMAGE)
+    assert "Figure 1." in figure.get_content(MetadataMode.EMBED)  # caption and context still embedded
