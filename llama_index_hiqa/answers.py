@@ -34,10 +34,11 @@ EVIDENCE_SNIPPET_CHARS = 400
 
 # --------------------------------------------------------------------------- citations
 def citation(node: BaseNode) -> Dict[str, Any]:
-    """Where a node comes from: document id and title, section path, pages (from 1)."""
+    """Where a node comes from: document id and title, section path, pages (from 1; ``None``
+    for HTML and DOCX, which have no pages: their section path is the citation)."""
     path = schema.get_heading_path(node)
     section = " > ".join(" ".join(p for p in (h.number, h.title) if p) for h in path)
-    page_range = schema.get_page_range(node)
+    page_range = schema.get_page_range(node) if schema.has_pages(node) else None
     pages = [page_range[0] + 1, page_range[1] + 1] if page_range else None
     return {
         "document_id": schema.get_document_id(node),
@@ -56,7 +57,8 @@ def format_citation(node: BaseNode) -> str:
     parts = [c["document_title"] or c["document_id"] or "?"]
     if c["section"]:
         parts.append(c["section"])
-    parts.append(page)
+    if schema.has_pages(node):
+        parts.append(page)
     return " · ".join(parts)
 
 

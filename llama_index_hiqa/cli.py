@@ -398,7 +398,7 @@ def _add_eval(sub: Any) -> None:
         help="run the HiQA ablation (Log-Rank Index, Recall/Precision/MRR/nDCG/hit@k) on your documents",
         description="Variants: " + "; ".join(f"{v.name} = {v.label}" for v in VARIANTS),
     )
-    ev.add_argument("--docs", required=True, help="folder of .pdf/.md/.txt documents")
+    ev.add_argument("--docs", required=True, help="folder of .pdf/.html/.docx/.md/.txt documents")
     ev.add_argument("--questions", required=True, help="questions JSONL with gold evidence")
     ev.add_argument("--variants", nargs="+", choices=[v.name for v in VARIANTS], help="default: all")
     ev.add_argument("--out", default="hiqa_eval", help="folder for the JSON, Markdown and PNG results")
@@ -418,7 +418,7 @@ def _add_eval(sub: Any) -> None:
 
 def _add_ingest(sub: Any) -> None:
     ing = sub.add_parser("ingest", help="read, parse, augment and index a folder; save the store")
-    ing.add_argument("dir", help="folder of .pdf/.md/.txt documents")
+    ing.add_argument("dir", help="folder of .pdf/.html/.docx/.md/.txt documents")
     ing.add_argument("--store", required=True, help="folder the index is saved to, or postgresql://USER@HOST/DB")
     ing.add_argument("--llm", help="openai:MODEL or openai-compatible:MODEL (LLM Markdown formatter)")
     _llm_options(ing)

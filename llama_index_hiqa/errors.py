@@ -149,7 +149,7 @@ class EmptyCorpusError(HiQAError, ValueError):
         self.source = source
         self.failures = list(failures)
         detail = f"; {len(self.failures)} file(s) unreadable: " + "; ".join(map(str, self.failures[:3])) if self.failures else ""
-        super().__init__(f"{source}: no readable .pdf/.md/.txt document{detail}")
+        super().__init__(f"{source}: no readable .pdf/.html/.docx/.md/.txt document{detail}")
 
 
 class UndecodableTextError(UnsupportedDocumentError):
@@ -184,3 +184,18 @@ class VectorStoreFeatureError(HiQAError, ValueError):
         self.feature = feature
         self.fix = fix
         super().__init__(f"{store}: {feature}; fix: {fix}")
+
+
+class MissingExtraError(DocumentReadError):
+    """A file needs an optional part of the pack that is not installed: ``extra`` is the
+    pip extra (``ocr``, ``html``, ``docx``), ``package`` the missing module; the message says
+    the install command. It is a read error of that file, so a folder load records it in
+    ``PDFLayoutReader.failures`` and reads the other files."""
+
+    def __init__(self, path: Union[str, Path], extra: str, package: str, need: str) -> None:
+        self.extra = extra
+        self.package = package
+        super().__init__(
+            path, f"{need} needs the {extra!r} extra ({package} is not installed): "
+            f"pip install 'llama-index-hiqa[{extra}]'"
+        )

@@ -8,13 +8,14 @@ files with descriptions built from the image title and its surrounding text; app
 1. :func:`with_figure_nodes` (called by the parsers) adds one image node per figure the
    reader found (``schema.IMAGES``: page, bounding box, caption): its text is the caption, it
    sits right after the text segment the caption belongs to, in that segment's section, and
-   names the image file by content hash. Text segments keep tiling their document: an image
+   names the image file by content hash (and, for HTML/DOCX, ``schema.IMAGE_SOURCE``). Text segments keep tiling their document: an image
    node's character span is empty (``start == end``, where the figure sits) and it takes a
    position between its neighbours. :class:`~llama_index_hiqa.CascadingMetadataTransform`
    embeds it by caption, heading cascade and surrounding text (appendix A.5).
 2. :func:`save_figures` writes the image files into a folder, one file per content hash
-   (``<hash>.png``/``.jpg``), reading the bytes from the source PDFs again (or copying them from
-   an earlier store) so no image is held in memory or in node metadata.
+   (``<hash>.png``/``.jpg``), reading the bytes from the source files again (or copying them
+   from an earlier store) so no image is held in memory or in node metadata;
+   :func:`figure_bytes` reads one figure's bytes the same way (for a multimodal LLM).
 3. :func:`figures_for` lists the figures on an answer's cited pages and sections.
 """
 
@@ -149,6 +150,8 @@ def _image_node(
     node.metadata[schema.IMAGE_CAPTION] = caption
     schema.set_image_bbox(node, entry.get("bbox") or [])
     node.metadata[schema.IMAGE_XREF] = int(entry.get("xref") or 0)
+    if entry.get("source"):
+        node.metadata[schema.IMAGE_SOURCE] = str(entry["source"])
     if entry.get("file"):
         node.metadata[schema.IMAGE_FILE] = str(entry["file"])
     schema.hide_from_views(node)
@@ -215,8 +218,35 @@ def save_figures(
             continue
         to_extract[source].append((name, entry))
     for source, figures in to_extract.items():
-        _extract_from_pdf(source, figures, folder, report)
+        for name, data in _read_figures(source, figures, report.missing):
+            _atomic_write(folder / name, data)
+            report.written.append(name)
     return report
+
+
+def figure_bytes(node: BaseNode) -> Optional[bytes]:
+    """The image of a figure node (``schema.KIND_IMAGE`` with ``schema.IMAGE_FILE``), read
+    again from its source file (the PDF object or page box, the DOCX part, the file an HTML
+    ``src`` names); ``None`` when it is not a figure node or its source is gone. This is
+    what a multimodal LLM is shown (HiQA appendix A.5)."""
+    meta = node.metadata
+    if meta.get(schema.SEGMENT_KIND) != schema.KIND_IMAGE or not meta.get(schema.IMAGE_FILE):
+        return None
+    missing: List[Tuple[str, str]] = []
+    found = list(_read_figures(str(meta.get(schema.FILE_PATH) or ""), [(meta[schema.IMAGE_FILE], _node_entry(node))], missing))
+    for name, reason in missing:
+        logger.warning("figure %s unreadable: %s", name, reason)
+    return found[0][1] if found else None
+
+
+def _node_entry(node: BaseNode) -> Dict[str, Any]:
+    """An image node's facts in the shape of a ``schema.IMAGES`` entry."""
+    meta = node.metadata
+    page = schema.get_page_range(node)
+    return {
+        "page": page[0] if page else 0, "bbox": schema.get_image_bbox(node) or [],
+        "xref": meta.get(schema.IMAGE_XREF, 0), "source": meta.get(schema.IMAGE_SOURCE),
+    }
 
 
 def _figures_of(item: BaseNode) -> Iterable[Tuple[str, str, Dict[str, Any]]]:
@@ -224,11 +254,7 @@ def _figures_of(item: BaseNode) -> Iterable[Tuple[str, str, Dict[str, Any]]]:
     source = str(meta.get(schema.FILE_PATH) or "")
     if meta.get(schema.SEGMENT_KIND) == schema.KIND_IMAGE:
         if meta.get(schema.IMAGE_FILE):
-            page = schema.get_page_range(item)
-            yield meta[schema.IMAGE_FILE], source, {
-                "page": page[0] if page else 0, "bbox": schema.get_image_bbox(item),
-                "xref": meta.get(schema.IMAGE_XREF, 0),
-            }
+            yield meta[schema.IMAGE_FILE], source, _node_entry(item)
         return
     if isinstance(item, Document):
         for entry in figure_entries(item):
@@ -236,32 +262,65 @@ def _figures_of(item: BaseNode) -> Iterable[Tuple[str, str, Dict[str, Any]]]:
                 yield entry["file"], source, entry
 
 
-def _extract_from_pdf(
-    source: str, figures: List[Tuple[str, Dict[str, Any]]], folder: Path, report: FigureSaveReport
-) -> None:
+def _read_figures(
+    source: str, figures: List[Tuple[str, Dict[str, Any]]], missing: List[Tuple[str, str]]
+) -> Iterable[Tuple[str, bytes]]:
+    """``(name, bytes)`` of each figure its source still holds; the others go to ``missing``
+    as ``(name, reason)``, never raised: the text index does not depend on them."""
     if not source or not Path(source).is_file():
-        report.missing.extend((name, f"source file {source or '?'} is gone") for name, _ in figures)
+        missing.extend((name, f"source file {source or '?'} is gone") for name, _ in figures)
+        return
+    suffix = Path(source).suffix.lower()
+    if suffix == ".docx":
+        yield from _read_docx_parts(source, figures, missing)
+        return
+    if suffix in (".html", ".htm", ".xhtml"):
+        for name, entry in figures:
+            target = Path(source).parent / str(entry.get("source") or "")
+            try:
+                yield name, target.read_bytes()
+            except OSError as exc:
+                missing.append((name, f"{target}: {exc}"))
         return
     import pymupdf
 
     try:
         pdf = pymupdf.open(source)
-    # Safe: figures are extras; a source that no longer opens is reported in report.missing.
+    # Safe: figures are extras; a source that no longer opens is reported in missing.
     except Exception as exc:
-        report.missing.extend((name, f"{source}: {exc}") for name, _ in figures)
+        missing.extend((name, f"{source}: {exc}") for name, _ in figures)
         return
     try:
         for name, entry in figures:
             try:
                 data = _image_bytes(pdf, name, entry)
-            # Safe: one unreadable image never stops the others; reported in report.missing.
+            # Safe: one unreadable image never stops the others; reported in missing.
             except Exception as exc:
-                report.missing.append((name, f"{source} p.{int(entry.get('page') or 0) + 1}: {exc}"))
+                missing.append((name, f"{source} p.{int(entry.get('page') or 0) + 1}: {exc}"))
                 continue
-            _atomic_write(folder / name, data)
-            report.written.append(name)
+            yield name, data
     finally:
         pdf.close()
+
+
+def _read_docx_parts(
+    source: str, figures: List[Tuple[str, Dict[str, Any]]], missing: List[Tuple[str, str]]
+) -> Iterable[Tuple[str, bytes]]:
+    """A DOCX is a zip package: a picture is the part its entry names (``/word/media/...``)."""
+    import zipfile
+
+    try:
+        package = zipfile.ZipFile(source)
+    except (OSError, zipfile.BadZipFile) as exc:
+        missing.extend((name, f"{source}: {exc}") for name, _ in figures)
+        return
+    with package:
+        for name, entry in figures:
+            part = str(entry.get("source") or "").lstrip("/")
+            try:
+                yield name, package.read(part)
+            except KeyError:
+                missing.append((name, f"{source}: no part {part or '?'}"))
 
 
 def _image_bytes(pdf: Any, name: str, entry: Dict[str, Any]) -> bytes:
@@ -295,7 +354,7 @@ def _atomic_copy(source: Path, target: Path) -> None:
 def figure_record(node: BaseNode, images_dir: Optional[Union[str, Path]] = None) -> Dict[str, Any]:
     """A figure as a person (or ``--json``) reads it: document, page (from 1), section,
     caption, bounding box, and the saved file (``None`` when it was not saved)."""
-    page = schema.get_page_range(node)
+    page = schema.get_page_range(node) if schema.has_pages(node) else None
     name = node.metadata.get(schema.IMAGE_FILE)
     path = None
     if name and images_dir is not None and (Path(images_dir) / name).is_file():
@@ -360,7 +419,9 @@ def _image_nodes_of(docstore: Any, ref_doc_id: str) -> List[BaseNode]:
 
 def format_figure(record: Dict[str, Any]) -> str:
     """``"NX-2043 · p.1 · 3 Description · Figure 1. Typical application … · images/ab12.png"``."""
-    parts = [record.get("document_title") or record.get("document_id") or "?", f"p.{record.get('page') or '?'}"]
+    parts = [record.get("document_title") or record.get("document_id") or "?"]
+    if record.get("page"):  # HTML and DOCX figures have no page
+        parts.append(f"p.{record['page']}")
     if record.get("section"):
         parts.append(record["section"])
     parts.append(record.get("caption") or "(no caption)")

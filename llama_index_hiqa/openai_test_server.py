@@ -69,6 +69,8 @@ class ServerStats:
     max_in_flight: int = 0  # most completion requests served at the same time
     # (monotonic time, "answer" or the fault kind) per completion request, in arrival order
     events: List[Tuple[float, str]] = field(default_factory=list)
+    # the url of every image content part received (``data:image/png;base64,...``), in order
+    image_urls: List[str] = field(default_factory=list)
 
     @property
     def total_tokens(self) -> int:
@@ -268,6 +270,10 @@ class _Handler(BaseHTTPRequestHandler):
         chat = route.endswith("chat/completions")
         if chat:
             prompt = "\n".join(_content_text(m.get("content")) for m in request.get("messages") or [])
+            images = [url for m in request.get("messages") or [] for url in _image_urls(m.get("content"))]
+            if images:
+                with state._lock:
+                    state.stats.image_urls.extend(images)
         else:
             prompt = str(request.get("prompt") or "")
         with state._lock:
@@ -351,6 +357,18 @@ class _Handler(BaseHTTPRequestHandler):
     def _event(self, payload: Dict[str, Any]) -> None:
         self.wfile.write(b"data: " + json.dumps(payload).encode("utf-8") + b"\n\n")
         self.wfile.flush()
+
+
+def _image_urls(content: Any) -> List[str]:
+    """The urls of a message's ``image_url`` content parts (OpenAI's multimodal shape)."""
+    if not isinstance(content, list):
+        return []
+    urls = []
+    for part in content:
+        if isinstance(part, dict) and part.get("type") == "image_url":
+            image = part.get("image_url")
+            urls.append(str(image.get("url") if isinstance(image, dict) else image or ""))
+    return urls
 
 
 def _content_text(content: Any) -> str:

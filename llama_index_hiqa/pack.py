@@ -133,7 +133,7 @@ class HiQAPack:
     # -- construction ------------------------------------------------------------------
     @classmethod
     def from_directory(cls, path: Union[str, Path], recursive: bool = False, **kwargs: Any) -> "HiQAPack":
-        """Read every .pdf/.md/.txt file of a folder and build, a batch of files at a time
+        """Read every .pdf/.html/.docx/.md/.txt file of a folder and build, a batch of files at a time
         (failures are logged, skipped and listed in ``read_failures``).
 
         Raises :class:`~llama_index_hiqa.errors.EmptyCorpusError` when nothing is readable.
@@ -542,9 +542,11 @@ class HiQAPack:
 
         stages: List[TimedTransform] = [TimedTransform(stage="parse", inner=build_parser(self.config, self.llm, self.embed_model))]
         if self.config.use_cascade:
-            stages.append(
-                TimedTransform(stage="cascade", inner=CascadingMetadataTransform(show_progress=self.config.show_progress))
-            )
+            multimodal = self.llm if self.config.describe_figures else None
+            if self.config.describe_figures and self.llm is None:
+                logger.warning("describe_figures is set but the pack has no LLM: figures are embedded by caption and context only")
+            cascade = CascadingMetadataTransform(show_progress=self.config.show_progress, multimodal_llm=multimodal)
+            stages.append(TimedTransform(stage="cascade", inner=cascade))
         stages.append(TimedTransform(stage="keywords", inner=keyword_extractor(self.config)))
         stages.append(TimedTransform(stage="embed", inner=self.embed_model))
         return IngestionPipeline(transformations=[s.bind(report) for s in stages], disable_cache=True)

@@ -38,6 +38,11 @@ class HiQAPackConfig(BaseModel):
     use_cascade: bool = Field(
         default=True, description="HiQA HCA: heading cascade in every node's embedding view."
     )
+    describe_figures: bool = Field(
+        default=False,
+        description="Send each figure's image to the pack's LLM (it must accept images) and embed "
+        "its description with the figure's cascade (HiQA appendix A.5); one call per distinct image.",
+    )
     keywords: Dict[str, Any] = Field(
         default_factory=dict,
         description="CriticalKeywordExtractor settings for ingestion and queries, e.g. "

@@ -16,7 +16,12 @@ Document-level facts (written by :class:`~llama_index_hiqa.PDFLayoutReader`):
                           char_end, font_size, bold], ...]`` for lines set larger or
                           bolder than the body text
 ``BODY_FONT_SIZE``        the most common font size of the document's body text
-``IMAGES``                ``[{"page", "bbox", "caption", "char_offset", "xref", "file"}, ...]``
+``IMAGES``                ``[{"page", "bbox", "caption", "char_offset", "xref", "file"}, ...]``;
+                          HTML/DOCX images add ``"source"`` (:data:`IMAGE_SOURCE`)
+``SOURCE_FORMAT``         ``"pdf"``, ``"markdown"``, ``"text"``, ``"html"`` or ``"docx"``;
+                          HTML and DOCX have no pages (:func:`has_pages`): their one
+                          page span covers the text and citations name the section path
+``OCR_PAGES``             pages (from 0) whose text was recognised by OCR (no text layer)
 ========================  ==============================================================
 
 Segment/node facts (written by the parsers, read by everything downstream):
@@ -35,6 +40,8 @@ Segment/node facts (written by the parsers, read by everything downstream):
 ``IMAGE_BBOX``            for images: ``[x0, y0, x1, y1]`` in PDF points on its page
 ``IMAGE_FILE``            for images: ``<content hash>.<ext>``, the file saved in the store
 ``IMAGE_XREF``            for images: the PDF object the bytes are read from (0: inline)
+``IMAGE_SOURCE``          for HTML/DOCX images: where the bytes are (the DOCX part name,
+                          the ``src`` path relative to the HTML file)
 ``PARSE_PATH``            which path produced the node: ``"llm"``, ``"layout"``,
                           ``"layout_fallback"``, ``"markdown"``, ``"text"``
 ========================  ==============================================================
@@ -49,12 +56,12 @@ Rendered views (written by the transforms, shown on purpose):
                           was given) and the surrounding text (HiQA appendix A.5)
 ========================  ==============================================================
 
-Structured facts (``PAGE_SPANS``, ``LAYOUT_HEADINGS``, ``IMAGES``, ``HEADING_PATH``, the table
+Structured facts (``PAGE_SPANS``, ``LAYOUT_HEADINGS``, ``IMAGES``, ``OCR_PAGES``, ``HEADING_PATH``, the table
 labels, ``IMAGE_BBOX``, ``CRITICAL_KEYWORDS``) are stored as compact JSON strings
 (:data:`JSON_KEYS`): vector stores with flat metadata (Chroma, Milvus, LanceDB, DuckDB,
 Pinecone, Weaviate, ...) accept only ``str``, ``int``, ``float`` and ``None`` values. Read and
 write them through the accessors below (``get_heading_path``, ``get_page_spans``,
-``get_images``, ``get_table_labels``, ``get_critical_keywords``, ...), which also read the
+``images_of``, ``ocr_pages_of``, ``get_table_labels``, ``get_critical_keywords``, ...), which also read the
 plain lists that stores written before this format hold.
 
 Every key of the first two tables is bookkeeping, hidden from both the embedding and the LLM view with
@@ -82,6 +89,17 @@ PAGE_SPANS = "page_spans"
 LAYOUT_HEADINGS = "layout_headings"
 BODY_FONT_SIZE = "body_font_size"
 IMAGES = "images"
+SOURCE_FORMAT = "source_format"
+OCR_PAGES = "ocr_pages"
+
+FORMAT_PDF = "pdf"
+FORMAT_MARKDOWN = "markdown"
+FORMAT_TEXT = "text"
+FORMAT_HTML = "html"
+FORMAT_DOCX = "docx"
+# Formats whose documents have no pages: one page span covers the text (so every span maps
+# somewhere), but no page number is cited.
+FORMATS_WITHOUT_PAGES = (FORMAT_HTML, FORMAT_DOCX)
 
 # --- segment / node facts --------------------------------------------------------------
 POSITION = "position"
@@ -98,6 +116,7 @@ IMAGE_CAPTION = "image_caption"
 IMAGE_BBOX = "image_bbox"
 IMAGE_FILE = "image_file"
 IMAGE_XREF = "image_xref"
+IMAGE_SOURCE = "image_source"
 PARSE_PATH = "parse_path"
 COVERAGE = "coverage"
 
@@ -136,6 +155,8 @@ BOOKKEEPING_KEYS: Tuple[str, ...] = (
     LAYOUT_HEADINGS,
     BODY_FONT_SIZE,
     IMAGES,
+    SOURCE_FORMAT,
+    OCR_PAGES,
     POSITION,
     CHAR_START,
     CHAR_END,
@@ -150,6 +171,7 @@ BOOKKEEPING_KEYS: Tuple[str, ...] = (
     IMAGE_BBOX,
     IMAGE_FILE,
     IMAGE_XREF,
+    IMAGE_SOURCE,
     PARSE_PATH,
     COVERAGE,
     SECTION_TITLE,
@@ -168,7 +190,7 @@ BOOKKEEPING_KEYS: Tuple[str, ...] = (
 VIEW_KEYS: Tuple[str, ...] = (HEADING_CASCADE, DOCUMENT_SUMMARY, SECTION_SUMMARY, IMAGE_DESCRIPTION)
 
 # Keys that only make sense for a whole document and are not copied onto its segments.
-DOCUMENT_ONLY_KEYS: Tuple[str, ...] = (PAGE_SPANS, LAYOUT_HEADINGS, IMAGES)
+DOCUMENT_ONLY_KEYS: Tuple[str, ...] = (PAGE_SPANS, LAYOUT_HEADINGS, IMAGES, OCR_PAGES)
 
 
 # Facts whose values are lists or dicts, kept as JSON strings so that every LlamaIndex vector
@@ -179,6 +201,7 @@ JSON_KEYS: Tuple[str, ...] = (
     PAGE_SPANS,
     LAYOUT_HEADINGS,
     IMAGES,
+    OCR_PAGES,
     HEADING_PATH,
     TABLE_COLUMNS,
     TABLE_ROWS,
@@ -399,6 +422,21 @@ def get_image_bbox(node: BaseNode) -> Optional[List[float]]:
 
 def set_image_bbox(node: BaseNode, bbox: Sequence[float]) -> None:
     write_json(node.metadata, IMAGE_BBOX, [float(v) for v in bbox])
+
+
+def set_ocr_pages(metadata: Dict[str, Any], pages: Sequence[int]) -> None:
+    """``OCR_PAGES``: the pages (from 0) read by OCR."""
+    write_json(metadata, OCR_PAGES, sorted(int(p) for p in pages))
+
+
+def ocr_pages_of(metadata: Mapping[str, Any]) -> List[int]:
+    return [int(p) for p in read_json(metadata, OCR_PAGES) or []]
+
+
+def has_pages(node: BaseNode) -> bool:
+    """Whether the node's document has pages to cite (HTML and DOCX have none; a node
+    without :data:`SOURCE_FORMAT`, made elsewhere, is taken to have them)."""
+    return node.metadata.get(SOURCE_FORMAT) not in FORMATS_WITHOUT_PAGES
 
 
 def pages_for_span(

@@ -219,11 +219,14 @@ def test_encrypted_corrupt_empty_and_unsupported_files_raise_typed_errors(tmp_pa
     blank_doc = pymupdf.open()
     blank_doc.new_page()
     blank_doc.save(blank)
-    unsupported = tmp_path / "notes.docx"
+    unsupported = tmp_path / "notes.odt"
     unsupported.write_bytes(b"PK")
+    broken_docx = tmp_path / "notes.docx"
+    broken_docx.write_bytes(b"PK")
     cases = [
         (encrypted, EncryptedDocumentError),
         (corrupt, CorruptDocumentError),
+        (broken_docx, CorruptDocumentError),
         (empty, EmptyDocumentError),
         (blank, EmptyDocumentError),
         (unsupported, UnsupportedDocumentError),
@@ -344,7 +347,7 @@ def test_damage_is_told_apart_from_a_repair_that_lost_nothing_and_from_no_text_l
     blank_doc = pymupdf.open()
     blank_doc.new_page()
     blank_doc.save(blank)
-    with pytest.raises(EmptyDocumentError, match="run OCR"):
+    with pytest.raises(EmptyDocumentError, match="no extractable text"):
         reader.load_data(blank)
 
 
@@ -546,3 +549,43 @@ def test_small_bold_statement_title_is_a_layout_heading_but_small_bold_row_label
     headings = [read.text[s:e] for s, e, *_ in schema.layout_headings_of(read.metadata)]
     assert any("Consolidated Balance Shee t" in h for h in headings)
     assert not any("Current assets" in h for h in headings)
+
+
+def _statement_pdf(path: Path) -> Path:
+    """An unruled statement: a years header, "$" set apart from its figures, a label-only
+    section row, a negative figure in parentheses; then running text with figures in it."""
+    doc = pymupdf.open()
+    page = doc.new_page(width=W, height=H)
+    _text(page, 80, "CONSOLIDATED BALANCE SHEETS", bold=True)
+    _text(page, 110, "(Millions)", size=9)
+    for x, year in ((380, "2018"), (480, "2017")):
+        _text(page, 110, year, size=9, x=x)
+    rows = [("Current assets", None, None), ("Accounts payable", ("$", "2,266"), ("$", "1,945")),
+            ("Accumulated depreciation", "(16,135)", "(16,048)"), ("Total other assets", ("$", "1,345"), ("$", "1,395"))]
+    for i, (label, a, b) in enumerate(rows):
+        y = 126 + i * 14
+        _text(page, y, label, size=9)
+        for x, value in ((380, a), (480, b)):
+            if isinstance(value, tuple):
+                _text(page, y, value[0], size=9, x=x - 25)
+                value = value[1]
+            if value:
+                _text(page, y, value, size=9, x=x)
+    _text(page, 220, "Revenue grew 12 percent to 32,765 million in 2018 from 31,657 million in 2017.")
+    doc.save(path)
+    return path
+
+
+def test_unruled_statement_becomes_a_table_with_its_headers_when_asked(tmp_path):
+    path = _statement_pdf(tmp_path / "statement.pdf")
+    text = PDFLayoutReader(detect_unruled_tables=True).load_data(path)[0].text
+    assert "|(Millions)|2018|2017|\n|---|---|---|" in text
+    assert "|Current assets|||" in text
+    assert "|Accounts payable|$2,266|$1,945|" in text
+    assert "|Accumulated depreciation|(16,135)|(16,048)|" in text
+    # The sentence with figures is text, after the table, not a row of it.
+    assert "Revenue grew 12 percent to 32,765 million" in text and "|Revenue" not in text
+    assert text.index("CONSOLIDATED BALANCE SHEETS") < text.index("|(Millions)|")
+    # Off by default: the default reader keeps the rows as text lines.
+    default = PDFLayoutReader().load_data(path)[0].text
+    assert "|---|" not in default and "Accounts payable" in default

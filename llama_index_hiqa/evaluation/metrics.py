@@ -345,3 +345,19 @@ def score_ranking(
     docs = [g.document_id for g in gold if gold_rule(g) != "id"]
     ranking = query_ranking(ranks, rel, [u.document_id for u in units], docs)
     return query_metrics(ranking, ks, gamma)
+
+
+def character_error_rate(reference: str, hypothesis: str) -> float:
+    """Levenshtein distance between the two texts (whitespace runs as one space, case
+    kept) over the reference's length: the usual OCR character error rate. 0.0 for two
+    empty texts; it exceeds 1.0 when the hypothesis is much longer than the reference."""
+    ref, hyp = " ".join(reference.split()), " ".join(hypothesis.split())
+    if not ref:
+        return float(bool(hyp))
+    previous = list(range(len(hyp) + 1))
+    for i, r in enumerate(ref, 1):
+        current = [i]
+        for j, h in enumerate(hyp, 1):
+            current.append(min(previous[j] + 1, current[j - 1] + 1, previous[j - 1] + (r != h)))
+        previous = current
+    return previous[-1] / len(ref)

@@ -349,7 +349,10 @@ def _as_document(node: BaseNode) -> Document:
 
 def _default_parse_path(doc: Document) -> str:
     name = str(doc.metadata.get(schema.FILE_NAME) or doc.metadata.get(schema.FILE_PATH) or "")
-    if name.lower().endswith((".md", ".markdown")):
+    # HTML and DOCX arrive as Markdown written from their own heading levels.
+    if name.lower().endswith((".md", ".markdown")) or doc.metadata.get(schema.SOURCE_FORMAT) in (
+        schema.FORMAT_HTML, schema.FORMAT_DOCX
+    ):
         return "markdown"
     if name.lower().endswith(".txt"):
         return "text"

@@ -9,6 +9,7 @@ from typing import Any, Dict, Iterable, List, Sequence, Tuple
 
 PAGE_JOINER = "\n\n"
 _DIGITS_RE = re.compile(r"\d+")
+_NOT_WORD_RE = re.compile(r"[^\w#]+")
 
 
 class _Line:
@@ -154,8 +155,10 @@ def _grid_markdown(ys: List[float], xs: List[float], words: Sequence[Sequence[An
 
 
 def _normalise(text: str) -> str:
-    """Running-line key: digits (page numbers, dates) folded, whitespace and case ignored."""
-    return " ".join(_DIGITS_RE.sub("#", text).lower().split())
+    """Running-line key: digits (page numbers, dates) folded; case, whitespace and
+    punctuation ignored (OCR reads one running header with different spacing and drops
+    separators such as "|" on some pages)."""
+    return _NOT_WORD_RE.sub("", _DIGITS_RE.sub("#", text).lower())
 
 
 def _inside(inner: Sequence[float], outer: Sequence[float], tol: float = 2.0) -> bool:

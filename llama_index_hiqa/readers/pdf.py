@@ -1,4 +1,4 @@
-"""PDFLayoutReader: one LlamaIndex ``Document`` per PDF, Markdown or text file, with layout facts.
+"""PDFLayoutReader: one LlamaIndex ``Document`` per PDF, HTML, DOCX, Markdown or text file, with layout facts.
 
 HiQA ("HiQA: A Hierarchical Contextual Augmentation RAG for
 Multi-Documents QA" (Chen et al.), §Markdown Formatter) starts from documents whose chapter
@@ -8,7 +8,9 @@ the embedding model or the LLM (every key is hidden with :func:`schema.hide_from
 
 * ``Document.text``: the file as Markdown, page after page joined with ``"\\n\\n"``: headings as
   ``#`` lines, tables as Markdown tables (their caption is the line above them), running
-  headers/footers removed. ``.md``/``.txt`` files are kept as they are.
+  headers/footers removed. ``.md``/``.txt`` files are kept as they are; HTML and DOCX files
+  are written into the same Markdown from their own heading levels and tables
+  (:mod:`~llama_index_hiqa.readers.html_reader`, :mod:`~llama_index_hiqa.readers.docx_reader`).
 * ``PAGE_SPANS``: ``[[page, char_start, char_end], ...]`` (pages from 0), contiguous and
   covering ``Document.text``, so any character span maps back to its pages.
 * ``LAYOUT_HEADINGS``: ``[[char_start, char_end, font_size, bold], ...]`` for the lines of
@@ -60,6 +62,12 @@ from llama_index_hiqa.errors import (
     UnsupportedDocumentError,
 )
 from llama_index_hiqa.readers._collection import plan_folder, plan_paths
+from llama_index_hiqa.readers._markdown_builder import Parsed as _Parsed
+from llama_index_hiqa.readers.docx_reader import DOCX_SUFFIXES, read_docx
+from llama_index_hiqa.readers.html_reader import HTML_SUFFIXES, read_html
+from llama_index_hiqa.readers.text_reader import TEXT_SUFFIXES, read_text_file
+from llama_index_hiqa.readers.ocr import is_scan_image, ocr_scanned_pages
+from llama_index_hiqa.readers._unruled_tables import unruled_tables
 from llama_index_hiqa.readers._page_layout import (
     PAGE_JOINER,
     _body_font_size,
@@ -81,14 +89,12 @@ from llama_index_hiqa.readers._pdf_integrity import (
     one_line,
     read_pages,
 )
-from llama_index_hiqa.readers._text_decode import decode_text
 
 logger = logging.getLogger(__name__)
 
 PDF_SUFFIXES = (".pdf",)
 COVER_PAGES = 3  # pages read for the document title (a designed cover may precede the form's)
-TEXT_SUFFIXES = (".md", ".markdown", ".txt")
-SUPPORTED_SUFFIXES = PDF_SUFFIXES + TEXT_SUFFIXES
+SUPPORTED_SUFFIXES = PDF_SUFFIXES + HTML_SUFFIXES + DOCX_SUFFIXES + TEXT_SUFFIXES
 
 # Captions of figures: the nearest line that starts like one wins over merely near text.
 _CAPTION_RE = re.compile(r"^\s*(fig(ure)?\.?|image|photo|diagram|chart|plate)\s*\d*", re.I)
@@ -98,7 +104,7 @@ _PYMUPDF4LLM_LOCK = threading.Lock()
 
 
 class PDFLayoutReader(BasePydanticReader):
-    """Read PDF, Markdown and text files into one ``Document`` each, keeping layout facts.
+    """Read PDF, HTML, DOCX, Markdown and text files into one ``Document`` each, keeping layout facts.
 
     ``load_data(path)`` takes a file, a folder (every supported file in it, sorted) or a list
     of paths; ``lazy_load_data`` takes the same and yields one ``Document`` at a time, so a
@@ -136,6 +142,13 @@ class PDFLayoutReader(BasePydanticReader):
     detect_tables: bool = Field(
         default=True,
         description="Render ruled tables as Markdown tables (fast engine: only pages with ruling lines are searched).",
+    )
+    detect_unruled_tables: bool = Field(
+        default=False,
+        description=(
+            "Fast engine: also render tables without rules (aligned value columns under their "
+            "header row, from word positions) as Markdown tables."
+        ),
     )
     min_table_rules: int = Field(
         default=3,
@@ -185,6 +198,14 @@ class PDFLayoutReader(BasePydanticReader):
         ),
     )
     show_progress: bool = Field(default=False, description="Show a progress bar over the files of a folder or list.")
+    ocr: Literal["auto", "off"] = Field(
+        default="auto",
+        description=(
+            "'auto': read PDF pages without a text layer (scans) with the bundled OCR (the 'ocr' "
+            "extra; MissingExtraError naming it when absent); 'off': such pages stay empty."
+        ),
+    )
+    ocr_dpi: int = Field(default=200, ge=72, le=600, description="Rendering resolution of a page read by OCR.")
 
     _failures: Dict[str, DocumentReadError] = PrivateAttr(default_factory=dict)
 
@@ -277,8 +298,12 @@ class PDFLayoutReader(BasePydanticReader):
             raise EmptyDocumentError(path, "the file is empty (0 bytes)")
         if suffix in PDF_SUFFIXES:
             parsed = self._read_pdf(path)
+        elif suffix in HTML_SUFFIXES:
+            parsed = read_html(path, self.max_heading_chars)
+        elif suffix in DOCX_SUFFIXES:
+            parsed = read_docx(path, self.max_heading_chars)
         else:
-            parsed = _read_text_file(path)
+            parsed = read_text_file(path)
         return self._to_document(path, parsed, extra_info, document_id or path.stem)
 
     # -- internals ----------------------------------------------------------------------
@@ -302,13 +327,17 @@ class PDFLayoutReader(BasePydanticReader):
                 schema.DOCUMENT_TITLE: title,
                 schema.FILE_PATH: str(path),
                 schema.FILE_NAME: path.name,
-                schema.PAGE_COUNT: len(parsed.page_spans),
+                schema.SOURCE_FORMAT: parsed.source_format,
+                # HTML and DOCX have no pages: their one page span is only for offsets.
+                schema.PAGE_COUNT: 0 if parsed.source_format in schema.FORMATS_WITHOUT_PAGES else len(parsed.page_spans),
                 schema.BODY_FONT_SIZE: parsed.body_size,
             }
         )
         schema.set_page_spans(metadata, parsed.page_spans)
         schema.set_layout_headings(metadata, parsed.headings)
         schema.set_images(metadata, parsed.images)
+        if parsed.ocr_pages:
+            schema.set_ocr_pages(metadata, parsed.ocr_pages)
         # id_ is the ref_doc_id a docstore upserts by: re-ingesting the file replaces it.
         document = Document(text=parsed.text, id_=document_id, metadata=metadata)
         schema.hide_from_views(document)
@@ -335,25 +364,34 @@ class PDFLayoutReader(BasePydanticReader):
             # Without a repair MuPDF followed the file's own cross-references to the end: a
             # missing marker alone (junk appended after it) is then no loss.
             pages = read_pages(path, pdf, truncated=no_eof_marker and bool(pdf.is_repaired))
+            ocr_pages = ocr_scanned_pages(path, pdf, pages, self.ocr_dpi) if self.ocr == "auto" else []
             if not any(line.text.strip() for page in pages for line in page.lines):
-                raise EmptyDocumentError(path, "the PDF has no extractable text (scanned? run OCR first)")
+                reason = (
+                    "OCR found no text either" if ocr_pages
+                    else "scanned? read it with ocr='auto'" if self.ocr == "off" else "nothing is drawn on its pages"
+                )
+                raise EmptyDocumentError(path, f"the PDF has no extractable text ({reason})")
             body_size = _body_font_size(pages)
             running = self._running_lines(pages) if self.remove_running_lines else set()
             if self.engine == "fast":
-                page_texts, headings = self._render_fast(pdf, pages, body_size, running)
+                page_texts, headings = self._render_fast(pdf, pages, body_size, running, ocr_pages)
             else:
                 page_texts = self._render_pymupdf4llm(pdf, pages, running)
+                if ocr_pages:  # pymupdf4llm sees no text on a scan: its OCR lines, rendered here
+                    scanned, _ = self._render_fast(pdf, [pages[n] for n in ocr_pages], body_size, running)
+                    for number, page_text in zip(ocr_pages, scanned):
+                        page_texts[number] = page_text
                 headings = None
             text, spans = _join_pages(page_texts)
             if headings is None:
                 headings = self._locate_headings(text, spans, pages, body_size, running)
-            images = self._images(pdf, pages, text, spans)
+            images = self._images(pdf, pages, text, spans, set(ocr_pages))
             title = document_title(
                 [CoverLine(ln.text, ln.size, ln.bold, page.number) for page in pages[:COVER_PAGES] for ln in page.lines],
                 (pdf.metadata or {}).get("title") or "",
                 path.stem,
             )
-            return _Parsed(text, spans, headings, body_size, images, title)
+            return _Parsed(text, spans, headings, body_size, images, title, schema.FORMAT_PDF, ocr_pages)
         finally:
             pdf.close()
 
@@ -406,13 +444,15 @@ class PDFLayoutReader(BasePydanticReader):
         )
 
     def _render_fast(
-        self, pdf: Any, pages: List["_PageLines"], body_size: float, running: set
+        self, pdf: Any, pages: List["_PageLines"], body_size: float, running: set, scanned: Sequence[int] = ()
     ) -> Tuple[List[str], List[List[Any]]]:
         levels = self._heading_levels(pages, body_size)
         page_texts: List[str] = []
         headings: List[List[Any]] = []  # offsets relative to the page first, fixed below
         for page in pages:
             tables = self._tables(pdf[page.number]) if self.detect_tables else []
+            if self.detect_tables and self.detect_unruled_tables and page.number not in scanned:
+                tables += unruled_tables(pdf[page.number].get_text("words"), [t[0] for t in tables])
             items: List[Tuple[float, float, int, Any]] = []  # (band key..., payload)
             for line in page.lines:
                 if self._is_running(line, page, running):
@@ -552,7 +592,7 @@ class PDFLayoutReader(BasePydanticReader):
     # images -----------------------------------------------------------------------------
 
     def _images(
-        self, pdf: Any, pages: List["_PageLines"], text: str, spans: List[List[int]]
+        self, pdf: Any, pages: List["_PageLines"], text: str, spans: List[List[int]], scanned: set = frozenset()
     ) -> List[Dict[str, Any]]:
         images: List[Dict[str, Any]] = []
         for (page_no, start, end), page in zip(spans, pages):
@@ -568,6 +608,8 @@ class PDFLayoutReader(BasePydanticReader):
                 bbox = [round(float(v), 1) for v in info.get("bbox", (0, 0, 0, 0))]
                 if bbox[2] - bbox[0] < 2 or bbox[3] - bbox[1] < 2:
                     continue
+                if page_no in scanned and is_scan_image(bbox, page):
+                    continue  # the page's own scan, read by OCR: not a figure
                 xref = int(info.get("xref") or 0)
                 digest = info.get("digest") or b""
                 caption = self._caption(bbox, page)
@@ -610,14 +652,6 @@ class PDFLayoutReader(BasePydanticReader):
 # --- plain data and helpers --------------------------------------------------------------
 
 
-class _Parsed:
-    __slots__ = ("text", "page_spans", "headings", "body_size", "images", "title")
-
-    def __init__(self, text, page_spans, headings, body_size, images, title=""):
-        self.text, self.page_spans, self.headings = text, page_spans, headings
-        self.body_size, self.images, self.title = body_size, images, title
-
-
 def _image_file_name(pdf: Any, xref: int, digest: bytes, page_no: int, bbox: List[float]) -> str:
     """``<content hash>.<ext>``: JPEG images are kept as they are stored, others become PNG.
     Without MuPDF's digest the hash is taken over where the image is (file-stable, not global)."""
@@ -638,21 +672,3 @@ def _first_top_heading(text: str) -> str:
         if line.startswith("# "):
             return _MD_MARKS_RE.sub("", line).strip()
     return ""
-
-
-def _read_text_file(path: Path) -> _Parsed:
-    try:
-        raw = path.read_bytes()
-    except OSError as exc:
-        raise DocumentReadError(path, f"cannot read the file ({one_line(exc)})") from exc
-    text = decode_text(path, raw)
-    if not text.strip():
-        raise EmptyDocumentError(path, "the file has no text")
-    headings = []
-    if path.suffix.lower() in (".md", ".markdown"):
-        offset = 0
-        for line in text.split("\n"):
-            if re.match(r"^#{1,6}\s", line):
-                headings.append([offset, offset + len(line.rstrip("\r")), 0.0, True])
-            offset += len(line) + 1
-    return _Parsed(text, [[0, 0, len(text)]], headings, 0.0, [], "")

@@ -54,6 +54,7 @@ from llama_index.core.schema import (
 )
 
 from llama_index_hiqa import schema
+from llama_index_hiqa.figures import figure_bytes
 from llama_index_hiqa.errors import InvalidMetadataError
 from llama_index_hiqa.headings import (
     clean_inline,
@@ -185,8 +186,11 @@ def shorten_cascade(levels: Sequence[str], separator: str, max_chars: int) -> st
 
 
 def _image_bytes(node: BaseNode) -> Optional[bytes]:
-    """The image of an image node as bytes (ImageNode ``image``/``image_path``, or a
-    multimodal ``Node.image_resource``); ``None`` when it has none."""
+    """The image of an image node as bytes (ImageNode ``image``/``image_path``, a multimodal
+    ``Node.image_resource``, or a reader's figure node read again from its source file with
+    :func:`~llama_index_hiqa.figures.figure_bytes`); ``None`` when it has none."""
+    if not isinstance(node, ImageNode) and getattr(node, "image_resource", None) is None:
+        return figure_bytes(node)
     resource = getattr(node, "image_resource", None)
     sources = [(node.image, node.image_path, node.image_url)] if isinstance(node, ImageNode) else []
     if resource is not None:

@@ -1,0 +1,155 @@
+"""What every reader hands to ``PDFLayoutReader``: Markdown text plus its layout facts.
+
+HiQA ("HiQA: A Hierarchical Contextual Augmentation RAG for Multi-Documents QA", §Markdown
+Formatter) works on Markdown whose chapters are headings and whose tables are Markdown
+tables with their caption above them. Formats that state their structure (HTML ``h1``-``h6``,
+DOCX heading styles) are written straight into that shape here, so the segment parsers read
+them exactly as they read a ``.md`` file: ``#`` lines are the headings, ``|`` blocks the
+tables. :class:`MarkdownBuilder` keeps the character offsets of headings and images while
+the text is built, so no offset has to be searched for afterwards.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+BLOCK_JOINER = "\n\n"
+COVER_BLOCKS = 60
+_SPACE_RE = re.compile(r"\s+")
+
+
+class Parsed:
+    """One file as the reader's engines return it (see ``schema`` for each fact's shape)."""
+
+    __slots__ = ("text", "page_spans", "headings", "body_size", "images", "title", "source_format", "ocr_pages")
+
+    def __init__(self, text, page_spans, headings, body_size, images, title="", source_format="", ocr_pages=()):
+        self.text, self.page_spans, self.headings = text, page_spans, headings
+        self.body_size, self.images, self.title = body_size, images, title
+        self.source_format, self.ocr_pages = source_format, list(ocr_pages)
+
+
+def inline(text: str) -> str:
+    """Whitespace collapsed to single spaces (HTML/DOCX line breaks inside a paragraph)."""
+    return _SPACE_RE.sub(" ", text or "").strip()
+
+
+def _cell(text: str) -> str:
+    return inline(text).replace("|", "\\|")
+
+
+def markdown_table(rows: Sequence[Sequence[str]]) -> str:
+    """Rows of cell texts as a Markdown table, the first row its header; columns empty in
+    every row are dropped (spacer columns of SEC filings), short rows are padded. ``""``
+    when fewer than two rows or one column remain: a layout box, not a table."""
+    cleaned = [[_cell(c) for c in row] for row in rows]
+    cleaned = [row for row in cleaned if any(row)]
+    if len(cleaned) < 2:
+        return ""
+    width = max(len(row) for row in cleaned)
+    cleaned = [row + [""] * (width - len(row)) for row in cleaned]
+    keep = [c for c in range(width) if any(row[c] for row in cleaned)]
+    if len(keep) < 2:
+        return ""
+    grid = [[row[c] for c in keep] for row in cleaned]
+    lines = ["|" + "|".join(grid[0]) + "|", "|" + "|".join(["---"] * len(keep)) + "|"]
+    lines += ["|" + "|".join(row) + "|" for row in grid[1:]]
+    return "\n".join(lines)
+
+
+class MarkdownBuilder:
+    """Markdown text built block by block, with heading and image offsets kept.
+
+    ``heading`` writes a ``#`` line (and records it as a layout heading, bold, size unknown,
+    as ``.md`` headings are); ``paragraph(bold=True)`` records a short bold paragraph as a
+    layout heading candidate too (documents that mark chapters by bold type only, as many
+    SEC filings do), leaving the parser to decide by its numbering.
+    """
+
+    def __init__(self, max_heading_chars: int = 160) -> None:
+        self.max_heading_chars = max_heading_chars
+        self._parts: List[str] = []
+        self._offset = 0
+        self.headings: List[List[Any]] = []
+        self.images: List[Dict[str, Any]] = []
+        self.first_heading = ""
+        # (text, font size, bold) of the first blocks: the cover a title is picked from.
+        self.cover: List[Tuple[str, float, bool]] = []
+
+    def _note_cover(self, text: str, size: float, bold: bool) -> None:
+        if len(self.cover) < COVER_BLOCKS:
+            self.cover.append((text, float(size), bool(bold)))
+
+    def _append(self, block: str) -> int:
+        start = self._offset
+        self._parts.append(block)
+        self._offset += len(block) + len(BLOCK_JOINER)
+        return start
+
+    def heading(self, text: str, level: int, size: float = 0.0) -> None:
+        text = inline(text)
+        if not text:
+            return
+        line = "#" * max(1, min(int(level), 6)) + " " + text
+        # Unknown sizes rank by level (h1 over h2 ...), as a title picker reading sizes expects.
+        self._note_cover(text, size or 30.0 - 2 * int(level), True)
+        start = self._append(line)
+        self.headings.append([start, start + len(line), float(size), True])
+        self.first_heading = self.first_heading or text
+
+    def paragraph(self, text: str, bold: bool = False, size: float = 0.0, prefix: str = "") -> None:
+        text = inline(text)
+        if not text:
+            return
+        self._note_cover(text, size, bold)
+        if bold and len(text) <= self.max_heading_chars:
+            line = f"**{text}**"
+            start = self._append(prefix + line)
+            self.headings.append([start, start + len(prefix + line), float(size), True])
+            return
+        self._append(prefix + text)
+
+    def table(self, rows: Sequence[Sequence[str]]) -> bool:
+        """Append ``rows`` as a Markdown table; ``False`` (nothing written) when they do not
+        make one, so the caller can write the cells as text instead."""
+        markdown = markdown_table(rows)
+        if not markdown:
+            return False
+        self._append(markdown)
+        return True
+
+    def image(self, source: str, file: str, size_points: Sequence[float], caption: str = "") -> None:
+        """An image entry at the current offset (``schema.IMAGES`` shape; page 0: these
+        formats have no pages, ``bbox`` is the image's size in points at the origin)."""
+        width, height = (float(v) for v in size_points)
+        self.images.append(
+            {"page": 0, "bbox": [0.0, 0.0, round(width, 1), round(height, 1)], "caption": inline(caption),
+             "char_offset": self._offset, "xref": 0, "file": file, "source": source}
+        )
+
+    @property
+    def text(self) -> str:
+        return BLOCK_JOINER.join(self._parts)
+
+    def result(self, title: str, source_format: str) -> Parsed:
+        text = self.text
+        # An image after the last block points just past the text: keep it inside.
+        for entry in self.images:
+            entry["char_offset"] = min(entry["char_offset"], max(len(text) - 1, 0))
+        return Parsed(text, [[0, 0, len(text)]], self.headings, 0.0, self.images, inline(title), source_format)
+
+
+def image_points(data: Optional[bytes]) -> Sequence[float]:
+    """An image's size in points (pixels at 96 dpi, as browsers and Word lay them out);
+    ``(0, 0)`` when the bytes are missing or unreadable (the figure filter then drops it)."""
+    if not data:
+        return (0.0, 0.0)
+    try:
+        import pymupdf
+
+        pixmap = pymupdf.Pixmap(data)
+        return (pixmap.width * 0.75, pixmap.height * 0.75)
+    # Safe: an unreadable image only loses its figure node; the text is read all the same.
+    except Exception:
+        return (0.0, 0.0)
