@@ -70,10 +70,14 @@ VARIANTS: Dict[str, Dict[str, Any]] = {
     # The two title-matching rules of the keyword route, each off.
     "no_name_abbreviations": {"multi_route": {"match_name_abbreviations": False}},
     "no_latest_year": {"multi_route": {"latest_year_in_titles": False}},
+    # The reader's unruled-table detector on: statements become table units (a new build).
+    "unruled_tables": {"detect_unruled_tables": True},
 }
-RETRIEVAL_ONLY = {name: "defaults" for name in VARIANTS if name != "defaults"}
+BUILT = ("defaults", "unruled_tables")
+RETRIEVAL_ONLY = {name: "defaults" for name in VARIANTS if name not in BUILT}
 VARIANT_LABELS = {
     "defaults": "HiQAPack.from_directory (defaults)",
+    "unruled_tables": "HiQAPack, unruled tables as table units (detect_unruled_tables=True)",
     "beta2": "HiQAPack, β = 2 (sweep on the dev questions)",
     "alpha05": "HiQAPack, α = 0.5 (sweep on the dev questions)",
     "title_weight1": "HiQAPack, title keyword weight 1 (the paper's plain |C|)",

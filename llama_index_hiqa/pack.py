@@ -207,7 +207,10 @@ class HiQAPack:
     def _reader(self, recursive: bool) -> Any:
         from llama_index_hiqa.readers.pdf import PDFLayoutReader
 
-        return PDFLayoutReader(recursive=recursive, show_progress=self.config.show_progress)
+        return PDFLayoutReader(
+            recursive=recursive, show_progress=self.config.show_progress,
+            detect_unruled_tables=self.config.detect_unruled_tables,
+        )
 
     # -- routes (built lazily after changes) ---------------------------------------------
     @property

@@ -43,6 +43,11 @@ class HiQAPackConfig(BaseModel):
         description="Send each figure's image to the pack's LLM (it must accept images) and embed "
         "its description with the figure's cascade (HiQA appendix A.5); one call per distinct image.",
     )
+    detect_unruled_tables: bool = Field(
+        default=False,
+        description="PDFLayoutReader's fast engine also renders tables without rules (aligned value "
+        "columns under their header row) as table units; off until measured on the product path.",
+    )
     keywords: Dict[str, Any] = Field(
         default_factory=dict,
         description="CriticalKeywordExtractor settings for ingestion and queries, e.g. "

@@ -233,3 +233,9 @@ def test_the_pack_runs_ner_over_titles_and_questions_not_node_text_whatever_the_
 
     assert _keyword_extractor(HiQAPackConfig())._ner_on_text(1) is False
     assert _keyword_extractor(HiQAPackConfig(keywords={"ner_max_nodes": None}))._ner_on_text(10**6) is True
+
+
+def test_the_unruled_table_setting_reaches_the_reader():
+    pack = HiQAPack.empty(embed_model=HashEmbedding(), detect_unruled_tables=True)
+    assert pack._reader(recursive=False).detect_unruled_tables is True
+    assert HiQAPack.empty(embed_model=HashEmbedding())._reader(recursive=False).detect_unruled_tables is False
