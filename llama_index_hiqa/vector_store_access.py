@@ -36,19 +36,13 @@ _ID_BATCH = 1000
 
 
 def index_nodes(
-    index: Any,
-    component: str,
-    nodes: Optional[Sequence[BaseNode]] = None,
-    docstore: Optional[BaseDocumentStore] = None,
+    index: Any, component: str, docstore: Optional[BaseDocumentStore] = None
 ) -> Tuple[List[BaseNode], BaseDocumentStore]:
     """``(nodes, docstore)`` of ``index`` for ``component`` (named in errors).
 
     The docstore is the one given, else the index's when it holds the nodes, else an in-memory
     ``SimpleDocumentStore`` of the nodes listed from the vector store (result nodes and
     neighbouring chunks are read from it by id)."""
-    if nodes is not None:
-        listed = list(nodes)
-        return listed, docstore or _memory_docstore(listed)
     if docstore is not None:
         return list(docstore.docs.values()), docstore
     stored = list(index.docstore.docs.values())
@@ -203,10 +197,9 @@ def delete_ref_doc(index: Any, ref_doc_id: str) -> None:
     if type(vector_store).__name__ == "LanceDBVectorStore":
         quoted = ref_doc_id.replace("'", "''")
         vector_store.table.delete(f"{vector_store.doc_id_key} = '{quoted}'")
-        info = index.docstore.get_ref_doc_info(ref_doc_id)
-        for node_id in list(info.node_ids) if info else []:
-            index.index_struct.delete(node_id)
-        index.docstore.delete_ref_doc(ref_doc_id, raise_error=False)
+        # The rest of VectorStoreIndex.delete_ref_doc, step for step.
+        index._delete_from_index_struct(ref_doc_id)
+        index._delete_from_docstore(ref_doc_id)
         index.storage_context.index_store.add_index_struct(index.index_struct)
         return
     index.delete_ref_doc(ref_doc_id, delete_from_docstore=True)

@@ -211,6 +211,8 @@ class MultiRouteRetriever(BaseRetriever):
         self._vector_retriever = vector_retriever
         # Every store's similarity read as a cosine, as the fusion expects (store_vectors.py).
         self._cosine = cosine_scale(getattr(vector_retriever, "_vector_store", None))
+        # How the store restricts a query to given nodes, learned at the first scores_within.
+        self._restriction: Optional[str] = None
         self.keyword_extractor = keyword_extractor or CriticalKeywordExtractor()
         self._bm25_tokenizer = bm25_tokenizer
 
@@ -541,8 +543,9 @@ class MultiRouteRetriever(BaseRetriever):
         wanted = set(node_ids)
         vector: Dict[str, float] = {}
         if self._vector_retriever is not None and node_ids:
-            vector = scores_of_nodes(
-                self._vector_retriever, bundle, node_ids, self._nodes, self._cosine, collection_size=len(self._nodes)
+            vector, self._restriction = scores_of_nodes(
+                self._vector_retriever, bundle, node_ids, self._nodes, self._cosine,
+                collection_size=len(self._nodes), restriction=self._restriction,
             )
         bm25: Dict[str, float] = {}
         if self._bm25 is not None and self.config.use_bm25 and node_ids:

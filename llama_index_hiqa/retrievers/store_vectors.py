@@ -15,14 +15,15 @@ exactly one document's nodes. ``VectorStoreQuery.node_ids`` is honoured by the p
 ``SimpleVectorStore``, Qdrant, Milvus and pgvector, and silently ignored by Chroma, LanceDB,
 DuckDB and FAISS. :func:`scores_of_nodes` checks what came back and, for a store that
 ignored the ids, asks again with a metadata filter on the nodes' ``ref_doc_id`` (which every
-integration stores flat), or, for a store without filters (FAISS), over the whole collection.
+integration stores flat), or, for a store without filters (FAISS), over the whole collection;
+it returns the restriction that worked, so the caller asks that way from then on.
 """
 
 from __future__ import annotations
 
 import copy
 import math
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.schema import BaseNode, NodeWithScore, QueryBundle
@@ -105,6 +106,12 @@ def collect(results: Sequence[NodeWithScore], scale: Scale = identity) -> Dict[s
     return scores
 
 
+# How a store is asked for the scores of given nodes, in the order they are tried: their ids
+# (VectorStoreQuery.node_ids), a filter on their documents, the whole collection.
+BY_NODE_IDS, BY_DOCUMENTS, WHOLE_COLLECTION = "node_ids", "ref_doc_id", "collection"
+RESTRICTIONS: Tuple[str, ...] = (BY_NODE_IDS, BY_DOCUMENTS, WHOLE_COLLECTION)
+
+
 def scores_of_nodes(
     retriever: BaseRetriever,
     query: QueryBundle,
@@ -112,21 +119,45 @@ def scores_of_nodes(
     nodes: Mapping[str, BaseNode],
     scale: Scale = identity,
     collection_size: Optional[int] = None,
-) -> Dict[str, float]:
-    """The cosine of ``query`` with each of ``node_ids`` that the store returns (``nodes``:
-    id -> node, for the nodes' ``ref_doc_id`` when the store ignores node ids)."""
+    restriction: Optional[str] = None,
+) -> Tuple[Dict[str, float], Optional[str]]:
+    """``({node id: cosine}, restriction)``: the cosine of ``query`` with each of ``node_ids``
+    that the store returns, and the restriction that gave them (``nodes``: id -> node, for the
+    nodes' ``ref_doc_id``). Pass the returned restriction back on the next call: a store that
+    ignores node ids is then not asked by id again."""
     wanted = set(node_ids)
     if not wanted:
-        return {}
-    restricted = with_top_k(retriever, len(wanted))
-    if hasattr(restricted, "_node_ids"):
+        return {}, restriction
+    modes = RESTRICTIONS[RESTRICTIONS.index(restriction):] if restriction else RESTRICTIONS
+    for mode in modes:
+        results = _ask(mode, retriever, query, node_ids, nodes, collection_size)
+        if results is not None:
+            found = collect(results, scale)
+            return {i: s for i, s in found.items() if i in wanted}, mode
+    return {}, restriction
+
+
+def _ask(
+    mode: str,
+    retriever: BaseRetriever,
+    query: QueryBundle,
+    node_ids: Sequence[str],
+    nodes: Mapping[str, BaseNode],
+    collection_size: Optional[int],
+) -> Optional[List[NodeWithScore]]:
+    """The store's answer restricted by ``mode``; ``None`` when the store ignores or refuses it."""
+    wanted = set(node_ids)
+    if mode == BY_NODE_IDS:
+        restricted = with_top_k(retriever, len(wanted))
+        if not hasattr(restricted, "_node_ids"):
+            return None
         restricted._node_ids = list(node_ids)  # VectorIndexRetriever's restriction
-    results = restricted.retrieve(query)
-    if all(r.node.node_id in wanted for r in results):
-        return collect(results, scale)
-    # The store ignored the ids: the same question, filtered to the nodes' documents.
-    documents = sorted({ref for ref in (_ref_doc_id(nodes, i) for i in wanted) if ref})
-    if documents and hasattr(retriever, "_filters"):
+        results = restricted.retrieve(query)
+        return results if all(r.node.node_id in wanted for r in results) else None
+    if mode == BY_DOCUMENTS:
+        documents = sorted({ref for ref in (_ref_doc_id(nodes, i) for i in wanted) if ref})
+        if not documents or not hasattr(retriever, "_filters"):
+            return None
         filtered = with_top_k(retriever, len(wanted))
         filtered._filters = MetadataFilters(  # type: ignore[attr-defined]
             filters=[MetadataFilter(key="ref_doc_id", value=ref) for ref in documents],
@@ -134,16 +165,10 @@ def scores_of_nodes(
             condition=FilterCondition.OR if len(documents) > 1 else FilterCondition.AND,
         )
         try:
-            results = filtered.retrieve(query)
+            return filtered.retrieve(query) or None
         except (NotImplementedError, ValueError):
-            results = []  # a store without metadata filters (FAISS): the whole collection below
-        if results:
-            found = collect(results, scale)
-            return {i: s for i, s in found.items() if i in wanted}
-    if collection_size:
-        results = with_top_k(retriever, collection_size).retrieve(query)
-    found = collect(results, scale)
-    return {i: s for i, s in found.items() if i in wanted}
+            return None  # a store without metadata filters (FAISS)
+    return with_top_k(retriever, collection_size or len(wanted)).retrieve(query)
 
 
 def _ref_doc_id(nodes: Mapping[str, BaseNode], node_id: str) -> Optional[str]:
