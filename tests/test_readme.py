@@ -1,12 +1,14 @@
-"""The README's Python snippets run, so a renamed setting cannot leave the README wrong.
+"""The README's and the documentation's Python snippets run, so a renamed setting cannot leave
+them wrong.
 
-Every ```python block of README.md runs, in order, in one namespace (later blocks use what
-earlier ones built, as a reader would), inside a folder that holds the paths the README names
+Every ```python block of README.md and then of the docs pages (in the site's navigation
+order) runs, in order, in one namespace (later blocks use what earlier ones built, as a
+reader would), inside a folder that holds the paths the README names
 (`examples/data`, `datasheets/`, `filings/`, `manuals/`: copies of the demo datasheets). The
 embedding is the package's hashing embedding (the README's results do not depend on the
 model) and `llm` a scripted offline LLM; the PostgreSQL URLs point at the tests' own
 throw-away server, and a block with a top-level ``await`` runs as in a notebook. A block that needs what a test cannot have (a paid
-LLM API, minutes of model building) is marked in the README by an HTML comment right before
+LLM API, minutes of model building) is marked in its page by an HTML comment right before
 it, `<!-- not-tested: why -->`; only those are skipped, and they must stay few.
 """
 
@@ -29,17 +31,43 @@ from llama_index_hiqa import pack as pack_module
 from llama_index_hiqa.demo import DEMO_DATA_DIR
 from llama_index_hiqa.testing import HashingEmbedding
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+ROOT = Path(__file__).resolve().parents[1]
+README = ROOT / "README.md"
 BLOCK = re.compile(r"(?:<!--\s*not-tested:\s*(?P<why>[^>]*?)\s*-->\s*\n)?```python\n(?P<code>.*?)```", re.S)
 MAX_SKIPPED = 3
 
 
+def documentation_pages():
+    """README.md, then the Markdown pages of mkdocs.yml's navigation in reading order."""
+    import yaml
+
+    pages = [README]
+
+    def walk(entry):
+        if isinstance(entry, str):
+            pages.append(ROOT / "docs" / entry)
+        elif isinstance(entry, (list, tuple)):
+            for item in entry:
+                walk(item)
+        elif isinstance(entry, dict):
+            for value in entry.values():
+                walk(value)
+
+    walk(yaml.safe_load((ROOT / "mkdocs.yml").read_text(encoding="utf-8"))["nav"])
+    return pages
+
+
 def readme_blocks():
-    text = README.read_text(encoding="utf-8")
-    return [
-        (text.count("\n", 0, m.start("code")) + 1, m.group("code"), m.group("why"))
-        for m in BLOCK.finditer(text)
-    ]
+    """``(where, code, why-skipped)`` of every ```python block, README first."""
+    blocks = []
+    for page in documentation_pages():
+        text = page.read_text(encoding="utf-8")
+        where = page.relative_to(ROOT).as_posix()
+        blocks += [
+            (f"{where}:{text.count(chr(10), 0, m.start('code')) + 1}", m.group("code"), m.group("why"))
+            for m in BLOCK.finditer(text)
+        ]
+    return blocks
 
 
 def test_readme_blocks_are_found_and_few_are_skipped():
@@ -93,12 +121,12 @@ def test_readme_snippets_run(tmp_path, monkeypatch, server):
         code = README_URLS.sub(database, code)
         try:
             # Top-level ``await`` as in a notebook: the compiled block is then a coroutine.
-            compiled = compile(code, f"README.md:{line}", "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT)
+            compiled = compile(code, line, "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT)
             result = eval(compiled, namespace)
             if inspect.iscoroutine(result):
                 asyncio.run(result)
         except Exception as exc:  # noqa: BLE001 - report which snippet broke, with its error
-            pytest.fail(f"README.md snippet at line {line} failed: {type(exc).__name__}: {exc}")
+            pytest.fail(f"snippet at {line} failed: {type(exc).__name__}: {exc}")
         ran += 1
         # The MockLLM stands in only where a snippet asked LlamaIndex for its default; the
         # pack treats a Settings.llm as the user's choice, so it must not see that stand-in.

@@ -93,7 +93,8 @@ class FaithfulnessScoreEvaluator(BaseEvaluator):
     Args:
         embed_model: any LlamaIndex embedding (default: ``Settings.embed_model`` if set, else
             the packaged all-MiniLM-L6-v2 behind the on-disk cache).
-        settings / keyword overrides: see :class:`FaithfulnessSettings`.
+
+    Settings come as a :class:`FaithfulnessSettings` or as keyword overrides of its fields.
     """
 
     def __init__(
