@@ -10,9 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-import yaml
-
 import llama_index_hiqa
+from tests.test_readme import documentation_pages
 
 ROOT = Path(__file__).resolve().parents[1]
 API_ENTRY = re.compile(r"^:::\s+(\S+)", re.M)
@@ -20,21 +19,7 @@ API_ENTRY = re.compile(r"^:::\s+(\S+)", re.M)
 
 def docs_pages_in_nav() -> list:
     """The Markdown pages of mkdocs.yml's navigation, in reading order."""
-    nav = yaml.safe_load((ROOT / "mkdocs.yml").read_text(encoding="utf-8"))["nav"]
-    pages: list = []
-
-    def walk(entry) -> None:
-        if isinstance(entry, str):
-            pages.append(ROOT / "docs" / entry)
-        elif isinstance(entry, list):
-            for item in entry:
-                walk(item)
-        elif isinstance(entry, dict):
-            for value in entry.values():
-                walk(value)
-
-    walk(nav)
-    return pages
+    return documentation_pages()[1:]  # [0] is README.md
 
 
 def test_site_builds_strictly(tmp_path):
