@@ -96,6 +96,7 @@ _EXPORTS: Dict[str, str] = {
     "IngestionReport": "llama_index_hiqa.ingestion",
     "UndecodableTextError": "llama_index_hiqa.errors",
     "SkippedDocumentError": "llama_index_hiqa.errors",
+    "IngestionWorkerError": "llama_index_hiqa.errors",
     #
     # -- LLMs over HTTP, streaming, figures
     "llm_from_spec": "llama_index_hiqa.llm_spec",

@@ -201,7 +201,9 @@ def _ingest(args: argparse.Namespace, llm: Any, folder: Path, store: Any, databa
             f"(unchanged files are skipped), --sync to also remove the documents whose files are gone, "
             f"or --rebuild to replace it"
         )
-    settings = {"use_chunk_graph": args.graph, "use_segment_integration": args.segments}
+    settings = {
+        "use_chunk_graph": args.graph, "use_segment_integration": args.segments, "ingest_workers": args.workers,
+    }
     if args.embed_backend:
         settings["embed_backend"] = args.embed_backend
     if database and not exists:  # every batch commits to the database as it is indexed
@@ -214,6 +216,8 @@ def _ingest(args: argparse.Namespace, llm: Any, folder: Path, store: Any, databa
                 f"{store} was embedded with --embed-backend {pack.config.embed_backend}; adding "
                 f"{args.embed_backend} vectors would mix two models (use --rebuild to change it)"
             )
+        # Workers are this run's choice (this machine's cores), not the store's.
+        pack.config = pack.config.model_copy(update={"ingest_workers": args.workers})
         mode = "synced" if args.sync else "added to"
     else:
         pack = HiQAPack.empty(llm=llm, **settings)
@@ -442,6 +446,10 @@ def _add_ingest(sub: Any) -> None:
     )
     from llama_index_hiqa.embedding_backends import EMBED_BACKENDS
 
+    ing.add_argument(
+        "--workers", type=_positive_int, default=1,
+        help="processes that parse, augment and embed at once (default 1; at most the cores there are helps)",
+    )
     ing.add_argument("--embed-backend", choices=EMBED_BACKENDS,
                      help="how the packaged embedding model runs (default: the pack's measured default)")
     ing.set_defaults(func=_cmd_ingest)

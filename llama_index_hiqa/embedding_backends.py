@@ -32,7 +32,7 @@ from typing import Any, Dict, FrozenSet, Iterable, List, Literal, Optional, Tupl
 
 import numpy as np
 from llama_index.core.base.embeddings.base import BaseEmbedding, Embedding
-from llama_index.core.bridge.pydantic import Field, PrivateAttr
+from llama_index.core.bridge.pydantic import BaseModel, Field, PrivateAttr
 
 from llama_index_hiqa.errors import OfflineModelError
 
@@ -236,6 +236,17 @@ def ensure_onnx_model(
     return quantized
 
 
+# ONNX Runtime threads of every session this process builds when the model sets none: a
+# process's share of the cores (ingestion workers set it, so N workers do not run N x cores
+# threads on the same cores). Unset: ONNX Runtime's default, one per physical core.
+EMBED_THREADS_ENV = "HIQA_EMBED_THREADS"
+
+
+def _process_thread_share() -> Optional[int]:
+    raw = os.environ.get(EMBED_THREADS_ENV, "").strip()
+    return int(raw) if raw.isdigit() and int(raw) > 0 else None
+
+
 # --------------------------------------------------------------------------- the model
 class ONNXEmbedding(BaseEmbedding):
     """A sentence-embedding ONNX graph (``input_ids``, ``attention_mask``, ``token_type_ids``
@@ -259,8 +270,9 @@ class ONNXEmbedding(BaseEmbedding):
         from tokenizers import Tokenizer
 
         options = ort.SessionOptions()
-        if self.num_threads:
-            options.intra_op_num_threads = self.num_threads
+        threads = self.num_threads or _process_thread_share()
+        if threads:
+            options.intra_op_num_threads = threads
             options.inter_op_num_threads = 1
         self._session = ort.InferenceSession(self.onnx_path, options, providers=["CPUExecutionProvider"])
         tokenizer = Tokenizer.from_file(str(Path(self.tokenizer_dir) / "tokenizer.json"))
@@ -272,6 +284,13 @@ class ONNXEmbedding(BaseEmbedding):
     @classmethod
     def class_name(cls) -> str:
         return "ONNXEmbedding"
+
+    def __getstate__(self) -> Dict[str, Any]:
+        # Pickled as its settings (an ingestion worker receives it this way); the session and
+        # tokenizers are built again by __init__ where it is unpickled, never copied.
+        state = BaseModel.__getstate__(self)
+        state["__pydantic_private__"] = {}
+        return state
 
     def token_ids(self, text: str) -> List[int]:
         """The model's token ids of ``text``, special tokens included and nothing cut off, so

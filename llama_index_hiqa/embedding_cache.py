@@ -22,7 +22,7 @@ import os
 import sqlite3
 import threading
 from pathlib import Path
-from typing import Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 from llama_index.core.base.embeddings.base import BaseEmbedding, Embedding
@@ -125,6 +125,15 @@ class CachedEmbedding(BaseEmbedding):
         self._inner = inner
         self._lock = threading.Lock()
         self._conn, self._writable = open_cache(path)
+
+    def __getstate__(self) -> Dict[str, Any]:
+        # Pickled as the wrapped model and the cache's settings (an ingestion worker receives
+        # it this way): the SQLite connection is opened again where it is unpickled (SQLite is
+        # safe for several processes).
+        return {"inner": self._inner, "fields": self.model_dump(include={"cache_path", "model_id", "embed_batch_size", "model_name"})}
+
+    def __setstate__(self, state: Dict[str, Any]) -> None:
+        self.__init__(state["inner"], **state["fields"])  # type: ignore[misc]
 
     @classmethod
     def from_defaults(

@@ -186,6 +186,19 @@ class VectorStoreFeatureError(HiQAError, ValueError):
         super().__init__(f"{store}: {feature}; fix: {fix}")
 
 
+class IngestionWorkerError(HiQAError):
+    """An ingestion worker process ended before returning its batch (killed, out of memory).
+    Names the batch's files; nothing of that batch was written, and batches written before it
+    are kept (re-ingesting the folder resumes from there)."""
+
+    def __init__(self, files: Any, reason: str) -> None:
+        self.files = list(files)
+        super().__init__(
+            f"an ingestion worker ended while processing {self.files}: {reason}; nothing of that batch was "
+            "written (re-ingest to resume, or use fewer workers / a smaller ingest_batch_size)"
+        )
+
+
 class MissingExtraError(DocumentReadError):
     """A file needs an optional part of the pack that is not installed: ``extra`` is the
     pip extra (``ocr``, ``html``, ``docx``), ``package`` the missing module; the message says

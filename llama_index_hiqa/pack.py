@@ -33,9 +33,8 @@ from __future__ import annotations
 
 import logging
 import os
-import time
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Union
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Union
 
 from llama_index.core import Settings, StorageContext, VectorStoreIndex
 from llama_index.core.base.base_query_engine import BaseQueryEngine
@@ -43,7 +42,6 @@ from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.base.embeddings.base import BaseEmbedding
 from llama_index.core.base.response.schema import Response
 from llama_index.core.chat_engine.types import BaseChatEngine
-from llama_index.core.ingestion import IngestionPipeline
 from llama_index.core.llms import LLM
 from llama_index.core.postprocessor.types import BaseNodePostprocessor
 from llama_index.core.query_engine import RetrieverQueryEngine
@@ -65,7 +63,6 @@ from llama_index_hiqa.defaults import resolve_llm
 from llama_index_hiqa.pack_config import (  # noqa: F401  (HiQAPackConfig re-exported: it was defined here)
     HiQAPackConfig,
     chunk_graph_settings,
-    build_parser,
     default_embed_model,
     keyword_extractor,
     model_identity,
@@ -73,8 +70,9 @@ from llama_index_hiqa.pack_config import (  # noqa: F401  (HiQAPackConfig re-exp
 )
 from llama_index_hiqa.errors import EmptyCorpusError, UnknownNodeError, VectorStoreFeatureError
 from llama_index_hiqa.ingestion import (
-    Checkpointer, IngestionReport, TimedTransform, batched, file_stat, timed_iter, upsert_plan,
+    Checkpointer, IngestionReport, batched, file_stat, timed_iter, upsert_plan,
 )
+from llama_index_hiqa.ingestion_workers import batch_runner
 from llama_index_hiqa.pack_arguments import check_pack_arguments, checked_documents
 from llama_index_hiqa.vector_store_access import check_nodes_fit, delete_ref_doc, prepare_nodes_for_store
 from llama_index_hiqa.retrievers.chain_augmented import ChainAugmentedRetriever
@@ -428,10 +426,35 @@ class HiQAPack:
         watch the running stage (``report.running_line()``) inside a long batch.
         """
         report = report if report is not None else IngestionReport()
-        pipeline = self._pipeline(report)
         saver = Checkpointer(checkpoint, checkpoint_seconds)
         docstore = self.index.docstore
-        documents = checked_documents(documents)
+        planned = self._planned_batches(checked_documents(documents), batch_size, report)
+        runner = batch_runner(self.config.ingest_workers, self.config, self.llm, self.embed_model, report)
+        with runner:
+            for fresh, nodes in runner(planned):
+                if fresh:
+                    # Decided at write time: with workers, a document read twice may still be
+                    # in flight when its first version's batch was planned.
+                    replaced = [doc.doc_id for doc in fresh if docstore.get_document_hash(doc.doc_id) is not None]
+                    with report.running("index", len(nodes)):
+                        report.nodes_removed += self._write_batch(fresh, replaced, nodes)
+                    report.documents_added += len(fresh) - len(replaced)
+                    report.documents_replaced += len(replaced)
+                    report.nodes_added += len(nodes)
+                    report.node_ids += [n.node_id for n in nodes]
+                    self._invalidate()
+                del fresh, nodes  # the batch's documents and layout facts go here
+                if progress is not None:
+                    progress(report)
+                saver.maybe_save()
+        return report
+
+    def _planned_batches(
+        self, documents: Iterable[Document], batch_size: Optional[int], report: IngestionReport
+    ) -> Iterator[List[Document]]:
+        """The new and changed documents of each batch read (an empty list for a batch with
+        none), the unchanged ones counted and left out."""
+        docstore = self.index.docstore
         for batch in batched(timed_iter(documents, report), batch_size or self.config.ingest_batch_size):
             new, changed, unchanged = upsert_plan(batch, docstore.get_document_hash)
             report.documents_unchanged += unchanged
@@ -442,21 +465,7 @@ class HiQAPack:
                 stat = file_stat(doc.metadata.get(schema.FILE_PATH))
                 if stat is not None:
                     self.file_stats[doc.doc_id] = stat
-            fresh = new + changed
-            if fresh:
-                nodes = pipeline.run(documents=fresh, show_progress=False)
-                with report.running("index", len(nodes)):
-                    report.nodes_removed += self._write_batch(fresh, [doc.doc_id for doc in changed], nodes)
-                report.documents_added += len(new)
-                report.documents_replaced += len(changed)
-                report.nodes_added += len(nodes)
-                report.node_ids += [n.node_id for n in nodes]
-                self._invalidate()
-            del batch, new, changed, fresh  # the batch's documents and layout facts go here
-            if progress is not None:
-                progress(report)
-            saver.maybe_save()
-        return report
+            yield new + changed
 
     def _write_batch(self, documents: Sequence[Document], replaced: Sequence[str], nodes: Sequence[BaseNode]) -> int:
         """Index one batch's ``nodes`` in place of the documents ``replaced`` (ids of earlier
@@ -537,22 +546,6 @@ class HiQAPack:
             for node_id in node_ids:
                 self._keyword_index.remove(node_id)
         return len(node_ids)
-
-    def _pipeline(self, report: IngestionReport) -> IngestionPipeline:
-        """Parse → cascade → keywords → embed, each stage timed into ``report``. No
-        transformation cache: it would keep a copy of every batch's nodes per stage."""
-        from llama_index_hiqa.transforms.cascading_metadata import CascadingMetadataTransform
-
-        stages: List[TimedTransform] = [TimedTransform(stage="parse", inner=build_parser(self.config, self.llm, self.embed_model))]
-        if self.config.use_cascade:
-            multimodal = self.llm if self.config.describe_figures else None
-            if self.config.describe_figures and self.llm is None:
-                logger.warning("describe_figures is set but the pack has no LLM: figures are embedded by caption and context only")
-            cascade = CascadingMetadataTransform(show_progress=self.config.show_progress, multimodal_llm=multimodal)
-            stages.append(TimedTransform(stage="cascade", inner=cascade))
-        stages.append(TimedTransform(stage="keywords", inner=keyword_extractor(self.config)))
-        stages.append(TimedTransform(stage="embed", inner=self.embed_model))
-        return IngestionPipeline(transformations=[s.bind(report) for s in stages], disable_cache=True)
 
     # -- persistence (storage/pack_folder.py writes and reads the folder) -------------------
     def persist(self, persist_dir: Union[str, Path]) -> Path:

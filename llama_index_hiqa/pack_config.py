@@ -105,6 +105,12 @@ class HiQAPackConfig(BaseModel):
         default=8, ge=1,
         description="Documents parsed, augmented and embedded together; peak memory grows with it.",
     )
+    ingest_workers: int = Field(
+        default=1, ge=1, le=256,
+        description="Processes that parse, augment and embed batches at once (1: this process). "
+        "The main process still reads the files and is the store's only writer; results are "
+        "written in reading order. Scripts using more than 1 need an `if __name__ == \"__main__\":` guard.",
+    )
     embed_backend: EmbedBackend = Field(
         default=DEFAULT_EMBED_BACKEND,
         description="How the packaged MiniLM runs when no embed_model / Settings.embed_model is "
