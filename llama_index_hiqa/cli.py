@@ -31,6 +31,7 @@ import sys
 from pathlib import Path
 from typing import Any, Iterator, List, Optional
 
+from llama_index_hiqa.ingestion import parse_shard
 from llama_index_hiqa.storage.postgres import is_postgres_url, mask_url
 
 
@@ -180,6 +181,10 @@ def _cmd_ingest(args: argparse.Namespace) -> int:
     database = is_postgres_url(args.store)
     if not folder.is_dir():
         raise CLIError(f"{folder}: no such folder" if not folder.exists() else f"{folder}: is a file, not a folder")
+    args.shard_range = parse_shard(args.shard) if args.shard else None  # a bad I/N fails before any work
+    if args.shard and args.sync:
+        raise CLIError("--sync removes the documents whose files are gone, which a shard cannot tell apart from "
+                       "another shard's: run the shards with --add, then --sync once without --shard")
     if database:
         if args.rebuild:
             raise CLIError(f"{mask_url(args.store)}: --rebuild replaces a folder store; for a database, ingest into a new one")
@@ -243,6 +248,7 @@ def _ingest(args: argparse.Namespace, llm: Any, folder: Path, store: Any, databa
         with _stage_ticker(running, started, quiet=args.quiet):
             report = pack.add_directory(
                 folder, recursive=args.recursive, progress=progress, report=running,
+                shard=args.shard_range,
                 checkpoint=checkpoint, checkpoint_seconds=args.checkpoint_minutes * 60,
             )
     finally:
@@ -446,6 +452,11 @@ def _add_ingest(sub: Any) -> None:
     )
     from llama_index_hiqa.embedding_backends import EMBED_BACKENDS
 
+    ing.add_argument(
+        "--shard", metavar="I/N",
+        help="ingest only the I-th of N shards of the folder's files (split by a hash of each path): "
+        "N machines writing one PostgreSQL database each run one shard",
+    )
     ing.add_argument(
         "--workers", type=_positive_int, default=1,
         help="processes that parse, augment and embed at once (default 1; at most the cores there are helps)",

@@ -15,6 +15,7 @@ the docstore behind the ``VectorStoreIndex``'s back, leaving stale ids in its in
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import itertools
 import time
 from dataclasses import dataclass, field
@@ -171,6 +172,25 @@ class Checkpointer:
         self._save()
         self._last = time.monotonic()
         return True
+
+
+def parse_shard(text: str) -> Tuple[int, int]:
+    """``"2/3"`` -> ``(2, 3)``: the second of three shards (numbered from 1)."""
+    from llama_index_hiqa.errors import InvalidSettingError
+
+    index, _, count = str(text).partition("/")
+    if not (index.strip().isdigit() and count.strip().isdigit()) or not 1 <= int(index) <= int(count):
+        raise InvalidSettingError("shard", f"{text!r} is not I/N with 1 <= I <= N (e.g. 2/3: the second of three)")
+    return int(index), int(count)
+
+
+def in_shard(relative_path: str, shard: Tuple[int, int]) -> bool:
+    """Whether the file at ``relative_path`` (below the ingested folder, '/'-separated) belongs
+    to ``shard`` ``(i, n)``. A hash of the path, not of the listing's order: every machine
+    splits the same folder the same way, and a file keeps its shard when others come or go."""
+    index, count = shard
+    digest = hashlib.sha256(relative_path.encode("utf-8", "surrogatepass")).digest()
+    return int.from_bytes(digest[:8], "big") % count == index - 1
 
 
 def file_stat(path: Any) -> Optional[List[int]]:

@@ -44,9 +44,12 @@ logger = logging.getLogger(__name__)
 Batch = List[Document]
 
 
-def ingestion_stages(config: Any, llm: Optional[LLM], embed_model: Optional[BaseEmbedding]) -> List[TimedTransform]:
+def ingestion_stages(
+    config: Any, llm: Optional[LLM], embed_model: Optional[BaseEmbedding], keywords: Any = None
+) -> List[TimedTransform]:
     """Parse → cascade → keywords → embed (the last left out when ``embed_model`` is None),
-    each stage timed under its name. One place for the pack's pipeline, in or out of process."""
+    each stage timed under its name. One place for the pack's pipeline, in or out of process.
+    ``keywords``: the pack's keyword extractor (None: the configuration's)."""
     from llama_index_hiqa.pack_config import build_parser, keyword_extractor
     from llama_index_hiqa.transforms.cascading_metadata import CascadingMetadataTransform
 
@@ -57,7 +60,7 @@ def ingestion_stages(config: Any, llm: Optional[LLM], embed_model: Optional[Base
             logger.warning("describe_figures is set but the pack has no LLM: figures are embedded by caption and context only")
         cascade = CascadingMetadataTransform(show_progress=config.show_progress, multimodal_llm=multimodal)
         stages.append(TimedTransform(stage="cascade", inner=cascade))
-    stages.append(TimedTransform(stage="keywords", inner=keyword_extractor(config)))
+    stages.append(TimedTransform(stage="keywords", inner=keywords if keywords is not None else keyword_extractor(config)))
     if embed_model is not None:
         stages.append(TimedTransform(stage="embed", inner=embed_model))
     return stages
@@ -125,7 +128,8 @@ class WorkerBatches:
     """
 
     def __init__(
-        self, workers: int, config: Any, llm: Optional[LLM], embed_model: BaseEmbedding, report: IngestionReport
+        self, workers: int, config: Any, llm: Optional[LLM], embed_model: BaseEmbedding, report: IngestionReport,
+        keywords: Any = None,
     ) -> None:
         self.workers, self._report = workers, report
         llm_blob = picklable(llm) if llm is not None else None
@@ -143,7 +147,9 @@ class WorkerBatches:
                 "ingest_workers=%d: the embedding model %s cannot be sent to worker processes; it embeds in this process",
                 workers, type(embed_model).__name__,
             )
-        self._fallback = InProcessBatches(ingestion_stages(config, llm, embed_model), report) if self.workers == 1 else None
+        self._fallback = (
+            InProcessBatches(ingestion_stages(config, llm, embed_model, keywords), report) if self.workers == 1 else None
+        )
         self._pool: Optional[ProcessPoolExecutor] = None
         self._start = (config, llm_blob, embed_blob, max(1, (os.cpu_count() or 1) // max(self.workers, 1)))
 
@@ -191,13 +197,15 @@ class WorkerBatches:
 
 
 def batch_runner(
-    workers: int, config: Any, llm: Optional[LLM], embed_model: BaseEmbedding, report: IngestionReport
+    workers: int, config: Any, llm: Optional[LLM], embed_model: BaseEmbedding, report: IngestionReport,
+    keywords: Any = None,
 ) -> Any:
     """The context manager that turns planned batches into ``(batch, nodes)`` pairs in order:
-    in this process for one worker, in spawned processes for more."""
+    in this process for one worker (with the pack's ``keywords`` extractor), in spawned
+    processes for more (each builds the configuration's)."""
     if workers <= 1:
-        return InProcessBatches(ingestion_stages(config, llm, embed_model), report)
-    return WorkerBatches(workers, config, llm, embed_model, report)
+        return InProcessBatches(ingestion_stages(config, llm, embed_model, keywords), report)
+    return WorkerBatches(workers, config, llm, embed_model, report, keywords)
 
 
 __all__ = ["batch_runner", "ingestion_stages", "run_stages", "InProcessBatches", "WorkerBatches"]

@@ -34,7 +34,7 @@ from __future__ import annotations
 import logging
 import os
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Union
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple, Union
 
 from llama_index.core import Settings, StorageContext, VectorStoreIndex
 from llama_index.core.base.base_query_engine import BaseQueryEngine
@@ -70,7 +70,7 @@ from llama_index_hiqa.pack_config import (  # noqa: F401  (HiQAPackConfig re-exp
 )
 from llama_index_hiqa.errors import EmptyCorpusError, UnknownNodeError, VectorStoreFeatureError
 from llama_index_hiqa.ingestion import (
-    Checkpointer, IngestionReport, batched, file_stat, timed_iter, upsert_plan,
+    Checkpointer, IngestionReport, batched, file_stat, in_shard, timed_iter, upsert_plan,
 )
 from llama_index_hiqa.ingestion_workers import batch_runner
 from llama_index_hiqa.pack_arguments import check_pack_arguments, checked_documents
@@ -429,7 +429,10 @@ class HiQAPack:
         saver = Checkpointer(checkpoint, checkpoint_seconds)
         docstore = self.index.docstore
         planned = self._planned_batches(checked_documents(documents), batch_size, report)
-        runner = batch_runner(self.config.ingest_workers, self.config, self.llm, self.embed_model, report)
+        runner = batch_runner(
+            self.config.ingest_workers, self.config, self.llm, self.embed_model, report,
+            keywords=keyword_extractor(self.config),
+        )
         with runner:
             for fresh, nodes in runner(planned):
                 if fresh:
@@ -490,15 +493,23 @@ class HiQAPack:
         report = self.ingest(documents)
         return list(self.index.docstore.get_nodes(report.node_ids)) if report.node_ids else []
 
-    def add_directory(self, path: Union[str, Path], recursive: bool = False, **ingest_kwargs: Any) -> IngestionReport:
+    def add_directory(
+        self, path: Union[str, Path], recursive: bool = False, shard: Optional[Tuple[int, int]] = None,
+        **ingest_kwargs: Any,
+    ) -> IngestionReport:
         """:meth:`ingest` every readable file of a folder. A file whose size and modification
         time are those it had when it was indexed is not even read; another with an unchanged
-        document hash is read but costs no parsing or embedding."""
+        document hash is read but costs no parsing or embedding. ``shard=(i, n)`` ingests only
+        the i-th of n shards of the folder's files (split by a hash of each file's path, so
+        several machines writing one database can share a folder)."""
         reader = self._reader(recursive)
         docstore = self.index.docstore
         unread: List[str] = []
+        root = Path(path)
 
         def unchanged(document_id: str, file: Path) -> bool:
+            if shard is not None and not in_shard(Path(os.path.relpath(Path(file).resolve(), root.resolve())).as_posix(), shard):
+                return True  # another shard's file: not read, not counted
             same = (
                 self.file_stats.get(document_id) == file_stat(file)
                 and docstore.get_document_hash(document_id) is not None
@@ -507,10 +518,11 @@ class HiQAPack:
                 unread.append(document_id)
             return same
 
-        report = self.ingest(reader.lazy_load_data(Path(path), skip=unchanged), **ingest_kwargs)
+        report = self.ingest(reader.lazy_load_data(root, skip=unchanged), **ingest_kwargs)
         report.documents_unchanged += len(unread)
         self.read_failures = list(reader.failures)
-        if not self.node_count:
+        # A shard may hold no file of a small folder; the folder is empty only if it has no shard.
+        if not self.node_count and (shard is None or reader.failures):
             raise EmptyCorpusError(path, reader.failures)
         return report
 

@@ -103,3 +103,45 @@ def test_a_worker_that_dies_is_a_typed_error_and_earlier_batches_are_kept():
 def test_worker_count_is_validated_when_the_pack_is_built():
     with pytest.raises((InvalidSettingError, ValueError), match="ingest_workers"):
         HiQAPack.empty(embed_model=HashEmbedding(), ingest_workers=0)
+
+
+# -- shards: several machines, one folder ----------------------------------------------
+from hypothesis import given, settings, strategies as st  # noqa: E402
+
+from llama_index_hiqa import cli  # noqa: E402
+from llama_index_hiqa.ingestion import in_shard, parse_shard  # noqa: E402
+
+paths = st.lists(st.text(alphabet="abcdefghij/._-0123456789", min_size=1, max_size=30), unique=True, max_size=40)
+
+
+@settings(max_examples=60, deadline=None)
+@given(paths, st.integers(min_value=1, max_value=7))
+def test_every_file_is_in_exactly_one_shard_and_keeps_it(files, count):
+    for name in files:
+        owners = [i for i in range(1, count + 1) if in_shard(name, (i, count))]
+        assert len(owners) == 1
+        assert in_shard(name, (owners[0], count))  # the same answer every time, on every machine
+
+
+@pytest.mark.parametrize("text", ["0/3", "4/3", "x/3", "2", "2/0", "-1/2"])
+def test_a_bad_shard_is_refused_naming_it(text):
+    with pytest.raises(InvalidSettingError, match="shard"):
+        parse_shard(text)
+
+
+def test_three_shards_ingested_one_after_another_hold_the_whole_folder(one_process_pack, tmp_path):
+    pack = HiQAPack.empty(embed_model=HashEmbedding(), ingest_batch_size=2)
+    seen = []
+    for index in (1, 2, 3):
+        report = pack.add_directory(DEMO_DATA_DIR, shard=(index, 3))
+        seen.append(report.documents_added)
+    assert sum(seen) == 10 and pack.document_ids == one_process_pack.document_ids
+    assert sorted(_snapshot(pack)) == sorted(_snapshot(one_process_pack))
+
+
+def test_cli_refuses_sync_with_a_shard_and_a_bad_shard(tmp_path, capsys):
+    store = str(tmp_path / "s")
+    assert cli.main(["ingest", str(DEMO_DATA_DIR), "--store", store, "--shard", "1/2", "--sync", "--quiet"]) == 2
+    assert "--sync" in capsys.readouterr().err
+    assert cli.main(["ingest", str(DEMO_DATA_DIR), "--store", store, "--shard", "3/2", "--quiet"]) == 2
+    assert "shard" in capsys.readouterr().err
