@@ -104,6 +104,46 @@ def halves(n: int) -> Dict[str, range]:
     return {"even": range(0, n, 2), "odd": range(1, n, 2)}
 
 
+# The graph's keyword settings measured as a curve (graph rebuilt over the product pack's own
+# nodes, keywords and vectors; the search and the budget sharing as the pack runs them).
+CURVE = (
+    [("T", {"keyword_threshold": t}) for t in (1, 2, 3)]
+    + [("max_keyword_fraction", {"max_keyword_fraction": f}) for f in (0.002, 0.005, 0.02, 0.05)]
+    + [("title_mentions", {"title_mentions": False})]
+)
+
+
+def graph_curve(pack, texts: List[str], golds: List[List[str]], firsts) -> List[Dict]:
+    """all-gold@5 (even / odd halves) and edges per node for each graph setting of :data:`CURVE`."""
+    from llama_index_hiqa.retrievers.chunk_graph import ChunkGraphRetriever
+    from llama_index_hiqa.retrievers.chunk_interaction_graph import ChunkInteractionGraph
+
+    base = pack.graph
+    nodes = pack.nodes
+    kept = [n.embedding for n in nodes]
+    for node in nodes:  # the graph's own vectors: nothing is embedded again
+        node.embedding = base.graph.vectors[base.graph.index_of(node.node_id)].tolist()
+    out = []
+    for family, setting in [("default", {}), *CURVE]:
+        graph = ChunkInteractionGraph.from_nodes(nodes, **{**base.graph.model_dump(), **setting})
+        retriever = ChunkGraphRetriever(
+            graph, nodes=nodes, keyword_fn=base.keyword_fn, embed_model=pack.embed_model, **base.settings.model_dump()
+        )
+        chains = [retriever.retrieve(t) for t in texts]
+        merged = [passage_ids(share_budget(f, c, ChainBudget())) for f, c in zip(firsts, chains)]
+        alone = [passage_ids(c) for c in chains]
+        edges = graph.edge_counts()
+        row = {"family": family, "setting": setting, "T": graph.resolved_keyword_threshold,
+               "keyword_edges_per_node": 2 * edges["keyword"] / len(graph), "edges_per_node": 2 * edges["edges"] / len(graph)}
+        for half, idx in halves(len(texts)).items():
+            row[f"product {half}"] = scores([merged[i] for i in idx], [golds[i] for i in idx], 5)["all_gold"]
+            row[f"graph {half}"] = scores([alone[i] for i in idx], [golds[i] for i in idx], 5)["all_gold"]
+        out.append(row)
+    for node, embedding in zip(nodes, kept):
+        node.embedding = embedding
+    return out
+
+
 def run_dataset(name: str) -> Dict:
     from llama_index_hiqa.pack import HiQAPack
 
@@ -154,6 +194,20 @@ def run_dataset(name: str) -> Dict:
             half: {k: scores([merged[i] for i in idx], [golds[i] for i in idx], k) for k in KS}
             for half, idx in {**halves(len(texts)), "all": range(len(texts))}.items()
         }
+    curve = graph_curve(pack, texts, golds, firsts)
+    # A per-question share from the first route's score shape: the multi-route's best node
+    # first only when its fused score stands out (gap to the second above the median gap),
+    # else chain nodes first. Scored beside the fixed shares (not shipped: see the notes).
+    gaps = [(f[0].score - f[1].score) / (abs(f[0].score) + 1e-9) if len(f) > 1 else 1.0 for f in firsts]
+    median_gap = float(np.median(gaps))
+    by_gap = [
+        passage_ids(share_budget(f, c, ChainBudget(head_share=0.2 if g > median_gap else 0.0)))
+        for f, c, g in zip(firsts, chains[budget_k], gaps)
+    ]
+    shares["per question: 0.2 if the top fused score stands out, else 0.0"] = {
+        half: {k: scores([by_gap[i] for i in idx], [golds[i] for i in idx], k) for k in KS}
+        for half, idx in {**halves(len(texts)), "all": range(len(texts))}.items()
+    }
     vector = {
         half: scores([ranks["vector top-k"][i] for i in idx], [golds[i] for i in idx], 5)
         for half, idx in halves(len(texts)).items()
@@ -166,6 +220,7 @@ def run_dataset(name: str) -> Dict:
         "results": results,
         "shares": shares,
         "vector_halves": vector,
+        "curve": curve,
         "graph_T": graph.graph.resolved_keyword_threshold,
         "graph_edges": graph.graph.edge_counts(),
         "rules_graph_T": rules_pack.graph.graph.resolved_keyword_threshold,
@@ -245,6 +300,17 @@ def report(runs: List[Dict], demo: Dict) -> None:
             ["head_share", "all-gold@5 even", "@10 even", "all-gold@5 odd", "@10 odd", "all-gold@5 all", "@10 all"],
             share_rows,
         )
+        curve = ""
+        if run.get("curve"):
+            curve_rows = [
+                [c["family"], json.dumps(c["setting"]) if c["setting"] else "defaults", c["T"],
+                 f"{c['keyword_edges_per_node']:.1f}", f"{c['edges_per_node']:.1f}",
+                 c["graph even"], c["product even"], c["graph odd"], c["product odd"]]
+                for c in run["curve"]
+            ]
+            curve = "\n\nThe graph's keyword settings, one at a time (graph rebuilt over the same nodes; all-gold@5):\n\n" + markdown_table(
+                ["varied", "setting", "T", "keyword edges / node", "edges / node", "graph alone even",
+                 "product even", "graph alone odd", "product odd"], curve_rows)
         base = run["timings"][PLAIN]
         timings = markdown_table(
             ["pack", "build s", "× no graph", "ms/question", "× no graph"],
@@ -260,7 +326,7 @@ def report(runs: List[Dict], demo: Dict) -> None:
             f"node keywords T = {run['rules_graph_T']}, edges {run['rules_graph_edges']}.\n\n"
             f"Budget share (`chunk_graph={{'head_share': s}}`, default {run['default_head_share']}; k = 5 so "
             f"s keeps ceil(5 s) multi-route nodes first) on the even, odd and all questions, from the "
-            f"same retrieved lists:\n\n{shares}\n\nCost (2 shared cores; vectors from the shared cache, so "
+            f"same retrieved lists:\n\n{shares}{curve}\n\nCost (2 shared cores; vectors from the shared cache, so "
             f"build = parse + keywords + indexes + graph; process peak RSS after this dataset "
             f"{run['peak_rss_mb']:,.0f} MB):\n\n{timings}"
         )
