@@ -1,6 +1,6 @@
 """Do questions generated from a collection rank fusion settings as its real questions do?
 
-Self-calibration (``pack.calibrate()``) chose α, β and the title keyword weight on questions
+Self-calibration (``pack.calibrate()``, removed after this measurement) chose α, β and the title keyword weight on questions
 generated from the store's headings. Twice on FinanceBench it made the real questions worse.
 This benchmark asks why, before deciding whether the feature stays:
 
@@ -12,7 +12,7 @@ This benchmark asks why, before deciding whether the feature stays:
 * Real questions: FinanceBench's 86 answerable ones; per setting, over the multi-route
   ranking: the gold filing first (doc@1), a gold page among the first 5 nodes (page@5), and
   the reciprocal rank of the first gold page (MRR).
-* Generated questions, two generators (no labels): ``headings`` (the shipped one: "What does
+* Generated questions, two generators (no labels): ``headings`` (the removed calibration's: "What does
   <document title> say about <heading>?") and ``content`` (a question as FinanceBench asks
   one: the filing's company and fiscal year, and the rarest words of one node's text; the node
   answers it).
@@ -29,7 +29,6 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
-import math
 import random
 import re
 import sys
@@ -46,11 +45,10 @@ import numpy as np  # noqa: E402
 from scipy import stats  # noqa: E402
 
 from llama_index_hiqa import schema  # noqa: E402
-from llama_index_hiqa.calibration import calibration_questions  # noqa: E402
 import shared_data  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
-RUN_FILE = HERE / "product" / "calibration_agreement.json"
+RUN_FILE = HERE / "calibration_agreement.json"  # not in product/: bench_product reads every file there
 COMMAND = "nice -n 10 .venv/bin/python benchmarks/bench_calibration.py"
 GRID = {
     "alpha": [0.5, 0.6, 0.7, 0.8, 0.9],
@@ -62,6 +60,49 @@ _STOP = set(
     "will would could should than also into more most including total company companies year years "
     "fiscal ended million billion percent based related upon under over within during each any".split()
 )
+
+
+_GENERIC_HEADINGS = {"", "table of contents", "index", "signatures", "exhibits", "none"}
+
+
+def heading_questions(nodes: Sequence[Any], limit: int = 120, seed: int = 0) -> List[Dict[str, Any]]:
+    """The removed ``calibration_questions``: one question per headed section ("What does
+    <document title> say about <heading>?"), round robin over the documents; the section's
+    nodes answer it."""
+    from collections import defaultdict
+
+    sections: Dict[tuple, List[str]] = defaultdict(list)
+    titles: Dict[str, str] = {}
+    for node in nodes:
+        if schema.get_segment_kind(node) == schema.KIND_IMAGE:
+            continue
+        path = schema.get_heading_path(node)
+        document_id = schema.get_document_id(node) or ""
+        if not path or not document_id:
+            continue
+        heading = path[-1].title.strip() or path[-1].label()
+        if heading.lower() in _GENERIC_HEADINGS or len(heading) < 4:
+            continue
+        titles.setdefault(document_id, schema.get_document_title(node) or document_id)
+        sections[(document_id, tuple(h.label() for h in path), heading)].append(node.node_id)
+    by_document: Dict[str, List[tuple]] = defaultdict(list)
+    for key in sections:
+        by_document[key[0]].append(key)
+    rng = random.Random(seed)
+    queues = []
+    for document_id in sorted(by_document):
+        keys = sorted(by_document[document_id])
+        rng.shuffle(keys)
+        queues.append(keys)
+    picked: List[tuple] = []
+    while len(picked) < limit and any(queues):
+        for queue in queues:
+            if queue and len(picked) < limit:
+                picked.append(queue.pop())
+    return [
+        {"question": f"What does {titles[d]} say about {h}?", "document_id": d, "node_ids": sections[(d, p, h)]}
+        for d, p, h in picked
+    ]
 
 
 def content_questions(nodes: Sequence[Any], limit: int = 120, seed: int = 0) -> List[Dict[str, Any]]:
@@ -117,7 +158,7 @@ def run(store: Path) -> Dict[str, Any]:
         "real": [
             {"question": q.question, "gold": [(g.document_id, g.page) for g in q.gold]} for q in real
         ],
-        "headings": [q.model_dump() for q in calibration_questions(nodes)],
+        "headings": heading_questions(nodes),
         "content": content_questions(nodes),
     }
     defaults = {k: multi.config.model_dump()[k] for k in GRID}
