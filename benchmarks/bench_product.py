@@ -58,9 +58,6 @@ VARIANTS: Dict[str, Dict[str, Any]] = {
     "title_weight1": {"multi_route": {"document_keyword_weight": 1.0}},
     "title_weight3": {"multi_route": {"document_keyword_weight": 3.0}},
     "no_keywords": {"multi_route": {"use_keywords": False}},
-    # HiQAPack.calibrate(): settings chosen on questions generated from the store's own
-    # headings (no labels); applied to the defaults store.
-    "calibrated": {},
     # The document focus (DocumentFocusRetriever) off, and each of its signals off.
     "no_focus": {"document_focus": {"focus_documents": 0}},
     "focus_no_heading": {"document_focus": {"heading_weight": 0.0}},
@@ -83,7 +80,6 @@ VARIANT_LABELS = {
     "title_weight1": "HiQAPack, title keyword weight 1 (the paper's plain |C|)",
     "title_weight3": "HiQAPack, title keyword weight 3 (sweep on the dev questions)",
     "no_keywords": "HiQAPack without the keyword route",
-    "calibrated": "HiQAPack after `pack.calibrate()` (self-calibration, no labels)",
     "no_focus": "HiQAPack without the document focus (the multi-route ranking alone)",
     "focus_no_heading": "HiQAPack, document focus without the heading-path similarity",
     "focus_no_heading_words": "HiQAPack, document focus without the heading words the question names",
@@ -274,15 +270,6 @@ def retrieval_only(name: str, store_dir: Path):
         _loaded[base] = (HiQAPack.load(store_dir / base), time.perf_counter() - t0)
     pack, load_s = _loaded[base]
     multi = pack.multi_route
-    if name == "calibrated":
-        from llama_index_hiqa.calibration import calibrate, calibration_questions
-
-        t0 = time.perf_counter()
-        report = calibrate(multi, calibration_questions(pack.index.docstore.docs.values()))
-        print(report.summary(), flush=True)
-        timing = {"loaded_s": load_s, "store_of": base, "calibrate_s": time.perf_counter() - t0,
-                  "calibration": report.model_dump(exclude={"results"})}
-        return pack, multi.with_settings(**report.chosen), timing
     retriever = MultiRouteRetriever(
         vector_retriever=multi._vector_retriever, nodes=list(multi._nodes.values()),
         keyword_extractor=multi.keyword_extractor, keyword_index=multi.keyword_index, _bm25_route=multi._bm25,
@@ -329,6 +316,8 @@ def fmt_row(label: str, row: Dict[str, float]) -> List[Any]:
 
 
 def _calibration_text(report: Dict[str, Any]) -> str:
+    # The saved row of the self-calibration this project removed (product/calibrated.json):
+    # kept as the measured reason for its removal.
     base, best = report["baseline"], report["best"]
     chosen = f"chose `{json.dumps(report['chosen'])}`" if report["chosen"] else "kept the defaults"
     return (

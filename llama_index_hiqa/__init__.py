@@ -85,9 +85,6 @@ _EXPORTS: Dict[str, str] = {
     "StoreConflictError": "llama_index_hiqa.errors",
     "InvalidSettingError": "llama_index_hiqa.errors",
     "PathAccessError": "llama_index_hiqa.errors",
-    "calibrate": "llama_index_hiqa.calibration",
-    "calibration_questions": "llama_index_hiqa.calibration",
-    "CalibrationReport": "llama_index_hiqa.calibration",
     #
     # -- real collections: stores, batch ingestion, reader errors
     "MatrixVectorStore": "llama_index_hiqa.storage.vector_store",

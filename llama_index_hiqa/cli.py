@@ -126,7 +126,7 @@ def _say(message: str) -> None:
 @contextlib.contextmanager
 def _folder_writer(store: Path) -> Iterator[None]:
     """Hold the folder store's writer lock from loading it to saving it, so a second writer
-    (another `hiqa ingest --add`, `delete`, `calibrate`) waits and then loads what this one
+    (another `hiqa ingest --add` or `delete`) waits and then loads what this one
     saved; the store must be writable, with room for a new snapshot, before any work starts.
     A store folder this command created and never saved into is removed again."""
     from llama_index_hiqa.storage.pack_folder import check_writable, store_writer
@@ -304,20 +304,6 @@ def _existing_store(path: str) -> Any:
     return store
 
 
-def _cmd_calibrate(args: argparse.Namespace) -> int:
-    from llama_index_hiqa.pack import HiQAPack
-
-    store = _existing_store(args.store)
-    with contextlib.nullcontext() if is_postgres_url(args.store) else _folder_writer(store):
-        pack = HiQAPack.load(store)
-        report = pack.calibrate(questions=args.questions)
-        print(report.summary())
-        if report.chosen:
-            pack.persist(store)
-            print(f"saved to {store}: multi_route {pack.config.multi_route}")
-    return 0
-
-
 def _cmd_ask(args: argparse.Namespace) -> int:
     from llama_index_hiqa.figures import format_figure
     from llama_index_hiqa.pack import HiQAPack, citation, format_citation
@@ -389,7 +375,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="hiqa", description="Question answering over many similar documents (LlamaIndex)."
     )
     sub = parser.add_subparsers(dest="command", required=True)
-    for add in (_add_demo, _add_eval, _add_ingest, _add_delete, _add_calibrate, _add_ask):
+    for add in (_add_demo, _add_eval, _add_ingest, _add_delete, _add_ask):
         add(sub)
     return parser
 
@@ -471,16 +457,6 @@ def _add_delete(sub: Any) -> None:
     rm.add_argument("documents", nargs="+", metavar="DOC", help="document id(s) as `hiqa ingest` listed them")
     rm.add_argument("--store", required=True, help="folder or postgresql://USER@HOST/DB URL written by `hiqa ingest`")
     rm.set_defaults(func=_cmd_delete)
-
-
-def _add_calibrate(sub: Any) -> None:
-    cal = sub.add_parser(
-        "calibrate",
-        help="choose the fusion settings (alpha, beta, title weight) on questions generated from the store's own headings",
-    )
-    cal.add_argument("--store", required=True, help="folder written by `hiqa ingest`")
-    cal.add_argument("--questions", type=_positive_int, default=120, help="generated questions (default 120)")
-    cal.set_defaults(func=_cmd_calibrate)
 
 
 def _add_ask(sub: Any) -> None:

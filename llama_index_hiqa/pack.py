@@ -126,7 +126,6 @@ class HiQAPack:
         self.file_stats: Dict[str, List[int]] = {}
         self.store_path: Optional[Path] = None  # the folder it was loaded from / persisted to
         self._snapshot: Optional[str] = None  # the snapshot of store_path it holds (conflict check)
-        self.calibration: Optional[Dict[str, Any]] = None  # the last calibrate() report, saved with the store
 
     # -- construction ------------------------------------------------------------------
     @classmethod
@@ -318,27 +317,6 @@ class HiQAPack:
         if not kwargs:
             self._retriever = retriever
         return retriever
-
-    # -- self-calibration (no labels) --------------------------------------------------
-    def calibrate(
-        self, questions: int = 120, grid: Optional[Dict[str, Any]] = None, seed: int = 0, min_gain: float = 0.01
-    ) -> Any:
-        """Choose α, β and the title keyword weight on questions generated from this
-        collection's own titles and headings (see :mod:`llama_index_hiqa.calibration`),
-        apply what was chosen to ``config.multi_route`` (saved by the next :meth:`persist`)
-        and return the :class:`~llama_index_hiqa.calibration.CalibrationReport`."""
-        from llama_index_hiqa.calibration import calibrate, calibration_questions
-
-        generated = calibration_questions(self.index.docstore.docs.values(), limit=questions, seed=seed)
-        report = calibrate(self.multi_route, generated, grid=grid, min_gain=min_gain)
-        if report.chosen:
-            self.config = self.config.model_copy(update={"multi_route": {**self.config.multi_route, **report.chosen}})
-            # Same indexes, new fusion settings: nothing is rebuilt.
-            self._multi_route = self._multi_route.with_settings(**report.chosen)  # type: ignore[union-attr]
-            self._retriever = None
-        self.calibration = report.model_dump()
-        logger.info("%s", report.summary())
-        return report
 
     def node_postprocessors(self) -> List[BaseNodePostprocessor]:
         if self._postprocessors is not None:
@@ -579,7 +557,6 @@ class HiQAPack:
                 "node_count": self.node_count,
                 "documents": self.document_ids,
                 "file_stats": self.file_stats,
-                "calibration": self.calibration,
             },
         )
         self.store_path = root
@@ -618,7 +595,6 @@ class HiQAPack:
         )
         pack.store_path = Path(persist_dir)
         pack._snapshot = loaded_snapshot(files)
-        pack.calibration = stored.calibration
         pack.file_stats = stored.file_stats
         return pack
 

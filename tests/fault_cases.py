@@ -408,15 +408,6 @@ def _surrogate(tmp: Path, store: Path) -> bool:
     return result.code == 0 and "NX-2046" in result.out
 
 
-@case("odd question", "calibrate on a store without headed sections")
-def _calibrate_flat(tmp: Path, store: Path) -> bool:
-    docs = tmp / "flat"
-    docs.mkdir()
-    (docs / "a.txt").write_text("just one line of text without any heading at all")
-    assert hiqa("ingest", docs, "--store", tmp / "s", "--quiet").code == 0
-    return hiqa("calibrate", "--store", tmp / "s").one_line("none could be generated", "no headed sections")
-
-
 @case("damaged cache", "garbage embedding cache file")
 def _cache_garbage(tmp: Path, store: Path) -> bool:
     from llama_index_hiqa.embedding_cache import CachedEmbedding

@@ -128,3 +128,51 @@ def test_node_text_ner_is_on_with_the_chunk_graph_unless_the_user_sets_it():
     assert keyword_extractor(HiQAPackConfig()).ner_max_nodes == 0
     assert keyword_extractor(HiQAPackConfig(use_chunk_graph=True)).ner_max_nodes is None
     assert keyword_extractor(HiQAPackConfig(use_chunk_graph=True, keywords={"ner_max_nodes": 0})).ner_max_nodes == 0
+
+
+def _bridge_corpus():
+    """Two-hop, Wikipedia style: the question names the Zorblax; its page names its maker,
+    Quantacorp, whose page (titled by that name, as Wikipedia titles pages) holds the answer.
+    Six distractor pages are closer to the question's words than the answer page is."""
+    from llama_index_hiqa.evaluation.corpus import document
+
+    docs = [
+        document("The Zorblax is a pocket gadget. It is made by Quantacorp in a plant by the river.", "z", "Zorblax"),
+        document("Quantacorp is a maker of many things; its founder was Ada Lovelace.", "q", "Quantacorp"),
+    ]
+    docs += [
+        document(f"The maker of gadget {i} is in Paris.", f"d{i}", f"Gadget {i}")
+        for i in range(6)
+    ]
+    return docs
+
+
+def test_a_two_hop_question_gets_both_pages_in_the_first_k_through_the_title_mention_on_the_product_path():
+    from llama_index_hiqa.pack import HiQAPack
+    from tests.pack_helpers import HashEmbedding
+
+    question = "Who was the founder of the maker of the Zorblax?"
+    settings = dict(embed_model=HashEmbedding(), use_chunk_graph=True, similarity_top_k=3,
+                    keywords={"use_ner": False, "expert_keywords": ["Zorblax", "Quantacorp"]})
+    pack = HiQAPack.from_documents(_bridge_corpus(), **settings)
+    vector_top = {schema_doc(n) for n in pack.index.as_retriever(similarity_top_k=3).retrieve(question)}
+    assert "q" not in vector_top  # the answer page is not among the question's nearest pages
+    got = [schema_doc(n) for n in pack.as_retriever().retrieve(question)[:3]]
+    assert {"z", "q"} <= set(got)
+    assert _link(pack) == 1  # the Zorblax page names Quantacorp's title
+    paper = HiQAPack.from_documents(_bridge_corpus(), chunk_graph={"title_mentions": False}, **settings)
+    assert "q" not in [schema_doc(n) for n in paper.as_retriever().retrieve(question)[:3]]
+    assert _link(paper) == 0  # IIER's keyword edges alone: no link between the two pages
+
+
+def _link(pack):
+    from llama_index_hiqa import schema
+
+    of = {schema.get_document_id(n): n.node_id for n in pack.nodes}
+    return pack.graph.graph.edge(of["z"], of["q"])["keyword"]
+
+
+def schema_doc(node_with_score):
+    from llama_index_hiqa import schema
+
+    return schema.get_document_id(node_with_score.node)

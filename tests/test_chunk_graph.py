@@ -137,6 +137,41 @@ def test_document_titles_and_too_common_keywords_are_not_keywords():
     assert kept.edge("c0", "c2")["keyword"] == 0 and kept.edge("c0", "c1")["keyword"] == 3
 
 
+def test_a_chunk_naming_another_documents_title_links_to_that_documents_chunks_only_across_documents():
+    nodes = [
+        # "Zorblax" is doc B's title; A's text names it (a hyperlink, in Wikipedia terms)
+        make_node("A0", unit(1), doc="A", title="Quantacorp", pos=0, keywords=["Zorblax", "gadget"]),
+        make_node("A1", unit(0, 1), doc="A", title="Quantacorp", pos=1, keywords=["factory"]),
+        make_node("B0", unit(0, 0, 1), doc="B", title="Zorblax", pos=0, keywords=["Zorblax", "toy"]),
+        make_node("B1", unit(0, 0, 0, 1), doc="B", title="Zorblax", pos=1, keywords=["Zorblax", "price"]),
+        make_node("C0", unit(0, 0, 0, 0, 1), doc="C", title="Other", keywords=["toy"]),
+    ]
+    g = ChunkInteractionGraph.from_nodes(nodes, semantic_top_k=0, keyword_threshold=1)
+    assert g.edge("A0", "B0")["keyword"] == 1 and g.edge("A0", "B1")["keyword"] == 1
+    # the title never links the chunks of its own document, nor a chunk that does not name it
+    assert g.edge("B0", "B1")["keyword"] == 0
+    assert g.edge("A1", "B0")["keyword"] == 0
+    assert g.edge("B0", "C0")["keyword"] == 1  # an ordinary shared keyword
+    assert "zorblax" not in g.keywords("B0")
+    paper = ChunkInteractionGraph.from_nodes(nodes, semantic_top_k=0, keyword_threshold=1, title_mentions=False)
+    assert paper.edge("A0", "B0")["keyword"] == 0 and paper.edge("B0", "C0")["keyword"] == 1
+    # a title named by more chunks than the "too common" limit links nobody
+    common = ChunkInteractionGraph.from_nodes(
+        nodes, semantic_top_k=0, keyword_threshold=1, max_keyword_fraction=0.2, min_common_count=2
+    )
+    assert common.edge("A0", "B0")["keyword"] == 0
+
+
+def test_a_graph_saved_before_title_mentions_keeps_the_papers_rule(tmp_path):
+    g = ChunkInteractionGraph.from_nodes(random_nodes(8), semantic_top_k=1)
+    records = dict(g.model_dump())
+    del records["title_mentions"]
+    old = ChunkInteractionGraph.from_records(
+        records, g.resolved_keyword_threshold, g.node_records(), g.edge_records(), g.vectors, *g.knn
+    )
+    assert old.title_mentions is False and g.title_mentions is True
+
+
 def test_incremental_add_equals_rebuild_including_insertions_between_positions():
     full_nodes = random_nodes(30, seed=3)
     full = ChunkInteractionGraph.from_nodes(full_nodes, semantic_top_k=3, keyword_threshold=2)

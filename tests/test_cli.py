@@ -169,33 +169,3 @@ def test_top_k_must_be_a_positive_whole_number(store, value, capsys):
     assert info.value.code == 2
     err = capsys.readouterr().err
     assert "--top-k" in err and "Traceback" not in err
-
-
-def test_calibrate_prints_its_choice_and_saves_it_only_when_it_changes_something(tmp_path, capsys, monkeypatch):
-    import shutil
-
-    from llama_index_hiqa.calibration import CalibrationReport, CalibrationResult
-
-    store = tmp_path / "s"
-    assert cli.main(["ingest", str(DEMO_DATA_DIR), "--store", str(store), "--quiet"]) == 0
-    first = current_snapshot(store)
-    assert cli.main(["calibrate", "--store", str(store), "--questions", "10"]) == 0
-    out = capsys.readouterr().out
-    assert "calibration on 10 questions" in out
-    changed = "chose" in out
-    assert (current_snapshot(store) != first) == changed  # a new snapshot only for a change
-
-    # A forced choice is saved and read back by `ask`.
-    result = CalibrationResult(settings={"alpha": 0.2}, mrr=1.0, document_hit_at_1=1.0)
-    forced = CalibrationReport(questions=1, baseline=result, best=result, chosen={"alpha": 0.2}, min_gain=0.0)
-    monkeypatch.setattr("llama_index_hiqa.pack.HiQAPack.calibrate",
-                        lambda self, **kw: (setattr(self, "config", self.config.model_copy(
-                            update={"multi_route": {"alpha": 0.2}})), forced)[1])
-    assert cli.main(["calibrate", "--store", str(store)]) == 0
-    from llama_index_hiqa.pack import HiQAPack
-
-    assert HiQAPack.load(store).config.multi_route == {"alpha": 0.2}
-    shutil.rmtree(store)
-    assert cli.main(["calibrate", "--store", str(store)]) == 2
-    err = capsys.readouterr().err
-    assert "no such store" in err and "hiqa ingest" in err

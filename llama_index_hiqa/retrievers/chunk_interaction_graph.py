@@ -148,6 +148,12 @@ class ChunkInteractionGraph(BaseModel):
         default=20, ge=0,
         description="...but a keyword is only ever 'too common' above this many chunks (small corpora).",
     )
+    title_mentions: bool = Field(
+        default=True,
+        description="A chunk whose keywords name another document's title also shares that keyword "
+        "with the other document's chunks (a hyperlink, in Wikipedia terms). Titles never link chunks "
+        "of one document, as IIER argues; False: the paper's keyword edges only.",
+    )
     block_size: int = Field(
         default=1024, ge=1,
         description="Most rows per block of the top-k similarity product (also capped at ~4M "
@@ -412,7 +418,17 @@ class ChunkInteractionGraph(BaseModel):
             for w in words:
                 keyword_index[w].add(i)
         limit = max(self.max_keyword_fraction * n, self.min_common_count)
-        vocab = {w: c for c, w in enumerate(w for w, p in keyword_index.items() if len(p) <= limit)}
+        # A title keyword links only where some chunk of another document names it: its
+        # document's chunks count among its postings for the "too common" limit.
+        mentioned: Dict[str, int] = defaultdict(int)
+        if self.title_mentions:
+            for titles in self._titles:
+                for w in titles:
+                    if w in keyword_index:
+                        mentioned[w] += 1
+        vocab = {
+            w: c for c, w in enumerate(w for w, p in keyword_index.items() if len(p) + mentioned.get(w, 0) <= limit)
+        }
         rows, cols = [], []
         for i, words in enumerate(all_keywords):
             for w in words:
@@ -425,7 +441,20 @@ class ChunkInteractionGraph(BaseModel):
         if not rows:
             return
         m = sparse.csr_matrix((np.ones(len(rows), np.int32), (rows, cols)), shape=(n, len(vocab)))
-        shared = sparse.triu(m @ m.T, k=1).tocoo()
+        product = m @ m.T
+        if mentioned:
+            # Chunk keywords never hold their own document's title words (see _add_embedded), so
+            # m @ t.T is zero inside a document: only cross-document mentions are counted.
+            t_rows, t_cols = [], []
+            for i, titles in enumerate(self._titles):
+                for w in titles:
+                    if w in vocab and w in mentioned:
+                        t_rows.append(i)
+                        t_cols.append(vocab[w])
+            t = sparse.csr_matrix((np.ones(len(t_rows), np.int32), (t_rows, t_cols)), shape=(n, len(vocab)))
+            cross = m @ t.T
+            product = product + cross + cross.T
+        shared = sparse.triu(product, k=1).tocoo()
         self._threshold = resolve_keyword_threshold(self.keyword_threshold, shared.data, n, self.max_keyword_degree)
         keep = shared.data >= self._threshold
         for i, j, c in zip(shared.row[keep].tolist(), shared.col[keep].tolist(), shared.data[keep].tolist()):
@@ -559,7 +588,8 @@ class ChunkInteractionGraph(BaseModel):
     ) -> "ChunkInteractionGraph":
         """The graph saved as :meth:`node_records`, :meth:`edge_records`, :attr:`vectors`
         (unit rows) and :attr:`knn`, nothing recomputed."""
-        graph = cls(**settings)
+        # A graph saved before title_mentions existed was built without them: keep its edges' rule.
+        graph = cls(**{"title_mentions": False, **settings})
         graph._threshold = keyword_threshold
         for row in nodes:
             graph._append_row(

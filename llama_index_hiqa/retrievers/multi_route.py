@@ -613,7 +613,7 @@ class MultiRouteRetriever(BaseRetriever):
         )
         return self._finish(query, vector, vector_nodes, bm25, counts, errors)
 
-    # -- route scores and fusion, separately (calibration) -------------------------------
+    # -- route scores and fusion, separately (re-fusing) ---------------------------------
     def route_scores(self, query: Union[str, QueryBundle]) -> Dict[str, Dict[str, float]]:
         """Each route's candidates for ``query`` before fusion: ``{"vector": {id: cosine},
         "bm25": {id: score}, "keywords": {id: |C|}}`` (``|C|`` with this retriever's title

@@ -37,7 +37,6 @@ class StoredPack(NamedTuple):
     embed_model: BaseEmbedding
     multi_route: BaseRetriever
     graph: Any  # a ChunkGraphRetriever, or None without the chunk graph
-    calibration: Optional[Dict[str, Any]]
     file_stats: Dict[str, List[int]]
 
 
@@ -161,7 +160,6 @@ def read_pack(
         embed_model=embed_model,
         multi_route=_load_multi_route(files, index, config, keywords),
         graph=_load_graph(files, index, config, embed_model, llm, keywords),
-        calibration=files.payload.get("calibration"),
         file_stats={
             str(doc_id): [int(v) for v in stat]
             for doc_id, stat in (files.payload.get("file_stats") or {}).items()

@@ -248,7 +248,7 @@ class PostgresHiQAPack(HiQAPack):
         return removed
 
     def persist(self, persist_dir: Any = None) -> Any:
-        """Save the settings (e.g. what ``calibrate`` chose); the indexes need nothing, every
+        """Save the settings; the indexes need nothing, every
         write committed already. (Copying a database pack into a folder is not supported;
         build the folder store from the documents.)"""
         if persist_dir not in (None, self.store.url):
