@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import resource
+import shutil
 import statistics
 import subprocess
 import sys
@@ -195,15 +196,23 @@ def fast_embedding():
     return SeededEmbedding(embed_batch_size=256)
 
 
+SYNTHETIC_SETTINGS = {"keywords": {"use_ner": False}, "ingest_batch_size": 50}
+
+
+def synthetic_questions(n_nodes: int) -> List[str]:
+    documents = max(1, n_nodes // SECTIONS_PER_DOC)
+    return [f"output current of NX-{(i * 7919) % documents:06d} section {i % 7}" for i in range(40)]
+
+
 def run_synthetic(n_nodes: int, store: Path) -> Dict[str, Any]:
     from llama_index_hiqa.pack import HiQAPack
 
     start = time.perf_counter()
-    pack = HiQAPack.empty(embed_model=fast_embedding(), keywords={"use_ner": False}, ingest_batch_size=50)
+    pack = HiQAPack.empty(embed_model=fast_embedding(), **SYNTHETIC_SETTINGS)
     report = pack.ingest(synthetic_documents(n_nodes))
     out: Dict[str, Any] = {"ingest_wall_s": time.perf_counter() - start, "stages_s": dict(report.seconds)}
     out["nodes"] = len(pack.index.docstore.docs)
-    questions = [f"output current of NX-{i:06d} section {i % 7}" for i in range(30)]
+    questions = synthetic_questions(n_nodes)
     start = time.perf_counter()
     pack.retrieve(questions[0])
     out["routes_build_s"] = time.perf_counter() - start
@@ -212,6 +221,80 @@ def run_synthetic(n_nodes: int, store: Path) -> Dict[str, Any]:
     out.update(persist_and_measure(pack, store))
     out["peak_rss_mb"] = peak_rss_mb()
     return out
+
+
+def run_synthetic_embedded(n_nodes: int, store: Path) -> Dict[str, Any]:
+    """The same collection into the embedded store (every batch committed as it is indexed)."""
+    from llama_index_hiqa.pack import HiQAPack
+
+    start = time.perf_counter()
+    pack = HiQAPack.empty(embed_model=fast_embedding(), store=str(store), store_format="embedded", **SYNTHETIC_SETTINGS)
+    report = pack.ingest(synthetic_documents(n_nodes))
+    out: Dict[str, Any] = {"ingest_wall_s": time.perf_counter() - start, "stages_s": dict(report.seconds)}
+    out["nodes"] = pack.node_count
+    out["rss_after_ingest_mb"] = peak_rss_mb()
+    start = time.perf_counter()
+    pack.persist()  # builds the BM25 index a chunk of nodes at a time and saves it
+    out["routes_build_s"] = time.perf_counter() - start
+    out.update(query_latencies(pack, synthetic_questions(n_nodes)))
+    out["peak_rss_mb"] = peak_rss_mb()
+    out["store_bytes"] = dir_bytes(store)
+    out["store_parts"] = pack.store.size_bytes()
+    own = 0
+    for nodes in pack.store.iter_nodes():
+        own += sum(len(n.get_content().encode("utf-8")) + len(json.dumps(n.metadata).encode("utf-8")) for n in nodes)
+    out["node_own_bytes"] = own
+    return out
+
+
+def run_open_and_query(n_nodes: int, store: Path) -> Dict[str, Any]:
+    """A fresh process opening a synthetic store and answering: open time, resident memory
+    added by opening and by answering, latency."""
+    from llama_index_hiqa.pack import HiQAPack
+
+    # What any store's first load imports or builds once a process (the settings check, the
+    # PostgreSQL URL check, LlamaIndex's default splitter): measured apart, not the store's cost.
+    start = time.perf_counter()
+    import llama_index.retrievers.bm25  # noqa: F401
+    import llama_index_hiqa.retrievers.chunk_graph  # noqa: F401
+    import llama_index_hiqa.retrievers.multi_route  # noqa: F401
+    import llama_index_hiqa.storage.embedded_pack  # noqa: F401
+    import llama_index_hiqa.storage.pack_folder  # noqa: F401
+    import llama_index_hiqa.storage.postgres  # noqa: F401
+    from llama_index.core import Settings
+
+    Settings.transformations  # noqa: B018
+    process_setup_s = time.perf_counter() - start
+
+    embed = fast_embedding()
+    questions = synthetic_questions(n_nodes)
+    out: Dict[str, Any] = {"rss_before_open_mb": current_rss_mb(), "process_setup_s": process_setup_s}
+    start = time.perf_counter()
+    pack = HiQAPack.load(store, embed_model=embed)
+    out["open_s"] = time.perf_counter() - start
+    out["rss_after_open_mb"] = current_rss_mb()
+    start = time.perf_counter()
+    pack.retrieve(questions[0])
+    out["first_query_s"] = time.perf_counter() - start
+    times = []
+    for q in questions[1:]:
+        start = time.perf_counter()
+        pack.retrieve(q)
+        times.append(time.perf_counter() - start)
+    times.sort()
+    out["p50_ms"] = 1000 * statistics.median(times)
+    out["p95_ms"] = 1000 * times[int(0.95 * (len(times) - 1))]
+    out["rss_after_queries_mb"] = current_rss_mb()
+    out["peak_rss_mb"] = peak_rss_mb()
+    return out
+
+
+def current_rss_mb() -> float:
+    """Resident memory now (VmRSS: anonymous memory plus mapped file pages in use)."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
 
 
 # --------------------------------------------------------------------------- driver
@@ -325,6 +408,9 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--financebench", action="store_true")
     parser.add_argument("--synthetic", type=int, nargs="*", default=[])
+    parser.add_argument("--embedded", type=int, nargs="*", default=[], help="synthetic sizes on the embedded store")
+    parser.add_argument("--embedded-dir", default=None, help="where the embedded stores are built (default: a temp dir)")
+    parser.add_argument("--result-file", default=None, help="JSON file of the results (default: benchmarks/scale.json)")
     parser.add_argument("--child", nargs=3)
     parser.add_argument("--section-only", action="store_true", help="rewrite RESULTS.md from scale.json")
     args = parser.parse_args()
@@ -334,10 +420,17 @@ def main() -> None:
             result = run_financebench(Path(store))
         elif kind == "load":
             result = run_load_and_query(Path(store))
+        elif kind == "embedded":
+            result = run_synthetic_embedded(int(arg), Path(store))
+        elif kind == "open":
+            result = run_open_and_query(int(arg), Path(store))
         else:
             result = run_synthetic(int(arg), Path(store))
         print(json.dumps(result))
         return
+    global RESULT_FILE
+    if args.result_file:
+        RESULT_FILE = Path(args.result_file)
     results = json.loads(RESULT_FILE.read_text()) if RESULT_FILE.exists() else {}
     if not args.section_only:
         import tempfile
@@ -354,7 +447,19 @@ def main() -> None:
             for n in args.synthetic:
                 results.setdefault("synthetic", {})[str(n)] = child("synthetic", str(n), f"{tmp}/s{n}")
                 print(n, json.dumps(results["synthetic"][str(n)]), flush=True)
+                results.setdefault("synthetic_open", {})[str(n)] = child("open", str(n), f"{tmp}/s{n}")
+                print(n, "open", json.dumps(results["synthetic_open"][str(n)]), flush=True)
                 RESULT_FILE.write_text(json.dumps(results, indent=1))
+                shutil.rmtree(f"{tmp}/s{n}", ignore_errors=True)
+            for n in args.embedded:
+                store = Path(args.embedded_dir or tmp) / f"e{n}"
+                shutil.rmtree(store, ignore_errors=True)
+                results.setdefault("embedded", {})[str(n)] = child("embedded", str(n), str(store))
+                print(n, "embedded", json.dumps(results["embedded"][str(n)]), flush=True)
+                results.setdefault("embedded_open", {})[str(n)] = child("open", str(n), str(store))
+                print(n, "embedded open", json.dumps(results["embedded_open"][str(n)]), flush=True)
+                RESULT_FILE.write_text(json.dumps(results, indent=1))
+                shutil.rmtree(store, ignore_errors=True)
     if not args.section_only:
         results["command"] = "python " + " ".join([Path(sys.argv[0]).as_posix(), *sys.argv[1:]])
         RESULT_FILE.write_text(json.dumps(results, indent=1))
