@@ -247,6 +247,85 @@ def run_synthetic_embedded(n_nodes: int, store: Path) -> Dict[str, Any]:
     return out
 
 
+TEMPLATE_DOCUMENTS = 20
+
+
+def replicated_batches(n_nodes: int, batch_documents: int = 50):
+    """Store-side ingestion at sizes the whole pipeline would take hours to feed on this
+    shared machine: the first ``TEMPLATE_DOCUMENTS`` synthetic documents go through the pack's
+    pipeline once, then every document ``d`` is a copy of template ``d % 20`` with its model
+    number, document id and node ids replaced, and a seeded vector a node. Yields
+    ``(documents, nodes, own_bytes)`` a batch at a time; the bodies repeat every 20 documents
+    (the BM25 vocabulary is smaller than the generated collection's)."""
+    import re
+    import uuid
+
+    import numpy as np
+    from llama_index.core.schema import Document
+    from llama_index.core.storage.docstore.utils import doc_to_json, json_to_doc
+
+    from llama_index_hiqa import schema
+    from llama_index_hiqa.pack import HiQAPack
+
+    template = HiQAPack.empty(embed_model=fast_embedding(), **SYNTHETIC_SETTINGS)
+    template.ingest(synthetic_documents(TEMPLATE_DOCUMENTS * SECTIONS_PER_DOC))
+    by_doc: Dict[int, List[Any]] = {}
+    for node in template.index.docstore.docs.values():
+        number = int(str(schema.get_document_id(node))[2:])
+        by_doc.setdefault(number, []).append(node)
+    templates = []
+    for number in sorted(by_doc):
+        nodes = sorted(by_doc[number], key=lambda n: schema.get_position(n) or 0)
+        keys = [n.node_id for n in nodes] + [f"NX-{number:06d}", f"nx{number:06d}"]
+        pattern = re.compile("|".join(re.escape(k) for k in keys))
+        templates.append((number, [json.dumps(doc_to_json(n)) for n in nodes], [n.node_id for n in nodes], pattern))
+    del template
+    n_docs = max(1, n_nodes // SECTIONS_PER_DOC)
+    for start in range(0, n_docs, batch_documents):
+        documents, nodes, own = [], [], 0
+        for d in range(start, min(n_docs, start + batch_documents)):
+            number, records, ids, pattern = templates[d % len(templates)]
+            mapping = {i: str(uuid.uuid4()) for i in ids}
+            mapping[f"NX-{number:06d}"], mapping[f"nx{number:06d}"] = f"NX-{d:06d}", f"nx{d:06d}"
+            documents.append(Document(id_=f"nx{d:06d}", text="", metadata={"document_id": f"nx{d:06d}"}))
+            for position, record in enumerate(records):
+                node = json_to_doc(json.loads(pattern.sub(lambda m: mapping[m.group(0)], record)))
+                node.embedding = np.random.default_rng(d * 1000 + position).standard_normal(384).astype(np.float32).tolist()
+                own += len(node.get_content().encode("utf-8")) + len(json.dumps(node.metadata).encode("utf-8"))
+                nodes.append(node)
+        yield documents, nodes, own
+
+
+def run_embedded_replicated(n_nodes: int, store: Path) -> Dict[str, Any]:
+    """The embedded store fed by :func:`replicated_batches` through the pack's own batch write
+    (``EmbeddedHiQAPack._write_batch``: one transaction a batch)."""
+    from llama_index_hiqa.pack import HiQAPack
+
+    pack = HiQAPack.empty(embed_model=fast_embedding(), store=str(store), store_format="embedded", **SYNTHETIC_SETTINGS)
+    out: Dict[str, Any] = {"replicated": True}
+    start = time.perf_counter()
+    write_s, own = 0.0, 0
+    for documents, nodes, own_bytes in replicated_batches(n_nodes):
+        t = time.perf_counter()
+        pack._write_batch(documents, [], nodes)
+        write_s += time.perf_counter() - t
+        own += own_bytes
+    out["ingest_wall_s"] = time.perf_counter() - start
+    out["store_write_s"] = write_s
+    out["nodes"] = pack.node_count
+    out["rss_after_ingest_mb"] = peak_rss_mb()
+    start = time.perf_counter()
+    pack._invalidate()
+    pack.persist()
+    out["routes_build_s"] = time.perf_counter() - start
+    out.update(query_latencies(pack, synthetic_questions(n_nodes)))
+    out["peak_rss_mb"] = peak_rss_mb()
+    out["store_bytes"] = dir_bytes(store)
+    out["store_parts"] = pack.store.size_bytes()
+    out["node_own_bytes"] = own
+    return out
+
+
 def run_open_and_query(n_nodes: int, store: Path) -> Dict[str, Any]:
     """A fresh process opening a synthetic store and answering: open time, resident memory
     added by opening and by answering, latency."""
@@ -409,6 +488,8 @@ def main() -> None:
     parser.add_argument("--financebench", action="store_true")
     parser.add_argument("--synthetic", type=int, nargs="*", default=[])
     parser.add_argument("--embedded", type=int, nargs="*", default=[], help="synthetic sizes on the embedded store")
+    parser.add_argument("--replicated", type=int, nargs="*", default=[],
+                        help="sizes on the embedded store fed store-side (replicated_batches)")
     parser.add_argument("--embedded-dir", default=None, help="where the embedded stores are built (default: a temp dir)")
     parser.add_argument("--result-file", default=None, help="JSON file of the results (default: benchmarks/scale.json)")
     parser.add_argument("--child", nargs=3)
@@ -422,6 +503,8 @@ def main() -> None:
             result = run_load_and_query(Path(store))
         elif kind == "embedded":
             result = run_synthetic_embedded(int(arg), Path(store))
+        elif kind == "replicated":
+            result = run_embedded_replicated(int(arg), Path(store))
         elif kind == "open":
             result = run_open_and_query(int(arg), Path(store))
         else:
@@ -451,6 +534,15 @@ def main() -> None:
                 print(n, "open", json.dumps(results["synthetic_open"][str(n)]), flush=True)
                 RESULT_FILE.write_text(json.dumps(results, indent=1))
                 shutil.rmtree(f"{tmp}/s{n}", ignore_errors=True)
+            for n in args.replicated:
+                store = Path(args.embedded_dir or tmp) / f"r{n}"
+                shutil.rmtree(store, ignore_errors=True)
+                results.setdefault("replicated", {})[str(n)] = child("replicated", str(n), str(store))
+                print(n, "replicated", json.dumps(results["replicated"][str(n)]), flush=True)
+                results.setdefault("replicated_open", {})[str(n)] = child("open", str(n), str(store))
+                print(n, "replicated open", json.dumps(results["replicated_open"][str(n)]), flush=True)
+                RESULT_FILE.write_text(json.dumps(results, indent=1))
+                shutil.rmtree(store, ignore_errors=True)
             for n in args.embedded:
                 store = Path(args.embedded_dir or tmp) / f"e{n}"
                 shutil.rmtree(store, ignore_errors=True)

@@ -392,6 +392,7 @@ class EmbeddedHiQAPack(HiQAPack):
         self._save_record()
         if self.node_count:
             self._ensure_routes()
+        self.store.db.checkpoint()
         return self.store.root
 
     def close(self) -> None:

@@ -24,6 +24,7 @@ import re
 import sqlite3
 import threading
 import zlib
+from collections import OrderedDict
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
@@ -143,6 +144,12 @@ class SQLiteDatabase:
         with self.transaction():
             self.conn.execute("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", (key, value))
 
+    def checkpoint(self) -> None:
+        """Copy the write-ahead log into the database file and truncate it (a store at rest is
+        one file; readers still holding an older snapshot make this a partial copy, harmlessly)."""
+        with self.lock:
+            self.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+
     def close(self) -> None:
         with self.lock:
             self.conn.close()
@@ -164,7 +171,9 @@ def _default_zdict() -> bytes:
 class SQLiteKVStore(BaseKVStore):
     """LlamaIndex's key-value store interface over a table of a :class:`SQLiteDatabase`."""
 
-    def __init__(self, database: SQLiteDatabase, table: str = "kv", compression_level: int = 6) -> None:
+    def __init__(
+        self, database: SQLiteDatabase, table: str = "kv", compression_level: int = 6, cache_size: int = 4096
+    ) -> None:
         if not table.isidentifier():
             raise ValueError(f"SQLiteKVStore: table {table!r} is not an SQL identifier")
         self.db = database
@@ -179,6 +188,12 @@ class SQLiteKVStore(BaseKVStore):
             stored = _default_zdict().decode("utf-8")
             database.set_meta(_ZDICT_KEY, stored)
         self._zdict = stored.encode("utf-8")
+        # The records read last, decoded: a question reads the same nodes several times (its
+        # candidates, then its best document's nodes). Dropped on any write (own or, by
+        # ``PRAGMA data_version``, another process's) and on a rollback.
+        self._cache: "OrderedDict[Tuple[str, str], dict]" = OrderedDict()
+        self._cache_size = cache_size
+        self._data_version: Optional[int] = None
 
     @classmethod
     def from_path(cls, path: Union[str, Path]) -> "SQLiteKVStore":
@@ -195,6 +210,32 @@ class SQLiteKVStore(BaseKVStore):
         unpacker = zlib.decompressobj(zdict=self._zdict)
         return json.loads(unpacker.decompress(blob) + unpacker.flush())
 
+    def _cached(self, collection: str, keys: Sequence[str]) -> Dict[str, dict]:
+        with self.db.lock:
+            version = self.db.scalar("PRAGMA data_version")
+            if version != self._data_version:
+                self._cache.clear()
+                self._data_version = version
+            found = {}
+            for key in keys:
+                value = self._cache.get((collection, key))
+                if value is not None:
+                    self._cache.move_to_end((collection, key))
+                    found[key] = dict(value)  # a shallow copy, as SimpleKVStore returns
+            return found
+
+    def _remember(self, collection: str, values: Dict[str, dict]) -> None:
+        with self.db.lock:
+            for key, value in values.items():
+                self._cache[(collection, key)] = value
+            while len(self._cache) > self._cache_size:
+                self._cache.popitem(last=False)
+
+    def forget(self) -> None:
+        """Drop the decoded records (after a write, or a rollback of one)."""
+        with self.db.lock:
+            self._cache.clear()
+
     # -- BaseKVStore ----------------------------------------------------------------------
     def put(self, key: str, val: dict, collection: str = DEFAULT_COLLECTION) -> None:
         self.put_all([(key, val)], collection=collection)
@@ -206,6 +247,8 @@ class SQLiteKVStore(BaseKVStore):
         self, kv_pairs: List[Tuple[str, dict]], collection: str = DEFAULT_COLLECTION, batch_size: int = DEFAULT_BATCH_SIZE
     ) -> None:
         rows = [(collection, key, self._encode(value)) for key, value in kv_pairs]
+        self.forget()
+        self.db.on_rollback(self.forget)
         self.db.executemany(f"INSERT OR REPLACE INTO {self.table} (collection, key, value) VALUES (?, ?, ?)", rows)
 
     async def aput_all(
@@ -214,18 +257,23 @@ class SQLiteKVStore(BaseKVStore):
         self.put_all(kv_pairs, collection, batch_size)
 
     def get(self, key: str, collection: str = DEFAULT_COLLECTION) -> Optional[dict]:
-        blob = self.db.scalar(f"SELECT value FROM {self.table} WHERE collection = ? AND key = ?", (collection, key))
-        return None if blob is None else self._decode(blob)
+        return self.get_many([key], collection).get(key)
 
     async def aget(self, key: str, collection: str = DEFAULT_COLLECTION) -> Optional[dict]:
         return self.get(key, collection)
 
     def get_many(self, keys: Sequence[str], collection: str = DEFAULT_COLLECTION) -> Dict[str, dict]:
         """The values of ``keys`` that exist, in one query per few hundred keys."""
-        found = self.db.rows_in(
-            f"SELECT key, value FROM {self.table} WHERE collection = ? AND key IN ({{}})", list(keys), (collection,)
-        )
-        return {key: self._decode(blob) for key, blob in found}
+        found = self._cached(collection, keys)
+        missing = [key for key in keys if key not in found]
+        if missing:
+            rows = self.db.rows_in(
+                f"SELECT key, value FROM {self.table} WHERE collection = ? AND key IN ({{}})", missing, (collection,)
+            )
+            decoded = {key: self._decode(blob) for key, blob in rows}
+            self._remember(collection, decoded)
+            found.update({key: dict(value) for key, value in decoded.items()})
+        return found
 
     def get_all(self, collection: str = DEFAULT_COLLECTION) -> Dict[str, dict]:
         rows = self.db.rows(f"SELECT key, value FROM {self.table} WHERE collection = ?", (collection,))
@@ -249,6 +297,8 @@ class SQLiteKVStore(BaseKVStore):
         return self.get_all(collection)
 
     def delete(self, key: str, collection: str = DEFAULT_COLLECTION) -> bool:
+        self.forget()
+        self.db.on_rollback(self.forget)
         with self.db.transaction():
             cursor = self.db.execute(f"DELETE FROM {self.table} WHERE collection = ? AND key = ?", (collection, key))
         return cursor.rowcount > 0
