@@ -326,6 +326,57 @@ def run_embedded_replicated(n_nodes: int, store: Path) -> Dict[str, Any]:
     return out
 
 
+def run_bm25_only(n_nodes: int, folder: Path) -> Dict[str, Any]:
+    """The BM25 route alone at ``n_nodes`` synthetic sections (model number, heading and a
+    60-word body each, as the embedding view of a synthetic node): peak RSS of the build a
+    chunk of nodes at a time, bytes saved, and a memory-mapped load answering questions."""
+    import random
+
+    from llama_index.core.schema import TextNode
+
+    from llama_index_hiqa.retrievers.bm25_route import BM25Route
+
+    words = "supply voltage current output input thermal package pin timing range accuracy noise".split()
+
+    def chunks():
+        rng = random.Random(7)
+        for start in range(0, n_nodes, 5000):
+            nodes = []
+            for i in range(start, min(n_nodes, start + 5000)):
+                d, s = divmod(i, SECTIONS_PER_DOC)
+                body = " ".join(rng.choice(words) for _ in range(60))
+                nodes.append(TextNode(id_=f"n{i}", text=f"Model NX-{d:06d} Datasheet > {s + 1} Section {s % 7} of "
+                                                        f"NX-{d:06d}\n{body} {rng.randint(1, 999)} mA."))
+            yield nodes
+
+    out: Dict[str, Any] = {"nodes": n_nodes, "rss_before_mb": current_rss_mb()}
+    start = time.perf_counter()
+    route = BM25Route.build_from_chunks(chunks())
+    out["build_s"] = time.perf_counter() - start
+    out["build_peak_rss_mb"] = peak_rss_mb()
+    out["built_rss_mb"] = current_rss_mb()
+    route.persist(folder)
+    out["bytes"] = dir_bytes(folder)
+    del route
+    import gc
+
+    gc.collect()
+    out["rss_after_drop_mb"] = current_rss_mb()
+    start = time.perf_counter()
+    loaded = BM25Route.load(folder, mmap=True)
+    out["load_s"] = time.perf_counter() - start
+    out["rss_after_load_mb"] = current_rss_mb()
+    times = []
+    for q in synthetic_questions(n_nodes):
+        start = time.perf_counter()
+        loaded.top(q, 100)
+        times.append(time.perf_counter() - start)
+    times.sort()
+    out["query_p50_ms"] = 1000 * statistics.median(times)
+    out["rss_after_queries_mb"] = current_rss_mb()
+    return out
+
+
 def run_open_and_query(n_nodes: int, store: Path) -> Dict[str, Any]:
     """A fresh process opening a synthetic store and answering: open time, resident memory
     added by opening and by answering, latency."""
@@ -480,7 +531,76 @@ def report_section(results: Dict[str, Any]) -> str:
                 f"`MatrixVectorStore` (LlamaIndex's `SimpleVectorStore` would keep about 9 KB of Python floats a "
                 f"node). Beyond a few hundred thousand nodes, a database-backed docstore and vector store are the way."
             )
+    parts += embedded_section(results)
     return "\n".join(parts)
+
+
+def _mb(value: float) -> str:
+    return f"{value:,.0f}"
+
+
+def embedded_section(results: Dict[str, Any]) -> List[str]:
+    """(c) the embedded store against the folder store in the same run; (d) store-side
+    ingestion at larger sizes; (e) the BM25 route alone at a million nodes."""
+    parts: List[str] = []
+    folder, folder_open = results.get("synthetic") or {}, results.get("synthetic_open") or {}
+    embedded, embedded_open = results.get("embedded") or {}, results.get("embedded_open") or {}
+    replicated, replicated_open = results.get("replicated") or {}, results.get("replicated_open") or {}
+    rows = []
+    sizes = sorted({int(n) for n in [*folder, *embedded, *replicated]})
+    for n in sizes:
+        for label, built, opened in (
+            ("folder", folder.get(str(n)), folder_open.get(str(n))),
+            ("embedded", embedded.get(str(n)), embedded_open.get(str(n))),
+            ("embedded, fed store-side", replicated.get(str(n)), replicated_open.get(str(n))),
+        ):
+            if not built or "error" in built or not opened or "error" in opened:
+                if built and "error" in built:
+                    rows.append([f"{n:,}", label, "failed: " + built["error"][:60]] + [""] * 8)
+                continue
+            nodes = built["nodes"]
+            size = built["store_bytes"]
+            vectors = (built.get("store_parts") or {}).get("vectors") or (built.get("store_files") or {}).get("vectors.npz", 0)
+            rows.append([
+                f"{nodes:,}", label,
+                f"{nodes / built['ingest_wall_s']:,.0f}" + (f" ({nodes / built['store_write_s']:,.0f} store)" if built.get("store_write_s") else ""),
+                _mb(built["peak_rss_mb"]),
+                f"{opened['open_s']:.2f}",
+                _mb(opened["rss_after_open_mb"] - opened["rss_before_open_mb"]),
+                _mb(opened["rss_after_queries_mb"] - opened["rss_before_open_mb"]),
+                f"{opened['first_query_s'] * 1000:,.0f}",
+                f"{opened['p50_ms']:.0f} / {opened['p95_ms']:.0f}",
+                f"{size / nodes:,.0f} ({size / built['node_own_bytes']:.2f}×)",
+                f"{(size - vectors) / nodes:,.0f} ({(size - vectors) / built['node_own_bytes']:.2f}×)",
+            ])
+    if rows:
+        parts.append(
+            "\n**(c) The embedded store against the folder store** (`store_format=\"embedded\"`; the same synthetic "
+            "collections, seeded embedding, rules-only keywords; each row its own processes: one builds and saves, a "
+            "fresh one opens and answers 40 questions with the pack's default retriever). Open time and resident "
+            "memory are the store's: the imports and LlamaIndex's default splitter that any first load pays once a "
+            "process are done before the clock starts (`process_setup_s` in `scale.json`).\n"
+        )
+        parts.append(markdown_table(
+            ["nodes", "store", "ingest nodes/s", "peak RSS MB (build)", "open s", "RSS added by open MB",
+             "RSS added after 40 questions MB", "first question ms", "question p50 / p95 ms",
+             "bytes a node (× own)", "without vectors (× own)"], rows,
+        ))
+    bm25 = (results.get("bm25_only") or {})
+    for n, r in sorted(bm25.items(), key=lambda kv: int(kv[0])):
+        if "error" in r:
+            parts.append(f"\n(e) BM25 alone at {int(n):,} nodes: failed: {r['error']}\n")
+            continue
+        parts.append(
+            f"\n**(e) The BM25 route alone at {int(n):,} synthetic nodes** (bm25s, built a chunk of 5,000 nodes at a "
+            f"time by `BM25Route.build_from_chunks`): build {r['build_s']:,.0f} s, peak RSS {_mb(r['build_peak_rss_mb'])} MB "
+            f"({_mb(r['build_peak_rss_mb'] - r['rss_before_mb'])} MB above the process before it); saved "
+            f"{r['bytes'] / 1e6:,.0f} MB ({r['bytes'] / int(n):,.0f} bytes a node); loaded memory-mapped in "
+            f"{r['load_s'] * 1000:,.0f} ms adding {_mb(r['rss_after_load_mb'] - r['rss_after_drop_mb'])} MB, "
+            f"{_mb(r['rss_after_queries_mb'] - r['rss_after_drop_mb'])} MB after 40 questions (p50 {r['query_p50_ms']:.0f} ms a "
+            f"question for the route).\n"
+        )
+    return parts
 
 
 def main() -> None:
@@ -490,6 +610,7 @@ def main() -> None:
     parser.add_argument("--embedded", type=int, nargs="*", default=[], help="synthetic sizes on the embedded store")
     parser.add_argument("--replicated", type=int, nargs="*", default=[],
                         help="sizes on the embedded store fed store-side (replicated_batches)")
+    parser.add_argument("--bm25", type=int, nargs="*", default=[], help="sizes of the BM25-only memory measurement")
     parser.add_argument("--embedded-dir", default=None, help="where the embedded stores are built (default: a temp dir)")
     parser.add_argument("--result-file", default=None, help="JSON file of the results (default: benchmarks/scale.json)")
     parser.add_argument("--child", nargs=3)
@@ -503,6 +624,8 @@ def main() -> None:
             result = run_load_and_query(Path(store))
         elif kind == "embedded":
             result = run_synthetic_embedded(int(arg), Path(store))
+        elif kind == "bm25":
+            result = run_bm25_only(int(arg), Path(store))
         elif kind == "replicated":
             result = run_embedded_replicated(int(arg), Path(store))
         elif kind == "open":
@@ -534,6 +657,10 @@ def main() -> None:
                 print(n, "open", json.dumps(results["synthetic_open"][str(n)]), flush=True)
                 RESULT_FILE.write_text(json.dumps(results, indent=1))
                 shutil.rmtree(f"{tmp}/s{n}", ignore_errors=True)
+            for n in args.bm25:
+                results.setdefault("bm25_only", {})[str(n)] = child("bm25", str(n), f"{tmp}/bm25-{n}")
+                print(n, "bm25", json.dumps(results["bm25_only"][str(n)]), flush=True)
+                RESULT_FILE.write_text(json.dumps(results, indent=1))
             for n in args.replicated:
                 store = Path(args.embedded_dir or tmp) / f"r{n}"
                 shutil.rmtree(store, ignore_errors=True)

@@ -361,3 +361,26 @@ def test_opening_a_store_costs_little_memory_and_time(tmp_path):
     assert embedded["open_s"] < 1.0 and embedded["open_s"] < loaded["open_s"] / 3, figures
     assert embedded["open_mb"] < 15 and embedded["open_mb"] < loaded["open_mb"] / 3, figures
     assert embedded["answer_mb"] < loaded["answer_mb"] / 2, figures
+
+
+def test_the_command_line_builds_adds_to_asks_and_deletes_from_an_embedded_store(tmp_path, monkeypatch, capsys):
+    from llama_index_hiqa import cli
+    from llama_index_hiqa import pack as pack_module
+    from llama_index_hiqa.demo import DEMO_DATA_DIR
+
+    real = pack_module.keyword_extractor
+    monkeypatch.setattr(pack_module, "default_embed_model", lambda m=None, backend=None: m or HashEmbedding())
+    monkeypatch.setattr(pack_module, "keyword_extractor", lambda c: real(c.model_copy(update=FAST)))
+    store = tmp_path / "s"
+    base = ["ingest", str(DEMO_DATA_DIR), "--store", str(store), "--quiet"]
+    assert cli.main(base + ["--store-format", "embedded"]) == 0
+    assert is_embedded_store(store) and "built" in capsys.readouterr().out
+    assert cli.main(base) == 2 and "--add" in capsys.readouterr().err  # never a silent overwrite
+    assert cli.main(base + ["--add"]) == 0
+    assert "0 added, 0 replaced, 10 unchanged" in capsys.readouterr().out
+    assert cli.main(base + ["--rebuild"]) == 2 and "new folder" in capsys.readouterr().err
+    assert cli.main(["ask", "What is the output voltage of the NX-2043?", "--store", str(store)]) == 0
+    assert "NX-2043" in capsys.readouterr().out
+    assert cli.main(["delete", "NX-2043", "--store", str(store)]) == 0
+    pack = HiQAPack.load(store, embed_model=HashEmbedding())
+    assert isinstance(pack, EmbeddedHiQAPack) and len(pack.document_ids) == 9 and "NX-2043" not in pack.document_ids

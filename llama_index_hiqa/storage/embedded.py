@@ -83,7 +83,8 @@ class EmbeddedStore:
         if not path.is_file():
             if not create:
                 raise PackStoreError(root, f"holds no embedded store ({DATABASE_FILENAME}); build one with `hiqa ingest`")
-            if root.exists() and (not root.is_dir() or any(root.iterdir())):
+            # an empty folder, or one holding only what a writer puts there first (its lock)
+            if root.exists() and (not root.is_dir() or any(c.name not in (".lock", "images") for c in root.iterdir())):
                 raise PackStoreError(root, "is not empty and holds no embedded store: choose a new folder")
             root.mkdir(parents=True, exist_ok=True)
         try:
