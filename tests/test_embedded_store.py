@@ -244,6 +244,18 @@ def test_what_the_embedded_store_refuses_is_a_typed_error(tmp_path):
     (tmp_path / "busy" / "notes.txt").write_text("mine")
     with pytest.raises(PackStoreError, match="not empty"):
         HiQAPack.empty(embed_model=HashEmbedding(), store=str(tmp_path / "busy"), store_format="embedded")
+    store = tmp_path / "s"
+    pack = HiQAPack.empty(embed_model=HashEmbedding(), store=str(store), store_format="embedded", **FAST)
+    pack.ingest(load_demo_documents()[:2])
+    pack.close()
+    from llama_index_hiqa.testing import HashingEmbedding
+
+    with pytest.raises(PackStoreError, match="dimension"):
+        HiQAPack.load(store, embed_model=HashingEmbedding(dim=64))
+    data = (store / "vectors.f32").read_bytes()
+    (store / "vectors.f32").write_bytes(data[: len(data) // 2])
+    with pytest.raises(PackStoreError, match="vectors.f32"):
+        HiQAPack.load(store, embed_model=HashEmbedding())
     (tmp_path / "bad").mkdir()
     (tmp_path / "bad" / "hiqa.sqlite").write_bytes(b"this is not a database" * 100)
     with pytest.raises(PackStoreError, match="hiqa.sqlite"):

@@ -98,6 +98,27 @@ class EmbeddedStore:
             raise PackStoreError(path, f"holds store format {kind!r}, not {FORMAT!r}; {REBUILD_HINT}")
         return store
 
+    def check(self, query_dim: Optional[int] = None) -> None:
+        """What opening can check cheaply, as a :class:`PackStoreError` naming the file: the
+        vector file holds every committed row, and ``query_dim`` (the query model's) is the
+        stored vectors' dimension."""
+        vectors = self.vectors
+        rows, dim = int(self.db.get_meta("vector_rows") or 0), vectors.dim
+        if not rows:
+            return
+        size = vectors.matrix_path.stat().st_size if vectors.matrix_path.exists() else 0
+        if size < rows * dim * 4:
+            raise PackStoreError(
+                vectors.matrix_path, f"is {size} bytes, the store committed {rows} vectors of {dim} dimensions "
+                f"({rows * dim * 4} bytes; truncated?); {REBUILD_HINT}"
+            )
+        if query_dim is not None and query_dim != dim:
+            raise PackStoreError(
+                vectors.matrix_path,
+                f"holds vectors of dimension {dim} but the embedding model given embeds in {query_dim}: "
+                f"load with the model the store was built with, or {REBUILD_HINT}",
+            )
+
     def close(self) -> None:
         self.db.close()
 

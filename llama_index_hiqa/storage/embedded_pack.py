@@ -204,6 +204,8 @@ class EmbeddedHiQAPack(HiQAPack):
                 "HiQAPack.load: the store was embedded with %s, queries now use %s",
                 record["embed_model"], model_identity(embed_model),
             )
+        if record is not None:
+            store.check(len(embed_model.get_query_embedding("dimension check")) if store.vectors.dim else None)
         docstore, vectors = store.docstore, store.vectors
         vectors.set_node_loader(lambda ids: docstore.get_nodes(ids, raise_error=False))
         # The index struct stays empty and in memory: the vector store returns its nodes, so no
