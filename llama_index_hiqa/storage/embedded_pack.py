@@ -159,6 +159,12 @@ class EmbeddedMultiRouteRetriever(MultiRouteRetriever):
                 counts[node_id] += extra * sum(1 for k in in_title[title] if k in held)
         return keywords, counts
 
+    def _collect(self, results: Sequence[Any]) -> Tuple[Dict[str, float], Dict[str, BaseNode]]:
+        """The vector route's cosines by id; its nodes are id-only stand-ins (``ids_only``),
+        so the few returned nodes are read from the docstore by :meth:`results_for`."""
+        scores, _ = super()._collect(results)
+        return scores, {}
+
     def document_node_ids(self, document_id: str) -> List[str]:
         return self._store.document_node_ids(document_id)
 
@@ -246,7 +252,9 @@ class EmbeddedHiQAPack(HiQAPack):
 
         # Not index.as_retriever(): it restricts every query to the ids of the index struct,
         # which this pack leaves empty (the vector store lists its own nodes).
-        vector = VectorIndexRetriever(self.index, similarity_top_k=candidates, node_ids=None)
+        vector = VectorIndexRetriever(
+            self.index, similarity_top_k=candidates, node_ids=None, vector_store_kwargs={"ids_only": True}
+        )
         self._multi_route = EmbeddedMultiRouteRetriever(
             self.store, vector,
             self._bm25_route() if use_bm25 and self.node_count else None,

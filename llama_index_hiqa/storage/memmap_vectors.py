@@ -23,7 +23,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 from llama_index.core.bridge.pydantic import PrivateAttr
-from llama_index.core.schema import BaseNode
+from llama_index.core.schema import BaseNode, TextNode
 from llama_index.core.vector_stores.types import (
     BasePydanticVectorStore,
     VectorStoreQuery,
@@ -243,6 +243,8 @@ class MemmapVectorStore(BasePydanticVectorStore):
         return np.asarray(matrix[[rows[i] for i in node_ids]])
 
     def query(self, query: VectorStoreQuery, **kwargs: Any) -> VectorStoreQueryResult:
+        """Exact cosine top-k; ``ids_only=True`` (a ``vector_store_kwargs`` of the retriever):
+        result nodes are empty stand-ins carrying the ids, not read from the docstore."""
         if query.filters is not None:
             raise ValueError(
                 "MemmapVectorStore keeps no metadata and cannot filter; restrict by node_ids or doc_ids"
@@ -273,7 +275,12 @@ class MemmapVectorStore(BasePydanticVectorStore):
         chosen = best if rows is None else rows[best]
         names = dict(self._db.rows_in("SELECT row, node_id FROM vector_rows WHERE row IN ({})", [int(r) for r in chosen]))
         ids = [names[int(r)] for r in chosen]
-        nodes = self._node_loader(ids) if self._node_loader is not None else None
+        if kwargs.get("ids_only"):
+            # The caller wants scores by id (a retriever route that reads its few result nodes
+            # later): id-only stand-ins, so LlamaIndex's retriever needs no node from anywhere.
+            nodes: Optional[List[BaseNode]] = [TextNode(id_=i, text="") for i in ids]
+        else:
+            nodes = self._node_loader(ids) if self._node_loader is not None else None
         return VectorStoreQueryResult(ids=ids, similarities=[float(scores[i]) for i in best], nodes=nodes)
 
     def _candidate_rows(self, query: VectorStoreQuery) -> Optional[np.ndarray]:
