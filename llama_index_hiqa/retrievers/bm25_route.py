@@ -15,6 +15,22 @@ import numpy as np
 from llama_index.core.schema import BaseNode, MetadataMode
 
 
+class _IdCorpus(Sequence):
+    """``[{"node_id": id}, ...]`` as bm25s and ``BM25Retriever`` expect a corpus, made on
+    demand from the id list (a million dicts held for nothing would cost about 200 MB)."""
+
+    def __init__(self, node_ids: List[str]) -> None:
+        self._ids = node_ids
+
+    def __getitem__(self, index: Any) -> Any:
+        if isinstance(index, slice):
+            return [{"node_id": i} for i in self._ids[index]]
+        return {"node_id": self._ids[index]}
+
+    def __len__(self) -> int:
+        return len(self._ids)
+
+
 class BM25Route:
     """The BM25 route: LlamaIndex's ``BM25Retriever`` (default) or bm25s with a custom tokenizer.
 
@@ -154,7 +170,7 @@ class BM25Route:
         # spares a progress bar per load.
         bm25 = bm25s.BM25.load(str(path), load_corpus=False, mmap=mmap)
         node_ids = json.loads((path / "node_ids.json").read_text(encoding="utf-8"))
-        bm25.corpus = [{"node_id": i} for i in node_ids]
+        bm25.corpus = _IdCorpus(node_ids)
         retriever = BM25Retriever(existing_bm25=bm25, similarity_top_k=1)
         return cls(retriever, node_ids, tokenizer)
 
