@@ -377,6 +377,44 @@ def run_bm25_only(n_nodes: int, folder: Path) -> Dict[str, Any]:
     return out
 
 
+def run_financebench_parity(folder_store: Path, target: Path) -> Dict[str, Any]:
+    """A FinanceBench folder store built by ``bench_product.py`` (defaults) copied into the
+    embedded store (``EmbeddedHiQAPack.from_pack``: the same nodes and vectors), then every
+    FinanceBench question asked of both with the pack's default retriever: the rankings and
+    scores must be identical, so the product path's figures are the folder store's."""
+    from shared_data import load_financebench_questions
+
+    from llama_index_hiqa.pack import HiQAPack
+    from llama_index_hiqa.storage.embedded_pack import EmbeddedHiQAPack
+
+    questions = [q.question for q in load_financebench_questions()]
+    start = time.perf_counter()
+    folder = HiQAPack.load(folder_store)
+    out: Dict[str, Any] = {"folder_load_s": time.perf_counter() - start, "nodes": folder.node_count}
+    start = time.perf_counter()
+    copied = EmbeddedHiQAPack.from_pack(folder, target)
+    out["copy_s"] = time.perf_counter() - start
+    embedded = HiQAPack.load(target, embed_model=folder.embed_model)
+    same, differ, times = 0, [], {"folder": [], "embedded": []}
+    for question in questions:
+        ranked = {}
+        for label, pack in (("folder", folder), ("embedded", embedded)):
+            start = time.perf_counter()
+            ranked[label] = [(n.node.node_id, n.score) for n in pack.retrieve(question)]
+            times[label].append(time.perf_counter() - start)
+        if ranked["folder"] == ranked["embedded"]:
+            same += 1
+        else:
+            differ.append(question)
+    out.update({"questions": len(questions), "identical": same, "differ": differ[:5]})
+    for label, values in times.items():
+        values.sort()
+        out[f"{label}_p50_ms"] = 1000 * statistics.median(values)
+        out[f"{label}_p95_ms"] = 1000 * values[int(0.95 * (len(values) - 1))]
+    del copied
+    return out
+
+
 def run_open_and_query(n_nodes: int, store: Path) -> Dict[str, Any]:
     """A fresh process opening a synthetic store and answering: open time, resident memory
     added by opening and by answering, latency."""
@@ -610,6 +648,8 @@ def main() -> None:
     parser.add_argument("--embedded", type=int, nargs="*", default=[], help="synthetic sizes on the embedded store")
     parser.add_argument("--replicated", type=int, nargs="*", default=[],
                         help="sizes on the embedded store fed store-side (replicated_batches)")
+    parser.add_argument("--financebench-parity", default=None,
+                        help="a FinanceBench folder store (bench_product.py --store-dir .../defaults) to copy and compare")
     parser.add_argument("--bm25", type=int, nargs="*", default=[], help="sizes of the BM25-only memory measurement")
     parser.add_argument("--embedded-dir", default=None, help="where the embedded stores are built (default: a temp dir)")
     parser.add_argument("--result-file", default=None, help="JSON file of the results (default: benchmarks/scale.json)")
@@ -624,6 +664,8 @@ def main() -> None:
             result = run_load_and_query(Path(store))
         elif kind == "embedded":
             result = run_synthetic_embedded(int(arg), Path(store))
+        elif kind == "parity":
+            result = run_financebench_parity(Path(arg), Path(store))
         elif kind == "bm25":
             result = run_bm25_only(int(arg), Path(store))
         elif kind == "replicated":
@@ -657,6 +699,10 @@ def main() -> None:
                 print(n, "open", json.dumps(results["synthetic_open"][str(n)]), flush=True)
                 RESULT_FILE.write_text(json.dumps(results, indent=1))
                 shutil.rmtree(f"{tmp}/s{n}", ignore_errors=True)
+            if args.financebench_parity:
+                results["financebench_parity"] = child("parity", args.financebench_parity, f"{tmp}/fb-embedded")
+                print("parity", json.dumps(results["financebench_parity"]), flush=True)
+                RESULT_FILE.write_text(json.dumps(results, indent=1))
             for n in args.bm25:
                 results.setdefault("bm25_only", {})[str(n)] = child("bm25", str(n), f"{tmp}/bm25-{n}")
                 print(n, "bm25", json.dumps(results["bm25_only"][str(n)]), flush=True)

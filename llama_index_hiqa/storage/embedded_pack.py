@@ -292,6 +292,7 @@ class EmbeddedHiQAPack(HiQAPack):
             raise ValueError(f"from_pack reads the vectors back from the pack's vector store; {type(source).__name__} cannot")
         config = {**pack.config.model_dump(), **settings}
         target = cls.open(root, llm=pack.llm, embed_model=pack.embed_model, create=True, **config)
+        target._figure_source = pack.store_path
         docstore = pack.index.docstore
         infos = docstore.get_all_ref_doc_info() or {}
         by_ref: Dict[str, List[BaseNode]] = {}
@@ -372,7 +373,9 @@ class EmbeddedHiQAPack(HiQAPack):
             return
         from llama_index_hiqa.figures import FIGURES_DIRNAME, save_figures
 
-        report = save_figures(nodes, self.store.root / FIGURES_DIRNAME)
+        # from_pack: the source store's figure files are copied, not rendered again
+        previous = [Path(self._figure_source) / FIGURES_DIRNAME] if getattr(self, "_figure_source", None) else []
+        report = save_figures(nodes, self.store.root / FIGURES_DIRNAME, previous_dirs=previous)
         for name, reason in report.missing:
             logger.warning("figure %s not saved: %s", name, reason)
 
