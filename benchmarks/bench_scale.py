@@ -453,14 +453,18 @@ def run_open_and_query(n_nodes: int, store: Path) -> Dict[str, Any]:
     out["p50_ms"] = 1000 * statistics.median(times)
     out["p95_ms"] = 1000 * times[int(0.95 * (len(times) - 1))]
     out["rss_after_queries_mb"] = current_rss_mb()
+    # Of which file pages mapped read-only (the vectors, BM25 arrays): page cache the kernel
+    # may drop and read again, unlike the process's own (anonymous) memory.
+    out["rss_file_after_queries_mb"] = current_rss_mb("RssFile:")
+    out["rss_anon_after_queries_mb"] = current_rss_mb("RssAnon:")
     out["peak_rss_mb"] = peak_rss_mb()
     return out
 
 
-def current_rss_mb() -> float:
+def current_rss_mb(field: str = "VmRSS:") -> float:
     """Resident memory now (VmRSS: anonymous memory plus mapped file pages in use)."""
     for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
+        if line.startswith(field):
             return int(line.split()[1]) / 1024
     return float("nan")
 
@@ -624,6 +628,18 @@ def embedded_section(results: Dict[str, Any]) -> List[str]:
              "RSS added after 40 questions MB", "first question ms", "question p50 / p95 ms",
              "bytes a node (× own)", "without vectors (× own)"], rows,
         ))
+    parity = results.get("financebench_parity")
+    if parity and "error" not in parity:
+        parts.append(
+            f"\n**(d) FinanceBench on the embedded store** (the `defaults` store `bench_product.py` built, "
+            f"{parity['nodes']:,} nodes, copied with `EmbeddedHiQAPack.from_pack` in {parity['copy_s']:,.0f} s: the same "
+            f"nodes and vectors): **{parity['identical']} of {parity['questions']} questions ranked identically** (the "
+            f"same node ids and the same scores, the pack's default retriever), so the product path's figures are the "
+            f"folder store's on it. Question p50 / p95 {parity['embedded_p50_ms']:,.0f} / {parity['embedded_p95_ms']:,.0f} ms "
+            f"against {parity['folder_p50_ms']:,.0f} / {parity['folder_p95_ms']:,.0f} ms on the folder store, asked "
+            f"alternately in one process (MiniLM query embedding and the document focus's heading vectors included; the "
+            f"machine was heavily loaded).\n"
+        )
     bm25 = (results.get("bm25_only") or {})
     for n, r in sorted(bm25.items(), key=lambda kv: int(kv[0])):
         if "error" in r:
