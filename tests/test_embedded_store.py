@@ -396,3 +396,45 @@ def test_the_command_line_builds_adds_to_asks_and_deletes_from_an_embedded_store
     assert cli.main(["delete", "NX-2043", "--store", str(store)]) == 0
     pack = HiQAPack.load(store, embed_model=HashEmbedding())
     assert isinstance(pack, EmbeddedHiQAPack) and len(pack.document_ids) == 9 and "NX-2043" not in pack.document_ids
+
+
+def _embedded_documents(store: Path) -> set:
+    """The documents an embedded store holds, read as any reader would."""
+    from tests.fault_cases import cheap_models
+
+    with cheap_models():
+        pack = HiQAPack.load(store, embed_model=HashEmbedding())
+        try:
+            return set(pack.document_ids)
+        finally:
+            pack.close()
+
+
+@pytest.fixture(scope="module")
+def embedded_base_store(tmp_path_factory):
+    from tests import fault_cases
+
+    path = tmp_path_factory.mktemp("faults") / "store"
+    result = fault_cases.hiqa("ingest", fault_cases.DEMO_DATA_DIR, "--store", path, "--quiet", "--store-format", "embedded")
+    assert result.code == 0, result
+    return path
+
+
+@pytest.mark.parametrize("name", [
+    "two --add processes on one store",
+    "writer killed mid-run, then --add again",
+    "--sync removes a deleted file's document",
+    "hiqa delete DOC",
+    "hiqa delete of an unknown document",
+])
+def test_the_fault_cases_that_apply_to_any_store_are_handled_on_the_embedded_store(
+    name, embedded_base_store, tmp_path, monkeypatch
+):
+    """The writer, kill and store-follows-the-folder cases of the fault suite, on an embedded
+    store (the damage cases name the folder store's files: CURRENT, snapshots, manifests)."""
+    from tests import fault_cases
+
+    monkeypatch.setattr(fault_cases, "stored_documents", _embedded_documents)
+    item = next(c for c in fault_cases.CASES if c.name == name)
+    handled, note = fault_cases.run_case(item, tmp_path, embedded_base_store)
+    assert handled, f"{item.cause}: {name} was not handled on the embedded store"
