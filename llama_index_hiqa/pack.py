@@ -191,6 +191,10 @@ class HiQAPack:
         kind = _store_kind(settings.get("store"), {**(config.model_dump() if config else {}), **settings})
         store = settings.pop("store", None)
         check_pack_arguments(llm=llm, embed_model=embed_model, vector_store=vector_store, store=store)
+        if kind is None and settings.get("store_format", getattr(config, "store_format", None)) == "embedded":
+            from llama_index_hiqa.errors import InvalidSettingError
+
+            raise InvalidSettingError("store_format", "an embedded store lives in a folder: pass store=FOLDER with it")
         if kind == "embedded":  # every ingested batch commits to the store
             if vector_store is not None:
                 raise ValueError("an embedded store brings its own vector store (MemmapVectorStore); pass no vector_store")

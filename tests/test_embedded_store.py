@@ -238,6 +238,8 @@ def test_deleting_and_replacing_a_document_ranks_as_the_folder_pack(tmp_path):
 
 
 def test_what_the_embedded_store_refuses_is_a_typed_error(tmp_path):
+    with pytest.raises(InvalidSettingError, match="store=FOLDER"):
+        HiQAPack.empty(embed_model=HashEmbedding(), store_format="embedded")
     with pytest.raises(InvalidSettingError, match="use_chunk_graph"):
         HiQAPack.empty(embed_model=HashEmbedding(), store=str(tmp_path / "g"), store_format="embedded", use_chunk_graph=True)
     (tmp_path / "busy").mkdir()
