@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import resource
+import shutil
 import statistics
 import subprocess
 import sys
@@ -195,15 +196,23 @@ def fast_embedding():
     return SeededEmbedding(embed_batch_size=256)
 
 
+SYNTHETIC_SETTINGS = {"keywords": {"use_ner": False}, "ingest_batch_size": 50}
+
+
+def synthetic_questions(n_nodes: int) -> List[str]:
+    documents = max(1, n_nodes // SECTIONS_PER_DOC)
+    return [f"output current of NX-{(i * 7919) % documents:06d} section {i % 7}" for i in range(40)]
+
+
 def run_synthetic(n_nodes: int, store: Path) -> Dict[str, Any]:
     from llama_index_hiqa.pack import HiQAPack
 
     start = time.perf_counter()
-    pack = HiQAPack.empty(embed_model=fast_embedding(), keywords={"use_ner": False}, ingest_batch_size=50)
+    pack = HiQAPack.empty(embed_model=fast_embedding(), **SYNTHETIC_SETTINGS)
     report = pack.ingest(synthetic_documents(n_nodes))
     out: Dict[str, Any] = {"ingest_wall_s": time.perf_counter() - start, "stages_s": dict(report.seconds)}
     out["nodes"] = len(pack.index.docstore.docs)
-    questions = [f"output current of NX-{i:06d} section {i % 7}" for i in range(30)]
+    questions = synthetic_questions(n_nodes)
     start = time.perf_counter()
     pack.retrieve(questions[0])
     out["routes_build_s"] = time.perf_counter() - start
@@ -212,6 +221,252 @@ def run_synthetic(n_nodes: int, store: Path) -> Dict[str, Any]:
     out.update(persist_and_measure(pack, store))
     out["peak_rss_mb"] = peak_rss_mb()
     return out
+
+
+def run_synthetic_embedded(n_nodes: int, store: Path) -> Dict[str, Any]:
+    """The same collection into the embedded store (every batch committed as it is indexed)."""
+    from llama_index_hiqa.pack import HiQAPack
+
+    start = time.perf_counter()
+    pack = HiQAPack.empty(embed_model=fast_embedding(), store=str(store), store_format="embedded", **SYNTHETIC_SETTINGS)
+    report = pack.ingest(synthetic_documents(n_nodes))
+    out: Dict[str, Any] = {"ingest_wall_s": time.perf_counter() - start, "stages_s": dict(report.seconds)}
+    out["nodes"] = pack.node_count
+    out["rss_after_ingest_mb"] = peak_rss_mb()
+    start = time.perf_counter()
+    pack.persist()  # builds the BM25 index a chunk of nodes at a time and saves it
+    out["routes_build_s"] = time.perf_counter() - start
+    out.update(query_latencies(pack, synthetic_questions(n_nodes)))
+    out["peak_rss_mb"] = peak_rss_mb()
+    out["store_bytes"] = dir_bytes(store)
+    out["store_parts"] = pack.store.size_bytes()
+    own = 0
+    for nodes in pack.store.iter_nodes():
+        own += sum(len(n.get_content().encode("utf-8")) + len(json.dumps(n.metadata).encode("utf-8")) for n in nodes)
+    out["node_own_bytes"] = own
+    return out
+
+
+TEMPLATE_DOCUMENTS = 20
+
+
+def replicated_batches(n_nodes: int, batch_documents: int = 50):
+    """Store-side ingestion at sizes the whole pipeline would take hours to feed on this
+    shared machine: the first ``TEMPLATE_DOCUMENTS`` synthetic documents go through the pack's
+    pipeline once, then every document ``d`` is a copy of template ``d % 20`` with its model
+    number, document id and node ids replaced, and a seeded vector a node. Yields
+    ``(documents, nodes, own_bytes)`` a batch at a time; the bodies repeat every 20 documents
+    (the BM25 vocabulary is smaller than the generated collection's)."""
+    import re
+    import uuid
+
+    import numpy as np
+    from llama_index.core.schema import Document
+    from llama_index.core.storage.docstore.utils import doc_to_json, json_to_doc
+
+    from llama_index_hiqa import schema
+    from llama_index_hiqa.pack import HiQAPack
+
+    template = HiQAPack.empty(embed_model=fast_embedding(), **SYNTHETIC_SETTINGS)
+    template.ingest(synthetic_documents(TEMPLATE_DOCUMENTS * SECTIONS_PER_DOC))
+    by_doc: Dict[int, List[Any]] = {}
+    for node in template.index.docstore.docs.values():
+        number = int(str(schema.get_document_id(node))[2:])
+        by_doc.setdefault(number, []).append(node)
+    templates = []
+    for number in sorted(by_doc):
+        nodes = sorted(by_doc[number], key=lambda n: schema.get_position(n) or 0)
+        keys = [n.node_id for n in nodes] + [f"NX-{number:06d}", f"nx{number:06d}"]
+        pattern = re.compile("|".join(re.escape(k) for k in keys))
+        templates.append((number, [json.dumps(doc_to_json(n)) for n in nodes], [n.node_id for n in nodes], pattern))
+    del template
+    n_docs = max(1, n_nodes // SECTIONS_PER_DOC)
+    for start in range(0, n_docs, batch_documents):
+        documents, nodes, own = [], [], 0
+        for d in range(start, min(n_docs, start + batch_documents)):
+            number, records, ids, pattern = templates[d % len(templates)]
+            mapping = {i: str(uuid.uuid4()) for i in ids}
+            mapping[f"NX-{number:06d}"], mapping[f"nx{number:06d}"] = f"NX-{d:06d}", f"nx{d:06d}"
+            documents.append(Document(id_=f"nx{d:06d}", text="", metadata={"document_id": f"nx{d:06d}"}))
+            for position, record in enumerate(records):
+                node = json_to_doc(json.loads(pattern.sub(lambda m: mapping[m.group(0)], record)))
+                node.embedding = np.random.default_rng(d * 1000 + position).standard_normal(384).astype(np.float32).tolist()
+                own += len(node.get_content().encode("utf-8")) + len(json.dumps(node.metadata).encode("utf-8"))
+                nodes.append(node)
+        yield documents, nodes, own
+
+
+def run_embedded_replicated(n_nodes: int, store: Path) -> Dict[str, Any]:
+    """The embedded store fed by :func:`replicated_batches` through the pack's own batch write
+    (``EmbeddedHiQAPack._write_batch``: one transaction a batch)."""
+    from llama_index_hiqa.pack import HiQAPack
+
+    pack = HiQAPack.empty(embed_model=fast_embedding(), store=str(store), store_format="embedded", **SYNTHETIC_SETTINGS)
+    out: Dict[str, Any] = {"replicated": True}
+    start = time.perf_counter()
+    write_s, own = 0.0, 0
+    for documents, nodes, own_bytes in replicated_batches(n_nodes):
+        t = time.perf_counter()
+        pack._write_batch(documents, [], nodes)
+        write_s += time.perf_counter() - t
+        own += own_bytes
+    out["ingest_wall_s"] = time.perf_counter() - start
+    out["store_write_s"] = write_s
+    out["nodes"] = pack.node_count
+    out["rss_after_ingest_mb"] = peak_rss_mb()
+    start = time.perf_counter()
+    pack._invalidate()
+    pack.persist()
+    out["routes_build_s"] = time.perf_counter() - start
+    out.update(query_latencies(pack, synthetic_questions(n_nodes)))
+    out["peak_rss_mb"] = peak_rss_mb()
+    out["store_bytes"] = dir_bytes(store)
+    out["store_parts"] = pack.store.size_bytes()
+    out["node_own_bytes"] = own
+    return out
+
+
+def run_bm25_only(n_nodes: int, folder: Path) -> Dict[str, Any]:
+    """The BM25 route alone at ``n_nodes`` synthetic sections (model number, heading and a
+    60-word body each, as the embedding view of a synthetic node): peak RSS of the build a
+    chunk of nodes at a time, bytes saved, and a memory-mapped load answering questions."""
+    import random
+
+    from llama_index.core.schema import TextNode
+
+    from llama_index_hiqa.retrievers.bm25_route import BM25Route
+
+    words = "supply voltage current output input thermal package pin timing range accuracy noise".split()
+
+    def chunks():
+        rng = random.Random(7)
+        for start in range(0, n_nodes, 5000):
+            nodes = []
+            for i in range(start, min(n_nodes, start + 5000)):
+                d, s = divmod(i, SECTIONS_PER_DOC)
+                body = " ".join(rng.choice(words) for _ in range(60))
+                nodes.append(TextNode(id_=f"n{i}", text=f"Model NX-{d:06d} Datasheet > {s + 1} Section {s % 7} of "
+                                                        f"NX-{d:06d}\n{body} {rng.randint(1, 999)} mA."))
+            yield nodes
+
+    out: Dict[str, Any] = {"nodes": n_nodes, "rss_before_mb": current_rss_mb()}
+    start = time.perf_counter()
+    route = BM25Route.build_from_chunks(chunks())
+    out["build_s"] = time.perf_counter() - start
+    out["build_peak_rss_mb"] = peak_rss_mb()
+    out["built_rss_mb"] = current_rss_mb()
+    route.persist(folder)
+    out["bytes"] = dir_bytes(folder)
+    del route
+    import gc
+
+    gc.collect()
+    out["rss_after_drop_mb"] = current_rss_mb()
+    start = time.perf_counter()
+    loaded = BM25Route.load(folder, mmap=True)
+    out["load_s"] = time.perf_counter() - start
+    out["rss_after_load_mb"] = current_rss_mb()
+    times = []
+    for q in synthetic_questions(n_nodes):
+        start = time.perf_counter()
+        loaded.top(q, 100)
+        times.append(time.perf_counter() - start)
+    times.sort()
+    out["query_p50_ms"] = 1000 * statistics.median(times)
+    out["rss_after_queries_mb"] = current_rss_mb()
+    return out
+
+
+def run_financebench_parity(folder_store: Path, target: Path) -> Dict[str, Any]:
+    """A FinanceBench folder store built by ``bench_product.py`` (defaults) copied into the
+    embedded store (``EmbeddedHiQAPack.from_pack``: the same nodes and vectors), then every
+    FinanceBench question asked of both with the pack's default retriever: the rankings and
+    scores must be identical, so the product path's figures are the folder store's."""
+    from shared_data import load_financebench_questions
+
+    from llama_index_hiqa.pack import HiQAPack
+    from llama_index_hiqa.storage.embedded_pack import EmbeddedHiQAPack
+
+    questions = [q.question for q in load_financebench_questions()]
+    start = time.perf_counter()
+    folder = HiQAPack.load(folder_store)
+    out: Dict[str, Any] = {"folder_load_s": time.perf_counter() - start, "nodes": folder.node_count}
+    start = time.perf_counter()
+    copied = EmbeddedHiQAPack.from_pack(folder, target)
+    out["copy_s"] = time.perf_counter() - start
+    embedded = HiQAPack.load(target, embed_model=folder.embed_model)
+    same, differ, times = 0, [], {"folder": [], "embedded": []}
+    for question in questions:
+        ranked = {}
+        for label, pack in (("folder", folder), ("embedded", embedded)):
+            start = time.perf_counter()
+            ranked[label] = [(n.node.node_id, n.score) for n in pack.retrieve(question)]
+            times[label].append(time.perf_counter() - start)
+        if ranked["folder"] == ranked["embedded"]:
+            same += 1
+        else:
+            differ.append(question)
+    out.update({"questions": len(questions), "identical": same, "differ": differ[:5]})
+    for label, values in times.items():
+        values.sort()
+        out[f"{label}_p50_ms"] = 1000 * statistics.median(values)
+        out[f"{label}_p95_ms"] = 1000 * values[int(0.95 * (len(values) - 1))]
+    del copied
+    return out
+
+
+def run_open_and_query(n_nodes: int, store: Path) -> Dict[str, Any]:
+    """A fresh process opening a synthetic store and answering: open time, resident memory
+    added by opening and by answering, latency."""
+    from llama_index_hiqa.pack import HiQAPack
+
+    # What any store's first load imports or builds once a process (the settings check, the
+    # PostgreSQL URL check, LlamaIndex's default splitter): measured apart, not the store's cost.
+    start = time.perf_counter()
+    import llama_index.retrievers.bm25  # noqa: F401
+    import llama_index_hiqa.retrievers.chunk_graph  # noqa: F401
+    import llama_index_hiqa.retrievers.multi_route  # noqa: F401
+    import llama_index_hiqa.storage.embedded_pack  # noqa: F401
+    import llama_index_hiqa.storage.pack_folder  # noqa: F401
+    import llama_index_hiqa.storage.postgres  # noqa: F401
+    from llama_index.core import Settings
+
+    Settings.transformations  # noqa: B018
+    process_setup_s = time.perf_counter() - start
+
+    embed = fast_embedding()
+    questions = synthetic_questions(n_nodes)
+    out: Dict[str, Any] = {"rss_before_open_mb": current_rss_mb(), "process_setup_s": process_setup_s}
+    start = time.perf_counter()
+    pack = HiQAPack.load(store, embed_model=embed)
+    out["open_s"] = time.perf_counter() - start
+    out["rss_after_open_mb"] = current_rss_mb()
+    start = time.perf_counter()
+    pack.retrieve(questions[0])
+    out["first_query_s"] = time.perf_counter() - start
+    times = []
+    for q in questions[1:]:
+        start = time.perf_counter()
+        pack.retrieve(q)
+        times.append(time.perf_counter() - start)
+    times.sort()
+    out["p50_ms"] = 1000 * statistics.median(times)
+    out["p95_ms"] = 1000 * times[int(0.95 * (len(times) - 1))]
+    out["rss_after_queries_mb"] = current_rss_mb()
+    # Of which file pages mapped read-only (the vectors, BM25 arrays): page cache the kernel
+    # may drop and read again, unlike the process's own (anonymous) memory.
+    out["rss_file_after_queries_mb"] = current_rss_mb("RssFile:")
+    out["rss_anon_after_queries_mb"] = current_rss_mb("RssAnon:")
+    out["peak_rss_mb"] = peak_rss_mb()
+    return out
+
+
+def current_rss_mb(field: str = "VmRSS:") -> float:
+    """Resident memory now (VmRSS: anonymous memory plus mapped file pages in use)."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(field):
+            return int(line.split()[1]) / 1024
+    return float("nan")
 
 
 # --------------------------------------------------------------------------- driver
@@ -318,13 +573,102 @@ def report_section(results: Dict[str, Any]) -> str:
                 f"`MatrixVectorStore` (LlamaIndex's `SimpleVectorStore` would keep about 9 KB of Python floats a "
                 f"node). Beyond a few hundred thousand nodes, a database-backed docstore and vector store are the way."
             )
+    parts += embedded_section(results)
     return "\n".join(parts)
+
+
+def _mb(value: float) -> str:
+    return f"{value:,.0f}"
+
+
+def embedded_section(results: Dict[str, Any]) -> List[str]:
+    """(c) the embedded store against the folder store in the same run; (d) store-side
+    ingestion at larger sizes; (e) the BM25 route alone at a million nodes."""
+    parts: List[str] = []
+    folder, folder_open = results.get("synthetic") or {}, results.get("synthetic_open") or {}
+    embedded, embedded_open = results.get("embedded") or {}, results.get("embedded_open") or {}
+    replicated, replicated_open = results.get("replicated") or {}, results.get("replicated_open") or {}
+    rows = []
+    sizes = sorted({int(n) for n in [*folder, *embedded, *replicated]})
+    for n in sizes:
+        for label, built, opened in (
+            ("folder", folder.get(str(n)), folder_open.get(str(n))),
+            ("embedded", embedded.get(str(n)), embedded_open.get(str(n))),
+            ("embedded, fed store-side", replicated.get(str(n)), replicated_open.get(str(n))),
+        ):
+            if not built or "error" in built or not opened or "error" in opened:
+                if built and "error" in built:
+                    rows.append([f"{n:,}", label, "failed: " + built["error"][:60]] + [""] * 8)
+                continue
+            nodes = built["nodes"]
+            size = built["store_bytes"]
+            vectors = (built.get("store_parts") or {}).get("vectors") or (built.get("store_files") or {}).get("vectors.npz", 0)
+            rows.append([
+                f"{nodes:,}", label,
+                f"{nodes / built['ingest_wall_s']:,.0f}" + (f" ({nodes / built['store_write_s']:,.0f} store)" if built.get("store_write_s") else ""),
+                _mb(built["peak_rss_mb"]),
+                f"{opened['open_s']:.2f}",
+                _mb(opened["rss_after_open_mb"] - opened["rss_before_open_mb"]),
+                _mb(opened["rss_after_queries_mb"] - opened["rss_before_open_mb"]),
+                f"{opened['first_query_s'] * 1000:,.0f}",
+                f"{opened['p50_ms']:.0f} / {opened['p95_ms']:.0f}",
+                f"{size / nodes:,.0f} ({size / built['node_own_bytes']:.2f}×)",
+                f"{(size - vectors) / nodes:,.0f} ({(size - vectors) / built['node_own_bytes']:.2f}×)",
+            ])
+    if rows:
+        parts.append(
+            "\n**(c) The embedded store against the folder store** (`store_format=\"embedded\"`; the same synthetic "
+            "collections, seeded embedding, rules-only keywords; each row its own processes: one builds and saves, a "
+            "fresh one opens and answers 40 questions with the pack's default retriever). Open time and resident "
+            "memory are the store's: the imports and LlamaIndex's default splitter that any first load pays once a "
+            "process are done before the clock starts (`process_setup_s` in `scale.json`).\n"
+        )
+        parts.append(markdown_table(
+            ["nodes", "store", "ingest nodes/s", "peak RSS MB (build)", "open s", "RSS added by open MB",
+             "RSS added after 40 questions MB", "first question ms", "question p50 / p95 ms",
+             "bytes a node (× own)", "without vectors (× own)"], rows,
+        ))
+    parity = results.get("financebench_parity")
+    if parity and "error" not in parity:
+        parts.append(
+            f"\n**(d) FinanceBench on the embedded store** (the `defaults` store `bench_product.py` built, "
+            f"{parity['nodes']:,} nodes, copied with `EmbeddedHiQAPack.from_pack` in {parity['copy_s']:,.0f} s: the same "
+            f"nodes and vectors): **{parity['identical']} of {parity['questions']} questions ranked identically** (the "
+            f"same node ids and the same scores, the pack's default retriever), so the product path's figures are the "
+            f"folder store's on it. Question p50 / p95 {parity['embedded_p50_ms']:,.0f} / {parity['embedded_p95_ms']:,.0f} ms "
+            f"against {parity['folder_p50_ms']:,.0f} / {parity['folder_p95_ms']:,.0f} ms on the folder store, asked "
+            f"alternately in one process (MiniLM query embedding and the document focus's heading vectors included; the "
+            f"machine was heavily loaded).\n"
+        )
+    bm25 = (results.get("bm25_only") or {})
+    for n, r in sorted(bm25.items(), key=lambda kv: int(kv[0])):
+        if "error" in r:
+            parts.append(f"\n(e) BM25 alone at {int(n):,} nodes: failed: {r['error']}\n")
+            continue
+        parts.append(
+            f"\n**(e) The BM25 route alone at {int(n):,} synthetic nodes** (bm25s, built a chunk of 5,000 nodes at a "
+            f"time by `BM25Route.build_from_chunks`): build {r['build_s']:,.0f} s, peak RSS {_mb(r['build_peak_rss_mb'])} MB "
+            f"({_mb(r['build_peak_rss_mb'] - r['rss_before_mb'])} MB above the process before it); saved "
+            f"{r['bytes'] / 1e6:,.0f} MB ({r['bytes'] / int(n):,.0f} bytes a node); loaded memory-mapped in "
+            f"{r['load_s'] * 1000:,.0f} ms adding {_mb(r['rss_after_load_mb'] - r['rss_after_drop_mb'])} MB, "
+            f"{_mb(r['rss_after_queries_mb'] - r['rss_after_drop_mb'])} MB after 40 questions (p50 {r['query_p50_ms']:.0f} ms a "
+            f"question for the route).\n"
+        )
+    return parts
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--financebench", action="store_true")
     parser.add_argument("--synthetic", type=int, nargs="*", default=[])
+    parser.add_argument("--embedded", type=int, nargs="*", default=[], help="synthetic sizes on the embedded store")
+    parser.add_argument("--replicated", type=int, nargs="*", default=[],
+                        help="sizes on the embedded store fed store-side (replicated_batches)")
+    parser.add_argument("--financebench-parity", default=None,
+                        help="a FinanceBench folder store (bench_product.py --store-dir .../defaults) to copy and compare")
+    parser.add_argument("--bm25", type=int, nargs="*", default=[], help="sizes of the BM25-only memory measurement")
+    parser.add_argument("--embedded-dir", default=None, help="where the embedded stores are built (default: a temp dir)")
+    parser.add_argument("--result-file", default=None, help="JSON file of the results (default: benchmarks/scale.json)")
     parser.add_argument("--child", nargs=3)
     parser.add_argument("--section-only", action="store_true", help="rewrite RESULTS.md from scale.json")
     args = parser.parse_args()
@@ -334,10 +678,23 @@ def main() -> None:
             result = run_financebench(Path(store))
         elif kind == "load":
             result = run_load_and_query(Path(store))
+        elif kind == "embedded":
+            result = run_synthetic_embedded(int(arg), Path(store))
+        elif kind == "parity":
+            result = run_financebench_parity(Path(arg), Path(store))
+        elif kind == "bm25":
+            result = run_bm25_only(int(arg), Path(store))
+        elif kind == "replicated":
+            result = run_embedded_replicated(int(arg), Path(store))
+        elif kind == "open":
+            result = run_open_and_query(int(arg), Path(store))
         else:
             result = run_synthetic(int(arg), Path(store))
         print(json.dumps(result))
         return
+    global RESULT_FILE
+    if args.result_file:
+        RESULT_FILE = Path(args.result_file)
     results = json.loads(RESULT_FILE.read_text()) if RESULT_FILE.exists() else {}
     if not args.section_only:
         import tempfile
@@ -354,7 +711,36 @@ def main() -> None:
             for n in args.synthetic:
                 results.setdefault("synthetic", {})[str(n)] = child("synthetic", str(n), f"{tmp}/s{n}")
                 print(n, json.dumps(results["synthetic"][str(n)]), flush=True)
+                results.setdefault("synthetic_open", {})[str(n)] = child("open", str(n), f"{tmp}/s{n}")
+                print(n, "open", json.dumps(results["synthetic_open"][str(n)]), flush=True)
                 RESULT_FILE.write_text(json.dumps(results, indent=1))
+                shutil.rmtree(f"{tmp}/s{n}", ignore_errors=True)
+            if args.financebench_parity:
+                results["financebench_parity"] = child("parity", args.financebench_parity, f"{tmp}/fb-embedded")
+                print("parity", json.dumps(results["financebench_parity"]), flush=True)
+                RESULT_FILE.write_text(json.dumps(results, indent=1))
+            for n in args.bm25:
+                results.setdefault("bm25_only", {})[str(n)] = child("bm25", str(n), f"{tmp}/bm25-{n}")
+                print(n, "bm25", json.dumps(results["bm25_only"][str(n)]), flush=True)
+                RESULT_FILE.write_text(json.dumps(results, indent=1))
+            for n in args.replicated:
+                store = Path(args.embedded_dir or tmp) / f"r{n}"
+                shutil.rmtree(store, ignore_errors=True)
+                results.setdefault("replicated", {})[str(n)] = child("replicated", str(n), str(store))
+                print(n, "replicated", json.dumps(results["replicated"][str(n)]), flush=True)
+                results.setdefault("replicated_open", {})[str(n)] = child("open", str(n), str(store))
+                print(n, "replicated open", json.dumps(results["replicated_open"][str(n)]), flush=True)
+                RESULT_FILE.write_text(json.dumps(results, indent=1))
+                shutil.rmtree(store, ignore_errors=True)
+            for n in args.embedded:
+                store = Path(args.embedded_dir or tmp) / f"e{n}"
+                shutil.rmtree(store, ignore_errors=True)
+                results.setdefault("embedded", {})[str(n)] = child("embedded", str(n), str(store))
+                print(n, "embedded", json.dumps(results["embedded"][str(n)]), flush=True)
+                results.setdefault("embedded_open", {})[str(n)] = child("open", str(n), str(store))
+                print(n, "embedded open", json.dumps(results["embedded_open"][str(n)]), flush=True)
+                RESULT_FILE.write_text(json.dumps(results, indent=1))
+                shutil.rmtree(store, ignore_errors=True)
     if not args.section_only:
         results["command"] = "python " + " ".join([Path(sys.argv[0]).as_posix(), *sys.argv[1:]])
         RESULT_FILE.write_text(json.dumps(results, indent=1))

@@ -106,6 +106,14 @@ _EXPORTS: Dict[str, str] = {
     "ONNXEmbedding": "llama_index_hiqa.embedding_backends",
     "UnknownEmbedBackendError": "llama_index_hiqa.errors",
     #
+    # -- embedded store: SQLite docstore and postings, memory-mapped vectors
+    "EmbeddedHiQAPack": "llama_index_hiqa.storage.embedded_pack",
+    "EmbeddedMultiRouteRetriever": "llama_index_hiqa.storage.embedded_pack",
+    "EmbeddedStore": "llama_index_hiqa.storage.embedded",
+    "MemmapVectorStore": "llama_index_hiqa.storage.memmap_vectors",
+    "SQLiteKVStore": "llama_index_hiqa.storage.sqlite_kv",
+    "SQLiteDocumentStore": "llama_index_hiqa.storage.sqlite_kv",
+    #
     # -- PostgreSQL store (pip install llama-index-hiqa[postgres])
     "PostgresHiQAPack": "llama_index_hiqa.storage.pg_pack",
     "PostgresStore": "llama_index_hiqa.storage.postgres",

@@ -106,7 +106,13 @@ def _store_exists(store: Path) -> bool:
     from llama_index_hiqa.storage.pack_files import CONFIG_FILENAME
     from llama_index_hiqa.storage.snapshots import is_snapshot_store
 
-    return is_snapshot_store(store) or (store / CONFIG_FILENAME).is_file()
+    return is_snapshot_store(store) or (store / CONFIG_FILENAME).is_file() or _is_embedded(store)
+
+
+def _is_embedded(store: Any) -> bool:
+    from llama_index_hiqa.storage.embedded import is_embedded_store
+
+    return is_embedded_store(store)
 
 
 def _database_exists(url: str) -> bool:
@@ -124,7 +130,7 @@ def _say(message: str) -> None:
 
 
 @contextlib.contextmanager
-def _folder_writer(store: Path) -> Iterator[None]:
+def _folder_writer(store: Path, embedded: bool = False) -> Iterator[None]:
     """Hold the folder store's writer lock from loading it to saving it, so a second writer
     (another `hiqa ingest --add` or `delete`) waits and then loads what this one
     saved; the store must be writable, with room for a new snapshot, before any work starts.
@@ -132,10 +138,20 @@ def _folder_writer(store: Path) -> Iterator[None]:
     from llama_index_hiqa.storage.pack_folder import check_writable, store_writer
     from llama_index_hiqa.storage.snapshots import LOCK_FILE
 
-    check_writable(store)
     created = not store.exists()
+    if embedded or _is_embedded(store):
+        # SQLite serialises the writes; the lock keeps a second `hiqa ingest --add` from
+        # planning its upserts on what the first is about to change.
+        from llama_index_hiqa.figures import FIGURES_DIRNAME
+        from llama_index_hiqa.storage.embedded import DATABASE_FILENAME
+        from llama_index_hiqa.storage.snapshots import writer_lock
+
+        writer = writer_lock(store, on_wait=_say, legacy_marker=DATABASE_FILENAME, shared_dirs=(FIGURES_DIRNAME,))
+    else:
+        check_writable(store)
+        writer = store_writer(store, on_wait=_say)
     try:
-        with store_writer(store, on_wait=_say):
+        with writer:
             yield
     finally:
         if created and not _store_exists(store):
@@ -190,7 +206,10 @@ def _cmd_ingest(args: argparse.Namespace) -> int:
             raise CLIError(f"{mask_url(args.store)}: --rebuild replaces a folder store; for a database, ingest into a new one")
         return _ingest(args, llm, folder, args.store, database=True)
     store = Path(args.store)
-    with _folder_writer(store):
+    embedded = args.store_format == "embedded" or _is_embedded(store)
+    if embedded and args.rebuild and _is_embedded(store):
+        raise CLIError(f"{store}: --rebuild replaces a folder store; for an embedded store, ingest into a new folder")
+    with _folder_writer(store, embedded=embedded):
         return _ingest(args, llm, folder, store, database=False)
 
 
@@ -211,8 +230,10 @@ def _ingest(args: argparse.Namespace, llm: Any, folder: Path, store: Any, databa
     }
     if args.embed_backend:
         settings["embed_backend"] = args.embed_backend
-    if database and not exists:  # every batch commits to the database as it is indexed
-        pack = HiQAPack.empty(llm=llm, store=store, **settings)
+    embedded = not database and (getattr(args, "store_format", "folder") == "embedded" or _is_embedded(store))
+    if (database or embedded) and not exists:  # every batch commits to the store as it is indexed
+        extra = {"store_format": "embedded"} if embedded else {}
+        pack = HiQAPack.empty(llm=llm, store=str(store) if embedded else store, **settings, **extra)
         mode = "built"
     elif exists and (args.add or args.sync):
         pack = HiQAPack.load(store, llm=llm)
@@ -236,7 +257,7 @@ def _ingest(args: argparse.Namespace, llm: Any, folder: Path, store: Any, databa
 
     # Checkpoints make an interrupted run resumable with --add; a rebuild keeps the old
     # store until it is complete, so it checkpoints only into a new store.
-    checkpoint = None if (exists and args.rebuild) or database else (lambda: pack.persist(store))
+    checkpoint = None if (exists and args.rebuild) or database or embedded else (lambda: pack.persist(store))
     # The command prints each skipped file once below; the reader's own warning would repeat it.
     reader_log = logging.getLogger("llama_index_hiqa.readers")
     level = reader_log.level
@@ -449,6 +470,11 @@ def _add_ingest(sub: Any) -> None:
     )
     ing.add_argument("--embed-backend", choices=EMBED_BACKENDS,
                      help="how the packaged embedding model runs (default: the pack's measured default)")
+    ing.add_argument(
+        "--store-format", choices=("folder", "embedded"), default="folder",
+        help="a new store's format: folder (snapshots, loaded into memory) or embedded (SQLite and memory-mapped "
+        "vectors: each batch commits, a loaded store reads only what a question needs)",
+    )
     ing.set_defaults(func=_cmd_ingest)
 
 

@@ -139,14 +139,17 @@ class HiQAPack:
         if not folder.is_dir():
             raise EmptyCorpusError(folder, [f"{folder}: no such folder"])
         progress, store = kwargs.pop("progress", None), kwargs.get("store")
-        if isinstance(store, (str, Path)) and not _is_database(store):  # fail before the work
+        kind = _store_kind(store, kwargs)
+        if kind == "folder":  # fail before the work
             from llama_index_hiqa.storage.pack_folder import check_writable
 
             check_writable(Path(store))
         pack = cls.empty(**kwargs)
         pack.add_directory(folder, recursive=recursive, progress=progress)
-        if store is not None and not _is_database(store):
+        if kind == "folder":
             pack.persist(store)
+        elif kind == "embedded":
+            pack.persist()  # the batches are committed; this saves the BM25 index for the next process
         return pack
 
     @classmethod
@@ -182,8 +185,20 @@ class HiQAPack:
         ``store="postgresql://USER@HOST/DB"``: the pack of that database (created when it
         holds none; every ingested batch commits there). A folder ``store`` is written by
         :meth:`from_directory` once it has read the folder."""
+        kind = _store_kind(settings.get("store"), {**(config.model_dump() if config else {}), **settings})
         store = settings.pop("store", None)
         check_pack_arguments(llm=llm, embed_model=embed_model, vector_store=vector_store, store=store)
+        if kind is None and settings.get("store_format", getattr(config, "store_format", None)) == "embedded":
+            from llama_index_hiqa.errors import InvalidSettingError
+
+            raise InvalidSettingError("store_format", "an embedded store lives in a folder: pass store=FOLDER with it")
+        if kind == "embedded":  # every ingested batch commits to the store
+            if vector_store is not None:
+                raise ValueError("an embedded store brings its own vector store (MemmapVectorStore); pass no vector_store")
+            from llama_index_hiqa.storage.embedded_pack import EmbeddedHiQAPack
+
+            return EmbeddedHiQAPack.open(store, llm=llm, embed_model=embed_model, create=True, **{
+                **(config.model_dump() if config is not None else {}), **settings})
         if _is_database(store):
             if vector_store is not None:
                 raise ValueError("a PostgreSQL store brings its own vector store (pgvector); pass no vector_store")
@@ -582,6 +597,14 @@ class HiQAPack:
             if vector_store is not None:
                 raise ValueError("a PostgreSQL store brings its own vector store (pgvector); pass no vector_store")
             return PostgresHiQAPack.open(str(persist_dir), llm=llm, embed_model=embed_model, **settings)
+        from llama_index_hiqa.storage.embedded import is_embedded_store
+
+        if is_embedded_store(persist_dir):
+            from llama_index_hiqa.storage.embedded_pack import EmbeddedHiQAPack
+
+            if vector_store is not None:
+                raise ValueError("an embedded store brings its own vector store (MemmapVectorStore); pass no vector_store")
+            return EmbeddedHiQAPack.open(persist_dir, llm=llm, embed_model=embed_model, **settings)
         from llama_index_hiqa.storage.pack_folder import loaded_snapshot, open_folder, read_pack
 
         files, config = open_folder(Path(persist_dir), settings)
@@ -604,6 +627,20 @@ def _is_database(store: Any) -> bool:
     from llama_index_hiqa.storage.postgres import is_postgres_url
 
     return is_postgres_url(store)
+
+
+def _store_kind(store: Any, settings: Dict[str, Any]) -> Optional[str]:
+    """``"database"``, ``"embedded"`` (asked for, or the folder holds one already), ``"folder"``
+    or ``None`` (no store)."""
+    if store is None:
+        return None
+    if _is_database(store):
+        return "database"
+    from llama_index_hiqa.storage.embedded import is_embedded_store
+
+    if settings.get("store_format") == "embedded" or is_embedded_store(store):
+        return "embedded"
+    return "folder"
 
 
 # Settings is re-exported so notebooks can configure the pack without a second import line.

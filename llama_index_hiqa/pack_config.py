@@ -117,6 +117,13 @@ class HiQAPackConfig(BaseModel):
         "given: torch, onnx (same vectors, faster) or onnx-int8 (fastest, vectors drift slightly).",
     )
 
+    store_format: Literal["folder", "embedded"] = Field(
+        default="folder",
+        description="What a store folder holds: 'folder' (snapshots of the whole collection, "
+        "loaded into memory) or 'embedded' (an SQLite database and a memory-mapped vector matrix: "
+        "each batch commits as it is indexed, a loaded store reads only what a question needs).",
+    )
+
     # The nested settings stay plain dicts (saved as JSON with the store) but are checked
     # against the models that will receive them, here, not at the first question.
     @field_validator("keywords")

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, Dict, Optional
 
 # The pack's own default first, then LlamaIndex's, then the integrations (each an extra).
-STORE_KINDS = ("matrix", "simple", "chroma", "qdrant", "lancedb", "milvus", "duckdb", "faiss", "pgvector")
+STORE_KINDS = ("matrix", "memmap", "simple", "chroma", "qdrant", "lancedb", "milvus", "duckdb", "faiss", "pgvector")
 
 # kind -> module that must import for the kind to run.
 _REQUIRES: Dict[str, str] = {
@@ -51,6 +51,10 @@ def open_store(kind: str, folder: Path, dim: int, pg_url: Optional[str] = None) 
         from llama_index_hiqa.storage.vector_store import MatrixVectorStore
 
         return MatrixVectorStore()
+    if kind == "memmap":
+        from llama_index_hiqa.storage.memmap_vectors import MemmapVectorStore
+
+        return MemmapVectorStore.open(str(folder / "memmap"))
     if kind == "simple":
         from llama_index.core.vector_stores import SimpleVectorStore
 

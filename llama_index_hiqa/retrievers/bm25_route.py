@@ -7,11 +7,28 @@ Retriever) ranks by BM25 over the embedding view, where the heading cascade is s
 from __future__ import annotations
 
 import json
+from array import array
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence
 
 import numpy as np
 from llama_index.core.schema import BaseNode, MetadataMode
+
+
+class _IdCorpus(Sequence):
+    """``[{"node_id": id}, ...]`` as bm25s and ``BM25Retriever`` expect a corpus, made on
+    demand from the id list (a million dicts held for nothing would cost about 200 MB)."""
+
+    def __init__(self, node_ids: List[str]) -> None:
+        self._ids = node_ids
+
+    def __getitem__(self, index: Any) -> Any:
+        if isinstance(index, slice):
+            return [{"node_id": i} for i in self._ids[index]]
+        return {"node_id": self._ids[index]}
+
+    def __len__(self) -> int:
+        return len(self._ids)
 
 
 class BM25Route:
@@ -53,6 +70,37 @@ class BM25Route:
             bm25.corpus = [{"node_id": i} for i in node_ids]
             retriever = BM25Retriever(existing_bm25=bm25, similarity_top_k=1)
         return cls(retriever, node_ids, tokenizer)
+
+    @classmethod
+    def build_from_chunks(cls, chunks: Iterable[Sequence[BaseNode]], language: str = "en") -> "BM25Route":
+        """What :meth:`build` builds (the default tokenizer), from nodes given a chunk at a
+        time: only the token ids of every node are held at once, never every node or text.
+        The scores are those of ``build`` over the same nodes in the same order (the same
+        tokens, stemmer and statistics; only the numbering of the vocabulary may differ, which
+        no score depends on)."""
+        import bm25s
+        from bm25s.tokenization import Tokenized
+        from llama_index.retrievers.bm25 import BM25Retriever
+
+        import Stemmer
+
+        # BM25Retriever's defaults (its constructor needs a built index to read them from).
+        stemmer, pattern = Stemmer.Stemmer("english"), r"(?u)\b\w\w+\b"
+        vocab: Dict[str, int] = {}
+        corpus: List[array] = []
+        node_ids: List[str] = []
+        for nodes in chunks:
+            node_ids += [n.node_id for n in nodes]
+            tokens = bm25s.tokenize(
+                [n.get_content(metadata_mode=MetadataMode.EMBED) for n in nodes],
+                stopwords=language, stemmer=stemmer, token_pattern=pattern,
+                return_ids=False, show_progress=False,
+            )
+            corpus += [array("i", [vocab.setdefault(t, len(vocab)) for t in doc]) for doc in tokens]
+        bm25 = bm25s.BM25()
+        bm25.index(Tokenized(ids=corpus, vocab=vocab), show_progress=False)
+        bm25.corpus = [{"node_id": i} for i in node_ids]
+        return cls(BM25Retriever(existing_bm25=bm25, similarity_top_k=1), node_ids, None)
 
     def _query_tokens(self, query: str) -> List[str]:
         if self.tokenizer is not None:
@@ -112,15 +160,17 @@ class BM25Route:
         (path / "node_ids.json").write_text(json.dumps(self.node_ids), encoding="utf-8")
 
     @classmethod
-    def load(cls, path: Path, tokenizer: Optional[Callable[[str], List[str]]] = None) -> "BM25Route":
+    def load(cls, path: Path, tokenizer: Optional[Callable[[str], List[str]]] = None, mmap: bool = False) -> "BM25Route":
+        """What :meth:`persist` wrote; ``mmap``: the score arrays mapped from disk, not read
+        into memory (bm25s's own option)."""
         import bm25s
         from llama_index.retrievers.bm25 import BM25Retriever
 
         # The corpus file holds only the ids again (node_ids.json); not loading it also
         # spares a progress bar per load.
-        bm25 = bm25s.BM25.load(str(path), load_corpus=False)
+        bm25 = bm25s.BM25.load(str(path), load_corpus=False, mmap=mmap)
         node_ids = json.loads((path / "node_ids.json").read_text(encoding="utf-8"))
-        bm25.corpus = [{"node_id": i} for i in node_ids]
+        bm25.corpus = _IdCorpus(node_ids)
         retriever = BM25Retriever(existing_bm25=bm25, similarity_top_k=1)
         return cls(retriever, node_ids, tokenizer)
 

@@ -1,0 +1,299 @@
+"""A LlamaIndex vector store whose float32 matrix stays on disk, memory-mapped.
+
+:class:`~llama_index_hiqa.MatrixVectorStore` keeps the matrix in memory and writes it whole on
+every save. :class:`MemmapVectorStore` appends each batch's unit vectors to one raw float32 file
+(``vectors.f32``, one row a node) and maps it read-only for queries, so opening a store costs
+no reading and the operating system keeps in memory only the pages queries touch (as page
+cache it can drop). Which row holds which node lives in an SQLite table beside it
+(:class:`~llama_index_hiqa.storage.sqlite_kv.SQLiteDatabase`), written in the caller's
+transaction: the rows of a batch are written and flushed to the file first, then the table
+commits, so a process killed at any instant leaves the rows of the last commit (bytes past
+them are overwritten by the next writer). Deleted rows are masked, not moved.
+
+Exact cosine top-k, the same computation as ``MatrixVectorStore`` (one matrix-vector product
+over unit rows), so both give the same scores and the same order.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+from llama_index.core.bridge.pydantic import PrivateAttr
+from llama_index.core.schema import BaseNode, TextNode
+from llama_index.core.vector_stores.types import (
+    BasePydanticVectorStore,
+    VectorStoreQuery,
+    VectorStoreQueryMode,
+    VectorStoreQueryResult,
+)
+
+from llama_index_hiqa.storage.sqlite_kv import SQLiteDatabase
+from llama_index_hiqa.storage.vector_store import _unit_rows
+
+MATRIX_FILENAME = "vectors.f32"
+DATABASE_FILENAME = "vectors.sqlite"
+_ROWS, _DIM, _VERSION = "vector_rows", "vector_dim", "vector_version"
+
+_SCHEMA = (
+    "CREATE TABLE IF NOT EXISTS vector_rows (row INTEGER PRIMARY KEY, node_id TEXT NOT NULL UNIQUE, "
+    "ref_doc_id TEXT NOT NULL)",
+    "CREATE INDEX IF NOT EXISTS vector_rows_ref ON vector_rows (ref_doc_id)",
+    "CREATE TABLE IF NOT EXISTS vector_free (row INTEGER PRIMARY KEY)",
+)
+
+
+class MemmapVectorStore(BasePydanticVectorStore):
+    """Exact cosine top-k over a memory-mapped float32 matrix; nodes live in the docstore
+    (``stores_text=False``). ``MemmapVectorStore.open(folder)`` for a store of its own, or
+    ``MemmapVectorStore(folder, database=db)`` to share a database (and its transactions)."""
+
+    stores_text: bool = False
+    is_embedding_query: bool = True
+    folder: str
+
+    _db: SQLiteDatabase = PrivateAttr()
+    _map: Optional[np.ndarray] = PrivateAttr(default=None)
+    _dead: Optional[np.ndarray] = PrivateAttr(default=None)
+    _seen_version: Optional[Tuple[int, int]] = PrivateAttr(default=None)
+    _node_loader: Optional[Callable[[List[str]], List[BaseNode]]] = PrivateAttr(default=None)
+    _cache_lock: Any = PrivateAttr(default=None)
+
+    def __init__(self, folder: str, database: Optional[SQLiteDatabase] = None, **kwargs: Any) -> None:
+        super().__init__(folder=str(folder), **kwargs)
+        Path(folder).mkdir(parents=True, exist_ok=True)
+        self._db = database or SQLiteDatabase(Path(folder) / DATABASE_FILENAME)
+        self._cache_lock = threading.Lock()
+        self._db.create_tables(_SCHEMA)
+
+    @classmethod
+    def open(cls, folder: str) -> "MemmapVectorStore":
+        """The store in ``folder`` (created when missing)."""
+        return cls(folder)
+
+    @classmethod
+    def class_name(cls) -> str:
+        return "MemmapVectorStore"
+
+    @property
+    def client(self) -> None:
+        return None
+
+    @property
+    def matrix_path(self) -> Path:
+        return Path(self.folder) / MATRIX_FILENAME
+
+    def set_node_loader(self, loader: Optional[Callable[[List[str]], List[BaseNode]]]) -> None:
+        """Return the result nodes with each query, read by ``loader(ids)`` (the docstore's
+        ``get_nodes``): a retriever then needs no index struct listing every node id."""
+        self._node_loader = loader
+
+    # -- facts ----------------------------------------------------------------------------
+    def _meta_int(self, key: str) -> int:
+        value = self._db.get_meta(key)
+        return int(value) if value else 0
+
+    @property
+    def dim(self) -> int:
+        """Vector dimension (0 while empty)."""
+        return self._meta_int(_DIM)
+
+    @property
+    def count(self) -> int:
+        """Number of (live) vectors."""
+        return int(self._db.scalar("SELECT COUNT(*) FROM vector_rows"))
+
+    @property
+    def node_ids(self) -> List[str]:
+        return [r[0] for r in self._db.rows("SELECT node_id FROM vector_rows ORDER BY row")]
+
+    # -- writes ---------------------------------------------------------------------------
+    def add(self, nodes: Sequence[BaseNode], unit: bool = False, **add_kwargs: Any) -> List[str]:
+        """Store the nodes' embeddings as unit vectors (``unit=True``: they are unit vectors
+        of a store already, kept bit for bit instead of normalised again)."""
+        if not nodes:
+            return []
+        vectors = np.asarray([n.get_embedding() for n in nodes], dtype=np.float32)
+        if vectors.ndim != 2:
+            raise ValueError("MemmapVectorStore.add: every node needs an embedding of the same length")
+        if not unit:
+            vectors = _unit_rows(vectors)
+        with self._db.transaction():
+            self._db.on_rollback(self._forget)
+            dim = self.dim
+            if dim and vectors.shape[1] != dim:
+                raise ValueError(
+                    f"MemmapVectorStore.add: embeddings of dimension {vectors.shape[1]} do not match "
+                    f"the store's {dim} (another embedding model?)"
+                )
+            dim = vectors.shape[1]
+            ids = [n.node_id for n in nodes]
+            existing = dict(self._db.rows_in("SELECT node_id, row FROM vector_rows WHERE node_id IN ({})", ids))
+            rows_end = self._meta_int(_ROWS)
+            placed: Dict[str, int] = {}
+            fresh: List[Tuple[int, str, str]] = []
+            for node in nodes:
+                row = existing.get(node.node_id, placed.get(node.node_id))
+                if row is None:
+                    row = rows_end + len(fresh)
+                    fresh.append((row, node.node_id, node.ref_doc_id or ""))
+                placed[node.node_id] = row
+            self._write_rows(placed, ids, vectors, dim)
+            self._db.conn.executemany("INSERT INTO vector_rows (row, node_id, ref_doc_id) VALUES (?, ?, ?)", fresh)
+            updates = [(n.ref_doc_id or "", placed[n.node_id]) for n in nodes if n.node_id in existing]
+            self._db.conn.executemany("UPDATE vector_rows SET ref_doc_id = ? WHERE row = ?", updates)
+            self._db.set_meta(_DIM, str(dim))
+            self._db.set_meta(_ROWS, str(rows_end + len(fresh)))
+            self._bump()
+        return ids
+
+    def _write_rows(self, placed: Dict[str, int], ids: List[str], vectors: np.ndarray, dim: int) -> None:
+        """Each node's unit vector at its row (the last vector of an id given twice wins),
+        flushed to disk before the caller's transaction commits."""
+        row_bytes = dim * 4
+        fd = os.open(self.matrix_path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            by_row = {placed[node_id]: i for i, node_id in enumerate(ids)}
+            rows = sorted(by_row)
+            start = 0
+            while start < len(rows):  # one write per run of consecutive rows
+                end = start
+                while end + 1 < len(rows) and rows[end + 1] == rows[end] + 1:
+                    end += 1
+                block = vectors[[by_row[r] for r in rows[start:end + 1]]]
+                os.pwrite(fd, np.ascontiguousarray(block, dtype="<f4").tobytes(), rows[start] * row_bytes)
+                start = end + 1
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    def _bump(self) -> None:
+        self._db.set_meta(_VERSION, str(self._meta_int(_VERSION) + 1))
+
+    def _forget(self) -> None:
+        with self._cache_lock:
+            self._map, self._dead, self._seen_version = None, None, None
+
+    def _free(self, rows: List[int]) -> None:
+        if not rows:
+            return
+        with self._db.transaction():
+            self._db.on_rollback(self._forget)
+            for start in range(0, len(rows), 900):
+                chunk = rows[start:start + 900]
+                marks = ",".join("?" * len(chunk))
+                self._db.execute(f"DELETE FROM vector_rows WHERE row IN ({marks})", chunk)
+            self._db.conn.executemany("INSERT OR IGNORE INTO vector_free (row) VALUES (?)", [(r,) for r in rows])
+            self._bump()
+
+    def delete(self, ref_doc_id: str, **delete_kwargs: Any) -> None:
+        self._free([r[0] for r in self._db.rows("SELECT row FROM vector_rows WHERE ref_doc_id = ?", (ref_doc_id,))])
+
+    def delete_nodes(self, node_ids: Optional[List[str]] = None, filters: Any = None, **delete_kwargs: Any) -> None:
+        if filters is not None:
+            raise ValueError("MemmapVectorStore keeps no metadata: delete by node_ids or ref_doc_id")
+        self._free([r[0] for r in self._db.rows_in("SELECT row FROM vector_rows WHERE node_id IN ({})", node_ids or [])])
+
+    def clear(self) -> None:
+        self._free([r[0] for r in self._db.rows("SELECT row FROM vector_rows")])
+
+    def persist(self, persist_path: str = "", fs: Any = None) -> None:
+        """Nothing to write: every add is on disk when its transaction commits."""
+
+    # -- reads ----------------------------------------------------------------------------
+    def _matrix(self) -> Tuple[Optional[np.ndarray], Optional[np.ndarray]]:
+        """The mapped rows of the last commit and the mask of deleted ones (re-read only
+        after a write)."""
+        key = (self._meta_int(_VERSION), self._meta_int(_ROWS))
+        with self._cache_lock:
+            if key != self._seen_version:
+                rows, dim = key[1], self.dim
+                # A plain ndarray view of the mapping: products on the np.memmap subclass itself
+                # take a slow path (hundreds of times slower here).
+                self._map = (
+                    np.asarray(np.memmap(self.matrix_path, dtype="<f4", mode="r", shape=(rows, dim)))
+                    if rows and dim else None
+                )
+                dead = np.zeros(rows, dtype=bool)
+                freed = [r[0] for r in self._db.rows("SELECT row FROM vector_free WHERE row < ?", (rows,))]
+                dead[freed] = True
+                self._dead = dead if freed else None
+                self._seen_version = key
+            return self._map, self._dead
+
+    def _rows_of(self, node_ids: Sequence[str]) -> Dict[str, int]:
+        return dict(self._db.rows_in("SELECT node_id, row FROM vector_rows WHERE node_id IN ({})", list(node_ids)))
+
+    def get(self, text_id: str) -> List[float]:
+        """The (unit) vector of one node, as ``SimpleVectorStore.get`` gives it."""
+        return self.get_embeddings([text_id])[0].tolist()
+
+    def get_embeddings(self, node_ids: Sequence[str]) -> np.ndarray:
+        """Unit vectors of ``node_ids`` (a KeyError names an unknown id)."""
+        rows = self._rows_of(node_ids)
+        matrix, _ = self._matrix()
+        missing = [i for i in node_ids if i not in rows]
+        if missing:
+            raise KeyError(missing[0])
+        if matrix is None:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        return np.asarray(matrix[[rows[i] for i in node_ids]])
+
+    def query(self, query: VectorStoreQuery, **kwargs: Any) -> VectorStoreQueryResult:
+        """Exact cosine top-k; ``ids_only=True`` (a ``vector_store_kwargs`` of the retriever):
+        result nodes are empty stand-ins carrying the ids, not read from the docstore."""
+        if query.filters is not None:
+            raise ValueError(
+                "MemmapVectorStore keeps no metadata and cannot filter; restrict by node_ids or doc_ids"
+            )
+        if query.mode != VectorStoreQueryMode.DEFAULT:
+            raise ValueError(f"MemmapVectorStore answers the default mode only, not {query.mode}")
+        matrix, dead = self._matrix()
+        if query.query_embedding is None or matrix is None:
+            return VectorStoreQueryResult(ids=[], similarities=[], nodes=[] if self._node_loader else None)
+        q = _unit_rows(np.asarray([query.query_embedding], dtype=np.float32))[0]
+        if q.shape[0] != matrix.shape[1]:
+            raise ValueError(f"query embedding of dimension {q.shape[0]} against a store of dimension {matrix.shape[1]}")
+        rows = self._candidate_rows(query)
+        if rows is not None and dead is None and len(rows) == matrix.shape[0]:
+            rows = None  # every row: the product over the whole matrix, as MatrixVectorStore computes it
+        if rows is None:
+            scores = np.asarray(matrix @ q)
+            if dead is not None:  # only live rows compete, as in a matrix without the deleted ones
+                rows = np.flatnonzero(~dead)
+                scores = scores[rows]
+        else:
+            scores = np.asarray(matrix[rows] @ q)
+        k = min(query.similarity_top_k, scores.shape[0])
+        if k <= 0:
+            return VectorStoreQueryResult(ids=[], similarities=[], nodes=[] if self._node_loader else None)
+        best = np.argpartition(-scores, k - 1)[:k] if k < scores.shape[0] else np.arange(scores.shape[0])
+        best = best[np.argsort(-scores[best], kind="stable")]
+        chosen = best if rows is None else rows[best]
+        names = dict(self._db.rows_in("SELECT row, node_id FROM vector_rows WHERE row IN ({})", [int(r) for r in chosen]))
+        ids = [names[int(r)] for r in chosen]
+        if kwargs.get("ids_only"):
+            # The caller wants scores by id (a retriever route that reads its few result nodes
+            # later): id-only stand-ins, so LlamaIndex's retriever needs no node from anywhere.
+            nodes: Optional[List[BaseNode]] = [TextNode(id_=i, text="") for i in ids]
+        else:
+            nodes = self._node_loader(ids) if self._node_loader is not None else None
+        return VectorStoreQueryResult(ids=ids, similarities=[float(scores[i]) for i in best], nodes=nodes)
+
+    def _candidate_rows(self, query: VectorStoreQuery) -> Optional[np.ndarray]:
+        """Rows a query is restricted to, ascending (``None``: all live rows)."""
+        if query.node_ids is None and query.doc_ids is None:
+            return None
+        rows: Optional[set] = None
+        if query.node_ids is not None:
+            rows = set(self._rows_of(query.node_ids).values())
+        if query.doc_ids is not None:
+            by_doc = {r[0] for r in self._db.rows_in("SELECT row FROM vector_rows WHERE ref_doc_id IN ({})", list(query.doc_ids))}
+            rows = by_doc if rows is None else rows & by_doc
+        return np.array(sorted(rows or ()), dtype=np.int64)
+
+
+__all__ = ["MemmapVectorStore", "MATRIX_FILENAME"]
