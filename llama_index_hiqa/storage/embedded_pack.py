@@ -29,7 +29,7 @@ from llama_index_hiqa import pack as _pack
 from llama_index_hiqa import schema
 from llama_index_hiqa.errors import InvalidSettingError, PackStoreError, UnknownNodeError
 from llama_index_hiqa.pack import HiQAPack
-from llama_index_hiqa.pack_config import HiQAPackConfig, model_identity, route_settings
+from llama_index_hiqa.pack_config import HiQAPackConfig, model_identity, route_settings, same_model
 from llama_index_hiqa.retrievers import title_match
 from llama_index_hiqa.retrievers.bm25_route import BM25Route
 from llama_index_hiqa.retrievers.multi_route import MultiRouteConfig, MultiRouteRetriever
@@ -205,7 +205,7 @@ class EmbeddedHiQAPack(HiQAPack):
                 "use_chunk_graph", "the chunk graph is kept by the folder store only; use store_format='folder'"
             )
         embed_model = _pack.default_embed_model(embed_model, config.embed_backend)
-        if record is not None and record.get("embed_model") and record["embed_model"] != model_identity(embed_model):
+        if record is not None and record.get("embed_model") and not same_model(record["embed_model"], embed_model):
             logger.warning(
                 "HiQAPack.load: the store was embedded with %s, queries now use %s",
                 record["embed_model"], model_identity(embed_model),

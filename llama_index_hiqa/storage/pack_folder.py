@@ -23,7 +23,7 @@ from llama_index.core.llms import LLM
 from llama_index.core.vector_stores.types import BasePydanticVectorStore
 
 from llama_index_hiqa.errors import PackStoreError
-from llama_index_hiqa.pack_config import HiQAPackConfig, graph_retriever_settings, model_identity, route_settings
+from llama_index_hiqa.pack_config import HiQAPackConfig, graph_retriever_settings, model_identity, route_settings, same_model
 from llama_index_hiqa.storage import pack_files
 
 logger = logging.getLogger(__name__)
@@ -148,7 +148,7 @@ def read_pack(
 ) -> StoredPack:
     """The parts of the pack in ``files`` (from :func:`open_folder`), queried with
     ``embed_model`` and the ``keywords`` extractor the pack resolved for ``config``."""
-    if files.payload.get("embed_model") and files.payload["embed_model"] != model_identity(embed_model):
+    if files.payload.get("embed_model") and not same_model(files.payload["embed_model"], embed_model):
         logger.warning(
             "HiQAPack.load: the store was embedded with %s, queries now use %s",
             files.payload["embed_model"], model_identity(embed_model),

@@ -29,7 +29,7 @@ from llama_index_hiqa import pack as _pack
 from llama_index_hiqa import schema
 from llama_index_hiqa.errors import UnknownNodeError
 from llama_index_hiqa.pack import HiQAPack
-from llama_index_hiqa.pack_config import HiQAPackConfig, graph_retriever_settings, model_identity, route_settings
+from llama_index_hiqa.pack_config import HiQAPackConfig, graph_retriever_settings, model_identity, route_settings, same_model
 from llama_index_hiqa.storage.postgres import DocumentRecord, PostgresStore, PostgresStoreSettings
 from llama_index_hiqa.transforms.critical_keywords import normalize_keyword
 
@@ -72,7 +72,7 @@ class PostgresHiQAPack(HiQAPack):
                 raise store.error(f"holds invalid settings ({exc})") from None
             embed_model = _pack.default_embed_model(embed_model, config.embed_backend)
             identity = model_identity(embed_model)
-            if identity != record["embed_model"]:
+            if not same_model(record["embed_model"], embed_model):
                 raise store.error(
                     f"was built with the embedding model {record['embed_model']} ({record['embed_dim']} dimensions); "
                     f"this process embeds with {identity}: pass the store's model (embed_model=...) or use another database"
