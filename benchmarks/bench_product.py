@@ -104,8 +104,10 @@ def peak_rss_mib() -> float:
 # --- scoring with evaluation.metrics ------------------------------------------------------
 
 
-def score(rankings: List[List[str]], nodes: Sequence[BaseNode], questions) -> Dict[str, float]:
-    """Mean metrics over questions from full rankings (node ids, best first)."""
+def score(rankings: List[List[str]], nodes: Sequence[BaseNode], questions, per_question: List = None) -> Dict[str, float]:
+    """Mean metrics over questions from full rankings (node ids, best first). ``per_question``
+    (a list) receives each question's id, first gold-page rank, right-filing rank and the kind
+    of its top node: what says which questions moved between two rows."""
     units = [metrics.UnitView.from_node(n) for n in nodes]
     index = {u.node_id: i for i, u in enumerate(units)}
     unit_docs = [u.document_id for u in units]
@@ -118,6 +120,16 @@ def score(rankings: List[List[str]], nodes: Sequence[BaseNode], questions) -> Di
         relevance = metrics.relevance_matrix(units, question.gold)
         ranking_facts = metrics.query_ranking(ranks, relevance, unit_docs, question.gold_documents)
         per_query.append(metrics.query_metrics(ranking_facts, ks=KS))
+        if per_question is not None:
+            ranked = [r for r in ranking_facts.gold_ranks if r is not None]
+            top = nodes[index[ranking[0]]] if ranking else None
+            per_question.append({
+                "id": question.id, "question": question.question,
+                "page_rank": min(ranked) if ranked else None,
+                "doc_rank": min([r for r in ranking_facts.doc_ranks if r is not None], default=None),
+                "top_kind": schema.get_segment_kind(top) if top is not None else None,
+                "top_doc": schema.get_document_id(top) if top is not None else None,
+            })
     mean = metrics.mean_metrics(per_query)
     return {
         **{f"page-hit@{k}": mean[f"hit@{k}"] for k in KS},
@@ -294,10 +306,13 @@ def run_variant(name: str, questions, pdf_dir: Path, store_dir: Path, reuse: boo
     nodes = pack.nodes
     t0 = time.perf_counter()
     rankings = [retriever.full_ranking(q.question) for q in questions]
-    row = {**score(rankings, nodes, questions), "query_s": (time.perf_counter() - t0) / len(questions)}
+    query_s = (time.perf_counter() - t0) / len(questions)
+    per_question: List[Dict[str, Any]] = []
+    row = {**score(rankings, nodes, questions, per_question), "query_s": query_s}
     print(name, row, flush=True)
     return {
         "row": row,
+        "per_question": per_question,
         "settings": VARIANTS[name],
         "config": pack.config.model_dump(),
         "multi_route_config": multi.config.model_dump(),

@@ -36,6 +36,8 @@ Segment/node facts (written by the parsers, read by everything downstream):
 ``TABLE_TITLE``           for tables: the table's title or caption
 ``TABLE_COLUMNS``         for tables: column labels
 ``TABLE_ROWS``            for tables: row labels (first column)
+``TABLE_HEADER``          for a later part of a table split by rows: the table's Markdown
+                          header lines, repeated in the part's LLM view
 ``IMAGE_CAPTION``         for images: the caption line next to the figure
 ``IMAGE_BBOX``            for images: ``[x0, y0, x1, y1]`` in PDF points on its page
 ``IMAGE_FILE``            for images: ``<content hash>.<ext>``, the file saved in the store
@@ -112,6 +114,7 @@ SEGMENT_KIND = "segment_kind"
 TABLE_TITLE = "table_title"
 TABLE_COLUMNS = "table_columns"
 TABLE_ROWS = "table_rows"
+TABLE_HEADER = "table_header"
 IMAGE_CAPTION = "image_caption"
 IMAGE_BBOX = "image_bbox"
 IMAGE_FILE = "image_file"
@@ -167,6 +170,7 @@ BOOKKEEPING_KEYS: Tuple[str, ...] = (
     TABLE_TITLE,
     TABLE_COLUMNS,
     TABLE_ROWS,
+    TABLE_HEADER,
     IMAGE_CAPTION,
     IMAGE_BBOX,
     IMAGE_FILE,
@@ -483,12 +487,25 @@ def set_segment_facts(
 
 
 def set_table_facts(
-    node: BaseNode, *, title: str, columns: Sequence[str], rows: Sequence[str]
+    node: BaseNode, *, title: str, columns: Sequence[str], rows: Sequence[str], header: Optional[str] = None
 ) -> None:
+    """Title, column and row labels of a table node; ``header`` (the Markdown header lines)
+    only on a part of a split table that does not start with them (``None`` keeps it)."""
     node.metadata[TABLE_TITLE] = title
     write_json(node.metadata, TABLE_COLUMNS, [str(c) for c in columns])
     write_json(node.metadata, TABLE_ROWS, [str(r) for r in rows])
+    if header is not None:
+        if header:
+            node.metadata[TABLE_HEADER] = str(header)
+        else:
+            node.metadata.pop(TABLE_HEADER, None)
     hide_from_views(node)
+
+
+def get_table_header(node: BaseNode) -> str:
+    """The Markdown header lines a later part of a split table repeats ("" for a whole table
+    or its first part)."""
+    return str(node.metadata.get(TABLE_HEADER) or "")
 
 
 def get_table_labels(node: BaseNode) -> Tuple[List[str], List[str]]:

@@ -132,3 +132,125 @@ def test_pack_parser_uses_the_embedding_window_unless_disabled():
     assert capped.max_segment_tokens == 64
     off = _parser(HiQAPackConfig(max_segment_tokens=None), None, _FakeCached())
     assert off.max_segment_tokens is None and off._tokenizer is None
+
+
+# --- tables split by rows ---------------------------------------------------------------
+
+
+def _statement(n_rows, label_words=3, caption="CONSOLIDATED BALANCE SHEETS"):
+    header = "| (Millions) | 2018 | 2017 |\n|---|---|---|\n"
+    rows = "".join(
+        f"| {' '.join(f'item{i}w{w}' for w in range(label_words))} | {i},000 | ({i}) |\n" for i in range(n_rows)
+    )
+    return f"{caption}\n\n{header}{rows}"
+
+
+def _table_piece(text, path=(A,)):
+    from llama_index_hiqa.parsers._markdown_segments import find_tables
+
+    # The parser's own reading of the table, in a chapter whose heading line comes first.
+    (start, end, title, columns, rows), = find_tables("# A\n" + text, 0, len(text) + 4)
+    assert (start, end) == (4, len(text) + 3)  # the span ends before the last newline
+    return Piece(0, len(text), list(path), schema.KIND_TABLE, title, columns, rows)
+
+
+def test_long_table_is_split_by_rows_each_part_in_the_window_with_its_labels():
+    from llama_index_hiqa.parsers._token_budget import table_view_tokens
+
+    text = _statement(80)
+    piece = _table_piece(text)
+    assert piece.table_title == "CONSOLIDATED BALANCE SHEETS" and piece.table_columns == ["(Millions)", "2018", "2017"]
+    header = lambda path: 5  # noqa: E731
+    out = fit_pieces_to_window(text, [piece], COUNT, 120, header)
+    _tile(text, out)
+    assert len(out) > 2 and all(p.kind == schema.KIND_TABLE for p in out)
+    for part in out:
+        assert header(part.path) + table_view_tokens(COUNT, part.table_title, part.table_columns, part.table_rows) <= 120
+        assert part.table_title == piece.table_title and part.table_columns == piece.table_columns
+        assert part.path == [A]
+        # a part's own rows are exactly the labelled lines of its text
+        own = [ln.split("|")[1].strip() for ln in text[part.start : part.end].splitlines() if ln.startswith("| item")]
+        assert part.table_rows == own
+    assert [r for p in out for r in p.table_rows] == piece.table_rows  # every row once, in order
+    assert out[0].table_header == "" and text[out[0].start :].startswith("CONSOLIDATED")
+    for part in out[1:]:
+        assert part.table_header == "| (Millions) | 2018 | 2017 |\n|---|---|---|"
+        assert text[part.start : part.end].startswith("| item")  # cut between rows
+
+
+def test_a_table_that_fits_stays_whole():
+    text = _statement(4)
+    piece = _table_piece(text)
+    assert fit_pieces_to_window(text, [piece], COUNT, 200, lambda p: 5) == [piece]
+
+
+def test_table_parts_hold_at_most_the_labels_the_view_shows():
+    from llama_index_hiqa.parsers._token_budget import MAX_TABLE_ROWS
+
+    text = _statement(150, label_words=1)
+    out = fit_pieces_to_window(text, [_table_piece(text)], COUNT, 10_000, lambda p: 0)
+    _tile(text, out)
+    assert [len(p.table_rows) for p in out] == [MAX_TABLE_ROWS, MAX_TABLE_ROWS, 150 - 2 * MAX_TABLE_ROWS]
+    assert CascadingMetadataTransform().max_table_labels == MAX_TABLE_ROWS
+
+
+def test_split_tables_property_every_part_fits_and_every_row_appears_once():
+    import random
+
+    from llama_index_hiqa.parsers._token_budget import MIN_TEXT_TOKENS, table_view_tokens
+
+    rng = random.Random(7)
+    for trial in range(60):
+        n_rows, words_per_label = rng.randint(1, 120), rng.randint(1, 9)
+        window, head = rng.randint(40, 300), rng.randint(0, 20)
+        rows = []
+        for i in range(n_rows):
+            label = " ".join(f"r{i}x{w}" for w in range(rng.randint(1, words_per_label)))
+            rows.append(f"| {label} | {i} |" if rng.random() > 0.1 else f"|  | {i} |")  # some unlabelled
+            if rng.random() < 0.05:
+                rows.append("")  # a blank line inside the block ends nothing here
+        text = "Title line\n\n| Item | 2023 |\n|---|---|\n" + "\n".join(rows) + "\n"
+        text = text.replace("\n\n|", "\n|", 1) if rng.random() < 0.5 else text
+        from llama_index_hiqa.parsers._markdown_segments import find_tables
+
+        tables = find_tables(text, 0, len(text))
+        start, end, title, columns, labels = tables[0]
+        piece = Piece(start, end, [A], schema.KIND_TABLE, title, columns, labels)
+        out = fit_pieces_to_window(text[: end], [piece], COUNT, window, lambda p: head)
+        assert out[0].start == start and out[-1].end == end
+        for left, right in zip(out, out[1:]):
+            assert left.end == right.start
+        assert [r for p in out for r in p.table_rows] == labels, trial
+        for part in out:
+            fixed = head + table_view_tokens(COUNT, part.table_title, part.table_columns, ())
+            fits = fixed + table_view_tokens(COUNT, "", (), part.table_rows) <= window
+            # Over the window only when one row alone does not fit beside the title and columns,
+            # or when they leave less than MIN_TEXT_TOKENS for the rows (never squeezed below it).
+            floor = table_view_tokens(COUNT, "", (), part.table_rows) - COUNT("Rows:") <= MIN_TEXT_TOKENS
+            assert fits or len(part.table_rows) == 1 or (window - fixed < MIN_TEXT_TOKENS + 1 and floor), trial
+            assert len(part.table_rows) <= 60
+
+
+def test_split_table_nodes_repeat_the_header_in_their_llm_view_and_tile_the_document():
+    text = "# Item 8. Financial Statements\n\n" + _statement(80) + "\nAfter the table.\n"
+    doc = Document(text=text, metadata={schema.DOCUMENT_TITLE: "Acme 10-K", schema.DOCUMENT_ID: "acme"})
+    parser = LayoutMarkdownParser(max_segment_tokens=128, tokenizer=words)
+    nodes = CascadingMetadataTransform()(parser.get_nodes_from_documents([doc]))
+    assert "".join(n.get_content(MetadataMode.NONE) for n in nodes) == text  # tiling, no loss
+    tables = [n for n in nodes if schema.get_segment_kind(n) == schema.KIND_TABLE]
+    assert len(tables) > 2
+    header = "| (Millions) | 2018 | 2017 |\n|---|---|---|"
+    seen = []
+    for node in tables:
+        embed = node.get_content(MetadataMode.EMBED)
+        assert COUNT(embed) <= 128
+        assert embed.startswith("Acme 10-K > Item 8 Financial Statements")  # the cascade in every part
+        assert "CONSOLIDATED BALANCE SHEETS" in embed and "Columns: (Millions); 2018; 2017" in embed
+        assert "000" not in embed  # labels, not cells
+        llm = node.get_content(MetadataMode.LLM)
+        assert header in llm and node.text.strip() in llm
+        columns, rows = schema.get_table_labels(node)
+        assert columns == ["(Millions)", "2018", "2017"]
+        seen += rows
+    assert schema.get_table_header(tables[0]) == "" and schema.get_table_header(tables[1]) == header
+    assert seen == [f"item{i}w0 item{i}w1 item{i}w2" for i in range(80)]

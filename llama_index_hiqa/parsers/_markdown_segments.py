@@ -108,6 +108,7 @@ class Piece:
     table_title: str = ""
     table_columns: List[str] = field(default_factory=list)
     table_rows: List[str] = field(default_factory=list)
+    table_header: str = ""  # a later part of a split table: the header lines it repeats
 
 
 def drop_title_marks(marks: List[HeadingMark], title: Optional[str]) -> List[HeadingMark]:
@@ -274,6 +275,32 @@ def build_pieces(
     return pieces
 
 
+def table_head(text: str, start: int, end: int) -> Tuple[int, str]:
+    """Where the rows of the table piece ``text[start:end]`` begin (after its caption, header
+    row and ``|---|`` line) and its Markdown header lines; ``(start, "")`` for a part that
+    holds rows only (a later part of a table already split)."""
+    offset, header = start, []
+    for line in text[start:end].splitlines(keepends=True):
+        stripped = line.strip()
+        offset += len(line)
+        if _TABLE_SEP_RE.match(stripped) and header:
+            return offset, "\n".join(header + [stripped])
+        if _TABLE_LINE_RE.match(stripped):
+            header.append(stripped)
+            if len(header) > 1:
+                break  # a row before any separator: no header block
+    return start, ""
+
+
+def row_label(line: str) -> str:
+    """The row label (first cell) of a Markdown table line; "" for a separator, a line that is
+    not a table row, or a row whose first cell is empty."""
+    if not _TABLE_LINE_RE.match(line) or _TABLE_SEP_RE.match(line):
+        return ""
+    cells = _split_cells(line)
+    return cells[0] if cells else ""
+
+
 def _split_table(
     text: str, start: int, end: int, path: List[Tuple[str, str, int]], title: str,
     columns: List[str], max_chars: Optional[int],
@@ -291,18 +318,18 @@ def _split_table(
             parts.append((cursor, cut))
             cursor = cut
         parts.append((cursor, end))
+    rows_from, header = table_head(text, start, end)
     pieces = []
     for p_start, p_end in parts:
-        rows = [
-            cells[0]
-            for line in text[p_start:p_end].split("\n")
-            if _TABLE_LINE_RE.match(line) and not _TABLE_SEP_RE.match(line)
-            for cells in [_split_cells(line)]
-            if cells and cells[0]
-        ]
-        if p_start == start and rows and columns and rows[0] == columns[0]:
-            rows = rows[1:]  # the header row is columns, not a row label
-        pieces.append(Piece(p_start, p_end, list(path), schema.KIND_TABLE, title, list(columns), rows))
+        # the header row is columns, not a row label
+        body = max(p_start, rows_from) if p_start == start else p_start
+        rows = [label for label in map(row_label, text[body:p_end].split("\n")) if label]
+        if p_start == start and not header and rows and columns and rows[0] == columns[0]:
+            rows = rows[1:]  # a header row without a |---| line
+        pieces.append(Piece(
+            p_start, p_end, list(path), schema.KIND_TABLE, title, list(columns), rows,
+            header if p_start != start else "",
+        ))
     return pieces
 
 
@@ -395,7 +422,8 @@ def pieces_to_nodes(
         )
         if piece.kind == schema.KIND_TABLE:
             schema.set_table_facts(
-                node, title=piece.table_title, columns=piece.table_columns, rows=piece.table_rows
+                node, title=piece.table_title, columns=piece.table_columns, rows=piece.table_rows,
+                header=piece.table_header or None,
             )
         nodes.append(node)
     return nodes

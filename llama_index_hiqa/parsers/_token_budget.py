@@ -16,8 +16,15 @@ the heading cut and before the nodes are made:
    common heading path and keeps every heading line in its text.
 
 Pieces still tile the document: splits and merges only move boundaries between adjacent
-pieces, never drop or repeat a character. Tables are left to the table rules (their
-embedding view is their labels, not their text).
+pieces, never drop or repeat a character.
+
+Tables are embedded by their labels, not their cells (HiQA appendix A.4, B.1: cascade, title,
+"Columns: ...", "Rows: ..."), so a table's cost is that view: a financial statement's sixty
+row labels run to 600 word pieces, of which the model reads the first 256.
+:func:`split_table_piece` cuts such a table between rows into parts whose view fits; every
+part keeps the table's title, column labels and cascade, lists only its own rows, and a later
+part carries the table's Markdown header lines (``schema.TABLE_HEADER``), repeated in its LLM
+view. Table parts are never merged.
 
 Token counts come from the model's own tokenizer (any LlamaIndex-style ``tokenizer`` callable:
 text -> list of tokens); the counts of adjacent units are summed, which is exact for
@@ -30,7 +37,7 @@ import re
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from llama_index_hiqa import schema
-from llama_index_hiqa.parsers._markdown_segments import Piece
+from llama_index_hiqa.parsers._markdown_segments import Piece, row_label, table_head
 
 Path = List[Tuple[str, str, int]]
 TokenCounter = Callable[[str], int]
@@ -38,6 +45,9 @@ TokenCounter = Callable[[str], int]
 # Boundaries tried in order when a unit is too long: paragraph, line, sentence, word.
 _SEPARATORS = (re.compile(r"\n\s*\n"), re.compile(r"\n"), re.compile(r"(?<=[.!?;])\s+"), re.compile(r"\s+"))
 MIN_TEXT_TOKENS = 32  # never squeeze the text below this, however long the header
+# Row labels a table's embedding view shows at most (CascadingMetadataTransform.max_table_labels
+# takes its default from here): a part never holds more, so none is cut from its view.
+MAX_TABLE_ROWS = 60
 _MAX_CHARS_PER_TOKEN = 12
 
 
@@ -122,6 +132,9 @@ def fit_pieces_to_window(
     cascade of a node with that heading path costs."""
     split: List[Tuple[Piece, int]] = []  # piece, its text tokens
     for piece in pieces:
+        if piece.kind == schema.KIND_TABLE:
+            split.extend((part, -1) for part in split_table_piece(text, piece, count, window, header_tokens))
+            continue
         if piece.kind != schema.KIND_TEXT:
             split.append((piece, -1))
             continue
@@ -151,6 +164,66 @@ def fit_pieces_to_window(
                 continue
         out.append((piece, tokens))
     return [p for p, _ in out]
+
+
+def table_view_tokens(count: TokenCounter, title: str, columns: Sequence[str], rows: Sequence[str]) -> int:
+    """Tokens of a table's embedding view without its cascade: title, ``Columns: a; b`` and
+    ``Rows: r1; r2`` lines (the view :class:`~llama_index_hiqa.transforms.cascading_metadata.HCATableNode`
+    renders), each label counted with its ``; `` separator."""
+    total = count(title) + 1 if title else 0
+    if columns:
+        total += count("Columns:") + sum(count(c) + 1 for c in columns) + 1
+    if rows:
+        total += count("Rows:") + sum(count(r) + 1 for r in rows)
+    return total
+
+
+def split_table_piece(
+    text: str,
+    piece: Piece,
+    count: TokenCounter,
+    window: int,
+    header_tokens: Callable[[Path], int],
+    max_rows: int = MAX_TABLE_ROWS,
+) -> List[Piece]:
+    """``piece`` (a table) cut between rows into parts whose embedding view (cascade, title,
+    column labels, their own row labels) fits ``window`` and lists at most ``max_rows`` rows;
+    ``[piece]`` when it fits already. The parts tile the piece; the first keeps the caption
+    and header lines in its text, the others carry them in ``table_header``."""
+    fixed = header_tokens(piece.path) + table_view_tokens(count, piece.table_title, piece.table_columns, ())
+    if len(piece.table_rows) <= max_rows and fixed + table_view_tokens(count, "", (), piece.table_rows) <= window:
+        return [piece]
+    budget = max(MIN_TEXT_TOKENS, window - fixed - count("Rows:"))
+    rows_from, head = table_head(text, piece.start, piece.end)
+    header = head or piece.table_header
+    lines: List[Tuple[int, str]] = []  # line start, its row label
+    offset = rows_from
+    for line in text[rows_from : piece.end].splitlines(keepends=True):
+        lines.append((offset, row_label(line)))
+        offset += len(line)
+    labelled = [i for i, (_, label) in enumerate(lines) if label]
+    # A header row without a |---| line is the columns, not a row (as the parser reads it).
+    if len(labelled) == len(piece.table_rows) + 1 and [lines[i][1] for i in labelled[1:]] == piece.table_rows:
+        lines[labelled[0]] = (lines[labelled[0]][0], "")
+    parts: List[Piece] = []
+    part_start, used, labels = piece.start, 0, []
+    for line_start, label in lines:
+        cost = count(label) + 1 if label else 0
+        if label and labels and (used + cost > budget or len(labels) >= max_rows):
+            parts.append(_table_part(piece, part_start, line_start, labels, header))
+            part_start, used, labels = line_start, 0, []
+        if label:
+            labels.append(label)
+            used += cost
+    parts.append(_table_part(piece, part_start, piece.end, labels, header))
+    return parts
+
+
+def _table_part(piece: Piece, start: int, end: int, rows: List[str], header: str) -> Piece:
+    return Piece(
+        start, end, list(piece.path), schema.KIND_TABLE, piece.table_title, list(piece.table_columns),
+        list(rows), piece.table_header if start == piece.start else header,
+    )
 
 
 def cascade_header_counter(

@@ -65,6 +65,7 @@ from llama_index_hiqa.headings import (
 )
 from llama_index_hiqa.schema import Heading
 from llama_index_hiqa.transforms.context_header import apply_header_format
+from llama_index_hiqa.parsers._token_budget import MAX_TABLE_ROWS
 
 logger = logging.getLogger(__name__)
 
@@ -222,6 +223,14 @@ class HCATableNode(TextNode):
     """
 
     def get_content(self, metadata_mode: MetadataMode = MetadataMode.NONE) -> str:
+        if metadata_mode in (MetadataMode.LLM, MetadataMode.ALL):
+            # A later part of a table split by rows reads with its header lines again.
+            header = schema.get_table_header(self)
+            if header and not self.text.lstrip().startswith(header):
+                metadata_str = self.get_metadata_str(metadata_mode).strip()
+                body = f"{header}\n{self.text}"
+                return self.text_template.format(content=body, metadata_str=metadata_str).strip() if metadata_str else body
+            return super().get_content(metadata_mode)
         if metadata_mode != MetadataMode.EMBED:
             return super().get_content(metadata_mode)
         meta = self.metadata
@@ -294,7 +303,7 @@ class CascadingMetadataTransform(TransformComponent):
         ),
     )
     max_table_labels: int = Field(
-        default=60, description="At most this many row labels in a table's embedding view."
+        default=MAX_TABLE_ROWS, description="At most this many row labels in a table's embedding view."
     )
     image_context_chars: int = Field(
         default=300,
