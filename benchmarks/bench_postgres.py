@@ -358,6 +358,61 @@ def ingest_synthetic(pack: Any, n_nodes: int) -> float:
     return time.perf_counter() - t0
 
 
+def server_cpu_s(pg_dir: Path) -> float:
+    """CPU seconds used so far by the benchmark's pgserver instance: its postmaster with its
+    exited children (cutime, cstime) plus every live child (``/proc``; NaN elsewhere)."""
+    try:
+        postmaster = int((pg_dir / "postmaster.pid").read_text().split()[0])
+        tick = os.sysconf("SC_CLK_TCK")
+        total = 0.0
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit():
+                continue
+            try:
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            pid, ppid = int(entry.name), int(fields[1])
+            if pid == postmaster:
+                total += sum(int(f) for f in fields[11:15]) / tick
+            elif ppid == postmaster:
+                total += (int(fields[11]) + int(fields[12])) / tick
+        return total
+    except (OSError, ValueError):
+        return float("nan")
+
+
+def cpu_s() -> float:
+    """CPU seconds of this process so far."""
+    import resource
+
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def ingest_synthetic_pg(pack: Any, n_nodes: int, pg_dir: Optional[Path] = None) -> Dict[str, float]:
+    """Ingest into PostgreSQL as ``PostgresHiQAPack.ingest`` does (one transaction a batch,
+    inside ``bulk_load``: HNSW built after the last batch); the store-side time counts the
+    writes and the index build, not the generation of the synthetic nodes."""
+    writes = client_cpu = 0.0
+    server0 = server_cpu_s(pg_dir) if pg_dir else float("nan")
+    t0 = time.perf_counter()
+    with pack.store.bulk_load():
+        for documents, nodes in synthetic_batches(n_nodes):
+            t1, c1 = time.perf_counter(), cpu_s()
+            pack._write_batch(documents, [], nodes)
+            pack._invalidate()
+            writes += time.perf_counter() - t1
+            client_cpu += cpu_s() - c1
+        t_index = time.perf_counter()
+        server_rows = (server_cpu_s(pg_dir) if pg_dir else float("nan")) - server0
+    index_s = time.perf_counter() - t_index
+    server = (server_cpu_s(pg_dir) if pg_dir else float("nan")) - server0
+    return {"pg_ingest_s": time.perf_counter() - t0, "pg_store_s": writes + index_s, "pg_rows_s": writes,
+            "pg_index_s": index_s, "pg_client_cpu_s": client_cpu, "pg_server_cpu_rows_s": server_rows,
+            "pg_server_cpu_s": server}
+
+
 def query_times(retriever: Any, questions: Sequence[str]) -> List[float]:
     times = []
     for q in questions:
@@ -423,27 +478,68 @@ def client_memory(store: str) -> Dict[str, float]:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+def pg_queries(url: str, questions: Sequence[str]) -> Dict[str, Any]:
+    """``pack.as_retriever()`` on a PostgreSQL pack: sync and async p50/p95 and statements a question."""
+    from llama_index_hiqa import HiQAPack
+
+    pg = HiQAPack.load(url, embed_model=_fast_embedding(), **FAST)
+    result: Dict[str, Any] = {}
+    retriever = pg.as_retriever()
+    retriever.retrieve(questions[0])
+    with count_statements(pg.store.engine) as counted:
+        times = query_times(retriever, questions)
+    result["pg_statements_per_question"] = counted[0] / len(questions)
+    result["pg_p50_ms"], result["pg_p95_ms"] = pct(times, 50), pct(times, 95)
+    atimes = asyncio.run(aquery_times(retriever, questions))
+    result["pg_async_p50_ms"], result["pg_async_p95_ms"] = pct(atimes, 50), pct(atimes, 95)
+    pg.close()
+    return result
+
+
+class count_statements:
+    """Counts the statements an engine sends while inside (SQLAlchemy's cursor event)."""
+
+    def __init__(self, engine: Any) -> None:
+        self.engine, self.count = engine, [0]
+
+    def _seen(self, *args: Any) -> None:
+        self.count[0] += 1
+
+    def __enter__(self) -> List[int]:
+        from sqlalchemy import event
+
+        event.listen(self.engine, "before_cursor_execute", self._seen)
+        return self.count
+
+    def __exit__(self, *exc: Any) -> None:
+        from sqlalchemy import event
+
+        event.remove(self.engine, "before_cursor_execute", self._seen)
+
+
 def run_synthetic(args: argparse.Namespace, n_nodes: int) -> Dict[str, Any]:
+    import resource
+
     from llama_index_hiqa import HiQAPack
 
     embed = _fast_embedding()
     questions = synthetic_questions(args.queries)
     url = server_url(args, f"hiqa_synthetic_{n_nodes}")
-    result: Dict[str, Any] = {"nodes": n_nodes}
+    result: Dict[str, Any] = {"nodes": n_nodes, "load_average_start": os.getloadavg()}
     pg = HiQAPack.empty(embed_model=embed, store=url, **FAST)
-    result["pg_ingest_s"] = ingest_synthetic(pg, n_nodes)
-    print(n_nodes, "pg ingest", result["pg_ingest_s"], flush=True)
+    result.update(ingest_synthetic_pg(pg, n_nodes, None if args.url else args.pg_dir))
+    result["pg_ingest_peak_rss_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    result["load_average_ingested"] = os.getloadavg()
+    print(n_nodes, "pg ingest", result, flush=True)
+    t0 = time.perf_counter()
     pg.store.analyze()
+    result["pg_analyze_s"] = time.perf_counter() - t0
     result["db_bytes"] = int(pg.store.scalar("SELECT pg_database_size(current_database())"))
     result["table_bytes"] = table_sizes(pg.store)
-    retriever = pg.as_retriever()
-    retriever.retrieve(questions[0])
-    times = query_times(retriever, questions)
-    result["pg_p50_ms"], result["pg_p95_ms"] = pct(times, 50), pct(times, 95)
-    atimes = asyncio.run(aquery_times(retriever, questions))
-    result["pg_async_p50_ms"], result["pg_async_p95_ms"] = pct(atimes, 50), pct(atimes, 95)
-    result["hnsw_recall@10"] = hnsw_recall(pg, n_nodes)
+    if n_nodes <= 200_000:  # exact search over every vector, in this process
+        result["hnsw_recall@10"] = hnsw_recall(pg, n_nodes)
     pg.close()
+    result.update(pg_queries(url, questions))
     result["pg_client"] = client_memory(url)
     print(n_nodes, "pg", result, flush=True)
     if not args.skip_local:
@@ -454,14 +550,30 @@ def run_synthetic(args: argparse.Namespace, n_nodes: int) -> Dict[str, Any]:
         result["local_route_build_s"] = time.perf_counter() - t0
         times = query_times(retriever, questions)
         result["local_p50_ms"], result["local_p95_ms"] = pct(times, 50), pct(times, 95)
+        # PostgreSQL again right after, so the ratio compares the two under the same load.
+        again = pg_queries(url, questions)
+        result["pg_p50_ms_after_local"], result["pg_p95_ms_after_local"] = again["pg_p50_ms"], again["pg_p95_ms"]
         folder = args.store_dir / f"synthetic_local_{n_nodes}"
         t0 = time.perf_counter()
         local.persist(folder)
         result["local_persist_s"] = time.perf_counter() - t0
         del local, retriever
         result["local_client"] = client_memory(str(folder))
+    result["peak_rss_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(n_nodes, result, flush=True)
     return result
+
+
+def requery_synthetic(args: argparse.Namespace, n_nodes: int) -> None:
+    """Measure the queries again on a saved synthetic database (after a change of the query code)."""
+    path = OUT_DIR / f"synthetic_{n_nodes}.json"
+    result = json.loads(path.read_text())
+    url = server_url(args, f"hiqa_synthetic_{n_nodes}", fresh=False)
+    result.update(pg_queries(url, synthetic_questions(args.queries)))
+    result["pg_client"] = client_memory(url)
+    result["requeried"] = f"{time.strftime('%Y-%m-%d %H:%M')}, {git_commit()}"
+    print(n_nodes, result, flush=True)
+    path.write_text(json.dumps(result, indent=1))
 
 
 # --- RESULTS.md -------------------------------------------------------------------------------------
@@ -676,7 +788,8 @@ def write_section() -> None:
 def main(argv: Optional[Sequence[str]] = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument(
-        "--part", choices=["financebench", "financebench-ef", "synthetic", "sizes", "recall", "section"], required=True
+        "--part", choices=["financebench", "financebench-ef", "synthetic", "synthetic-query", "sizes", "recall", "section"],
+        required=True
     )
     parser.add_argument("--url", default=os.environ.get("HIQA_BENCH_POSTGRES_URL"), help="server to use instead of pgserver")
     parser.add_argument("--pg-dir", type=Path, default=Path("/tmp/hiqa_bench_pg"))
@@ -699,6 +812,9 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
             result = run_synthetic(args, size)
             result["run"] = run
             (OUT_DIR / f"synthetic_{size}.json").write_text(json.dumps(result, indent=1))
+    elif args.part == "synthetic-query":
+        for size in [int(s) for s in args.sizes.split(",") if s]:
+            requery_synthetic(args, size)
     elif args.part == "financebench-ef":
         financebench_ef_search(args)
     elif args.part == "sizes":

@@ -68,10 +68,12 @@ SCHEMA = [
 # write) and one narrow row per (term, node): 16 bytes of data instead of two texts. A node's
 # term ids are kept on its hiqa_nodes row, so removing it finds its postings by key.
 POSTINGS_SCHEMA = [
+    # Half-full pages: each batch's document-frequency updates stay on their page (HOT updates,
+    # no new index entries).
     """CREATE TABLE IF NOT EXISTS hiqa_terms (
         term_id int PRIMARY KEY,
         term text NOT NULL UNIQUE,
-        df int NOT NULL)""",
+        df int NOT NULL) WITH (fillfactor = 50)""",
     "CREATE SEQUENCE IF NOT EXISTS hiqa_term_ids AS int",
     """CREATE TABLE IF NOT EXISTS hiqa_postings (
         term_id int NOT NULL,

@@ -109,7 +109,7 @@ class PostgresStoreSettings(BaseModel):
         "exactly (200 changed one top 5 in 86 questions).",
     )
     index_build_memory_mb: int = Field(
-        default=2048, ge=64,
+        default=3072, ge=64,
         description="maintenance_work_mem of the session that builds the HNSW index after a bulk "
         "load: pgvector builds fast while the graph fits in it (about 2.2 KB a 384-dimension "
         "vector), much slower past it.",
