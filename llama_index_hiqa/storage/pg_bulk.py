@@ -275,6 +275,8 @@ def bulk_load(store: Any) -> Iterator[bool]:
                 if empty:
                     conn.exec_driver_sql(f"DROP INDEX IF EXISTS {VECTOR_INDEX}")
                     deferred = True
+            if not deferred:  # nothing to hold back: the writes (re)build a missing index themselves
+                holder.exec_driver_sql(f"SELECT pg_advisory_unlock({BULK_LOCK})")
         yield deferred
     finally:
         try:
@@ -283,7 +285,8 @@ def bulk_load(store: Any) -> Iterator[bool]:
                     conn.exec_driver_sql(f"SELECT pg_advisory_xact_lock({WRITE_LOCK})")
                     build_vector_index(store, conn)
         finally:
-            holder.exec_driver_sql(f"SELECT pg_advisory_unlock({BULK_LOCK})")
+            if deferred:
+                holder.exec_driver_sql(f"SELECT pg_advisory_unlock({BULK_LOCK})")
             holder.close()
 
 
