@@ -118,25 +118,29 @@ GRAPH_SCHEMA = [
 SCHEMA += GRAPH_SCHEMA
 
 # |C| per node: the query's keywords the node holds, and those of them that are also keywords
-# of its document title (counted document_keyword_weight times in all: ``:extra`` more).
+# of its document title (counted document_keyword_weight times in all: ``:extra`` more). One
+# GIN lookup per query keyword (keywords, query keywords and title keywords hold no repeats;
+# ``:tw`` is a subset of ``:kw``), counted per node.
 _KEYWORD_COUNTS = """
-SELECT node_id, held + CAST(:extra AS float8) * in_title AS score FROM (
-  SELECT node_id,
-         cardinality(ARRAY(SELECT unnest(keywords) INTERSECT SELECT unnest(CAST(:kw AS text[])))) AS held,
-         cardinality(ARRAY(SELECT unnest(keywords) INTERSECT SELECT unnest(title_keywords)
-                           INTERSECT SELECT unnest(CAST(:tw AS text[])))) AS in_title
-  FROM hiqa_nodes WHERE keywords && CAST(:kw AS text[]) {restrict}) c"""
+SELECT n.node_id, count(*) + CAST(:extra AS float8)
+       * count(*) FILTER (WHERE q.kw = ANY(n.title_keywords) AND q.kw = ANY(CAST(:tw AS text[]))) AS score
+FROM unnest(CAST(:kw AS text[])) AS q(kw) JOIN hiqa_nodes n ON n.keywords @> ARRAY[q.kw] {restrict}
+GROUP BY n.node_id"""
 
 # Okapi BM25 as bm25s scores it (Lucene IDF log(1 + (N - df + 0.5) / (df + 0.5)), term
 # component tf / (tf + k1 (1 - b + b dl / avgdl)), a query term counted as often as it occurs),
-# with the document frequencies kept in hiqa_terms (always the whole collection's).
-_BM25_TERMS_AND_STATS = """
+# with the document frequencies kept in hiqa_terms (always the whole collection's). What does
+# not depend on the posting is computed once per query term: w = qtf * IDF, ka = k1 (1 - b),
+# kb = k1 b / avgdl, so a posting adds w tf / (tf + ka + kb dl).
+_BM25_TERMS_AND_STATS = f"""
 q AS (SELECT t AS term, count(*) AS qtf FROM unnest(CAST(:terms AS text[])) t GROUP BY t),
-qt AS MATERIALIZED (SELECT q.qtf, h.term_id, h.df::float8 AS df FROM q JOIN hiqa_terms h USING (term) WHERE h.df > 0),
 stats AS (SELECT node_count::float8 AS n, total_length::float8 / greatest(node_count, 1) AS avgdl
-          FROM hiqa_pack WHERE id = 1)"""
-_BM25_SUM = f"""sum(qt.qtf * ln(1 + (stats.n - qt.df + 0.5) / (qt.df + 0.5))
-           * p.tf / (p.tf + {BM25_K1} * (1 - {BM25_B} + {BM25_B} * p.length / stats.avgdl)))"""
+          FROM hiqa_pack WHERE id = 1),
+qt AS MATERIALIZED (
+  SELECT h.term_id, q.qtf * ln(1 + (stats.n - h.df + 0.5) / (h.df + 0.5)) AS w,
+         {BM25_K1} * (1 - {BM25_B}) AS ka, {BM25_K1} * {BM25_B} / stats.avgdl AS kb
+  FROM q JOIN hiqa_terms h USING (term) CROSS JOIN stats WHERE h.df > 0)"""
+_BM25_SUM = "sum(qt.w * p.tf / (p.tf + qt.ka + qt.kb * p.length))"
 
 # The three routes of one question in one statement: pgvector's HNSW top :n (cosine), BM25's
 # top :n (ties at the cut broken by node id, as before) and |C| of the keyword route's top :n
@@ -146,14 +150,12 @@ WITH v AS MATERIALIZED (
   SELECT node_id, 1 - (embedding <=> CAST(:qvec AS vector)) AS score FROM data_{VECTOR_TABLE}
   WHERE CAST(:use_vector AS bool) ORDER BY embedding <=> CAST(:qvec AS vector) LIMIT :n),
 {_BM25_TERMS_AND_STATS},
-scored AS MATERIALIZED (
-  SELECT p.node_row, {_BM25_SUM} AS score
-  FROM qt JOIN hiqa_postings p USING (term_id) CROSS JOIN stats GROUP BY p.node_row),
-cut AS (SELECT score FROM scored ORDER BY score DESC LIMIT 1 OFFSET :n - 1),
+scored AS (
+  SELECT p.node_row, {_BM25_SUM} AS score FROM qt JOIN hiqa_postings p USING (term_id) GROUP BY p.node_row),
+top AS MATERIALIZED (SELECT node_row, score FROM scored WHERE score > 0 ORDER BY score DESC FETCH FIRST :n ROWS WITH TIES),
 b AS MATERIALIZED (
-  SELECT nd.node_id, s.score FROM scored s JOIN hiqa_nodes nd USING (node_row)
-  WHERE s.score > 0 AND s.score >= coalesce((SELECT score FROM cut), 0)
-  ORDER BY s.score DESC, nd.node_id LIMIT :n),
+  SELECT (SELECT node_id FROM hiqa_nodes nd WHERE nd.node_row = t.node_row) AS node_id, t.score FROM top t
+  ORDER BY t.score DESC, 1 LIMIT :n),
 k AS MATERIALIZED ({_KEYWORD_COUNTS.format(restrict="")}),
 kt AS (SELECT node_id FROM k ORDER BY score DESC, node_id COLLATE "C" LIMIT :n)
 SELECT 'v', node_id, score FROM v
@@ -163,21 +165,25 @@ UNION ALL SELECT 'k', node_id, score FROM k
 """
 
 # Every route's score of given nodes (the document focus ranks every node of the best document;
-# BM25's document frequencies stay collection-wide), in one statement; a node's postings are
-# found by (term, node row), not by reading each query term's whole posting list.
+# BM25's document frequencies stay collection-wide), in one statement. A document's nodes are
+# written in one batch, so their rows are one range: each query term's postings are read in
+# that range only, not the term's whole list.
 WITHIN_SQL = f"""
-WITH ids AS MATERIALIZED (SELECT node_id, node_row FROM hiqa_nodes WHERE node_id = ANY(CAST(:ids AS text[]))),
+WITH ids AS MATERIALIZED (
+  SELECT node_id, (SELECT node_row FROM hiqa_nodes n WHERE n.node_id = i.node_id) AS node_row
+  FROM unnest(CAST(:ids AS text[])) AS i(node_id)),
+span AS MATERIALIZED (SELECT min(node_row) AS lo, max(node_row) AS hi FROM ids),
 {_BM25_TERMS_AND_STATS}
-SELECT 'v', node_id, 1 - (embedding <=> CAST(:qvec AS vector)) FROM data_{VECTOR_TABLE}
-  WHERE CAST(:use_vector AS bool) AND node_id = ANY(CAST(:ids AS text[]))
+SELECT 'v', ids.node_id, 1 - (v.embedding <=> CAST(:qvec AS vector))
+  FROM ids JOIN data_{VECTOR_TABLE} v USING (node_id) WHERE CAST(:use_vector AS bool)
 UNION ALL
 SELECT 'b', ids.node_id, s.score FROM (
   SELECT p.node_row, {_BM25_SUM} AS score
   FROM qt JOIN hiqa_postings p ON p.term_id = qt.term_id
-       AND p.node_row = ANY(ARRAY(SELECT node_row FROM ids)) CROSS JOIN stats
+       AND p.node_row BETWEEN (SELECT lo FROM span) AND (SELECT hi FROM span)
   GROUP BY p.node_row) s JOIN ids USING (node_row) WHERE s.score > 0
 UNION ALL
-SELECT 'k', node_id, score FROM ({_KEYWORD_COUNTS.format(restrict="AND node_id = ANY(CAST(:ids AS text[]))")}) kc
+SELECT 'k', node_id, score FROM ({_KEYWORD_COUNTS.format(restrict="AND n.node_id IN (SELECT node_id FROM ids)")}) kc
 """
 
 # |C| of every node holding one of the query's keywords (route_scores, calibration).
