@@ -226,12 +226,15 @@ def test_a_format_2_database_is_migrated_on_open(server, documents):
     migrated.close()
 
 
-def test_a_question_costs_a_fixed_number_of_statements(built):
+def test_a_question_costs_a_fixed_number_of_statements(built, monkeypatch):
     """pack.as_retriever() on PostgreSQL: the routes in one statement, the focused document's
     scores in one, whatever the number of its nodes (a regression to a query per route or per
     node fails here)."""
     from sqlalchemy import event
 
+    from llama_index_hiqa.storage import pg_routes
+
+    monkeypatch.setattr(pg_routes, "SHAPE_TTL_S", 1e9)  # the shape and titles, re-read every few seconds: once
     pack = HiQAPack.load(built, embed_model=HashEmbedding())
     retriever = pack.as_retriever()
     retriever.retrieve(QUESTIONS[0])  # the collection's shape and titles are read (then every few seconds)

@@ -37,8 +37,10 @@ an empty vector table builds the HNSW index once at its end (``PostgresStore.bul
 defaults (Lucene IDF, k1 = 1.5, b = 0.75) over the same tokens (``BM25Retriever``'s
 tokenizer, stop words and Snowball stemmer), so it ranks as the in-memory route does.
 
-Connection handling: one SQLAlchemy pool per process for writes and synchronous queries
-(psycopg2, the driver LlamaIndex's Postgres stores are written for) and one for asynchronous retrieval (asyncpg), connect and statement timeouts, and
+Connection handling: SQLAlchemy pools per process, one for writes and LlamaIndex's stores and
+one for the routes' synchronous reads (psycopg2, the driver LlamaIndex's Postgres stores are
+written for; autocommit, one round trip a statement), and one for asynchronous retrieval
+(asyncpg), connect and statement timeouts, and
 every failure a user can cause (a malformed URL, an unreachable server, wrong credentials, a
 missing database or pgvector extension, a store built with another embedding model) raised
 as :class:`~llama_index_hiqa.errors.PackStoreError` naming the URL with its password masked.
@@ -151,6 +153,7 @@ class PostgresStore:
         self.masked_url = mask_url(url)
         self.settings = settings or PostgresStoreSettings()
         self._engine: Any = None
+        self._read_engine: Any = None
         self._async_engine: Any = None
         self._password = self._url_password(url)
 
@@ -191,6 +194,37 @@ class PostgresStore:
                 },
             )
         return self._engine
+
+    @property
+    def read_engine(self) -> Any:
+        """The pool of the routes' reads: each statement its own transaction (autocommit) and no
+        ping before it, so a statement is one round trip (a ping and a rollback would make it
+        three); a connection the server dropped is replaced and the statement sent again."""
+        if self._read_engine is None:
+            from sqlalchemy import create_engine
+
+            s = self.settings
+            self._read_engine = create_engine(
+                _url_without_options(self.url, "psycopg2"), pool_size=s.pool_size, max_overflow=s.max_overflow,
+                pool_timeout=s.connect_timeout_s, isolation_level="AUTOCOMMIT",
+                connect_args={
+                    "connect_timeout": max(1, int(round(s.connect_timeout_s))),
+                    "options": " ".join(f"-c {k}={v}" for k, v in self._server_settings().items()),
+                },
+            )
+        return self._read_engine
+
+    def _read(self, run: Callable[[Any], Any]) -> Any:
+        from sqlalchemy.exc import DBAPIError
+
+        for attempt in (0, 1):
+            try:
+                with self.read_engine.connect() as conn:
+                    return run(conn)
+            except DBAPIError as exc:
+                if attempt or not exc.connection_invalidated:
+                    raise
+        return None  # not reached
 
     @property
     def async_engine(self) -> Any:
@@ -285,9 +319,10 @@ class PostgresStore:
             ) from None
 
     def dispose(self) -> None:
-        if self._engine is not None:
-            self._engine.dispose()
-            self._engine = None
+        for engine in (self._engine, self._read_engine):
+            if engine is not None:
+                engine.dispose()
+        self._engine = self._read_engine = None
         # The asyncpg pool belongs to its event loop; dropping the reference closes it with it.
         self._async_engine = None
 
@@ -409,15 +444,17 @@ class PostgresStore:
     def scalar(self, sql: str, **params: Any) -> Any:
         from sqlalchemy import text
 
-        with self.engine.connect() as conn:
-            return conn.execute(text(sql), params).scalar()
+        return self._read(lambda conn: conn.execute(text(sql), params).scalar())
 
     def rows(self, sql: str, _settings: Optional[Dict[str, str]] = None, **params: Any) -> List[Tuple[Any, ...]]:
-        """The rows of one statement (``_settings``: session settings for it alone)."""
+        """The rows of one statement (``_settings``: session settings for it alone, in a
+        transaction of its own)."""
         from sqlalchemy import text
 
+        if not _settings:
+            return self._read(lambda conn: [tuple(r) for r in conn.execute(text(sql), params)])
         with self.engine.connect() as conn:
-            for name, value in (_settings or {}).items():
+            for name, value in _settings.items():
                 conn.execute(text("SELECT set_config(:n, :v, true)"), {"n": name, "v": value})
             return [tuple(r) for r in conn.execute(text(sql), params)]
 
