@@ -251,7 +251,7 @@ def run_financebench(args: argparse.Namespace) -> Dict[str, Any]:
             pack.multi_route.with_settings(similarity_top_k=TOP), embed_model=pack.embed_model, **pack.config.document_focus
         )
         if name == "postgres_focus":
-            with count_statements(pg.store.engine) as counted:
+            with count_statements(pg.store) as counted:
                 measure(name, retriever)
             rows[name]["statements_per_question"] = counted[0] / (len(questions) + 1)
         else:
@@ -488,7 +488,7 @@ def pg_queries(url: str, questions: Sequence[str]) -> Dict[str, Any]:
     result: Dict[str, Any] = {}
     retriever = pg.as_retriever()
     retriever.retrieve(questions[0])
-    with count_statements(pg.store.engine) as counted:
+    with count_statements(pg.store) as counted:
         times = query_times(retriever, questions)
     result["pg_statements_per_question"] = counted[0] / len(questions)
     result["pg_p50_ms"], result["pg_p95_ms"] = pct(times, 50), pct(times, 95)
@@ -499,10 +499,11 @@ def pg_queries(url: str, questions: Sequence[str]) -> Dict[str, Any]:
 
 
 class count_statements:
-    """Counts the statements an engine sends while inside (SQLAlchemy's cursor event)."""
+    """Counts the statements the store's engines (writes, reads) send while inside (SQLAlchemy's
+    cursor event)."""
 
-    def __init__(self, engine: Any) -> None:
-        self.engine, self.count = engine, [0]
+    def __init__(self, store: Any) -> None:
+        self.engines, self.count = [store.engine, store.read_engine], [0]
 
     def _seen(self, *args: Any) -> None:
         self.count[0] += 1
@@ -510,13 +511,15 @@ class count_statements:
     def __enter__(self) -> List[int]:
         from sqlalchemy import event
 
-        event.listen(self.engine, "before_cursor_execute", self._seen)
+        for engine in self.engines:
+            event.listen(engine, "before_cursor_execute", self._seen)
         return self.count
 
     def __exit__(self, *exc: Any) -> None:
         from sqlalchemy import event
 
-        event.remove(self.engine, "before_cursor_execute", self._seen)
+        for engine in self.engines:
+            event.remove(engine, "before_cursor_execute", self._seen)
 
 
 def run_synthetic(args: argparse.Namespace, n_nodes: int) -> Dict[str, Any]:
