@@ -66,6 +66,7 @@ class PostgresHiQAPack(HiQAPack):
             store.create_pack(config.model_dump(), model_identity(embed_model), dim, str(uuid.uuid4()))
             record = store.read_pack()
         else:
+            store.upgrade(record)
             try:
                 config = HiQAPackConfig(**{**record["config"], **settings})
             except ValueError as exc:
@@ -115,24 +116,25 @@ class PostgresHiQAPack(HiQAPack):
         docstore = pack.index.docstore
         infos = docstore.get_all_ref_doc_info() or {}
         refs = sorted(infos)
-        for start in range(0, len(refs), batch_documents):
-            batch = refs[start:start + batch_documents]
-            documents, nodes = [], []
-            for ref in batch:
-                doc_nodes = docstore.get_nodes(list(infos[ref].node_ids))
-                ids = [n.node_id for n in doc_nodes]
-                vectors = (
-                    source_vectors.get_embeddings(ids) if hasattr(source_vectors, "get_embeddings")
-                    else [source_vectors.get(i) for i in ids]  # SimpleVectorStore
-                )
-                for node, vector in zip(doc_nodes, vectors):
-                    node.embedding = [float(v) for v in vector]
-                nodes += doc_nodes
-                documents.append(Document(id_=ref, text="", metadata={schema.DOCUMENT_ID: infos[ref].metadata.get(schema.DOCUMENT_ID, ref)}))
-                if ref in pack.file_stats:
-                    target.file_stats[ref] = pack.file_stats[ref]
-            hashes = {ref: docstore.get_document_hash(ref) or "" for ref in batch}
-            target._write_batch(documents, [], nodes, hashes=hashes, vectors_as_given=True)
+        with target.store.bulk_load():
+            for start in range(0, len(refs), batch_documents):
+                batch = refs[start:start + batch_documents]
+                documents, nodes = [], []
+                for ref in batch:
+                    doc_nodes = docstore.get_nodes(list(infos[ref].node_ids))
+                    ids = [n.node_id for n in doc_nodes]
+                    vectors = (
+                        source_vectors.get_embeddings(ids) if hasattr(source_vectors, "get_embeddings")
+                        else [source_vectors.get(i) for i in ids]  # SimpleVectorStore
+                    )
+                    for node, vector in zip(doc_nodes, vectors):
+                        node.embedding = [float(v) for v in vector]
+                    nodes += doc_nodes
+                    documents.append(Document(id_=ref, text="", metadata={schema.DOCUMENT_ID: infos[ref].metadata.get(schema.DOCUMENT_ID, ref)}))
+                    if ref in pack.file_stats:
+                        target.file_stats[ref] = pack.file_stats[ref]
+                hashes = {ref: docstore.get_document_hash(ref) or "" for ref in batch}
+                target._write_batch(documents, [], nodes, hashes=hashes, vectors_as_given=True)
         target.store.analyze()
         target._invalidate()
         return target
@@ -157,7 +159,7 @@ class PostgresHiQAPack(HiQAPack):
         ef_search = max(self.store.settings.hnsw_ef_search, candidates)
         self._multi_route = PostgresMultiRouteRetriever(
             self.store, self.index.as_retriever(similarity_top_k=candidates, vector_store_kwargs={"hnsw_ef_search": ef_search}),
-            keyword_extractor=_pack.keyword_extractor(self.config), **routes,
+            keyword_extractor=_pack.keyword_extractor(self.config), ef_search=ef_search, **routes,
         )
         self._graph = None
         if self.stored_graph is not None and self.store.node_count():
@@ -171,6 +173,15 @@ class PostgresHiQAPack(HiQAPack):
         self._postprocessors = None
 
     # -- writes: one transaction each ------------------------------------------------------
+    def ingest(self, documents: Any, *args: Any, **kwargs: Any) -> Any:
+        """:meth:`HiQAPack.ingest`, each batch one transaction; into an empty store, the HNSW
+        index is built once after the last batch (:meth:`PostgresStore.bulk_load`)."""
+        with self.store.bulk_load() as deferred:
+            report = super().ingest(documents, *args, **kwargs)
+        if deferred:
+            self.store.analyze()
+        return report
+
     def _write_batch(
         self, documents: Sequence[Document], replaced: Sequence[str], nodes: Sequence[BaseNode],
         hashes: Optional[Dict[str, str]] = None, vectors_as_given: bool = False,

@@ -4,14 +4,16 @@
 Contextual Augmentation RAG for Multi-Documents QA" (Chen et al.), §Multi-Route Retriever)
 with the routes answered by the database of :class:`~llama_index_hiqa.storage.postgres.PostgresStore`:
 
-* vector — LlamaIndex's ``PGVectorStore`` (pgvector HNSW) through ``VectorIndexRetriever``;
-* BM25 — Okapi BM25 over the stored term statistics (one query, see ``pg_schema.BM25_SQL``);
-* critical keywords — ``|C|`` per node from the GIN-indexed ``text[]`` column (one query).
+* vector — pgvector's HNSW index of LlamaIndex's ``PGVectorStore`` table (cosine);
+* BM25 — Okapi BM25 over the stored term statistics (``pg_schema.ROUTES_SQL``);
+* critical keywords — ``|C|`` per node from the GIN-indexed ``text[]`` column.
 
-Fusion, score normalisation, the per-node route scores and failure handling are
-:class:`~llama_index_hiqa.MultiRouteRetriever`'s own. What another process commits is seen by
-the next query; ``beta="auto"`` follows the collection (its shape is re-read every few seconds).
-``_aretrieve`` runs the three routes concurrently on the asyncpg pool.
+A question's three routes are one SQL statement (``ROUTES_SQL``, one round trip), and so are
+the scores of every node of a document for the document focus (``WITHIN_SQL``). Fusion, score
+normalisation and the per-node route scores are :class:`~llama_index_hiqa.MultiRouteRetriever`'s
+own; a failing statement fails every route at once (one database answers them all). What
+another process commits is seen by the next query; ``beta="auto"`` follows the collection (its
+shape is re-read every few seconds). ``_aretrieve`` sends the same statement on the asyncpg pool.
 """
 
 from __future__ import annotations
@@ -28,13 +30,12 @@ from llama_index.core.schema import BaseNode, NodeWithScore, QueryBundle
 from llama_index_hiqa.retrievers import title_match
 from llama_index_hiqa.retrievers.multi_route import BM25, KEYWORDS, VECTOR, MultiRouteConfig, MultiRouteRetriever
 from llama_index_hiqa.storage.pg_schema import (
-    BM25_SQL,
-    BM25_WITHIN_SQL,
     DOCUMENT_NODES_SQL,
     KEYWORD_SQL,
+    ROUTES_SQL,
     SHAPE_SQL,
     TITLES_SQL,
-    VECTOR_WITHIN_SQL,
+    WITHIN_SQL,
     BM25Tokenizer,
 )
 from llama_index_hiqa.storage.postgres import PostgresStore
@@ -67,7 +68,7 @@ class _StoredNodes(Mapping):
 
 
 class _StoredBM25:
-    """The BM25 route over the stored term statistics."""
+    """The BM25 route over the stored term statistics (alone: ``route_scores``)."""
 
     def __init__(self, store: PostgresStore, language: str) -> None:
         self.store = store
@@ -81,14 +82,27 @@ class _StoredBM25:
         terms = self.tokenizer.query(query)
         if not terms:
             return {}
-        return {node_id: float(score) for node_id, score in self.store.rows(BM25_SQL, terms=terms, n=n) if score > 0}
+        rows = self.store.rows(ROUTES_SQL, **_params(None, terms, [], [], 0.0, n))
+        return {node_id: float(score) for route, node_id, score in rows if route == "b"}
 
-    async def atop(self, query: str, n: int) -> Dict[str, float]:
-        terms = self.tokenizer.query(query)
-        if not terms:
-            return {}
-        rows = await self.store.arows(BM25_SQL, terms=terms, n=n)
-        return {node_id: float(score) for node_id, score in rows if score > 0}
+
+def _vector_literal(embedding: Optional[Sequence[float]]) -> Optional[str]:
+    return None if embedding is None else "[" + ",".join(repr(float(x)) for x in embedding) + "]"
+
+
+def _params(embedding: Optional[Sequence[float]], terms: Sequence[str], keywords: Sequence[str],
+            title_keywords: Sequence[str], extra: float, n: int, **more: Any) -> Dict[str, Any]:
+    """The parameters of ROUTES_SQL / WITHIN_SQL (a route without input returns no rows)."""
+    return {"qvec": _vector_literal(embedding), "use_vector": embedding is not None, "terms": list(terms),
+            "kw": list(keywords), "tw": list(title_keywords), "extra": float(extra), "n": int(n), **more}
+
+
+def _by_route(rows: Sequence[Tuple[str, str, float]]) -> Dict[str, Dict[str, float]]:
+    out: Dict[str, Dict[str, float]] = {VECTOR: {}, BM25: {}, KEYWORDS: {}}
+    names = {"v": VECTOR, "b": BM25, "k": KEYWORDS}
+    for route, node_id, score in rows:
+        out[names[route]][node_id] = float(score)
+    return out
 
 
 class PostgresMultiRouteRetriever(MultiRouteRetriever):
@@ -104,11 +118,13 @@ class PostgresMultiRouteRetriever(MultiRouteRetriever):
         config: Optional[MultiRouteConfig] = None,
         callback_manager: Optional[CallbackManager] = None,
         verbose: bool = False,
+        ef_search: Optional[int] = None,
         **settings: Any,
     ) -> None:
         # MultiRouteRetriever.__init__ builds in-memory indexes from the nodes; none are built here.
         self.config = MultiRouteConfig(**{**(config or MultiRouteConfig()).model_dump(), **settings})
         self._store = store
+        self._ef_search = max(ef_search or 0, store.settings.hnsw_ef_search)
         self._nodes = _StoredNodes(store)
         self._vector_retriever = vector_retriever
         self._cosine = identity  # pgvector's cosine ops give 1 − cosine distance: a cosine
@@ -139,15 +155,11 @@ class PostgresMultiRouteRetriever(MultiRouteRetriever):
         clone._beta_value = clone._resolve_beta()
         return clone
 
-    # -- routes ----------------------------------------------------------------------------
+    # -- routes: one statement a question ------------------------------------------------
     def _title_extra(self) -> float:
         if self.keyword_extractor.include_document_keywords:
             return self.config.document_keyword_weight - 1.0
         return 0.0
-
-    def _counts(self, rows: Sequence[Tuple[str, int, int]]) -> Dict[str, float]:
-        extra = self._title_extra()
-        return {node_id: float(held) + extra * float(in_title) for node_id, held, in_title in rows}
 
     def document_names(self) -> Mapping[str, Tuple[Tuple[str, ...], ...]]:
         # The stored titles, read with the collection's shape; names re-extracted only when
@@ -168,29 +180,70 @@ class PostgresMultiRouteRetriever(MultiRouteRetriever):
         keywords, wanted = self._query_keywords(query)
         if not wanted:
             return keywords, {}
-        return keywords, self._counts(self._store.rows(KEYWORD_SQL, q=wanted, t=list(self._title_wanted(wanted))))
+        rows = self._store.rows(KEYWORD_SQL, kw=wanted, tw=list(self._title_wanted(wanted)), extra=self._title_extra())
+        return keywords, {node_id: float(score) for node_id, score in rows}
 
-    async def _akeyword_counts(self, query: QueryBundle) -> Tuple[List[str], Dict[str, float]]:
-        if not self.config.use_keywords:
-            return [], {}
-        keywords, wanted = await asyncio.to_thread(self._query_keywords, query)  # NER is CPU work
-        if not wanted:
-            return keywords, {}
-        rows = await self._store.arows(KEYWORD_SQL, q=wanted, t=list(self._title_wanted(wanted)))
-        return keywords, self._counts(rows)
+    def _embedding(self, query: QueryBundle) -> Optional[List[float]]:
+        if self._vector_retriever is None:
+            return None
+        if query.embedding is not None:
+            return list(query.embedding)
+        # As VectorIndexRetriever embeds a question that comes without its embedding.
+        return self._vector_retriever._embed_model.get_agg_embedding_from_queries(query.embedding_strs)
 
-    async def _abm25_scores(self, query: QueryBundle, n: int) -> Dict[str, float]:
-        if self._bm25 is None or not self.config.use_bm25:
-            return {}
-        return await self._bm25.atop(query.query_str, n)  # type: ignore[attr-defined]
+    def _inputs(self, query: QueryBundle, n: int, **more: Any) -> Dict[str, Any]:
+        """What the statements need of a question: its embedding, BM25 tokens and keywords."""
+        terms = self._bm25.tokenizer.query(query.query_str or "") if self._bm25 is not None and self.config.use_bm25 else []
+        wanted: List[str] = []
+        if self.config.use_keywords:
+            _, wanted = self._query_keywords(query)
+        title = list(self._title_wanted(wanted)) if wanted else []
+        return _params(self._embedding(query), terms, wanted, title, self._title_extra(), n, **more)
+
+    def _statement_settings(self) -> Dict[str, str]:
+        # The session's hnsw.ef_search is the store's; a retriever asking for more candidates
+        # than that raises it for its statement (HNSW returns at most ef_search rows).
+        if self._ef_search > self._store.settings.hnsw_ef_search:
+            return {"hnsw.ef_search": str(self._ef_search)}
+        return {}
+
+    def _route_failed_all(self, query: str, exc: BaseException) -> List[NodeWithScore]:
+        errors: Dict[str, BaseException] = {}
+        for name in (VECTOR, BM25, KEYWORDS):
+            self._route_failed(name, exc, errors, query)
+        return self._finish(query, {}, {}, {}, {}, errors)
+
+    def _retrieve(self, query_bundle: QueryBundle) -> List[NodeWithScore]:
+        query = query_bundle.query_str or ""
+        if not query.strip():
+            return []
+        try:
+            params = self._inputs(query_bundle, self.config.candidates_per_route)
+            scores = _by_route(self._store.rows(ROUTES_SQL, _settings=self._statement_settings(), **params))
+        except Exception as exc:  # noqa: BLE001 - reported as every route's failure, as MultiRouteRetriever does
+            return self._route_failed_all(query, exc)
+        return self._finish(query, scores[VECTOR], {}, scores[BM25], scores[KEYWORDS], {})
+
+    async def _aretrieve(self, query_bundle: QueryBundle) -> List[NodeWithScore]:
+        query = query_bundle.query_str or ""
+        if not query.strip():
+            return []
+        try:
+            # Embedding and keyword extraction are CPU work: off the event loop.
+            params = await asyncio.to_thread(self._inputs, query_bundle, self.config.candidates_per_route)
+            rows = await self._store.arows(ROUTES_SQL, _settings=self._statement_settings(), **params)
+            scores = _by_route(rows)
+        except Exception as exc:  # noqa: BLE001
+            return await asyncio.to_thread(self._route_failed_all, query, exc)
+        return await asyncio.to_thread(self._finish, query, scores[VECTOR], {}, scores[BM25], scores[KEYWORDS], {})
 
     def _results(self, fused, vector, bm25, counts, vector_nodes) -> List[NodeWithScore]:
-        # Nodes the vector route did not bring are read in one query, not one per node.
+        # The results' nodes are read in one query, not one per node.
         missing = [node_id for node_id, _ in fused if node_id not in vector_nodes]
         found = {**self._store.nodes(missing), **vector_nodes} if missing else vector_nodes
         return super()._results(fused, vector, bm25, counts, found)
 
-    # -- one document's nodes (DocumentFocusRetriever): three queries ------------------------
+    # -- one document's nodes (DocumentFocusRetriever): one statement for every score --------
     def nodes_by_id(self, node_ids: Sequence[str]) -> Dict[str, BaseNode]:
         return self._store.nodes(list(node_ids))
 
@@ -199,19 +252,10 @@ class PostgresMultiRouteRetriever(MultiRouteRetriever):
 
     def scores_within(self, query: Any, node_ids: Sequence[str]) -> Dict[str, Dict[str, float]]:
         bundle = QueryBundle(query) if isinstance(query, str) else query
-        ids = list(node_ids)
-        embedding = bundle.embedding
-        if embedding is None:
-            embedding = self._vector_retriever._embed_model.get_agg_embedding_from_queries(bundle.embedding_strs)
-        literal = "[" + ",".join(repr(float(x)) for x in embedding) + "]"
-        vector = {node_id: float(score) for node_id, score in self._store.rows(VECTOR_WITHIN_SQL, q=literal, ids=ids)}
-        bm25: Dict[str, float] = {}
-        if self._bm25 is not None and self.config.use_bm25:
-            terms = self._bm25.tokenizer.query(bundle.query_str or "")
-            if terms:
-                rows = self._store.rows(BM25_WITHIN_SQL, terms=terms, ids=ids)
-                bm25 = {node_id: float(score) for node_id, score in rows if score > 0}
-        return {VECTOR: vector, BM25: bm25, KEYWORDS: self._keyword_counts_of(bundle, set(ids))}
+        if not node_ids:
+            return {VECTOR: {}, BM25: {}, KEYWORDS: {}}
+        params = self._inputs(bundle, 0, ids=list(node_ids))
+        return _by_route(self._store.rows(WITHIN_SQL, **params))
 
     def full_ranking(self, query: Any) -> List[str]:
         raise NotImplementedError(

@@ -17,8 +17,13 @@ VECTOR_TABLE = "hiqa_vectors"  # PGVectorStore prefixes "data_"
 DOCSTORE_TABLE = "hiqa_docstore"
 INDEX_STORE_TABLE = "hiqa_index_store"
 # 1: the routes' tables; 2: + the chunk graph's (a format-1 database gets them from the first
-# writer that keeps a graph, see GRAPH_SCHEMA).
-STORE_FORMAT = 2
+# writer that keeps a graph, see GRAPH_SCHEMA); 3: BM25 postings by integer term and node row
+# (``hiqa_terms`` holds each term's id and document frequency; see ``migrate_postings``).
+STORE_FORMAT = 3
+POSTINGS_FORMAT = 3
+# pg_advisory_lock key held (for its session) by a bulk load that deferred the HNSW index:
+# a writer that finds the index missing builds it only when no bulk load holds this lock.
+BULK_LOCK = 0x68697162
 # pg_advisory_xact_lock key serialising the writers of one database ("hiqa" in ASCII).
 WRITE_LOCK = 0x68697161
 BM25_K1, BM25_B = 1.5, 0.75  # bm25s.BM25 defaults (method "lucene")
@@ -51,17 +56,34 @@ SCHEMA = [
         position int,
         keywords text[] NOT NULL,
         title_keywords text[] NOT NULL,
-        length int NOT NULL)""",
+        length int NOT NULL,
+        node_row int UNIQUE,
+        term_ids int[])""",
     "CREATE INDEX IF NOT EXISTS hiqa_nodes_ref_doc ON hiqa_nodes (ref_doc_id)",
     "CREATE INDEX IF NOT EXISTS hiqa_nodes_keywords ON hiqa_nodes USING gin (keywords)",
+    "CREATE SEQUENCE IF NOT EXISTS hiqa_node_rows AS int",
+]
+
+# Format 3's BM25 tables: the vocabulary (a term's id and document frequency, kept by every
+# write) and one narrow row per (term, node): 16 bytes of data instead of two texts. A node's
+# term ids are kept on its hiqa_nodes row, so removing it finds its postings by key.
+POSTINGS_SCHEMA = [
+    # Half-full pages: each batch's document-frequency updates stay on their page (HOT updates,
+    # no new index entries).
+    """CREATE TABLE IF NOT EXISTS hiqa_terms (
+        term_id int PRIMARY KEY,
+        term text NOT NULL UNIQUE,
+        df int NOT NULL) WITH (fillfactor = 50)""",
+    "CREATE SEQUENCE IF NOT EXISTS hiqa_term_ids AS int",
     """CREATE TABLE IF NOT EXISTS hiqa_postings (
-        term text NOT NULL,
-        node_id text NOT NULL,
-        ref_doc_id text NOT NULL,
-        tf int NOT NULL,
-        length int NOT NULL)""",
-    "CREATE INDEX IF NOT EXISTS hiqa_postings_term ON hiqa_postings (term) INCLUDE (node_id, tf, length)",
-    "CREATE INDEX IF NOT EXISTS hiqa_postings_ref_doc ON hiqa_postings (ref_doc_id)",
+        term_id int NOT NULL,
+        node_row int NOT NULL,
+        length int NOT NULL,
+        tf smallint NOT NULL,
+        PRIMARY KEY (term_id, node_row) INCLUDE (length, tf))""",
+]
+SCHEMA += POSTINGS_SCHEMA
+SCHEMA += [
     # PGVectorStore indexes its rows by metadata ref_doc_id only; replacing and deleting go by node id.
     f"CREATE INDEX IF NOT EXISTS data_{VECTOR_TABLE}_node_id ON data_{VECTOR_TABLE} (node_id)",
 ]
@@ -95,60 +117,85 @@ GRAPH_SCHEMA = [
 ]
 SCHEMA += GRAPH_SCHEMA
 
-# |C| per node in one query: the query's keywords the node holds, and those of them that are
-# also keywords of its document title (counted document_keyword_weight times in all).
-KEYWORD_SQL = """
-SELECT node_id,
-       cardinality(ARRAY(SELECT unnest(keywords) INTERSECT SELECT unnest(CAST(:q AS text[])))) AS held,
-       cardinality(ARRAY(SELECT unnest(keywords) INTERSECT SELECT unnest(title_keywords)
-                         INTERSECT SELECT unnest(CAST(:t AS text[])))) AS in_title
-FROM hiqa_nodes WHERE keywords && CAST(:q AS text[])
-"""
+# |C| per node: the query's keywords the node holds, and those of them that are also keywords
+# of its document title (counted document_keyword_weight times in all: ``:extra`` more). One
+# GIN lookup per query keyword (keywords, query keywords and title keywords hold no repeats;
+# ``:tw`` is a subset of ``:kw``), counted per node.
+_KEYWORD_COUNTS = """
+SELECT n.node_id, count(*) + CAST(:extra AS float8)
+       * count(*) FILTER (WHERE q.kw = ANY(n.title_keywords) AND q.kw = ANY(CAST(:tw AS text[]))) AS score
+FROM unnest(CAST(:kw AS text[])) AS q(kw) JOIN hiqa_nodes n ON n.keywords @> ARRAY[q.kw] {restrict}
+GROUP BY n.node_id"""
 
 # Okapi BM25 as bm25s scores it (Lucene IDF log(1 + (N - df + 0.5) / (df + 0.5)), term
-# component tf / (tf + k1 (1 - b + b dl / avgdl)), a query term counted as often as it occurs).
-# The query's terms, the collection's statistics and the score are one text for both queries
-# below; the document frequencies are always the whole collection's.
-_BM25_TERMS_AND_STATS = """
+# component tf / (tf + k1 (1 - b + b dl / avgdl)), a query term counted as often as it occurs),
+# with the document frequencies kept in hiqa_terms (always the whole collection's). What does
+# not depend on the posting is computed once per query term: w = qtf * IDF, ka = k1 (1 - b),
+# kb = k1 b / avgdl, so a posting adds w tf / (tf + ka + kb dl).
+_BM25_TERMS_AND_STATS = f"""
 q AS (SELECT t AS term, count(*) AS qtf FROM unnest(CAST(:terms AS text[])) t GROUP BY t),
 stats AS (SELECT node_count::float8 AS n, total_length::float8 / greatest(node_count, 1) AS avgdl
-          FROM hiqa_pack WHERE id = 1)"""
-_BM25_SCORE = f"""
-SELECT p.node_id,
-       sum(q.qtf * ln(1 + (stats.n - df.df + 0.5) / (df.df + 0.5))
-           * p.tf / (p.tf + {BM25_K1} * (1 - {BM25_B} + {BM25_B} * p.length / stats.avgdl))) AS score
-FROM p JOIN q USING (term) JOIN df USING (term) CROSS JOIN stats
-GROUP BY p.node_id"""
+          FROM hiqa_pack WHERE id = 1),
+qt AS MATERIALIZED (
+  SELECT h.term_id, q.qtf * ln(1 + (stats.n - h.df + 0.5) / (h.df + 0.5)) AS w,
+         {BM25_K1} * (1 - {BM25_B}) AS ka, {BM25_K1} * {BM25_B} / stats.avgdl AS kb
+  FROM q JOIN hiqa_terms h USING (term) CROSS JOIN stats WHERE h.df > 0)"""
+_BM25_SUM = "sum(qt.w * p.tf / (p.tf + qt.ka + qt.kb * p.length))"
 
-BM25_SQL = f"""
-WITH {_BM25_TERMS_AND_STATS},
-p AS MATERIALIZED (SELECT term, node_id, tf, length FROM hiqa_postings WHERE term = ANY(CAST(:terms AS text[]))),
-df AS (SELECT term, count(*)::float8 AS df FROM p GROUP BY term)
-{_BM25_SCORE} ORDER BY score DESC, p.node_id LIMIT :n
+# The three routes of one question in one statement: pgvector's HNSW top :n (cosine), BM25's
+# top :n (ties at the cut broken by node id, as before) and |C| of the keyword route's top :n
+# plus of every node the other two returned (fusion reads |C| of the candidates only).
+ROUTES_SQL = f"""
+WITH v AS MATERIALIZED (
+  SELECT node_id, 1 - (embedding <=> CAST(:qvec AS vector)) AS score FROM data_{VECTOR_TABLE}
+  WHERE CAST(:use_vector AS bool) ORDER BY embedding <=> CAST(:qvec AS vector) LIMIT :n),
+{_BM25_TERMS_AND_STATS},
+scored AS (
+  SELECT p.node_row, {_BM25_SUM} AS score FROM qt JOIN hiqa_postings p USING (term_id) GROUP BY p.node_row),
+top AS MATERIALIZED (SELECT node_row, score FROM scored WHERE score > 0 ORDER BY score DESC FETCH FIRST :n ROWS WITH TIES),
+b AS MATERIALIZED (
+  SELECT (SELECT node_id FROM hiqa_nodes nd WHERE nd.node_row = t.node_row) AS node_id, t.score FROM top t
+  ORDER BY t.score DESC, 1 LIMIT :n),
+k AS MATERIALIZED ({_KEYWORD_COUNTS.format(restrict="")}),
+kt AS (SELECT node_id FROM k ORDER BY score DESC, node_id COLLATE "C" LIMIT :n)
+SELECT 'v', node_id, score FROM v
+UNION ALL SELECT 'b', node_id, score FROM b
+UNION ALL SELECT 'k', node_id, score FROM k
+  WHERE node_id IN (SELECT node_id FROM kt UNION SELECT node_id FROM v UNION SELECT node_id FROM b)
 """
+
+# Every route's score of given nodes (the document focus ranks every node of the best document;
+# BM25's document frequencies stay collection-wide), in one statement. A document's nodes are
+# written in one batch, so their rows are one range: each query term's postings are read in
+# that range only, not the term's whole list.
+WITHIN_SQL = f"""
+WITH ids AS MATERIALIZED (
+  SELECT node_id, (SELECT node_row FROM hiqa_nodes n WHERE n.node_id = i.node_id) AS node_row
+  FROM unnest(CAST(:ids AS text[])) AS i(node_id)),
+span AS MATERIALIZED (SELECT min(node_row) AS lo, max(node_row) AS hi FROM ids),
+{_BM25_TERMS_AND_STATS}
+SELECT 'v', ids.node_id, 1 - (v.embedding <=> CAST(:qvec AS vector))
+  FROM ids JOIN data_{VECTOR_TABLE} v USING (node_id) WHERE CAST(:use_vector AS bool)
+UNION ALL
+SELECT 'b', ids.node_id, s.score FROM (
+  SELECT p.node_row, {_BM25_SUM} AS score
+  FROM qt JOIN hiqa_postings p ON p.term_id = qt.term_id
+       AND p.node_row BETWEEN (SELECT lo FROM span) AND (SELECT hi FROM span)
+  GROUP BY p.node_row) s JOIN ids USING (node_row) WHERE s.score > 0
+UNION ALL
+SELECT 'k', node_id, score FROM ({_KEYWORD_COUNTS.format(restrict="AND n.node_id IN (SELECT node_id FROM ids)")}) kc
+"""
+
+# |C| of every node holding one of the query's keywords (route_scores, calibration).
+KEYWORD_SQL = _KEYWORD_COUNTS.format(restrict="")
 
 SHAPE_SQL = "SELECT count(*), coalesce(avg(pages), 1) FROM hiqa_documents"
 TITLES_SQL = "SELECT DISTINCT title FROM hiqa_documents WHERE title <> '' ORDER BY title"
 
-# One document's nodes, and the vector and BM25 scores of given nodes (the document focus
-# ranks every node of the best document; BM25's document frequencies stay collection-wide).
+# One document's nodes, in document order.
 DOCUMENT_NODES_SQL = """
 SELECT n.node_id FROM hiqa_nodes n JOIN hiqa_documents d USING (ref_doc_id)
 WHERE d.document_id = :document_id ORDER BY n.position, n.node_id
-"""
-
-BM25_WITHIN_SQL = f"""
-WITH {_BM25_TERMS_AND_STATS},
-df AS (SELECT term, count(*)::float8 AS df FROM hiqa_postings
-       WHERE term = ANY(CAST(:terms AS text[])) GROUP BY term),
-p AS (SELECT term, node_id, tf, length FROM hiqa_postings
-      WHERE term = ANY(CAST(:terms AS text[])) AND node_id = ANY(CAST(:ids AS text[])))
-{_BM25_SCORE}
-"""
-
-VECTOR_WITHIN_SQL = f"""
-SELECT node_id, 1 - (embedding <=> CAST(:q AS vector)) FROM data_{VECTOR_TABLE}
-WHERE node_id = ANY(CAST(:ids AS text[]))
 """
 
 
@@ -185,21 +232,6 @@ class BM25Tokenizer:
         return list(tokens[0]) if tokens else []
 
 
-def nodes_table() -> Any:
-    """``hiqa_nodes`` for SQLAlchemy Core inserts (batched into multi-row INSERTs)."""
-    from sqlalchemy import Column, Integer, MetaData, Table, Text
-    from sqlalchemy.dialects.postgresql import ARRAY
-
-    return Table(
-        "hiqa_nodes", MetaData(),
-        Column("node_id", Text, primary_key=True), Column("ref_doc_id", Text), Column("position", Integer),
-        Column("keywords", ARRAY(Text)), Column("title_keywords", ARRAY(Text)), Column("length", Integer),
-    )
-
-
-NODES_TABLE = nodes_table()
-
-
 def without_nul(value: Any) -> Any:
     """``value`` with NUL characters removed from every string: PostgreSQL's text and jsonb
     cannot hold them (PDF text sometimes does); nothing else is changed."""
@@ -212,30 +244,6 @@ def without_nul(value: Any) -> Any:
     return value
 
 
-def node_row(node: BaseNode, tokens: List[str], keywords: Tuple[List[str], List[str]]) -> Dict[str, Any]:
-    from llama_index_hiqa import schema
-
-    return {
-        "node_id": node.node_id, "ref_doc_id": node.ref_doc_id, "position": schema.get_position(node),
-        "keywords": without_nul(list(keywords[0])), "title_keywords": without_nul(list(keywords[1])),
-        "length": len(tokens),
-    }
-
-
 def copy_field(value: Any) -> str:
+    """``value`` as a field of COPY's text format."""
     return str(value).replace("\\", "\\\\").replace("\t", "\\t").replace("\n", "\\n").replace("\r", "\\r")
-
-
-def copy_postings(conn: Any, nodes: Sequence[BaseNode], tokens: Sequence[List[str]]) -> None:
-    """The batch's postings with COPY, inside the caller's transaction (tens of rows a node)."""
-    import io
-    from collections import Counter
-
-    buffer = io.StringIO()
-    for node, node_tokens in zip(nodes, tokens):
-        node_id, ref, length = copy_field(node.node_id), copy_field(node.ref_doc_id), len(node_tokens)
-        for term, tf in Counter(node_tokens).items():
-            buffer.write(f"{copy_field(term)}\t{node_id}\t{ref}\t{tf}\t{length}\n")
-    buffer.seek(0)
-    with conn.connection.cursor() as cursor:  # the DBAPI connection of this transaction
-        cursor.copy_expert("COPY hiqa_postings (term, node_id, ref_doc_id, tf, length) FROM STDIN", buffer)

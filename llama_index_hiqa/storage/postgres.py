@@ -13,9 +13,11 @@ one pack:
 ``hiqa_documents``          one row per document: id, title, hash, file size and mtime,
                             pages, node count
 ``hiqa_nodes``              one row per node: critical keywords (``text[]``, GIN),
-                            its document title's keywords, its BM25 length
-``hiqa_postings``           BM25's inverted index: (term, node, term frequency, node length),
-                            a B-tree on the term covering the rest (index-only scans)
+                            its document title's keywords, its BM25 length, an integer row
+                            number and its BM25 term ids
+``hiqa_terms``              BM25's vocabulary: term, integer id, document frequency
+``hiqa_postings``           BM25's inverted index: (term id, node row, node length, term
+                            frequency), its primary key covering the rest (index-only scans)
 ``hiqa_graph*``             the IIER chunk graph when ``use_chunk_graph=True``: settings,
                             one row per chunk, one per edge and kind (see ``pg_graph``)
 ==========================  ==============================================================
@@ -27,14 +29,18 @@ docstore's key/namespace/value pairs of ``KVDocumentStore.add_documents``), in
 the same transaction as the pack's tables; reads go through LlamaIndex's classes as usual.
 An ingested batch, ``add_documents`` or ``delete_document`` is one transaction, the chunk
 graph's rows included (writers are serialised by an advisory lock): a process killed at any
-instant leaves the previous state, and other processes see the change when it commits.
+instant leaves the previous state, and other processes see the change when it commits. A batch
+is written with one ``COPY`` per table (:mod:`~llama_index_hiqa.storage.pg_bulk`); a load into
+an empty vector table builds the HNSW index once at its end (``PostgresStore.bulk_load``).
 
 **BM25** is Okapi BM25 over stored term statistics, computed by one SQL query with bm25s's
 defaults (Lucene IDF, k1 = 1.5, b = 0.75) over the same tokens (``BM25Retriever``'s
 tokenizer, stop words and Snowball stemmer), so it ranks as the in-memory route does.
 
-Connection handling: one SQLAlchemy pool per process for writes and synchronous queries
-(psycopg2, the driver LlamaIndex's Postgres stores are written for) and one for asynchronous retrieval (asyncpg), connect and statement timeouts, and
+Connection handling: SQLAlchemy pools per process, one for writes and LlamaIndex's stores and
+one for the routes' synchronous reads (psycopg2, the driver LlamaIndex's Postgres stores are
+written for; autocommit, one round trip a statement), and one for asynchronous retrieval
+(asyncpg), connect and statement timeouts, and
 every failure a user can cause (a malformed URL, an unreachable server, wrong credentials, a
 missing database or pgvector extension, a store built with another embedding model) raised
 as :class:`~llama_index_hiqa.errors.PackStoreError` naming the URL with its password masked.
@@ -52,17 +58,23 @@ from llama_index.core.bridge.pydantic import BaseModel, ConfigDict, Field
 from llama_index.core.schema import BaseNode, MetadataMode
 
 from llama_index_hiqa.errors import PackStoreError
+from llama_index_hiqa.storage.pg_bulk import (
+    bulk_load,
+    delete_postings,
+    ensure_vector_index,
+    insert_nodes,
+    migrate_postings,
+    stored_json,
+    upsert_kv,
+)
 from llama_index_hiqa.storage.pg_schema import (
     DOCSTORE_TABLE,
     INDEX_STORE_TABLE,
-    NODES_TABLE,
     SCHEMA,
     STORE_FORMAT,
     VECTOR_TABLE,
     WRITE_LOCK,
     BM25Tokenizer,
-    copy_postings,
-    node_row,
     without_nul,
 )
 
@@ -97,6 +109,12 @@ class PostgresStoreSettings(BaseModel):
         description="pgvector HNSW: query-time candidate list (raised to the route's candidates "
         "when lower, or HNSW would return fewer). 400: the folder store's FinanceBench ranking "
         "exactly (200 changed one top 5 in 86 questions).",
+    )
+    index_build_memory_mb: int = Field(
+        default=3072, ge=64,
+        description="maintenance_work_mem of the session that builds the HNSW index after a bulk "
+        "load: pgvector builds fast while the graph fits in it (about 2.2 KB a 384-dimension "
+        "vector), much slower past it.",
     )
 
 
@@ -135,6 +153,7 @@ class PostgresStore:
         self.masked_url = mask_url(url)
         self.settings = settings or PostgresStoreSettings()
         self._engine: Any = None
+        self._read_engine: Any = None
         self._async_engine: Any = None
         self._password = self._url_password(url)
 
@@ -177,6 +196,37 @@ class PostgresStore:
         return self._engine
 
     @property
+    def read_engine(self) -> Any:
+        """The pool of the routes' reads: each statement its own transaction (autocommit) and no
+        ping before it, so a statement is one round trip (a ping and a rollback would make it
+        three); a connection the server dropped is replaced and the statement sent again."""
+        if self._read_engine is None:
+            from sqlalchemy import create_engine
+
+            s = self.settings
+            self._read_engine = create_engine(
+                _url_without_options(self.url, "psycopg2"), pool_size=s.pool_size, max_overflow=s.max_overflow,
+                pool_timeout=s.connect_timeout_s, isolation_level="AUTOCOMMIT",
+                connect_args={
+                    "connect_timeout": max(1, int(round(s.connect_timeout_s))),
+                    "options": " ".join(f"-c {k}={v}" for k, v in self._server_settings().items()),
+                },
+            )
+        return self._read_engine
+
+    def _read(self, run: Callable[[Any], Any]) -> Any:
+        from sqlalchemy.exc import DBAPIError
+
+        for attempt in (0, 1):
+            try:
+                with self.read_engine.connect() as conn:
+                    return run(conn)
+            except DBAPIError as exc:
+                if attempt or not exc.connection_invalidated:
+                    raise
+        return None  # not reached
+
+    @property
     def async_engine(self) -> Any:
         """The asyncpg pool of the running event loop (asyncpg connections belong to one loop,
         so a process that runs several loops, e.g. ``asyncio.run`` per call, gets one each)."""
@@ -211,6 +261,8 @@ class PostgresStore:
             given = " ".join(given)
         settings = dict(re.findall(r"-c\s*([\w.]+)=(\S+)", given))
         settings.setdefault("statement_timeout", str(int(self.settings.statement_timeout_s * 1000)))
+        # The routes' statements run without a SET before them (one round trip each).
+        settings.setdefault("hnsw.ef_search", str(self.settings.hnsw_ef_search))
         settings.setdefault("application_name", "llama-index-hiqa")
         return settings
 
@@ -267,9 +319,10 @@ class PostgresStore:
             ) from None
 
     def dispose(self) -> None:
-        if self._engine is not None:
-            self._engine.dispose()
-            self._engine = None
+        for engine in (self._engine, self._read_engine):
+            if engine is not None:
+                engine.dispose()
+        self._engine = self._read_engine = None
         # The asyncpg pool belongs to its event loop; dropping the reference closes it with it.
         self._async_engine = None
 
@@ -345,6 +398,7 @@ class PostgresStore:
             self._kvstore(table, setup=True)._initialize()
         with self.engine.begin() as conn:
             conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": WRITE_LOCK})
+            migrate_postings(conn)  # a format-2 database's postings, before SCHEMA reads them
             for statement in SCHEMA:
                 conn.execute(text(statement))
             conn.execute(
@@ -355,6 +409,26 @@ class PostgresStore:
                 {"format": STORE_FORMAT, "config": json.dumps(config), "model": embed_model, "dim": embed_dim,
                  "index_id": index_id},
             )
+
+    def upgrade(self, record: Dict[str, Any]) -> None:
+        """Bring a database written by an earlier release to :data:`STORE_FORMAT` (format 2's
+        text postings become format 3's integer rows), in one transaction."""
+        from sqlalchemy.exc import SQLAlchemyError
+
+        if int(record.get("format") or 0) >= STORE_FORMAT:
+            return
+        try:
+            with self.engine.begin() as conn:
+                conn.exec_driver_sql("SET LOCAL statement_timeout = 0")
+                conn.exec_driver_sql(f"SELECT pg_advisory_xact_lock({WRITE_LOCK})")
+                migrate_postings(conn)
+                conn.exec_driver_sql(f"UPDATE hiqa_pack SET format = greatest(format, {STORE_FORMAT}) WHERE id = 1")
+        except SQLAlchemyError as exc:
+            raise self.error(
+                f"holds a pack of store format {record.get('format')}, which this release reads after a one-time "
+                f"upgrade that needs write access ({self._scrub(str(getattr(exc, 'orig', exc))).splitlines()[0]})"
+            ) from None
+        record["format"] = STORE_FORMAT
 
     def save_config(self, config: Dict[str, Any]) -> None:
         from sqlalchemy import text
@@ -370,27 +444,36 @@ class PostgresStore:
     def scalar(self, sql: str, **params: Any) -> Any:
         from sqlalchemy import text
 
-        with self.engine.connect() as conn:
-            return conn.execute(text(sql), params).scalar()
+        return self._read(lambda conn: conn.execute(text(sql), params).scalar())
 
-    def rows(self, sql: str, **params: Any) -> List[Tuple[Any, ...]]:
+    def rows(self, sql: str, _settings: Optional[Dict[str, str]] = None, **params: Any) -> List[Tuple[Any, ...]]:
+        """The rows of one statement (``_settings``: session settings for it alone, in a
+        transaction of its own)."""
         from sqlalchemy import text
 
+        if not _settings:
+            return self._read(lambda conn: [tuple(r) for r in conn.execute(text(sql), params)])
         with self.engine.connect() as conn:
+            for name, value in _settings.items():
+                conn.execute(text("SELECT set_config(:n, :v, true)"), {"n": name, "v": value})
             return [tuple(r) for r in conn.execute(text(sql), params)]
 
-    async def arows(self, sql: str, **params: Any) -> List[Tuple[Any, ...]]:
+    async def arows(self, sql: str, _settings: Optional[Dict[str, str]] = None, **params: Any) -> List[Tuple[Any, ...]]:
         from sqlalchemy import text
 
         async with self.async_engine.connect() as conn:
+            for name, value in (_settings or {}).items():
+                await conn.execute(text("SELECT set_config(:n, :v, true)"), {"n": name, "v": value})
             result = await conn.execute(text(sql), params)
             return [tuple(r) for r in result]
 
     def analyze(self) -> None:
         """Refresh the planner's statistics (autovacuum does it in time; call after a bulk load)."""
         with self.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
-            for table in ("hiqa_nodes", "hiqa_documents", f"data_{VECTOR_TABLE}", f"data_{DOCSTORE_TABLE}"):
+            for table in ("hiqa_nodes", "hiqa_documents", "hiqa_terms", f"data_{VECTOR_TABLE}", f"data_{DOCSTORE_TABLE}"):
                 conn.exec_driver_sql(f"ANALYZE {table}")
+            # The visibility map lets BM25 read the postings from their index alone.
+            conn.exec_driver_sql("VACUUM ANALYZE hiqa_postings")
 
     def document_hash(self, ref_doc_id: str) -> Optional[str]:
         return self.scalar("SELECT doc_hash FROM hiqa_documents WHERE ref_doc_id = :r", r=ref_doc_id)
@@ -421,6 +504,14 @@ class PostgresStore:
         return {key: json_to_doc(value if isinstance(value, dict) else json.loads(value)) for key, value in rows}
 
     # -- writes --------------------------------------------------------------------------
+    def bulk_load(self) -> Any:
+        """A context for many writes into an empty store: the HNSW index is dropped while they
+        run and built once at the end (pgvector builds it from a full table far faster than it
+        grows it row by row); each write stays one transaction. With a non-empty vector table
+        it changes nothing (the index is extended by each insert). A process killed inside
+        leaves its committed writes without the index until the next writer builds it."""
+        return bulk_load(self)
+
     def write(
         self,
         vector_store: Any,
@@ -439,19 +530,15 @@ class PostgresStore:
 
         tokenizer = tokenizer or BM25Tokenizer()
         nodes = [n for d in documents for n in d.nodes]
-        from llama_index.core.storage.docstore.utils import doc_to_json, json_to_doc
-
-        # The docstore's JSON of each node (without its vector, as VectorStoreIndex stores it);
-        # BM25 tokenises the node as read back from it, which is what the in-memory route indexes
-        # (a node fresh from the pipeline can render its embedding view differently).
-        stored = [without_nul(doc_to_json(n.model_copy(update={"embedding": None}))) for n in nodes]
-        tokens = tokenizer.documents([json_to_doc(d).get_content(metadata_mode=MetadataMode.EMBED) for d in stored])
+        stored = [stored_json(n) for n in nodes]
+        tokens = tokenizer.documents([text for _, text in stored])
         try:
             with self.engine.begin() as conn:
                 conn.exec_driver_sql(f"SET LOCAL statement_timeout = {int(self.settings.statement_timeout_s * 20000)}")
                 conn.exec_driver_sql(f"SELECT pg_advisory_xact_lock({WRITE_LOCK})")
                 removed = self._delete(conn, docstore, [*remove_ref_doc_ids, *(d.ref_doc_id for d in documents)])
-                self._insert(conn, vector_store, docstore, documents, nodes, stored, tokens, keywords or {})
+                self._insert(conn, vector_store, docstore, documents, nodes, [j for j, _ in stored], tokens, keywords or {})
+                ensure_vector_index(self, conn)
                 if then is not None:
                     then(conn)
         except SQLAlchemyError as exc:
@@ -493,7 +580,7 @@ class PostgresStore:
             {"node_ns": [docstore._node_collection, docstore._metadata_collection], "ids": node_ids,
              "doc_ns": [docstore._ref_doc_collection, docstore._metadata_collection], "refs": refs},
         )
-        conn.execute(text("DELETE FROM hiqa_postings WHERE ref_doc_id = ANY(:r)"), {"r": refs})
+        delete_postings(conn, refs)
         conn.execute(text("DELETE FROM hiqa_documents WHERE ref_doc_id = ANY(:r)"), {"r": refs})  # cascades to nodes
         conn.execute(
             text("UPDATE hiqa_pack SET node_count = node_count - :n, total_length = total_length - :l WHERE id = 1"),
@@ -502,9 +589,7 @@ class PostgresStore:
         return len(node_ids)
 
     def _insert(self, conn, vector_store, docstore, documents, nodes, stored, tokens, keywords) -> None:
-        from llama_index.core.storage.docstore.types import RefDocInfo
-        from llama_index.core.vector_stores.utils import node_to_metadata_dict
-        from sqlalchemy import insert, text
+        from sqlalchemy import text
 
         if not documents:
             return
@@ -521,47 +606,14 @@ class PostgresStore:
             ],
         )
         # Hashes of documents without nodes still make their re-ingestion a no-op.
-        kv_rows: List[Dict[str, Any]] = [
-            {"key": d.ref_doc_id, "namespace": docstore._metadata_collection, "value": {"doc_hash": d.doc_hash}}
-            for d in documents
-        ]
+        kv_rows: List[Tuple[str, str, Any]] = [(d.ref_doc_id, docstore._metadata_collection, {"doc_hash": d.doc_hash}) for d in documents]
         if nodes:
-            table = vector_store._table_class.__table__
-            conn.execute(
-                insert(table),
-                [
-                    {"node_id": n.node_id, "embedding": n.get_embedding(),
-                     "text": without_nul(n.get_content(metadata_mode=MetadataMode.NONE)),
-                     "metadata_": without_nul(
-                         node_to_metadata_dict(n, remove_text=True, flat_metadata=vector_store.flat_metadata))}
-                    for n in nodes
-                ],
-            )
-            # KVDocumentStore's three collections, as its add_documents writes them: the node,
-            # {doc_hash, ref_doc_id} per node, and one RefDocInfo per document.
-            per_document: Dict[str, Tuple[Dict[str, Any], List[str]]] = {}
-            for node, value in zip(nodes, stored):
-                meta: Dict[str, Any] = {"doc_hash": node.hash}
-                if node.ref_doc_id:
-                    meta["ref_doc_id"] = node.ref_doc_id
-                    per_document.setdefault(node.ref_doc_id, (node.metadata or {}, []))[1].append(node.node_id)
-                kv_rows.append({"key": node.node_id, "namespace": docstore._node_collection, "value": value})
-                kv_rows.append({"key": node.node_id, "namespace": docstore._metadata_collection, "value": meta})
-            for ref, (metadata, ids) in per_document.items():
-                info = RefDocInfo(node_ids=ids, metadata=metadata)
-                kv_rows.append({"key": ref, "namespace": docstore._ref_doc_collection, "value": without_nul(info.to_dict())})
-            conn.execute(insert(NODES_TABLE), [node_row(n, toks, keywords.get(n.node_id, ([], []))) for n, toks in zip(nodes, tokens)])
-            copy_postings(conn, nodes, tokens)
+            insert_nodes(conn, vector_store, docstore, nodes, stored, tokens, keywords, kv_rows)
             conn.execute(
                 text("UPDATE hiqa_pack SET node_count = node_count + :n, total_length = total_length + :l WHERE id = 1"),
                 {"n": len(nodes), "l": sum(len(t) for t in tokens)},
             )
-        kv_table = docstore._kvstore._table_class.__table__
-        from sqlalchemy.dialects.postgresql import insert as pg_insert
-
-        for start in range(0, len(kv_rows), 1000):
-            stmt = pg_insert(kv_table).values(kv_rows[start:start + 1000])
-            conn.execute(stmt.on_conflict_do_update(index_elements=["key", "namespace"], set_={"value": stmt.excluded.value}))
+        upsert_kv(conn, f"data_{DOCSTORE_TABLE}", kv_rows)
 
 
 class _LazyAsyncEngine:

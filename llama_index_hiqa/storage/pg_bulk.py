@@ -1,0 +1,328 @@
+"""The PostgreSQL store's rows, written in bulk: COPY inside the caller's transaction.
+
+A batch of nodes goes into every table of :mod:`~llama_index_hiqa.storage.postgres` with one
+``COPY`` per table (the vectors in COPY's binary format, so no float is printed as text), the
+BM25 postings as narrow rows keyed by integer term id and node row, and each term's document
+frequency kept in ``hiqa_terms``. Everything runs on the connection of the caller's
+transaction, so a batch commits whole or not at all.
+
+The HNSW index is the one structure a bulk load is better off without: pgvector builds it
+from a full table far faster than it inserts into it row by row. :func:`bulk_load` drops it
+when a load starts on an empty vector table and builds it once at the end; a process killed
+in between leaves committed batches without the index (queries then scan exactly), and the
+next writer rebuilds it (:func:`ensure_vector_index`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import logging
+import struct
+from collections import Counter
+from typing import Any, Dict, Iterator, List, Sequence, Tuple
+
+import numpy as np
+from llama_index.core.schema import BaseNode, MetadataMode
+
+from llama_index_hiqa.storage.pg_schema import (
+    BULK_LOCK,
+    POSTINGS_SCHEMA,
+    VECTOR_TABLE,
+    WRITE_LOCK,
+    copy_field,
+    without_nul,
+)
+
+logger = logging.getLogger(__name__)
+
+VECTOR_INDEX = f"data_{VECTOR_TABLE}_embedding_idx"  # PGVectorStore's name for its HNSW index
+TF_MAX = 32767  # hiqa_postings.tf is a smallint; no chunk repeats a term that often
+
+_COPY_SIGNATURE = b"PGCOPY\n\xff\r\n\x00" + struct.pack("!ii", 0, 0)
+
+
+# --- COPY encoders ---------------------------------------------------------------------------
+def _binary_field(data: bytes) -> bytes:
+    return struct.pack("!i", len(data)) + data
+
+
+def vector_copy_rows(rows: Sequence[Tuple[str, str, Dict[str, Any], np.ndarray]]) -> io.BytesIO:
+    """``(node_id, text, metadata, vector)`` rows in COPY's binary format for PGVectorStore's
+    ``(node_id, text, metadata_, embedding)``: varchar as UTF-8, jsonb as version 1 + its text,
+    pgvector's ``vector_recv`` layout (int16 dimension, int16 unused, big-endian float4s)."""
+    out = io.BytesIO()
+    out.write(_COPY_SIGNATURE)
+    for node_id, text, metadata, vector in rows:
+        v = np.asarray(vector, dtype=">f4")
+        out.write(struct.pack("!h", 4))
+        out.write(_binary_field(node_id.encode("utf-8")))
+        out.write(_binary_field(text.encode("utf-8")))
+        out.write(_binary_field(b"\x01" + (metadata if isinstance(metadata, JSONText) else json_text(metadata)).encode("utf-8")))
+        out.write(_binary_field(struct.pack("!hh", v.shape[0], 0) + v.tobytes()))
+    out.write(struct.pack("!h", -1))
+    out.seek(0)
+    return out
+
+
+def _text_array(values: Sequence[str]) -> str:
+    return "{" + ",".join('"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"' for v in values) + "}"
+
+
+def _copy(conn: Any, sql: str, data: Any) -> None:
+    with conn.connection.cursor() as cursor:  # the DBAPI connection of this transaction
+        cursor.copy_expert(sql, data)
+
+
+# --- writes ----------------------------------------------------------------------------------
+class JSONText(str):
+    """A value already serialised as JSON (written as it is)."""
+
+
+def json_text(value: Any) -> JSONText:
+    """``value`` as JSON without NUL characters (checked on the text: the common case costs
+    one ``json.dumps``)."""
+    text = json.dumps(value)
+    if "\\u0000" in text:
+        text = json.dumps(without_nul(value))
+    return JSONText(text)
+
+
+def stored_json(node: BaseNode) -> Tuple[JSONText, str]:
+    """The docstore's JSON of ``node`` (without its vector, as VectorStoreIndex stores it) and
+    the text BM25 indexes: the embedding view of the node as read back from that JSON (what
+    the in-memory route indexes), rendered from the node itself when its metadata survives the
+    JSON round trip unchanged (parsing the node back costs more than the rest of a write)."""
+    from llama_index.core.storage.docstore.utils import doc_to_json, json_to_doc
+
+    data = doc_to_json(node.model_copy(update={"embedding": None}))
+    text = json_text(data)
+    loaded = json.loads(text)
+    if loaded.get("metadata") == node.metadata:
+        return text, node.get_content(metadata_mode=MetadataMode.EMBED)
+    return text, json_to_doc(loaded).get_content(metadata_mode=MetadataMode.EMBED)
+
+
+def insert_nodes(
+    conn: Any, vector_store: Any, docstore: Any, nodes: Sequence[BaseNode], stored: Sequence[JSONText],
+    tokens: Sequence[List[str]], keywords: Dict[str, Tuple[List[str], List[str]]], kv_rows: List[Tuple[str, str, Any]],
+) -> None:
+    """The rows of ``nodes`` in the vector table, hiqa_nodes, the postings and hiqa_terms;
+    ``kv_rows`` (the docstore's key, namespace, value) gets theirs appended."""
+    from llama_index.core.storage.docstore.types import RefDocInfo
+    from llama_index.core.vector_stores.utils import node_to_metadata_dict
+
+    from llama_index_hiqa import schema
+
+    _copy(conn, f"COPY data_{VECTOR_TABLE} (node_id, text, metadata_, embedding) FROM STDIN WITH (FORMAT binary)",
+          vector_copy_rows([
+              (n.node_id, without_nul(n.get_content(metadata_mode=MetadataMode.NONE)),
+               json_text(node_to_metadata_dict(n, remove_text=True, flat_metadata=vector_store.flat_metadata)),
+               n.get_embedding())
+              for n in nodes
+          ]))
+    # KVDocumentStore's three collections, as its add_documents writes them: the node,
+    # {doc_hash, ref_doc_id} per node, and one RefDocInfo per document.
+    per_document: Dict[str, Tuple[Dict[str, Any], List[str]]] = {}
+    for node, value in zip(nodes, stored):
+        meta: Dict[str, Any] = {"doc_hash": node.hash}
+        if node.ref_doc_id:
+            meta["ref_doc_id"] = node.ref_doc_id
+            per_document.setdefault(node.ref_doc_id, (node.metadata or {}, []))[1].append(node.node_id)
+        kv_rows.append((node.node_id, docstore._node_collection, value))
+        kv_rows.append((node.node_id, docstore._metadata_collection, meta))
+    for ref, (metadata, ids) in per_document.items():
+        kv_rows.append((ref, docstore._ref_doc_collection, RefDocInfo(node_ids=ids, metadata=metadata).to_dict()))
+
+    counts = [Counter(t) for t in tokens]
+    term_ids = _term_ids(conn, counts)
+    last = conn.exec_driver_sql(
+        "SELECT setval('hiqa_node_rows', nextval('hiqa_node_rows') + %(n)s - 1)", {"n": len(nodes)}
+    ).scalar()
+    first = int(last) - len(nodes) + 1
+    node_buffer, postings = io.StringIO(), io.StringIO()
+    for offset, (node, node_tokens, counter) in enumerate(zip(nodes, tokens, counts)):
+        row, length = first + offset, len(node_tokens)
+        ids = [term_ids[t] for t in counter]
+        kws, title_kws = keywords.get(node.node_id, ([], []))
+        position = schema.get_position(node)
+        node_buffer.write("\t".join((
+            copy_field(node.node_id), copy_field(node.ref_doc_id), "\\N" if position is None else str(int(position)),
+            copy_field(_text_array(without_nul(list(kws)))), copy_field(_text_array(without_nul(list(title_kws)))),
+            str(length), str(row), "{" + ",".join(map(str, ids)) + "}",
+        )) + "\n")
+        for term_id, tf in zip(ids, counter.values()):
+            postings.write(f"{term_id}\t{row}\t{length}\t{min(tf, TF_MAX)}\n")
+    node_buffer.seek(0)
+    postings.seek(0)
+    _copy(conn, "COPY hiqa_nodes (node_id, ref_doc_id, position, keywords, title_keywords, length, node_row, term_ids) "
+                "FROM STDIN", node_buffer)
+    _copy(conn, "COPY hiqa_postings (term_id, node_row, length, tf) FROM STDIN", postings)
+    df = Counter(term_ids[t] for counter in counts for t in counter)
+    if df:
+        conn.exec_driver_sql(
+            "UPDATE hiqa_terms t SET df = t.df + d.n FROM unnest(%(ids)s::int[], %(ns)s::int[]) d(id, n) "
+            "WHERE t.term_id = d.id",
+            {"ids": list(df), "ns": list(df.values())},
+        )
+
+
+def _term_ids(conn: Any, counts: Sequence[Counter]) -> Dict[str, int]:
+    """Each term's id, new terms added to the vocabulary (writers hold the write lock, so
+    no other transaction adds the same term meanwhile)."""
+    terms = sorted({t for c in counts for t in c})
+    if not terms:
+        return {}
+    rows = conn.exec_driver_sql(
+        "WITH ins AS (INSERT INTO hiqa_terms (term_id, term, df) "
+        "  SELECT nextval('hiqa_term_ids'), t, 0 FROM unnest(%(t)s::text[]) t "
+        "  WHERE NOT EXISTS (SELECT 1 FROM hiqa_terms h WHERE h.term = t) RETURNING term, term_id) "
+        "SELECT term, term_id FROM ins UNION ALL SELECT term, term_id FROM hiqa_terms WHERE term = ANY(%(t)s::text[])",
+        {"t": terms},
+    )
+    return {term: int(term_id) for term, term_id in rows}
+
+
+def upsert_kv(conn: Any, table: str, rows: Sequence[Tuple[str, str, Any]]) -> None:
+    """The docstore's (key, namespace, value) rows, replacing a row with the same key and
+    namespace (as ``PostgresKVStore.put_all`` does): COPY into a staging table, then one
+    INSERT ... ON CONFLICT."""
+    if not rows:
+        return
+    conn.exec_driver_sql(
+        "CREATE TEMP TABLE IF NOT EXISTS hiqa_kv_stage (key varchar, namespace varchar, value jsonb) ON COMMIT DELETE ROWS"
+    )
+    buffer = io.StringIO()
+    for key, namespace, value in rows:
+        value = value if isinstance(value, JSONText) else json_text(value)
+        buffer.write(f"{copy_field(key)}\t{copy_field(namespace)}\t{copy_field(value)}\n")
+    buffer.seek(0)
+    _copy(conn, "COPY hiqa_kv_stage (key, namespace, value) FROM STDIN", buffer)
+    # The last row of a key wins, as consecutive puts would leave it.
+    conn.exec_driver_sql(
+        f"INSERT INTO {table} (key, namespace, value) "
+        "SELECT DISTINCT ON (key, namespace) key, namespace, value FROM "
+        "(SELECT *, row_number() OVER () AS i FROM hiqa_kv_stage) s ORDER BY key, namespace, i DESC "
+        "ON CONFLICT (key, namespace) DO UPDATE SET value = EXCLUDED.value"
+    )
+    conn.exec_driver_sql("TRUNCATE hiqa_kv_stage")
+
+
+def delete_postings(conn: Any, ref_doc_ids: Sequence[str]) -> None:
+    """Remove the documents' postings (found by the term ids each node keeps) and their
+    counts from the document frequencies; before their hiqa_nodes rows go."""
+    conn.exec_driver_sql(
+        "UPDATE hiqa_terms t SET df = t.df - d.n FROM ("
+        "  SELECT term_id, count(*) AS n FROM hiqa_nodes, unnest(term_ids) AS term_id "
+        "  WHERE ref_doc_id = ANY(%(r)s) GROUP BY term_id) d WHERE t.term_id = d.term_id",
+        {"r": list(ref_doc_ids)},
+    )
+    conn.exec_driver_sql(
+        "DELETE FROM hiqa_postings p USING ("
+        "  SELECT node_row, unnest(term_ids) AS term_id FROM hiqa_nodes WHERE ref_doc_id = ANY(%(r)s)) d "
+        "WHERE p.term_id = d.term_id AND p.node_row = d.node_row",
+        {"r": list(ref_doc_ids)},
+    )
+
+
+# --- the HNSW index around a bulk load ---------------------------------------------------------
+def vector_index_sql(store: Any) -> str:
+    s = store.settings
+    return (f"CREATE INDEX IF NOT EXISTS {VECTOR_INDEX} ON data_{VECTOR_TABLE} USING hnsw (embedding vector_cosine_ops) "
+            f"WITH (m = {s.hnsw_m}, ef_construction = {s.hnsw_ef_construction})")
+
+
+def build_vector_index(store: Any, conn: Any) -> None:
+    """Build the HNSW index on ``conn`` (the graph in memory: pgvector's fast build)."""
+    conn.exec_driver_sql("SET LOCAL statement_timeout = 0")
+    conn.exec_driver_sql(f"SET LOCAL maintenance_work_mem = '{store.settings.index_build_memory_mb}MB'")
+    conn.exec_driver_sql(vector_index_sql(store))
+
+
+def has_vector_index(conn: Any) -> bool:
+    return conn.exec_driver_sql(f"SELECT to_regclass('{VECTOR_INDEX}')").scalar() is not None
+
+
+def ensure_vector_index(store: Any, conn: Any) -> None:
+    """In a writer's transaction: rebuild the HNSW index when a bulk load that deferred it
+    died before building it (no session holds the bulk-load lock)."""
+    if has_vector_index(conn):
+        return
+    if conn.exec_driver_sql(f"SELECT pg_try_advisory_xact_lock({BULK_LOCK})").scalar():
+        logger.info("%s: building the HNSW index a bulk load left unbuilt", store.masked_url)
+        build_vector_index(store, conn)
+
+
+@contextlib.contextmanager
+def bulk_load(store: Any) -> Iterator[bool]:
+    """Defer the HNSW index over the writes made inside (when the vector table is empty) and
+    build it at the end; yields whether it was deferred. Each write stays its own
+    transaction. Another writer meanwhile extends the table without the index (exact scans)."""
+    from sqlalchemy.exc import SQLAlchemyError
+
+    try:
+        holder = store.engine.connect()
+    except SQLAlchemyError as exc:
+        raise store.describe_failure(exc) from None
+    deferred = False
+    try:
+        holder = holder.execution_options(isolation_level="AUTOCOMMIT")
+        if holder.exec_driver_sql(f"SELECT pg_try_advisory_lock({BULK_LOCK})").scalar():
+            with store.engine.begin() as conn:
+                conn.exec_driver_sql(f"SELECT pg_advisory_xact_lock({WRITE_LOCK})")
+                empty = conn.exec_driver_sql(f"SELECT NOT EXISTS (SELECT 1 FROM data_{VECTOR_TABLE})").scalar()
+                if empty:
+                    conn.exec_driver_sql(f"DROP INDEX IF EXISTS {VECTOR_INDEX}")
+                    deferred = True
+            if not deferred:  # nothing to hold back: the writes (re)build a missing index themselves
+                holder.exec_driver_sql(f"SELECT pg_advisory_unlock({BULK_LOCK})")
+        yield deferred
+    finally:
+        try:
+            if deferred:
+                with store.engine.begin() as conn:
+                    conn.exec_driver_sql(f"SELECT pg_advisory_xact_lock({WRITE_LOCK})")
+                    build_vector_index(store, conn)
+        finally:
+            if deferred:
+                holder.exec_driver_sql(f"SELECT pg_advisory_unlock({BULK_LOCK})")
+            holder.close()
+
+
+# --- store format 2 -> 3 -----------------------------------------------------------------------
+def migrate_postings(conn: Any) -> bool:
+    """Rewrite a format-2 database's postings (term and node id as text) as format 3's
+    (vocabulary, integer rows), in the caller's transaction; whether anything was done."""
+    old = conn.exec_driver_sql(
+        "SELECT 1 FROM information_schema.columns WHERE table_name = 'hiqa_postings' AND column_name = 'term' "
+        "AND table_schema = current_schema()"
+    ).first()
+    if old is None:
+        return False
+    conn.exec_driver_sql("ALTER TABLE hiqa_postings RENAME TO hiqa_postings_v2")
+    conn.exec_driver_sql("ALTER INDEX IF EXISTS hiqa_postings_term RENAME TO hiqa_postings_v2_term")
+    conn.exec_driver_sql("ALTER TABLE hiqa_nodes ADD COLUMN IF NOT EXISTS node_row int UNIQUE, "
+                         "ADD COLUMN IF NOT EXISTS term_ids int[]")
+    conn.exec_driver_sql("CREATE SEQUENCE IF NOT EXISTS hiqa_node_rows AS int")
+    for statement in POSTINGS_SCHEMA:
+        conn.exec_driver_sql(statement)
+    conn.exec_driver_sql(
+        "UPDATE hiqa_nodes n SET node_row = r.row FROM (SELECT node_id, nextval('hiqa_node_rows') AS row FROM "
+        "(SELECT node_id FROM hiqa_nodes ORDER BY ref_doc_id, position, node_id) o) r WHERE n.node_id = r.node_id"
+    )
+    conn.exec_driver_sql(
+        "INSERT INTO hiqa_terms (term_id, term, df) SELECT nextval('hiqa_term_ids'), term, df FROM "
+        "(SELECT term, count(*) AS df FROM hiqa_postings_v2 GROUP BY term ORDER BY term) t"
+    )
+    conn.exec_driver_sql(
+        f"INSERT INTO hiqa_postings (term_id, node_row, length, tf) SELECT t.term_id, n.node_row, p.length, "
+        f"least(p.tf, {TF_MAX}) FROM hiqa_postings_v2 p JOIN hiqa_terms t USING (term) JOIN hiqa_nodes n USING (node_id)"
+    )
+    conn.exec_driver_sql(
+        "UPDATE hiqa_nodes n SET term_ids = p.ids FROM (SELECT node_row, array_agg(term_id ORDER BY term_id) AS ids "
+        "FROM hiqa_postings GROUP BY node_row) p WHERE n.node_row = p.node_row"
+    )
+    conn.exec_driver_sql("UPDATE hiqa_nodes SET term_ids = '{}' WHERE term_ids IS NULL")
+    conn.exec_driver_sql("DROP TABLE hiqa_postings_v2")
+    return True

@@ -1,0 +1,267 @@
+"""The PostgreSQL store's bulk path against a real server: what COPY writes is what LlamaIndex's
+own stores and bm25s would hold, a failed batch leaves nothing, the HNSW index is built after a
+load into an empty table (and rebuilt by the next writer when a load died first), a format-2
+database is migrated, and a question costs a fixed number of statements.
+
+Uses the ``server`` fixture of conftest.py (a pgserver instance, or ``HIQA_TEST_POSTGRES_URL``).
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+
+import pytest
+
+pytest.importorskip("llama_index.vector_stores.postgres")
+
+from llama_index.core.schema import MetadataMode  # noqa: E402
+
+from llama_index_hiqa import schema  # noqa: E402
+from llama_index_hiqa.errors import PackStoreError  # noqa: E402
+from llama_index_hiqa.pack import HiQAPack  # noqa: E402
+from llama_index_hiqa.storage import pg_bulk  # noqa: E402
+from llama_index_hiqa.storage.pg_bulk import BULK_LOCK, VECTOR_INDEX  # noqa: E402
+from llama_index_hiqa.storage.pg_schema import BM25Tokenizer  # noqa: E402
+from llama_index_hiqa.transforms.critical_keywords import normalize_keyword  # noqa: E402
+from tests.pack_helpers import HashEmbedding  # noqa: E402
+from tests.test_postgres_store import FAST, QUESTIONS, _assert_same_ranking, _keys, _table_counts  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def documents():
+    from llama_index_hiqa.demo import load_demo_documents
+
+    return load_demo_documents()
+
+
+@pytest.fixture(scope="module")
+def built(server, documents):
+    url = server.database()
+    HiQAPack.from_documents(documents, embed_model=HashEmbedding(), store=url, **FAST).close()
+    return url
+
+
+def _has_index(pack) -> bool:
+    return pack.store.scalar(f"SELECT to_regclass('{VECTOR_INDEX}') IS NOT NULL")
+
+
+def _stored_nodes(pack):
+    """Every node as the docstore holds it, with its stored vector, in the order written."""
+    ids = [r[0] for r in pack.store.rows("SELECT node_id FROM hiqa_nodes ORDER BY node_row")]  # as written
+    nodes = pack.store.nodes(ids)
+    vectors = dict(pack.store.rows("SELECT node_id, embedding::real[] FROM data_hiqa_vectors"))
+    for node_id, node in nodes.items():
+        node.embedding = [float(v) for v in vectors[node_id]]
+    return [nodes[i] for i in ids]
+
+
+def test_copy_writes_what_llamaindex_stores_write(server, built):
+    """The vector and docstore rows COPY wrote equal those PGVectorStore.add and
+    PostgresDocumentStore.add_documents write for the same nodes, row by row."""
+    pack = HiQAPack.load(built, embed_model=HashEmbedding())
+    nodes = _stored_nodes(pack)
+    other = HiQAPack.empty(embed_model=HashEmbedding(), store=server.database(), **FAST)
+    other.index.vector_store.add(nodes)
+    other.index.docstore.add_documents([n.model_copy(update={"embedding": None}) for n in nodes])
+
+    # (Compared as parsed JSON: the nodes given to LlamaIndex's stores here were read back from
+    # jsonb, which orders object keys its own way.)
+    def vector_rows(p):
+        rows = p.store.rows("SELECT node_id, text, metadata_, embedding::text FROM data_hiqa_vectors")
+        return sorted((i, t, {**m, "_node_content": json.loads(m["_node_content"])}, e) for i, t, m, e in rows)
+
+    def docstore_rows(p, namespace):
+        return sorted(p.store.rows("SELECT key, value::text FROM data_hiqa_docstore WHERE namespace = :n", n=namespace))
+
+    assert vector_rows(pack) == vector_rows(other)
+    ours, theirs = (dict(docstore_rows(p, "docstore/data")) for p in (pack, other))
+    assert {k: json.loads(v) for k, v in ours.items()} == {k: json.loads(v) for k, v in theirs.items()}
+    ours = {k: json.loads(v) for k, v in docstore_rows(pack, "docstore/metadata")}
+    theirs = {k: json.loads(v) for k, v in docstore_rows(other, "docstore/metadata")}
+    # (node.hash covers the metadata as ordered in the node, so only its presence is compared)
+    assert {k: ours[k]["ref_doc_id"] for k in theirs} == {k: v["ref_doc_id"] for k, v in theirs.items()}
+    assert all(ours[k]["doc_hash"] for k in ours)  # nodes' hashes plus the documents' hashes
+    # Each document's node ids in order (its metadata: a node's of that document, as the folder
+    # store's add_to_docstore keeps the first one's).
+    ours, theirs = ({k: json.loads(v) for k, v in docstore_rows(p, "docstore/ref_doc_info")} for p in (pack, other))
+    assert {k: v["node_ids"] for k, v in ours.items()} == {k: v["node_ids"] for k, v in theirs.items()}
+    assert all(v["metadata"]["document_id"] == theirs[k]["metadata"]["document_id"] for k, v in ours.items())
+    pack.close()
+    other.close()
+
+
+def test_postings_keywords_and_statistics_are_the_nodes_tokens(built):
+    """Each node's postings are its BM25 tokens counted (the tokens bm25s indexes), each
+    term's document frequency counts its nodes, and the keyword index holds the normalised
+    critical keywords."""
+    pack = HiQAPack.load(built, embed_model=HashEmbedding())
+    tokenizer = BM25Tokenizer()
+    nodes = _stored_nodes(pack)
+    tokens = tokenizer.documents([n.get_content(metadata_mode=MetadataMode.EMBED) for n in nodes])
+    postings = {}
+    for node_id, term, tf, length in pack.store.rows(
+        "SELECT n.node_id, t.term, p.tf, p.length FROM hiqa_postings p JOIN hiqa_terms t USING (term_id) "
+        "JOIN hiqa_nodes n USING (node_row)"
+    ):
+        postings.setdefault(node_id, {})[term] = (tf, length)
+    df = Counter()
+    for node, toks in zip(nodes, tokens):
+        assert postings.get(node.node_id, {}) == {t: (c, len(toks)) for t, c in Counter(toks).items()}
+        df.update(set(toks))
+    assert dict(pack.store.rows("SELECT term, df FROM hiqa_terms WHERE df > 0")) == dict(df)
+    assert pack.store.scalar("SELECT total_length FROM hiqa_pack") == sum(len(t) for t in tokens)
+    keywords = dict(pack.store.rows("SELECT node_id, keywords FROM hiqa_nodes"))
+    for node in nodes:
+        expected = [k for k in dict.fromkeys(normalize_keyword(k) for k in schema.get_critical_keywords(node)) if k]
+        assert keywords[node.node_id] == expected
+    pack.close()
+
+
+def test_a_failed_batch_leaves_no_row(server, documents, monkeypatch):
+    url = server.database()
+    pack = HiQAPack.from_documents(documents[:3], embed_model=HashEmbedding(), store=url, **FAST)
+    tables = ("hiqa_terms", "hiqa_postings", "hiqa_nodes", "hiqa_documents", "data_hiqa_vectors", "data_hiqa_docstore")
+
+    def state():
+        return ({t: pack.store.scalar(f"SELECT count(*) FROM {t}") for t in tables},
+                pack.store.rows("SELECT term, df FROM hiqa_terms ORDER BY term"),
+                pack.store.rows("SELECT node_count, total_length FROM hiqa_pack"))
+
+    before = state()
+
+    def fail(*args, **kwargs):  # the batch's last write
+        raise RuntimeError("disk full")
+
+    monkeypatch.setattr(pg_bulk, "upsert_kv", fail)
+    monkeypatch.setattr("llama_index_hiqa.storage.postgres.upsert_kv", fail)
+    with pytest.raises(RuntimeError, match="disk full"):
+        pack.ingest(documents[3:])
+    assert state() == before
+    monkeypatch.undo()
+    report = pack.ingest(documents[3:])
+    assert report.documents_added == len(documents) - 3
+    counts = _table_counts(pack)
+    assert counts["nodes"] == counts["vectors"] == counts["docstore"] == counts["counted"]
+    pack.close()
+
+
+def test_hnsw_is_built_after_a_load_into_an_empty_table_and_kept_otherwise(server, documents, monkeypatch):
+    url = server.database()
+    pack = HiQAPack.empty(embed_model=HashEmbedding(), store=url, **FAST)
+    seen = []
+    real = pack._write_batch
+
+    def write_and_look(*args, **kwargs):
+        seen.append(_has_index(pack))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(pack, "_write_batch", write_and_look)
+    pack.ingest(documents[:4], batch_size=2)
+    assert seen == [False, False]  # deferred while the load ran
+    assert _has_index(pack)  # and built at its end
+    seen.clear()
+    pack.ingest(documents[4:])  # a non-empty table: the index is extended, never dropped
+    assert seen and all(seen) and _has_index(pack)
+    plan = "\n".join(r[0] for r in pack.store.rows(
+        "EXPLAIN SELECT node_id FROM data_hiqa_vectors ORDER BY embedding <=> CAST(:q AS vector) LIMIT 5",
+        _settings={"enable_seqscan": "off"},  # (a table this small is cheaper to scan)
+        q=str([0.1] * len(pack.embed_model.get_query_embedding("x")))))
+    assert VECTOR_INDEX in plan
+    pack.close()
+
+
+def test_a_load_that_died_before_its_index_build_is_finished_by_the_next_writer(server, documents):
+    url = server.database()
+    pack = HiQAPack.from_documents(documents[:2], embed_model=HashEmbedding(), store=url, **FAST)
+    with pack.store.engine.begin() as conn:
+        conn.exec_driver_sql(f"DROP INDEX {VECTOR_INDEX}")  # as a killed bulk load leaves it
+    # While a live bulk load holds its lock, a writer leaves the index to it ...
+    holder = pack.store.engine.connect().execution_options(isolation_level="AUTOCOMMIT")
+    holder.exec_driver_sql(f"SELECT pg_advisory_lock({BULK_LOCK})")
+    other = HiQAPack.load(url, embed_model=HashEmbedding())
+    other.store.write(other.index.vector_store, other.index.docstore, [])
+    assert not _has_index(pack)
+    holder.exec_driver_sql(f"SELECT pg_advisory_unlock({BULK_LOCK})")
+    holder.close()
+    # ... and builds it once no process does.
+    report = other.ingest(documents[2:3])
+    assert report.documents_added == 1 and _has_index(pack)
+    pack.close()
+    other.close()
+
+
+def test_a_format_2_database_is_migrated_on_open(server, documents):
+    """A database written by the previous release (text postings, no vocabulary) answers
+    as before after a one-time upgrade, and a read-only session gets a clear error."""
+    url = server.database()
+    pack = HiQAPack.from_documents(documents, embed_model=HashEmbedding(), store=url, **FAST)
+    expected = {q: pack.retrieve(q) for q in QUESTIONS}
+    with pack.store.engine.begin() as conn:  # back to format 2's layout
+        conn.exec_driver_sql(
+            "CREATE TABLE old_postings AS SELECT t.term, n.node_id, n.ref_doc_id, p.tf::int AS tf, p.length "
+            "FROM hiqa_postings p JOIN hiqa_terms t USING (term_id) JOIN hiqa_nodes n USING (node_row)"
+        )
+        conn.exec_driver_sql("DROP TABLE hiqa_postings, hiqa_terms")
+        conn.exec_driver_sql("DROP SEQUENCE hiqa_term_ids, hiqa_node_rows")
+        conn.exec_driver_sql("ALTER TABLE hiqa_nodes DROP COLUMN node_row, DROP COLUMN term_ids")
+        conn.exec_driver_sql("ALTER TABLE old_postings RENAME TO hiqa_postings")
+        conn.exec_driver_sql("CREATE INDEX hiqa_postings_term ON hiqa_postings (term) INCLUDE (node_id, tf, length)")
+        conn.exec_driver_sql("UPDATE hiqa_pack SET format = 2")
+    pack.close()
+    from urllib.parse import quote
+
+    read_only = url + ("&" if "?" in url else "?") + "options=" + quote("-c default_transaction_read_only=on")
+    with pytest.raises(PackStoreError, match="store format 2"):
+        HiQAPack.load(read_only, embed_model=HashEmbedding())
+    migrated = HiQAPack.load(url, embed_model=HashEmbedding())
+    assert migrated.store.read_pack()["format"] == 3
+    for question in QUESTIONS:
+        _assert_same_ranking(expected[question], migrated.retrieve(question))
+    migrated.ingest(documents[:1])  # unchanged: a no-op; the store still takes writes
+    removed = migrated.delete_document(migrated.document_ids[0])
+    assert removed > 0
+    counts = _table_counts(migrated)
+    assert counts["nodes"] == counts["vectors"] == counts["docstore"] == counts["counted"]
+    migrated.close()
+
+
+def test_a_question_costs_a_fixed_number_of_statements(built, monkeypatch):
+    """pack.as_retriever() on PostgreSQL: the routes in one statement, the focused document's
+    scores in one, whatever the number of its nodes (a regression to a query per route or per
+    node fails here)."""
+    from sqlalchemy import event
+
+    from llama_index_hiqa.storage import pg_routes
+
+    monkeypatch.setattr(pg_routes, "SHAPE_TTL_S", 1e9)  # the shape and titles, re-read every few seconds: once
+    pack = HiQAPack.load(built, embed_model=HashEmbedding())
+    retriever = pack.as_retriever()
+    retriever.retrieve(QUESTIONS[0])  # the collection's shape and titles are read (then every few seconds)
+    statements = []
+
+    def seen(conn, cursor, statement, *args):
+        statements.append(" ".join(statement.split())[:60])
+
+    event.listen(pack.store.engine, "before_cursor_execute", seen)
+    try:
+        for question in QUESTIONS:
+            statements.clear()
+            hits = retriever.retrieve(question)
+            assert hits
+            # routes, their result nodes, the focused document's node ids, (its nodes the first
+            # time it is focused,) every score inside it, the focused results' nodes
+            assert len(statements) <= 6, statements
+    finally:
+        event.remove(pack.store.engine, "before_cursor_execute", seen)
+    pack.close()
+
+
+def test_focus_rankings_match_the_folder_store(built, documents):
+    local = HiQAPack.from_documents(documents, embed_model=HashEmbedding(), **FAST)
+    pack = HiQAPack.load(built, embed_model=HashEmbedding())
+    for question in QUESTIONS:
+        here, there = local.as_retriever().retrieve(question), pack.as_retriever().retrieve(question)
+        _assert_same_ranking(here, there)
+        assert _keys(here)[:3] == _keys(there)[:3]
+    pack.close()
