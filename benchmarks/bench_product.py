@@ -302,7 +302,7 @@ def run_variant(name: str, questions, pdf_dir: Path, store_dir: Path, reuse: boo
     # What pack.as_retriever() returns (the chunk graph is off in these variants).
     focus = {**pack.config.document_focus, **VARIANTS[name].get("document_focus", {})}
     retriever = multi
-    if DocumentFocusConfig(**focus).focus_documents:
+    if DocumentFocusConfig(**focus).enabled:
         retriever = DocumentFocusRetriever(multi, embed_model=pack.embed_model, **focus)
     nodes = pack.nodes
     t0 = time.perf_counter()
