@@ -63,6 +63,8 @@ VARIANTS: Dict[str, Dict[str, Any]] = {
     "calibrated": {},
     # The document focus (DocumentFocusRetriever) off, and each of its signals off.
     "no_focus": {"document_focus": {"focus_documents": 0}},
+    # The previous fixed focus: the best document alone fills the top k.
+    "fixed_focus": {"document_focus": {"focus_documents": 1}},
     "focus_no_heading": {"document_focus": {"heading_weight": 0.0}},
     "focus_no_heading_words": {"document_focus": {"heading_words_weight": 0.0}},
     "focus_no_table": {"document_focus": {"table_weight": 0.0}},
@@ -85,6 +87,7 @@ VARIANT_LABELS = {
     "no_keywords": "HiQAPack without the keyword route",
     "calibrated": "HiQAPack after `pack.calibrate()` (self-calibration, no labels)",
     "no_focus": "HiQAPack without the document focus (the multi-route ranking alone)",
+    "fixed_focus": "HiQAPack, fixed focus on the best document (focus_documents=1, the previous default)",
     "focus_no_heading": "HiQAPack, document focus without the heading-path similarity",
     "focus_no_heading_words": "HiQAPack, document focus without the heading words the question names",
     "focus_no_table": "HiQAPack, document focus without the table bonus",

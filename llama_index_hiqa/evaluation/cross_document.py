@@ -107,14 +107,15 @@ class _Document:
 
 
 def name_in_title(title: str, keyword: str) -> Optional[str]:
-    """The shortest run of ``title``'s words whose normalised form is ``keyword`` ("3M" for
-    ``3m`` in "3M Company, Form 10-K"), or ``None``."""
+    """The run of ``title``'s words that spells ``keyword`` letter for letter ("3M" for ``3m``
+    in "3M Company, Form 10-K"), the one with the most words first ("Best Buy" rather than the
+    file name's "BESTBUY"; "Johnson & Johnson"), or ``None``."""
     words = _WORD.findall(title.replace("_", " "))
-    for length in range(1, 6):
+    for length in range(5, 0, -1):
         for start in range(0, len(words) - length + 1):
-            text = " ".join(words[start : start + length])
-            if normalize_keyword(text) == keyword:
-                return text
+            run = words[start : start + length]
+            if re.sub(r"[\W_]+", "", "".join(run).lower()) == keyword:
+                return " ".join(run)
     return None
 
 

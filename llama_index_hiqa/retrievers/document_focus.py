@@ -348,13 +348,11 @@ class DocumentFocusRetriever(BaseRetriever):
             return FocusChoice([first], [first] * len(head), False, [])
         titles = self._title_keywords(head)
         keywords = self.multi_route.question_keywords(query) if hasattr(self.multi_route, "question_keywords") else []
-        facets = focus_share.question_facets(keywords, titles)
+        written = focus_share.names_written(query.query_str or "", titles)
+        facets = focus_share.question_facets([*keywords, *written], titles)
         order = list(dict.fromkeys(d for d in head_documents if d))
         # The periods the best document's own top nodes report (a yearly report's comparatives).
-        node_keywords = [
-            keyword for hit in head if schema.get_document_id(hit.node) == first
-            for keyword in schema.get_critical_keywords(hit.node)
-        ]
+        node_keywords = [schema.get_critical_keywords(hit.node) for hit in head if schema.get_document_id(hit.node) == first]
         named = focus_share.named_documents(first, facets, titles, node_keywords, order)
         tied = focus_share.tied_documents(first, facets, titles, head_documents)
         documents = focus_share.choose_documents(first, named, tied, cap)

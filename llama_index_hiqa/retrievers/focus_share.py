@@ -6,14 +6,15 @@ then ranks that document's pages. Some questions are about several documents at 
 
 * **the question names several of them.** "Compare 3M's capital expenditure in FY2018 and
   FY2022", "3M or Boeing in 2022", "which of the NX-2041 and NX-2044 ...": the question's
-  keywords that are also title keywords (its *facets*) hold two values of one kind — two names,
+  keywords that are also title keywords, or title names it writes with a capital
+  (:func:`names_written`; its *facets*), hold two values of one kind — two names,
   or two periods. :func:`named_documents` adds, for each value the best document does not
   cover, the best document whose title holds that value and everything else the best
   document's title matched (the same company for a second year, the same year for a second
-  company). A period counts as covered when the best document's best nodes (among the multi-route
-  top k) hold it too: a
-  yearly report carries the previous years as comparatives, so "between FY2022 and FY2021"
-  is one report, "FY2018 and FY2022" two. A name is covered by a title alone: a document that
+  company). A period counts as covered when at least half of the best document's nodes among the
+  multi-route top k hold it too: a yearly report carries the previous years as comparatives
+  in its statements, so "between FY2022 and FY2021" is one report, "FY2018 and FY2022" two
+  (a five-year table that mentions 2018 once does not make it one). A name is covered by a title alone: a document that
   mentions another product is not about it.
 * **the question does not tell the documents apart.** When another document is among the
   multi-route ranking's top k and its title matches every facet the best document's title
@@ -34,6 +35,7 @@ from __future__ import annotations
 import re
 from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Set
 
+_QUESTION_WORD = re.compile(r"[A-Za-z0-9][A-Za-z0-9&]*(?:['’][A-Za-z]+)?")
 _PERIOD = re.compile(r"^(?:(?:19|20)\d{2}|q[1-4](?:19|20)\d{2}|[1-4]q(?:19|20)\d{2})$")
 
 PERIOD, NAME = "period", "name"
@@ -43,6 +45,26 @@ def facet_kind(keyword: str) -> str:
     """``"period"`` for a year or a fiscal quarter keyword (``2022``, ``q22023``), else
     ``"name"`` (a company, a product, a form type)."""
     return PERIOD if _PERIOD.match(keyword) else NAME
+
+
+def names_written(question: str, title_keywords: Mapping[str, frozenset], max_words: int = 4) -> List[str]:
+    """Title keywords the question writes as a name: a run of up to ``max_words`` of its words,
+    the first one capitalised or a number, whose normalised form is the keyword ("Boeing's",
+    "NIKE", "Best Buy", "3M"). The entity recogniser can miss a name or swallow it into a longer
+    span ("Business of Boeing"); a lower-case run ("square feet") is not a name."""
+    from llama_index_hiqa.transforms.critical_keywords import normalize_keyword
+
+    names = {k for keywords in title_keywords.values() for k in keywords if facet_kind(k) != PERIOD}
+    words = _QUESTION_WORD.findall(question or "")
+    found: Dict[str, None] = {}
+    for start, word in enumerate(words):
+        if not (word[0].isupper() or word[0].isdigit()):
+            continue
+        for end in range(start + 1, min(start + max_words, len(words)) + 1):
+            keyword = normalize_keyword(" ".join(words[start:end]))
+            if keyword in names:
+                found[keyword] = None
+    return list(found)
 
 
 def question_facets(question_keywords: Iterable[str], title_keywords: Mapping[str, frozenset]) -> List[str]:
@@ -59,14 +81,15 @@ def named_documents(
     first: str,
     facets: Sequence[str],
     title_keywords: Mapping[str, frozenset],
-    first_node_keywords: Iterable[str],
+    first_nodes_keywords: Sequence[Iterable[str]],
     order: Sequence[str],
 ) -> List[str]:
     """The documents besides ``first`` that the question names (see the module docstring).
 
     ``facets``: :func:`question_facets`; ``title_keywords``: document id -> its title's
-    keywords (every document of the collection); ``first_node_keywords``: the keywords of
-    ``first``'s nodes among the multi-route top k (its best evidence); ``order``: document ids best first (the multi-route ranking's
+    keywords (every document of the collection); ``first_nodes_keywords``: the keywords of
+    each of ``first``'s nodes among the multi-route top k (its best evidence; a period at
+    least half of them hold counts as covered); ``order``: document ids best first (the multi-route ranking's
     documents; a document it does not list ranks after them by the number of facets its
     title holds, then by id). Only a kind with two or more values in ``facets`` adds
     documents; each value adds at most one.
@@ -75,7 +98,11 @@ def named_documents(
     for facet in facets:
         by_kind.setdefault(facet_kind(facet), []).append(facet)
     first_title = title_keywords.get(first, frozenset())
-    node_keywords = frozenset(first_node_keywords)
+    node_sets = [frozenset(keywords) for keywords in first_nodes_keywords]
+    # A period the best document's evidence reports in most of its top nodes: its comparatives.
+    reported = frozenset(
+        k for k in frozenset().union(*node_sets) if 2 * sum(k in n for n in node_sets) >= len(node_sets)
+    ) if node_sets else frozenset()
     position = {doc: i for i, doc in enumerate(order)}
     added: List[str] = []
     for kind, values in by_kind.items():
@@ -87,7 +114,7 @@ def named_documents(
         shared = frozenset(
             f for f in facets if facet_kind(f) != kind and len(by_kind[facet_kind(f)]) == 1 and f in first_title
         )
-        covered = first_title | (node_keywords if kind == PERIOD else frozenset())
+        covered = first_title | (reported if kind == PERIOD else frozenset())
         for value in values:
             if value in covered or any(value in title_keywords.get(doc, ()) for doc in added):
                 continue
