@@ -24,7 +24,13 @@ them again with signals that separate pages of one document:
   questions such collections get ask for values, and values live in tables;
 
 then lists one node per page before a second node of any page, so the top k shows k places.
-The document's nodes come first, then the multi-route ranking's other results.
+
+A question can be about several documents ("3M's capital expenditure in FY2018 and FY2022",
+"which of the NX-2041 and NX-2044 ..."). How many documents are ranked this way, and how
+they share the first places, is chosen per question from the question's title keywords and
+the multi-route ranking (:mod:`~llama_index_hiqa.retrievers.focus_share`);
+``focus_documents`` caps it. The focused documents' nodes come first, then the multi-route
+ranking's other results.
 """
 
 from __future__ import annotations
@@ -211,7 +217,7 @@ def one_per_page_first(ranked: Sequence[str], page_of: Mapping[str, Any]) -> Lis
 
 # -- retriever ---------------------------------------------------------------------------
 class DocumentFocusRetriever(BaseRetriever):
-    """A multi-route retriever's best document ranked again node by node, listed first.
+    """A multi-route retriever's best document(s) ranked again node by node, listed first.
 
     Put it where the multi-route retriever was::
 
