@@ -130,11 +130,11 @@ def _collection():
     return nodes
 
 
-def _retrievers(**focus):
+def _retrievers(top_k=4, **focus):
     embed = HashingEmbedding(dim=64)
     nodes = _collection()
     index = VectorStoreIndex(nodes, embed_model=embed, storage_context=StorageContext.from_defaults(vector_store=MatrixVectorStore()))
-    multi = MultiRouteRetriever.from_index(index, similarity_top_k=4, keyword_extractor=None)
+    multi = MultiRouteRetriever.from_index(index, similarity_top_k=top_k, keyword_extractor=None)
     return multi, DocumentFocusRetriever(multi, embed_model=embed, **focus), nodes
 
 
@@ -154,18 +154,36 @@ def test_the_best_documents_nodes_come_first_ranked_inside_it():
 
 
 def test_documents_the_question_does_not_tell_apart_share_the_places_the_routes_gave_them():
-    multi, focus, _ = _retrievers()
+    multi, focus, _ = _retrievers(top_k=20)  # the head is not full: no top-k cut decides
     question = "capital spending outlook"  # names neither company: the titles tie
     head = multi.retrieve(question)
     choice = focus.choose(QueryBundle(question), head)
     assert choice.facets == [] and not choice.named
     assert sorted(choice.documents) == ["acme", "globex"]
-    head_documents = [schema.get_document_id(h.node) for h in head]
+    by_score = sorted(head, key=lambda h: (-round(h.score, 9), schema.get_document_id(h.node)))
+    head_documents = [schema.get_document_id(h.node) for h in by_score]
     other = choice.documents[1]
     assert choice.pattern.count(other) == 1 and choice.pattern.index(other) == head_documents.index(other)
     results = focus.retrieve(question)
     assert {schema.get_document_id(r.node) for r in results} == {"acme", "globex"}
     assert all(r.node.metadata[schema.ROUTE_SCORES]["focus_documents"] == 2 for r in results)
+
+
+def test_a_document_seen_only_where_a_full_head_is_cut_is_not_focused():
+    from llama_index.core.schema import NodeWithScore
+
+    _, focus, _ = _retrievers(top_k=4)
+    head = [NodeWithScore(node=_node(f"n{i}", doc, 1, "t"), score=score)
+            for i, (doc, score) in enumerate([("acme", 2.0), ("globex", 1.5), ("acme", 1.0), ("initech", 1.0)])]
+    # initech is only at the lowest score of a full head (4 = top k): the cut decided it
+    assert focus._above_the_cut(head) == ["acme", "globex"]
+    assert focus._above_the_cut(head[1:]) == ["globex", "acme", "initech"]  # 3 < top k: nothing was cut
+    full = head[1:] + [NodeWithScore(node=_node("n9", "hooli", 1, "t"), score=0.5)]  # hooli is cut now
+    # two documents, the second seen once above the lowest score: it stays
+    pair = [NodeWithScore(node=_node(f"p{i}", doc, 1, "t"), score=score)
+            for i, (doc, score) in enumerate([("acme", 2.0), ("globex", 1.9), ("acme", 1.2), ("acme", 1.1)])]
+    assert focus._above_the_cut(pair) == ["acme", "globex"]
+    assert focus._above_the_cut(full) == ["globex", "acme", "initech"]
 
 
 @pytest.mark.parametrize(

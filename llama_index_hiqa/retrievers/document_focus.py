@@ -326,11 +326,23 @@ class DocumentFocusRetriever(BaseRetriever):
     def _best_document(self, head: Sequence[NodeWithScore]) -> Tuple[Optional[str], List[str]]:
         # Look-alike documents tie (identical pin tables); a tie is broken by document id, not
         # by the node ids the head's order falls back to, which differ between two builds.
+        # The same order gives the head's documents place by place (the places tied documents
+        # get), so two builds of one collection share the places alike.
         ordered = sorted(head, key=lambda hit: (-round(hit.score or 0.0, 9), schema.get_document_id(hit.node) or ""))
         documents = [schema.get_document_id(hit.node) or "" for hit in ordered]
-        first = next((d for d in documents if d), None)
-        # The head's own order of documents, place by place (what tied documents share).
-        return first, [schema.get_document_id(hit.node) or "" for hit in head]
+        return next((d for d in documents if d), None), documents
+
+    def _above_the_cut(self, head: Sequence[NodeWithScore]) -> List[str]:
+        """The head's documents best first, without those seen only at its lowest score when
+        the head is full: the top-k cut through a tie of look-alike documents is arbitrary
+        (node ids decide it), so it must not decide which documents are focused."""
+        best: Dict[str, float] = {}
+        for hit in head:
+            doc = schema.get_document_id(hit.node) or ""
+            best[doc] = max(best.get(doc, float("-inf")), round(hit.score or 0.0, 9))
+        full = len(head) >= self.similarity_top_k
+        cut = min(round(hit.score or 0.0, 9) for hit in head) if full and head else float("-inf")
+        return [doc for doc in sorted(best, key=lambda d: (-best[d], d)) if doc and best[doc] > cut]
 
     def _title_keywords(self, head: Sequence[NodeWithScore]) -> Dict[str, frozenset]:
         """Document id -> its title's keywords: every document the multi-route retriever
@@ -360,7 +372,7 @@ class DocumentFocusRetriever(BaseRetriever):
         # The periods the best document's own top nodes report (a yearly report's comparatives).
         node_keywords = [schema.get_critical_keywords(hit.node) for hit in head if schema.get_document_id(hit.node) == first]
         named = focus_share.named_documents(first, facets, titles, node_keywords, order)
-        tied = focus_share.tied_documents(first, facets, titles, head_documents)
+        tied = focus_share.tied_documents(first, facets, titles, self._above_the_cut(head))
         documents = focus_share.choose_documents(first, named, tied, cap)
         is_named = bool(named) and len(documents) > 1
         pattern = focus_share.slot_pattern(documents, head_documents, is_named)
