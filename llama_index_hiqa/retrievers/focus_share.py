@@ -19,7 +19,8 @@ then ranks that document's pages. Some questions are about several documents at 
 * **the question does not tell the documents apart.** When another document is among the
   multi-route ranking's top k and its title matches every facet the best document's title
   matches (:func:`tied_documents`), the routes chose between them by text alone — for
-  look-alike documents, noise. Those documents are focused too.
+  look-alike documents, noise. Those documents are focused too (the retriever leaves out a
+  document seen only at the lowest score of a full top k: the cut through a tie is arbitrary).
 
 The first k nodes are then shared (:func:`slot_pattern`, :func:`share_slots`): documents the
 question names take turns (each is asked about); a tied document gets one place, the place of
