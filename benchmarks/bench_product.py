@@ -60,6 +60,8 @@ VARIANTS: Dict[str, Dict[str, Any]] = {
     "no_keywords": {"multi_route": {"use_keywords": False}},
     # The document focus (DocumentFocusRetriever) off, and each of its signals off.
     "no_focus": {"document_focus": {"focus_documents": 0}},
+    # The previous fixed focus: the best document alone fills the top k.
+    "fixed_focus": {"document_focus": {"focus_documents": 1}},
     "focus_no_heading": {"document_focus": {"heading_weight": 0.0}},
     "focus_no_heading_words": {"document_focus": {"heading_words_weight": 0.0}},
     "focus_no_table": {"document_focus": {"table_weight": 0.0}},
@@ -81,6 +83,7 @@ VARIANT_LABELS = {
     "title_weight3": "HiQAPack, title keyword weight 3 (sweep on the dev questions)",
     "no_keywords": "HiQAPack without the keyword route",
     "no_focus": "HiQAPack without the document focus (the multi-route ranking alone)",
+    "fixed_focus": "HiQAPack, fixed focus on the best document (focus_documents=1, the previous default)",
     "focus_no_heading": "HiQAPack, document focus without the heading-path similarity",
     "focus_no_heading_words": "HiQAPack, document focus without the heading words the question names",
     "focus_no_table": "HiQAPack, document focus without the table bonus",
@@ -301,7 +304,7 @@ def run_variant(name: str, questions, pdf_dir: Path, store_dir: Path, reuse: boo
     # What pack.as_retriever() returns (the chunk graph is off in these variants).
     focus = {**pack.config.document_focus, **VARIANTS[name].get("document_focus", {})}
     retriever = multi
-    if DocumentFocusConfig(**focus).focus_documents:
+    if DocumentFocusConfig(**focus).enabled:
         retriever = DocumentFocusRetriever(multi, embed_model=pack.embed_model, **focus)
     nodes = pack.nodes
     t0 = time.perf_counter()

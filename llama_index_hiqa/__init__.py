@@ -52,6 +52,9 @@ _EXPORTS: Dict[str, str] = {
     "RetrievalRouteError": "llama_index_hiqa.errors",
     "DocumentFocusRetriever": "llama_index_hiqa.retrievers.document_focus",
     "DocumentFocusConfig": "llama_index_hiqa.retrievers.document_focus",
+    "FocusChoice": "llama_index_hiqa.retrievers.document_focus",
+    "cross_document_questions": "llama_index_hiqa.evaluation.cross_document",
+    "CrossDocumentQuestion": "llama_index_hiqa.evaluation.cross_document",
     #
     # -- IIER chunk graph
     "ChunkInteractionGraph": "llama_index_hiqa.retrievers.chunk_interaction_graph",

@@ -327,7 +327,7 @@ class HiQAPack:
             retriever = self.multi_route.with_settings(**kwargs)  # type: ignore[attr-defined]
         if self.graph is not None:
             retriever = ChainAugmentedRetriever(retriever, self.graph, **chunk_graph_settings(self.config)["budget"])
-        elif DocumentFocusConfig(**self.config.document_focus).focus_documents:
+        elif DocumentFocusConfig(**self.config.document_focus).enabled:
             retriever = DocumentFocusRetriever(retriever, embed_model=self.embed_model, **self.config.document_focus)
         if not kwargs:
             self._retriever = retriever

@@ -74,10 +74,12 @@ class HiQAPackConfig(BaseModel):
     )
     document_focus: Dict[str, Any] = Field(
         default_factory=dict,
-        description="DocumentFocusRetriever settings: the multi-route ranking's best document is "
+        description="DocumentFocusRetriever settings: the documents the question is about (the "
+        "multi-route ranking's best one, plus those the question names or does not tell apart) are "
         "ranked again node by node (vector, BM25, heading-path similarity, a table bonus; one node "
-        "per page first) and listed first. {'focus_documents': 0} turns it off. Not used with "
-        "the chunk graph (its chains cross documents).",
+        "per page first) and share the first places. {'focus_documents': 1} focuses the best "
+        "document alone, {'focus_documents': 0} turns it off. Not used with the chunk graph (its "
+        "chains cross documents).",
     )
     use_segment_integration: bool = Field(
         default=False,

@@ -5,7 +5,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from llama_index.core import Document, StorageContext, VectorStoreIndex
 from llama_index.core.bridge.pydantic import ValidationError
-from llama_index.core.schema import TextNode
+from llama_index.core.schema import QueryBundle, TextNode
 
 from llama_index_hiqa import DocumentFocusRetriever, HiQAPack, MultiRouteRetriever, schema
 from llama_index_hiqa.retrievers.document_focus import (
@@ -130,16 +130,16 @@ def _collection():
     return nodes
 
 
-def _retrievers(**focus):
+def _retrievers(top_k=4, **focus):
     embed = HashingEmbedding(dim=64)
     nodes = _collection()
     index = VectorStoreIndex(nodes, embed_model=embed, storage_context=StorageContext.from_defaults(vector_store=MatrixVectorStore()))
-    multi = MultiRouteRetriever.from_index(index, similarity_top_k=4, keyword_extractor=None)
+    multi = MultiRouteRetriever.from_index(index, similarity_top_k=top_k, keyword_extractor=None)
     return multi, DocumentFocusRetriever(multi, embed_model=embed, **focus), nodes
 
 
 def test_the_best_documents_nodes_come_first_ranked_inside_it():
-    multi, focus, _ = _retrievers()
+    multi, focus, _ = _retrievers(focus_documents=1)
     question = "acme capital spending cash flows statement"
     head = multi.retrieve(question)
     results = focus.retrieve(question)
@@ -151,6 +151,39 @@ def test_the_best_documents_nodes_come_first_ranked_inside_it():
     # One node per page first: the two nodes of page 10 are not both ahead of another page.
     pages = [r.node.metadata[schema.PAGE_START] for r in results]
     assert pages.count(10) == 1 or pages.index(10) < 3 and pages[1:3].count(10) <= 1
+
+
+def test_documents_the_question_does_not_tell_apart_share_the_places_the_routes_gave_them():
+    multi, focus, _ = _retrievers(top_k=20)  # the head is not full: no top-k cut decides
+    question = "capital spending outlook"  # names neither company: the titles tie
+    head = multi.retrieve(question)
+    choice = focus.choose(QueryBundle(question), head)
+    assert choice.facets == [] and not choice.named
+    assert sorted(choice.documents) == ["acme", "globex"]
+    by_score = sorted(head, key=lambda h: (-round(h.score, 9), schema.get_document_id(h.node)))
+    head_documents = [schema.get_document_id(h.node) for h in by_score]
+    other = choice.documents[1]
+    assert choice.pattern.count(other) == 1 and choice.pattern.index(other) == head_documents.index(other)
+    results = focus.retrieve(question)
+    assert {schema.get_document_id(r.node) for r in results} == {"acme", "globex"}
+    assert all(r.node.metadata[schema.ROUTE_SCORES]["focus_documents"] == 2 for r in results)
+
+
+def test_a_document_seen_only_where_a_full_head_is_cut_is_not_focused():
+    from llama_index.core.schema import NodeWithScore
+
+    _, focus, _ = _retrievers(top_k=4)
+    head = [NodeWithScore(node=_node(f"n{i}", doc, 1, "t"), score=score)
+            for i, (doc, score) in enumerate([("acme", 2.0), ("globex", 1.5), ("acme", 1.0), ("initech", 1.0)])]
+    # initech is only at the lowest score of a full head (4 = top k): the cut decided it
+    assert focus._above_the_cut(head) == ["acme", "globex"]
+    assert focus._above_the_cut(head[1:]) == ["globex", "acme", "initech"]  # 3 < top k: nothing was cut
+    full = head[1:] + [NodeWithScore(node=_node("n9", "hooli", 1, "t"), score=0.5)]  # hooli is cut now
+    # two documents, the second seen once above the lowest score: it stays
+    pair = [NodeWithScore(node=_node(f"p{i}", doc, 1, "t"), score=score)
+            for i, (doc, score) in enumerate([("acme", 2.0), ("globex", 1.9), ("acme", 1.2), ("acme", 1.1)])]
+    assert focus._above_the_cut(pair) == ["acme", "globex"]
+    assert focus._above_the_cut(full) == ["globex", "acme", "initech"]
 
 
 @pytest.mark.parametrize(
@@ -227,3 +260,65 @@ def test_the_pack_answers_through_the_document_focus_unless_it_is_off():
     )
     assert isinstance(on.as_retriever(), DocumentFocusRetriever)
     assert isinstance(off.as_retriever(), MultiRouteRetriever)
+
+
+# --- several documents (the focus follows the question) -------------------------------------
+
+
+@pytest.fixture(scope="module")
+def demo_pack():
+    from llama_index_hiqa.demo import load_demo_documents
+    from tests.pack_helpers import HashEmbedding
+
+    return HiQAPack.from_documents(load_demo_documents(), embed_model=HashEmbedding(), keywords={"use_ner": False})
+
+
+def _first_documents(retriever, question, k=5):
+    return [schema.get_document_id(hit.node) for hit in retriever.retrieve(question)[:k]]
+
+
+def test_a_two_datasheet_question_gets_both_datasheets_in_the_first_places(demo_pack):
+    question = "Compare the typical dropout voltage of the NX-2041 and the NX-2044."
+    focus = demo_pack.as_retriever()
+    choice = focus.choose(focus._embedded(QueryBundle(question)), demo_pack.multi_route.retrieve(question))
+    assert sorted(choice.documents) == ["NX-2041", "NX-2044"] and choice.named
+    first = _first_documents(focus, question)
+    assert set(first) == {"NX-2041", "NX-2044"}
+    assert first[0] != first[1]  # the named datasheets take turns
+    fixed = DocumentFocusRetriever(demo_pack.multi_route, embed_model=demo_pack.embed_model, focus_documents=1)
+    assert len(set(_first_documents(fixed, question))) == 1  # the previous behaviour: one datasheet
+    ranking = focus.full_ranking(question)
+    assert [schema.get_document_id(n) for n in demo_pack.multi_route.nodes_by_id(ranking[:5]).values()]
+
+
+def test_a_single_datasheet_question_keeps_its_datasheet_alone(demo_pack):
+    question = "What is the typical dropout voltage of the NX-2044?"
+    focus = demo_pack.as_retriever()
+    assert set(_first_documents(focus, question)) == {"NX-2044"}
+    fixed = DocumentFocusRetriever(demo_pack.multi_route, embed_model=demo_pack.embed_model, focus_documents=1)
+    assert [h.node.node_id for h in focus.retrieve(question)] == [h.node.node_id for h in fixed.retrieve(question)]
+
+
+def test_three_named_datasheets_each_reach_the_first_places(demo_pack):
+    question = "Which of the NX-2040, NX-2045 and NX-2049 has the lowest quiescent current?"
+    first = _first_documents(demo_pack.as_retriever(), question)
+    assert {"NX-2040", "NX-2045", "NX-2049"} <= set(first)
+    capped = DocumentFocusRetriever(demo_pack.multi_route, embed_model=demo_pack.embed_model, focus_documents=2)
+    assert len(set(_first_documents(capped, question))) == 2
+
+
+def test_generated_cross_document_questions_on_the_demo(demo_pack):
+    from llama_index_hiqa.evaluation.cross_document import cross_document_questions
+
+    titles = demo_pack.multi_route.document_title_keywords()
+    questions = cross_document_questions(demo_pack.nodes, titles, per_rule=6)
+    again = cross_document_questions(demo_pack.nodes, titles, per_rule=6)
+    assert [q.question for q in questions] == [q.question for q in again]  # seeded
+    assert {q.rule for q in questions} == {"two_names_one_period", "list_of_names"}  # datasheets have no year
+    for q in questions:
+        assert len(set(q.document_ids)) == (3 if q.rule == "list_of_names" else 2)
+        assert all(q.node_ids[doc] for doc in q.document_ids)  # the heading is in every document
+        assert all(doc in q.question for doc in q.document_ids)  # named as the title writes it
+    focus = demo_pack.as_retriever()
+    found = sum(set(q.document_ids) <= set(_first_documents(focus, q.question)) for q in questions)
+    assert found >= 0.9 * len(questions)

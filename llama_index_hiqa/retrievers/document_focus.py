@@ -24,7 +24,13 @@ them again with signals that separate pages of one document:
   questions such collections get ask for values, and values live in tables;
 
 then lists one node per page before a second node of any page, so the top k shows k places.
-The document's nodes come first, then the multi-route ranking's other results.
+
+A question can be about several documents ("3M's capital expenditure in FY2018 and FY2022",
+"which of the NX-2041 and NX-2044 ..."). How many documents are ranked this way, and how
+they share the first places, is chosen per question from the question's title keywords and
+the multi-route ranking (:mod:`~llama_index_hiqa.retrievers.focus_share`);
+``focus_documents`` caps it. The focused documents' nodes come first, then the multi-route
+ranking's other results.
 """
 
 from __future__ import annotations
@@ -42,11 +48,13 @@ from llama_index.core.bridge.pydantic import BaseModel, ConfigDict, Field
 from llama_index.core.schema import BaseNode, NodeWithScore, QueryBundle
 
 from llama_index_hiqa import schema
+from llama_index_hiqa.retrievers import focus_share
 from llama_index_hiqa.retrievers.multi_route import BM25, KEYWORDS, VECTOR
 
 logger = logging.getLogger(__name__)
 
 HEADING, HEADING_WORDS, TABLE, FOCUS = "heading", "heading_words", "table", "focus"
+FOCUS_DOCUMENTS = "focus_documents"  # route-score key: how many documents shared the places
 _NUMBER = re.compile(r"^[(\-–$€£]*[\d][\d,.]*[)%]*$")
 
 
@@ -59,11 +67,13 @@ class DocumentFocusConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    focus_documents: int = Field(
-        default=1,
+    focus_documents: Optional[int] = Field(
+        default=None,
         ge=0,
-        description="How many of the multi-route ranking's best documents are ranked again "
-        "node by node and listed first (0: off, the multi-route ranking as it is).",
+        description="At most this many documents are ranked again node by node and share the "
+        "first places. None: as many as the question needs (the documents it names, or those "
+        "its words do not tell apart; focus_share.py); 1: the best document alone; 0: off, "
+        "the multi-route ranking as it is.",
     )
     heading_weight: float = Field(
         default=0.2,
@@ -100,6 +110,11 @@ class DocumentFocusConfig(BaseModel):
         description="Documents with more nodes are not ranked again (cost limit): the "
         "multi-route ranking is returned as it is.",
     )
+
+    @property
+    def enabled(self) -> bool:
+        """Whether the focus re-ranks anything (``focus_documents`` is not 0)."""
+        return self.focus_documents != 0
 
 
 # -- pure functions ----------------------------------------------------------------------
@@ -202,7 +217,7 @@ def one_per_page_first(ranked: Sequence[str], page_of: Mapping[str, Any]) -> Lis
 
 # -- retriever ---------------------------------------------------------------------------
 class DocumentFocusRetriever(BaseRetriever):
-    """A multi-route retriever's best document ranked again node by node, listed first.
+    """A multi-route retriever's best document(s) ranked again node by node, listed first.
 
     Put it where the multi-route retriever was::
 
@@ -308,23 +323,83 @@ class DocumentFocusRetriever(BaseRetriever):
             for i in ranked
         ]
 
-    def _focus_documents(self, head: Sequence[NodeWithScore]) -> List[str]:
+    def _best_document(self, head: Sequence[NodeWithScore]) -> Tuple[Optional[str], List[str]]:
         # Look-alike documents tie (identical pin tables); a tie is broken by document id, not
         # by the node ids the head's order falls back to, which differ between two builds.
-        documents: List[str] = []
+        # The same order gives the head's documents place by place (the places tied documents
+        # get), so two builds of one collection share the places alike.
         ordered = sorted(head, key=lambda hit: (-round(hit.score or 0.0, 9), schema.get_document_id(hit.node) or ""))
-        for hit in ordered:
-            document_id = schema.get_document_id(hit.node)
-            if document_id and document_id not in documents:
-                documents.append(document_id)
-            if len(documents) >= self.config.focus_documents:
-                break
-        return documents
+        documents = [schema.get_document_id(hit.node) or "" for hit in ordered]
+        return next((d for d in documents if d), None), documents
+
+    def _above_the_cut(self, head: Sequence[NodeWithScore]) -> List[str]:
+        """The head's documents best first, without those seen only at its lowest score when
+        the head is full: the top-k cut through a tie of look-alike documents is arbitrary
+        (node ids decide it), so it must not decide which documents are focused."""
+        best: Dict[str, float] = {}
+        for hit in head:
+            doc = schema.get_document_id(hit.node) or ""
+            best[doc] = max(best.get(doc, float("-inf")), round(hit.score or 0.0, 9))
+        full = len(head) >= self.similarity_top_k
+        cut = min(round(hit.score or 0.0, 9) for hit in head) if full and head else float("-inf")
+        return [doc for doc in sorted(best, key=lambda d: (-best[d], d)) if doc and best[doc] > cut]
+
+    def _title_keywords(self, head: Sequence[NodeWithScore]) -> Dict[str, frozenset]:
+        """Document id -> its title's keywords: every document the multi-route retriever
+        lists, and the head's documents (a store that cannot list them all)."""
+        known = dict(getattr(self.multi_route, "document_title_keywords", dict)())
+        titles = {schema.get_document_id(hit.node): schema.get_document_title(hit.node) for hit in head}
+        missing = {doc: title for doc, title in titles.items() if doc and doc not in known and title}
+        if missing:
+            by_title = self.multi_route._title_keywords_of(list(dict.fromkeys(missing.values())))
+            known.update({doc: by_title[title] for doc, title in missing.items()})
+        return known
+
+    def choose(self, query: QueryBundle, head: Sequence[NodeWithScore]) -> "FocusChoice":
+        """The documents this question is about and which document each of the first places
+        goes to (:mod:`~llama_index_hiqa.retrievers.focus_share`)."""
+        first, head_documents = self._best_document(head)
+        if first is None:
+            return FocusChoice([], [], False, [])
+        cap = self.config.focus_documents
+        if cap == 1:
+            return FocusChoice([first], [first] * len(head), False, [])
+        titles = self._title_keywords(head)
+        keywords = self.multi_route.question_keywords(query) if hasattr(self.multi_route, "question_keywords") else []
+        written = focus_share.names_written(query.query_str or "", titles)
+        facets = focus_share.question_facets([*keywords, *written], titles)
+        order = list(dict.fromkeys(d for d in head_documents if d))
+        # The periods the best document's own top nodes report (a yearly report's comparatives).
+        node_keywords = [schema.get_critical_keywords(hit.node) for hit in head if schema.get_document_id(hit.node) == first]
+        named = focus_share.named_documents(first, facets, titles, node_keywords, order)
+        tied = focus_share.tied_documents(first, facets, titles, self._above_the_cut(head))
+        documents = focus_share.choose_documents(first, named, tied, cap)
+        is_named = bool(named) and len(documents) > 1
+        pattern = focus_share.slot_pattern(documents, head_documents, is_named)
+        return FocusChoice(documents, pattern, is_named, facets)
+
+    def _focused(self, query: QueryBundle, head: Sequence[NodeWithScore]) -> List[Tuple[str, float, Dict[str, Any]]]:
+        """The focused documents' nodes, sharing the first places: ``(node_id, score, route
+        scores)``, best first; ``[]`` when nothing can be ranked again."""
+        choice = self.choose(query, head)
+        rankings: Dict[str, List[Tuple[str, float, Dict[str, Any]]]] = {}
+        for document_id in choice.documents:
+            ranked = self.rank_document(query, [document_id])
+            if ranked:
+                rankings[document_id] = ranked
+        if not rankings:
+            return []
+        documents = [d for d in choice.documents if d in rankings]
+        rows = {row[0]: row for ranked in rankings.values() for row in ranked}
+        ids = focus_share.share_slots({d: [r[0] for r in rankings[d]] for d in documents}, choice.pattern, documents)
+        for row in (rows[i] for i in ids):
+            row[2][FOCUS_DOCUMENTS] = len(documents)
+        return [rows[i] for i in ids]
 
     def _combine(self, query: QueryBundle, head: List[NodeWithScore], limit: Optional[int]) -> List[NodeWithScore]:
-        if not self.config.focus_documents or not head:
+        if not self.config.enabled or not head:
             return head
-        ranked = self.rank_document(query, self._focus_documents(head))
+        ranked = self._focused(query, head)
         if not ranked:
             return head
         keep = ranked if limit is None else ranked[:limit]
@@ -354,12 +429,21 @@ class DocumentFocusRetriever(BaseRetriever):
         if not (bundle.query_str or "").strip():
             return self.multi_route.full_ranking(bundle)
         rest = self.multi_route.full_ranking(bundle)
-        if not self.config.focus_documents:
+        if not self.config.enabled:
             return rest
         head = self.multi_route.retrieve(bundle)
-        first = [i for i, _, _ in self.rank_document(bundle, self._focus_documents(head))]
+        first = [i for i, _, _ in self._focused(bundle, head)] if head else []
         seen = set(first)
         return first + [i for i in rest if i not in seen]
+
+
+class FocusChoice(NamedTuple):
+    """What :meth:`DocumentFocusRetriever.choose` decided for one question."""
+
+    documents: List[str]  # focused documents, best first
+    pattern: List[str]  # the document of each of the first places
+    named: bool  # True: the question names several documents (they take turns)
+    facets: List[str]  # the question's keywords found in document titles
 
 
 class _NodeFacts(NamedTuple):

@@ -230,6 +230,13 @@ class MultiRouteRetriever(BaseRetriever):
             self._check_known(keyword_index.node_ids, "keyword index")
         self._keyword_index = keyword_index or KeywordIndex()
         self._title_keywords, self._document_names = self._title_facts(nodes_list)
+        # Document id -> title of every document, for the document focus; keywords at first use.
+        self._document_titles: Dict[str, str] = {}
+        for node in nodes_list:
+            document_id = schema.get_document_id(node)
+            if document_id and document_id not in self._document_titles:
+                self._document_titles[document_id] = schema.get_document_title(node)
+        self._document_title_keywords: Optional[Dict[str, frozenset]] = None
         self._bm25: Optional[_BM25Route] = _bm25_route
         if self._bm25 is None and self.config.use_bm25 and nodes_list:
             self._bm25 = _BM25Route.build(nodes_list, bm25_tokenizer, self.config.bm25_language)
@@ -302,6 +309,22 @@ class MultiRouteRetriever(BaseRetriever):
         """The collection's document names a question may abbreviate (name keyword -> the
         words that spell it in the titles, ``title_match.document_names``)."""
         return self._document_names
+
+    def document_title_keywords(self) -> Dict[str, frozenset]:
+        """Document id -> the normalised keywords of its title, for every indexed document
+        (one extraction over the titles, at the first call); ``{}`` for a retriever that does
+        not hold its nodes."""
+        if getattr(self, "_document_title_keywords", None) is None:
+            titles = getattr(self, "_document_titles", {})
+            by_title = self._title_keywords_of(list(dict.fromkeys(titles.values()))) if titles else {}
+            self._document_title_keywords = {doc: by_title[title] for doc, title in titles.items()}
+        return self._document_title_keywords
+
+    def question_keywords(self, query: Union[str, QueryBundle]) -> List[str]:
+        """The question's normalised keywords as the keyword route matches them (the
+        document names it abbreviates included)."""
+        bundle = QueryBundle(query) if isinstance(query, str) else query
+        return self._query_keywords(bundle)[1]
 
     def _resolve_beta(self) -> float:
         beta = self.config.beta
