@@ -63,7 +63,7 @@ class WorkerMemory:
         self._thread.join()
 
 
-def build(pdfs: List[Path], workers: int) -> Dict[str, Any]:
+def build(pdfs: List[Path], workers: int, batch_size: int) -> Dict[str, Any]:
     """One build in a fresh vector cache; returns its figures and the store's content."""
     import numpy as np
 
@@ -76,7 +76,7 @@ def build(pdfs: List[Path], workers: int) -> Dict[str, Any]:
     # The default model and cache wrapper, on an empty cache file of this build's own (the
     # model's ONNX export stays where it is: building it is not ingestion).
     embed_model = CachedEmbedding(packaged_embed_model(), cache_path=str(Path(tempfile.mkdtemp()) / "vectors.sqlite"))
-    pack = HiQAPack.empty(ingest_workers=workers, embed_model=embed_model)
+    pack = HiQAPack.empty(ingest_workers=workers, ingest_batch_size=batch_size, embed_model=embed_model)
     watcher = WorkerMemory()
     start = time.perf_counter()
     with watcher:
@@ -98,13 +98,14 @@ def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--filings", type=int, default=4, help="first N FinanceBench PDFs by file name")
     parser.add_argument("--workers", type=int, nargs="+", default=[1, 2])
+    parser.add_argument("--batch-size", type=int, default=8, help="ingest_batch_size (documents a batch)")
     args = parser.parse_args(argv)
     folder = shared_data.financebench_dir()
     if folder is None:
         print("SKIP: FinanceBench not found (set HIQA_DATA_DIR)")
         return
     pdfs = sorted((folder / "pdfs").glob("*.pdf"))[: args.filings]
-    runs = [build(pdfs, w) for w in args.workers]
+    runs = [build(pdfs, w, args.batch_size) for w in args.workers]
     base = runs[0]
     rows = []
     for run in runs:
@@ -118,7 +119,7 @@ def main(argv=None) -> None:
         )
     cores = os.cpu_count()
     body = (
-        f"`HiQAPack.empty(ingest_workers=N).add_directory(pdfs)` with defaults on the first {len(pdfs)} "
+        f"`HiQAPack.empty(ingest_workers=N, ingest_batch_size={args.batch_size}).add_directory(pdfs)` with defaults on the first {len(pdfs)} "
         f"FinanceBench PDFs by file name ({', '.join(p.stem for p in pdfs)}); every build embeds "
         f"from an empty vector cache of its own; one process, {cores} cores; commit {git_commit()}.\n\n"
         "| workers | nodes | ingestion s | speed-up | nodes/s | stage seconds (summed over workers) "
