@@ -20,10 +20,47 @@ import re
 from pathlib import Path
 from typing import Dict, Iterator, List, Tuple
 
+import pytest
+
 PACKAGE = "llama_index_hiqa"
 ROOT = Path(__file__).resolve().parents[1]
 
+# Modules other helpers were restructuring when the style was adopted (the number is how many
+# of their public functions lacked a complete Args:/Returns:). Shrink it as they are converted.
 NOT_YET_CONVERTED = {
+    "llama_index_hiqa.cli",  # 2
+    "llama_index_hiqa.ingestion",  # 10
+    "llama_index_hiqa.llm_calls",  # 6
+    "llama_index_hiqa.pack",  # 15
+    "llama_index_hiqa.pack_config",  # 8
+    "llama_index_hiqa.postprocessors.segment_integration",  # 2
+    "llama_index_hiqa.postprocessors.segment_selection",  # 4
+    "llama_index_hiqa.readers.pdf",  # 3
+    "llama_index_hiqa.retrievers.bm25_route",  # 8
+    "llama_index_hiqa.retrievers.chain_augmented",  # 1
+    "llama_index_hiqa.retrievers.chain_scorers",  # 6
+    "llama_index_hiqa.retrievers.chain_training",  # 2
+    "llama_index_hiqa.retrievers.chunk_graph",  # 9
+    "llama_index_hiqa.retrievers.chunk_interaction_graph",  # 18
+    "llama_index_hiqa.retrievers.document_focus",  # 11
+    "llama_index_hiqa.retrievers.focus_share",  # 8
+    "llama_index_hiqa.retrievers.fusion",  # 8
+    "llama_index_hiqa.retrievers.multi_route",  # 13
+    "llama_index_hiqa.retrievers.store_vectors",  # 8
+    "llama_index_hiqa.retrievers.title_match",  # 5
+    "llama_index_hiqa.storage.embedded",  # 11
+    "llama_index_hiqa.storage.embedded_pack",  # 7
+    "llama_index_hiqa.storage.pack_files",  # 8
+    "llama_index_hiqa.storage.pack_folder",  # 6
+    "llama_index_hiqa.storage.pg_bulk",  # 12
+    "llama_index_hiqa.storage.pg_graph",  # 3
+    "llama_index_hiqa.storage.pg_pack",  # 5
+    "llama_index_hiqa.storage.pg_routes",  # 6
+    "llama_index_hiqa.storage.pg_schema",  # 4
+    "llama_index_hiqa.storage.postgres",  # 15
+    "llama_index_hiqa.store_sync",  # 2
+    "llama_index_hiqa.transforms.cascading_metadata",  # 4
+    "llama_index_hiqa.transforms.critical_keywords",  # 16
 }
 
 SECTION = re.compile(r"^(\s*)([A-Z][A-Za-z ]*):\s*$")
@@ -164,6 +201,47 @@ def test_not_yet_converted_list_only_shrinks():
     assert not converted, f"these modules pass now: remove them from NOT_YET_CONVERTED: {converted}"
     unknown = sorted(m for m in NOT_YET_CONVERTED if m not in module_files())
     assert not unknown, f"NOT_YET_CONVERTED names modules that do not exist: {unknown}"
+
+
+def test_griffe_reads_converted_docstrings_without_warnings():
+    """What mkdocstrings would say when a converted function gets an API entry: an ``Args:``
+    entry naming no parameter, a parameter with neither annotation nor documented type."""
+    import logging
+
+    griffe = pytest.importorskip("griffe")
+    warnings: List[str] = []
+
+    class Collect(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            if record.levelno >= logging.WARNING:
+                warnings.append(record.getMessage())
+
+    handler = Collect()
+    loggers = [logging.getLogger(name) for name in ("griffe", "_griffe")]
+    for logger in loggers:
+        logger.addHandler(handler)
+    try:
+        package = griffe.load(PACKAGE, search_paths=[str(ROOT)], docstring_parser="google")
+
+        def parse(obj) -> None:
+            for member in obj.members.values():
+                if member.is_alias:
+                    continue
+                if member.docstring is not None:
+                    member.docstring.parsed  # noqa: B018 - parsing is what logs the warnings
+                if member.is_module or member.is_class:
+                    parse(member)
+
+        parse(package)
+    finally:
+        for logger in loggers:
+            logger.removeHandler(handler)
+    files = {str(path.relative_to(ROOT)): module for module, path in module_files().items()}
+    converted = [
+        w for w in warnings
+        if w.split(":")[0] in files and files[w.split(":")[0]] not in NOT_YET_CONVERTED
+    ]
+    assert not converted, "\n".join(converted)
 
 
 def test_the_check_reads_google_style():

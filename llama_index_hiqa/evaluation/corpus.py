@@ -50,7 +50,8 @@ def document(text: str, doc_id: str, title: str, page_spans=None) -> Document:
         text: the document's text.
         doc_id: its id (``schema.DOCUMENT_ID`` and the Document's id).
         title: its title.
-        page_spans: ``[[page, char_start, char_end], ...]``; ``None`` when unknown.
+        page_spans (Optional[Sequence]): ``[[page, char_start, char_end], ...]``; ``None`` when
+            unknown.
 
     Returns:
         The Document.

@@ -73,7 +73,7 @@ def log_rank_score(ranks, n_candidates: int, gamma: float = DEFAULT_GAMMA) -> np
     Ranks are clipped to [1, N]; with a single candidate every rank scores 1.
 
     Args:
-        ranks: 1-based ranks (a number or an array of them).
+        ranks (ArrayLike): 1-based ranks (a number or an array of them).
         n_candidates: N, the number of units ranked (at least 1).
         gamma: γ > 0; larger values punish ranks just below the top more.
 

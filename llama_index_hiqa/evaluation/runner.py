@@ -211,11 +211,11 @@ class AblationRunner(BaseModel):
         """``items`` with a progress bar when ``show_progress``.
 
         Args:
-            items: any iterable.
+            items (Iterable): any iterable.
             desc: the bar's label.
 
         Returns:
-            ``items`` itself, or a ``tqdm`` over it.
+            (Iterable): ``items`` itself, or a ``tqdm`` over it.
         """
         if not self.show_progress:
             return items
