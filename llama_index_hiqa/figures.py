@@ -102,7 +102,7 @@ def with_figure_nodes(
             for random ids.
         sections: ``(start, end, heading path)`` of each section before segments were
             merged, so each figure gets the heading path of the section it sits in; ``None``
-            takes the path of the segment before it.
+            keeps the heading path of the segment it sits in.
 
     Returns:
         The segments and image nodes, in document order.

@@ -152,8 +152,8 @@ class LayoutMarkdownParser(SegmentNodeParser):
         Args:
             doc: a document read by one of the pack's readers (its layout facts are used when
                 present).
-            parse_path: the ``schema.PARSE_PATH`` the nodes get; ``None``: ``"layout"`` or, for
-                a Markdown/text source, its format.
+            parse_path: the ``schema.PARSE_PATH`` the nodes get; ``None``: ``"markdown"`` for a
+                Markdown, HTML or DOCX source, ``"text"`` for a text file, else ``"layout"``.
 
         Returns:
             The text and table nodes in order, with an image node after the segment each figure
@@ -243,8 +243,8 @@ class LayoutMarkdownParser(SegmentNodeParser):
 
         Args:
             text: the document's Markdown text.
-            metadata: the document's metadata: ``schema.LAYOUT_HEADINGS`` and the body font size
-                when a PDF reader wrote them, ``schema.DOCUMENT_TITLE`` (headings repeating it are
+            metadata: the document's metadata: its page spans and ``schema.LAYOUT_HEADINGS``
+                when a reader wrote them, ``schema.DOCUMENT_TITLE`` (headings repeating it are
                 left out).
 
         Returns:

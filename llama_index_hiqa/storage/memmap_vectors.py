@@ -321,7 +321,7 @@ class MemmapVectorStore(BasePydanticVectorStore):
                 result nodes empty stand-ins carrying the ids, not read from the docstore.
 
         Returns:
-            The ids and cosine similarities, best first (ties in store order), with the nodes
+            The ids and cosine similarities, best first, with the nodes
             when a loader is set.
 
         Raises:

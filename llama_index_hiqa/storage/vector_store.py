@@ -201,8 +201,8 @@ class MatrixVectorStore(BasePydanticVectorStore):
             **kwargs: ignored (LlamaIndex's signature).
 
         Returns:
-            The ids and cosine similarities, best first (ties in store order); no nodes (the
-            docstore holds them).
+            The ids and cosine similarities, best first; no nodes (the docstore holds
+            them).
 
         Raises:
             ValueError: metadata filters, a mode other than the default, or a query embedding of
