@@ -236,8 +236,8 @@ def check_store_folder(root: Path, legacy_marker: Optional[str] = None, shared_d
             files); they do not make ``root`` a folder of the user's.
 
     Raises:
-        PackStoreError: ``root`` is a file, cannot be listed, or holds other files (names
-            them).
+        PackStoreError: ``root`` is a file, cannot be listed, or holds files that are not
+            the store's.
     """
     root = Path(root)
     if root.exists() and not root.is_dir():
