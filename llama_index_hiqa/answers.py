@@ -41,8 +41,8 @@ def citation(node: BaseNode) -> Dict[str, Any]:
 
     Returns:
         A dict with ``"document_id"``, ``"document_title"``, ``"section"`` (``"4 Specs >
-        4.2 Electrical"``), ``"pages"`` (``[first, last]`` from 1; ``None`` for HTML and DOCX,
-        which have no pages: their section path is the citation) and ``"file_name"``.
+            4.2 Electrical"``), ``"pages"`` (``[first, last]`` from 1; ``None`` for HTML and DOCX,
+            which have no pages: their section path is the citation) and ``"file_name"``.
     """
     path = schema.get_heading_path(node)
     section = " > ".join(" ".join(p for p in (h.number, h.title) if p) for h in path)
@@ -126,7 +126,7 @@ class EvidenceQueryEngine(CustomQueryEngine):
 
         Returns:
             A ``Response`` (a ``StreamingResponse`` when ``streaming``) with the evidence as
-            ``source_nodes``.
+                ``source_nodes``.
         """
         nodes = self._nodes(query_str)
         if self.streaming:

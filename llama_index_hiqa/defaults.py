@@ -246,7 +246,7 @@ def no_llm_reason(llm: Any) -> Optional[str]:
 
     Returns:
         One line saying why (a ``MockLLM``, an OpenAI client without a key); ``None`` when
-        it is a real LLM.
+            it is a real LLM.
     """
     from llama_index.core.llms.mock import MockLLM
 
@@ -293,7 +293,7 @@ def embedding_tokenizer(embed_model: Optional[BaseEmbedding]) -> Optional[Tuple[
 
     Returns:
         ``(tokenizer, window)``: a function from text to token ids and the model's maximum
-        tokens; ``None`` when unknown.
+            tokens; ``None`` when unknown.
     """
     inner = getattr(embed_model, "inner", None) or embed_model
     if inner is None:

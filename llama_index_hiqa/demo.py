@@ -220,7 +220,7 @@ def demo_report(
 
     Returns:
         A :class:`DemoReport`: the answers, counts of documents and nodes, seconds taken
-        and the gold datasheet's figure when retrieved.
+            and the gold datasheet's figure when retrieved.
     """
     from llama_index_hiqa.defaults import resolve_embed_model
 

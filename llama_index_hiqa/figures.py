@@ -225,7 +225,7 @@ def save_figures(
 
     Returns:
         A :class:`FigureSaveReport`: files written, already there, copied, and missing with
-        the reason.
+            the reason.
     """
     folder = Path(images_dir)
     report = FigureSaveReport(folder)
@@ -399,8 +399,8 @@ def figure_record(node: BaseNode, images_dir: Optional[Union[str, Path]] = None)
 
     Returns:
         A dict with ``"document_id"``, ``"document_title"``, ``"page"`` (from 1; ``None``
-        without pages), ``"section"``, ``"caption"``, ``"bbox"``, ``"file"`` (the saved
-        file's path, ``None`` when not saved), ``"image_file"`` and ``"node_id"``.
+            without pages), ``"section"``, ``"caption"``, ``"bbox"``, ``"file"`` (the saved
+            file's path, ``None`` when not saved), ``"image_file"`` and ``"node_id"``.
     """
     page = schema.get_page_range(node) if schema.has_pages(node) else None
     name = node.metadata.get(schema.IMAGE_FILE)

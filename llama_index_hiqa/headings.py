@@ -123,7 +123,7 @@ def parse_heading_number(text: str) -> HeadingNumber:
 
     Returns:
         A ``HeadingNumber`` ``(number, title, level, family)``: ``number`` is ``""`` for an
-        unnumbered heading, ``level`` ``None`` when the number implies none.
+            unnumbered heading, ``level`` ``None`` when the number implies none.
     """
     # Punctuation around the whole heading is not part of it (".0 A" reads as "0 A"): strip
     # it first, so that reading a heading's own label again gives the same heading.
@@ -215,7 +215,7 @@ def markdown_heading(line: str) -> Optional[Tuple[int, str]]:
 
     Returns:
         ``(level, heading text)`` when ``line`` is a ``#`` heading with some text (markup
-        left in: callers that need the title clean it), else ``None``.
+            left in: callers that need the title clean it), else ``None``.
     """
     match = _MD_HEADING_RE.match(line)
     if not match or not match.group(2) or not clean_inline(match.group(2)):
@@ -315,7 +315,7 @@ def is_report_heading(text: str) -> bool:
 
     Returns:
         ``True`` for a statement title (``"Consolidated Balance Sheets"``) or a note title
-        (``"Note 3: Revenue"``), not a sentence or a figure.
+            (``"Note 3: Revenue"``), not a sentence or a figure.
     """
     text = join_split_letters(text)
     if not text or len(text) > 140 or text.endswith((",", ";", ".")):

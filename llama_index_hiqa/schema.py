@@ -263,7 +263,7 @@ def read_json(metadata: Mapping[str, Any], key: str, owner: str = "?") -> Any:
 
     Returns:
         The decoded list, dict or scalar; a value that is not a string, as it is; ``None``
-        when ``key`` is absent.
+            when ``key`` is absent.
 
     Raises:
         InvalidMetadataError: the value is a string that is not JSON (names ``owner`` and
@@ -317,7 +317,7 @@ def non_flat_keys(metadata: Mapping[str, Any]) -> List[str]:
 
     Returns:
         The keys whose values are not ``str``, ``int``, ``float`` or ``None``, in
-        ``metadata``'s order (empty when every value is flat).
+            ``metadata``'s order (empty when every value is flat).
     """
     return [key for key, value in metadata.items() if not isinstance(value, FLAT_VALUE_TYPES)]
 
@@ -336,7 +336,7 @@ def view_settings(source: BaseNode) -> Dict[str, Any]:
 
     Returns:
         Keyword arguments for a ``TextNode``: the two excluded-key lists (copies), the
-        metadata separator and the two templates.
+            metadata separator and the two templates.
     """
     return {
         "excluded_embed_metadata_keys": list(source.excluded_embed_metadata_keys),
@@ -359,7 +359,7 @@ def source_node_info(doc: BaseNode) -> RelatedNodeInfo:
 
     Returns:
         A ``RelatedNodeInfo`` with the document's id, type, hash and metadata minus
-        :data:`DOCUMENT_ONLY_KEYS`.
+            :data:`DOCUMENT_ONLY_KEYS`.
     """
     return RelatedNodeInfo(
         node_id=doc.node_id,
@@ -412,7 +412,7 @@ def get_heading_path(node: BaseNode) -> List[Heading]:
 
     Returns:
         The headings from the top level down to the node's own (document title not
-        included); empty when unknown.
+            included); empty when unknown.
 
     Raises:
         InvalidMetadataError: the stored path is a string that is not JSON.
@@ -539,7 +539,7 @@ def get_page_spans(node: BaseNode) -> List[PageSpan]:
 
     Returns:
         One :class:`PageSpan` ``(page, start, end)`` a page, in stored order; empty when
-        unknown.
+            unknown.
 
     Raises:
         InvalidMetadataError: the stored spans are a string that is not JSON.
@@ -555,7 +555,7 @@ def page_spans_of(metadata: Mapping[str, Any]) -> List[PageSpan]:
 
     Returns:
         One :class:`PageSpan` ``(page, start, end)`` a page (pages from 0, end exclusive);
-        empty when unknown.
+            empty when unknown.
 
     Raises:
         InvalidMetadataError: the stored spans are a string that is not JSON.
@@ -581,7 +581,7 @@ def layout_headings_of(metadata: Mapping[str, Any]) -> List[List[Any]]:
 
     Returns:
         ``[[char_start, char_end, font_size, bold], ...]`` for lines set larger or bolder
-        than the body text; empty when unknown.
+            than the body text; empty when unknown.
 
     Raises:
         InvalidMetadataError: the stored value is a string that is not JSON.
@@ -607,7 +607,7 @@ def images_of(metadata: Mapping[str, Any]) -> List[Dict[str, Any]]:
 
     Returns:
         One dict an image, with ``"page"``, ``"bbox"``, ``"caption"``, ``"char_offset"``,
-        ``"xref"`` and ``"file"``; empty when the document has none.
+            ``"xref"`` and ``"file"``; empty when the document has none.
 
     Raises:
         InvalidMetadataError: the stored value is a string that is not JSON.

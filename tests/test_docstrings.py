@@ -1,6 +1,7 @@
 """Docstrings in one style: every public function and method that takes parameters has a
 Google-style ``Args:`` section naming each of its parameters (no more, no fewer), and one that
-returns or yields a value says what in ``Returns:`` / ``Yields:``. This is the style
+returns or yields a value says what in ``Returns:`` / ``Yields:`` (one entry, its continuation
+lines indented further, else griffe reads each line as another value). This is the style
 mkdocstrings renders (``docstring_style: google`` in mkdocs.yml), so the API pages list each
 parameter with its meaning.
 
@@ -65,6 +66,7 @@ NOT_YET_CONVERTED = {
 
 SECTION = re.compile(r"^(\s*)([A-Z][A-Za-z ]*):\s*$")
 ENTRY = re.compile(r"^(\*{0,2}\w+)\s*(\([^)]*\))?:(\s|$)")
+RAISES_ENTRY = re.compile(r"^[A-Za-z_][\w.]*:(\s|$)")
 
 
 def module_files() -> Dict[str, Path]:
@@ -165,6 +167,15 @@ def problems(fn: ast.AST) -> List[str]:
         issues.append(f"Args: leaves out {missing}")
     if unknown:
         issues.append(f"Args: names no parameter {unknown}")
+    for title in ("Returns", "Yields"):
+        if len(found.get(title, [])) > 1:
+            issues.append(
+                f"{title}: has {len(found[title])} entries: indent its continuation lines (griffe "
+                "reads each line at the entry indent as another value)"
+            )
+    bad_raises = [e for e in found.get("Raises", []) if not RAISES_ENTRY.match(e)]
+    if bad_raises:
+        issues.append(f"Raises: entry not in 'ErrorName: when' form: {bad_raises[0][:60]!r}")
     nodes = list(_own_nodes(fn))
     yields = any(isinstance(n, (ast.Yield, ast.YieldFrom)) for n in nodes)
     returns = any(
@@ -261,5 +272,10 @@ def test_the_check_reads_google_style():
     assert problems(stale) == ["Args: names no parameter ['c']"]
     no_returns = ast.parse('def f(a):\n    """Sum.\n\n    Args:\n        a: first.\n    """\n    return a\n').body[0]
     assert problems(no_returns) == ["returns a value but has no Returns: section"]
+    two_returns = ast.parse(
+        'def f(a):\n    """Sum.\n\n    Args:\n        a: first.\n\n    Returns:\n        The sum,\n'
+        '        continued at the entry indent.\n    """\n    return a\n'
+    ).body[0]
+    assert problems(two_returns)[0].startswith("Returns: has 2 entries")
     assert problems(ast.parse('def f(a):\n    """Sum of a."""\n').body[0]) == ["no Args: section"]
     assert problems(ast.parse('def f():\n    return 1\n').body[0]) == []

@@ -74,7 +74,7 @@ def faithfulness_band(score: float, settings: Optional[FaithfulnessSettings] = N
 
     Returns:
         ``"grounded"`` above the grounded threshold, ``"hallucination_risk"`` below the risk
-        threshold, else ``"borderline"``.
+            threshold, else ``"borderline"``.
     """
     settings = settings or FaithfulnessSettings()
     if score > settings.grounded_threshold:
@@ -150,7 +150,7 @@ class FaithfulnessScoreEvaluator(BaseEvaluator):
 
         Returns:
             A :class:`FaithfulnessResult`: ``score`` = F, its ``band``, ``passing`` only when
-            grounded, and the §IV companion scores.
+                grounded, and the §IV companion scores.
 
         Raises:
             EvaluationInputError: an empty response or no non-empty context (a score of an empty

@@ -279,7 +279,7 @@ def gold_rule(gold: GoldEvidence) -> str:
 
     Returns:
         ``"id"``, ``"page"``, ``"section"``, ``"text"`` or ``"document"``, the first whose
-        field is set.
+            field is set.
     """
     if gold.passage_id is not None:
         return "id"
@@ -331,7 +331,7 @@ def text_overlap(evidence: str, unit: UnitView) -> float:
 
     Returns:
         1.0 when it is a substring, else the share of its word 5-grams found in the unit
-        (0 for short evidences not found whole).
+            (0 for short evidences not found whole).
     """
     norm = normalise_text(evidence)
     if not norm:
@@ -425,7 +425,7 @@ def query_ranking(
 
     Returns:
         A :class:`QueryRanking`: best rank per gold item, ranks of every relevant unit, the
-        number of units and best rank per gold document.
+            number of units and best rank per gold document.
     """
     gold_ranks: List[Optional[int]] = []
     for row in relevance:
@@ -532,7 +532,7 @@ def character_error_rate(reference: str, hypothesis: str) -> float:
 
     Returns:
         0.0 for two empty texts; 1.0 for an empty reference and a non-empty hypothesis; it
-        exceeds 1.0 when the hypothesis is much longer than the reference.
+            exceeds 1.0 when the hypothesis is much longer than the reference.
     """
     ref, hyp = " ".join(reference.split()), " ".join(hypothesis.split())
     if not ref:

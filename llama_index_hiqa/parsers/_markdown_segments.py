@@ -342,7 +342,7 @@ def table_head(text: str, start: int, end: int) -> Tuple[int, str]:
 
     Returns:
         ``(offset of the first row, Markdown header lines)``; ``(start, "")`` for a part
-        that holds rows only (a later part of a table already split).
+            that holds rows only (a later part of a table already split).
     """
     offset, header = start, []
     for line in text[start:end].splitlines(keepends=True):
@@ -365,7 +365,7 @@ def row_label(line: str) -> str:
 
     Returns:
         The first cell; ``""`` for a separator, a line that is not a table row, or a row
-        whose first cell is empty.
+            whose first cell is empty.
     """
     if not _TABLE_LINE_RE.match(line) or _TABLE_SEP_RE.match(line):
         return ""

@@ -157,7 +157,7 @@ class LayoutMarkdownParser(SegmentNodeParser):
 
         Returns:
             The text and table nodes in order, with an image node after the segment each figure
-            sits in (``images_as_nodes``).
+                sits in (``images_as_nodes``).
         """
         if not doc.text.strip():
             logger.warning("document %s has no text: no segments", doc.doc_id)

@@ -245,7 +245,7 @@ def repair_sections(answers: Sequence[SectionAnswer], lo: int, hi: int) -> List[
 
     Returns:
         The sections, in order; one section named by its line range when the LLM gave none;
-        empty for an empty window.
+            empty for an empty window.
     """
     if hi <= lo:
         return []

@@ -55,7 +55,7 @@ def plan_folder(folder: Path, suffixes: Sequence[str], recursive: bool, follow_s
 
     Returns:
         A :class:`LoadPlan`: the files with their ids, and the paths skipped (an unlistable
-        folder, a broken or outside symlink) as ``SkippedDocumentError``.
+            folder, a broken or outside symlink) as ``SkippedDocumentError``.
     """
     root = folder.resolve()
     found: List[Tuple[Path, bool]] = []  # (path, reached through a symlink)
@@ -106,7 +106,7 @@ def plan_paths(paths: Sequence[Union[str, Path]]) -> LoadPlan:
 
     Returns:
         A :class:`LoadPlan` keeping the caller's order; ids relative to the deepest folder
-        holding every file when stems collide.
+            holding every file when stems collide.
     """
     unique = list(dict.fromkeys(Path(p) for p in paths))
     files = _read_once([(p, p.is_symlink()) for p in unique])

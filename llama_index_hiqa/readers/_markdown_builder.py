@@ -57,7 +57,7 @@ def markdown_table(rows: Sequence[Sequence[str]]) -> str:
 
     Returns:
         The table's Markdown lines; ``""`` when fewer than two rows or one column remain (a
-        layout box, not a table).
+            layout box, not a table).
     """
     cleaned = [[_cell(c) for c in row] for row in rows]
     cleaned = [row for row in cleaned if any(row)]
@@ -149,7 +149,7 @@ class MarkdownBuilder:
 
         Returns:
             ``False`` (nothing written) when they do not make a table, so the caller can write
-            the cells as text instead.
+                the cells as text instead.
         """
         markdown = markdown_table(rows)
         if not markdown:
@@ -203,7 +203,7 @@ def image_points(data: Optional[bytes]) -> Sequence[float]:
 
     Returns:
         ``(width, height)``; ``(0, 0)`` when the bytes are missing or unreadable (the figure
-        filter then drops it).
+            filter then drops it).
     """
     if not data:
         return (0.0, 0.0)

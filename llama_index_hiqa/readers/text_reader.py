@@ -28,7 +28,7 @@ def read_text_file(path: Path) -> Parsed:
 
     Returns:
         The :class:`~llama_index_hiqa.readers._markdown_builder.Parsed` document (source
-        format Markdown or text).
+            format Markdown or text).
 
     Raises:
         DocumentReadError: the file cannot be read.

@@ -322,7 +322,7 @@ class MemmapVectorStore(BasePydanticVectorStore):
 
         Returns:
             The ids and cosine similarities, best first, with the nodes
-            when a loader is set.
+                when a loader is set.
 
         Raises:
             ValueError: metadata filters, a mode other than the default, or a query embedding of

@@ -45,7 +45,7 @@ def describe_os_error(exc: OSError) -> str:
 
     Returns:
         The fix for a known ``errno`` (no space, read-only, no rights), else the system's
-        message with a hint to check the path.
+            message with a hint to check the path.
     """
     fix = _FIXES.get(exc.errno or -1)
     said = exc.strerror or type(exc).__name__

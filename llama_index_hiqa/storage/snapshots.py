@@ -356,7 +356,7 @@ def snapshot_for_reading(root: Path, legacy_marker: Optional[str] = None) -> Pat
 
     Returns:
         The current snapshot, or ``root`` itself for a store written before snapshots
-        existed (it holds ``legacy_marker`` directly).
+            existed (it holds ``legacy_marker`` directly).
 
     Raises:
         PackStoreError: ``root`` is not a store, or its ``CURRENT`` pointer is broken.

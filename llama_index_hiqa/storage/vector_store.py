@@ -202,7 +202,7 @@ class MatrixVectorStore(BasePydanticVectorStore):
 
         Returns:
             The ids and cosine similarities, best first; no nodes (the docstore holds
-            them).
+                them).
 
         Raises:
             ValueError: metadata filters, a mode other than the default, or a query embedding of
