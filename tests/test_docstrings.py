@@ -23,6 +23,8 @@ from typing import Dict, Iterator, List, Tuple
 
 import pytest
 
+from tests.test_import_graph import module_files as package_module_files
+
 PACKAGE = "llama_index_hiqa"
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -70,13 +72,11 @@ RAISES_ENTRY = re.compile(r"^[A-Za-z_][\w.]*:(\s|$)")
 
 
 def module_files() -> Dict[str, Path]:
-    files = {}
-    for path in sorted((ROOT / PACKAGE).rglob("*.py")):
-        parts = path.relative_to(ROOT).with_suffix("").parts
-        if "testing" in parts:
-            continue
-        files[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
-    return files
+    """Module name -> file of the package, ``testing`` left out."""
+    return {
+        name: path for name, path in sorted(package_module_files().items())
+        if "testing" not in path.relative_to(ROOT).parts
+    }
 
 
 def public_functions(tree: ast.AST) -> Iterator[Tuple[str, ast.AST]]:
