@@ -34,8 +34,16 @@ EVIDENCE_SNIPPET_CHARS = 400
 
 # --------------------------------------------------------------------------- citations
 def citation(node: BaseNode) -> Dict[str, Any]:
-    """Where a node comes from: document id and title, section path, pages (from 1; ``None``
-    for HTML and DOCX, which have no pages: their section path is the citation)."""
+    """Where a node comes from: document id and title, section path, pages.
+
+    Args:
+        node: a retrieved node.
+
+    Returns:
+        A dict with ``"document_id"``, ``"document_title"``, ``"section"`` (``"4 Specs >
+            4.2 Electrical"``), ``"pages"`` (``[first, last]`` from 1; ``None`` for HTML and DOCX,
+            which have no pages: their section path is the citation) and ``"file_name"``.
+    """
     path = schema.get_heading_path(node)
     section = " > ".join(" ".join(p for p in (h.number, h.title) if p) for h in path)
     page_range = schema.get_page_range(node) if schema.has_pages(node) else None
@@ -50,7 +58,16 @@ def citation(node: BaseNode) -> Dict[str, Any]:
 
 
 def format_citation(node: BaseNode) -> str:
-    """``"NX-2043 Datasheet · 4 Specifications > 4.2 Electrical characteristics · p.2"``."""
+    """One line citing a node.
+
+    ``"NX-2043 Datasheet · 4 Specifications > 4.2 Electrical characteristics · p.2"``.
+
+    Args:
+        node: a retrieved node.
+
+    Returns:
+        Title, section and pages joined by ``" · "`` (no pages for HTML and DOCX).
+    """
     c = citation(node)
     pages = c["pages"]
     page = "p.?" if not pages else (f"p.{pages[0]}" if pages[0] == pages[1] else f"pp.{pages[0]}-{pages[1]}")
@@ -63,7 +80,15 @@ def format_citation(node: BaseNode) -> str:
 
 
 def evidence_answer(nodes: Sequence[NodeWithScore], notice: str = NO_LLM_NOTICE) -> str:
-    """The no-LLM answer: a notice, then each piece of evidence with its citation."""
+    """The no-LLM answer: a notice, then each piece of evidence with its citation.
+
+    Args:
+        nodes: the retrieved nodes, best first.
+        notice: the first line, saying no LLM wrote the answer.
+
+    Returns:
+        The answer text: one numbered citation and snippet a node.
+    """
     if not nodes:
         return notice + "\n\nNo evidence was retrieved for this question."
     lines = [notice, ""]
@@ -94,6 +119,15 @@ class EvidenceQueryEngine(CustomQueryEngine):
         return nodes
 
     def custom_query(self, query_str: str) -> Union[Response, StreamingResponse]:
+        """Retrieve, post-process and answer with the cited evidence.
+
+        Args:
+            query_str: the question.
+
+        Returns:
+            A ``Response`` (a ``StreamingResponse`` when ``streaming``) with the evidence as
+                ``source_nodes``.
+        """
         nodes = self._nodes(query_str)
         if self.streaming:
             return StreamingResponse(iter([evidence_answer(nodes)]), source_nodes=nodes, metadata={"llm": None})
@@ -117,21 +151,57 @@ class EvidenceChatEngine(BaseChatEngine):
         return response
 
     def chat(self, message: str, chat_history: Optional[List[ChatMessage]] = None) -> AgentChatResponse:
+        """Answer the latest message with cited evidence.
+
+        Args:
+            message: the user's message (the question).
+            chat_history: ignored: with no LLM to condense it, the latest message is the question.
+
+        Returns:
+            The answer and its source nodes.
+        """
         response = self._answer(message)
         return AgentChatResponse(response=str(response), source_nodes=response.source_nodes)
 
     def stream_chat(
         self, message: str, chat_history: Optional[List[ChatMessage]] = None
     ) -> StreamingAgentChatResponse:
+        """Answer the latest message with cited evidence, as one streamed piece.
+
+        Args:
+            message: the user's message (the question).
+            chat_history: ignored: with no LLM to condense it, the latest message is the question.
+
+        Returns:
+            The answer and its source nodes.
+        """
         response = self._answer(message)
         return StreamingAgentChatResponse(response=str(response), source_nodes=response.source_nodes)
 
     async def achat(self, message: str, chat_history: Optional[List[ChatMessage]] = None) -> AgentChatResponse:
+        """Async :meth:`chat` (nothing to wait for).
+
+        Args:
+            message: the user's message (the question).
+            chat_history: ignored: with no LLM to condense it, the latest message is the question.
+
+        Returns:
+            The answer and its source nodes.
+        """
         return self.chat(message, chat_history)
 
     async def astream_chat(
         self, message: str, chat_history: Optional[List[ChatMessage]] = None
     ) -> StreamingAgentChatResponse:
+        """Async :meth:`stream_chat` (nothing to wait for).
+
+        Args:
+            message: the user's message (the question).
+            chat_history: ignored: with no LLM to condense it, the latest message is the question.
+
+        Returns:
+            The answer and its source nodes.
+        """
         return self.stream_chat(message, chat_history)
 
     def reset(self) -> None:

@@ -75,7 +75,14 @@ def portable_model_name(name: str) -> str:
 
     Stores, the vector cache and database records name the model that embedded them; a name
     holding the path of one virtual environment would call the same weights a different model
-    on another machine or after a reinstall (a PostgreSQL store refused, the cache missed)."""
+    on another machine or after a reinstall (a PostgreSQL store refused, the cache missed).
+
+    Args:
+        name: a model name as an embedding reports it (``None`` or ``""`` gives ``""``).
+
+    Returns:
+        The name with every install path of the packaged weights made portable.
+    """
     return _PACKAGED_PATH.sub(EMBEDDING_PACKAGE + "/model", name or "")
 
 
@@ -101,12 +108,26 @@ def build_packaged_embed_model(
     num_threads: Optional[int] = None,
     cache_dir: Optional[Path] = None,
 ) -> BaseEmbedding:
-    """A new all-MiniLM-L6-v2 on ``backend`` (``"torch"``, ``"onnx"``, ``"onnx-int8"``).
+    """A new all-MiniLM-L6-v2 on ``backend``.
 
     The ONNX files are exported from the packaged weights on first use and kept under
-    ``cache_dir`` (default: beside the embedding cache). ``num_threads`` limits the ONNX
-    Runtime threads (PyTorch's are set process-wide with ``torch.set_num_threads``).
-    Raises :class:`OfflineModelError` naming what is missing.
+    ``cache_dir``.
+
+    Args:
+        backend: ``"torch"``, ``"onnx"`` or ``"onnx-int8"``; ``None`` takes
+            :data:`DEFAULT_EMBED_BACKEND`.
+        embed_batch_size: texts embedded per model call.
+        num_threads: ONNX Runtime threads; ``None`` lets it choose (PyTorch's are set
+            process-wide with ``torch.set_num_threads``).
+        cache_dir: where the ONNX export is kept; ``None``: beside the embedding cache.
+
+    Returns:
+        A new embedding model (384 dimensions), not shared with other callers.
+
+    Raises:
+        UnknownEmbedBackendError: ``backend`` is not one of :data:`EMBED_BACKENDS`.
+        OfflineModelError: the weights, a dependency or the ONNX file cannot be loaded
+            (names what is missing).
     """
     backend = backend or DEFAULT_EMBED_BACKEND
     if backend not in EMBED_BACKENDS:
@@ -137,9 +158,20 @@ def build_packaged_embed_model(
 def packaged_embed_model(embed_batch_size: int = 32, backend: Optional[str] = None) -> BaseEmbedding:
     """all-MiniLM-L6-v2 from inside its PyPI wheel (384 dimensions), once per process and backend.
 
-    ``backend=None`` takes :data:`DEFAULT_EMBED_BACKEND`. The default backend falls back to
-    PyTorch, with a warning naming what is missing, when its ONNX build cannot be made; any
-    other backend raises :class:`OfflineModelError` instead.
+    The default backend falls back to PyTorch, with a warning naming what is missing, when its
+    ONNX build cannot be made; any other backend raises instead.
+
+    Args:
+        embed_batch_size: texts embedded per model call (used when the model is first built).
+        backend: ``"torch"``, ``"onnx"`` or ``"onnx-int8"``; ``None`` takes
+            :data:`DEFAULT_EMBED_BACKEND`.
+
+    Returns:
+        The process's shared model for that backend.
+
+    Raises:
+        UnknownEmbedBackendError: ``backend`` is not one of :data:`EMBED_BACKENDS`.
+        OfflineModelError: a backend named explicitly (or PyTorch) cannot be loaded.
     """
     backend = backend or DEFAULT_EMBED_BACKEND
     explicit = backend != DEFAULT_EMBED_BACKEND
@@ -162,8 +194,20 @@ def packaged_embed_model(embed_batch_size: int = 32, backend: Optional[str] = No
 def resolve_embed_model(
     embed_model: Optional[BaseEmbedding] = None, backend: Optional[str] = None
 ) -> BaseEmbedding:
-    """The given model, else ``Settings.embed_model`` if set, else the packaged MiniLM on
-    ``backend`` (default :data:`DEFAULT_EMBED_BACKEND`)."""
+    """The embedding model a component uses when given ``embed_model``.
+
+    Args:
+        embed_model: the caller's model; ``None`` takes ``Settings.embed_model`` if the user
+            set one, else the packaged MiniLM.
+        backend: backend of the packaged MiniLM; ``None`` takes :data:`DEFAULT_EMBED_BACKEND`.
+
+    Returns:
+        The given model, the user's ``Settings`` model or the packaged one.
+
+    Raises:
+        UnknownEmbedBackendError: ``backend`` is unknown (only when the packaged model is used).
+        OfflineModelError: the packaged model cannot be loaded.
+    """
     return embed_model or user_embed_model() or packaged_embed_model(backend=backend)
 
 
@@ -173,7 +217,14 @@ def resolve_llm(llm: Optional[LLM] = None) -> Optional[LLM]:
     "No LLM" means no LLM: ``None``, LlamaIndex's ``MockLLM`` (what ``Settings.llm = None``
     installs) and an OpenAI client with no API key (LlamaIndex's default when no key is set)
     all resolve to ``None``, so every component takes its no-LLM path, with one notice per
-    process instead of an LLM failure per call."""
+    process instead of an LLM failure per call.
+
+    Args:
+        llm: the caller's LLM; ``None`` looks at ``Settings``.
+
+    Returns:
+        A usable LLM, or ``None`` for the no-LLM paths.
+    """
     candidate = llm or user_llm()
     if candidate is None:
         return None
@@ -188,7 +239,15 @@ def resolve_llm(llm: Optional[LLM] = None) -> Optional[LLM]:
 
 
 def no_llm_reason(llm: Any) -> Optional[str]:
-    """Why ``llm`` stands for "no LLM" (``None`` when it is a real one)."""
+    """Why ``llm`` stands for "no LLM".
+
+    Args:
+        llm: any LLM object (or ``None``).
+
+    Returns:
+        One line saying why (a ``MockLLM``, an OpenAI client without a key); ``None`` when
+            it is a real LLM.
+    """
     from llama_index.core.llms.mock import MockLLM
 
     # Exact type: a subclass is someone's scripted test LLM, which answers on purpose.
@@ -224,9 +283,18 @@ def load_ner_model() -> Any:
 
 
 def embedding_tokenizer(embed_model: Optional[BaseEmbedding]) -> Optional[Tuple[Callable[[str], List[int]], int]]:
-    """``(tokenizer, window)`` of an embedding model that reads a fixed number of tokens
-    (HuggingFace / sentence-transformers models, also behind :class:`CachedEmbedding`), so
-    parsers can keep each node within what the model reads; ``None`` when unknown."""
+    """The tokenizer and token window of an embedding model that reads a fixed number of tokens.
+
+    HuggingFace / sentence-transformers models, also behind :class:`CachedEmbedding`, so
+    parsers can keep each node within what the model reads.
+
+    Args:
+        embed_model: the embedding model (``None`` gives ``None``).
+
+    Returns:
+        ``(tokenizer, window)``: a function from text to token ids and the model's maximum
+            tokens; ``None`` when unknown.
+    """
     inner = getattr(embed_model, "inner", None) or embed_model
     if inner is None:
         return None

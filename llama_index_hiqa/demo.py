@@ -79,7 +79,17 @@ class DemoReport:
 
 
 def load_demo_documents(data_dir: Path = DEMO_DATA_DIR) -> List[Document]:
-    """The demo datasheets as Documents (one per PDF)."""
+    """The demo datasheets as Documents (one per PDF).
+
+    Args:
+        data_dir: the folder of demo PDFs; by default the packaged demo corpus.
+
+    Returns:
+        One Document a PDF, in file-name order.
+
+    Raises:
+        RuntimeError: a PDF of the corpus cannot be read (the corpus is ours: a bug).
+    """
     from llama_index_hiqa.readers.pdf import PDFLayoutReader
 
     reader = PDFLayoutReader()
@@ -95,6 +105,12 @@ def build_nodes(documents: Sequence[Document]) -> List[TextNode]:
     Today: ``SentenceSplitter(256, 32)``, what a LlamaIndex user has; every node gets its
     document, position, character span, pages and the heading it falls under (read from the
     reader's layout facts), so the demo can print where its evidence comes from.
+
+    Args:
+        documents: the demo documents.
+
+    Returns:
+        The chunks of every document, in order.
     """
     from llama_index.core.node_parser import SentenceSplitter
 
@@ -130,6 +146,14 @@ def build_retriever(
     cascade (CascadingMetadataTransform) and retrieves by vector + BM25 + critical keywords
     (MultiRouteRetriever); the given chunks only name the files. Nodes without a file behind
     them (hand-made in tests) get the plain vector top-k.
+
+    Args:
+        nodes: the chunks (their ``schema.FILE_PATH`` names the PDFs).
+        embed_model: the embedding model.
+        top_k: nodes retrieved a question.
+
+    Returns:
+        The pack's retriever, or a vector retriever over ``nodes``.
     """
     from llama_index.core import VectorStoreIndex
 
@@ -149,6 +173,15 @@ def build_retriever(
 def answer_questions(
     questions: Sequence[EvalQuestion], retriever: BaseRetriever
 ) -> List[DemoAnswer]:
+    """Retrieve for every question and where the gold datasheet, page and section ranked.
+
+    Args:
+        questions: the demo questions with their gold evidence.
+        retriever: the retriever to ask.
+
+    Returns:
+        One :class:`DemoAnswer` a question, in order.
+    """
     answers = []
     for question in questions:
         evidence = retriever.retrieve(question.question)
@@ -178,7 +211,17 @@ def demo_report(
     data_dir: Path = DEMO_DATA_DIR,
     embed_model: Optional[BaseEmbedding] = None,
 ) -> DemoReport:
-    """Read, chunk, index and retrieve for every demo question; no printing."""
+    """Read, chunk, index and retrieve for every demo question; no printing.
+
+    Args:
+        top_k: nodes retrieved a question.
+        data_dir: the folder of demo PDFs; by default the packaged corpus.
+        embed_model: the embedding model; ``None``: the packaged default.
+
+    Returns:
+        A :class:`DemoReport`: the answers, counts of documents and nodes, seconds taken
+            and the gold datasheet's figure when retrieved.
+    """
     from llama_index_hiqa.defaults import resolve_embed_model
 
     started = time.perf_counter()
@@ -202,7 +245,17 @@ def run_demo(
     embed_model: Optional[BaseEmbedding] = None,
     echo: Callable[[str], None] = print,
 ) -> int:
-    """Print every question with its top evidence and whether the gold datasheet was found."""
+    """Print every question with its top evidence and whether the gold datasheet was found.
+
+    Args:
+        top_k: nodes retrieved a question.
+        data_dir: the folder of demo PDFs; by default the packaged corpus.
+        embed_model: the embedding model; ``None``: the packaged default.
+        echo: where each output line goes.
+
+    Returns:
+        The exit status, 0.
+    """
     echo(f"hiqa demo: {Path(data_dir)} (pages shown from 1)")
     report = demo_report(top_k, data_dir, embed_model)
     echo(

@@ -71,7 +71,14 @@ INT8_CONFIGS: Dict[str, Int8Config] = {
 
 
 def cpu_flags(cpuinfo: Optional[str] = None) -> FrozenSet[str]:
-    """The ``flags`` (x86) / ``Features`` (ARM) of ``/proc/cpuinfo``; empty when unknown."""
+    """The ``flags`` (x86) / ``Features`` (ARM) of ``/proc/cpuinfo``.
+
+    Args:
+        cpuinfo: the text of ``/proc/cpuinfo``; ``None`` reads the file.
+
+    Returns:
+        The flags; empty when unknown (no such file).
+    """
     if cpuinfo is None:
         try:
             cpuinfo = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
@@ -86,8 +93,17 @@ def cpu_flags(cpuinfo: Optional[str] = None) -> FrozenSet[str]:
 
 
 def select_int8_config(flags: Iterable[str], machine: Optional[str] = None) -> Optional[str]:
-    """The int8 configuration matching a CPU, best first: ``avx512_vnni`` (or AVX-VNNI),
-    ``avx512``, ``avx2``, ``arm64``; ``None`` when the CPU has none of them (no int8 build)."""
+    """The int8 configuration matching a CPU, best first.
+
+    ``avx512_vnni`` (or AVX-VNNI), ``avx512``, ``avx2``, ``arm64``.
+
+    Args:
+        flags: the CPU's flags (:func:`cpu_flags`), any case.
+        machine: the machine name (``"x86_64"``, ``"aarch64"``); ``None`` asks ``platform``.
+
+    Returns:
+        The configuration's name; ``None`` when the CPU has none of them (no int8 build).
+    """
     flags = {f.lower() for f in flags}
     machine = (machine if machine is not None else platform.machine()).lower()
     if machine in ("aarch64", "arm64"):
@@ -102,7 +118,16 @@ def select_int8_config(flags: Iterable[str], machine: Optional[str] = None) -> O
 
 
 def model_identity(backend: str, model_path: str, int8_config: Optional[str] = None) -> str:
-    """``model_name`` of a packaged ONNX backend: the source weights plus how they run."""
+    """``model_name`` of a packaged ONNX backend: the source weights plus how they run.
+
+    Args:
+        backend: ``"onnx"`` or ``"onnx-int8"``.
+        model_path: the packaged weights' folder.
+        int8_config: the int8 configuration (only for ``"onnx-int8"``).
+
+    Returns:
+        ``"<model_path>#onnx-fp32"`` or ``"<model_path>#onnx-int8-<config>"``.
+    """
     if backend == ONNX:
         return f"{model_path}#onnx-fp32"
     return f"{model_path}#onnx-int8-{int8_config}"
@@ -130,7 +155,15 @@ def _source_fingerprint(model_path: Path) -> str:
 
 
 def export_dir(model_path: Path, cache_dir: Optional[Path] = None) -> Path:
-    """Where the ONNX files of the weights at ``model_path`` are kept."""
+    """Where the ONNX files of the weights at ``model_path`` are kept.
+
+    Args:
+        model_path: the packaged weights' folder.
+        cache_dir: the cache root; ``None``: the default cache folder.
+
+    Returns:
+        ``<cache>/onnx/<package>-<folder>-<fingerprint of the weights>``.
+    """
     from llama_index_hiqa.local_cache import default_cache_dir
 
     root = Path(cache_dir) if cache_dir else default_cache_dir()
@@ -202,8 +235,24 @@ def _quantize(fp32_file: Path, config: Int8Config, out_file: Path) -> None:
 def ensure_onnx_model(
     model_path: Path, backend: str, int8_config: Optional[str] = None, cache_dir: Optional[Path] = None
 ) -> Path:
-    """The ONNX file of ``backend`` for the weights at ``model_path``, exported (and
-    quantised) on first use into ``<cache>/onnx/``; later calls reuse it."""
+    """The ONNX file of ``backend`` for the weights at ``model_path``.
+
+    Exported (and quantised) on first use into ``<cache>/onnx/``; later calls reuse it.
+
+    Args:
+        model_path: the packaged weights' folder.
+        backend: ``"onnx"`` (float32) or ``"onnx-int8"``.
+        int8_config: the int8 configuration for ``"onnx-int8"`` (:func:`select_int8_config`).
+        cache_dir: the cache root; ``None``: the default cache folder.
+
+    Returns:
+        The path of the ``.onnx`` file.
+
+    Raises:
+        ValueError: ``backend`` has no ONNX file (``"torch"``).
+        OfflineModelError: the ONNX tools are missing, the export failed, or the CPU has no
+            int8 configuration.
+    """
     if backend not in (ONNX, ONNX_INT8):
         raise ValueError(f"backend {backend!r} has no ONNX file; choose {ONNX!r} or {ONNX_INT8!r}")
     missing = onnx_dependencies_missing()
@@ -293,8 +342,16 @@ class ONNXEmbedding(BaseEmbedding):
         return state
 
     def token_ids(self, text: str) -> List[int]:
-        """The model's token ids of ``text``, special tokens included and nothing cut off, so
-        parsers can keep each node within the ``max_length`` tokens the model reads."""
+        """The model's token ids of ``text``, special tokens included and nothing cut off.
+
+        So parsers can keep each node within the ``max_length`` tokens the model reads.
+
+        Args:
+            text: any text (lone surrogates replaced).
+
+        Returns:
+            The token ids, however many.
+        """
         if self._counting_tokenizer is None:
             from tokenizers import Tokenizer
 
@@ -316,8 +373,16 @@ class ONNXEmbedding(BaseEmbedding):
         return self._session.run(None, feeds)[0]
 
     def embed(self, texts: List[str]) -> List[Embedding]:
-        """Embed ``texts`` in batches of ``embed_batch_size``, longest first (as
-        sentence-transformers does) so that each batch pads to similar lengths."""
+        """Embed ``texts`` in batches of ``embed_batch_size``, longest first.
+
+        As sentence-transformers does, so that each batch pads to similar lengths.
+
+        Args:
+            texts: the texts (lone surrogates replaced).
+
+        Returns:
+            One vector a text, in the order of ``texts``.
+        """
         if not texts:
             return []
         from llama_index_hiqa.readers._text_decode import valid_unicode

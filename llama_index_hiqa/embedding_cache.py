@@ -36,10 +36,19 @@ logger = logging.getLogger(__name__)
 
 
 def open_cache(path: Path) -> Tuple[Optional[sqlite3.Connection], bool]:
-    """``(connection, writable)`` of the cache file ``path``. A cache is disposable, so it
-    degrades instead of failing: a damaged file (not SQLite, truncated) is moved aside with a
-    warning and a new one started; a cache that cannot be written (read-only folder or file)
-    is used read-only, or bypassed (``None``) when it cannot even be read."""
+    """The connection to the cache file ``path`` and whether it can be written.
+
+    A cache is disposable, so it degrades instead of failing: a damaged file (not SQLite,
+    truncated) is moved aside with a warning and a new one started; a cache that cannot be
+    written (read-only folder or file) is used read-only, or bypassed when it cannot even be
+    read.
+
+    Args:
+        path: the cache's SQLite file.
+
+    Returns:
+        ``(connection, writable)``; ``(None, False)`` when the cache is bypassed.
+    """
     try:
         return _open_writable(path), True
     except sqlite3.DatabaseError as exc:
@@ -147,9 +156,25 @@ class CachedEmbedding(BaseEmbedding):
         cache_path: Optional[str] = None,
         backend: Optional[str] = None,
     ) -> "CachedEmbedding":
-        """Cache ``embed_model`` (default: ``Settings.embed_model``, else the packaged MiniLM
-        on ``backend``: ``"torch"``, ``"onnx"``, ``"onnx-int8"``, None for the default).
-        Every backend has its own model identity, so their vectors never mix."""
+        """Cache ``embed_model``, or the default model, by content hash.
+
+        Every backend has its own model identity, so their vectors never mix.
+
+        Args:
+            embed_model: the model to cache; ``None``: ``Settings.embed_model``, else the packaged
+                MiniLM.
+            cache_path: the cache file; ``None``: the shared cache under
+                ``~/.cache/llama_index_hiqa``.
+            backend: backend of the packaged MiniLM (``"torch"``, ``"onnx"``, ``"onnx-int8"``);
+                ``None`` for the default.
+
+        Returns:
+            The caching embedding model.
+
+        Raises:
+            UnknownEmbedBackendError: ``backend`` is unknown.
+            OfflineModelError: the packaged model cannot be loaded.
+        """
         return cls(resolve_embed_model(embed_model, backend=backend), cache_path=cache_path)
 
     @classmethod

@@ -55,8 +55,17 @@ def images_as_nodes_field() -> Any:
 
 
 def figure_entries(doc: BaseNode) -> List[Dict[str, Any]]:
-    """The document's images that are figures: big enough, with a page, not repeated on
-    :data:`MAX_FIGURE_PAGES` or more pages (logos, running decorations)."""
+    """The document's images that are figures.
+
+    Big enough, with a page, not repeated on :data:`MAX_FIGURE_PAGES` or more pages (logos,
+    running decorations).
+
+    Args:
+        doc: a document read by a reader (its ``schema.IMAGES``).
+
+    Returns:
+        The ``schema.IMAGES`` entries that are figures, in stored order.
+    """
     entries = [
         e for e in schema.images_of(doc.metadata)
         if isinstance(e, dict) and e.get("page") is not None and _big_enough(e.get("bbox"))
@@ -82,10 +91,22 @@ def with_figure_nodes(
     id_func: Optional[Callable[[int, Any], str]] = None,
     sections: Optional[Sequence[Tuple[int, int, Sequence[Sequence]]]] = None,
 ) -> List[TextNode]:
-    """``nodes`` (one document's segments, in order) with an image node after the segment
-    each figure sits in; positions renumbered 0..n-1. Without figures: ``nodes`` unchanged.
-    ``sections`` (``(start, end, heading path)`` of each section before segments were merged)
-    gives each figure the heading path of the section it sits in."""
+    """``nodes`` with an image node after the segment each figure sits in.
+
+    Positions are renumbered 0..n-1. Without figures: ``nodes`` unchanged.
+
+    Args:
+        doc: the document the segments come from.
+        nodes: its segments, in order.
+        id_func: LlamaIndex's ``id_func(index, document)`` for the image nodes' ids; ``None``
+            for random ids.
+        sections: ``(start, end, heading path)`` of each section before segments were
+            merged, so each figure gets the heading path of the section it sits in; ``None``
+            keeps the heading path of the segment it sits in.
+
+    Returns:
+        The segments and image nodes, in document order.
+    """
     entries = figure_entries(doc)
     if not entries or not nodes:
         return nodes
@@ -187,14 +208,24 @@ def save_figures(
     images_dir: Union[str, Path],
     previous_dirs: Sequence[Union[str, Path]] = (),
 ) -> FigureSaveReport:
-    """Write the image file of every figure in ``items`` into ``images_dir``, one file per
-    content hash (``schema.IMAGE_FILE`` of image nodes, ``"file"`` of ``schema.IMAGES``
-    entries of documents). A file already in ``images_dir`` is kept; one in a
-    ``previous_dirs`` folder (the store being replaced) is copied; otherwise the bytes are
+    """Write the image file of every figure in ``items`` into ``images_dir``.
+
+    One file per content hash (``schema.IMAGE_FILE`` of image nodes, ``"file"`` of
+    ``schema.IMAGES`` entries of documents). A file already in ``images_dir`` is kept; one in
+    a ``previous_dirs`` folder (the store being replaced) is copied; otherwise the bytes are
     read again from the source PDF (``schema.FILE_PATH``, the image's PDF object, or its box
-    on the page rendered at :data:`RENDER_DPI`). Files are written atomically (temporary name,
-    then rename). A figure whose source is gone is reported in ``missing``, never raised:
-    the text index does not depend on it.
+    on the page rendered at :data:`RENDER_DPI`). Files are written atomically (temporary
+    name, then rename). A figure whose source is gone is reported in ``missing``, never
+    raised: the text index does not depend on it.
+
+    Args:
+        items: image nodes and documents (other nodes are skipped).
+        images_dir: the folder to write into (created when needed).
+        previous_dirs: image folders of the store being replaced, copied from first.
+
+    Returns:
+        A :class:`FigureSaveReport`: files written, already there, copied, and missing with
+            the reason.
     """
     folder = Path(images_dir)
     report = FigureSaveReport(folder)
@@ -225,10 +256,18 @@ def save_figures(
 
 
 def figure_bytes(node: BaseNode) -> Optional[bytes]:
-    """The image of a figure node (``schema.KIND_IMAGE`` with ``schema.IMAGE_FILE``), read
-    again from its source file (the PDF object or page box, the DOCX part, the file an HTML
-    ``src`` names); ``None`` when it is not a figure node or its source is gone. This is
-    what a multimodal LLM is shown (HiQA appendix A.5)."""
+    """The image of a figure node, read again from its source file.
+
+    The PDF object or page box, the DOCX part, the file an HTML ``src`` names. This is what a
+    multimodal LLM is shown ("HiQA: A Hierarchical Contextual Augmentation RAG for
+    Multi-Documents QA", appendix A.5).
+
+    Args:
+        node: a node (``schema.KIND_IMAGE`` with ``schema.IMAGE_FILE`` to be a figure).
+
+    Returns:
+        The image bytes; ``None`` when it is not a figure node or its source is gone.
+    """
     meta = node.metadata
     if meta.get(schema.SEGMENT_KIND) != schema.KIND_IMAGE or not meta.get(schema.IMAGE_FILE):
         return None
@@ -352,8 +391,17 @@ def _atomic_copy(source: Path, target: Path) -> None:
 
 # --------------------------------------------------------------------------- answers
 def figure_record(node: BaseNode, images_dir: Optional[Union[str, Path]] = None) -> Dict[str, Any]:
-    """A figure as a person (or ``--json``) reads it: document, page (from 1), section,
-    caption, bounding box, and the saved file (``None`` when it was not saved)."""
+    """A figure as a person (or ``--json``) reads it.
+
+    Args:
+        node: an image node.
+        images_dir: the store's image folder; ``None`` when the figures were not saved.
+
+    Returns:
+        A dict with ``"document_id"``, ``"document_title"``, ``"page"`` (from 1; ``None``
+            without pages), ``"section"``, ``"caption"``, ``"bbox"``, ``"file"`` (the saved
+            file's path, ``None`` when not saved), ``"image_file"`` and ``"node_id"``.
+    """
     page = schema.get_page_range(node) if schema.has_pages(node) else None
     name = node.metadata.get(schema.IMAGE_FILE)
     path = None
@@ -381,10 +429,20 @@ def figures_for(
     docstore: Any,
     images_dir: Optional[Union[str, Path]] = None,
 ) -> List[Dict[str, Any]]:
-    """The figures that go with an answer: image nodes among ``sources``, then the image
-    nodes of the cited documents that lie on a cited page or in a cited section, in the
-    order of the sources that cite them. Reads only the cited documents' nodes from
-    ``docstore`` (``get_ref_doc_info``), not the whole store."""
+    """The figures that go with an answer.
+
+    Image nodes among ``sources``, then the image nodes of the cited documents that lie on a
+    cited page or in a cited section, in the order of the sources that cite them. Reads only
+    the cited documents' nodes from ``docstore`` (``get_ref_doc_info``), not the whole store.
+
+    Args:
+        sources: the answer's source nodes (scored or not).
+        docstore: the store's docstore.
+        images_dir: the store's image folder; ``None`` when the figures were not saved.
+
+    Returns:
+        One :func:`figure_record` dict a figure, each figure once.
+    """
     nodes = [s.node if isinstance(s, NodeWithScore) else s for s in sources]
     found: Dict[str, BaseNode] = {}
     for node in nodes:
@@ -418,7 +476,16 @@ def _image_nodes_of(docstore: Any, ref_doc_id: str) -> List[BaseNode]:
 
 
 def format_figure(record: Dict[str, Any]) -> str:
-    """``"NX-2043 · p.1 · 3 Description · Figure 1. Typical application … · images/ab12.png"``."""
+    """One line for a figure record.
+
+    ``"NX-2043 · p.1 · 3 Description · Figure 1. Typical application … · images/ab12.png"``.
+
+    Args:
+        record: a :func:`figure_record` dict.
+
+    Returns:
+        Title, page, section, caption and file joined by ``" · "``.
+    """
     parts = [record.get("document_title") or record.get("document_id") or "?"]
     if record.get("page"):  # HTML and DOCX figures have no page
         parts.append(f"p.{record['page']}")

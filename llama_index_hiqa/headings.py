@@ -94,6 +94,12 @@ def clean_inline(text: str) -> str:
     **<u>s.</u>**``); the runs are re-joined without a space when the next one starts with
     a single lower-case letter or follows an apostrophe (a word cut by a style change),
     else with one.
+
+    Args:
+        text: one line of Markdown (a heading or a table cell).
+
+    Returns:
+        The plain text, runs of white space collapsed to one space.
     """
     if not _MARKUP_CHARS.intersection(text):  # most table cells and body lines: no markup
         return " ".join(text.split())
@@ -111,6 +117,13 @@ def parse_heading_number(text: str) -> HeadingNumber:
     ``("Item 7A", "Market Risk", None)`` (SEC items take their level from the parts around
     them); ``"A.1 Scope"`` -> ``("A.1", "Scope", 2)``; ``"Appendix B Tables"`` ->
     ``("Appendix B", "Tables", None)``; ``"Revision History"`` -> ``("", ..., None)``.
+
+    Args:
+        text: the heading's text (markup allowed).
+
+    Returns:
+        A ``HeadingNumber`` ``(number, title, level, family)``: ``number`` is ``""`` for an
+            unnumbered heading, ``level`` ``None`` when the number implies none.
     """
     # Punctuation around the whole heading is not part of it (".0 A" reads as "0 A"): strip
     # it first, so that reading a heading's own label again gives the same heading.
@@ -142,23 +155,47 @@ def _clean_title(title: str) -> str:
 
 
 def heading_from_text(text: str, level: int) -> Heading:
-    """The :class:`~llama_index_hiqa.schema.Heading` of a heading's text at a known depth
-    (a Markdown heading's ``#`` count): ``("4.2 Electrical", 2)`` -> ``Heading("4.2",
-    "Electrical", 2)``. The depth given wins over the one the number implies: it is where
-    the document put the heading."""
+    """The :class:`~llama_index_hiqa.schema.Heading` of a heading's text at a known depth.
+
+    ``("4.2 Electrical", 2)`` -> ``Heading("4.2", "Electrical", 2)``. The depth given wins over
+    the one the number implies: it is where the document put the heading.
+
+    Args:
+        text: the heading's text.
+        level: its depth (a Markdown heading's ``#`` count), 1 = top level.
+
+    Returns:
+        The heading with its number and title split.
+    """
     parsed = parse_heading_number(text)
     return Heading(parsed.number, parsed.title, level)
 
 
 def heading_key(text: str) -> str:
-    """A comparison key of heading text: no markup, case or punctuation
-    (``"**4.2** Electrical:"`` and ``"4.2 electrical"`` compare equal)."""
+    """A comparison key of heading text: no markup, case or punctuation.
+
+    ``"**4.2** Electrical:"`` and ``"4.2 electrical"`` compare equal.
+
+    Args:
+        text: the heading's text.
+
+    Returns:
+        The lower-case words and numbers, separated by single spaces.
+    """
     return _KEY_RE.sub(" ", clean_inline(text).lower()).strip()
 
 
 def is_strong_sec_heading(text: str) -> bool:
-    """A plain line that is an SEC ``Item``/``Part`` heading even without emphasis:
-    short, starts the line, and the item number is followed by a title or nothing."""
+    """Whether a plain line is an SEC ``Item``/``Part`` heading even without emphasis.
+
+    It must be short, start the line, and have the item number followed by a title or nothing.
+
+    Args:
+        text: one line (markup allowed).
+
+    Returns:
+        ``True`` for a line such as ``"Item 7. Management's Discussion"``.
+    """
     text = clean_inline(text)
     if len(text.split()) > 16 or text.endswith((",", ";")):
         return False
@@ -171,8 +208,15 @@ def is_strong_sec_heading(text: str) -> bool:
 
 
 def markdown_heading(line: str) -> Optional[Tuple[int, str]]:
-    """``(level, heading text)`` when ``line`` is a Markdown ``#`` heading with some text
-    (markup left in: callers that need the title clean it), else ``None``."""
+    """The level and text of a Markdown ``#`` heading line.
+
+    Args:
+        line: one line of Markdown.
+
+    Returns:
+        ``(level, heading text)`` when ``line`` is a ``#`` heading with some text (markup
+            left in: callers that need the title clean it), else ``None``.
+    """
     match = _MD_HEADING_RE.match(line)
     if not match or not match.group(2) or not clean_inline(match.group(2)):
         return None
@@ -180,7 +224,14 @@ def markdown_heading(line: str) -> Optional[Tuple[int, str]]:
 
 
 def iter_lines(text: str) -> List[Tuple[int, int, str]]:
-    """``(start, end, line)`` for every line; ``end`` excludes the newline."""
+    r"""Every line of ``text`` with its character offsets.
+
+    Args:
+        text: the text, lines separated by ``"\n"``.
+
+    Returns:
+        ``(start, end, line)`` a line; ``end`` excludes the newline.
+    """
     out, pos = [], 0
     for line in text.split("\n"):
         out.append((pos, pos + len(line), line))
@@ -189,8 +240,16 @@ def iter_lines(text: str) -> List[Tuple[int, int, str]]:
 
 
 def markdown_headings(text: str) -> List[Tuple[int, int, int, str]]:
-    """``(start, end, level, heading_text)`` of the ``#`` lines of ``text`` outside fenced
-    code, with character offsets (which LlamaIndex's ``MarkdownNodeParser`` does not keep)."""
+    """The ``#`` heading lines of ``text`` outside fenced code, with character offsets.
+
+    LlamaIndex's ``MarkdownNodeParser`` does not keep the offsets.
+
+    Args:
+        text: a Markdown document.
+
+    Returns:
+        ``(start, end, level, heading_text)`` a heading, in document order.
+    """
     out, in_code = [], False
     for start, end, line in iter_lines(text):
         if _FENCE_RE.match(line):
@@ -235,12 +294,29 @@ _SPLIT_LETTER_RE = re.compile(r"(?<=[a-z]) (?=[a-z](?:\s|$|[)’']))")
 
 
 def join_split_letters(text: str) -> str:
-    """``"Consolidated Balance Shee t"`` -> ``"Consolidated Balance Sheet"``."""
+    """Re-join a word whose last letter a PDF set apart.
+
+    ``"Consolidated Balance Shee t"`` -> ``"Consolidated Balance Sheet"``.
+
+    Args:
+        text: one line.
+
+    Returns:
+        The line with white space collapsed and split letters joined.
+    """
     return _SPLIT_LETTER_RE.sub("", " ".join(text.split()))
 
 
 def is_report_heading(text: str) -> bool:
-    """Whether a line (markup removed) is a financial statement or note title."""
+    """Whether a line (markup removed) is a financial statement or note title.
+
+    Args:
+        text: one line.
+
+    Returns:
+        ``True`` for a statement title (``"Consolidated Balance Sheets"``) or a note title
+            (``"Note 3: Revenue"``), not a sentence or a figure.
+    """
     text = join_split_letters(text)
     if not text or len(text) > 140 or text.endswith((",", ";", ".")):
         return False

@@ -47,9 +47,19 @@ Batch = List[Document]
 def ingestion_stages(
     config: Any, llm: Optional[LLM], embed_model: Optional[BaseEmbedding], keywords: Any = None
 ) -> List[TimedTransform]:
-    """Parse → cascade → keywords → embed (the last left out when ``embed_model`` is None),
-    each stage timed under its name. One place for the pack's pipeline, in or out of process.
-    ``keywords``: the pack's keyword extractor (None: the configuration's)."""
+    """The pack's ingestion stages: parse → cascade → keywords → embed, each timed under its name.
+
+    One place for the pack's pipeline, in or out of process.
+
+    Args:
+        config: the pack's :class:`~llama_index_hiqa.pack_config.HiQAPackConfig`.
+        llm: the LLM of the parser and the cascade; ``None`` for the no-LLM paths.
+        embed_model: the embedding model; ``None`` leaves the embed stage out.
+        keywords: the pack's keyword extractor; ``None`` builds the configuration's.
+
+    Returns:
+        The stages in order, each a ``TimedTransform``.
+    """
     from llama_index_hiqa.pack_config import build_parser, keyword_extractor
     from llama_index_hiqa.transforms.cascading_metadata import CascadingMetadataTransform
 
@@ -67,14 +77,31 @@ def ingestion_stages(
 
 
 def run_stages(stages: Sequence[TimedTransform], documents: Batch, report: IngestionReport) -> List[BaseNode]:
-    """One batch through ``stages``, its time booked into ``report``. No transformation
-    cache: it would keep a copy of every batch's nodes per stage."""
+    """One batch through ``stages``, its time booked into ``report``.
+
+    No transformation cache: it would keep a copy of every batch's nodes per stage.
+
+    Args:
+        stages: the stages from :func:`ingestion_stages`.
+        documents: the batch's documents.
+        report: the ingestion report each stage's time is added to.
+
+    Returns:
+        The batch's nodes, in order.
+    """
     pipeline = IngestionPipeline(transformations=[s.bind(report) for s in stages], disable_cache=True)
     return list(pipeline.run(documents=documents, show_progress=False))
 
 
 def picklable(value: Any) -> Optional[bytes]:
-    """``pickle.dumps(value)``, or None when it cannot be pickled (a client holding a socket)."""
+    """``pickle.dumps(value)``, or ``None`` when it cannot be pickled (a client holding a socket).
+
+    Args:
+        value: any object (an LLM, an embedding model).
+
+    Returns:
+        The pickled bytes, or ``None``.
+    """
     try:
         return pickle.dumps(value)
     except Exception:  # noqa: BLE001 - any object's own pickling error means "stays here"
@@ -200,9 +227,23 @@ def batch_runner(
     workers: int, config: Any, llm: Optional[LLM], embed_model: BaseEmbedding, report: IngestionReport,
     keywords: Any = None,
 ) -> Any:
-    """The context manager that turns planned batches into ``(batch, nodes)`` pairs in order:
-    in this process for one worker (with the pack's ``keywords`` extractor), in spawned
-    processes for more (each builds the configuration's)."""
+    """The context manager that turns planned batches into ``(batch, nodes)`` pairs in order.
+
+    In this process for one worker (with the pack's ``keywords`` extractor), in spawned
+    processes for more (each builds the configuration's).
+
+    Args:
+        workers: number of processes; 1 or less runs in this process.
+        config: the pack's :class:`~llama_index_hiqa.pack_config.HiQAPackConfig`.
+        llm: the LLM of the parser and the cascade; ``None`` for the no-LLM paths.
+        embed_model: the embedding model.
+        report: the ingestion report stage times are added to.
+        keywords: the pack's keyword extractor (used in this process only); ``None`` builds
+            the configuration's.
+
+    Returns:
+        An ``InProcessBatches`` or a ``WorkerBatches`` context manager.
+    """
     if workers <= 1:
         return InProcessBatches(ingestion_stages(config, llm, embed_model, keywords), report)
     return WorkerBatches(workers, config, llm, embed_model, report, keywords)

@@ -42,8 +42,28 @@ def llm_from_spec(
     timeout_seconds: float = DEFAULT_TIMEOUT_SECONDS,
     max_retries: int = DEFAULT_CLIENT_RETRIES,
 ) -> Any:
-    """``"openai:gpt-4o-mini"`` / ``"openai-compatible:qwen2.5-7b-instruct"`` -> a LlamaIndex
-    LLM; ``None`` or ``"none"`` -> ``None`` (evidence-only answers). Nothing is sent."""
+    """A LlamaIndex LLM from a name such as ``"openai:gpt-4o-mini"``. Nothing is sent.
+
+    ``"openai-compatible:qwen2.5-7b-instruct"`` names a model on any OpenAI-compatible server;
+    ``None`` or ``"none"`` means evidence-only answers.
+
+    Args:
+        spec: ``PROVIDER:MODEL`` with ``PROVIDER`` ``openai`` or ``openai-compatible``;
+            ``None`` or ``"none"`` for no LLM.
+        base_url: the server's URL (``http://HOST:PORT/v1``); ``None`` reads the environment
+            variable, and ``openai`` then uses OpenAI's own.
+        context_window: the model's context window in tokens (at least 256); ``None``: the
+            known window of an OpenAI model, else :data:`DEFAULT_CONTEXT_WINDOW`.
+        timeout_seconds: how long one request may take, in seconds.
+        max_retries: retries of the ``openai`` client on a failed request.
+
+    Returns:
+        An ``OpenAI`` or ``OpenAILike`` LLM, or ``None`` for no LLM.
+
+    Raises:
+        LLMConfigError: malformed name, too small a window, missing API key (``openai``),
+            missing or malformed server URL (names the spec).
+    """
     if not spec or spec.strip().lower() == "none":
         return None
     provider, _, model = spec.partition(":")
@@ -97,9 +117,19 @@ def _check_url(spec: str, url: str) -> None:
 
 
 def check_llm(llm: Any, spec: Optional[str] = None) -> None:
-    """Ask an OpenAI-API LLM's server, once, whether it can serve: its model list (and that
-    the model is on it), else a one-token completion (gateways without ``/models``). Raises
-    :class:`LLMConfigError` with one line saying what is wrong; other LLMs pass unchecked."""
+    """Ask an OpenAI-API LLM's server, once, whether it can serve.
+
+    Its model list (and that the model is on it), else a one-token completion (gateways
+    without ``/models``). Other LLMs pass unchecked.
+
+    Args:
+        llm: the LLM to check.
+        spec: the name the user gave, used in the error; ``None`` names the model.
+
+    Raises:
+        LLMConfigError: the server cannot be reached, refuses the key or lacks the model
+            (one line saying what is wrong).
+    """
     from llama_index.llms.openai import OpenAI
 
     if not isinstance(llm, OpenAI):
@@ -133,8 +163,19 @@ def check_llm(llm: Any, spec: Optional[str] = None) -> None:
 
 
 def describe_llm_error(error: BaseException, base_url: Optional[str] = None, model: Optional[str] = None) -> str:
-    """One line for an ``openai`` client error: refused connection, wrong URL, rejected key,
-    unknown model, rate limit, timeout; anything else as ``Type: message``."""
+    """One line for an ``openai`` client error.
+
+    Refused connection, wrong URL, rejected key, unknown model, rate limit, timeout; anything
+    else as ``Type: message``.
+
+    Args:
+        error: the exception the client raised.
+        base_url: the server's URL, named in the line; ``None`` leaves it out.
+        model: the model asked for, named when the server does not have it.
+
+    Returns:
+        The line, saying what to check.
+    """
     import openai
 
     where = f" at {base_url}" if base_url else ""
@@ -161,7 +202,14 @@ def describe_llm_error(error: BaseException, base_url: Optional[str] = None, mod
 
 
 def is_llm_client_error(error: BaseException) -> bool:
-    """Whether ``error`` comes from the ``openai`` client (a server problem a user can act on)."""
+    """Whether ``error`` comes from the ``openai`` client (a server problem a user can act on).
+
+    Args:
+        error: any exception.
+
+    Returns:
+        ``True`` for an ``openai.OpenAIError``.
+    """
     try:
         import openai
     except ImportError:  # pragma: no cover - a dependency of the pack

@@ -21,8 +21,17 @@ def default_cache_dir() -> Path:
 
 
 def content_hash(*parts: str) -> str:
-    """sha256 over ``parts``, each terminated by a NUL byte (so ``("ab", "c")`` and
-    ``("a", "bc")`` differ); lone surrogates are hashed as they are, never refused."""
+    """sha256 over ``parts``, each terminated by a NUL byte.
+
+    So ``("ab", "c")`` and ``("a", "bc")`` differ; lone surrogates are hashed as they are,
+    never refused.
+
+    Args:
+        *parts: the strings to hash, in order.
+
+    Returns:
+        The hex digest (64 characters).
+    """
     digest = hashlib.sha256()
     for part in parts:
         digest.update(part.encode("utf-8", "surrogatepass"))

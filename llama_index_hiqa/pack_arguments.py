@@ -26,8 +26,20 @@ def _shown(value: Any) -> str:
 
 
 def check_pack_arguments(llm: Any = None, embed_model: Any = None, vector_store: Any = None, store: Any = None) -> None:
-    """:class:`InvalidSettingError` for the first argument of the wrong type (``None`` is
-    always accepted: the defaults apply)."""
+    """Check the types of a pack's component arguments.
+
+    ``None`` is always accepted: the defaults apply.
+
+    Args:
+        llm: a LlamaIndex ``LLM`` or ``None``.
+        embed_model: a LlamaIndex ``BaseEmbedding`` or ``None``.
+        vector_store: a LlamaIndex vector store (``BasePydanticVectorStore``) or ``None``.
+        store: a folder path or a ``postgresql://`` URL, or ``None``.
+
+    Raises:
+        InvalidSettingError: the first argument of the wrong type (names it; a model name given
+            as ``llm`` gets a hint to use :func:`~llama_index_hiqa.llm_spec.llm_from_spec`).
+    """
     if llm is not None and not isinstance(llm, LLM):
         hint = (
             f"; for a model name use llm_from_spec('openai:{llm}') or --llm openai:{llm}"
@@ -51,8 +63,20 @@ def check_pack_arguments(llm: Any = None, embed_model: Any = None, vector_store:
 
 
 def checked_documents(documents: Iterable[Any]) -> Iterator[Document]:
-    """``documents`` one at a time, each checked to be a LlamaIndex ``Document`` (a generator
-    stays lazy: the first wrong item stops ingestion before its batch is parsed)."""
+    """``documents`` one at a time, each checked to be a LlamaIndex ``Document``.
+
+    A generator stays lazy: the first wrong item stops ingestion before its batch is parsed.
+
+    Args:
+        documents: an iterable of Documents (a list or a generator).
+
+    Yields:
+        Each document, in order.
+
+    Raises:
+        InvalidSettingError: ``documents`` is not an iterable (or is a string), or an item is
+            not a Document (names ``documents[i]``).
+    """
     if isinstance(documents, (str, bytes, Document)) or not hasattr(documents, "__iter__"):
         raise InvalidSettingError(
             "documents", f"expected an iterable of LlamaIndex Documents (a list or a generator), got {_shown(documents)}"

@@ -239,7 +239,14 @@ class PageSpan(NamedTuple):
 
 
 def encode_json(value: Any) -> str:
-    """The compact JSON string a structured fact is stored as."""
+    """The compact JSON string a structured fact is stored as.
+
+    Args:
+        value: the list, dict or scalar to encode (non-ASCII text kept as it is).
+
+    Returns:
+        The JSON text, without spaces after separators.
+    """
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
 
 
@@ -247,9 +254,21 @@ def read_json(metadata: Mapping[str, Any], key: str, owner: str = "?") -> Any:
     """The decoded value of the structured fact ``key`` (``None`` when absent).
 
     A list or dict is returned as it is: stores written before facts were flat hold them so,
-    and they still load. A string that is not JSON raises
-    :class:`~llama_index_hiqa.errors.InvalidMetadataError` naming ``owner`` (the node id) and
-    the key."""
+    and they still load.
+
+    Args:
+        metadata: the node's or document's metadata.
+        key: the structured fact to read (one of :data:`JSON_KEYS`).
+        owner: the node id named in the error; ``"?"`` when the caller has none.
+
+    Returns:
+        The decoded list, dict or scalar; a value that is not a string, as it is; ``None``
+            when ``key`` is absent.
+
+    Raises:
+        InvalidMetadataError: the value is a string that is not JSON (names ``owner`` and
+            ``key``).
+    """
     value = metadata.get(key)
     if not isinstance(value, str):
         return value
@@ -262,13 +281,28 @@ def read_json(metadata: Mapping[str, Any], key: str, owner: str = "?") -> Any:
 
 
 def write_json(metadata: Dict[str, Any], key: str, value: Any) -> None:
-    """Store the structured fact ``key`` as a JSON string."""
+    """Store the structured fact ``key`` as a JSON string.
+
+    Args:
+        metadata: the metadata to write into (changed in place).
+        key: the structured fact (one of :data:`JSON_KEYS`).
+        value: the list, dict or scalar to store.
+    """
     metadata[key] = encode_json(value)
 
 
 def flatten_metadata(metadata: Dict[str, Any]) -> Dict[str, Any]:
-    """Encode, in place, every structured fact of ``metadata`` still held as a list or dict
-    (nodes made before facts were flat, or by code that wrote a list); returns ``metadata``."""
+    """Encode, in place, every structured fact still held as a list or dict.
+
+    Nodes made before facts were flat, or by code that wrote a list, hold such values; a
+    vector store with flat metadata rejects them.
+
+    Args:
+        metadata: the metadata to flatten (changed in place).
+
+    Returns:
+        ``metadata`` itself.
+    """
     for key in JSON_KEYS:
         if isinstance(metadata.get(key), (list, tuple, dict)):
             metadata[key] = encode_json(metadata[key])
@@ -276,8 +310,15 @@ def flatten_metadata(metadata: Dict[str, Any]) -> Dict[str, Any]:
 
 
 def non_flat_keys(metadata: Mapping[str, Any]) -> List[str]:
-    """The keys whose values a flat-metadata vector store would reject (not str, int, float
-    or None)."""
+    """The keys whose values a flat-metadata vector store would reject.
+
+    Args:
+        metadata: the metadata to check.
+
+    Returns:
+        The keys whose values are not ``str``, ``int``, ``float`` or ``None``, in
+            ``metadata``'s order (empty when every value is flat).
+    """
     return [key for key, value in metadata.items() if not isinstance(value, FLAT_VALUE_TYPES)]
 
 
@@ -285,9 +326,18 @@ def non_flat_keys(metadata: Mapping[str, Any]) -> List[str]:
 
 
 def view_settings(source: BaseNode) -> Dict[str, Any]:
-    """What a node cut from ``source`` inherits of how it is shown: the metadata keys each view
-    hides and the templates (``TextNode(**view_settings(doc), ...)``), so its embedding and LLM
-    views are built like its document's."""
+    """What a node cut from ``source`` inherits of how it is shown.
+
+    The metadata keys each view hides and the templates (``TextNode(**view_settings(doc),
+    ...)``), so its embedding and LLM views are built like its document's.
+
+    Args:
+        source: the document (or node) the new node is cut from.
+
+    Returns:
+        Keyword arguments for a ``TextNode``: the two excluded-key lists (copies), the
+            metadata separator and the two templates.
+    """
     return {
         "excluded_embed_metadata_keys": list(source.excluded_embed_metadata_keys),
         "excluded_llm_metadata_keys": list(source.excluded_llm_metadata_keys),
@@ -298,10 +348,18 @@ def view_settings(source: BaseNode) -> Dict[str, Any]:
 
 
 def source_node_info(doc: BaseNode) -> RelatedNodeInfo:
-    """The SOURCE relationship a segment keeps to its document, without the document-only
-    facts (:data:`DOCUMENT_ONLY_KEYS`). LlamaIndex's ``as_related_node_info()`` copies the whole
-    document metadata, and a 10-K's layout facts run to hundreds of kilobytes: copied into every
-    node, the docstore and the BM25 corpus, that copy alone outgrew memory on a few dozen filings.
+    """The SOURCE relationship a segment keeps to its document, without the document-only facts.
+
+    LlamaIndex's ``as_related_node_info()`` copies the whole document metadata, and a 10-K's
+    layout facts run to hundreds of kilobytes: copied into every node, the docstore and the
+    BM25 corpus, that copy alone outgrew memory on a few dozen filings.
+
+    Args:
+        doc: the document the segment was cut from.
+
+    Returns:
+        A ``RelatedNodeInfo`` with the document's id, type, hash and metadata minus
+            :data:`DOCUMENT_ONLY_KEYS`.
     """
     return RelatedNodeInfo(
         node_id=doc.node_id,
@@ -312,10 +370,18 @@ def source_node_info(doc: BaseNode) -> RelatedNodeInfo:
 
 
 def without_document_only_facts(documents: Mapping[str, Document]) -> Dict[str, Document]:
-    """Shallow copies of ``documents`` (text shared, not copied) without the document-only
-    facts, for LlamaIndex's node post-processing, which merges the document metadata into
-    every node and then copies each node's metadata into its neighbours' PREVIOUS/NEXT
-    relationships."""
+    """Shallow copies of ``documents`` without the document-only facts.
+
+    For LlamaIndex's node post-processing, which merges the document metadata into every node
+    and then copies each node's metadata into its neighbours' PREVIOUS/NEXT relationships.
+    The text is shared, not copied.
+
+    Args:
+        documents: the documents by key.
+
+    Returns:
+        The same keys mapped to copies whose metadata lacks :data:`DOCUMENT_ONLY_KEYS`.
+    """
     return {
         key: doc.model_copy(
             update={"metadata": {k: v for k, v in doc.metadata.items() if k not in DOCUMENT_ONLY_KEYS}}
@@ -325,7 +391,13 @@ def without_document_only_facts(documents: Mapping[str, Document]) -> Dict[str, 
 
 
 def hide_from_views(node: BaseNode, keys: Iterable[str] = BOOKKEEPING_KEYS) -> None:
-    """Exclude ``keys`` from both the embedding and the LLM view of ``node`` (idempotent)."""
+    """Exclude ``keys`` from both the embedding and the LLM view of ``node`` (idempotent).
+
+    Args:
+        node: the node to change in place.
+        keys: the metadata keys to hide; by default every bookkeeping key
+            (:data:`BOOKKEEPING_KEYS`).
+    """
     for excluded in (node.excluded_embed_metadata_keys, node.excluded_llm_metadata_keys):
         for key in keys:
             if key not in excluded:
@@ -333,30 +405,71 @@ def hide_from_views(node: BaseNode, keys: Iterable[str] = BOOKKEEPING_KEYS) -> N
 
 
 def get_heading_path(node: BaseNode) -> List[Heading]:
-    """The node's heading path as typed :class:`Heading` tuples (empty when unknown)."""
+    """The node's heading path as typed :class:`Heading` tuples.
+
+    Args:
+        node: the segment node.
+
+    Returns:
+        The headings from the top level down to the node's own (document title not
+            included); empty when unknown.
+
+    Raises:
+        InvalidMetadataError: the stored path is a string that is not JSON.
+    """
     raw = read_json(node.metadata, HEADING_PATH, node.node_id) or []
     return [Heading(str(n), str(t), int(lvl)) for n, t, lvl in raw]
 
 
 def has_heading_path(node: BaseNode) -> bool:
-    """Whether the node has a non-empty heading path."""
+    """Whether the node has a non-empty heading path.
+
+    Args:
+        node: the segment node.
+
+    Returns:
+        ``True`` when :data:`HEADING_PATH` holds at least one heading.
+
+    Raises:
+        InvalidMetadataError: the stored path is a string that is not JSON.
+    """
     return bool(read_json(node.metadata, HEADING_PATH, node.node_id))
 
 
 def set_heading_path(node: BaseNode, path: Sequence[Sequence]) -> None:
-    """Store a heading path (``[[number, title, level], ...]``, as a JSON string)."""
+    """Store a heading path as a JSON string, and the last heading's label as the section title.
+
+    Args:
+        node: the segment node to change in place.
+        path: ``[[number, title, level], ...]`` from the top heading down; empty for a node
+            under no heading.
+    """
     write_json(node.metadata, HEADING_PATH, [[str(n), str(t), int(lvl)] for n, t, lvl in path])
     if path:
         node.metadata[SECTION_TITLE] = Heading(*[path[-1][0], path[-1][1], path[-1][2]]).label()
 
 
 def get_document_id(node: BaseNode) -> Optional[str]:
-    """The document a node belongs to: our key, else LlamaIndex's ``ref_doc_id``."""
+    """The document a node belongs to: our key, else LlamaIndex's ``ref_doc_id``.
+
+    Args:
+        node: the node.
+
+    Returns:
+        The document id, or ``None`` when the node carries neither.
+    """
     return node.metadata.get(DOCUMENT_ID) or node.ref_doc_id
 
 
 def get_document_title(node: BaseNode) -> str:
-    """Title for the cascade root: our key, else the file name, else the document id."""
+    """Title for the cascade root: our key, else the file name, else the document id.
+
+    Args:
+        node: the node or document.
+
+    Returns:
+        The title; ``""`` when none of the three is known.
+    """
     meta = node.metadata
     return str(
         meta.get(DOCUMENT_TITLE) or meta.get(FILE_NAME) or get_document_id(node) or ""
@@ -364,11 +477,27 @@ def get_document_title(node: BaseNode) -> str:
 
 
 def get_position(node: BaseNode) -> Optional[int]:
+    """The node's order inside its document (:data:`POSITION`).
+
+    Args:
+        node: the segment node.
+
+    Returns:
+        0, 1, 2, ...; ``None`` when unknown.
+    """
     value = node.metadata.get(POSITION)
     return int(value) if value is not None else None
 
 
 def get_char_span(node: BaseNode) -> Optional[Tuple[int, int]]:
+    """The node's span in its document's text (:data:`CHAR_START`, :data:`CHAR_END`).
+
+    Args:
+        node: the segment node.
+
+    Returns:
+        ``(start, end)`` in characters, end exclusive; ``None`` when either is unknown.
+    """
     start, end = node.metadata.get(CHAR_START), node.metadata.get(CHAR_END)
     if start is None or end is None:
         return None
@@ -376,7 +505,14 @@ def get_char_span(node: BaseNode) -> Optional[Tuple[int, int]]:
 
 
 def get_page_range(node: BaseNode) -> Optional[Tuple[int, int]]:
-    """``(first_page, last_page)`` inclusive, pages from 0; ``None`` when unknown."""
+    """The pages a node lies on.
+
+    Args:
+        node: the segment node.
+
+    Returns:
+        ``(first_page, last_page)`` inclusive, pages from 0; ``None`` when unknown.
+    """
     start, end = node.metadata.get(PAGE_START), node.metadata.get(PAGE_END)
     if start is None:
         return None
@@ -384,69 +520,190 @@ def get_page_range(node: BaseNode) -> Optional[Tuple[int, int]]:
 
 
 def get_segment_kind(node: BaseNode) -> str:
+    """The node's kind (:data:`SEGMENT_KIND`).
+
+    Args:
+        node: the segment node.
+
+    Returns:
+        ``"text"``, ``"table"`` or ``"image"``; ``"text"`` when unset.
+    """
     return node.metadata.get(SEGMENT_KIND) or KIND_TEXT
 
 
 def get_page_spans(node: BaseNode) -> List[PageSpan]:
+    """:data:`PAGE_SPANS` of a node's metadata as typed tuples.
+
+    Args:
+        node: the document or node.
+
+    Returns:
+        One :class:`PageSpan` ``(page, start, end)`` a page, in stored order; empty when
+            unknown.
+
+    Raises:
+        InvalidMetadataError: the stored spans are a string that is not JSON.
+    """
     return page_spans_of(node.metadata)
 
 
 def page_spans_of(metadata: Mapping[str, Any]) -> List[PageSpan]:
-    """``PAGE_SPANS`` of a document's (or a node's) metadata as typed tuples."""
+    """:data:`PAGE_SPANS` of a document's (or a node's) metadata as typed tuples.
+
+    Args:
+        metadata: the metadata to read.
+
+    Returns:
+        One :class:`PageSpan` ``(page, start, end)`` a page (pages from 0, end exclusive);
+            empty when unknown.
+
+    Raises:
+        InvalidMetadataError: the stored spans are a string that is not JSON.
+    """
     return [PageSpan(int(p), int(s), int(e)) for p, s, e in read_json(metadata, PAGE_SPANS) or []]
 
 
 def set_page_spans(metadata: Dict[str, Any], spans: Sequence[Sequence[int]]) -> None:
+    """Store :data:`PAGE_SPANS` as a JSON string.
+
+    Args:
+        metadata: the document's metadata (changed in place).
+        spans: ``[(page, char_start, char_end), ...]``, pages from 0, end exclusive.
+    """
     write_json(metadata, PAGE_SPANS, [[int(p), int(s), int(e)] for p, s, e in spans])
 
 
 def layout_headings_of(metadata: Mapping[str, Any]) -> List[List[Any]]:
-    """``LAYOUT_HEADINGS``: ``[[char_start, char_end, font_size, bold], ...]``."""
+    """:data:`LAYOUT_HEADINGS` of a document's metadata.
+
+    Args:
+        metadata: the document's metadata.
+
+    Returns:
+        ``[[char_start, char_end, font_size, bold], ...]`` for lines set larger or bolder
+            than the body text; empty when unknown.
+
+    Raises:
+        InvalidMetadataError: the stored value is a string that is not JSON.
+    """
     return list(read_json(metadata, LAYOUT_HEADINGS) or [])
 
 
 def set_layout_headings(metadata: Dict[str, Any], headings: Sequence[Sequence[Any]]) -> None:
+    """Store :data:`LAYOUT_HEADINGS` as a JSON string.
+
+    Args:
+        metadata: the document's metadata (changed in place).
+        headings: ``[(char_start, char_end, font_size, bold), ...]``.
+    """
     write_json(metadata, LAYOUT_HEADINGS, [list(h) for h in headings])
 
 
 def images_of(metadata: Mapping[str, Any]) -> List[Dict[str, Any]]:
-    """``IMAGES`` of a document: ``[{"page", "bbox", "caption", "char_offset", "xref", "file"}, ...]``."""
+    """:data:`IMAGES` of a document's metadata.
+
+    Args:
+        metadata: the document's metadata.
+
+    Returns:
+        One dict an image, with ``"page"``, ``"bbox"``, ``"caption"``, ``"char_offset"``,
+            ``"xref"`` and ``"file"``; empty when the document has none.
+
+    Raises:
+        InvalidMetadataError: the stored value is a string that is not JSON.
+    """
     return [dict(e) for e in read_json(metadata, IMAGES) or []]
 
 
 def set_images(metadata: Dict[str, Any], images: Sequence[Mapping[str, Any]]) -> None:
+    """Store :data:`IMAGES` as a JSON string.
+
+    Args:
+        metadata: the document's metadata (changed in place).
+        images: one mapping an image (see :func:`images_of`).
+    """
     write_json(metadata, IMAGES, [dict(e) for e in images])
 
 
 def get_image_bbox(node: BaseNode) -> Optional[List[float]]:
-    """An image node's ``[x0, y0, x1, y1]`` (``None`` when unknown)."""
+    """An image node's box on its page (:data:`IMAGE_BBOX`).
+
+    Args:
+        node: the image node.
+
+    Returns:
+        ``[x0, y0, x1, y1]`` in PDF points; ``None`` when unknown.
+
+    Raises:
+        InvalidMetadataError: the stored value is a string that is not JSON.
+    """
     value = read_json(node.metadata, IMAGE_BBOX, node.node_id)
     return [float(v) for v in value] if value else None
 
 
 def set_image_bbox(node: BaseNode, bbox: Sequence[float]) -> None:
+    """Store an image node's box (:data:`IMAGE_BBOX`) as a JSON string.
+
+    Args:
+        node: the image node (changed in place).
+        bbox: ``(x0, y0, x1, y1)`` in PDF points.
+    """
     write_json(node.metadata, IMAGE_BBOX, [float(v) for v in bbox])
 
 
 def set_ocr_pages(metadata: Dict[str, Any], pages: Sequence[int]) -> None:
-    """``OCR_PAGES``: the pages (from 0) read by OCR."""
+    """Store :data:`OCR_PAGES`: the pages read by OCR.
+
+    Args:
+        metadata: the document's metadata (changed in place).
+        pages: page numbers from 0 (stored sorted).
+    """
     write_json(metadata, OCR_PAGES, sorted(int(p) for p in pages))
 
 
 def ocr_pages_of(metadata: Mapping[str, Any]) -> List[int]:
+    """:data:`OCR_PAGES` of a document's metadata.
+
+    Args:
+        metadata: the document's metadata.
+
+    Returns:
+        The pages (from 0) whose text was recognised by OCR; empty when none.
+
+    Raises:
+        InvalidMetadataError: the stored value is a string that is not JSON.
+    """
     return [int(p) for p in read_json(metadata, OCR_PAGES) or []]
 
 
 def has_pages(node: BaseNode) -> bool:
-    """Whether the node's document has pages to cite (HTML and DOCX have none; a node
-    without :data:`SOURCE_FORMAT`, made elsewhere, is taken to have them)."""
+    """Whether the node's document has pages to cite.
+
+    HTML and DOCX have none; a node without :data:`SOURCE_FORMAT`, made elsewhere, is taken
+    to have them.
+
+    Args:
+        node: the node or document.
+
+    Returns:
+        ``False`` only for a source format without pages.
+    """
     return node.metadata.get(SOURCE_FORMAT) not in FORMATS_WITHOUT_PAGES
 
 
 def pages_for_span(
     page_spans: Sequence[Sequence[int]], start: int, end: int
 ) -> Optional[Tuple[int, int]]:
-    """The inclusive page range that the character span ``[start, end)`` touches."""
+    """The inclusive page range that the character span ``[start, end)`` touches.
+
+    Args:
+        page_spans: the document's ``[(page, char_start, char_end), ...]``.
+        start: first character of the span.
+        end: end of the span (exclusive); an empty span counts its first character.
+
+    Returns:
+        ``(first_page, last_page)``; ``None`` when the span touches no page.
+    """
     pages = [int(p) for p, s, e in page_spans if s < max(end, start + 1) and e > start]
     if not pages:
         return None
@@ -465,7 +722,26 @@ def set_segment_facts(
     kind: str = KIND_TEXT,
     parse_path: Optional[str] = None,
 ) -> None:
-    """Write the facts every segment node carries, and hide the bookkeeping ones."""
+    """Write the facts every segment node carries, and hide the bookkeeping ones.
+
+    The document-only facts a node copied from its document are dropped.
+
+    Args:
+        node: the segment node (changed in place).
+        document_id: id of its document (:data:`DOCUMENT_ID`).
+        document_title: title of its document (:data:`DOCUMENT_TITLE`).
+        position: its order inside the document, from 0.
+        char_span: ``(start, end)`` in the document's text, end exclusive; ``None`` leaves
+            it unset.
+        heading_path: ``[[number, title, level], ...]``; ``None`` leaves it unset.
+        page_range: ``(first_page, last_page)`` inclusive, from 0; ``None`` leaves it unset.
+        kind: ``"text"``, ``"table"`` or ``"image"``.
+        parse_path: which path produced the node (``"llm"``, ``"layout"``, ...); ``None``
+            leaves it unset.
+
+    Raises:
+        ValueError: ``kind`` is not one of :data:`SEGMENT_KINDS`.
+    """
     if kind not in SEGMENT_KINDS:
         raise ValueError(f"segment kind must be one of {SEGMENT_KINDS}, got {kind!r}")
     meta = node.metadata
@@ -489,8 +765,16 @@ def set_segment_facts(
 def set_table_facts(
     node: BaseNode, *, title: str, columns: Sequence[str], rows: Sequence[str], header: Optional[str] = None
 ) -> None:
-    """Title, column and row labels of a table node; ``header`` (the Markdown header lines)
-    only on a part of a split table that does not start with them (``None`` keeps it)."""
+    """Write a table node's title, column labels and row labels.
+
+    Args:
+        node: the table node (changed in place).
+        title: the table's title or caption.
+        columns: the column labels.
+        rows: the row labels (first column).
+        header: the Markdown header lines, only on a part of a split table that does not
+            start with them; ``""`` removes it; ``None`` keeps what is there.
+    """
     node.metadata[TABLE_TITLE] = title
     write_json(node.metadata, TABLE_COLUMNS, [str(c) for c in columns])
     write_json(node.metadata, TABLE_ROWS, [str(r) for r in rows])
@@ -503,13 +787,29 @@ def set_table_facts(
 
 
 def get_table_header(node: BaseNode) -> str:
-    """The Markdown header lines a later part of a split table repeats ("" for a whole table
-    or its first part)."""
+    """The Markdown header lines a later part of a split table repeats.
+
+    Args:
+        node: the table node.
+
+    Returns:
+        The header lines; ``""`` for a whole table or its first part.
+    """
     return str(node.metadata.get(TABLE_HEADER) or "")
 
 
 def get_table_labels(node: BaseNode) -> Tuple[List[str], List[str]]:
-    """A table node's ``(column labels, row labels)``; empty lists when unknown."""
+    """A table node's column and row labels.
+
+    Args:
+        node: the table node.
+
+    Returns:
+        ``(column labels, row labels)``; empty lists when unknown.
+
+    Raises:
+        InvalidMetadataError: a stored label list is a string that is not JSON.
+    """
     meta = node.metadata
     columns = read_json(meta, TABLE_COLUMNS, node.node_id) or []
     rows = read_json(meta, TABLE_ROWS, node.node_id) or []
@@ -517,8 +817,25 @@ def get_table_labels(node: BaseNode) -> Tuple[List[str], List[str]]:
 
 
 def get_critical_keywords(node: BaseNode) -> List[str]:
+    """The node's critical keywords (:data:`CRITICAL_KEYWORDS`).
+
+    Args:
+        node: the segment node.
+
+    Returns:
+        The keywords as stored; empty when none were extracted.
+
+    Raises:
+        InvalidMetadataError: the stored value is a string that is not JSON.
+    """
     return [str(k) for k in read_json(node.metadata, CRITICAL_KEYWORDS, node.node_id) or []]
 
 
 def set_critical_keywords(node: BaseNode, keywords: Sequence[str]) -> None:
+    """Store the node's critical keywords as a JSON string.
+
+    Args:
+        node: the segment node (changed in place).
+        keywords: the keywords, in order.
+    """
     write_json(node.metadata, CRITICAL_KEYWORDS, [str(k) for k in keywords])

@@ -38,11 +38,24 @@ _ID_BATCH = 1000
 def index_nodes(
     index: Any, component: str, docstore: Optional[BaseDocumentStore] = None
 ) -> Tuple[List[BaseNode], BaseDocumentStore]:
-    """``(nodes, docstore)`` of ``index`` for ``component`` (named in errors).
+    """The nodes of ``index`` and the docstore to read them from.
 
     The docstore is the one given, else the index's when it holds the nodes, else an in-memory
     ``SimpleDocumentStore`` of the nodes listed from the vector store (result nodes and
-    neighbouring chunks are read from it by id)."""
+    neighbouring chunks are read from it by id).
+
+    Args:
+        index: a LlamaIndex ``VectorStoreIndex``.
+        component: the component asking, named in errors.
+        docstore: a docstore holding the nodes; ``None`` finds one as above.
+
+    Returns:
+        ``(nodes, docstore)``.
+
+    Raises:
+        VectorStoreFeatureError: the nodes are only in a vector store that cannot list them
+            (says what to pass instead).
+    """
     if docstore is not None:
         return list(docstore.docs.values()), docstore
     stored = list(index.docstore.docs.values())
@@ -54,8 +67,19 @@ def index_nodes(
 
 
 def list_vector_store_nodes(vector_store: Any, component: str) -> List[BaseNode]:
-    """Every node a text-keeping vector store holds (text and metadata; vectors where the
-    store returns them)."""
+    """Every node a text-keeping vector store holds (text and metadata; vectors where returned).
+
+    Args:
+        vector_store: the vector store.
+        component: the component asking, named in the error.
+
+    Returns:
+        The nodes, in the store's order.
+
+    Raises:
+        VectorStoreFeatureError: the store refused to list its nodes (says what to pass
+            instead).
+    """
     name = type(vector_store).__name__
     lister = _LISTERS.get(name, _unfiltered_get_nodes)
     try:
@@ -134,7 +158,7 @@ _EMPTY_FACTS: Dict[str, Any] = {
 
 
 def prepare_nodes_for_store(vector_store: Any, nodes: Sequence[BaseNode]) -> None:
-    """Make ``nodes`` what the store can take, changing nothing a reader relies on:
+    """Make ``nodes`` what the store can take, changing nothing a reader relies on.
 
     * pgvector: PostgreSQL's text and jsonb cannot hold NUL (PDF text sometimes does), so each
       is replaced by U+FFFD in the text and the string metadata, one character for one, so
@@ -142,7 +166,12 @@ def prepare_nodes_for_store(vector_store: Any, nodes: Sequence[BaseNode]) -> Non
     * LanceDB: a table keeps the fields of its first write, so each node gets every fact of
       the pack's vocabulary, the missing ones empty (and hidden from both views).
 
-    Other stores: nothing changes."""
+    Other stores: nothing changes.
+
+    Args:
+        vector_store: the store the nodes are about to be written to.
+        nodes: the nodes (changed in place).
+    """
     name = type(vector_store).__name__
     if name == "PGVectorStore":
         for node in nodes:
@@ -166,9 +195,18 @@ def _replace_nul(node: BaseNode) -> None:
 
 
 def check_nodes_fit(vector_store: Any, nodes: Sequence[BaseNode]) -> None:
-    """Raise :class:`~llama_index_hiqa.errors.VectorStoreFeatureError` before a write the store
-    would refuse half-way: a LanceDB table keeps the metadata fields of its first write and
-    rejects a node carrying another (a table's labels, a figure's caption, a summary)."""
+    """Refuse before a write the store would refuse half-way.
+
+    A LanceDB table keeps the metadata fields of its first write and rejects a node carrying
+    another (a table's labels, a figure's caption, a summary). Other stores pass.
+
+    Args:
+        vector_store: the store the nodes are about to be written to.
+        nodes: the nodes.
+
+    Raises:
+        VectorStoreFeatureError: a node carries a metadata field the table does not have.
+    """
     if type(vector_store).__name__ != "LanceDBVectorStore" or not nodes:
         return
     try:
@@ -189,10 +227,16 @@ def check_nodes_fit(vector_store: Any, nodes: Sequence[BaseNode]) -> None:
 
 
 def delete_ref_doc(index: Any, ref_doc_id: str) -> None:
-    """``index.delete_ref_doc(ref_doc_id, delete_from_docstore=True)``, past the stores whose
-    integration cannot: LanceDB's quotes the id as a column name (``doc_id = "x"`` is a
-    column ``x`` in its SQL), so its rows are deleted with the value quoted. A store that
-    refuses (FAISS: ``NotImplementedError``) refuses before anything was deleted."""
+    """``index.delete_ref_doc(ref_doc_id, delete_from_docstore=True)``, past stores that cannot.
+
+    LanceDB's integration quotes the id as a column name (``doc_id = "x"`` is a column ``x``
+    in its SQL), so its rows are deleted with the value quoted. A store that refuses (FAISS:
+    ``NotImplementedError``) refuses before anything was deleted.
+
+    Args:
+        index: the ``VectorStoreIndex``.
+        ref_doc_id: the document whose nodes are deleted.
+    """
     vector_store = index.vector_store
     if type(vector_store).__name__ == "LanceDBVectorStore":
         quoted = ref_doc_id.replace("'", "''")

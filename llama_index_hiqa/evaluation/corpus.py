@@ -44,8 +44,18 @@ class Corpus:
 
 
 def document(text: str, doc_id: str, title: str, page_spans=None) -> Document:
-    """A corpus document: id and title in the schema keys (hidden from the views), page spans
-    when known."""
+    """A corpus document: id and title in the schema keys (hidden from the views).
+
+    Args:
+        text: the document's text.
+        doc_id: its id (``schema.DOCUMENT_ID`` and the Document's id).
+        title: its title.
+        page_spans (Optional[Sequence]): ``[[page, char_start, char_end], ...]``; ``None`` when
+            unknown.
+
+    Returns:
+        The Document.
+    """
     meta: Dict[str, Any] = {schema.DOCUMENT_ID: doc_id, schema.DOCUMENT_TITLE: title}
     if page_spans:
         schema.set_page_spans(meta, page_spans)
@@ -55,7 +65,14 @@ def document(text: str, doc_id: str, title: str, page_spans=None) -> Document:
 
 
 def documents_from_pages(pages: Sequence[Dict[str, Any]]) -> List[Document]:
-    """One Document per ``doc_name`` from ``{doc_name, page, text}`` rows, with page spans."""
+    """One Document per ``doc_name`` from ``{doc_name, page, text}`` rows, with page spans.
+
+    Args:
+        pages: the rows, any order (pages are joined in page order, by a blank line).
+
+    Returns:
+        One Document a ``doc_name``, in first-seen order.
+    """
     by_doc: Dict[str, List[Dict[str, Any]]] = {}
     for row in pages:
         by_doc.setdefault(row["doc_name"], []).append(row)
@@ -72,7 +89,22 @@ def documents_from_pages(pages: Sequence[Dict[str, Any]]) -> List[Document]:
 
 
 def folder_corpus(docs_dir: Path, questions_file: Path, name: Optional[str] = None) -> Corpus:
-    """A folder of PDF/Markdown/text files and a questions JSONL (:mod:`~llama_index_hiqa.evaluation.datasets`)."""
+    """A corpus from a folder of PDF/Markdown/text files and a questions JSONL.
+
+    The JSONL format is described in :mod:`~llama_index_hiqa.evaluation.datasets`.
+
+    Args:
+        docs_dir: the documents' folder.
+        questions_file: the questions' JSONL file.
+        name: the corpus's name; ``None``: the folder's name.
+
+    Returns:
+        The :class:`Corpus`.
+
+    Raises:
+        EvaluationInputError: the folder is missing or has no documents.
+        DocumentReadError: a file cannot be read (names it).
+    """
     return Corpus(
         name or Path(docs_dir).name,
         load_documents_folder(docs_dir),

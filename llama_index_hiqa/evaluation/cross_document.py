@@ -69,8 +69,16 @@ class CrossDocumentQuestion(BaseModel):
     node_ids: Dict[str, List[str]] = Field(description="Each document's nodes under that heading.")
 
     def to_eval_question(self, question_id: str) -> EvalQuestion:
-        """As an :class:`~llama_index_hiqa.evaluation.datasets.EvalQuestion` with one gold
-        document per document (section as the heading)."""
+        """As an :class:`~llama_index_hiqa.evaluation.datasets.EvalQuestion`.
+
+        One gold document per document, the section as the heading.
+
+        Args:
+            question_id: the id the question gets.
+
+        Returns:
+            The question with its gold evidence and ``meta["rule"]``.
+        """
         gold = [GoldEvidence(document_id=doc, section=self.heading) for doc in self.document_ids]
         return EvalQuestion(id=question_id, question=self.question, gold=gold, meta={"rule": self.rule})
 
@@ -107,9 +115,18 @@ class _Document:
 
 
 def name_in_title(title: str, keyword: str) -> Optional[str]:
-    """The run of ``title``'s words that spells ``keyword`` letter for letter ("3M" for ``3m``
-    in "3M Company, Form 10-K"), the one with the most words first ("Best Buy" rather than the
-    file name's "BESTBUY"; "Johnson & Johnson"), or ``None``."""
+    """The run of ``title``'s words that spells ``keyword`` letter for letter.
+
+    "3M" for ``3m`` in "3M Company, Form 10-K"; the one with the most words first ("Best Buy"
+    rather than the file name's "BESTBUY"; "Johnson & Johnson").
+
+    Args:
+        title: a document title.
+        keyword: a normalised title keyword (lower case, no punctuation).
+
+    Returns:
+        The words as the title spells them, or ``None``.
+    """
     words = _WORD.findall(title.replace("_", " "))
     for length in range(5, 0, -1):
         for start in range(0, len(words) - length + 1):
@@ -120,8 +137,14 @@ def name_in_title(title: str, keyword: str) -> Optional[str]:
 
 
 def heading_key(label: str) -> Optional[frozenset]:
-    """The stemmed content words of a heading (no numbers; ``None`` for a generic or empty
-    heading): two documents' headings match when their keys are equal."""
+    """The stemmed content words of a heading: two documents' headings match when equal.
+
+    Args:
+        label: the heading's label (its number is left out).
+
+    Returns:
+        The words; ``None`` for a generic or empty heading, or one holding a number.
+    """
     from llama_index_hiqa.retrievers.document_focus import content_words
 
     text = re.sub(r"^[\dA-Z]{1,3}(?:\.\d+)*[.)]?\s+", "", label.strip())  # "4.2 ", "Item 7. " stay out
@@ -199,9 +222,23 @@ def cross_document_questions(
 ) -> List[CrossDocumentQuestion]:
     """Up to ``per_rule`` questions for each of ``rules`` (module docstring) over ``nodes``.
 
-    ``title_keywords``: document id -> its title's normalised keywords, as the retriever
-    matches them (``MultiRouteRetriever.document_title_keywords()``). Deterministic for a
-    given ``seed``.
+    Deterministic for a given ``seed``.
+
+    Args:
+        nodes: the corpus's segment nodes.
+        title_keywords: document id -> its title's normalised keywords, as the retriever
+            matches them (``MultiRouteRetriever.document_title_keywords()``).
+        per_rule: the most questions a rule makes.
+        seed: seed of the random choice of documents and sections.
+        min_period_gap: the fewest years between two filings of one company compared by a
+            question.
+        rules: the generator rules to run (a subset of :data:`RULES`).
+
+    Returns:
+        The questions, rule by rule.
+
+    Raises:
+        ValueError: ``rules`` names an unknown rule.
     """
     unknown = [r for r in rules if r not in RULES]
     if unknown:

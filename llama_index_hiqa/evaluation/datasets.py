@@ -55,6 +55,14 @@ class EvalQuestion:
 
 
 def read_jsonl(path: Path) -> Iterator[Dict[str, Any]]:
+    """The rows of a JSON Lines file (gzip-compressed when its name ends in ``.gz``).
+
+    Args:
+        path: the file.
+
+    Yields:
+        One dict a non-blank line.
+    """
     opener = gzip.open if str(path).endswith(".gz") else open
     with opener(path, "rt", encoding="utf-8") as handle:
         for line in handle:
@@ -63,7 +71,17 @@ def read_jsonl(path: Path) -> Iterator[Dict[str, Any]]:
 
 
 def load_questions_jsonl(path: Path) -> List[EvalQuestion]:
-    """The pack's own format (see the module docstring)."""
+    """Questions in the pack's own format (see the module docstring).
+
+    Args:
+        path: the JSONL file (``.gz`` allowed).
+
+    Returns:
+        The questions, in file order.
+
+    Raises:
+        ValueError: a question has no gold evidence (names the file and the question).
+    """
     questions = []
     for row in read_jsonl(Path(path)):
         gold = [GoldEvidence(**g) for g in row.get("gold", [])]
@@ -76,6 +94,12 @@ def load_questions_jsonl(path: Path) -> List[EvalQuestion]:
 
 
 def write_questions_jsonl(questions: List[EvalQuestion], path: Path) -> None:
+    """Write questions in the pack's own format, one JSON object a line.
+
+    Args:
+        questions: the questions.
+        path: the file to write (replaced).
+    """
     with open(path, "w", encoding="utf-8") as handle:
         for q in questions:
             handle.write(json.dumps(q.to_json(), ensure_ascii=False) + "\n")
@@ -90,9 +114,19 @@ PDF_SUFFIXES = (".pdf",)
 def load_documents_folder(folder: Path) -> List["Document"]:
     """One LlamaIndex ``Document`` per PDF/Markdown/text file of ``folder`` (recursively).
 
-    ``README*`` files are skipped. ``DOCUMENT_ID`` is the file name without suffix (what gold ``document_id`` names).
-    PDFs are read with the pack's ``PDFLayoutReader`` (page spans kept, so page gold works).
-    Unreadable files raise ``DocumentReadError`` naming the file.
+    ``README*`` files are skipped. ``DOCUMENT_ID`` is the file name without suffix (what gold
+    ``document_id`` names). PDFs are read with the pack's ``PDFLayoutReader`` (page spans
+    kept, so page gold works).
+
+    Args:
+        folder: the documents' folder.
+
+    Returns:
+        The documents, in file-name order.
+
+    Raises:
+        EvaluationInputError: the folder is missing or holds no .pdf/.md/.txt file.
+        DocumentReadError: a file is unreadable or has no text (names the file).
     """
     from llama_index.core.schema import Document
 

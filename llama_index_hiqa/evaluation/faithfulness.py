@@ -66,7 +66,16 @@ class FaithfulnessResult(EvaluationResult):
 
 
 def faithfulness_band(score: float, settings: Optional[FaithfulnessSettings] = None) -> str:
-    """The paper's band for a faithfulness score F."""
+    """The paper's band for a faithfulness score F (Hybrid-RAG faithfulness paper, §III.E).
+
+    Args:
+        score: F, the cosine of the answer's and the context's embeddings (-1 to 1).
+        settings: the thresholds; ``None``: the paper's (0.7 and 0.4).
+
+    Returns:
+        ``"grounded"`` above the grounded threshold, ``"hallucination_risk"`` below the risk
+            threshold, else ``"borderline"``.
+    """
     settings = settings or FaithfulnessSettings()
     if score > settings.grounded_threshold:
         return BAND_GROUNDED
@@ -132,8 +141,20 @@ class FaithfulnessScoreEvaluator(BaseEvaluator):
     ) -> FaithfulnessResult:
         """Score ``response`` against ``contexts``; ``query`` adds CP and AR, ``reference`` CR.
 
-        Raises :class:`~llama_index_hiqa.errors.EvaluationInputError` for an empty response
-        or no non-empty context (a score of an empty string would be meaningless).
+        Args:
+            query: the question; ``None`` leaves context precision and answer relevancy out.
+            response: the answer to score.
+            contexts: the retrieved texts the answer should rest on.
+            reference: a reference answer; ``None`` leaves context recall out.
+            **kwargs: ignored (``BaseEvaluator``'s signature).
+
+        Returns:
+            A :class:`FaithfulnessResult`: ``score`` = F, its ``band``, ``passing`` only when
+                grounded, and the §IV companion scores.
+
+        Raises:
+            EvaluationInputError: an empty response or no non-empty context (a score of an empty
+                string would be meaningless).
         """
         if not response or not response.strip():
             raise EvaluationInputError("faithfulness needs a non-empty response")

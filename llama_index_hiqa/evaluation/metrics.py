@@ -71,6 +71,17 @@ def log_rank_score(ranks, n_candidates: int, gamma: float = DEFAULT_GAMMA) -> np
     """S(r) = 1 − log(1+γ(r−1)) / log(1+γ(N−1)) for 1-based ranks ``r`` (HiQA formula 3).
 
     Ranks are clipped to [1, N]; with a single candidate every rank scores 1.
+
+    Args:
+        ranks (ArrayLike): 1-based ranks (a number or an array of them).
+        n_candidates: N, the number of units ranked (at least 1).
+        gamma: γ > 0; larger values punish ranks just below the top more.
+
+    Returns:
+        S for each rank, between 0 (rank N) and 1 (rank 1), shaped like ``ranks``.
+
+    Raises:
+        ValueError: ``gamma`` is not above 0 or ``n_candidates`` is below 1.
     """
     if gamma <= 0:
         raise ValueError(f"gamma must be > 0, got {gamma}")
@@ -83,7 +94,19 @@ def log_rank_score(ranks, n_candidates: int, gamma: float = DEFAULT_GAMMA) -> np
 
 
 def log_rank_index(gold_ranks: Sequence[float], n_candidates: int, gamma: float = DEFAULT_GAMMA) -> float:
-    """One query's Log-Rank Index: the mean of S(r) over its gold items' ranks."""
+    """One query's Log-Rank Index: the mean of S(r) over its gold items' ranks (HiQA formula 3).
+
+    Args:
+        gold_ranks: the best rank (from 1) of each gold item (at least one).
+        n_candidates: N, the number of units ranked.
+        gamma: γ > 0 of :func:`log_rank_score`.
+
+    Returns:
+        The index, between 0 and 1.
+
+    Raises:
+        ValueError: no gold rank, or a bad ``gamma`` / ``n_candidates``.
+    """
     if len(gold_ranks) == 0:
         raise ValueError("a query needs at least one gold item")
     return float(log_rank_score(gold_ranks, n_candidates, gamma).mean())
@@ -93,28 +116,67 @@ def log_rank_index(gold_ranks: Sequence[float], n_candidates: int, gamma: float 
 
 
 def recall_at_k(gold_ranks: Sequence[Optional[float]], k: int) -> float:
-    """Share of gold items whose best matching unit is in the top k."""
+    """Share of gold items whose best matching unit is in the top k.
+
+    Args:
+        gold_ranks: the best rank (from 1) of each gold item's matching units; ``None`` when no unit matches.
+        k: the cut-off rank.
+
+    Returns:
+        A share between 0 and 1.
+    """
     ranks = _found(gold_ranks)
     return float(np.sum(ranks <= k) / max(len(gold_ranks), 1))
 
 
 def all_gold_at_k(gold_ranks: Sequence[Optional[float]], k: int) -> float:
-    """1 when every gold item is in the top k (multi-hop: all the evidence is there)."""
+    """1 when every gold item is in the top k (multi-hop: all the evidence is there).
+
+    Args:
+        gold_ranks: the best rank (from 1) of each gold item's matching units; ``None`` when no unit matches.
+        k: the cut-off rank.
+
+    Returns:
+        1.0 or 0.0.
+    """
     return float(recall_at_k(gold_ranks, k) == 1.0)
 
 
 def hit_at_k(gold_ranks: Sequence[Optional[float]], k: int) -> float:
-    """1 when at least one gold item is in the top k (hit rate; page-hit@k for page gold)."""
+    """1 when at least one gold item is in the top k (hit rate; page-hit@k for page gold).
+
+    Args:
+        gold_ranks: the best rank (from 1) of each gold item's matching units; ``None`` when no unit matches.
+        k: the cut-off rank.
+
+    Returns:
+        1.0 or 0.0.
+    """
     return float(np.any(_found(gold_ranks) <= k))
 
 
 def precision_at_k(relevant_ranks: Sequence[float], k: int) -> float:
-    """Share of the top k units that match some gold item."""
+    """Share of the top k units that match some gold item.
+
+    Args:
+        relevant_ranks: the ranks (from 1) of every relevant unit.
+        k: the cut-off rank (at least 1).
+
+    Returns:
+        A share between 0 and 1.
+    """
     return float(np.sum(np.asarray(relevant_ranks, dtype=np.float64) <= k) / k)
 
 
 def reciprocal_rank(relevant_ranks: Sequence[float]) -> float:
-    """1 / rank of the first relevant unit (0 when none is relevant)."""
+    """1 / rank of the first relevant unit (0 when none is relevant).
+
+    Args:
+        relevant_ranks: the ranks (from 1) of every relevant unit.
+
+    Returns:
+        The reciprocal rank, between 0 and 1.
+    """
     ranks = np.asarray(relevant_ranks, dtype=np.float64)
     return float(1.0 / ranks.min()) if ranks.size else 0.0
 
@@ -125,6 +187,13 @@ def ndcg_at_k(gold_ranks: Sequence[Optional[float]], k: int) -> float:
     DCG = Σ 1/log2(1+r) over gold items found at r ≤ k; the ideal puts the G gold items at
     ranks 1..min(G, k). Counting gold items rather than units keeps the score comparable
     between segmentations (three chunks of one gold page are one gain, not three).
+
+    Args:
+        gold_ranks: the best rank (from 1) of each gold item's matching units; ``None`` when no unit matches.
+        k: the cut-off rank.
+
+    Returns:
+        nDCG between 0 and 1 (0 without gold items).
     """
     ranks = _found(gold_ranks)
     dcg = float(np.sum(1.0 / np.log2(1.0 + ranks[ranks <= k])))
@@ -140,7 +209,14 @@ def _found(gold_ranks: Sequence[Optional[float]]) -> np.ndarray:
 
 
 def normalise_text(text: str) -> str:
-    """Lower case, accents folded, punctuation dropped, whitespace collapsed."""
+    """Lower case, accents folded, punctuation dropped, whitespace collapsed.
+
+    Args:
+        text: any text (``None`` gives ``""``).
+
+    Returns:
+        The words joined by single spaces.
+    """
     text = unicodedata.normalize("NFKD", text or "")
     text = "".join(c for c in text if not unicodedata.combining(c)).lower()
     return " ".join(re.findall(r"\w+", text))
@@ -163,6 +239,17 @@ class UnitView:
 
     @classmethod
     def from_node(cls, node: BaseNode) -> "UnitView":
+        """The facts of a node that the matching rules compare.
+
+        Args:
+            node: a retrieval unit.
+
+        Returns:
+            The view: id, document, pages, normalised heading labels and normalised text.
+
+        Raises:
+            InvalidMetadataError: the node's heading path is not JSON.
+        """
         labels = set()
         for heading in schema.get_heading_path(node):
             labels.add(normalise_text(heading.label()))
@@ -185,7 +272,15 @@ class UnitView:
 
 
 def gold_rule(gold: GoldEvidence) -> str:
-    """Which matching rule applies to ``gold`` (see the module docstring)."""
+    """Which matching rule applies to ``gold`` (see the module docstring).
+
+    Args:
+        gold: one gold evidence item.
+
+    Returns:
+        ``"id"``, ``"page"``, ``"section"``, ``"text"`` or ``"document"``, the first whose
+            field is set.
+    """
     if gold.passage_id is not None:
         return "id"
     if gold.page is not None:
@@ -198,7 +293,17 @@ def gold_rule(gold: GoldEvidence) -> str:
 
 
 def matches(unit: UnitView, gold: GoldEvidence, min_text_overlap: float = DEFAULT_MIN_TEXT_OVERLAP) -> bool:
-    """Whether ``unit`` is relevant to ``gold`` under the rules of the module docstring."""
+    """Whether ``unit`` is relevant to ``gold`` under the rules of the module docstring.
+
+    Args:
+        unit: the unit's view.
+        gold: one gold evidence item.
+        min_text_overlap: for text gold, the share of the evidence's word 5-grams the unit
+            must hold (0 to 1).
+
+    Returns:
+        ``True`` when the unit matches.
+    """
     rule = gold_rule(gold)
     if rule == "id":
         return gold.passage_id in (unit.node_id, unit.document_id)
@@ -218,8 +323,16 @@ def matches(unit: UnitView, gold: GoldEvidence, min_text_overlap: float = DEFAUL
 
 
 def text_overlap(evidence: str, unit: UnitView) -> float:
-    """How much of ``evidence`` the unit holds: 1.0 when it is a substring, else the share
-    of its word 5-grams found in the unit (0 for short evidences not found whole)."""
+    """How much of ``evidence`` the unit holds.
+
+    Args:
+        evidence: the gold evidence text.
+        unit: the unit's view.
+
+    Returns:
+        1.0 when it is a substring, else the share of its word 5-grams found in the unit
+            (0 for short evidences not found whole).
+    """
     norm = normalise_text(evidence)
     if not norm:
         return 0.0
@@ -234,10 +347,18 @@ def text_overlap(evidence: str, unit: UnitView) -> float:
 def relevance_matrix(
     units: Sequence[UnitView], gold: Sequence[GoldEvidence], min_text_overlap: float = DEFAULT_MIN_TEXT_OVERLAP
 ) -> np.ndarray:
-    """Boolean ``(len(gold), len(units))``: which unit matches which gold item.
+    """Which unit matches which gold item.
 
     Only units of the gold's document (or, for ids, that id) are compared: the costly text
     rule never runs on other documents, and a 20k-unit corpus stays fast.
+
+    Args:
+        units: the views of every ranked unit.
+        gold: the query's gold evidence.
+        min_text_overlap: for text gold, the share of word 5-grams a unit must hold.
+
+    Returns:
+        A boolean array of shape ``(len(gold), len(units))``.
     """
     by_doc: Dict[Optional[str], List[int]] = {}
     by_id: Dict[str, int] = {}
@@ -264,7 +385,14 @@ def relevance_matrix(
 
 
 def ranks_from_scores(scores: np.ndarray) -> np.ndarray:
-    """1-based rank of every unit for a full score vector (higher is better; stable ties)."""
+    """1-based rank of every unit for a full score vector (higher is better; stable ties).
+
+    Args:
+        scores: one score a unit.
+
+    Returns:
+        An int array of ranks, shaped like ``scores``.
+    """
     order = np.argsort(-np.asarray(scores, dtype=np.float64), kind="stable")
     ranks = np.empty(len(order), dtype=np.int64)
     ranks[order] = np.arange(1, len(order) + 1)
@@ -287,7 +415,18 @@ def query_ranking(
     unit_docs: Optional[Sequence[Optional[str]]] = None,
     gold_docs: Sequence[Optional[str]] = (),
 ) -> QueryRanking:
-    """Combine per-unit ranks with the relevance matrix of :func:`relevance_matrix`."""
+    """Combine per-unit ranks with the relevance matrix of :func:`relevance_matrix`.
+
+    Args:
+        unit_ranks: the rank (from 1) of every unit.
+        relevance: the ``(gold, units)`` boolean matrix.
+        unit_docs: each unit's document id; ``None`` leaves document ranks out.
+        gold_docs: the gold documents whose best unit ranks are wanted.
+
+    Returns:
+        A :class:`QueryRanking`: best rank per gold item, ranks of every relevant unit, the
+            number of units and best rank per gold document.
+    """
     gold_ranks: List[Optional[int]] = []
     for row in relevance:
         hits = unit_ranks[row]
@@ -305,8 +444,20 @@ def query_ranking(
 def query_metrics(
     ranking: QueryRanking, ks: Sequence[int] = DEFAULT_KS, gamma: float = DEFAULT_GAMMA
 ) -> Dict[str, float]:
-    """Every metric of one query: ``log_rank``, ``mrr``, ``recall@k``, ``precision@k``,
-    ``ndcg@k``, ``hit@k``, ``all_gold@k`` and, when documents are known, ``doc_hit@k``."""
+    """Every metric of one query.
+
+    ``log_rank``, ``mrr``, ``recall@k``, ``precision@k``, ``ndcg@k``, ``hit@k``,
+    ``all_gold@k`` and, when documents are known, ``doc_hit@k``. A gold item no unit matches
+    counts as ranked last in the Log-Rank Index.
+
+    Args:
+        ranking: the query's ranking facts.
+        ks: the cut-off ranks.
+        gamma: γ of the Log-Rank Index.
+
+    Returns:
+        Metric name -> value.
+    """
     n = ranking.n_candidates
     unranked = [r if r is not None else n for r in ranking.gold_ranks]
     out = {"log_rank": log_rank_index(unranked, n, gamma), "mrr": reciprocal_rank(ranking.relevant_ranks)}
@@ -322,7 +473,14 @@ def query_metrics(
 
 
 def mean_metrics(per_query: Sequence[Dict[str, float]]) -> Dict[str, float]:
-    """Average each metric over queries (the dataset-level figure)."""
+    """Average each metric over queries (the dataset-level figure).
+
+    Args:
+        per_query: one :func:`query_metrics` dict a query, all with the same keys.
+
+    Returns:
+        Metric name -> mean; empty for no queries.
+    """
     if not per_query:
         return {}
     keys = list(per_query[0])
@@ -337,7 +495,22 @@ def score_ranking(
     gamma: float = DEFAULT_GAMMA,
     min_text_overlap: float = DEFAULT_MIN_TEXT_OVERLAP,
 ) -> Dict[str, float]:
-    """Every metric of one query from a full score vector over ``units`` (convenience)."""
+    """Every metric of one query from a full score vector over ``units`` (convenience).
+
+    Args:
+        scores: one score a unit (higher is better).
+        units: the views of the units, in the order of ``scores``.
+        gold: the query's gold evidence.
+        ks: the cut-off ranks.
+        gamma: γ of the Log-Rank Index.
+        min_text_overlap: for text gold, the share of word 5-grams a unit must hold.
+
+    Returns:
+        Metric name -> value, as :func:`query_metrics`.
+
+    Raises:
+        ValueError: ``scores`` and ``units`` differ in length.
+    """
     if len(scores) != len(units):
         raise ValueError(f"{len(scores)} scores for {len(units)} units")
     ranks = ranks_from_scores(scores)
@@ -348,9 +521,19 @@ def score_ranking(
 
 
 def character_error_rate(reference: str, hypothesis: str) -> float:
-    """Levenshtein distance between the two texts (whitespace runs as one space, case
-    kept) over the reference's length: the usual OCR character error rate. 0.0 for two
-    empty texts; it exceeds 1.0 when the hypothesis is much longer than the reference."""
+    """The usual OCR character error rate.
+
+    Levenshtein distance between the two texts (whitespace runs as one space, case kept) over
+    the reference's length.
+
+    Args:
+        reference: the true text.
+        hypothesis: the recognised text.
+
+    Returns:
+        0.0 for two empty texts; 1.0 for an empty reference and a non-empty hypothesis; it
+            exceeds 1.0 when the hypothesis is much longer than the reference.
+    """
     ref, hyp = " ".join(reference.split()), " ".join(hypothesis.split())
     if not ref:
         return float(bool(hyp))

@@ -41,6 +41,17 @@ class AblationResult:
     variants: List[VariantResult]
 
     def variant(self, name: str) -> VariantResult:
+        """The result of the variant named ``name``.
+
+        Args:
+            name: the variant's name.
+
+        Returns:
+            Its :class:`VariantResult`.
+
+        Raises:
+            KeyError: no variant has that name.
+        """
         for v in self.variants:
             if v.name == name:
                 return v
@@ -81,7 +92,17 @@ class AblationResult:
         }
 
     def save(self, out_dir: Path, plots: bool = True) -> List[Path]:
-        """``ablation_<dataset>.json`` / ``.md`` and, with ``plots``, two PNGs."""
+        """Write ``ablation_<dataset>.json`` / ``.md`` and, with ``plots``, two PNGs.
+
+        Without matplotlib the plots are skipped with a warning.
+
+        Args:
+            out_dir: the folder to write into (created when needed).
+            plots: whether to draw the plots (only when a variant ran).
+
+        Returns:
+            The paths written.
+        """
         out_dir = Path(out_dir)
         out_dir.mkdir(parents=True, exist_ok=True)
         stem = out_dir / f"ablation_{self.dataset}"
@@ -101,7 +122,14 @@ class AblationResult:
         return written
 
     def plot(self, out_dir: Path) -> List[Path]:
-        """A bar chart per headline metric and the distribution of gold ranks per variant."""
+        """A bar chart per headline metric and the distribution of gold ranks per variant.
+
+        Args:
+            out_dir: the folder to write the two PNGs into.
+
+        Returns:
+            The two paths.
+        """
         import matplotlib
 
         matplotlib.use("Agg")

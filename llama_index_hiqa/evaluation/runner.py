@@ -141,7 +141,18 @@ class AblationRunner(BaseModel):
         return [v.name for v in VARIANTS]
 
     def run(self, corpus: Corpus, variants: Optional[Sequence[str]] = None) -> AblationResult:
-        """Score ``variants`` (default: all) on ``corpus``; unavailable ones are reported."""
+        """Score ``variants`` on ``corpus``; unavailable ones are reported, not raised.
+
+        Args:
+            corpus: the documents and questions.
+            variants: the variant names to run; ``None`` runs all.
+
+        Returns:
+            An :class:`AblationResult` with one result a variant.
+
+        Raises:
+            EvaluationInputError: ``variants`` names an unknown variant.
+        """
         import time
 
         wanted = list(variants) if variants else self.variant_names()
@@ -197,7 +208,15 @@ class AblationRunner(BaseModel):
     # -- building blocks ------------------------------------------------------------------
 
     def progress(self, items, desc: str):
-        """``items`` with a progress bar when ``show_progress``."""
+        """``items`` with a progress bar when ``show_progress``.
+
+        Args:
+            items (Iterable): any iterable.
+            desc: the bar's label.
+
+        Returns:
+            (Iterable): ``items`` itself, or a ``tqdm`` over it.
+        """
         if not self.show_progress:
             return items
         from tqdm import tqdm
@@ -205,7 +224,18 @@ class AblationRunner(BaseModel):
         return tqdm(items, desc=desc)
 
     def build_units(self, key: str, ws: _Workspace) -> List[BaseNode]:
-        """The unit set ``key`` (fixed, segments, hca, ...) of the workspace's corpus."""
+        """The unit set ``key`` of the workspace's corpus.
+
+        Args:
+            key: ``"fixed"``, ``"segments"``, ``"no_hierarchy"`` or ``"hca"``.
+            ws: the workspace (its corpus, unit sets already built, notes).
+
+        Returns:
+            The units, in corpus order.
+
+        Raises:
+            KeyError: ``key`` is not a unit set.
+        """
         corpus = ws.corpus
         if key == "fixed":
             return fixed_chunks(corpus)
@@ -233,7 +263,18 @@ class AblationRunner(BaseModel):
         return list(transform(copies))
 
     def embed_units(self, nodes: Sequence[BaseNode], key: str) -> np.ndarray:
-        """Unit vectors (rows) of ``nodes``' embedding views, within the embedding budget."""
+        """Unit vectors (rows) of ``nodes``' embedding views, within the embedding budget.
+
+        Args:
+            nodes: the units.
+            key: the unit set's name, shown on the progress bar.
+
+        Returns:
+            A ``(len(nodes), dimension)`` array.
+
+        Raises:
+            BudgetExceeded: more texts miss the embedding cache than ``max_new_embeddings``.
+        """
         model = self.embed_model
         texts = [n.get_content(MetadataMode.EMBED) for n in nodes]
         if self.max_new_embeddings is not None:

@@ -78,6 +78,12 @@ def fixed_chunks(corpus: Corpus) -> List[BaseNode]:
     Each chunk records, as hidden bookkeeping, the heading path open where it starts (from
     the document's Markdown headings), so (document, section) gold can be matched on fixed
     chunks too; what is embedded is the chunk text alone.
+
+    Args:
+        corpus: the corpus (its own ``fixed_chunks``, when set, are returned as they are).
+
+    Returns:
+        The chunks, in document order.
     """
     if corpus.fixed_chunks is not None:
         return corpus.fixed_chunks
@@ -99,8 +105,17 @@ def fixed_chunks(corpus: Corpus) -> List[BaseNode]:
 
 
 def markdown_segments(documents: Sequence[Document]) -> List[BaseNode]:
-    """Segments at Markdown headings (LlamaIndex ``MarkdownNodeParser``), heading path from
-    its ``header_path``, each segment cut into 256-token chunks inside the segment."""
+    """Segments at Markdown headings (LlamaIndex ``MarkdownNodeParser``).
+
+    The heading path comes from its ``header_path``; each segment is cut into 256-token chunks
+    inside the segment.
+
+    Args:
+        documents: the corpus's documents.
+
+    Returns:
+        The chunks, in document order.
+    """
     parser = MarkdownNodeParser()
     splitter = SentenceSplitter(chunk_size=CHUNK_SIZE, chunk_overlap=CHUNK_OVERLAP)
     nodes: List[BaseNode] = []
@@ -122,7 +137,14 @@ def markdown_segments(documents: Sequence[Document]) -> List[BaseNode]:
 
 
 def passage_segments(documents: Sequence[Document]) -> List[BaseNode]:
-    """Multi-hop sets: each passage is one segment whose heading is its title."""
+    """Multi-hop sets: each passage is one segment whose heading is its title.
+
+    Args:
+        documents: one Document a passage.
+
+    Returns:
+        The passages' 256-token chunks, in order.
+    """
     splitter = SentenceSplitter(chunk_size=CHUNK_SIZE, chunk_overlap=CHUNK_OVERLAP)
     nodes: List[BaseNode] = []
     for doc in documents:

@@ -49,8 +49,18 @@ def _component(name: str) -> Any:
 
 
 def rrf_scores(*score_matrices: np.ndarray, k: float = fusion.RRF_K) -> np.ndarray:
-    """Reciprocal rank fusion (:func:`~llama_index_hiqa.retrievers.fusion.reciprocal_rank_fusion`)
-    of full rankings, one row per question: every unit gets ``Σ 1/(k + rank)``."""
+    """Reciprocal rank fusion of full rankings, one row per question.
+
+    Every unit gets ``Σ 1/(k + rank)``
+    (:func:`~llama_index_hiqa.retrievers.fusion.reciprocal_rank_fusion`).
+
+    Args:
+        *score_matrices: one ``(questions, units)`` score matrix a route, same shape.
+        k: the RRF constant.
+
+    Returns:
+        The fused ``(questions, units)`` scores.
+    """
     fused = np.zeros(score_matrices[0].shape, dtype=np.float64)
     units = range(fused.shape[1])
     for i in range(fused.shape[0]):
@@ -61,8 +71,18 @@ def rrf_scores(*score_matrices: np.ndarray, k: float = fusion.RRF_K) -> np.ndarr
 
 
 def list_first_scores(base: np.ndarray, ranked_ids: Sequence[str], node_ids: Sequence[str]) -> np.ndarray:
-    """One question's scores where ``ranked_ids`` come first, in order, then the rest in the
-    order of ``base`` (for retrievers that return a short list)."""
+    """One question's scores where ``ranked_ids`` come first, in order, then the rest.
+
+    The rest keep the order of ``base`` (for retrievers that return a short list).
+
+    Args:
+        base: one score a unit, the order of the units not listed.
+        ranked_ids: the retriever's node ids, best first (unknown ids skipped).
+        node_ids: the units' node ids, in the order of ``base``.
+
+    Returns:
+        One score a unit: the listed ones above every other.
+    """
     index = {nid: i for i, nid in enumerate(node_ids)}
     ranks = M.ranks_from_scores(base).astype(np.float64)
     scores = -ranks  # the base order, all below 0

@@ -61,6 +61,16 @@ class LevelResolver:
         self.last: Optional[Tuple[int, int, str]] = None  # level, style, family
 
     def level(self, parsed: HeadingNumber, style: int) -> int:
+        """The depth of the next heading in reading order (the rules of the class docstring).
+
+        Args:
+            parsed: the heading's number, title, implied level and family
+                (:func:`~llama_index_hiqa.headings.parse_heading_number`).
+            style: its style rank (Markdown ``#`` count; larger = smaller type).
+
+        Returns:
+            The level, 1 = top.
+        """
         if parsed.family == "part":
             self.seen_part = True
             lvl = 1
@@ -112,9 +122,18 @@ class Piece:
 
 
 def drop_title_marks(marks: List[HeadingMark], title: Optional[str]) -> List[HeadingMark]:
-    """Leave out unnumbered headings that repeat the document title: the title is the root
-    of the cascade already, and ``HEADING_PATH`` must not hold it (the title's segment then
-    has an empty path, like any preamble)."""
+    """Leave out unnumbered headings that repeat the document title.
+
+    The title is the root of the cascade already, and ``HEADING_PATH`` must not hold it (the
+    title's segment then has an empty path, like any preamble).
+
+    Args:
+        marks: the document's headings, in order.
+        title: the document title; ``None`` or ``""`` keeps every mark.
+
+    Returns:
+        The marks without the title's repeats.
+    """
     key = clean_inline(title or "").lower()
     if not key:
         return list(marks)
@@ -132,6 +151,15 @@ def merge_stacked_headings(
     statement's name from its cascade and the lines above become heading-only segments.
     Numbered headings are never merged: "Item 1. Business" directly followed by "General"
     keeps "General" as the first section of Item 1.
+
+    Args:
+        text: the Markdown text the marks point into.
+        marks: its headings, in order.
+        max_title_chars: the longest merged title, in characters; a stack that would exceed
+            it stays apart.
+
+    Returns:
+        The marks, each stack merged into one.
     """
     out: List[HeadingMark] = []
     for mark in marks:
@@ -151,7 +179,14 @@ def merge_stacked_headings(
 
 
 def heading_paths(marks: Sequence[HeadingMark]) -> List[List[Tuple[str, str, int]]]:
-    """The path from the top heading down to each mark (a stack walk over levels)."""
+    """The path from the top heading down to each mark (a stack walk over levels).
+
+    Args:
+        marks: the headings, in order.
+
+    Returns:
+        One path a mark: ``[(number, title, level), ...]`` ending with the mark itself.
+    """
     stack: List[Tuple[str, str, int]] = []
     paths = []
     for mark in marks:
@@ -172,11 +207,21 @@ def _split_cells(line: str) -> List[str]:
 def find_tables(
     text: str, start: int, end: int, all_lines: Optional[List[Tuple[int, int, str]]] = None
 ) -> List[Tuple[int, int, str, List[str], List[str]]]:
-    """Markdown tables inside ``text[start:end]``: ``(start, end, title, columns, rows)``.
+    """Markdown tables inside ``text[start:end]``.
 
     The title is a caption line ("Table 3. Pin functions") just above or below the table,
     else the nearest non-empty line above it when short; the span includes that caption
     when it sits directly above, so the table node carries its own title.
+
+    Args:
+        text: the whole Markdown text.
+        start: start of the region searched.
+        end: end of the region searched (exclusive).
+        all_lines: :func:`~llama_index_hiqa.headings.iter_lines` of ``text`` when the caller
+            has them; ``None`` computes them.
+
+    Returns:
+        ``(start, end, title, column labels, row labels)`` a table, in order.
     """
     all_lines = all_lines if all_lines is not None else iter_lines(text)
     # the lines inside [start, end), found by bisection (one chapter of a long document)
@@ -231,11 +276,21 @@ def build_pieces(
     max_chars: Optional[int] = None,
     tables_as_nodes: bool = True,
 ) -> List[Piece]:
-    """Cut ``text`` at ``marks`` into pieces that tile ``span`` (default the whole text).
+    """Cut ``text`` at ``marks`` into pieces that tile ``span``.
 
     Text before the first heading is a piece with an empty heading path. Tables become
     pieces of their own (kind ``table``) inside their chapter; long text pieces are cut at
     paragraph, then line, then word boundaries into parts of at most ``max_chars``.
+
+    Args:
+        text: the Markdown text.
+        marks: its headings with their levels, in order.
+        span: ``(start, end)`` of the part of ``text`` to cut; ``None``: the whole text.
+        max_chars: the longest text piece, in characters; ``None``: no limit.
+        tables_as_nodes: whether tables become pieces of their own.
+
+    Returns:
+        The pieces, in order, tiling ``span``.
     """
     lo, hi = span or (0, len(text))
     marks = [m for m in marks if lo <= m.start < hi]
@@ -276,9 +331,19 @@ def build_pieces(
 
 
 def table_head(text: str, start: int, end: int) -> Tuple[int, str]:
-    """Where the rows of the table piece ``text[start:end]`` begin (after its caption, header
-    row and ``|---|`` line) and its Markdown header lines; ``(start, "")`` for a part that
-    holds rows only (a later part of a table already split)."""
+    """Where the rows of the table piece ``text[start:end]`` begin, and its header lines.
+
+    The rows begin after its caption, header row and ``|---|`` line.
+
+    Args:
+        text: the Markdown text.
+        start: the table piece's start.
+        end: the table piece's end (exclusive).
+
+    Returns:
+        ``(offset of the first row, Markdown header lines)``; ``(start, "")`` for a part
+            that holds rows only (a later part of a table already split).
+    """
     offset, header = start, []
     for line in text[start:end].splitlines(keepends=True):
         stripped = line.strip()
@@ -293,8 +358,15 @@ def table_head(text: str, start: int, end: int) -> Tuple[int, str]:
 
 
 def row_label(line: str) -> str:
-    """The row label (first cell) of a Markdown table line; "" for a separator, a line that is
-    not a table row, or a row whose first cell is empty."""
+    """The row label (first cell) of a Markdown table line.
+
+    Args:
+        line: one line.
+
+    Returns:
+        The first cell; ``""`` for a separator, a line that is not a table row, or a row
+            whose first cell is empty.
+    """
     if not _TABLE_LINE_RE.match(line) or _TABLE_SEP_RE.match(line):
         return ""
     cells = _split_cells(line)
@@ -359,6 +431,14 @@ def _sub_split(
 
 
 def document_title(doc: Document) -> str:
+    """A document's title: our key, else the file name, else its id.
+
+    Args:
+        doc: the document.
+
+    Returns:
+        The title.
+    """
     meta = doc.metadata
     return str(
         meta.get(schema.DOCUMENT_TITLE)
@@ -369,6 +449,14 @@ def document_title(doc: Document) -> str:
 
 
 def document_id(doc: Document) -> str:
+    """A document's id: our key, else LlamaIndex's ``doc_id``.
+
+    Args:
+        doc: the document.
+
+    Returns:
+        The id.
+    """
     return str(doc.metadata.get(schema.DOCUMENT_ID) or doc.doc_id)
 
 
@@ -382,7 +470,20 @@ def pieces_to_nodes(
     id_func: Callable,
     extra_metadata: Optional[Dict] = None,
 ) -> List[TextNode]:
-    """One ``TextNode`` per piece with the shared schema facts; positions from 0."""
+    """One ``TextNode`` per piece with the shared schema facts; positions from 0.
+
+    Args:
+        doc: the document the pieces come from.
+        pieces: its pieces, in order.
+        node_text: the text of a piece's node.
+        source_span: a piece's ``(start, end)`` in the document's text.
+        parse_path: the ``schema.PARSE_PATH`` of a piece's node.
+        id_func: LlamaIndex's ``id_func(index, document)``.
+        extra_metadata: metadata every node gets besides the document's; ``None`` for none.
+
+    Returns:
+        The nodes, in order.
+    """
     page_spans = schema.page_spans_of(doc.metadata)
     span_starts = [int(s) for _, s, _ in page_spans]
     base_meta = {
@@ -430,10 +531,19 @@ def pieces_to_nodes(
 
 
 def finish_nodes(nodes: List[TextNode]) -> List[TextNode]:
-    """After LlamaIndex's post-processing: restore our character spans, which LlamaIndex
-    re-derives by string search and cannot find for LLM-rewritten text, and make sure no
-    document-only fact came back with the document metadata it merges into every node (pass
-    it :func:`schema.without_document_only_facts` of the parent map so none does)."""
+    """Restore what LlamaIndex's post-processing changed on the nodes.
+
+    Our character spans come back (LlamaIndex re-derives them by string search and cannot
+    find LLM-rewritten text), no document-only fact comes back with the document metadata it
+    merges into every node (pass it :func:`schema.without_document_only_facts` of the parent
+    map so none does), and the neighbours' metadata copies are dropped.
+
+    Args:
+        nodes: the post-processed nodes (changed in place).
+
+    Returns:
+        ``nodes`` itself.
+    """
     for node in nodes:
         for key in schema.DOCUMENT_ONLY_KEYS:
             node.metadata.pop(key, None)

@@ -52,7 +52,14 @@ _MAX_CHARS_PER_TOKEN = 12
 
 
 def token_counter(tokenizer: Callable[[str], Sequence]) -> TokenCounter:
-    """Count tokens of a text without the special tokens the tokenizer adds to every call."""
+    """Count tokens of a text without the special tokens the tokenizer adds to every call.
+
+    Args:
+        tokenizer: a function from text to token ids.
+
+    Returns:
+        A function from text to its token count (short texts cached).
+    """
     overhead = len(tokenizer(""))
     cache: Dict[str, int] = {}
 
@@ -127,9 +134,22 @@ def fit_pieces_to_window(
     header_tokens: Callable[[Path], int],
     merge: bool = True,
 ) -> List[Piece]:
-    """Split text pieces over ``window`` tokens (header included) and merge small neighbours
-    of one section up to it (see the module docstring). ``header_tokens(path)`` is what the
-    cascade of a node with that heading path costs."""
+    """Fit text pieces to the embedding model's window.
+
+    Pieces over ``window`` tokens (header included) are split and small neighbours of one
+    section merged up to it (see the module docstring).
+
+    Args:
+        text: the Markdown text the pieces tile.
+        pieces: the pieces, in order.
+        count: the token counter.
+        window: the model's window, in tokens.
+        header_tokens: what the cascade of a node with a given heading path costs, in tokens.
+        merge: whether small neighbours are merged.
+
+    Returns:
+        The pieces, still tiling ``text``.
+    """
     split: List[Tuple[Piece, int]] = []  # piece, its text tokens
     for piece in pieces:
         if piece.kind == schema.KIND_TABLE:
@@ -167,9 +187,21 @@ def fit_pieces_to_window(
 
 
 def table_view_tokens(count: TokenCounter, title: str, columns: Sequence[str], rows: Sequence[str]) -> int:
-    """Tokens of a table's embedding view without its cascade: title, ``Columns: a; b`` and
-    ``Rows: r1; r2`` lines (the view :class:`~llama_index_hiqa.transforms.cascading_metadata.HCATableNode`
-    renders), each label counted with its ``; `` separator."""
+    """Tokens of a table's embedding view without its cascade.
+
+    Title, ``Columns: a; b`` and ``Rows: r1; r2`` lines (the view
+    :class:`~llama_index_hiqa.transforms.cascading_metadata.HCATableNode` renders), each label
+    counted with its ``; `` separator.
+
+    Args:
+        count: the token counter.
+        title: the table's title (``""`` for none).
+        columns: its column labels.
+        rows: its row labels.
+
+    Returns:
+        The token count.
+    """
     total = count(title) + 1 if title else 0
     if columns:
         total += count("Columns:") + sum(count(c) + 1 for c in columns) + 1
@@ -186,10 +218,23 @@ def split_table_piece(
     header_tokens: Callable[[Path], int],
     max_rows: int = MAX_TABLE_ROWS,
 ) -> List[Piece]:
-    """``piece`` (a table) cut between rows into parts whose embedding view (cascade, title,
-    column labels, their own row labels) fits ``window`` and lists at most ``max_rows`` rows;
-    ``[piece]`` when it fits already. The parts tile the piece; the first keeps the caption
-    and header lines in its text, the others carry them in ``table_header``."""
+    """``piece`` (a table) cut between rows into parts that fit ``window``.
+
+    Each part's embedding view (cascade, title, column labels, its own row labels) fits
+    ``window`` and lists at most ``max_rows`` rows. The parts tile the piece; the first keeps
+    the caption and header lines in its text, the others carry them in ``table_header``.
+
+    Args:
+        text: the Markdown text.
+        piece: the table piece.
+        count: the token counter.
+        window: the model's window, in tokens.
+        header_tokens: what the cascade of a node with a given heading path costs, in tokens.
+        max_rows: the most rows a part lists.
+
+    Returns:
+        The parts, in order; ``[piece]`` when it fits already.
+    """
     fixed = header_tokens(piece.path) + table_view_tokens(count, piece.table_title, piece.table_columns, ())
     if len(piece.table_rows) <= max_rows and fixed + table_view_tokens(count, "", (), piece.table_rows) <= window:
         return [piece]
@@ -229,9 +274,19 @@ def _table_part(piece: Piece, start: int, end: int, rows: List[str], header: str
 def cascade_header_counter(
     count: TokenCounter, title: str, separator: str = " > "
 ) -> Callable[[Path], int]:
-    """Tokens of the cascade header ``title > 1 Chapter > 1.2 Section`` of a heading path (the
-    label format of :class:`~llama_index_hiqa.schema.Heading`), cached per path, plus the
-    blank line between header and text."""
+    """Tokens of the cascade header ``title > 1 Chapter > 1.2 Section`` of a heading path.
+
+    The label format of :class:`~llama_index_hiqa.schema.Heading`, cached per path, plus the
+    blank line between header and text.
+
+    Args:
+        count: the token counter.
+        title: the document title (the cascade's root).
+        separator: what joins the labels.
+
+    Returns:
+        A function from a heading path to its header's token count.
+    """
     cache: Dict[Tuple, int] = {}
 
     def header(path: Path) -> int:
@@ -245,7 +300,15 @@ def cascade_header_counter(
 
 
 def resolve_window(window: Optional[int], tokenizer: Optional[Callable[[str], Sequence]]) -> Optional[Tuple[TokenCounter, int]]:
-    """``(counter, window)`` when both are known, else ``None`` (character limits only)."""
+    """A token counter and window when both are known.
+
+    Args:
+        window: the model's window in tokens; ``None`` or 0 when unknown.
+        tokenizer: a function from text to token ids; ``None`` when unknown.
+
+    Returns:
+        ``(counter, window)``, else ``None`` (character limits only).
+    """
     if not window or tokenizer is None:
         return None
     return token_counter(tokenizer), int(window)

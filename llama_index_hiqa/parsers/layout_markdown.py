@@ -147,7 +147,18 @@ class LayoutMarkdownParser(SegmentNodeParser):
     # --- public helpers -------------------------------------------------------------
 
     def parse_document(self, doc: Document, parse_path: Optional[str] = None) -> List[TextNode]:
-        """The segment nodes of one document (positions from 0); none for a blank one."""
+        """The segment nodes of one document (positions from 0); none for a blank one.
+
+        Args:
+            doc: a document read by one of the pack's readers (its layout facts are used when
+                present).
+            parse_path: the ``schema.PARSE_PATH`` the nodes get; ``None``: ``"markdown"`` for a
+                Markdown, HTML or DOCX source, ``"text"`` for a text file, else ``"layout"``.
+
+        Returns:
+            The text and table nodes in order, with an image node after the segment each figure
+                sits in (``images_as_nodes``).
+        """
         if not doc.text.strip():
             logger.warning("document %s has no text: no segments", doc.doc_id)
             return []
@@ -172,15 +183,34 @@ class LayoutMarkdownParser(SegmentNodeParser):
         self, text: str, metadata: Optional[Dict[str, Any]] = None,
         span: Optional[Tuple[int, int]] = None,
     ) -> List[Piece]:
-        """Segments of ``text`` (or of its ``span``) as character spans with heading paths,
-        fitted to the embedding model's window when one is set."""
+        """Segments of ``text`` as character spans with heading paths.
+
+        Fitted to the embedding model's window when one is set.
+
+        Args:
+            text: the document's Markdown text.
+            metadata: the document's metadata (title, layout facts); ``None`` for none.
+            span: ``(start, end)`` of the part to cut; ``None``: the whole text.
+
+        Returns:
+            The pieces, in order, tiling the span.
+        """
         return self.fit_to_window(text, self.section_pieces(text, metadata, span), metadata)
 
     def section_pieces(
         self, text: str, metadata: Optional[Dict[str, Any]] = None,
         span: Optional[Tuple[int, int]] = None,
     ) -> List[Piece]:
-        """One piece per section (and table) as the headings cut the text, before fitting."""
+        """One piece per section (and table) as the headings cut the text, before fitting.
+
+        Args:
+            text: the document's Markdown text.
+            metadata: the document's metadata (title, layout facts); ``None`` for none.
+            span: ``(start, end)`` of the part to cut; ``None``: the whole text.
+
+        Returns:
+            The pieces, in order, tiling the span.
+        """
         marks = self.detect_headings(text, metadata or {})
         return build_pieces(
             text, marks, span=span, max_chars=self.max_segment_chars,
@@ -188,7 +218,17 @@ class LayoutMarkdownParser(SegmentNodeParser):
         )
 
     def fit_to_window(self, text: str, pieces: List[Piece], metadata: Optional[Dict[str, Any]] = None) -> List[Piece]:
-        """``pieces`` split and merged to the embedding window (unchanged without one)."""
+        """``pieces`` split and merged to the embedding window (unchanged without one).
+
+        Args:
+            text: the document's Markdown text.
+            pieces: its section pieces, in order.
+            metadata: the document's metadata (its title is the cascade's root, counted in each
+                node's tokens); ``None`` for none.
+
+        Returns:
+            The fitted pieces, still tiling the same span.
+        """
         window = resolve_window(self.max_segment_tokens, self._tokenizer)
         if window is None:
             return pieces
@@ -199,7 +239,17 @@ class LayoutMarkdownParser(SegmentNodeParser):
         )
 
     def detect_headings(self, text: str, metadata: Dict[str, Any]) -> List[HeadingMark]:
-        """Every chapter heading of a document, in order, with number, title and level."""
+        """Every chapter heading of a document, in order, with number, title and level.
+
+        Args:
+            text: the document's Markdown text.
+            metadata: the document's metadata: its page spans and ``schema.LAYOUT_HEADINGS``
+                when a reader wrote them, ``schema.DOCUMENT_TITLE`` (headings repeating it are
+                left out).
+
+        Returns:
+            The headings as marks with their character spans.
+        """
         page_spans = [tuple(s) for s in schema.page_spans_of(metadata)]
         if not page_spans:
             page_spans = [(0, 0, len(text))]
@@ -318,10 +368,18 @@ def _is_emphasised(body: str) -> bool:
 
 
 def plausible_heading(text: str) -> bool:
-    """Whether a heading candidate reads like a heading, whatever its font: not a line that
-    continues a sentence (starts in lower case, ends with a comma or semicolon; exhibits set in
-    a larger type give hundreds of those) and not a number with no words ("2.6 %" in a
-    statement's column, parsed as section 2.6)."""
+    """Whether a heading candidate reads like a heading, whatever its font.
+
+    Not a line that continues a sentence (starts in lower case, ends with a comma or
+    semicolon; exhibits set in a larger type give hundreds of those) and not a number with no
+    words ("2.6 %" in a statement's column, parsed as section 2.6).
+
+    Args:
+        text: the candidate line (markup removed).
+
+    Returns:
+        ``True`` when it may be a heading.
+    """
     parsed = parse_heading_number(text)
     if parsed.family in ("part", "item"):
         return True

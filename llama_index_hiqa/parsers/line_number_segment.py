@@ -158,6 +158,13 @@ def split_lines(text: str, max_line_chars: int = 200) -> List[Tuple[int, int]]:
     Lines keep their line ending; lines longer than ``max_line_chars`` are wrapped at the
     last whitespace of the second half of the limit (hard cut when there is none), so the
     LLM can cut inside long paragraphs.
+
+    Args:
+        text: the document's text.
+        max_line_chars: the longest numbered line, in characters (at least 2).
+
+    Returns:
+        The spans, in order.
     """
     spans: List[Tuple[int, int]] = []
     pos = 0
@@ -187,7 +194,17 @@ def _line_view(text: str, span: Tuple[int, int]) -> str:
 
 
 def number_lines(text: str, spans: Sequence[Tuple[int, int]], lo: int, hi: int) -> str:
-    """The LLM's view of lines ``lo..hi-1``: ``[i] line`` per line."""
+    """The LLM's view of lines ``lo..hi-1``: ``[i] line`` per line.
+
+    Args:
+        text: the document's text.
+        spans: its line spans (:func:`split_lines`).
+        lo: the first line shown.
+        hi: the line after the last one shown.
+
+    Returns:
+        The numbered lines joined by newlines.
+    """
     return "\n".join(f"[{i}] {_line_view(text, spans[i])}" for i in range(lo, hi))
 
 
@@ -200,7 +217,15 @@ def _clean_title(title: Any, lo: int, hi: int) -> str:
 
 
 def line_range_title(lo: int, hi: int) -> str:
-    """Title of a section nobody named: its line range (inclusive, as the LLM saw it)."""
+    """Title of a section nobody named: its line range (inclusive, as the LLM saw it).
+
+    Args:
+        lo: the section's first line.
+        hi: the line after its last.
+
+    Returns:
+        ``"Lines lo-last"``.
+    """
     return f"Lines {lo}-{max(lo, hi - 1)}"
 
 
@@ -212,6 +237,15 @@ def repair_sections(answers: Sequence[SectionAnswer], lo: int, hi: int) -> List[
     That cuts overlaps and gives a gap to its preceding neighbour (the text continues the
     topic until a new one starts). End lines are advisory: a start line is the one fact an
     LLM gets right most often, and a partition is fully defined by its starts.
+
+    Args:
+        answers: the LLM's sections for the window.
+        lo: the window's first line.
+        hi: the line after its last.
+
+    Returns:
+        The sections, in order; one section named by its line range when the LLM gave none;
+            empty for an empty window.
     """
     if hi <= lo:
         return []
@@ -239,6 +273,14 @@ def merge_short_sections(
     A short section is usually a heading or a one-line lead-in, so it joins the section
     after it; the last section joins the one before. The merged section keeps the title of
     the longer part.
+
+    Args:
+        sections: the sections, partitioning the lines.
+        spans: the line spans (:func:`split_lines`).
+        min_chars: the shortest section kept on its own, in characters.
+
+    Returns:
+        The sections, still a partition.
     """
     out = list(sections)
 
@@ -272,6 +314,13 @@ def join_windows(
 
     A seam is joined when the later window says its first section continues the preceding
     context, or when both sides carry the same title.
+
+    Args:
+        windows: each window's repaired sections with the LLM's answer (``None`` when the
+            window failed), in order.
+
+    Returns:
+        The document's sections, in order.
     """
     out: List[Section] = []
     for sections, answer in windows:
@@ -289,7 +338,15 @@ def join_windows(
 
 
 def check_partition(sections: Sequence[Section], n_lines: int) -> None:
-    """Raise ``AssertionError`` unless ``sections`` cover ``[0, n_lines)`` exactly once."""
+    """Check that ``sections`` cover ``[0, n_lines)`` exactly once.
+
+    Args:
+        sections: the sections, in order.
+        n_lines: the document's number of lines.
+
+    Raises:
+        AssertionError: a gap, an overlap, an empty section or a wrong end.
+    """
     expected = 0
     for sec in sections:
         if sec.start != expected or sec.end <= sec.start:
@@ -309,6 +366,16 @@ def chunk_section(
 
     A chunk ends preferably after a real line end (not a wrap point inside a paragraph)
     when one lies in its second half, so chunks rarely start mid-sentence.
+
+    Args:
+        spans: the line spans (:func:`split_lines`).
+        section: the section to chunk.
+        chunk_chars: the longest chunk, in characters (a single longer line is one chunk).
+        text: the document's text, to tell real line ends from wrap points; ``None`` treats
+            every line end alike.
+
+    Returns:
+        The chunks' ``(start, end)``, tiling the section.
     """
     chunks: List[Tuple[int, int]] = []
     start = spans[section.start][0]
@@ -405,12 +472,31 @@ class LineNumberSegmentParser(SegmentNodeParser):
     # -- sectioning -------------------------------------------------------------------------
 
     def section_documents(self, documents: Sequence[BaseNode]) -> List[List[Section]]:
-        """The repaired sections of every document (line ranges over ``split_lines``)."""
+        """The repaired sections of every document (line ranges over ``split_lines``).
+
+        Args:
+            documents: the documents.
+
+        Returns:
+            One list of sections a document, each a partition of its lines.
+        """
         return asyncio_run(self.asection_documents(documents))
 
     async def asection_documents(
         self, documents: Sequence[BaseNode], show_progress: bool = False
     ) -> List[List[Section]]:
+        """Async :meth:`section_documents`: the LLM's windows run concurrently.
+
+        A document too short for the LLM (or with no LLM) is one section; a window whose answer
+        failed is one section named by its line range.
+
+        Args:
+            documents: the documents.
+            show_progress: whether to show a progress bar over the windows.
+
+        Returns:
+            One list of sections a document, each a partition of its lines.
+        """
         llm = resolve_llm(self.llm)
         self._failed_windows = 0
         texts = [doc.get_content() for doc in documents]

@@ -130,7 +130,14 @@ class MarkdownCoverageWarning(UserWarning):
 
 
 def window_from_prompt(prompt: str) -> str:
-    """The WINDOW section of a formatter prompt (for scripted LLMs in tests/benchmarks)."""
+    """The WINDOW section of a formatter prompt (for scripted LLMs in tests/benchmarks).
+
+    Args:
+        prompt: the prompt sent to the LLM.
+
+    Returns:
+        The window's source text; ``""`` when the prompt has none.
+    """
     match = re.search(r"<<<WINDOW\n(.*?)\nWINDOW>>>", prompt, re.S)
     return match.group(1) if match else ""
 
@@ -169,14 +176,31 @@ def _words(text: str) -> List[str]:
 
 
 def clean_answer(answer: str) -> str:
-    """Unwrap a fenced ```markdown block, the most common wrapper LLMs add."""
+    """Unwrap a fenced ```markdown block, the most common wrapper LLMs add.
+
+    Args:
+        answer: the LLM's answer.
+
+    Returns:
+        The Markdown inside the fence (or the answer), without leading and trailing newlines.
+    """
     match = _FENCE_WRAP_RE.match(answer)
     return (match.group(1) if match else answer).strip("\n")
 
 
 def invented_numbers(output: str, context: str) -> List[str]:
-    """Chapter numbers of the answer's headings that the source text never writes: the
-    paper's rule is the document's own number, so an invented one is a hallucination."""
+    """Chapter numbers of the answer's headings that the source text never writes.
+
+    The paper's rule is the document's own number, so an invented one is a hallucination.
+
+    Args:
+        output: the LLM's Markdown.
+        context: the text the numbers must occur in (the window, its padding, the previous
+            window).
+
+    Returns:
+        The invented numbers, in order.
+    """
     out = []
     for _, _, _, body in markdown_headings(output):
         number = parse_heading_number(body).number
@@ -191,10 +215,23 @@ def invented_numbers(output: str, context: str) -> List[str]:
 def check_window(
     source: str, output: str, *, min_coverage: float, max_novelty: float, context: str = ""
 ) -> WindowCheck:
-    """Coverage of the source's words in ``output`` and share of output words that are not
-    in the source; also flags empty, truncated (the window's last words missing),
-    non-Markdown (JSON, one flattened line for a multi-line source) answers and heading
-    numbers found nowhere in ``source`` + ``context`` (the padding, the previous window)."""
+    """Compare the formatter's answer with its window's source text.
+
+    Coverage of the source's words in ``output`` and share of output words that are not in the
+    source; also flags empty, truncated (the window's last words missing), non-Markdown (JSON,
+    one flattened line for a multi-line source) answers and heading numbers found nowhere in
+    ``source`` + ``context``.
+
+    Args:
+        source: the window's text.
+        output: the LLM's Markdown.
+        min_coverage: the least share of the source's words the answer must keep (0 to 1).
+        max_novelty: the largest share of answer words not in the source (0 to 1).
+        context: more text heading numbers may come from (the padding, the previous window).
+
+    Returns:
+        A :class:`WindowCheck`: whether it passes, coverage, novelty and the reason it failed.
+    """
     src, out = _words(source), _words(output)
     if not src:
         return WindowCheck(True, 1.0, 0.0)
@@ -321,7 +358,14 @@ class MarkdownFormatterParser(SegmentNodeParser):
     # --- one document -------------------------------------------------------------------
 
     def windows(self, text: str) -> List[_Window]:
-        """The T = ceil(N / W) windows of a text, borders moved to the nearest line break."""
+        """The T = ceil(N / W) windows of a text, borders moved to the nearest line break.
+
+        Args:
+            text: the document's text.
+
+        Returns:
+            The windows, in order; none for an empty text.
+        """
         spans = [(m.start(), m.end()) for m in re.finditer(r"\S+", text)]
         n, w, k = len(spans), max(1, self.window_words), max(0, self.padding_words)
         if n == 0:
@@ -417,7 +461,17 @@ class MarkdownFormatterParser(SegmentNodeParser):
         return result  # markdown = the window's own text, parsed by the layout parser
 
     async def aformat_document(self, doc: Document) -> List[TextNode]:
-        """Format one document window by window (sequentially) and cut it into nodes."""
+        """Format one document window by window (sequentially) and cut it into nodes.
+
+        A window whose answer fails the checks falls back to :class:`LayoutMarkdownParser` on
+        the window's own text (parse path ``"layout_fallback"``).
+
+        Args:
+            doc: the document.
+
+        Returns:
+            The segment nodes in order; none for a blank document.
+        """
         text = doc.text
         if not text.strip():
             logger.warning("document %s is empty: no segments", doc.doc_id)
@@ -430,7 +484,14 @@ class MarkdownFormatterParser(SegmentNodeParser):
         return self._nodes_from_results(doc, results)
 
     def format_document(self, doc: Document) -> List[TextNode]:
-        """Synchronous :meth:`aformat_document`."""
+        """Synchronous :meth:`aformat_document`; the layout parser's nodes without an LLM.
+
+        Args:
+            doc: the document.
+
+        Returns:
+            The segment nodes in order.
+        """
         if self._llm is None:
             return self.layout_parser.parse_document(doc)
         return asyncio_run(self.aformat_document(doc))

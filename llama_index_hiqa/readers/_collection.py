@@ -43,6 +43,20 @@ class LoadPlan:
 
 
 def plan_folder(folder: Path, suffixes: Sequence[str], recursive: bool, follow_symlinks: bool) -> LoadPlan:
+    """The files of a folder to read, in sorted path order, with their document ids.
+
+    The rules (symlinks, files reachable by several paths, ids) are in the module docstring.
+
+    Args:
+        folder: the folder.
+        suffixes: the supported suffixes, lower case with the dot (``".pdf"``).
+        recursive: whether subfolders are walked.
+        follow_symlinks: whether a symlink whose target lies outside the folder is followed.
+
+    Returns:
+        A :class:`LoadPlan`: the files with their ids, and the paths skipped (an unlistable
+            folder, a broken or outside symlink) as ``SkippedDocumentError``.
+    """
     root = folder.resolve()
     found: List[Tuple[Path, bool]] = []  # (path, reached through a symlink)
     skipped: List[DocumentReadError] = []
@@ -85,7 +99,15 @@ def plan_folder(folder: Path, suffixes: Sequence[str], recursive: bool, follow_s
 
 
 def plan_paths(paths: Sequence[Union[str, Path]]) -> LoadPlan:
-    """A list of files: read as given (a path listed twice is read once), ids as for a folder."""
+    """A list of files: read as given (a path listed twice is read once), ids as for a folder.
+
+    Args:
+        paths: the files, in the caller's order.
+
+    Returns:
+        A :class:`LoadPlan` keeping the caller's order; ids relative to the deepest folder
+            holding every file when stems collide.
+    """
     unique = list(dict.fromkeys(Path(p) for p in paths))
     files = _read_once([(p, p.is_symlink()) for p in unique])
     if not files:

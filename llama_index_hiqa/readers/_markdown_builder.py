@@ -31,7 +31,14 @@ class Parsed:
 
 
 def inline(text: str) -> str:
-    """Whitespace collapsed to single spaces (HTML/DOCX line breaks inside a paragraph)."""
+    """Whitespace collapsed to single spaces (HTML/DOCX line breaks inside a paragraph).
+
+    Args:
+        text: the text (``None`` gives ``""``).
+
+    Returns:
+        The text on one line, stripped.
+    """
     return _SPACE_RE.sub(" ", text or "").strip()
 
 
@@ -40,9 +47,18 @@ def _cell(text: str) -> str:
 
 
 def markdown_table(rows: Sequence[Sequence[str]]) -> str:
-    """Rows of cell texts as a Markdown table, the first row its header; columns empty in
-    every row are dropped (spacer columns of SEC filings), short rows are padded. ``""``
-    when fewer than two rows or one column remain: a layout box, not a table."""
+    """Rows of cell texts as a Markdown table, the first row its header.
+
+    Columns empty in every row are dropped (spacer columns of SEC filings), short rows are
+    padded.
+
+    Args:
+        rows: the rows' cell texts.
+
+    Returns:
+        The table's Markdown lines; ``""`` when fewer than two rows or one column remain (a
+            layout box, not a table).
+    """
     cleaned = [[_cell(c) for c in row] for row in rows]
     cleaned = [row for row in cleaned if any(row)]
     if len(cleaned) < 2:
@@ -88,6 +104,13 @@ class MarkdownBuilder:
         return start
 
     def heading(self, text: str, level: int, size: float = 0.0) -> None:
+        """Append a ``#`` heading line and record it as a layout heading (bold).
+
+        Args:
+            text: the heading's text (blank text writes nothing).
+            level: its depth, 1 to 6 (clamped).
+            size: its font size in points; 0 when unknown (it then ranks by level for the title).
+        """
         text = inline(text)
         if not text:
             return
@@ -99,6 +122,14 @@ class MarkdownBuilder:
         self.first_heading = self.first_heading or text
 
     def paragraph(self, text: str, bold: bool = False, size: float = 0.0, prefix: str = "") -> None:
+        """Append a paragraph; a short bold one is recorded as a layout heading candidate.
+
+        Args:
+            text: the paragraph's text (blank text writes nothing).
+            bold: whether it is set in bold (short ones become ``**text**`` heading candidates).
+            size: its font size in points; 0 when unknown.
+            prefix: written before the text (a list marker).
+        """
         text = inline(text)
         if not text:
             return
@@ -111,8 +142,15 @@ class MarkdownBuilder:
         self._append(prefix + text)
 
     def table(self, rows: Sequence[Sequence[str]]) -> bool:
-        """Append ``rows`` as a Markdown table; ``False`` (nothing written) when they do not
-        make one, so the caller can write the cells as text instead."""
+        """Append ``rows`` as a Markdown table.
+
+        Args:
+            rows: the rows' cell texts, the first row the header.
+
+        Returns:
+            ``False`` (nothing written) when they do not make a table, so the caller can write
+                the cells as text instead.
+        """
         markdown = markdown_table(rows)
         if not markdown:
             return False
@@ -120,8 +158,16 @@ class MarkdownBuilder:
         return True
 
     def image(self, source: str, file: str, size_points: Sequence[float], caption: str = "") -> None:
-        """An image entry at the current offset (``schema.IMAGES`` shape; page 0: these
-        formats have no pages, ``bbox`` is the image's size in points at the origin)."""
+        """Record an image entry at the current offset (``schema.IMAGES`` shape).
+
+        Page 0: these formats have no pages; ``bbox`` is the image's size in points at the origin.
+
+        Args:
+            source: where the bytes are (the DOCX part name, the HTML ``src`` path).
+            file: the file name the image is saved under (``<content hash>.<ext>``).
+            size_points: ``(width, height)`` in points.
+            caption: the caption next to the image.
+        """
         width, height = (float(v) for v in size_points)
         self.images.append(
             {"page": 0, "bbox": [0.0, 0.0, round(width, 1), round(height, 1)], "caption": inline(caption),
@@ -133,6 +179,15 @@ class MarkdownBuilder:
         return BLOCK_JOINER.join(self._parts)
 
     def result(self, title: str, source_format: str) -> Parsed:
+        """The document built so far, as the reader's engines return it.
+
+        Args:
+            title: the document's title.
+            source_format: ``schema.FORMAT_HTML`` or ``schema.FORMAT_DOCX``.
+
+        Returns:
+            A :class:`Parsed` with one page span over the whole text, the headings and images.
+        """
         text = self.text
         # An image after the last block points just past the text: keep it inside.
         for entry in self.images:
@@ -141,8 +196,15 @@ class MarkdownBuilder:
 
 
 def image_points(data: Optional[bytes]) -> Sequence[float]:
-    """An image's size in points (pixels at 96 dpi, as browsers and Word lay them out);
-    ``(0, 0)`` when the bytes are missing or unreadable (the figure filter then drops it)."""
+    """An image's size in points (pixels at 96 dpi, as browsers and Word lay them out).
+
+    Args:
+        data: the image's bytes; ``None`` when missing.
+
+    Returns:
+        ``(width, height)``; ``(0, 0)`` when the bytes are missing or unreadable (the figure
+            filter then drops it).
+    """
     if not data:
         return (0.0, 0.0)
     try:

@@ -15,12 +15,25 @@ logger = logging.getLogger("llama_index_hiqa.readers.pdf")
 
 
 def read_pages(path: Path, pdf: Any, truncated: bool) -> List[_PageLines]:
-    """Text lines of every page, or ``CorruptDocumentError`` when the file is damaged.
+    """Text lines of every page of a PDF, refusing a damaged file.
 
     MuPDF repairs a broken file silently (``is_repaired``) and hands back what it found,
     which for a cut-short download is some pages, or none, of the real document. Indexing
     that would answer from part of a filing, so a damaged file is an error naming what was
     lost; a repair that lost nothing (only the cross-reference table was off) is kept.
+
+    Args:
+        path: the file, named in errors.
+        pdf: the open PyMuPDF document.
+        truncated: whether the file lacks its end-of-file marker (:func:`lacks_eof_marker`).
+
+    Returns:
+        One page's lines a page, in order.
+
+    Raises:
+        CorruptDocumentError: a page's text cannot be extracted, or the repair lost pages
+            (names what was lost).
+        EmptyDocumentError: the PDF has no pages.
     """
     import pymupdf
 
@@ -82,16 +95,31 @@ TRUNCATED = "the file ends before its %%EOF end marker (cut short, e.g. by an in
 
 
 def lacks_eof_marker(path: Path) -> bool:
-    """Whether the last KiB of a PDF misses ``%%EOF``, the end-of-file marker that closes every
-    PDF (ISO 32000-1, PDF 1.7, §7.5.5 "File Trailer") and that readers look for there. A file
-    cut short has lost it."""
+    """Whether the last KiB of a PDF misses ``%%EOF``.
+
+    The end-of-file marker closes every PDF (ISO 32000-1, PDF 1.7, §7.5.5 "File Trailer") and
+    readers look for it there. A file cut short has lost it.
+
+    Args:
+        path: the PDF file.
+
+    Returns:
+        ``True`` when the marker is missing.
+    """
     with path.open("rb") as handle:
         handle.seek(max(0, path.stat().st_size - 1024))
         return b"%%EOF" not in handle.read()
 
 
 def declared_page_count(pdf: Any) -> Optional[int]:
-    """``/Count`` of the page tree's root, or None when the file no longer holds it."""
+    """``/Count`` of the page tree's root.
+
+    Args:
+        pdf: the open PyMuPDF document.
+
+    Returns:
+        The declared number of pages, or ``None`` when the file no longer holds it.
+    """
     try:
         kind, value = pdf.xref_get_key(pdf.pdf_catalog(), "Pages/Count")
         return int(value) if kind == "int" else None
@@ -108,5 +136,12 @@ def _page_numbers(numbers: List[int]) -> str:
 
 
 def one_line(exc: BaseException) -> str:
-    """An exception as one line: failures are reported as ``path: reason`` lines."""
+    """An exception as one line: failures are reported as ``path: reason`` lines.
+
+    Args:
+        exc: the exception.
+
+    Returns:
+        Its message with white space collapsed, or its type's name when it has none.
+    """
     return " ".join(str(exc).split()) or type(exc).__name__

@@ -50,7 +50,19 @@ MAX_NON_ASCII_SHARE_LEGACY = 0.30
 
 
 def decode_text(path: Path, raw: bytes) -> str:
-    """The text of a ``.txt``/``.md`` file's bytes; raises ``UndecodableTextError`` naming ``path``."""
+    """The text of a ``.txt``/``.md`` file's bytes.
+
+    Args:
+        path: the file, named in errors.
+        raw: its bytes.
+
+    Returns:
+        The decoded text.
+
+    Raises:
+        UndecodableTextError: the bytes are binary data (a known file type, a NUL byte) or a
+            UTF-16 byte-order mark over bytes that are not UTF-16 (names ``path``).
+    """
     for signature, kind in _SIGNATURES:
         if raw.startswith(signature):
             raise UndecodableTextError(path, f"binary data, not text: the file is {kind}")
@@ -131,7 +143,14 @@ def valid_unicode(text: str) -> str:
     Python keeps the bytes of a command-line argument that are not UTF-8 as lone surrogates
     (PEP 383, "Non-decodable Bytes in System Character Interfaces"); tokenizers written in Rust
     refuse such a string with a ``TypeError``. A question with one stray byte is still a
-    question: the byte becomes U+FFFD and the rest is answered."""
+    question: the byte becomes U+FFFD and the rest is answered.
+
+    Args:
+        text: any string.
+
+    Returns:
+        ``text`` itself when it is valid, else the repaired copy.
+    """
     try:
         text.encode("utf-8")
         return text

@@ -178,8 +178,15 @@ def _table(rows: List[List[_Cell]], header: List[List[_Cell]]) -> Optional[Tuple
 
 
 def unruled_tables(words: Sequence[Sequence[Any]], skip: Sequence[Box] = ()) -> List[Tuple[Box, str]]:
-    """``(bbox, Markdown)`` of each unruled table among ``words`` (PyMuPDF ``get_text("words")``
-    tuples); words whose centre lies in a ``skip`` box (a ruled table) are left out."""
+    """The unruled tables among a page's words, as Markdown.
+
+    Args:
+        words: PyMuPDF ``get_text("words")`` tuples of one page.
+        skip: boxes of ruled tables; words whose centre lies in one are left out.
+
+    Returns:
+        ``(bbox, Markdown)`` a table, in reading order.
+    """
     kept = [
         w for w in words
         if not any(b[0] - 2 <= (w[0] + w[2]) / 2 <= b[2] + 2 and b[1] - 2 <= (w[1] + w[3]) / 2 <= b[3] + 2 for b in skip)

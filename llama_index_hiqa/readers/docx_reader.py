@@ -34,7 +34,21 @@ _EMU_PER_POINT = 12700
 
 
 def read_docx(path: Path, max_heading_chars: int = 160) -> Parsed:
-    """One DOCX file as Markdown with its headings, tables and pictures (see the module doc)."""
+    """One DOCX file as Markdown with its headings, tables and pictures (see the module doc).
+
+    Args:
+        path: the DOCX file.
+        max_heading_chars: the longest bold paragraph taken as a heading candidate, in
+            characters.
+
+    Returns:
+        The :class:`~llama_index_hiqa.readers._markdown_builder.Parsed` document.
+
+    Raises:
+        MissingExtraError: python-docx is not installed (names the ``docx`` extra).
+        CorruptDocumentError: the file is not a readable DOCX file.
+        EmptyDocumentError: the file has no text.
+    """
     try:
         import docx
     except ImportError as exc:

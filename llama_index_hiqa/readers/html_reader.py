@@ -47,7 +47,22 @@ _TRAILING_CELLS = frozenset({")", "%", ")%", "%)"})
 
 
 def read_html(path: Path, max_heading_chars: int = 160) -> Parsed:
-    """One HTML file as Markdown with its headings, tables and images (see the module doc)."""
+    """One HTML file as Markdown with its headings, tables and images (see the module doc).
+
+    Args:
+        path: the HTML file.
+        max_heading_chars: the longest bold paragraph taken as a heading candidate, in
+            characters.
+
+    Returns:
+        The :class:`~llama_index_hiqa.readers._markdown_builder.Parsed` document.
+
+    Raises:
+        MissingExtraError: the ``html`` extra is not installed (names the package).
+        DocumentReadError: the file cannot be read.
+        CorruptDocumentError: the file is not readable HTML.
+        EmptyDocumentError: the file has no text.
+    """
     try:
         import lxml  # noqa: F401  (the parser BeautifulSoup is asked for)
         from bs4 import BeautifulSoup

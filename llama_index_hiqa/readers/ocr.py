@@ -53,8 +53,17 @@ _ENGINE_LOCK = threading.Lock()
 
 
 def needs_ocr(page: Any, lines: _PageLines) -> bool:
-    """Whether a page has no usable text layer: no text at all but something drawn on it,
-    or a few characters over a page-sized image."""
+    """Whether a page has no usable text layer.
+
+    No text at all but something drawn on it, or a few characters over a page-sized image.
+
+    Args:
+        page: the PyMuPDF page.
+        lines: the text lines its text layer gave.
+
+    Returns:
+        ``True`` when the page should be read by OCR.
+    """
     chars = sum(len(line.text.strip()) for line in lines.lines)
     if chars >= MIN_TEXT_CHARS:
         return False
@@ -73,8 +82,17 @@ def needs_ocr(page: Any, lines: _PageLines) -> bool:
 
 
 def ocr_engine(path: Path) -> Any:
-    """The process's RapidOCR engine (loaded once, ~0.1 s); ``MissingExtraError`` naming the
-    ``ocr`` extra when it is not installed."""
+    """The process's RapidOCR engine (loaded once, ~0.1 s).
+
+    Args:
+        path: the file being read, named in the error.
+
+    Returns:
+        The engine.
+
+    Raises:
+        MissingExtraError: the ``ocr`` extra is not installed.
+    """
     global _ENGINE
     with _ENGINE_LOCK:
         if _ENGINE is None:
@@ -88,8 +106,21 @@ def ocr_engine(path: Path) -> Any:
 
 def ocr_page(path: Path, page: Any, number: int, dpi: int, body_size: float) -> _PageLines:
     """The page's text lines as read by OCR from a rendering at ``dpi``; boxes in PDF points.
-    ``body_size`` is the size given to body lines (the document's body size, when it has
-    digital pages, so both kinds of page rank their headings alike)."""
+
+    Args:
+        path: the file, named in errors.
+        page: the PyMuPDF page.
+        number: its number, from 0.
+        dpi: the rendering's resolution, in dots per inch.
+        body_size: the font size given to body lines (the document's body size, when it has
+            digital pages, so both kinds of page rank their headings alike).
+
+    Returns:
+        The page's lines.
+
+    Raises:
+        MissingExtraError: the ``ocr`` extra is not installed.
+    """
     import numpy as np
 
     engine = ocr_engine(path)
@@ -186,8 +217,20 @@ def _heading_like(text: str) -> bool:
 
 
 def ocr_scanned_pages(path: Path, pdf: Any, pages: List[_PageLines], dpi: int) -> List[int]:
-    """Replace the lines of every page without a text layer by its OCR lines, in place;
-    the numbers (from 0) of the pages read that way."""
+    """Replace the lines of every page without a text layer by its OCR lines, in place.
+
+    Args:
+        path: the file, named in errors.
+        pdf: the open PyMuPDF document.
+        pages: every page's lines (changed in place).
+        dpi: the rendering's resolution, in dots per inch.
+
+    Returns:
+        The numbers (from 0) of the pages read by OCR.
+
+    Raises:
+        MissingExtraError: a page needs OCR and the ``ocr`` extra is not installed.
+    """
     from llama_index_hiqa.readers._page_layout import _body_font_size
 
     scans = [page.number for page in pages if needs_ocr(pdf[page.number], page)]
@@ -202,6 +245,14 @@ def ocr_scanned_pages(path: Path, pdf: Any, pages: List[_PageLines], dpi: int) -
 
 
 def is_scan_image(bbox: Sequence[float], page: _PageLines) -> bool:
-    """Whether an image is the scan of its page (not a figure on it)."""
+    """Whether an image is the scan of its page (not a figure on it).
+
+    Args:
+        bbox: the image's ``(x0, y0, x1, y1)`` in PDF points.
+        page: the page's lines and size.
+
+    Returns:
+        ``True`` when the image covers at least :data:`SCAN_COVER_SHARE` of the page.
+    """
     area = max(page.width * page.height, 1.0)
     return (bbox[2] - bbox[0]) * (bbox[3] - bbox[1]) / area >= SCAN_COVER_SHARE

@@ -21,6 +21,20 @@ TEXT_SUFFIXES = (".md", ".markdown", ".txt")
 
 
 def read_text_file(path: Path) -> Parsed:
+    """One Markdown or plain-text file as it is, one page, ``#`` lines as its headings.
+
+    Args:
+        path: the ``.md``/``.markdown``/``.txt`` file.
+
+    Returns:
+        The :class:`~llama_index_hiqa.readers._markdown_builder.Parsed` document (source
+            format Markdown or text).
+
+    Raises:
+        DocumentReadError: the file cannot be read.
+        UndecodableTextError: its bytes are not text.
+        EmptyDocumentError: the file has no text.
+    """
     try:
         raw = path.read_bytes()
     except OSError as exc:

@@ -124,7 +124,14 @@ def _display_case(name: str) -> str:
 
 
 def cover_facts(lines: Sequence[CoverLine]) -> CoverFacts:
-    """Registrant name, form and period of an SEC-style cover page (``""`` where absent)."""
+    """Registrant name, form and period of an SEC-style cover page.
+
+    Args:
+        lines: the first pages' lines.
+
+    Returns:
+        A ``CoverFacts`` ``(name, form, period)``, ``""`` where absent.
+    """
     # The cover is the first page with the registrant line (a designed title page may come
     # first), else the first page; a form named in a later page's running text is a reference.
     pages = sorted({line.page for line in lines})
@@ -159,8 +166,17 @@ def cover_facts(lines: Sequence[CoverLine]) -> CoverFacts:
 
 
 def largest_cover_line(lines: Sequence[CoverLine]) -> str:
-    """The largest text of the first page that is not boilerplate, when it stands out from the
-    page's body text (a datasheet's part number and name, a release's headline); else ``""``."""
+    """The largest text of the first page that is not boilerplate, when it stands out.
+
+    It must stand out from the page's body text (a datasheet's part number and name, a
+    release's headline).
+
+    Args:
+        lines: the first pages' lines.
+
+    Returns:
+        The line in display case; ``""`` when none stands out.
+    """
     first_page = [line for line in lines if line.page == min((ln.page for ln in lines), default=0)]
     if not first_page:
         return ""
@@ -181,8 +197,17 @@ def largest_cover_line(lines: Sequence[CoverLine]) -> str:
 
 
 def informative_metadata_title(title: str) -> str:
-    """The PDF's metadata title when it names something (else ``""``): not an accession number,
-    a producer's placeholder ("Microsoft Word - …", "Document") or a bare code."""
+    """The PDF's metadata title when it names something.
+
+    Not an accession number, a producer's placeholder ("Microsoft Word - …", "Document") or a
+    bare code.
+
+    Args:
+        title: the metadata title.
+
+    Returns:
+        The cleaned title, or ``""``.
+    """
     text = _clean(title)
     if not text or _ACCESSION.match(text) or _HEX.match(text) or _PRODUCER.match(text) or _BOILERPLATE.match(text):
         return ""
@@ -191,8 +216,17 @@ def informative_metadata_title(title: str) -> str:
 
 
 def file_name_title(stem: str) -> str:
-    """A readable title from a file name when it is informative (``AMAZON_2019_10K`` ->
-    ``"AMAZON 2019 10K"``), else ``""`` (hashes, accession numbers, ``scan0001``, ``document``)."""
+    """A readable title from a file name when it is informative.
+
+    ``AMAZON_2019_10K`` -> ``"AMAZON 2019 10K"``; hashes, accession numbers, ``scan0001``,
+    ``document`` are not.
+
+    Args:
+        stem: the file name without suffix.
+
+    Returns:
+        The title, or ``""``.
+    """
     text = re.sub(r"[_\s]+", " ", stem or "").strip(" .-")
     if not text or _ACCESSION.match(text) or _HEX.match(text.replace(" ", "")):
         return ""
@@ -209,8 +243,19 @@ def _adds_words(extra: str, title: str) -> bool:
 
 
 def document_title(lines: Sequence[CoverLine], metadata_title: str = "", file_stem: str = "") -> str:
-    """The title a person would write for a document, from its first pages' lines, its
-    metadata title and its file name (see the module docstring for the order)."""
+    """The title a person would write for a document.
+
+    From its first pages' lines, its metadata title and its file name (see the module
+    docstring for the order).
+
+    Args:
+        lines: the first pages' lines with their sizes.
+        metadata_title: the PDF's metadata title (``""`` for none).
+        file_stem: the file name without suffix (``""`` for none).
+
+    Returns:
+        The title, at most :data:`MAX_TITLE_CHARS` characters.
+    """
     facts = cover_facts(lines)
     from_file = file_name_title(file_stem)
     if facts.form or facts.period:

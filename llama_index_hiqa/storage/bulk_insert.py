@@ -18,8 +18,14 @@ from llama_index.core.storage.docstore.utils import doc_to_json
 
 
 def insert_nodes(index: Any, nodes: Sequence[BaseNode]) -> None:
-    """What ``index.insert_nodes(nodes)`` does for nodes that already carry their embeddings,
-    with one docstore write per batch."""
+    """What ``index.insert_nodes(nodes)`` does for nodes that already carry their embeddings.
+
+    With one docstore write per batch.
+
+    Args:
+        index: the ``VectorStoreIndex``.
+        nodes: the nodes, each with its embedding.
+    """
     if not nodes:
         return
     embedded = index._get_node_with_embedding(nodes)  # a no-op for nodes embedded by the pipeline
@@ -41,8 +47,15 @@ def insert_nodes(index: Any, nodes: Sequence[BaseNode]) -> None:
 
 
 def add_to_docstore(docstore: Any, nodes: Sequence[BaseNode]) -> None:
-    """``docstore.add_documents(nodes)`` with each document's record (its node ids) read and
-    written once. A docstore without LlamaIndex's key-value layout gets ``add_documents``."""
+    """``docstore.add_documents(nodes)`` with each document's record read and written once.
+
+    The record lists a document's node ids. A docstore without LlamaIndex's key-value layout
+    gets ``add_documents``.
+
+    Args:
+        docstore: the docstore.
+        nodes: the nodes to add.
+    """
     kvstore = getattr(docstore, "_kvstore", None)
     collections = [getattr(docstore, f"_{name}_collection", None) for name in ("node", "metadata", "ref_doc")]
     if kvstore is None or None in collections:

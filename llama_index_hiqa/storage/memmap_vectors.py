@@ -71,7 +71,14 @@ class MemmapVectorStore(BasePydanticVectorStore):
 
     @classmethod
     def open(cls, folder: str) -> "MemmapVectorStore":
-        """The store in ``folder`` (created when missing)."""
+        """The store in ``folder`` (created when missing).
+
+        Args:
+            folder: the store's folder.
+
+        Returns:
+            The store.
+        """
         return cls(folder)
 
     @classmethod
@@ -87,8 +94,14 @@ class MemmapVectorStore(BasePydanticVectorStore):
         return Path(self.folder) / MATRIX_FILENAME
 
     def set_node_loader(self, loader: Optional[Callable[[List[str]], List[BaseNode]]]) -> None:
-        """Return the result nodes with each query, read by ``loader(ids)`` (the docstore's
-        ``get_nodes``): a retriever then needs no index struct listing every node id."""
+        """Return the result nodes with each query, read by ``loader(ids)``.
+
+        The loader is the docstore's ``get_nodes``: a retriever then needs no index struct listing
+        every node id.
+
+        Args:
+            loader: a function from node ids to their nodes; ``None`` returns ids only.
+        """
         self._node_loader = loader
 
     # -- facts ----------------------------------------------------------------------------
@@ -112,8 +125,23 @@ class MemmapVectorStore(BasePydanticVectorStore):
 
     # -- writes ---------------------------------------------------------------------------
     def add(self, nodes: Sequence[BaseNode], unit: bool = False, **add_kwargs: Any) -> List[str]:
-        """Store the nodes' embeddings as unit vectors (``unit=True``: they are unit vectors
-        of a store already, kept bit for bit instead of normalised again)."""
+        """Store the nodes' embeddings as unit vectors, in one transaction.
+
+        A node id stored already is overwritten in place.
+
+        Args:
+            nodes: the nodes, each with an embedding of the store's dimension.
+            unit: ``True`` when they are unit vectors of a store already, kept bit for bit
+                instead of normalised again.
+            **add_kwargs: ignored (LlamaIndex's signature).
+
+        Returns:
+            The node ids, in order.
+
+        Raises:
+            ValueError: the embeddings differ in length, or from the store's dimension (another
+                embedding model?).
+        """
         if not nodes:
             return []
         vectors = np.asarray([n.get_embedding() for n in nodes], dtype=np.float32)
@@ -190,9 +218,25 @@ class MemmapVectorStore(BasePydanticVectorStore):
             self._bump()
 
     def delete(self, ref_doc_id: str, **delete_kwargs: Any) -> None:
+        """Delete the vectors of every node of a document.
+
+        Args:
+            ref_doc_id: the document's id.
+            **delete_kwargs: ignored (LlamaIndex's signature).
+        """
         self._free([r[0] for r in self._db.rows("SELECT row FROM vector_rows WHERE ref_doc_id = ?", (ref_doc_id,))])
 
     def delete_nodes(self, node_ids: Optional[List[str]] = None, filters: Any = None, **delete_kwargs: Any) -> None:
+        """Delete the vectors of ``node_ids`` (unknown ids are skipped).
+
+        Args:
+            node_ids: the node ids; ``None`` deletes nothing.
+            filters: not supported (the store keeps no metadata).
+            **delete_kwargs: ignored (LlamaIndex's signature).
+
+        Raises:
+            ValueError: ``filters`` is given.
+        """
         if filters is not None:
             raise ValueError("MemmapVectorStore keeps no metadata: delete by node_ids or ref_doc_id")
         self._free([r[0] for r in self._db.rows_in("SELECT row FROM vector_rows WHERE node_id IN ({})", node_ids or [])])
@@ -201,7 +245,12 @@ class MemmapVectorStore(BasePydanticVectorStore):
         self._free([r[0] for r in self._db.rows("SELECT row FROM vector_rows")])
 
     def persist(self, persist_path: str = "", fs: Any = None) -> None:
-        """Nothing to write: every add is on disk when its transaction commits."""
+        """Nothing to write: every add is on disk when its transaction commits.
+
+        Args:
+            persist_path: ignored (LlamaIndex's signature).
+            fs: ignored (LlamaIndex's signature).
+        """
 
     # -- reads ----------------------------------------------------------------------------
     def _matrix(self) -> Tuple[Optional[np.ndarray], Optional[np.ndarray]]:
@@ -228,11 +277,31 @@ class MemmapVectorStore(BasePydanticVectorStore):
         return dict(self._db.rows_in("SELECT node_id, row FROM vector_rows WHERE node_id IN ({})", list(node_ids)))
 
     def get(self, text_id: str) -> List[float]:
-        """The (unit) vector of one node, as ``SimpleVectorStore.get`` gives it."""
+        """The (unit) vector of one node, as ``SimpleVectorStore.get`` gives it.
+
+        Args:
+            text_id: the node id.
+
+        Returns:
+            The vector as a list of floats.
+
+        Raises:
+            KeyError: the id is unknown.
+        """
         return self.get_embeddings([text_id])[0].tolist()
 
     def get_embeddings(self, node_ids: Sequence[str]) -> np.ndarray:
-        """Unit vectors of ``node_ids`` (a KeyError names an unknown id)."""
+        """Unit vectors of ``node_ids``.
+
+        Args:
+            node_ids: the node ids.
+
+        Returns:
+            A ``(len(node_ids), dimension)`` float32 array, rows in the order of ``node_ids``.
+
+        Raises:
+            KeyError: an id is unknown (names the first).
+        """
         rows = self._rows_of(node_ids)
         matrix, _ = self._matrix()
         missing = [i for i in node_ids if i not in rows]
@@ -243,8 +312,22 @@ class MemmapVectorStore(BasePydanticVectorStore):
         return np.asarray(matrix[[rows[i] for i in node_ids]])
 
     def query(self, query: VectorStoreQuery, **kwargs: Any) -> VectorStoreQueryResult:
-        """Exact cosine top-k; ``ids_only=True`` (a ``vector_store_kwargs`` of the retriever):
-        result nodes are empty stand-ins carrying the ids, not read from the docstore."""
+        """Exact cosine top-k.
+
+        Args:
+            query: LlamaIndex's query: ``query_embedding``, ``similarity_top_k`` and, to restrict
+                the candidates, ``node_ids`` or ``doc_ids``.
+            **kwargs: ``ids_only=True`` (a ``vector_store_kwargs`` of the retriever) makes the
+                result nodes empty stand-ins carrying the ids, not read from the docstore.
+
+        Returns:
+            The ids and cosine similarities, best first, with the nodes
+                when a loader is set.
+
+        Raises:
+            ValueError: metadata filters, a mode other than the default, or a query embedding of
+                another dimension.
+        """
         if query.filters is not None:
             raise ValueError(
                 "MemmapVectorStore keeps no metadata and cannot filter; restrict by node_ids or doc_ids"

@@ -38,22 +38,50 @@ _FIXES = {
 
 
 def describe_os_error(exc: OSError) -> str:
-    """What the system said and what the user can do about it, in one clause."""
+    """What the system said and what the user can do about it, in one clause.
+
+    Args:
+        exc: the system's error.
+
+    Returns:
+        The fix for a known ``errno`` (no space, read-only, no rights), else the system's
+            message with a hint to check the path.
+    """
     fix = _FIXES.get(exc.errno or -1)
     said = exc.strerror or type(exc).__name__
     return fix if fix else f"{said}; check the path and its permissions"
 
 
 def as_path_error(exc: OSError, path: Any = None) -> PathAccessError:
-    """``exc`` as a :class:`PathAccessError` naming the file the system named (else ``path``)."""
+    """``exc`` as a :class:`PathAccessError` naming the file the system named (else ``path``).
+
+    Args:
+        exc: the system's error.
+        path: the path to name when the error names none; ``None`` names ``"?"``.
+
+    Returns:
+        The typed error (not raised).
+    """
     target = exc.filename if exc.filename is not None else path
     return PathAccessError(target if target is not None else "?", describe_os_error(exc))
 
 
 @contextlib.contextmanager
 def os_errors(path: Any) -> Iterator[None]:
-    """Run the block; an ``OSError`` leaves it as a :class:`PathAccessError` naming ``path``
-    (the store, what the user chose) and the file the system refused inside it."""
+    """Run the block; an ``OSError`` leaves it as a :class:`PathAccessError`.
+
+    The error names ``path`` (the store, what the user chose) and the file the system refused
+    inside it. The pack's own errors pass unchanged.
+
+    Args:
+        path: the store, named in the error.
+
+    Yields:
+        Nothing.
+
+    Raises:
+        PathAccessError: the block raised an ``OSError``.
+    """
     try:
         yield
     except HiQAError:  # PackStoreError is a FileNotFoundError too: already the pack's own
@@ -73,10 +101,20 @@ def _tree_bytes(folder: Path) -> int:
 
 
 def check_store_writable(root: Path, current: Optional[Path] = None) -> None:
-    """Fail now, before any document is read, when a folder store at ``root`` cannot be
-    written: a file is created and removed in it (the only test that catches read-only
-    mounts, ``/proc`` and missing rights alike, also for root), and the disk must have room
-    for a copy of the ``current`` snapshot plus :data:`MIN_FREE_BYTES`."""
+    """Fail now, before any document is read, when a folder store at ``root`` cannot be written.
+
+    A file is created and removed in it (the only test that catches read-only mounts,
+    ``/proc`` and missing rights alike, also for root), and the disk must have room for a copy
+    of the ``current`` snapshot plus :data:`MIN_FREE_BYTES`.
+
+    Args:
+        root: the store folder (when missing, the nearest existing folder above it is tested).
+        current: the current snapshot's folder; ``None`` when the store is new.
+
+    Raises:
+        PathAccessError: the folder is a file, cannot be written, or the disk lacks room
+            (says how much).
+    """
     root = Path(root)
     existing = root
     while not existing.exists():  # the nearest folder that exists: the store is created in it

@@ -43,23 +43,55 @@ _SNAPSHOT_NAME = re.compile(r"^snapshot-(\d{6,})$")
 
 
 def is_snapshot_name(name: str) -> bool:
-    """Whether ``name`` is the name of a snapshot folder (``snapshot-000007``)."""
+    """Whether ``name`` is the name of a snapshot folder (``snapshot-000007``).
+
+    Args:
+        name: a folder name.
+
+    Returns:
+        ``True`` for a snapshot folder's name.
+    """
     return bool(_SNAPSHOT_NAME.match(name))
 
 
 def snapshot_name(staging: Path) -> str:
-    """The name the staging folder ``staging`` of :func:`write_snapshot` will have once current."""
+    """The name the staging folder of :func:`write_snapshot` will have once current.
+
+    Args:
+        staging: the staging folder.
+
+    Returns:
+        ``snapshot-<number>``, the staging folder's number kept.
+    """
     number = staging.name[len(STAGING_PREFIX):].split("-")[0]
     return f"{SNAPSHOT_PREFIX}{number}"
 
 
 def is_snapshot_store(root: Path) -> bool:
-    """Whether ``root`` is a store folder written by :class:`SnapshotFolder`."""
+    """Whether ``root`` is a store folder written by :func:`write_snapshot`.
+
+    Args:
+        root: the store folder.
+
+    Returns:
+        ``True`` when it holds a ``CURRENT`` pointer.
+    """
     return (root / CURRENT_FILE).is_file()
 
 
 def current_snapshot(root: Path) -> Path:
-    """The folder ``CURRENT`` points at; :class:`PackStoreError` naming what is wrong otherwise."""
+    """The folder ``CURRENT`` points at.
+
+    Args:
+        root: the store folder.
+
+    Returns:
+        The current snapshot's folder.
+
+    Raises:
+        PackStoreError: the pointer cannot be read, is malformed, or names a missing folder
+            (says what is wrong).
+    """
     pointer = root / CURRENT_FILE
     try:
         name = pointer.read_text(encoding="utf-8").strip()
@@ -94,8 +126,13 @@ def _snapshot_numbers(root: Path) -> List[int]:
 
 
 def fsync_tree(folder: Path) -> None:
-    """Flush every file under ``folder`` and the folders themselves to stable storage, so a
-    power cut after the pointer switch cannot leave the pointer naming unwritten data."""
+    """Flush every file under ``folder`` and the folders themselves to stable storage.
+
+    So a power cut after the pointer switch cannot leave the pointer naming unwritten data.
+
+    Args:
+        folder: the folder to flush.
+    """
     for dirpath, _dirnames, filenames in os.walk(folder):
         for name in filenames:
             fd = os.open(os.path.join(dirpath, name), os.O_RDONLY)
@@ -131,13 +168,27 @@ def writer_lock(
     root: Path, on_wait: Optional[Callable[[str], Any]] = None, legacy_marker: Optional[str] = None,
     shared_dirs: Tuple[str, ...] = (),
 ) -> Iterator[None]:
-    """Hold the store's writer lock (``S/.lock``) for the whole block, e.g. from loading the
-    store to switching ``CURRENT`` to the new snapshot, so that two writers (two
-    ``hiqa ingest --add`` runs) are serialised and the second one loads what the first saved.
+    """Hold the store's writer lock (``S/.lock``) for the whole block.
 
-    Re-entrant within a thread. ``root`` is created when missing (after the same check
-    :func:`write_snapshot` makes that it is not a folder of the user's). ``on_wait`` is told once
-    when another process holds the lock and this one waits for it.
+    E.g. from loading the store to switching ``CURRENT`` to the new snapshot, so that two
+    writers (two ``hiqa ingest --add`` runs) are serialised and the second one loads what the
+    first saved. Re-entrant within a thread. ``root`` is created when missing (after the same
+    check :func:`write_snapshot` makes that it is not a folder of the user's).
+
+    Args:
+        root: the store folder.
+        on_wait: told once, with a message, when another process holds the lock and this one
+            waits for it; ``None`` waits silently.
+        legacy_marker: a file that marks a store written before snapshots existed (accepted
+            directly in ``root``); ``None`` accepts none.
+        shared_dirs: folders beside the snapshots that every snapshot uses (content-addressed
+            files); they do not make ``root`` a folder of the user's.
+
+    Yields:
+        Nothing; the lock is held until the block ends.
+
+    Raises:
+        PackStoreError: ``root`` is a file or a folder of the user's.
     """
     root = Path(root)
     key = _lock_key(root) if root.exists() else None
@@ -173,8 +224,21 @@ def writer_lock(
 
 
 def check_store_folder(root: Path, legacy_marker: Optional[str] = None, shared_dirs: Tuple[str, ...] = ()) -> None:
-    """:class:`PackStoreError` unless ``root`` is missing, empty, or a store folder: a typo in
-    ``--store`` must never write into (or later clean up) a folder of the user's."""
+    """Refuse a ``root`` that is not missing, empty, or a store folder.
+
+    A typo in ``--store`` must never write into (or later clean up) a folder of the user's.
+
+    Args:
+        root: the store folder.
+        legacy_marker: a file that marks a store written before snapshots existed (accepted
+            directly in ``root``); ``None`` accepts none.
+        shared_dirs: folders beside the snapshots that every snapshot uses (content-addressed
+            files); they do not make ``root`` a folder of the user's.
+
+    Raises:
+        PackStoreError: ``root`` is a file, cannot be listed, or holds files that are not
+            the store's.
+    """
     root = Path(root)
     if root.exists() and not root.is_dir():
         raise PackStoreError(root, "is a file, not a store folder; choose a new or empty folder for the store")
@@ -207,14 +271,26 @@ def write_snapshot(
     the staging folder is removed and ``CURRENT`` is untouched. ``root`` is created when
     missing; a folder that holds other files and no ``CURRENT`` is refused, so a typo in
     ``--store`` never writes into (or later cleans up) a folder of the user's. A store written
-    before snapshots existed (``legacy_marker`` directly in ``root``) is accepted; its old
-    files stay in place and are no longer read once ``CURRENT`` exists. ``shared_dirs`` are
-    folders beside the snapshots that every snapshot uses (content-addressed files).
+    before snapshots existed is accepted; its old files stay in place and are no longer read
+    once ``CURRENT`` exists.
 
-    ``expected_current``: the snapshot the writer loaded. When ``CURRENT`` names another one
-    by the time the lock is taken, another writer saved in between and saving now would drop
-    its documents: :class:`StoreConflictError` (an optimistic check, for library callers that
-    load and save without holding :func:`writer_lock` throughout).
+    Args:
+        root: the store folder.
+        legacy_marker: a file that marks a store written before snapshots existed (accepted
+            directly in ``root``); ``None`` accepts none.
+        shared_dirs: folders beside the snapshots that every snapshot uses (content-addressed
+            files); they do not make ``root`` a folder of the user's.
+        expected_current: the snapshot the writer loaded. When ``CURRENT`` names another one by
+            the time the lock is taken, another writer saved in between and saving now would
+            drop its documents (an optimistic check, for library callers that load and save
+            without holding :func:`writer_lock` throughout); ``None`` skips the check.
+
+    Yields:
+        The staging folder to write the snapshot's files into.
+
+    Raises:
+        StoreConflictError: ``CURRENT`` no longer names ``expected_current``.
+        PackStoreError: ``root`` is a file or a folder of the user's.
     """
     root = Path(root)
     check_store_folder(root, legacy_marker, shared_dirs)
@@ -271,8 +347,20 @@ def _remove_stale(root: Path, keep: set) -> None:
 
 
 def snapshot_for_reading(root: Path, legacy_marker: Optional[str] = None) -> Path:
-    """The folder to load: the current snapshot, or ``root`` itself for a store written
-    before snapshots existed (it holds ``legacy_marker`` directly)."""
+    """The folder to load.
+
+    Args:
+        root: the store folder.
+        legacy_marker: the file that marks a store written before snapshots existed;
+            ``None`` accepts only snapshot stores.
+
+    Returns:
+        The current snapshot, or ``root`` itself for a store written before snapshots
+            existed (it holds ``legacy_marker`` directly).
+
+    Raises:
+        PackStoreError: ``root`` is not a store, or its ``CURRENT`` pointer is broken.
+    """
     root = Path(root)
     if is_snapshot_store(root):
         return current_snapshot(root)

@@ -63,11 +63,24 @@ class SQLiteDatabase:
         self.create_tables(["CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT) WITHOUT ROWID"])
 
     def has_table(self, name: str) -> bool:
+        """Whether the file holds the table ``name``.
+
+        Args:
+            name: the table's name.
+
+        Returns:
+            ``True`` when it exists.
+        """
         return bool(self.scalar("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (name,)))
 
     def create_tables(self, statements: Sequence[str]) -> None:
-        """Run ``CREATE ... IF NOT EXISTS`` statements, only when a table they create is missing:
-        opening an existing store takes no write lock (a reader never waits for a writer)."""
+        """Run ``CREATE ... IF NOT EXISTS`` statements, only when a table they create is missing.
+
+        Opening an existing store takes no write lock (a reader never waits for a writer).
+
+        Args:
+            statements: the SQL statements, run in one transaction.
+        """
         names = [m.group(1) for m in (re.search(r"CREATE TABLE IF NOT EXISTS (\w+)", s) for s in statements) if m]
         if names and all(self.has_table(n) for n in names):
             return
@@ -106,30 +119,76 @@ class SQLiteDatabase:
         return self._depth > 0
 
     def on_rollback(self, undo: Callable[[], None]) -> None:
-        """Call ``undo`` if the open transaction rolls back."""
+        """Call ``undo`` if the open transaction rolls back.
+
+        Args:
+            undo: what restores the in-memory state (outside a transaction it is not kept).
+        """
         if self._depth:
             self._on_rollback.append(undo)
 
     # -- statements -------------------------------------------------------------------
     def execute(self, sql: str, params: Sequence[Any] = ()) -> sqlite3.Cursor:
+        """Run one statement under the connection's lock.
+
+        Args:
+            sql: the statement, ``?`` placeholders for ``params``.
+            params: its parameters.
+
+        Returns:
+            The cursor.
+        """
         with self.lock:
             return self.conn.execute(sql, params)
 
     def executemany(self, sql: str, rows: Any) -> None:
+        """Run one statement for every row, in a transaction.
+
+        Args:
+            sql: the statement, ``?`` placeholders for a row.
+            rows: the rows' parameters (any iterable).
+        """
         with self.transaction():
             self.conn.executemany(sql, rows)
 
     def rows(self, sql: str, params: Sequence[Any] = ()) -> List[Tuple[Any, ...]]:
+        """Every row a query returns.
+
+        Args:
+            sql: the query, ``?`` placeholders for ``params``.
+            params: its parameters.
+
+        Returns:
+            The rows as tuples.
+        """
         with self.lock:
             return self.conn.execute(sql, params).fetchall()
 
     def scalar(self, sql: str, params: Sequence[Any] = ()) -> Any:
+        """The first column of a query's first row.
+
+        Args:
+            sql: the query, ``?`` placeholders for ``params``.
+            params: its parameters.
+
+        Returns:
+            The value, or ``None`` when there is no row.
+        """
         with self.lock:
             row = self.conn.execute(sql, params).fetchone()
         return None if row is None else row[0]
 
     def rows_in(self, sql: str, values: Sequence[Any], params: Sequence[Any] = ()) -> List[Tuple[Any, ...]]:
-        """``sql`` with ``{}`` replaced by placeholders for ``values``, run in batches."""
+        """``sql`` with ``{}`` replaced by placeholders for ``values``, run in batches.
+
+        Args:
+            sql: the query, ``{}`` where the ``IN (...)`` placeholders go.
+            values: the values of the ``IN`` list (any number: batches of :data:`SQL_BATCH`).
+            params: parameters before the ``IN`` list.
+
+        Returns:
+            The rows of every batch.
+        """
         out: List[Tuple[Any, ...]] = []
         values = list(values)
         for start in range(0, len(values), SQL_BATCH):
@@ -138,9 +197,23 @@ class SQLiteDatabase:
         return out
 
     def get_meta(self, key: str) -> Optional[str]:
+        """A value of the store's ``meta`` table.
+
+        Args:
+            key: its key.
+
+        Returns:
+            The value, or ``None`` when unset.
+        """
         return self.scalar("SELECT value FROM meta WHERE key = ?", (key,))
 
     def set_meta(self, key: str, value: str) -> None:
+        """Set a value of the store's ``meta`` table.
+
+        Args:
+            key: its key.
+            value: the value (replaces any earlier one).
+        """
         with self.transaction():
             self.conn.execute("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", (key, value))
 
@@ -197,7 +270,14 @@ class SQLiteKVStore(BaseKVStore):
 
     @classmethod
     def from_path(cls, path: Union[str, Path]) -> "SQLiteKVStore":
-        """A store in the SQLite file ``path`` (created when missing)."""
+        """A store in the SQLite file ``path`` (created when missing).
+
+        Args:
+            path: the SQLite file.
+
+        Returns:
+            The store.
+        """
         Path(path).parent.mkdir(parents=True, exist_ok=True)
         return cls(SQLiteDatabase(path))
 
@@ -238,14 +318,35 @@ class SQLiteKVStore(BaseKVStore):
 
     # -- BaseKVStore ----------------------------------------------------------------------
     def put(self, key: str, val: dict, collection: str = DEFAULT_COLLECTION) -> None:
+        """Store ``val`` under ``key``.
+
+        Args:
+            key: the key.
+            val: the record.
+            collection: the collection (LlamaIndex's namespace), by default its default one.
+        """
         self.put_all([(key, val)], collection=collection)
 
     async def aput(self, key: str, val: dict, collection: str = DEFAULT_COLLECTION) -> None:
+        """Async :meth:`put`.
+
+        Args:
+            key: the key.
+            val: the record.
+            collection: the collection (LlamaIndex's namespace), by default its default one.
+        """
         self.put(key, val, collection)
 
     def put_all(
         self, kv_pairs: List[Tuple[str, dict]], collection: str = DEFAULT_COLLECTION, batch_size: int = DEFAULT_BATCH_SIZE
     ) -> None:
+        """Store every pair, in one transaction.
+
+        Args:
+            kv_pairs: ``(key, record)`` pairs.
+            collection: the collection (LlamaIndex's namespace), by default its default one.
+            batch_size: ignored: one transaction writes them all (``BaseKVStore``'s signature).
+        """
         rows = [(collection, key, self._encode(value)) for key, value in kv_pairs]
         self.forget()
         self.db.on_rollback(self.forget)
@@ -254,16 +355,49 @@ class SQLiteKVStore(BaseKVStore):
     async def aput_all(
         self, kv_pairs: List[Tuple[str, dict]], collection: str = DEFAULT_COLLECTION, batch_size: int = DEFAULT_BATCH_SIZE
     ) -> None:
+        """Async :meth:`put_all`.
+
+        Args:
+            kv_pairs: ``(key, record)`` pairs.
+            collection: the collection (LlamaIndex's namespace), by default its default one.
+            batch_size: ignored (``BaseKVStore``'s signature).
+        """
         self.put_all(kv_pairs, collection, batch_size)
 
     def get(self, key: str, collection: str = DEFAULT_COLLECTION) -> Optional[dict]:
+        """The record under ``key``.
+
+        Args:
+            key: the key.
+            collection: the collection (LlamaIndex's namespace), by default its default one.
+
+        Returns:
+            The record, or ``None`` when absent.
+        """
         return self.get_many([key], collection).get(key)
 
     async def aget(self, key: str, collection: str = DEFAULT_COLLECTION) -> Optional[dict]:
+        """Async :meth:`get`.
+
+        Args:
+            key: the key.
+            collection: the collection (LlamaIndex's namespace), by default its default one.
+
+        Returns:
+            The record, or ``None`` when absent.
+        """
         return self.get(key, collection)
 
     def get_many(self, keys: Sequence[str], collection: str = DEFAULT_COLLECTION) -> Dict[str, dict]:
-        """The values of ``keys`` that exist, in one query per few hundred keys."""
+        """The values of ``keys`` that exist, in one query per few hundred keys.
+
+        Args:
+            keys: the keys.
+            collection: the collection (LlamaIndex's namespace), by default its default one.
+
+        Returns:
+            Key -> record for the keys found.
+        """
         found = self._cached(collection, keys)
         missing = [key for key in keys if key not in found]
         if missing:
@@ -276,11 +410,27 @@ class SQLiteKVStore(BaseKVStore):
         return found
 
     def get_all(self, collection: str = DEFAULT_COLLECTION) -> Dict[str, dict]:
+        """Every record of ``collection`` (all in memory: see :meth:`iter_values`).
+
+        Args:
+            collection: the collection (LlamaIndex's namespace), by default its default one.
+
+        Returns:
+            Key -> record.
+        """
         rows = self.db.rows(f"SELECT key, value FROM {self.table} WHERE collection = ?", (collection,))
         return {key: self._decode(blob) for key, blob in rows}
 
     def iter_values(self, collection: str = DEFAULT_COLLECTION, chunk: int = 2000) -> Iterator[Tuple[str, dict]]:
-        """Every ``(key, value)`` of ``collection`` in key order, ``chunk`` rows in memory at a time."""
+        """Every ``(key, value)`` of ``collection`` in key order, ``chunk`` rows in memory at a time.
+
+        Args:
+            collection: the collection (LlamaIndex's namespace), by default its default one.
+            chunk: rows read per query.
+
+        Yields:
+            ``(key, record)`` pairs.
+        """
         last = ""
         while True:
             rows = self.db.rows(
@@ -294,9 +444,26 @@ class SQLiteKVStore(BaseKVStore):
             last = rows[-1][0]
 
     async def aget_all(self, collection: str = DEFAULT_COLLECTION) -> Dict[str, dict]:
+        """Async :meth:`get_all`.
+
+        Args:
+            collection: the collection (LlamaIndex's namespace), by default its default one.
+
+        Returns:
+            Key -> record.
+        """
         return self.get_all(collection)
 
     def delete(self, key: str, collection: str = DEFAULT_COLLECTION) -> bool:
+        """Delete the record under ``key``.
+
+        Args:
+            key: the key.
+            collection: the collection (LlamaIndex's namespace), by default its default one.
+
+        Returns:
+            ``True`` when a record was deleted.
+        """
         self.forget()
         self.db.on_rollback(self.forget)
         with self.db.transaction():
@@ -304,6 +471,15 @@ class SQLiteKVStore(BaseKVStore):
         return cursor.rowcount > 0
 
     async def adelete(self, key: str, collection: str = DEFAULT_COLLECTION) -> bool:
+        """Async :meth:`delete`.
+
+        Args:
+            key: the key.
+            collection: the collection (LlamaIndex's namespace), by default its default one.
+
+        Returns:
+            ``True`` when a record was deleted.
+        """
         return self.delete(key, collection)
 
 
@@ -317,7 +493,15 @@ class SQLiteDocumentStore(KVDocumentStore):
 
     @classmethod
     def from_path(cls, path: Union[str, Path], namespace: Optional[str] = None) -> "SQLiteDocumentStore":
-        """A docstore in the SQLite file ``path`` (created when missing)."""
+        """A docstore in the SQLite file ``path`` (created when missing).
+
+        Args:
+            path: the SQLite file.
+            namespace: LlamaIndex's docstore namespace; ``None`` for its default.
+
+        Returns:
+            The docstore.
+        """
         return cls(SQLiteKVStore.from_path(path), namespace=namespace)
 
     @property
@@ -325,7 +509,18 @@ class SQLiteDocumentStore(KVDocumentStore):
         return self._kvstore  # type: ignore[return-value]
 
     def get_nodes(self, node_ids: List[str], raise_error: bool = True) -> List[Any]:
-        """The nodes of ``node_ids`` in that order, read in one query per few hundred ids."""
+        """The nodes of ``node_ids`` in that order, read in one query per few hundred ids.
+
+        Args:
+            node_ids: the ids.
+            raise_error: whether a missing id raises; ``False`` leaves it out.
+
+        Returns:
+            The nodes, in the order of ``node_ids``.
+
+        Raises:
+            ValueError: an id is missing and ``raise_error`` is set (LlamaIndex's behaviour).
+        """
         from llama_index.core.storage.docstore.utils import json_to_doc
 
         found = self.kvstore.get_many(node_ids, collection=self._node_collection)
@@ -340,7 +535,14 @@ class SQLiteDocumentStore(KVDocumentStore):
         return out
 
     def iter_nodes(self, chunk: int = 2000) -> Iterator[Any]:
-        """Every node, ``chunk`` at a time in memory (in node id order)."""
+        """Every node, ``chunk`` at a time in memory (in node id order).
+
+        Args:
+            chunk: nodes read per query.
+
+        Yields:
+            The nodes.
+        """
         from llama_index.core.storage.docstore.utils import json_to_doc
 
         for _key, record in self.kvstore.iter_values(self._node_collection, chunk):
@@ -348,7 +550,14 @@ class SQLiteDocumentStore(KVDocumentStore):
 
 
 def file_size(path: Union[str, Path]) -> int:
-    """Bytes of an SQLite file with its write-ahead log."""
+    """Bytes of an SQLite file with its write-ahead log.
+
+    Args:
+        path: the SQLite file.
+
+    Returns:
+        The size in bytes (0 when neither file exists).
+    """
     path = Path(path)
     return sum(p.stat().st_size for p in (path, Path(f"{path}-wal")) if p.exists())
 

@@ -77,6 +77,19 @@ class MatrixVectorStore(BasePydanticVectorStore):
 
     # -- writes ---------------------------------------------------------------------------
     def add(self, nodes: Sequence[BaseNode], **add_kwargs: Any) -> List[str]:
+        """Store the nodes' embeddings as unit vectors; a node id stored already is overwritten.
+
+        Args:
+            nodes: the nodes, each with an embedding of the store's dimension.
+            **add_kwargs: ignored (LlamaIndex's signature).
+
+        Returns:
+            The node ids, in order.
+
+        Raises:
+            ValueError: the embeddings differ in length, or from the store's dimension (another
+                embedding model?).
+        """
         if not nodes:
             return []
         vectors = np.asarray([n.get_embedding() for n in nodes], dtype=np.float32)
@@ -112,11 +125,27 @@ class MatrixVectorStore(BasePydanticVectorStore):
         return self._matrix
 
     def delete(self, ref_doc_id: str, **delete_kwargs: Any) -> None:
+        """Delete the vectors of every node of a document.
+
+        Args:
+            ref_doc_id: the document's id.
+            **delete_kwargs: ignored (LlamaIndex's signature).
+        """
         self._drop({i for i, ref in enumerate(self._ref_doc_ids) if ref == ref_doc_id})
 
     def delete_nodes(
         self, node_ids: Optional[List[str]] = None, filters: Any = None, **delete_kwargs: Any
     ) -> None:
+        """Delete the vectors of ``node_ids`` (unknown ids are skipped).
+
+        Args:
+            node_ids: the node ids; ``None`` deletes nothing.
+            filters: not supported (the store keeps no metadata).
+            **delete_kwargs: ignored (LlamaIndex's signature).
+
+        Raises:
+            ValueError: ``filters`` is given.
+        """
         if filters is not None:
             raise ValueError("MatrixVectorStore keeps no metadata: delete by node_ids or ref_doc_id")
         self._drop({self._row[i] for i in node_ids or [] if i in self._row})
@@ -136,14 +165,49 @@ class MatrixVectorStore(BasePydanticVectorStore):
 
     # -- reads ----------------------------------------------------------------------------
     def get(self, text_id: str) -> List[float]:
-        """The (unit) vector of one node, as ``SimpleVectorStore.get`` gives it."""
+        """The (unit) vector of one node, as ``SimpleVectorStore.get`` gives it.
+
+        Args:
+            text_id: the node id.
+
+        Returns:
+            The vector as a list of floats.
+
+        Raises:
+            KeyError: the id is unknown.
+        """
         return self._consolidate()[self._row[text_id]].tolist()
 
     def get_embeddings(self, node_ids: Sequence[str]) -> np.ndarray:
-        """Unit vectors of ``node_ids`` (a KeyError names an unknown id)."""
+        """Unit vectors of ``node_ids``.
+
+        Args:
+            node_ids: the node ids.
+
+        Returns:
+            A ``(len(node_ids), dimension)`` float32 array, rows in the order of ``node_ids``.
+
+        Raises:
+            KeyError: an id is unknown.
+        """
         return self._consolidate()[[self._row[i] for i in node_ids]]
 
     def query(self, query: VectorStoreQuery, **kwargs: Any) -> VectorStoreQueryResult:
+        """Exact cosine top-k over the matrix.
+
+        Args:
+            query: LlamaIndex's query: ``query_embedding``, ``similarity_top_k`` and, to restrict
+                the candidates, ``node_ids`` or ``doc_ids``.
+            **kwargs: ignored (LlamaIndex's signature).
+
+        Returns:
+            The ids and cosine similarities, best first; no nodes (the docstore holds
+                them).
+
+        Raises:
+            ValueError: metadata filters, a mode other than the default, or a query embedding of
+                another dimension.
+        """
         if query.filters is not None:
             raise ValueError(
                 "MatrixVectorStore keeps no metadata and cannot filter; restrict by node_ids or "
@@ -191,7 +255,14 @@ class MatrixVectorStore(BasePydanticVectorStore):
 
     # -- persistence ----------------------------------------------------------------------
     def persist(self, persist_path: str, fs: Any = None) -> None:
-        """One ``.npz`` file: the matrix, the node ids and their document ids."""
+        """Write one ``.npz`` file: the matrix, the node ids and their document ids.
+
+        The file is flushed to disk before returning.
+
+        Args:
+            persist_path: the file to write (its folder is created when missing).
+            fs: ignored (LlamaIndex's signature).
+        """
         buffer = io.BytesIO()
         np.savez(
             buffer,
@@ -208,7 +279,19 @@ class MatrixVectorStore(BasePydanticVectorStore):
 
     @classmethod
     def from_persist_path(cls, persist_path: str, fs: Any = None) -> "MatrixVectorStore":
-        """Load what :meth:`persist` wrote; ``ValueError`` naming the file when it is damaged."""
+        """Load what :meth:`persist` wrote.
+
+        Args:
+            persist_path: the ``.npz`` file.
+            fs: ignored (LlamaIndex's signature).
+
+        Returns:
+            The store.
+
+        Raises:
+            ValueError: the file is damaged (names it): unreadable, inconsistent lengths or
+                duplicate node ids.
+        """
         path = Path(persist_path)
         try:
             with np.load(path, allow_pickle=False) as data:

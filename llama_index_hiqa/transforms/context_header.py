@@ -146,6 +146,9 @@ def apply_header_format(node: BaseNode) -> None:
 
     Idempotent: keys are moved, never added twice; the text is not touched. A node whose
     ``metadata_template`` the user customised keeps it.
+
+    Args:
+        node: the node (changed in place).
     """
     present = [k for k in schema.VIEW_KEYS if node.metadata.get(k)]
     if not present:
@@ -294,6 +297,20 @@ class ContextHeaderTransform(TransformComponent):
         return asyncio_run(self.acall(nodes, **kwargs))
 
     async def acall(self, nodes: Sequence[BaseNode], **kwargs: Any) -> List[BaseNode]:
+        """Add the document title, document summary and section summaries to every node.
+
+        Per document first (its title when missing, then the summary that names it), then per
+        section, the LLM calls running concurrently. A call that fails after all retries leaves
+        its header out (counted in :attr:`failures`). Without an LLM the nodes are returned
+        unchanged, with a warning.
+
+        Args:
+            nodes: the segment nodes (changed in place).
+            **kwargs: ``show_progress`` (bool) shows progress bars; other keys are ignored.
+
+        Returns:
+            The nodes, in order.
+        """
         nodes = list(nodes)
         llm = resolve_llm(self.llm)
         if llm is None:
