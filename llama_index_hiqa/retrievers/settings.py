@@ -33,9 +33,12 @@ DEFAULT_HEAD_SHARE = 0.2
 
 # -- the multi-route retriever -------------------------------------------------------------
 class MultiRouteSettings(BaseModel):
-    """How :class:`~llama_index_hiqa.MultiRouteRetriever` asks its routes and fuses them: every
-    setting but the answer size and the fusion mode, which the pack sets at its top level
-    (``HiQAPackConfig.multi_route``)."""
+    """How :class:`~llama_index_hiqa.MultiRouteRetriever` asks its routes and fuses them.
+
+    Every setting of :class:`MultiRouteConfig` but the answer size and the fusion mode: the
+    pack's ``multi_route`` part (``HiQAPackConfig.similarity_top_k`` and ``fusion_mode`` are the
+    other two).
+    """
 
     model_config = ConfigDict(extra="forbid")
 
