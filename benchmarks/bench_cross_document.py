@@ -41,6 +41,7 @@ from benchmarks import _common, _results  # noqa: E402
 import numpy as np  # noqa: E402
 
 from llama_index_hiqa import schema  # noqa: E402
+from llama_index_hiqa.settings import updated  # noqa: E402
 import shared_data as datasets  # noqa: E402
 from llama_index_hiqa.evaluation.cross_document import RULES, cross_document_questions  # noqa: E402
 
@@ -88,7 +89,7 @@ def _pack_rows(pack, questions) -> Dict[str, Dict[str, Any]]:
     retrievers = {
         "HiQAPack (defaults: the focus follows the question)": pack.as_retriever(),
         "HiQAPack, fixed focus (focus_documents=1, the previous default)": DocumentFocusRetriever(
-            multi, embed_model=pack.embed_model, **{**pack.config.document_focus, "focus_documents": 1}
+            multi, embed_model=pack.embed_model, config=updated(pack.config.document_focus, focus_documents=1)
         ),
         "HiQAPack without the document focus (multi-route ranking)": multi,
     }

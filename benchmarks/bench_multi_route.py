@@ -36,6 +36,7 @@ from llama_index.core.base.base_retriever import BaseRetriever  # noqa: E402
 from llama_index.core.schema import NodeWithScore, QueryBundle, TextNode  # noqa: E402
 
 from llama_index_hiqa import schema  # noqa: E402
+from llama_index_hiqa.settings import updated  # noqa: E402
 import shared_data as datasets  # noqa: E402
 from llama_index_hiqa.retrievers.multi_route import MultiRouteRetriever  # noqa: E402
 from llama_index_hiqa.transforms.critical_keywords import CriticalKeywordExtractor  # noqa: E402
@@ -148,7 +149,7 @@ def run_variants(
         retriever = MultiRouteRetriever(
             vector_retriever=vector, nodes=nodes, keyword_extractor=extractor,
             keyword_index=multi.keyword_index, _bm25_route=multi._bm25,
-            config=multi.config.model_copy(update=update),
+            config=updated(multi.config, update),
         )
         variants[name] = retriever.full_ranking
     rankings = {name: [] for name in variants}

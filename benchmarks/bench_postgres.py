@@ -248,7 +248,7 @@ def run_financebench(args: argparse.Namespace) -> Dict[str, Any]:
 
     for name, pack in (("local_focus", local), ("postgres_focus", pg)):
         retriever = DocumentFocusRetriever(
-            pack.multi_route.with_settings(similarity_top_k=TOP), embed_model=pack.embed_model, **pack.config.document_focus
+            pack.multi_route.with_settings(similarity_top_k=TOP), embed_model=pack.embed_model, config=pack.config.document_focus
         )
         if name == "postgres_focus":
             with count_statements(pg.store) as counted:

@@ -39,6 +39,7 @@ import numpy as np  # noqa: E402
 from llama_index.core.schema import BaseNode, MetadataMode  # noqa: E402
 
 from llama_index_hiqa import schema  # noqa: E402
+from llama_index_hiqa.settings import updated  # noqa: E402
 import shared_data as datasets  # noqa: E402
 from llama_index_hiqa.evaluation import metrics  # noqa: E402
 
@@ -288,7 +289,7 @@ def retrieval_only(name: str, store_dir: Path):
     retriever = MultiRouteRetriever(
         vector_retriever=multi._vector_retriever, nodes=list(multi._nodes.values()),
         keyword_extractor=multi.keyword_extractor, keyword_index=multi.keyword_index, _bm25_route=multi._bm25,
-        config=multi.config.model_copy(update=VARIANTS[name].get("multi_route", {})),
+        config=updated(multi.config, VARIANTS[name].get("multi_route", {})),
     )
     return pack, retriever, {"loaded_s": load_s, "store_of": base}
 
@@ -302,7 +303,7 @@ def run_variant(name: str, questions, pdf_dir: Path, store_dir: Path, reuse: boo
         pack, timing = build_or_load(name, pdf_dir, store_dir / name, reuse)
         multi = pack.multi_route
     # What pack.as_retriever() returns (the chunk graph is off in these variants).
-    focus = {**pack.config.document_focus, **VARIANTS[name].get("document_focus", {})}
+    focus = {**pack.config.document_focus.model_dump(), **VARIANTS[name].get("document_focus", {})}
     retriever = multi
     if DocumentFocusConfig(**focus).enabled:
         retriever = DocumentFocusRetriever(multi, embed_model=pack.embed_model, **focus)

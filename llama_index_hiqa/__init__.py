@@ -79,6 +79,14 @@ _EXPORTS: Dict[str, str] = {
     # -- the pack
     "HiQAPack": "llama_index_hiqa.pack",
     "HiQAPackConfig": "llama_index_hiqa.pack_config",
+    # -- one typed settings tree: the parts of HiQAPackConfig and the helper that updates them
+    "PackKeywordSettings": "llama_index_hiqa.pack_config",
+    "KeywordSettings": "llama_index_hiqa.transforms.keyword_settings",
+    "MultiRouteSettings": "llama_index_hiqa.retrievers.settings",
+    "ChunkGraphSettings": "llama_index_hiqa.retrievers.settings",
+    "InteractionGraphSettings": "llama_index_hiqa.retrievers.settings",
+    "ChainSearchSettings": "llama_index_hiqa.retrievers.settings",
+    "updated": "llama_index_hiqa.settings",
     "PackStoreError": "llama_index_hiqa.errors",
     # -- drop-in: any LlamaIndex vector store, the demo data from an installed wheel
     "VectorStoreFeatureError": "llama_index_hiqa.errors",

@@ -217,6 +217,7 @@ def _ingest(args: argparse.Namespace, llm: Any, folder: Path, store: Any, databa
     import time
 
     from llama_index_hiqa.pack import HiQAPack
+    from llama_index_hiqa.settings import updated
 
     exists = _database_exists(store) if database else _store_exists(store)
     if exists and not (args.add or args.rebuild or args.sync):
@@ -243,7 +244,7 @@ def _ingest(args: argparse.Namespace, llm: Any, folder: Path, store: Any, databa
                 f"{args.embed_backend} vectors would mix two models (use --rebuild to change it)"
             )
         # Workers are this run's choice (this machine's cores), not the store's.
-        pack.config = pack.config.model_copy(update={"ingest_workers": args.workers})
+        pack.config = updated(pack.config, ingest_workers=args.workers)
         mode = "synced" if args.sync else "added to"
     else:
         pack = HiQAPack.empty(llm=llm, **settings)

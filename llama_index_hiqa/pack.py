@@ -62,11 +62,11 @@ from llama_index_hiqa.answers import (  # noqa: F401
 from llama_index_hiqa.defaults import resolve_llm
 from llama_index_hiqa.pack_config import (  # noqa: F401  (HiQAPackConfig re-exported: it was defined here)
     HiQAPackConfig,
-    chunk_graph_settings,
     default_embed_model,
     keyword_extractor,
     model_identity,
     route_settings,
+    warn_inapplicable_settings,
 )
 from llama_index_hiqa.errors import EmptyCorpusError, UnknownNodeError, VectorStoreFeatureError
 from llama_index_hiqa.ingestion import (
@@ -76,7 +76,8 @@ from llama_index_hiqa.ingestion_workers import batch_runner
 from llama_index_hiqa.pack_arguments import check_pack_arguments, checked_documents
 from llama_index_hiqa.vector_store_access import check_nodes_fit, delete_ref_doc, prepare_nodes_for_store
 from llama_index_hiqa.retrievers.chain_augmented import ChainAugmentedRetriever
-from llama_index_hiqa.retrievers.document_focus import DocumentFocusConfig, DocumentFocusRetriever
+from llama_index_hiqa.retrievers.document_focus import DocumentFocusRetriever
+from llama_index_hiqa.settings import updated
 from llama_index_hiqa.storage.vector_store import MatrixVectorStore
 
 logger = logging.getLogger(__name__)
@@ -111,6 +112,7 @@ class HiQAPack:
         self.index = index
         self.config = config or HiQAPackConfig()
         self.llm = resolve_llm(llm)
+        warn_inapplicable_settings(self.config, self.llm)
         self.embed_model = embed_model or index._embed_model
         self.read_failures: List[Any] = []
         self._multi_route = _multi_route
@@ -206,7 +208,7 @@ class HiQAPack:
 
             return PostgresHiQAPack.open(store, llm=llm, embed_model=embed_model, create=True, **{
                 **(config.model_dump() if config is not None else {}), **settings})
-        config = HiQAPackConfig(**{**(config or HiQAPackConfig()).model_dump(), **settings})
+        config = updated(config, settings, model_class=HiQAPackConfig)
         embed_model = default_embed_model(embed_model, config.embed_backend)
         storage = StorageContext.from_defaults(vector_store=vector_store or MatrixVectorStore())
         # The BM25 and keyword routes and segment integration read the nodes from the
@@ -258,11 +260,11 @@ class HiQAPack:
     def _build_graph(self) -> Any:
         from llama_index_hiqa.retrievers.chunk_graph import ChunkGraphRetriever
 
-        settings = chunk_graph_settings(self.config)
+        settings = self.config.chunk_graph
         return ChunkGraphRetriever.from_index(
             self.index, embed_model=self.embed_model, llm=self.llm,
-            keyword_fn=keyword_extractor(self.config).extract_query, graph_settings=settings["graph"],
-            show_progress=self.config.show_progress, **settings["search"],
+            keyword_fn=keyword_extractor(self.config).extract_query, graph_settings=settings.graph.model_dump(),
+            show_progress=self.config.show_progress, **settings.search.model_dump(),
         )
 
     def _invalidate(self) -> None:
@@ -326,9 +328,9 @@ class HiQAPack:
         if kwargs:
             retriever = self.multi_route.with_settings(**kwargs)  # type: ignore[attr-defined]
         if self.graph is not None:
-            retriever = ChainAugmentedRetriever(retriever, self.graph, **chunk_graph_settings(self.config)["budget"])
-        elif DocumentFocusConfig(**self.config.document_focus).enabled:
-            retriever = DocumentFocusRetriever(retriever, embed_model=self.embed_model, **self.config.document_focus)
+            retriever = ChainAugmentedRetriever(retriever, self.graph, **self.config.chunk_graph.budget.model_dump())
+        elif self.config.document_focus.enabled:
+            retriever = DocumentFocusRetriever(retriever, embed_model=self.embed_model, config=self.config.document_focus)
         if not kwargs:
             self._retriever = retriever
         return retriever

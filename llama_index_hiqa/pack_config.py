@@ -8,14 +8,27 @@ score |C| compares the two).
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Dict, Literal, Optional, Union
+import logging
+import warnings
+from typing import Annotated, Any, Dict, List, Literal, Optional, Union
 
 from llama_index.core.base.embeddings.base import BaseEmbedding
-from llama_index.core.bridge.pydantic import BaseModel, ConfigDict, Field, field_validator
+from llama_index.core.bridge.pydantic import BaseModel, ConfigDict, Field, model_validator
 from llama_index.core.llms import LLM
 
 from llama_index_hiqa.defaults import DEFAULT_EMBED_BACKEND, portable_model_name, resolve_embed_model, user_embed_model
 from llama_index_hiqa.embedding_backends import EmbedBackend
+from llama_index_hiqa.retrievers.settings import (
+    DEFAULT_SIMILARITY_TOP_K,
+    ChunkGraphSettings,
+    DocumentFocusConfig,
+    FusionMode,
+    MultiRouteConfig,
+    MultiRouteSettings,
+)
+from llama_index_hiqa.transforms.keyword_settings import KeywordSettings
+
+logger = logging.getLogger(__name__)
 
 # Below these a "segment" holds a few words: nodes multiply, and the cascade header alone can
 # fill the budget. The parsers accept at least 1; the pack's settings keep to useful sizes.
@@ -23,13 +36,39 @@ MIN_SEGMENT_CHARS = 200
 MIN_SEGMENT_TOKENS = 32
 
 
+class PackKeywordSettings(KeywordSettings):
+    """The pack's ``keywords`` part: :class:`~llama_index_hiqa.KeywordSettings` whose
+    ``ner_max_nodes`` follows the chunk graph unless set."""
+
+    ner_max_nodes: Union[Annotated[int, Field(ge=0)], Literal["auto"], None] = Field(
+        default="auto",
+        description="NER over the nodes' text at ingestion only when a call holds at most this many "
+        "nodes (None: always). 'auto': 0 (NER reads document titles and questions, the rules read "
+        "every node) unless use_chunk_graph is on, then None (IIER's keyword edges need the "
+        "entities of the text).",
+    )
+
+
+# Spellings of earlier releases: these MultiRouteConfig fields are the pack's top-level settings.
+_ROUTE_KEYS_AT_TOP = {"similarity_top_k": "similarity_top_k", "mode": "fusion_mode"}
+
+
 class HiQAPackConfig(BaseModel):
-    """Settings of the default pipeline; saved with the pack and restored by ``load``."""
+    """Settings of the default pipeline; saved with the pack and restored by ``load``.
+
+    A tree of typed settings: the pipeline's switches at the top, one part per component
+    (``keywords``, ``multi_route``, ``document_focus``, ``chunk_graph``), each knob in one place.
+    Nested parts may be given as mappings (``multi_route={"alpha": 0.5}``); an unknown key or a
+    bad value fails here, named by its path (``multi_route.alpha``). A part given replaces the
+    stored part as a whole (``HiQAPack.load(dir, multi_route={...})``).
+    """
 
     # A misspelt setting is an error, not a silently ignored keyword.
     model_config = ConfigDict(extra="forbid")
 
-    similarity_top_k: int = Field(default=5, ge=1, description="Evidence nodes per question.")
+    similarity_top_k: int = Field(
+        default=DEFAULT_SIMILARITY_TOP_K, ge=1, description="Evidence nodes per question."
+    )
     use_llm_formatter: bool = Field(
         default=True,
         description="With an LLM set, parse with HiQA's MarkdownFormatterParser (Algorithm 1); "
@@ -48,32 +87,34 @@ class HiQAPackConfig(BaseModel):
         description="PDFLayoutReader's fast engine also renders tables without rules (aligned value "
         "columns under their header row) as table units; off until measured on the product path.",
     )
-    keywords: Dict[str, Any] = Field(
-        default_factory=dict,
+    keywords: PackKeywordSettings = Field(
+        default_factory=PackKeywordSettings,
         description="CriticalKeywordExtractor settings for ingestion and queries, e.g. "
         "{'expert_keywords': [...]} or {'use_ner': False} (rules only, no spaCy).",
     )
-    fusion_mode: Literal["hiqa", "rrf", "relative_score", "dist_based_score"] = Field(
+    fusion_mode: FusionMode = Field(
         default="hiqa", description="MultiRouteRetriever fusion: hiqa, rrf, relative_score, dist_based_score."
     )
-    multi_route: Dict[str, Any] = Field(
-        default_factory=dict,
-        description="Further MultiRouteConfig settings (alpha, beta, candidates_per_route, ...).",
+    multi_route: MultiRouteSettings = Field(
+        default_factory=MultiRouteSettings,
+        description="The MultiRouteRetriever's other settings (alpha, beta, candidates_per_route, ...); "
+        "its top k and fusion mode are similarity_top_k and fusion_mode above.",
     )
     use_chunk_graph: bool = Field(
         default=False,
         description="IIER evidence chains (ChunkGraphRetriever) share the top k with the multi-route "
         "ranking, for multi-hop questions; NER then also reads node text at ingestion.",
     )
-    chunk_graph: Dict[str, Any] = Field(
-        default_factory=lambda: {"max_nodes": 5},
-        description="Chunk-graph settings: ChunkInteractionGraph fields (keyword_threshold, default "
-        "'auto': T from the collection's shared-keyword counts), ChainSearchSettings of the "
-        "ChunkGraphRetriever (max_hops, max_nodes, ...) and ChainBudget's head_share (the "
-        "multi-route nodes kept first in the top k before the chain nodes).",
+    chunk_graph: ChunkGraphSettings = Field(
+        default_factory=ChunkGraphSettings,
+        description="Chunk-graph settings: graph (ChunkInteractionGraph: keyword_threshold, default "
+        "'auto': T from the collection's shared-keyword counts), search (ChainSearchSettings of the "
+        "ChunkGraphRetriever: max_hops, max_nodes, ...) and budget (ChainBudget's head_share: the "
+        "multi-route nodes kept first in the top k before the chain nodes); a flat mapping is "
+        "sorted into the three.",
     )
-    document_focus: Dict[str, Any] = Field(
-        default_factory=dict,
+    document_focus: DocumentFocusConfig = Field(
+        default_factory=DocumentFocusConfig,
         description="DocumentFocusRetriever settings: the documents the question is about (the "
         "multi-route ranking's best one, plus those the question names or does not tell apart) are "
         "ranked again node by node (vector, BM25, heading-path similarity, a table bonus; one node "
@@ -126,88 +167,89 @@ class HiQAPackConfig(BaseModel):
         "each batch commits as it is indexed, a loaded store reads only what a question needs).",
     )
 
-    # The nested settings stay plain dicts (saved as JSON with the store) but are checked
-    # against the models that will receive them, here, not at the first question.
-    @field_validator("keywords")
+    @model_validator(mode="before")
     @classmethod
-    def _check_keywords(cls, value: Dict[str, Any]) -> Dict[str, Any]:
-        from llama_index_hiqa.transforms.critical_keywords import CriticalKeywordExtractor
+    def _route_keys_at_top(cls, data: Any) -> Any:
+        """``multi_route={"similarity_top_k": 8}`` (or ``"mode"``), accepted by earlier
+        releases and found in their saved settings, where it overrode the top-level setting:
+        it still does, with a warning naming both when they differ."""
+        if not isinstance(data, dict) or not isinstance(data.get("multi_route"), dict):
+            return data
+        routes = dict(data["multi_route"])
+        data = dict(data)
+        for inner, outer in _ROUTE_KEYS_AT_TOP.items():
+            if inner not in routes:
+                continue
+            value = routes.pop(inner)
+            if outer in data and data[outer] != value:
+                message = (
+                    f"multi_route.{inner}={value!r} overrides {outer}={data[outer]!r} (as in earlier "
+                    f"releases); set {outer} alone, at the top level"
+                )
+                warnings.warn(message, UserWarning, stacklevel=2)
+                logger.warning(message)
+            data[outer] = value
+        data["multi_route"] = routes
+        return data
 
-        _known_keys("keywords", value, CriticalKeywordExtractor.model_fields)
-        _check_values("keywords", value, CriticalKeywordExtractor)  # types and ranges, cheap to build
-        return value
+    def route_config(self) -> MultiRouteConfig:
+        """The :class:`~llama_index_hiqa.MultiRouteConfig` of the pack's multi-route retriever.
 
-    @field_validator("multi_route")
-    @classmethod
-    def _check_multi_route(cls, value: Dict[str, Any]) -> Dict[str, Any]:
-        from llama_index_hiqa.retrievers.multi_route import MultiRouteConfig
-
-        MultiRouteConfig(**value)  # extra="forbid": an unknown key names itself
-        return value
-
-    @field_validator("document_focus")
-    @classmethod
-    def _check_document_focus(cls, value: Dict[str, Any]) -> Dict[str, Any]:
-        from llama_index_hiqa.retrievers.document_focus import DocumentFocusConfig
-
-        DocumentFocusConfig(**value)  # extra="forbid": an unknown key names itself
-        return value
-
-    @field_validator("chunk_graph")
-    @classmethod
-    def _check_chunk_graph(cls, value: Dict[str, Any]) -> Dict[str, Any]:
-        from llama_index_hiqa.retrievers.chain_augmented import ChainBudget
-        from llama_index_hiqa.retrievers.chunk_graph import ChainSearchSettings, ChunkInteractionGraph
-
-        _known_keys(
-            "chunk_graph", value,
-            {**ChunkInteractionGraph.model_fields, **ChainSearchSettings.model_fields, **ChainBudget.model_fields},
+        Returns:
+            ``multi_route`` with ``similarity_top_k`` and ``fusion_mode`` (as ``mode``).
+        """
+        return MultiRouteConfig(
+            similarity_top_k=self.similarity_top_k, mode=self.fusion_mode, **self.multi_route.model_dump()
         )
-        for model in (ChunkInteractionGraph, ChainSearchSettings, ChainBudget):
-            _check_values("chunk_graph", {k: v for k, v in value.items() if k in model.model_fields}, model)
-        for key in ("max_hops", "max_nodes", "max_seeds"):
-            if key in value and (not isinstance(value[key], int) or value[key] < 1):
-                raise ValueError(f"chunk_graph[{key!r}] must be a whole number of at least 1, not {value[key]!r}")
-        return value
-
-
-def chunk_graph_settings(config: HiQAPackConfig) -> Dict[str, Dict[str, Any]]:
-    """``config.chunk_graph`` split by who receives each key: ``graph`` (ChunkInteractionGraph),
-    ``search`` (ChainSearchSettings of the ChunkGraphRetriever) and ``budget`` (ChainBudget of
-    the ChainAugmentedRetriever) — one place, so a graph setting never lands where it is ignored."""
-    from llama_index_hiqa.retrievers.chain_augmented import ChainBudget
-    from llama_index_hiqa.retrievers.chunk_graph import ChunkInteractionGraph
-
-    split: Dict[str, Dict[str, Any]] = {"graph": {}, "search": {}, "budget": {}}
-    for key, value in config.chunk_graph.items():
-        part = "graph" if key in ChunkInteractionGraph.model_fields else "budget" if key in ChainBudget.model_fields else "search"
-        split[part][key] = value
-    return split
-
-
-def _check_values(setting: str, value: Dict[str, Any], model: Any) -> None:
-    """Build ``model`` from ``value`` (the component the nested setting will configure) and
-    name the key of the first value it rejects: ``keywords['expert_keywords']: ...``."""
-    from pydantic import ValidationError
-
-    try:
-        model(**value)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        key = first["loc"][0] if first.get("loc") else "?"
-        shown = repr(value.get(key, first.get("input")))[:60]
-        raise ValueError(f"{setting}[{key!r}]: {first['msg']} (got {shown})") from None
-
-
-def _known_keys(setting: str, value: Dict[str, Any], known: Any) -> None:
-    unknown = sorted(set(value) - set(known))
-    if unknown:
-        raise ValueError(f"{setting}: unknown setting(s) {unknown}; known: {sorted(known)}")
 
 
 def route_settings(config: HiQAPackConfig) -> Dict[str, Any]:
-    """The MultiRouteRetriever settings of a pack configuration (one place)."""
-    return {"similarity_top_k": config.similarity_top_k, "mode": config.fusion_mode, **config.multi_route}
+    """The MultiRouteRetriever settings of a pack configuration, as keyword arguments."""
+    return config.route_config().model_dump()
+
+
+def inapplicable_settings(config: HiQAPackConfig, llm: Optional[LLM]) -> List[str]:
+    """The settings ``config`` holds that the pack will not use with ``llm``, each explained.
+
+    Whether a parser setting applies depends on the LLM, which the configuration does not
+    know; the pack calls :func:`warn_inapplicable_settings` when it is built.
+
+    Args:
+        config: The pack's settings.
+        llm: The pack's LLM (after ``Settings.llm``), or ``None``.
+
+    Returns:
+        One sentence per setting that has no effect, naming it; empty when all apply.
+    """
+    found: List[str] = []
+    if llm is not None and config.use_llm_formatter and config.max_segment_tokens != "auto":
+        found.append(
+            f"max_segment_tokens={config.max_segment_tokens!r} has no effect: with an LLM set and "
+            "use_llm_formatter=True the MarkdownFormatterParser parses (it bounds segments by "
+            "max_segment_chars); pass use_llm_formatter=False to bound them by tokens"
+        )
+    if config.use_chunk_graph and config.document_focus != DocumentFocusConfig():
+        found.append(
+            "document_focus has no effect with use_chunk_graph=True: the chain nodes share the top "
+            "k instead (their chains cross documents)"
+        )
+    if not config.use_chunk_graph and config.chunk_graph != ChunkGraphSettings():
+        found.append("chunk_graph has no effect without use_chunk_graph=True")
+    if not config.use_segment_integration and config.segment_preset is not None:
+        found.append("segment_preset has no effect without use_segment_integration=True")
+    return found
+
+
+def warn_inapplicable_settings(config: HiQAPackConfig, llm: Optional[LLM]) -> None:
+    """A ``UserWarning`` (and a log line) for each of :func:`inapplicable_settings`.
+
+    Args:
+        config: The pack's settings.
+        llm: The pack's LLM, or ``None``.
+    """
+    for message in inapplicable_settings(config, llm):
+        warnings.warn(message, UserWarning, stacklevel=3)
+        logger.warning(message)
 
 
 def default_embed_model(embed_model: Optional[BaseEmbedding], backend: Optional[str] = None) -> BaseEmbedding:
@@ -266,8 +308,10 @@ def keyword_extractor(config: HiQAPackConfig) -> Any:
     # by the named entities they share (the bridge entity of a multi-hop question); with the
     # rules alone (years, identifiers) the chains found no more of MuSiQue's evidence than
     # vector top-k (benchmarks/RESULTS.md, "Multi-hop on the product path").
-    defaults = {"show_progress": config.show_progress, "ner_max_nodes": None if config.use_chunk_graph else 0}
-    return CriticalKeywordExtractor(**{**defaults, **config.keywords})
+    settings = config.keywords.model_dump()
+    if settings["ner_max_nodes"] == "auto":
+        settings["ner_max_nodes"] = None if config.use_chunk_graph else 0
+    return CriticalKeywordExtractor(show_progress=config.show_progress, **settings)
 
 
 def graph_retriever_settings(
@@ -277,5 +321,5 @@ def graph_retriever_settings(
     ``keywords`` is the pack's ``CriticalKeywordExtractor``."""
     return {
         "docstore": index.docstore, "embed_model": embed_model, "llm": llm,
-        "keyword_fn": keywords.extract_query, **chunk_graph_settings(config)["search"],
+        "keyword_fn": keywords.extract_query, **config.chunk_graph.search.model_dump(),
     }

@@ -6,13 +6,14 @@ from __future__ import annotations
 import sys
 
 from llama_index_hiqa import cli, pack as pack_module
+from llama_index_hiqa.settings import updated
 from tests.pack_helpers import HashEmbedding
 
 _real_keyword_extractor = pack_module.keyword_extractor
 
 
 def _rules_only(config):
-    return _real_keyword_extractor(config.model_copy(update={"keywords": {"use_ner": False}}))
+    return _real_keyword_extractor(updated(config, keywords={"use_ner": False}))
 
 
 def main(argv=None) -> int:

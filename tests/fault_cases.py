@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Callable, Iterator, List, Optional, Tuple
 
 from llama_index_hiqa import cli, pack as pack_module
+from llama_index_hiqa.settings import updated
 from llama_index_hiqa.demo import DEMO_DATA_DIR
 from tests.pack_helpers import HashEmbedding
 
@@ -53,7 +54,7 @@ def cheap_models() -> Iterator[None]:
     """The hashing embedding and rules-only keywords (no model loads), restored afterwards."""
     real_embed, real_keywords = pack_module.default_embed_model, pack_module.keyword_extractor
     pack_module.default_embed_model = lambda m=None, backend=None: m or HashEmbedding()
-    pack_module.keyword_extractor = lambda c: real_keywords(c.model_copy(update={"keywords": {"use_ner": False}}))
+    pack_module.keyword_extractor = lambda c: real_keywords(updated(c, keywords={"use_ner": False}))
     try:
         yield
     finally:

@@ -90,18 +90,18 @@ def test_bad_settings_fail_at_construction_naming_the_setting(settings, name):
 
 
 def test_pack_config_accepts_the_budget_setting_and_names_a_bad_one():
-    assert HiQAPackConfig(chunk_graph={"head_share": 0.6}).chunk_graph["head_share"] == 0.6
+    assert HiQAPackConfig(chunk_graph={"head_share": 0.6}).chunk_graph.budget.head_share == 0.6
     with pytest.raises(ValueError, match="head_share"):
         HiQAPackConfig(chunk_graph={"head_share": 2})
 
 
-def test_pack_config_sends_each_chunk_graph_key_to_its_receiver():
-    from llama_index_hiqa.pack_config import chunk_graph_settings
-
-    config = HiQAPackConfig(chunk_graph={"keyword_threshold": 2, "max_nodes": 7, "head_share": 0.2})
-    assert chunk_graph_settings(config) == {
-        "graph": {"keyword_threshold": 2}, "search": {"max_nodes": 7}, "budget": {"head_share": 0.2},
-    }
+def test_pack_config_sends_each_flat_chunk_graph_key_to_its_receiver():
+    config = HiQAPackConfig(chunk_graph={"keyword_threshold": 2, "max_nodes": 7, "head_share": 0.3})
+    parts = config.chunk_graph
+    assert (parts.graph.keyword_threshold, parts.search.max_nodes, parts.budget.head_share) == (2, 7, 0.3)
+    assert parts == HiQAPackConfig(
+        chunk_graph={"graph": {"keyword_threshold": 2}, "search": {"max_nodes": 7}, "budget": {"head_share": 0.3}}
+    ).chunk_graph
 
 
 def test_pack_sends_graph_search_and_budget_settings_where_they_act():

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from llama_index_hiqa import cli, pack as pack_module
+from llama_index_hiqa.settings import updated
 from llama_index_hiqa.demo import DEMO_DATA_DIR
 from llama_index_hiqa.pack import NO_LLM_NOTICE
 from llama_index_hiqa.storage import pack_files
@@ -26,7 +27,7 @@ _real_keyword_extractor = pack_module.keyword_extractor
 
 def _rules_only(config):
     # rules-only critical keywords: no spaCy model in the fast CLI tests
-    return _real_keyword_extractor(config.model_copy(update={"keywords": {"use_ner": False}}))
+    return _real_keyword_extractor(updated(config, keywords={"use_ner": False}))
 
 
 @pytest.fixture(autouse=True)

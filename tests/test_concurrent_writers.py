@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from llama_index_hiqa import pack as pack_module
+from llama_index_hiqa.settings import updated
 from llama_index_hiqa.errors import StoreConflictError
 from llama_index_hiqa.pack import HiQAPack
 from llama_index_hiqa.storage.snapshots import current_snapshot
@@ -64,7 +65,7 @@ def cheap(monkeypatch):
     real = pack_module.keyword_extractor
     monkeypatch.setattr(
         pack_module, "keyword_extractor",
-        lambda config: real(config.model_copy(update={"keywords": {"use_ner": False}})),
+        lambda config: real(updated(config, keywords={"use_ner": False})),
     )
 
 

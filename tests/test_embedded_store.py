@@ -19,6 +19,7 @@ from llama_index.core.schema import Document, NodeRelationship, RelatedNodeInfo,
 from llama_index.core.vector_stores.types import VectorStoreQuery
 
 from llama_index_hiqa import MatrixVectorStore, schema
+from llama_index_hiqa.settings import updated
 from llama_index_hiqa.demo import load_demo_documents
 from llama_index_hiqa.errors import InvalidSettingError, PackStoreError
 from llama_index_hiqa.pack import HiQAPack
@@ -384,7 +385,7 @@ def test_the_command_line_builds_adds_to_asks_and_deletes_from_an_embedded_store
 
     real = pack_module.keyword_extractor
     monkeypatch.setattr(pack_module, "default_embed_model", lambda m=None, backend=None: m or HashEmbedding())
-    monkeypatch.setattr(pack_module, "keyword_extractor", lambda c: real(c.model_copy(update=FAST)))
+    monkeypatch.setattr(pack_module, "keyword_extractor", lambda c: real(updated(c, FAST)))
     store = tmp_path / "s"
     base = ["ingest", str(DEMO_DATA_DIR), "--store", str(store), "--quiet"]
     assert cli.main(base + ["--store-format", "embedded"]) == 0

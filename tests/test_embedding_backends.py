@@ -10,6 +10,7 @@ import pytest
 from llama_index.core.base.embeddings.base import BaseEmbedding
 
 from llama_index_hiqa import defaults
+from llama_index_hiqa.settings import updated
 from llama_index_hiqa import embedding_backends as eb
 from llama_index_hiqa.errors import OfflineModelError, UnknownEmbedBackendError
 
@@ -292,7 +293,7 @@ def test_cli_ingest_embed_backend_reaches_the_store(hash_backends, tmp_path, mon
 
     real = pack_module.keyword_extractor
     monkeypatch.setattr(
-        pack_module, "keyword_extractor", lambda c: real(c.model_copy(update={"keywords": {"use_ner": False}}))
+        pack_module, "keyword_extractor", lambda c: real(updated(c, keywords={"use_ner": False}))
     )
     store = tmp_path / "s"
     args = ["ingest", str(DEMO_DATA_DIR), "--store", str(store), "--quiet", "--embed-backend", "onnx-int8"]

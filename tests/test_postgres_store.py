@@ -25,6 +25,7 @@ pytest.importorskip("llama_index.vector_stores.postgres")
 from llama_index.core.schema import Document  # noqa: E402
 
 from llama_index_hiqa import cli, schema  # noqa: E402
+from llama_index_hiqa.settings import updated  # noqa: E402
 from llama_index_hiqa import pack as pack_module  # noqa: E402
 from llama_index_hiqa.demo import DEMO_DATA_DIR, load_demo_documents  # noqa: E402
 from llama_index_hiqa.errors import PackStoreError, UnknownNodeError  # noqa: E402
@@ -367,9 +368,9 @@ def test_a_folder_pack_copied_into_a_database_ranks_the_same(url, local_pack):
 
 def test_persist_saves_the_settings_in_the_database(url, documents):
     pack = HiQAPack.from_documents(documents[:2], embed_model=HashEmbedding(), store=url, **FAST)
-    pack.config = pack.config.model_copy(update={"multi_route": {"alpha": 0.5}})
+    pack.config = updated(pack.config, multi_route={"alpha": 0.5})
     assert pack.persist(url) == mask_url(url)
-    assert HiQAPack.load(url, embed_model=HashEmbedding()).config.multi_route == {"alpha": 0.5}
+    assert HiQAPack.load(url, embed_model=HashEmbedding()).config.multi_route.alpha == 0.5
     with pytest.raises(PackStoreError, match="cannot be persisted"):
         pack.persist("/tmp/elsewhere")
 

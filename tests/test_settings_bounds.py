@@ -19,6 +19,7 @@ from llama_index_hiqa.parsers._markdown_segments import _split_table, _sub_split
 from llama_index_hiqa.parsers.layout_markdown import LayoutMarkdownParser
 from llama_index_hiqa.retrievers.chain_augmented import ChainBudget
 from llama_index_hiqa.retrievers.chunk_graph import ChainSearchSettings, ChunkInteractionGraph
+from llama_index_hiqa.settings import updated
 from tests.pack_helpers import HashEmbedding
 
 
@@ -35,7 +36,7 @@ class WindowedHashEmbedding(HashEmbedding):
 def _rules_only(monkeypatch):
     real = pack_module.keyword_extractor
     monkeypatch.setattr(
-        pack_module, "keyword_extractor", lambda c: real(c.model_copy(update={"keywords": {**c.keywords, "use_ner": False}}))
+        pack_module, "keyword_extractor", lambda c: real(updated(c, keywords=updated(c.keywords, use_ner=False)))
     )
 
 
@@ -46,11 +47,11 @@ def _rules_only(monkeypatch):
         ({"max_segment_chars": 0}, "max_segment_chars"),
         ({"max_segment_tokens": 0}, "max_segment_tokens"),
         ({"max_segment_tokens": -1}, "max_segment_tokens"),
-        ({"keywords": {"expert_keywords": "NX"}}, "keywords['expert_keywords']"),
-        ({"keywords": {"min_length": 0}}, "keywords['min_length']"),
-        ({"chunk_graph": {"keyword_threshold": "sometimes"}}, "chunk_graph['keyword_threshold']"),
-        ({"chunk_graph": {"keyword_threshold": 0}}, "chunk_graph['keyword_threshold']"),
-        ({"chunk_graph": {"semantic_top_k": -1}}, "chunk_graph['semantic_top_k']"),
+        ({"keywords": {"expert_keywords": "NX"}}, "keywords.expert_keywords"),
+        ({"keywords": {"min_length": 0}}, "keywords.min_length"),
+        ({"chunk_graph": {"keyword_threshold": "sometimes"}}, "chunk_graph.graph.keyword_threshold"),
+        ({"chunk_graph": {"keyword_threshold": 0}}, "chunk_graph.graph.keyword_threshold"),
+        ({"chunk_graph": {"semantic_top_k": -1}}, "chunk_graph.graph.semantic_top_k"),
         ({"similarity_top_k": 0}, "similarity_top_k"),
         ({"ingest_batch_size": 0}, "ingest_batch_size"),
     ],

@@ -19,36 +19,10 @@ import math
 from typing import Any, List, Optional
 
 from llama_index.core.base.base_retriever import BaseRetriever
-from llama_index.core.bridge.pydantic import BaseModel, ConfigDict, Field
 from llama_index.core.schema import NodeWithScore, QueryBundle
 
-# At k = 5: the first retriever's best node first (a single-hop question keeps its rank-1
-# answer), the chains the other 4 places. Measured on the even-numbered MuSiQue and HotpotQA
-# questions of the multi-hop product-path benchmark (benchmarks/bench_multihop_product.py):
-# with title-mention edges 1 head node is the best or within one question of the best on
-# both sets, and a per-question share read from the first ranking's score gap (0.0 or 0.2)
-# gains nothing over it, so the smallest head that keeps rank 1 is kept.
-DEFAULT_HEAD_SHARE = 0.2
+from llama_index_hiqa.retrievers.settings import DEFAULT_HEAD_SHARE, ChainBudget  # noqa: F401 (re-exported)
 
-
-class ChainBudget(BaseModel):
-    """How the first retriever's ranking and the chain nodes share the top-k budget."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    head_share: float = Field(
-        default=DEFAULT_HEAD_SHARE,
-        ge=0.0,
-        le=1.0,
-        description="Share of the top-k budget kept for the first retriever's best nodes "
-        "(rounded up: 0.2 of 5 keeps 1, 0.4 keeps 2); chain nodes fill the rest of the k. 1.0: the first "
-        "ranking's k nodes, then the chain nodes (appended only); 0.0: chain nodes first.",
-    )
-    top_k: Optional[int] = Field(
-        default=None,
-        ge=1,
-        description="The budget k; None: as many nodes as the first retriever returned.",
-    )
 
 
 def share_budget(

@@ -30,7 +30,6 @@ from typing import Any, Dict, List, Optional, Sequence, Set, Tuple
 
 import numpy as np
 from llama_index.core.base.embeddings.base import BaseEmbedding
-from llama_index.core.bridge.pydantic import BaseModel, Field
 from llama_index.core.llms import LLM
 from llama_index.core.retrievers import BaseRetriever
 from llama_index.core.schema import BaseNode, MetadataMode, NodeWithScore, QueryBundle, TextNode
@@ -40,6 +39,7 @@ from llama_index_hiqa import schema
 from llama_index_hiqa.vector_store_access import index_nodes
 from llama_index_hiqa.defaults import resolve_embed_model, resolve_llm
 from llama_index_hiqa.errors import GraphBuildError, LLMOutputError, UnknownNodeError
+from llama_index_hiqa.retrievers.settings import ChainSearchSettings  # noqa: F401 (re-exported)
 from llama_index_hiqa.retrievers.chain_scorers import N_FEATURES, ChainScorer, DefaultChainScorer
 from llama_index_hiqa.retrievers.chunk_interaction_graph import (  # noqa: F401 (re-exported)
     GRAPH_FILE,
@@ -67,35 +67,6 @@ QUESTION_KEYWORDS_PROMPT = QUERY_KEYWORD_PROMPT
 
 
 # --- the retriever -------------------------------------------------------------------
-
-
-class ChainSearchSettings(BaseModel):
-    """Settings of the evidence-chain search (IIER §3.2, §4.3)."""
-
-    max_hops: int = Field(default=5, ge=1, description="Hops per chain after the seed (paper: path length 5).")
-    max_nodes: int = Field(default=10, ge=1, description="Budget: total nodes returned over all chains.")
-    max_seeds: int = Field(default=5, ge=1, description="At most this many seeds (chains) per question.")
-    vector_seeds: int = Field(
-        default=1, ge=0,
-        description="Top vector hits added as seeds after the keyword seeds (paper: only when no "
-        "keyword matches; 1 keeps the best dense hit even when keywords mislead).",
-    )
-    title_keywords_for_seeds: bool = Field(
-        default=True,
-        description="Seed matching also matches question keywords against chunk document titles "
-        "(titles are excluded from keyword edges only, as the paper argues for graph density).",
-    )
-    max_candidates_per_keyword: int = Field(
-        default=100, ge=1,
-        description="Seed candidates per question keyword: a keyword in more chunks contributes "
-        "only its chunks most similar to the question.",
-    )
-    merge_chains: bool = Field(default=False, description="Return each chain as one merged node.")
-    fill_budget: bool = Field(
-        default=True,
-        description="When the chains end before max_nodes, fill the rest with the best vector hits "
-        "not yet returned (each a one-node chain), so the budget is used as with vector top-k.",
-    )
 
 
 class ChunkGraphRetriever(BaseRetriever):

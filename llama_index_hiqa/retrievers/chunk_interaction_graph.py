@@ -27,18 +27,19 @@ import logging
 from collections import defaultdict
 from pathlib import Path
 from typing import (
-    Annotated, Any, Callable, Dict, FrozenSet, Iterable, List, Literal, Mapping, Optional, Sequence, Set, Tuple, Union,
+    Any, Callable, Dict, FrozenSet, Iterable, List, Mapping, Optional, Sequence, Set, Tuple, Union,
 )
 
 import networkx as nx
 import numpy as np
 from llama_index.core.base.embeddings.base import BaseEmbedding
-from llama_index.core.bridge.pydantic import BaseModel, ConfigDict, Field, PrivateAttr
+from llama_index.core.bridge.pydantic import ConfigDict, PrivateAttr
 from llama_index.core.schema import BaseNode, MetadataMode
 
 from llama_index_hiqa import schema
 from llama_index_hiqa.defaults import resolve_embed_model
 from llama_index_hiqa.errors import GraphBuildError, UnknownNodeError
+from llama_index_hiqa.retrievers.settings import InteractionGraphSettings
 from llama_index_hiqa.transforms.critical_keywords import CriticalKeywordExtractor, normalize_keyword
 
 logger = logging.getLogger(__name__)
@@ -111,7 +112,7 @@ def resolve_keyword_threshold(
     return int(counts.max()) + 1
 
 
-class ChunkInteractionGraph(BaseModel):
+class ChunkInteractionGraph(InteractionGraphSettings):
     """Chunks as nodes (by docstore id); structural, semantic and keyword edges (IIER §3.1).
 
     >>> graph = ChunkInteractionGraph.from_nodes(nodes)        # nodes carry embeddings or
@@ -120,45 +121,6 @@ class ChunkInteractionGraph(BaseModel):
     """
 
     model_config = ConfigDict(arbitrary_types_allowed=True)
-
-    semantic_top_k: int = Field(
-        default=5, ge=0, description="Semantic edges from each chunk to its k most similar chunks (paper: 5)."
-    )
-    min_similarity: float = Field(
-        default=0.0, ge=-1.0, le=1.0, description="Semantic edges below this cosine are not added."
-    )
-    keyword_threshold: Union[Annotated[int, Field(ge=1)], Literal["auto"]] = Field(
-        default="auto",
-        description="Keyword edge when two chunks share at least this many keywords (paper: more "
-        "than two, T = 3). 'auto': the smallest T whose keyword edges average at most "
-        "max_keyword_degree per chunk, read from the collection's own shared-keyword counts.",
-    )
-    max_keyword_degree: float = Field(
-        default=20.0,
-        gt=0,
-        description="For keyword_threshold='auto': most keyword edges per chunk on average (4x the "
-        "paper's 5 semantic neighbours), so keyword edges link bridge entities without "
-        "flooding the walk.",
-    )
-    max_keyword_fraction: float = Field(
-        default=0.01, gt=0.0, le=1.0,
-        description="Keywords found in more than this fraction of the chunks are too common to link chunks.",
-    )
-    min_common_count: int = Field(
-        default=20, ge=0,
-        description="...but a keyword is only ever 'too common' above this many chunks (small corpora).",
-    )
-    title_mentions: bool = Field(
-        default=True,
-        description="A chunk whose keywords name another document's title also shares that keyword "
-        "with the other document's chunks (a hyperlink, in Wikipedia terms). Titles never link chunks "
-        "of one document, as IIER argues; False: the paper's keyword edges only.",
-    )
-    block_size: int = Field(
-        default=1024, ge=1,
-        description="Most rows per block of the top-k similarity product (also capped at ~4M "
-        "similarities per block, which bounds the build's memory).",
-    )
 
     _graph: nx.Graph = PrivateAttr(default_factory=nx.Graph)
     _ids: List[str] = PrivateAttr(default_factory=list)

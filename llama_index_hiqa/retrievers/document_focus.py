@@ -44,77 +44,18 @@ from typing import Any, Dict, List, Mapping, NamedTuple, Optional, Sequence, Tup
 import numpy as np
 from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.base.embeddings.base import BaseEmbedding
-from llama_index.core.bridge.pydantic import BaseModel, ConfigDict, Field
 from llama_index.core.schema import BaseNode, NodeWithScore, QueryBundle
 
 from llama_index_hiqa import schema
 from llama_index_hiqa.retrievers import focus_share
-from llama_index_hiqa.retrievers.multi_route import BM25, KEYWORDS, VECTOR
+from llama_index_hiqa.retrievers.settings import BM25, KEYWORDS, VECTOR, DocumentFocusConfig  # noqa: F401 (re-exported)
+from llama_index_hiqa.settings import updated
 
 logger = logging.getLogger(__name__)
 
 HEADING, HEADING_WORDS, TABLE, FOCUS = "heading", "heading_words", "table", "focus"
 FOCUS_DOCUMENTS = "focus_documents"  # route-score key: how many documents shared the places
 _NUMBER = re.compile(r"^[(\-–$€£]*[\d][\d,.]*[)%]*$")
-
-
-class DocumentFocusConfig(BaseModel):
-    """Settings of :class:`DocumentFocusRetriever`.
-
-    The weights are on the scale of the min-max normalised vector/BM25 mix (0..1). They were
-    chosen on FinanceBench's development questions (benchmarks/RESULTS.md says so).
-    """
-
-    model_config = ConfigDict(extra="forbid")
-
-    focus_documents: Optional[int] = Field(
-        default=None,
-        ge=0,
-        description="At most this many documents are ranked again node by node and share the "
-        "first places. None: as many as the question needs (the documents it names, or those "
-        "its words do not tell apart; focus_share.py); 1: the best document alone; 0: off, "
-        "the multi-route ranking as it is.",
-    )
-    heading_weight: float = Field(
-        default=0.2,
-        ge=0.0,
-        description="Weight of the question's cosine similarity to the node's heading path "
-        "(titles only, no document title), min-max normalised inside the document.",
-    )
-    heading_words_weight: float = Field(
-        default=0.2,
-        ge=0.0,
-        description="Weight of the share of a heading's words that the question names (0..1, "
-        "stemmed, stop words left out, the best of the node's heading levels).",
-    )
-    table_weight: float = Field(
-        default=0.2,
-        ge=0.0,
-        description="Bonus of a table-like node: a table segment, or text whose share of "
-        "number tokens is at least table_number_share.",
-    )
-    table_number_share: float = Field(
-        default=0.3,
-        gt=0.0,
-        le=1.0,
-        description="Share of a node's tokens that must be numbers (1,234 / (56) / 7.5%) for it "
-        "to count as a table.",
-    )
-    pages_first: bool = Field(
-        default=True,
-        description="List the best node of each page before a second node of any page.",
-    )
-    max_document_nodes: int = Field(
-        default=20_000,
-        ge=1,
-        description="Documents with more nodes are not ranked again (cost limit): the "
-        "multi-route ranking is returned as it is.",
-    )
-
-    @property
-    def enabled(self) -> bool:
-        """Whether the focus re-ranks anything (``focus_documents`` is not 0)."""
-        return self.focus_documents != 0
 
 
 # -- pure functions ----------------------------------------------------------------------
@@ -239,7 +180,7 @@ class DocumentFocusRetriever(BaseRetriever):
         config: Optional[DocumentFocusConfig] = None,
         **settings: Any,
     ) -> None:
-        self.config = DocumentFocusConfig(**{**(config or DocumentFocusConfig()).model_dump(), **settings})
+        self.config = updated(config, settings, model_class=DocumentFocusConfig)
         self.multi_route = multi_route
         self._embed_model = embed_model
         self._heading_vectors: Dict[str, np.ndarray] = {}

@@ -40,11 +40,10 @@ import json
 import logging
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Literal, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import llama_index.core.instrumentation as instrument
 from llama_index.core.base.base_retriever import BaseRetriever
-from llama_index.core.bridge.pydantic import BaseModel, ConfigDict, Field
 from llama_index.core.callbacks.base import CallbackManager
 from llama_index.core.indices.vector_store.base import VectorStoreIndex
 from llama_index.core.schema import BaseNode, NodeWithScore, QueryBundle
@@ -57,76 +56,17 @@ from llama_index_hiqa.events import MultiRouteRetrievalEndEvent, RouteFailedEven
 from llama_index_hiqa.errors import RetrievalRouteError, UnknownNodeError
 from llama_index_hiqa.retrievers import fusion, title_match
 from llama_index_hiqa.retrievers.bm25_route import BM25Route as _BM25Route
+from llama_index_hiqa.retrievers.settings import (  # noqa: F401 (re-exported: they were defined here)
+    BM25, KEYWORDS, ROUTES, VECTOR, FusionMode, MultiRouteConfig,
+)
+from llama_index_hiqa.settings import updated
 from llama_index_hiqa.transforms.critical_keywords import CriticalKeywordExtractor, KeywordIndex, normalize_keyword
 
 logger = logging.getLogger(__name__)
 dispatcher = instrument.get_dispatcher(__name__)
 
-VECTOR, BM25, KEYWORDS = "vector", "bm25", "keywords"
-ROUTES = (VECTOR, BM25, KEYWORDS)
-FusionMode = Literal["hiqa", "rrf", "relative_score", "dist_based_score"]
 CONFIG_FILENAME = "multi_route.json"
 BM25_DIRNAME = "bm25"
-
-
-class MultiRouteConfig(BaseModel):
-    """Settings of :class:`MultiRouteRetriever` (persisted with it)."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    similarity_top_k: int = Field(default=10, ge=1, description="Nodes returned per query.")
-    candidates_per_route: int = Field(
-        default=100,
-        ge=1,
-        description="Candidates each route contributes before fusion (well above top_k, so a "
-        "node ranked low by one route can be lifted by the others).",
-    )
-    mode: FusionMode = Field(
-        default="hiqa",
-        description="'hiqa' (formula 2), 'rrf' (weighted reciprocal rank, k=60), "
-        "'relative_score' or 'dist_based_score' (LlamaIndex's definitions).",
-    )
-    alpha: float = Field(
-        default=0.7,
-        ge=0.0,
-        le=1.0,
-        description="HiQA α: weight of the vector score against BM25. The paper raises α for "
-        "well-structured collections (heading cascade in the embedding), lowers it otherwise.",
-    )
-    beta: Union[float, Literal["auto"]] = Field(
-        default="auto",
-        description="HiQA β: weight of the keyword bonus log(1+|C|). 'auto' ties it to "
-        "|documents| / average pages (fusion.auto_beta): more, shorter documents -> larger β.",
-    )
-    document_keyword_weight: float = Field(
-        default=2.0,
-        ge=0.0,
-        description="How much a matched keyword counts in |C| when it is in the node's document "
-        "title (1.0: the paper's plain count). The title says what the whole document is "
-        "(3M 2018 10-K); the same year in the text is often a comparative figure of a later filing.",
-    )
-    match_name_abbreviations: bool = Field(
-        default=True,
-        description="Count a document's name keyword for a question that abbreviates the name "
-        "('AMEX' for American Express, 'JnJ' for Johnson & Johnson) or writes its words apart "
-        "('Best Buy's'); names are the multi-word keywords of the document titles.",
-    )
-    latest_year_in_titles: bool = Field(
-        default=True,
-        description="When a question names several years, match only the latest against "
-        "document titles: a report of a year carries the previous years as comparatives, so "
-        "'FY2022 and FY2021' is the FY2022 report. Every year still counts in the text.",
-    )
-    beta_min: float = Field(default=0.5, ge=0.0, description="β for beta='auto' as |D|/pages -> 0.")
-    beta_max: float = Field(default=2.0, ge=0.0, description="β for beta='auto' as |D|/pages -> ∞.")
-    route_weights: Dict[str, float] = Field(
-        default_factory=lambda: {VECTOR: 1.0, BM25: 1.0, KEYWORDS: 1.0},
-        description="Per-route weights of the 'rrf', 'relative_score' and 'dist_based_score' modes.",
-    )
-    rrf_k: float = Field(default=fusion.RRF_K, gt=0, description="k of reciprocal rank fusion.")
-    use_bm25: bool = Field(default=True, description="Ask the BM25 route.")
-    use_keywords: bool = Field(default=True, description="Ask the critical-keyword route.")
-    bm25_language: str = Field(default="en", description="Stop-word language of the default BM25 tokenizer.")
 
 
 def _collection_shape(nodes: Sequence[BaseNode]) -> Tuple[int, float]:
@@ -197,7 +137,7 @@ class MultiRouteRetriever(BaseRetriever):
         **settings: Any,
     ) -> None:
         # Settings may come as a config object and/or keyword arguments (validated either way).
-        self.config = MultiRouteConfig(**{**(config or MultiRouteConfig()).model_dump(), **settings})
+        self.config = updated(config, settings, model_class=MultiRouteConfig)
         if nodes is None and docstore is not None:
             nodes = list(docstore.docs.values())
         nodes_list = list(nodes or [])
@@ -260,7 +200,7 @@ class MultiRouteRetriever(BaseRetriever):
         """
         config = kwargs.pop("config", None) or MultiRouteConfig()
         updates = {k: kwargs.pop(k) for k in list(kwargs) if k in MultiRouteConfig.model_fields}
-        config = MultiRouteConfig(**{**config.model_dump(), **updates})
+        config = updated(config, updates)
         vector = index.as_retriever(similarity_top_k=config.candidates_per_route)
         docstore = kwargs.pop("docstore", None)
         if nodes is None:  # result nodes are then read by id from the docstore that holds them
@@ -359,7 +299,7 @@ class MultiRouteRetriever(BaseRetriever):
         """The same indexes under other settings (``similarity_top_k``, ``mode``, ``alpha``,
         ...): nothing is re-indexed unless a route that was off is switched on."""
         clone = copy.copy(self)
-        clone.config = MultiRouteConfig(**{**self.config.model_dump(), **settings})
+        clone.config = updated(self.config, settings)
         old, new = self.config, clone.config
         needs_nodes = (new.use_bm25 and self._bm25 is None) or (new.use_keywords and not old.use_keywords)
         needs_titles = (new.use_keywords, new.document_keyword_weight == 1.0) != (

@@ -33,6 +33,7 @@ from llama_index_hiqa.pack_config import HiQAPackConfig, model_identity, route_s
 from llama_index_hiqa.retrievers import title_match
 from llama_index_hiqa.retrievers.bm25_route import BM25Route
 from llama_index_hiqa.retrievers.multi_route import MultiRouteConfig, MultiRouteRetriever
+from llama_index_hiqa.settings import updated
 from llama_index_hiqa.retrievers.store_vectors import cosine_scale
 from llama_index_hiqa.storage.embedded import EmbeddedStore
 from llama_index_hiqa.transforms.critical_keywords import CriticalKeywordExtractor, KeywordIndex
@@ -131,7 +132,7 @@ class EmbeddedMultiRouteRetriever(MultiRouteRetriever):
         BaseRetriever.__init__(self)
 
     def with_settings(self, **settings: Any) -> "MultiRouteRetriever":
-        new = MultiRouteConfig(**{**self.config.model_dump(), **settings})
+        new = updated(self.config, settings)
         if new.use_bm25 and self._bm25 is None:
             raise InvalidSettingError("use_bm25", "the BM25 route was off when this retriever was built; load the pack with it on")
         clone = EmbeddedMultiRouteRetriever(

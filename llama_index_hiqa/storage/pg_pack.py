@@ -99,7 +99,7 @@ class PostgresHiQAPack(HiQAPack):
             from llama_index_hiqa.storage.pg_graph import StoredChunkGraph
 
             pack.stored_graph = StoredChunkGraph(
-                store, _pack.chunk_graph_settings(config)["graph"], keyword_fn=_pack.keyword_extractor(config).extract_query,
+                store, config.chunk_graph.graph.model_dump(), keyword_fn=_pack.keyword_extractor(config).extract_query,
                 embed_model=embed_model,
             )
         return pack

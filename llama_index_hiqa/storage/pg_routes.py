@@ -29,6 +29,7 @@ from llama_index.core.schema import BaseNode, NodeWithScore, QueryBundle
 
 from llama_index_hiqa.retrievers import title_match
 from llama_index_hiqa.retrievers.multi_route import BM25, KEYWORDS, VECTOR, MultiRouteConfig, MultiRouteRetriever
+from llama_index_hiqa.settings import updated
 from llama_index_hiqa.storage.pg_schema import (
     DOCUMENT_NODES_SQL,
     KEYWORD_SQL,
@@ -122,7 +123,7 @@ class PostgresMultiRouteRetriever(MultiRouteRetriever):
         **settings: Any,
     ) -> None:
         # MultiRouteRetriever.__init__ builds in-memory indexes from the nodes; none are built here.
-        self.config = MultiRouteConfig(**{**(config or MultiRouteConfig()).model_dump(), **settings})
+        self.config = updated(config, settings, model_class=MultiRouteConfig)
         self._store = store
         self._ef_search = max(ef_search or 0, store.settings.hnsw_ef_search)
         self._nodes = _StoredNodes(store)
@@ -150,7 +151,7 @@ class PostgresMultiRouteRetriever(MultiRouteRetriever):
 
     def with_settings(self, **settings: Any) -> "PostgresMultiRouteRetriever":
         clone = copy.copy(self)
-        clone.config = MultiRouteConfig(**{**self.config.model_dump(), **settings})
+        clone.config = updated(self.config, settings)
         clone._bm25 = _StoredBM25(self._store, clone.config.bm25_language) if clone.config.use_bm25 else None  # type: ignore[assignment]
         clone._beta_value = clone._resolve_beta()
         return clone

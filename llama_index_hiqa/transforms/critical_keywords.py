@@ -56,6 +56,7 @@ from llama_index.core.schema import BaseNode, MetadataMode, TransformComponent
 from llama_index_hiqa import schema
 from llama_index_hiqa.defaults import load_ner_model
 from llama_index_hiqa.errors import LLMOutputError
+from llama_index_hiqa.transforms.keyword_settings import DEFAULT_NER_LABELS, KeywordSettings  # noqa: F401 (re-exported)
 
 logger = logging.getLogger(__name__)
 
@@ -83,18 +84,6 @@ QUERY_KEYWORD_PROMPT = (
     "Question:\n{text}\nAnswer:"
 )
 
-DEFAULT_NER_LABELS = (
-    "ORG",
-    "PRODUCT",
-    "PERSON",
-    "GPE",
-    "LOC",
-    "FAC",
-    "NORP",
-    "EVENT",
-    "LAW",
-    "WORK_OF_ART",
-)
 
 # Letters and digits in one token (hyphens, dots and slashes allowed inside): OPT3004,
 # ADC12QJ1600-SP, 10-K, 3M, TPS7A4700. Whole-token match so "ADC12QJ1600-SP" stays one.
@@ -245,63 +234,28 @@ def parse_keyword_list(answer: str, *, strict: bool = False) -> List[str]:
     return []
 
 
-class CriticalKeywordExtractor(TransformComponent):
+class CriticalKeywordExtractor(TransformComponent, KeywordSettings):
     """Extracts HiQA's critical keywords (NER + identifier rules + expert keywords [+ LLM]).
 
     Use it in an ``IngestionPipeline`` (writes ``schema.CRITICAL_KEYWORDS``), call
     :meth:`extract` on any text and :meth:`extract_query` on a question. Every keyword is
     returned in its :func:`normalize_keyword` form, unique, in order of first appearance.
+    Its settings are the :class:`~llama_index_hiqa.KeywordSettings` fields (validated, an
+    unknown one refused), plus an optional ``llm`` and ``show_progress``.
     """
 
-    use_ner: bool = Field(
-        default=True,
-        description="Run the local spaCy NER model (CNED). Off: rules and expert keywords only "
-        "(about 50x faster on long corpora).",
-    )
-    ner_max_nodes: Optional[int] = Field(
-        default=5000, ge=0,
-        description="At ingestion, run NER over the nodes' text only when a call holds at most this "
-        "many nodes (spaCy costs about a CPU-minute per 1,000 filing-sized chunks); above it NER "
-        "still reads every document title (copied onto its nodes) and every question, the rules "
-        "read all text. None: always.",
-    )
-    ner_labels: List[str] = Field(
-        default_factory=lambda: list(DEFAULT_NER_LABELS),
-        description="spaCy entity labels kept as critical keywords (dates, money and "
-        "cardinals are left to the period rules: they would match everywhere).",
-    )
-    use_rules: bool = Field(
-        default=True,
-        description="Identifier, product-number, year and fiscal-period patterns.",
-    )
-    expert_keywords: List[str] = Field(
-        default_factory=list,
-        description="Keywords a domain expert sets (HiQA): matched as phrases, whatever the "
-        "case, hyphens or spacing.",
-    )
-    keyword_aliases: Dict[str, str] = Field(
-        default_factory=dict,
-        description="Alternative spelling -> canonical keyword (e.g. {'JnJ': 'Johnson & "
-        "Johnson'}); aliases are matched like expert keywords and counted as the canonical one.",
-    )
-    include_document_keywords: bool = Field(
-        default=True,
-        description="Add the keywords of the node's document title to every node of it.",
-    )
     llm: Optional[LLM] = Field(
         default=None,
         description="Optional LLM asked with IIER's keyword prompts; None: no LLM calls.",
         exclude=True,
     )
-    llm_num_workers: int = Field(default=4, ge=1, description="Concurrent LLM calls in acall.")
-    min_length: int = Field(default=2, ge=1, description="Shortest normalised keyword kept.")
-    ner_batch_size: int = Field(default=64, ge=1, description="Texts per spaCy nlp.pipe batch.")
     show_progress: bool = Field(default=False, description="Show a progress bar.")
 
     _expert_pattern: Optional[re.Pattern] = PrivateAttr(default=None)
     _expert_canonical: Dict[str, str] = PrivateAttr(default_factory=dict)
 
     def __init__(self, **data: Any) -> None:
+        data.pop("class_name", None)  # LlamaIndex's serialisation marker, in saved settings
         super().__init__(**data)
         self._build_expert_pattern()
 

@@ -1,0 +1,318 @@
+"""The settings of the retrievers, in one light module (pydantic only): the typed parts of
+:class:`~llama_index_hiqa.HiQAPackConfig` and the configs the retrievers validate.
+
+The retrievers re-export their own config (``from llama_index_hiqa.retrievers.multi_route
+import MultiRouteConfig`` still works); the pack's configuration imports them from here without
+loading the retrievers' dependencies (bm25s, networkx).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Dict, Literal, Optional, Union
+
+from llama_index.core.bridge.pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from llama_index_hiqa.retrievers.fusion import RRF_K
+
+# How many nodes a question gets, everywhere a default is needed: the pack's
+# similarity_top_k, a MultiRouteRetriever built on its own, the evidence-chain budget.
+DEFAULT_SIMILARITY_TOP_K = 5
+
+VECTOR, BM25, KEYWORDS = "vector", "bm25", "keywords"
+ROUTES = (VECTOR, BM25, KEYWORDS)
+FusionMode = Literal["hiqa", "rrf", "relative_score", "dist_based_score"]
+
+# At k = 5: the first retriever's best node first (a single-hop question keeps its rank-1
+# answer), the chains the other 4 places. Measured on the even-numbered MuSiQue and HotpotQA
+# questions of the multi-hop product-path benchmark (benchmarks/bench_multihop_product.py):
+# with title-mention edges 1 head node is the best or within one question of the best on
+# both sets, and a per-question share read from the first ranking's score gap (0.0 or 0.2)
+# gains nothing over it, so the smallest head that keeps rank 1 is kept.
+DEFAULT_HEAD_SHARE = 0.2
+
+
+# -- the multi-route retriever -------------------------------------------------------------
+class MultiRouteSettings(BaseModel):
+    """How :class:`~llama_index_hiqa.MultiRouteRetriever` asks its routes and fuses them.
+
+    Every setting of :class:`MultiRouteConfig` but the answer size and the fusion mode: the
+    pack's ``multi_route`` part (``HiQAPackConfig.similarity_top_k`` and ``fusion_mode`` are the
+    other two).
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    candidates_per_route: int = Field(
+        default=100,
+        ge=1,
+        description="Candidates each route contributes before fusion (well above top_k, so a "
+        "node ranked low by one route can be lifted by the others).",
+    )
+    alpha: float = Field(
+        default=0.7,
+        ge=0.0,
+        le=1.0,
+        description="HiQA α: weight of the vector score against BM25. The paper raises α for "
+        "well-structured collections (heading cascade in the embedding), lowers it otherwise.",
+    )
+    beta: Union[float, Literal["auto"]] = Field(
+        default="auto",
+        description="HiQA β: weight of the keyword bonus log(1+|C|). 'auto' ties it to "
+        "|documents| / average pages (fusion.auto_beta): more, shorter documents -> larger β.",
+    )
+    document_keyword_weight: float = Field(
+        default=2.0,
+        ge=0.0,
+        description="How much a matched keyword counts in |C| when it is in the node's document "
+        "title (1.0: the paper's plain count). The title says what the whole document is "
+        "(3M 2018 10-K); the same year in the text is often a comparative figure of a later filing.",
+    )
+    match_name_abbreviations: bool = Field(
+        default=True,
+        description="Count a document's name keyword for a question that abbreviates the name "
+        "('AMEX' for American Express, 'JnJ' for Johnson & Johnson) or writes its words apart "
+        "('Best Buy's'); names are the multi-word keywords of the document titles.",
+    )
+    latest_year_in_titles: bool = Field(
+        default=True,
+        description="When a question names several years, match only the latest against "
+        "document titles: a report of a year carries the previous years as comparatives, so "
+        "'FY2022 and FY2021' is the FY2022 report. Every year still counts in the text.",
+    )
+    beta_min: float = Field(default=0.5, ge=0.0, description="β for beta='auto' as |D|/pages -> 0.")
+    beta_max: float = Field(default=2.0, ge=0.0, description="β for beta='auto' as |D|/pages -> ∞.")
+    route_weights: Dict[str, float] = Field(
+        default_factory=lambda: {VECTOR: 1.0, BM25: 1.0, KEYWORDS: 1.0},
+        description="Per-route weights of the 'rrf', 'relative_score' and 'dist_based_score' modes.",
+    )
+    rrf_k: float = Field(default=RRF_K, gt=0, description="k of reciprocal rank fusion.")
+    use_bm25: bool = Field(default=True, description="Ask the BM25 route.")
+    use_keywords: bool = Field(default=True, description="Ask the critical-keyword route.")
+    bm25_language: str = Field(default="en", description="Stop-word language of the default BM25 tokenizer.")
+
+
+class MultiRouteConfig(MultiRouteSettings):
+    """Settings of :class:`~llama_index_hiqa.MultiRouteRetriever` (persisted with it): its
+    :class:`MultiRouteSettings` plus the answer size and the fusion mode."""
+
+    similarity_top_k: int = Field(default=DEFAULT_SIMILARITY_TOP_K, ge=1, description="Nodes returned per query.")
+    mode: FusionMode = Field(
+        default="hiqa",
+        description="'hiqa' (formula 2), 'rrf' (weighted reciprocal rank, k=60), "
+        "'relative_score' or 'dist_based_score' (LlamaIndex's definitions).",
+    )
+
+
+# -- the document focus --------------------------------------------------------------------
+class DocumentFocusConfig(BaseModel):
+    """Settings of :class:`DocumentFocusRetriever`.
+
+    The weights are on the scale of the min-max normalised vector/BM25 mix (0..1). They were
+    chosen on FinanceBench's development questions (benchmarks/RESULTS.md says so).
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    focus_documents: Optional[int] = Field(
+        default=None,
+        ge=0,
+        description="At most this many documents are ranked again node by node and share the "
+        "first places. None: as many as the question needs (the documents it names, or those "
+        "its words do not tell apart; focus_share.py); 1: the best document alone; 0: off, "
+        "the multi-route ranking as it is.",
+    )
+    heading_weight: float = Field(
+        default=0.2,
+        ge=0.0,
+        description="Weight of the question's cosine similarity to the node's heading path "
+        "(titles only, no document title), min-max normalised inside the document.",
+    )
+    heading_words_weight: float = Field(
+        default=0.2,
+        ge=0.0,
+        description="Weight of the share of a heading's words that the question names (0..1, "
+        "stemmed, stop words left out, the best of the node's heading levels).",
+    )
+    table_weight: float = Field(
+        default=0.2,
+        ge=0.0,
+        description="Bonus of a table-like node: a table segment, or text whose share of "
+        "number tokens is at least table_number_share.",
+    )
+    table_number_share: float = Field(
+        default=0.3,
+        gt=0.0,
+        le=1.0,
+        description="Share of a node's tokens that must be numbers (1,234 / (56) / 7.5%) for it "
+        "to count as a table.",
+    )
+    pages_first: bool = Field(
+        default=True,
+        description="List the best node of each page before a second node of any page.",
+    )
+    max_document_nodes: int = Field(
+        default=20_000,
+        ge=1,
+        description="Documents with more nodes are not ranked again (cost limit): the "
+        "multi-route ranking is returned as it is.",
+    )
+
+    @property
+    def enabled(self) -> bool:
+        """Whether the focus re-ranks anything (``focus_documents`` is not 0)."""
+        return self.focus_documents != 0
+
+
+# -- pure functions ----------------------------------------------------------------------
+
+
+# -- the chunk graph -----------------------------------------------------------------------
+class InteractionGraphSettings(BaseModel):
+    """How :class:`~llama_index_hiqa.ChunkInteractionGraph` links chunks (IIER §3.1); the
+    graph's own fields."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    semantic_top_k: int = Field(
+        default=5, ge=0, description="Semantic edges from each chunk to its k most similar chunks (paper: 5)."
+    )
+    min_similarity: float = Field(
+        default=0.0, ge=-1.0, le=1.0, description="Semantic edges below this cosine are not added."
+    )
+    keyword_threshold: Union[Annotated[int, Field(ge=1)], Literal["auto"]] = Field(
+        default="auto",
+        description="Keyword edge when two chunks share at least this many keywords (paper: more "
+        "than two, T = 3). 'auto': the smallest T whose keyword edges average at most "
+        "max_keyword_degree per chunk, read from the collection's own shared-keyword counts.",
+    )
+    max_keyword_degree: float = Field(
+        default=20.0,
+        gt=0,
+        description="For keyword_threshold='auto': most keyword edges per chunk on average (4x the "
+        "paper's 5 semantic neighbours), so keyword edges link bridge entities without "
+        "flooding the walk.",
+    )
+    max_keyword_fraction: float = Field(
+        default=0.01, gt=0.0, le=1.0,
+        description="Keywords found in more than this fraction of the chunks are too common to link chunks.",
+    )
+    min_common_count: int = Field(
+        default=20, ge=0,
+        description="...but a keyword is only ever 'too common' above this many chunks (small corpora).",
+    )
+    title_mentions: bool = Field(
+        default=True,
+        description="A chunk whose keywords name another document's title also shares that keyword "
+        "with the other document's chunks (a hyperlink, in Wikipedia terms). Titles never link chunks "
+        "of one document, as IIER argues; False: the paper's keyword edges only.",
+    )
+    block_size: int = Field(
+        default=1024, ge=1,
+        description="Most rows per block of the top-k similarity product (also capped at ~4M "
+        "similarities per block, which bounds the build's memory).",
+    )
+
+
+class ChainSearchSettings(BaseModel):
+    """Settings of the evidence-chain search (IIER §3.2, §4.3) of
+    :class:`~llama_index_hiqa.ChunkGraphRetriever`."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    max_hops: int = Field(default=5, ge=1, description="Hops per chain after the seed (paper: path length 5).")
+    max_nodes: int = Field(
+        default=DEFAULT_SIMILARITY_TOP_K, ge=1,
+        description="Budget: total nodes returned over all chains (by default the top k of a question).",
+    )
+    max_seeds: int = Field(default=5, ge=1, description="At most this many seeds (chains) per question.")
+    vector_seeds: int = Field(
+        default=1, ge=0,
+        description="Top vector hits added as seeds after the keyword seeds (paper: only when no "
+        "keyword matches; 1 keeps the best dense hit even when keywords mislead).",
+    )
+    title_keywords_for_seeds: bool = Field(
+        default=True,
+        description="Seed matching also matches question keywords against chunk document titles "
+        "(titles are excluded from keyword edges only, as the paper argues for graph density).",
+    )
+    max_candidates_per_keyword: int = Field(
+        default=100, ge=1,
+        description="Seed candidates per question keyword: a keyword in more chunks contributes "
+        "only its chunks most similar to the question.",
+    )
+    merge_chains: bool = Field(default=False, description="Return each chain as one merged node.")
+    fill_budget: bool = Field(
+        default=True,
+        description="When the chains end before max_nodes, fill the rest with the best vector hits "
+        "not yet returned (each a one-node chain), so the budget is used as with vector top-k.",
+    )
+
+
+class ChainBudget(BaseModel):
+    """How the first retriever's ranking and the chain nodes share the top-k budget."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    head_share: float = Field(
+        default=DEFAULT_HEAD_SHARE,
+        ge=0.0,
+        le=1.0,
+        description="Share of the top-k budget kept for the first retriever's best nodes "
+        "(rounded up: 0.2 of 5 keeps 1, 0.4 keeps 2); chain nodes fill the rest of the k. 1.0: the first "
+        "ranking's k nodes, then the chain nodes (appended only); 0.0: chain nodes first.",
+    )
+    top_k: Optional[int] = Field(
+        default=None,
+        ge=1,
+        description="The budget k; None: as many nodes as the first retriever returned.",
+    )
+
+
+_PARTS = {"graph": InteractionGraphSettings, "search": ChainSearchSettings, "budget": ChainBudget}
+
+
+class ChunkGraphSettings(BaseModel):
+    """The pack's chunk-graph settings, one part per component that receives them.
+
+    A flat mapping is accepted too (``{"max_hops": 3, "keyword_threshold": 2}``, the form saved
+    by earlier releases): each key goes to the part that declares it; a key no part declares
+    stays at the top and fails, named ``chunk_graph.<key>``.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    graph: InteractionGraphSettings = Field(
+        default_factory=InteractionGraphSettings,
+        description="How the ChunkInteractionGraph links chunks (keyword_threshold, semantic_top_k, ...).",
+    )
+    search: ChainSearchSettings = Field(
+        default_factory=ChainSearchSettings,
+        description="The ChunkGraphRetriever's chain search (max_hops, max_nodes, max_seeds, ...).",
+    )
+    budget: ChainBudget = Field(
+        default_factory=ChainBudget,
+        description="How the multi-route nodes and the chain nodes share the top k (head_share).",
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _route_flat_keys(cls, data: Any) -> Any:
+        if not isinstance(data, dict) or set(data) <= set(_PARTS):
+            return data
+        routed: Dict[str, Any] = {}
+        parts: Dict[str, Dict[str, Any]] = {}
+        for key, value in data.items():
+            if key in _PARTS:
+                given = value.model_dump() if isinstance(value, BaseModel) else value
+                parts.setdefault(key, {}).update(given if isinstance(given, dict) else {})
+                if not isinstance(given, dict):
+                    routed[key] = value  # let the part's own validation name the bad value
+                continue
+            owner = next((name for name, model in _PARTS.items() if key in model.model_fields), None)
+            if owner is None:
+                routed[key] = value  # extra="forbid" names it
+            else:
+                parts.setdefault(owner, {})[key] = value
+        for name, values in parts.items():
+            routed.setdefault(name, values)
+        return routed
