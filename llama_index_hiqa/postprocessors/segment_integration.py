@@ -59,6 +59,7 @@ from llama_index.core.storage.docstore.types import BaseDocumentStore
 from llama_index_hiqa import schema
 from llama_index_hiqa.vector_store_access import index_nodes
 from llama_index_hiqa.errors import RerankerError, UnknownNodeError
+from llama_index_hiqa.llm_calls import acall_llm, call_llm
 # The pure selection algorithm; re-exported here, where it was first.
 from llama_index_hiqa.postprocessors.segment_selection import (  # noqa: F401
     beta_transform,
@@ -302,14 +303,10 @@ class SegmentIntegrationPostprocessor(BaseNodePostprocessor):
     ) -> Tuple[str, List[Optional[float]]]:
         if source == "reranker":
             copies = [NodeWithScore(node=n.node, score=n.score) for n in nodes]
-            try:
-                reranked = self.reranker.postprocess_nodes(copies, query_bundle)
-                return source, self._reranked_scores(nodes, reranked)
-            # Safe: a reranker is a remote service or a model of the user's (network, quota,
-            # parse errors of any type); _fallback logs it and, unless the user asked for
-            # errors, ranks by the incoming scores, so no chunk is lost.
-            except Exception as exc:  # noqa: BLE001
-                return self._fallback(source, exc, nodes, query_bundle)
+            return call_llm(
+                lambda: (source, self._reranked_scores(nodes, self.reranker.postprocess_nodes(copies, query_bundle))),
+                **self._reranker_call(source, nodes, query_bundle),
+            )
         if source == "embedding":
             return source, self._embedding_scores(nodes, query_bundle)
         return source, [n.score for n in nodes]
@@ -319,30 +316,38 @@ class SegmentIntegrationPostprocessor(BaseNodePostprocessor):
     ) -> Tuple[str, List[Optional[float]]]:
         if source == "reranker":
             copies = [NodeWithScore(node=n.node, score=n.score) for n in nodes]
-            try:
+
+            async def rerank() -> Tuple[str, List[Optional[float]]]:
                 reranked = await self.reranker.apostprocess_nodes(copies, query_bundle)
                 return source, self._reranked_scores(nodes, reranked)
-            except Exception as exc:  # noqa: BLE001 - safe as in _raw_scores: logged, falls back
-                return self._fallback(source, exc, nodes, query_bundle)
+
+            return await acall_llm(rerank, **self._reranker_call(source, nodes, query_bundle))
         if source == "embedding":
             return source, await self._aembedding_scores(nodes, query_bundle)
         return source, [n.score for n in nodes]
 
-    def _fallback(
-        self,
-        source: str,
-        exc: Exception,
-        nodes: List[NodeWithScore],
-        query_bundle: Optional[QueryBundle],
-    ) -> Tuple[str, List[Optional[float]]]:
-        if not self.fallback_on_reranker_error:
-            if isinstance(exc, RerankerError):
-                raise exc
-            raise RerankerError(source, str(exc)) from exc
-        logger.warning("%s reranking failed (%s); using the incoming scores instead", source, exc)
-        if all(n.score is not None for n in nodes):
-            return f"scores (fallback from {source})", [n.score for n in nodes]
-        return f"embedding (fallback from {source})", self._embedding_scores(nodes, query_bundle)
+    def _reranker_call(
+        self, source: str, nodes: List[NodeWithScore], query_bundle: Optional[QueryBundle]
+    ) -> Dict[str, Any]:
+        """How the reranker is called: a reranker is a remote service or a model of the
+        user's (network, quota, parse errors of any type), so a failure ranks by the incoming
+        scores (or the embedding cosine) and loses no chunk, unless the user asked for
+        :class:`~llama_index_hiqa.errors.RerankerError`."""
+
+        def incoming_scores(_error: BaseException) -> Tuple[str, List[Optional[float]]]:
+            if all(n.score is not None for n in nodes):
+                return f"scores (fallback from {source})", [n.score for n in nodes]
+            return f"embedding (fallback from {source})", self._embedding_scores(nodes, query_bundle)
+
+        def typed_error(error: BaseException) -> BaseException:
+            return error if isinstance(error, RerankerError) else RerankerError(source, str(error))
+
+        return dict(
+            what=f"{source} reranking",
+            instead="using the incoming scores instead",
+            fallback=incoming_scores if self.fallback_on_reranker_error else None,
+            error_type=typed_error,
+        )
 
     @staticmethod
     def _reranked_scores(

@@ -56,6 +56,7 @@ from llama_index.core.schema import (
 from llama_index_hiqa import schema
 from llama_index_hiqa.figures import figure_bytes
 from llama_index_hiqa.errors import InvalidMetadataError
+from llama_index_hiqa.llm_calls import acall_llm, call_llm
 from llama_index_hiqa.headings import (
     clean_inline,
     heading_from_text,
@@ -638,26 +639,37 @@ class CascadingMetadataTransform(TransformComponent):
 
     def _describe_image(self, node: BaseNode) -> Optional[str]:
         key = self._image_key(node)
-        if key is None:
-            return None
-        if key[0] not in self._descriptions:
-            try:
-                response = self.multimodal_llm.chat([self._message(node, key[1])])
-            except Exception as exc:  # documented fallback: caption and context only
-                logger.warning("image description failed for node %s: %s", node.node_id, exc)
-                return None
-            self._descriptions[key[0]] = clean_inline(response.message.content or "")
-        return self._descriptions[key[0]] or None
+        if key is not None and key[0] not in self._descriptions:
+            # The message is built inside the attempt: an unreadable image falls back too.
+            response = call_llm(
+                lambda: self.multimodal_llm.chat([self._message(node, key[1])]), **_description_call(node)
+            )
+            self._remember(key[0], response)
+        return self._description(key)
 
     async def _adescribe_image(self, node: BaseNode) -> Optional[str]:
         key = self._image_key(node)
-        if key is None:
-            return None
-        if key[0] not in self._descriptions:
-            try:
-                response = await self.multimodal_llm.achat([self._message(node, key[1])])
-            except Exception as exc:  # documented fallback: caption and context only
-                logger.warning("image description failed for node %s: %s", node.node_id, exc)
-                return None
-            self._descriptions[key[0]] = clean_inline(response.message.content or "")
-        return self._descriptions[key[0]] or None
+        if key is not None and key[0] not in self._descriptions:
+
+            async def ask() -> Any:
+                return await self.multimodal_llm.achat([self._message(node, key[1])])
+
+            self._remember(key[0], await acall_llm(ask, **_description_call(node)))
+        return self._description(key)
+
+    def _remember(self, image_hash: str, response: Any) -> None:
+        if response is not None:  # a failed call is asked again for the next node of this image
+            self._descriptions[image_hash] = clean_inline(response.message.content or "")
+
+    def _description(self, key: Optional[Tuple[str, bytes]]) -> Optional[str]:
+        return (self._descriptions.get(key[0]) or None) if key is not None else None
+
+
+def _description_call(node: BaseNode) -> Dict[str, Any]:
+    """How an image description is asked: one attempt; the documented fallback on a failure
+    is the caption and the surrounding text alone."""
+    return dict(
+        what=f"image description of node {node.node_id}",
+        instead="caption and context only",
+        fallback=lambda _error: None,
+    )

@@ -56,6 +56,7 @@ from llama_index.core.schema import BaseNode, MetadataMode, TransformComponent
 from llama_index_hiqa import schema
 from llama_index_hiqa.defaults import load_ner_model
 from llama_index_hiqa.errors import LLMOutputError
+from llama_index_hiqa.llm_calls import acall_llm, call_llm
 
 logger = logging.getLogger(__name__)
 
@@ -199,6 +200,11 @@ def _rule_keywords(text: str) -> List[str]:
     found.extend(match.group(1) for match in _YEAR.finditer(text))
     return found
 
+
+# A failing LLM must not lose the NER/rule keywords: one attempt, then those alone.
+_KEYWORD_LLM_CALL: Dict[str, Any] = dict(
+    what="keyword LLM call", instead="using NER/rule keywords only", fallback=lambda _error: None
+)
 
 MAX_LLM_KEYWORDS = 50  # more "keywords" than this is prose, not a list
 MAX_LLM_KEYWORD_CHARS = 100  # a longer "keyword" is a sentence
@@ -393,21 +399,15 @@ class CriticalKeywordExtractor(TransformComponent):
         return keywords
 
     def _llm_keywords(self, prompt: str, text: str) -> List[str]:
-        # A failing or rambling LLM must not lose the NER/rule keywords: log and go on.
-        try:
-            answer = self.llm.complete(prompt.format(text=text)).text
-        except Exception as exc:  # noqa: BLE001 - any LLM/client error
-            logger.warning("keyword LLM call failed, using NER/rule keywords only: %s", exc)
-            return []
-        return parse_keyword_list(answer)
+        answer = call_llm(lambda: self.llm.complete(prompt.format(text=text)).text, **_KEYWORD_LLM_CALL)
+        return [] if answer is None else parse_keyword_list(answer)
 
     async def _allm_keywords(self, prompt: str, text: str) -> List[str]:
-        try:
-            answer = (await self.llm.acomplete(prompt.format(text=text))).text
-        except Exception as exc:  # noqa: BLE001 - safe as in _llm_keywords: logged, rule keywords kept
-            logger.warning("keyword LLM call failed, using NER/rule keywords only: %s", exc)
-            return []
-        return parse_keyword_list(answer)
+        async def ask() -> str:
+            return (await self.llm.acomplete(prompt.format(text=text))).text
+
+        answer = await acall_llm(ask, **_KEYWORD_LLM_CALL)
+        return [] if answer is None else parse_keyword_list(answer)
 
     # -- ingestion -------------------------------------------------------------------------
     def _node_text(self, node: BaseNode) -> str:
