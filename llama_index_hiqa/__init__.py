@@ -45,8 +45,8 @@ _EXPORTS: Dict[str, str] = {
     #
     # -- HiQA multi-route retrieval and critical keywords
     "CriticalKeywordExtractor": "llama_index_hiqa.transforms.critical_keywords",
-    "KeywordIndex": "llama_index_hiqa.transforms.critical_keywords",
-    "normalize_keyword": "llama_index_hiqa.transforms.critical_keywords",
+    "KeywordIndex": "llama_index_hiqa.indexes.keyword_index",
+    "normalize_keyword": "llama_index_hiqa.indexes.keyword_index",
     "MultiRouteRetriever": "llama_index_hiqa.retrievers.multi_route",
     "MultiRouteConfig": "llama_index_hiqa.retrievers.multi_route",
     "RetrievalRouteError": "llama_index_hiqa.errors",
@@ -101,6 +101,8 @@ _EXPORTS: Dict[str, str] = {
     # -- LLMs over HTTP, streaming, figures
     "llm_from_spec": "llama_index_hiqa.llm_spec",
     "LLMConfigError": "llama_index_hiqa.errors",
+    "LLMCallPolicy": "llama_index_hiqa.llm_calls",
+    "LLMCallFailedEvent": "llama_index_hiqa.events",
     "OpenAICompatibleServer": "llama_index_hiqa.testing.openai_server",
     "save_figures": "llama_index_hiqa.figures",
     "figures_for": "llama_index_hiqa.figures",

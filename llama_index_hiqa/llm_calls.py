@@ -260,8 +260,20 @@ ErrorType = Optional[Callable[[BaseException], BaseException]]
 _NO_ANSWER: Any = object()
 
 
-def _attempt_failed(what: str, policy: LLMCallPolicy, attempt: int, error: BaseException) -> Optional[float]:
-    """Report a failed attempt (event, debug log); the wait before the next, None if none."""
+def report_failed_attempt(what: str, policy: LLMCallPolicy, attempt: int, error: BaseException) -> Optional[float]:
+    """Report a failed attempt: an :class:`~llama_index_hiqa.events.LLMCallFailedEvent` and a
+    debug line; for callers that run their own attempt loop (the Markdown formatter changes
+    its prompt between attempts).
+
+    Args:
+        what: What the call is.
+        policy: The policy the attempts run under.
+        attempt: The failed attempt, from 0.
+        error: The exception it raised.
+
+    Returns:
+        Seconds to wait before the next attempt, or ``None`` when it was the last.
+    """
     delay = policy.delay_after(error, attempt)
     dispatcher.event(
         LLMCallFailedEvent(
@@ -282,7 +294,7 @@ def _attempts(make_call: Callable[[], T], what: str, policy: LLMCallPolicy) -> T
         # Safe: network, quota, timeout, malformed answer of any client's error type; every
         # failure is reported and ends in the caller's fallback or typed error.
         except Exception as exc:  # noqa: BLE001
-            delay = _attempt_failed(what, policy, attempt, exc)
+            delay = report_failed_attempt(what, policy, attempt, exc)
             if delay is None:
                 return _NO_ANSWER, exc
             if delay:
@@ -298,7 +310,7 @@ async def _aattempts(
         try:
             return await with_timeout(make_call(), policy.timeout_seconds), None
         except Exception as exc:  # noqa: BLE001 - safe as in _attempts: reported, the caller decides
-            delay = _attempt_failed(what, policy, attempt, exc)
+            delay = report_failed_attempt(what, policy, attempt, exc)
             if delay is None:
                 return _NO_ANSWER, exc
             if delay:

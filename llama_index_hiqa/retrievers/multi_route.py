@@ -57,7 +57,8 @@ from llama_index_hiqa.events import MultiRouteRetrievalEndEvent, RouteFailedEven
 from llama_index_hiqa.errors import RetrievalRouteError, UnknownNodeError
 from llama_index_hiqa.retrievers import fusion, title_match
 from llama_index_hiqa.retrievers.bm25_route import BM25Route as _BM25Route
-from llama_index_hiqa.transforms.critical_keywords import CriticalKeywordExtractor, KeywordIndex, normalize_keyword
+from llama_index_hiqa.indexes.keyword_index import KeywordIndex, normalize_keyword
+from llama_index_hiqa.transforms.critical_keywords import CriticalKeywordExtractor
 
 logger = logging.getLogger(__name__)
 dispatcher = instrument.get_dispatcher(__name__)
