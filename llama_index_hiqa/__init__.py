@@ -40,7 +40,7 @@ _EXPORTS: Dict[str, str] = {
     #
     # -- HiQA cascading metadata
     "CascadingMetadataTransform": "llama_index_hiqa.transforms.cascading_metadata",
-    "HCATableNode": "llama_index_hiqa.transforms.cascading_metadata",
+    "HCATableNode": "llama_index_hiqa.transforms.table_view",
     "InvalidMetadataError": "llama_index_hiqa.errors",
     #
     # -- HiQA multi-route retrieval and critical keywords
