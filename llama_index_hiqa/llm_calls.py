@@ -177,8 +177,8 @@ def retry_delay(error: BaseException, attempt: int, backoff_seconds: float) -> f
         backoff_seconds: The first wait; it doubles on every further retry.
 
     Returns:
-        ``backoff_seconds · 2^attempt``, or the server's ``Retry-After`` when it asks for longer
-        (capped at :data:`MAX_RETRY_AFTER_SECONDS`).
+        ``backoff_seconds · 2^attempt``, or the server's ``Retry-After`` when it asks for
+            longer (capped at :data:`MAX_RETRY_AFTER_SECONDS`).
     """
     delay = backoff_seconds * (2**attempt)
     asked = retry_after_seconds(error)

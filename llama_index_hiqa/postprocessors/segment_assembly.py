@@ -57,7 +57,7 @@ def meta_document(
 
     Returns:
         The chunks in layout order and the run each belongs to (a run is a stretch of one
-        document without a gap that cannot be filled).
+            document without a gap that cannot be filled).
     """
     # Documents in order of their best chunk (nodes arrive sorted by relevance rank).
     by_doc: Dict[Any, Dict[int, LayoutChunk]] = {}

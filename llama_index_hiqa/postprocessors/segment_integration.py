@@ -230,13 +230,32 @@ class SegmentIntegrationPostprocessor(BaseNodePostprocessor):
 
     @classmethod
     def from_preset(cls, preset: str, **kwargs: Any) -> "SegmentIntegrationPostprocessor":
+        """A postprocessor with one of dsRAG's presets.
+
+        Args:
+            preset: ``balanced``, ``precision`` or ``find_all``.
+            **kwargs: Settings that override the preset's.
+
+        Returns:
+            The postprocessor.
+        """
         return cls(preset=preset, **kwargs)
 
     @classmethod
     def from_index(cls, index: Any, **kwargs: Any) -> "SegmentIntegrationPostprocessor":
-        """Fill segments with the chunks that were not retrieved, read from the index's
-        docstore or, over a store that keeps the text (Chroma, Qdrant, pgvector, ...), from the
-        nodes listed from the vector store (:mod:`llama_index_hiqa.vector_store_access`)."""
+        """A postprocessor that fills segments with the chunks that were not retrieved.
+
+        They are read from the index's docstore or, over a store that keeps the text (Chroma,
+        Qdrant, pgvector, ...), from the nodes listed from the vector store
+        (:mod:`llama_index_hiqa.vector_store_access`).
+
+        Args:
+            index: A LlamaIndex ``VectorStoreIndex`` (or anything with a docstore).
+            **kwargs: Settings, as for the constructor.
+
+        Returns:
+            The postprocessor.
+        """
         _nodes, docstore = index_nodes(index, "SegmentIntegrationPostprocessor")
         return cls(docstore=docstore, **kwargs)
 

@@ -139,8 +139,8 @@ def render_fast(
         scanned: Page numbers read by OCR (no unruled-table search there).
 
     Returns:
-        The Markdown of each page and the headings as ``[start, end, size, bold]`` document
-        offsets.
+        The Markdown of each page and the headings as ``[start, end, size, bold]``
+            document offsets.
     """
     levels = heading_levels(settings, pages, body_size)
     page_texts: List[str] = []
@@ -212,13 +212,13 @@ def render_fast(
 def ruled_tables(settings: Any, page: Any) -> List[Tuple[Tuple[float, float, float, float], str]]:
     """Ruled tables of a page as (bbox, Markdown), from the page's grid of rules and words.
 
-Why not PyMuPDF's ``find_tables``: measured on FinanceBench pages it costs 0.3-1 s a
-page on 2 shared cores (its per-character extraction in Python dominates; with its
-default ``use_layout=True`` it also runs the layout model), which alone would hold the
-reader under 5 pages/s. A ruled table is a connected grid of horizontal and vertical
-rules; finding that grid and dropping the page's words into its cells takes
-milliseconds. Tables without vertical rules stay plain text lines (no text is lost);
-the pymupdf4llm engines find those too.
+    Why not PyMuPDF's ``find_tables``: measured on FinanceBench pages it costs 0.3-1 s a
+    page on 2 shared cores (its per-character extraction in Python dominates; with its
+    default ``use_layout=True`` it also runs the layout model), which alone would hold the
+    reader under 5 pages/s. A ruled table is a connected grid of horizontal and vertical
+    rules; finding that grid and dropping the page's words into its cells takes
+    milliseconds. Tables without vertical rules stay plain text lines (no text is lost);
+    the pymupdf4llm engines find those too.
 
     Args:
         settings: The reader (its layout settings).

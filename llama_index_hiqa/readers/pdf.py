@@ -210,7 +210,15 @@ class PDFLayoutReader(BasePydanticReader):
         file_path: Union[str, Path, Sequence[Union[str, Path]]],
         extra_info: Optional[Dict[str, Any]] = None,
     ) -> List[Document]:
-        """Documents of a file, of every supported file in a folder, or of a list of files."""
+        """Documents of a file, of every supported file in a folder, or of a list of files.
+
+        Args:
+            file_path: A file, a folder or a list of files.
+            extra_info: Metadata added to every document.
+
+        Returns:
+            One ``Document`` per readable file; the others are in :attr:`failures`.
+        """
         return list(self.lazy_load_data(file_path, extra_info))
 
     def lazy_load_data(
@@ -221,9 +229,20 @@ class PDFLayoutReader(BasePydanticReader):
     ) -> Iterator[Document]:
         """Yield the documents of ``load_data`` one file at a time (one parsed file in memory).
 
-        ``skip(document_id, path)`` returning True leaves a file of a folder unread (an index
-        that already holds it unchanged). :attr:`failures` is reset when iteration starts and
-        is complete once it ends.
+        :attr:`failures` is reset when iteration starts and is complete once it ends.
+
+        Args:
+            file_path: A file, a folder or a list of files.
+            extra_info: Metadata added to every document.
+            skip: ``skip(document_id, path)`` returning True leaves a file of a folder unread
+                (an index that already holds it unchanged).
+
+        Yields:
+            One ``Document`` per readable file.
+
+        Raises:
+            DocumentReadError: For a single file that cannot be read (a folder's failures are
+                recorded in :attr:`failures` instead).
         """
         self._failures = {}
         if isinstance(file_path, (str, Path)) and not Path(file_path).is_dir():
@@ -256,9 +275,19 @@ class PDFLayoutReader(BasePydanticReader):
         extra_info: Optional[Dict[str, Any]] = None,
         document_id: Optional[str] = None,
     ) -> Document:
-        """One file to one ``Document``; raises a typed ``DocumentReadError`` naming the file.
+        """One file to one ``Document``.
 
-        ``document_id`` (default: the file stem) becomes both ``schema.DOCUMENT_ID`` and ``id_``.
+        Args:
+            file_path: The file (PDF, HTML, DOCX, Markdown or text).
+            extra_info: Metadata added to the document.
+            document_id: Becomes both ``schema.DOCUMENT_ID`` and ``id_`` (default: the file stem).
+
+        Returns:
+            The document.
+
+        Raises:
+            DocumentReadError: A typed subclass (corrupt, encrypted, empty, unsupported,
+                unreadable) naming the file.
         """
         path = Path(file_path)
         try:

@@ -90,7 +90,16 @@ def _starts_with_heading(text: str, heading: Heading) -> bool:
 
 def shorten_cascade(levels: Sequence[str], separator: str, max_chars: int) -> str:
     """Join ``levels``; over ``max_chars``, shorten the *middle* levels (to their number,
-    then to an ellipsis), never the first (document title) or the last (own heading)."""
+    then to an ellipsis), never the first (document title) or the last (own heading).
+
+    Args:
+        levels: Document title, ancestors, own heading (empty ones are left out).
+        separator: Between the levels.
+        max_chars: The budget.
+
+    Returns:
+        The cascade.
+    """
     parts = [p for p in levels if p]
     text = separator.join(parts)
     if len(text) <= max_chars or len(parts) <= 2:
@@ -208,6 +217,16 @@ class CascadingMetadataTransform(TransformComponent):
         return self._apply(nodes, descriptions, kwargs.get("show_progress", self.show_progress))
 
     async def acall(self, nodes: Sequence[BaseNode], **kwargs: Any) -> List[BaseNode]:
+        """As calling the transform, with the multimodal descriptions asked concurrently
+        (``num_workers`` at a time).
+
+        Args:
+            nodes: The nodes.
+            **kwargs: ``show_progress`` overrides the setting.
+
+        Returns:
+            The nodes with the cascade in their views (tables as :class:`HCATableNode`).
+        """
         nodes = list(nodes)
         descriptions: Dict[int, str] = {}
         if self.multimodal_llm is not None and self.variant != "none":

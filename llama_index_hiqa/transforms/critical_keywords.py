@@ -199,6 +199,16 @@ def parse_keyword_list(answer: str, *, strict: bool = False) -> List[str]:
     ``strict`` says what happens then: ``False`` (the extractor at ingestion) returns ``[]``
     so the NER/rule keywords stand alone; ``True`` (the chunk graph's question prompt, which
     has a fallback of its own) raises :class:`~llama_index_hiqa.errors.LLMOutputError`.
+
+    Args:
+        answer: The LLM's answer.
+        strict: Raise on an answer that is not a keyword list (else log and return ``[]``).
+
+    Returns:
+        The keywords, as written in the answer.
+
+    Raises:
+        LLMOutputError: With ``strict``, when the answer is not a keyword list.
     """
     text = (answer or "").strip()
     start, end = text.find("["), text.rfind("]")
@@ -361,14 +371,28 @@ class CriticalKeywordExtractor(TransformComponent):
         return [self._finish(keywords) for keywords in raw]
 
     def extract(self, text: str) -> List[str]:
-        """Normalised critical keywords of ``text`` (NER, rules, expert keywords; LLM if set)."""
+        """Normalised critical keywords of ``text`` (NER, rules, expert keywords; LLM if set).
+
+        Args:
+            text: Any text.
+
+        Returns:
+            Its keywords in :func:`normalize_keyword` form, unique, in order of first appearance.
+        """
         keywords = self._extract_many([text or ""])[0]
         if self.llm is not None and (text or "").strip():
             keywords = self._finish(keywords + self._llm_keywords(CHUNK_KEYWORD_PROMPT, text))
         return keywords
 
     def extract_query(self, question: str) -> List[str]:
-        """Normalised critical keywords of a question (IIER's question prompt when an LLM is set)."""
+        """Normalised critical keywords of a question (IIER's question prompt when an LLM is set).
+
+        Args:
+            question: The question.
+
+        Returns:
+            Its keywords in :func:`normalize_keyword` form, unique, in order of first appearance.
+        """
         keywords = self._extract_many([question or ""])[0]
         if self.llm is not None and (question or "").strip():
             keywords = self._finish(keywords + self._llm_keywords(QUERY_KEYWORD_PROMPT, question))
@@ -392,8 +416,17 @@ class CriticalKeywordExtractor(TransformComponent):
 
     def title_keywords(self, titles: Sequence[str]) -> List[List[str]]:
         """The keywords of each document title (what ``include_document_keywords`` copies
-        onto the document's nodes). File-style ids ("3M_2018_10K") carry their facts between
-        underscores, so those count as spaces."""
+        onto the document's nodes).
+
+        File-style ids ("3M_2018_10K") carry their facts between underscores, so those count
+        as spaces.
+
+        Args:
+            titles: The document titles.
+
+        Returns:
+            The keywords of each title, in the order of ``titles``.
+        """
         unique = list(dict.fromkeys(t.replace("_", " ") for t in titles))
         found = dict(zip(unique, self._extract_many(unique)))
         return [found[t.replace("_", " ")] for t in titles]
@@ -431,7 +464,15 @@ class CriticalKeywordExtractor(TransformComponent):
         return nodes
 
     async def acall(self, nodes: Sequence[BaseNode], **kwargs: Any) -> Sequence[BaseNode]:
-        """As :meth:`__call__`, with the LLM calls (if any) run concurrently."""
+        """As :meth:`__call__`, with the LLM calls (if any) run concurrently.
+
+        Args:
+            nodes: The nodes.
+            **kwargs: Ignored (LlamaIndex's transform interface).
+
+        Returns:
+            The same nodes, with ``schema.CRITICAL_KEYWORDS`` written.
+        """
         if self.llm is None:
             return self.__call__(nodes, **kwargs)
         texts = [self._node_text(n) for n in nodes]

@@ -98,8 +98,8 @@ def path_for(node: BaseNode, stack: List[Heading]) -> List[Heading]:
 
     Returns:
         The node's heading path: its own ``schema.HEADING_PATH``; else from LlamaIndex's
-        ``header_path`` and its first heading line; else the running path, with a heading
-        line of level L closing every open heading of level >= L.
+            ``header_path`` and its first heading line; else the running path, with a heading
+            line of level L closing every open heading of level >= L.
 
     Raises:
         InvalidMetadataError: The node's ``schema.HEADING_PATH`` is not a heading path.
