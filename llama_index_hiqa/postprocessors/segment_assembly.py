@@ -38,6 +38,24 @@ class LayoutChunk:
     value: float = 0.0
 
 
+def docstore_lookup(docstore: Any) -> Dict[Tuple[str, int], Tuple[str, int]]:
+    """Where each chunk of a docstore sits: the gaps a segment may be filled with.
+
+    Args:
+        docstore: A LlamaIndex docstore, or ``None``.
+
+    Returns:
+        (document id, position) -> (node id, text length); empty without a docstore.
+    """
+    lookup: Dict[Tuple[str, int], Tuple[str, int]] = {}
+    if docstore is not None:
+        for node in docstore.docs.values():
+            doc_id, position = schema.get_document_id(node), schema.get_position(node)
+            if doc_id is not None and position is not None:
+                lookup.setdefault((doc_id, position), (node.node_id, len(chunk_text(node))))
+    return lookup
+
+
 def meta_document(
     nodes: List[NodeWithScore],
     values: np.ndarray,

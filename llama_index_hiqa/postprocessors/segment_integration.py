@@ -62,6 +62,7 @@ from llama_index_hiqa.postprocessors.segment_assembly import (  # noqa: F401 (FI
     FILL_RETRIEVED_ONLY,
     LayoutChunk,
     chunk_text,
+    docstore_lookup,
     meta_document,
     segment_node,
 )
@@ -277,17 +278,6 @@ class SegmentIntegrationPostprocessor(BaseNodePostprocessor):
             return "scores"
         return "embedding"
 
-    def _calibration(self, source: str) -> Tuple[Optional[Tuple[float, float]], Tuple[float, float]]:
-        key = source
-        if source == "reranker" and self.reranker is not None:
-            key = self.reranker.class_name()
-            if key not in CALIBRATION:
-                key = type(self.reranker).__name__
-        score_range, (a, b) = CALIBRATION.get(key, CALIBRATION.get(source, (None, (1.0, 1.0))))
-        if self.score_range is not None:
-            score_range = tuple(self.score_range)  # type: ignore[assignment]
-        return score_range, (self.beta_a or a, self.beta_b or b)
-
     def _raw_scores(
         self, source: str, nodes: List[NodeWithScore], query_bundle: Optional[QueryBundle]
     ) -> Tuple[str, List[Optional[float]]]:
@@ -369,13 +359,7 @@ class SegmentIntegrationPostprocessor(BaseNodePostprocessor):
     def _docstore_lookup(self) -> Dict[Tuple[str, int], Tuple[str, int]]:
         """(document id, position) -> (node id, length), built once from the docstore."""
         if self._lookup is None:
-            lookup: Dict[Tuple[str, int], Tuple[str, int]] = {}
-            if self.docstore is not None:
-                for node in self.docstore.docs.values():
-                    doc_id, position = schema.get_document_id(node), schema.get_position(node)
-                    if doc_id is not None and position is not None:
-                        lookup.setdefault((doc_id, position), (node.node_id, len(chunk_text(node))))
-            self._lookup = lookup
+            self._lookup = docstore_lookup(self.docstore)
         return self._lookup
 
     # -- segments -> nodes ------------------------------------------------------------
@@ -402,7 +386,7 @@ class SegmentIntegrationPostprocessor(BaseNodePostprocessor):
     def _segments(
         self, nodes: List[NodeWithScore], source: str, raw: List[Optional[float]]
     ) -> List[NodeWithScore]:
-        score_range, (a, b) = self._calibration(source.split(" ")[0])
+        score_range, (a, b) = calibration(source.split(" ")[0], self)
         relevance = relevance_of(raw, score_range, a, b)
         # Rank by reranked relevance (stable: ties keep retrieval order); unscored chunks
         # (dropped by the reranker) rank after all, as dsRAG's rank 1000.
@@ -446,6 +430,29 @@ class SegmentIntegrationPostprocessor(BaseNodePostprocessor):
 
 
 # --- small helpers ---------------------------------------------------------------------
+
+
+def calibration(source: str, settings: Any) -> Tuple[Optional[Tuple[float, float]], Tuple[float, float]]:
+    """The score range and Beta CDF parameters of a relevance source.
+
+    Args:
+        source: ``reranker``, ``scores`` or ``embedding``.
+        settings: The postprocessor (its ``reranker``, ``score_range``, ``beta_a``, ``beta_b``
+            override the calibrated values).
+
+    Returns:
+        ``(score_range or None, (a, b))``; a reranker is looked up by its class name
+            in :data:`CALIBRATION`.
+    """
+    key = source
+    if source == "reranker" and settings.reranker is not None:
+        key = settings.reranker.class_name()
+        if key not in CALIBRATION:
+            key = type(settings.reranker).__name__
+    score_range, (a, b) = CALIBRATION.get(key, CALIBRATION.get(source, (None, (1.0, 1.0))))
+    if settings.score_range is not None:
+        score_range = tuple(settings.score_range)  # type: ignore[assignment]
+    return score_range, (settings.beta_a or a, settings.beta_b or b)
 
 
 def relevance_of(
