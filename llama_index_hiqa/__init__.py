@@ -40,13 +40,13 @@ _EXPORTS: Dict[str, str] = {
     #
     # -- HiQA cascading metadata
     "CascadingMetadataTransform": "llama_index_hiqa.transforms.cascading_metadata",
-    "HCATableNode": "llama_index_hiqa.transforms.cascading_metadata",
+    "HCATableNode": "llama_index_hiqa.transforms.table_view",
     "InvalidMetadataError": "llama_index_hiqa.errors",
     #
     # -- HiQA multi-route retrieval and critical keywords
     "CriticalKeywordExtractor": "llama_index_hiqa.transforms.critical_keywords",
-    "KeywordIndex": "llama_index_hiqa.transforms.critical_keywords",
-    "normalize_keyword": "llama_index_hiqa.transforms.critical_keywords",
+    "KeywordIndex": "llama_index_hiqa.indexes.keyword_index",
+    "normalize_keyword": "llama_index_hiqa.indexes.keyword_index",
     "MultiRouteRetriever": "llama_index_hiqa.retrievers.multi_route",
     "MultiRouteConfig": "llama_index_hiqa.retrievers.multi_route",
     "RetrievalRouteError": "llama_index_hiqa.errors",
@@ -109,6 +109,8 @@ _EXPORTS: Dict[str, str] = {
     # -- LLMs over HTTP, streaming, figures
     "llm_from_spec": "llama_index_hiqa.llm_spec",
     "LLMConfigError": "llama_index_hiqa.errors",
+    "LLMCallPolicy": "llama_index_hiqa.llm_calls",
+    "LLMCallFailedEvent": "llama_index_hiqa.events",
     "OpenAICompatibleServer": "llama_index_hiqa.testing.openai_server",
     "save_figures": "llama_index_hiqa.figures",
     "figures_for": "llama_index_hiqa.figures",

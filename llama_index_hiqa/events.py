@@ -35,3 +35,21 @@ class MultiRouteRetrievalEndEvent(BaseEvent):
     @classmethod
     def class_name(cls) -> str:
         return "MultiRouteRetrievalEndEvent"
+
+
+class LLMCallFailedEvent(BaseEvent):
+    """One attempt of an LLM call made under :class:`~llama_index_hiqa.llm_calls.LLMCallPolicy`
+    failed: it is retried (``retry_in_seconds`` set) or, on the last attempt, the component
+    takes its documented fallback or raises its typed error."""
+
+    call: str = Field(description="What the call is (e.g. 'IIER keyword prompt').")
+    attempt: int = Field(description="The failed attempt, from 1.")
+    attempts: int = Field(description="Attempts the policy allows in all.")
+    error: str = Field(description="The exception, as type: message.")
+    retry_in_seconds: Optional[float] = Field(
+        default=None, description="Wait before the next attempt; None: this was the last."
+    )
+
+    @classmethod
+    def class_name(cls) -> str:
+        return "LLMCallFailedEvent"

@@ -243,7 +243,7 @@ class HiQAPack:
         if not self._routes_stale:
             return
         from llama_index_hiqa.retrievers.multi_route import MultiRouteRetriever
-        from llama_index_hiqa.transforms.critical_keywords import KeywordIndex
+        from llama_index_hiqa.indexes.keyword_index import KeywordIndex
 
         nodes = list(self.index.docstore.docs.values())
         if self._keyword_index is None:

@@ -33,12 +33,9 @@ ROOT = Path(__file__).resolve().parents[1]
 NOT_YET_CONVERTED = {
     "llama_index_hiqa.cli",  # 2
     "llama_index_hiqa.ingestion",  # 10
-    "llama_index_hiqa.llm_calls",  # 6
     "llama_index_hiqa.pack",  # 15
     "llama_index_hiqa.pack_config",  # 8
-    "llama_index_hiqa.postprocessors.segment_integration",  # 2
     "llama_index_hiqa.postprocessors.segment_selection",  # 4
-    "llama_index_hiqa.readers.pdf",  # 3
     "llama_index_hiqa.retrievers.bm25_route",  # 8
     "llama_index_hiqa.retrievers.chain_augmented",  # 1
     "llama_index_hiqa.retrievers.chain_scorers",  # 6
@@ -62,8 +59,6 @@ NOT_YET_CONVERTED = {
     "llama_index_hiqa.storage.pg_schema",  # 4
     "llama_index_hiqa.storage.postgres",  # 15
     "llama_index_hiqa.store_sync",  # 2
-    "llama_index_hiqa.transforms.cascading_metadata",  # 4
-    "llama_index_hiqa.transforms.critical_keywords",  # 16
 }
 
 SECTION = re.compile(r"^(\s*)([A-Z][A-Za-z ]*):\s*$")

@@ -41,7 +41,7 @@ from llama_index_hiqa import schema
 from llama_index_hiqa.figures import images_as_nodes_field, with_figure_nodes
 from llama_index_hiqa.defaults import resolve_llm
 from llama_index_hiqa.errors import LLMOutputError
-from llama_index_hiqa.llm_calls import call_with_retries, max_retries_field, retry_backoff_field, timeout_field
+from llama_index_hiqa.llm_calls import LLMCallPolicy, acall_llm, max_retries_field, retry_backoff_field, timeout_field
 from llama_index_hiqa.parsers._markdown_segments import SegmentNodeParser
 from llama_index_hiqa.transforms.context_header import apply_header_format
 
@@ -572,19 +572,11 @@ class LineNumberSegmentParser(SegmentNodeParser):
                 raise LLMOutputError("the LLM returned no sections")
             return answer
 
-        answer, last_error = await call_with_retries(
-            ask,
-            max_retries=self.max_retries,
-            backoff_seconds=self.retry_backoff_seconds,
-            timeout_seconds=self.timeout_seconds,
+        return await acall_llm(
+            ask, what=f"sectioning lines {w.lo}-{w.hi - 1}", instead="kept as one section",
+            fallback=lambda _error: None,
+            policy=LLMCallPolicy.of(self),
         )
-        if last_error is None:
-            return answer
-        logger.warning(
-            "sectioning lines %d-%d failed after %d attempts (%s: %s); kept as one section",
-            w.lo, w.hi - 1, self.max_retries + 1, type(last_error).__name__, last_error,
-        )
-        return None
 
     # -- nodes ------------------------------------------------------------------------------
 

@@ -48,7 +48,9 @@ from llama_index_hiqa import schema
 from llama_index_hiqa.figures import images_as_nodes_field, with_figure_nodes
 from llama_index_hiqa.defaults import resolve_llm
 from llama_index_hiqa.errors import LLMOutputError
-from llama_index_hiqa.llm_calls import max_retries_field, retry_backoff_field, retry_delay, timeout_field, with_timeout
+from llama_index_hiqa.llm_calls import (
+    LLMCallPolicy, max_retries_field, report_failed_attempt, retry_backoff_field, timeout_field, with_timeout,
+)
 from llama_index_hiqa.headings import markdown_headings, parse_heading_number
 from llama_index_hiqa.parsers._markdown_segments import (
     SegmentNodeParser,
@@ -430,10 +432,9 @@ class MarkdownFormatterParser(SegmentNodeParser):
                 reason = f"{type(exc).__name__}: {exc}"
                 result.errors.append(reason)
                 reason = ""  # an error is not the model's fault: no note in the next prompt
-                if attempt < self.max_retries:
-                    delay = retry_delay(exc, attempt, self.retry_backoff_seconds)
-                    if delay:
-                        await asyncio.sleep(delay)
+                delay = report_failed_attempt(f"formatting window {window.index}", LLMCallPolicy.of(self), attempt, exc)
+                if delay:
+                    await asyncio.sleep(delay)
                 continue
             context = window.before + "\n" + window.after
             if prev is not None:

@@ -39,7 +39,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
-from dataclasses import dataclass
 from typing import Any, Dict, Iterable, List, Literal, Optional, Sequence, Tuple
 
 import numpy as np
@@ -49,16 +48,24 @@ from llama_index.core.postprocessor.types import BaseNodePostprocessor
 from llama_index.core.schema import (
     BaseNode,
     MetadataMode,
-    NodeRelationship,
     NodeWithScore,
     QueryBundle,
-    TextNode,
 )
 from llama_index.core.storage.docstore.types import BaseDocumentStore
 
 from llama_index_hiqa import schema
 from llama_index_hiqa.vector_store_access import index_nodes
 from llama_index_hiqa.errors import RerankerError, UnknownNodeError
+from llama_index_hiqa.llm_calls import acall_llm, call_llm
+from llama_index_hiqa.postprocessors.segment_assembly import (  # noqa: F401 (FILL_* re-exported)
+    FILL_DOCSTORE,
+    FILL_RETRIEVED_ONLY,
+    LayoutChunk,
+    chunk_text,
+    docstore_lookup,
+    meta_document,
+    segment_node,
+)
 # The pure selection algorithm; re-exported here, where it was first.
 from llama_index_hiqa.postprocessors.segment_selection import (  # noqa: F401
     beta_transform,
@@ -117,24 +124,10 @@ CALIBRATION: Dict[str, Tuple[Optional[Tuple[float, float]], Tuple[float, float]]
     "reranker": (None, (1.0, 1.0)),
 }
 
-FILL_DOCSTORE = "docstore"
-FILL_RETRIEVED_ONLY = "retrieved_only"
 UNRETRIEVED_RANK = 1000  # dsRAG's rank for chunks the reranker did not return
 
 
 # --- the postprocessor ---------------------------------------------------------------
-
-
-@dataclass
-class _Chunk:
-    """One chunk of the meta-document: retrieved (``node`` set) or only known by id."""
-
-    document_id: Optional[str]
-    position: Optional[int]
-    node_id: str
-    length: int
-    node: Optional[BaseNode] = None
-    value: float = 0.0
 
 
 class SegmentIntegrationPostprocessor(BaseNodePostprocessor):
@@ -238,13 +231,32 @@ class SegmentIntegrationPostprocessor(BaseNodePostprocessor):
 
     @classmethod
     def from_preset(cls, preset: str, **kwargs: Any) -> "SegmentIntegrationPostprocessor":
+        """A postprocessor with one of dsRAG's presets.
+
+        Args:
+            preset: ``balanced``, ``precision`` or ``find_all``.
+            **kwargs: Settings that override the preset's.
+
+        Returns:
+            The postprocessor.
+        """
         return cls(preset=preset, **kwargs)
 
     @classmethod
     def from_index(cls, index: Any, **kwargs: Any) -> "SegmentIntegrationPostprocessor":
-        """Fill segments with the chunks that were not retrieved, read from the index's
-        docstore or, over a store that keeps the text (Chroma, Qdrant, pgvector, ...), from the
-        nodes listed from the vector store (:mod:`llama_index_hiqa.vector_store_access`)."""
+        """A postprocessor that fills segments with the chunks that were not retrieved.
+
+        They are read from the index's docstore or, over a store that keeps the text (Chroma,
+        Qdrant, pgvector, ...), from the nodes listed from the vector store
+        (:mod:`llama_index_hiqa.vector_store_access`).
+
+        Args:
+            index: A LlamaIndex ``VectorStoreIndex`` (or anything with a docstore).
+            **kwargs: Settings, as for the constructor.
+
+        Returns:
+            The postprocessor.
+        """
         _nodes, docstore = index_nodes(index, "SegmentIntegrationPostprocessor")
         return cls(docstore=docstore, **kwargs)
 
@@ -266,50 +278,15 @@ class SegmentIntegrationPostprocessor(BaseNodePostprocessor):
             return "scores"
         return "embedding"
 
-    def _calibration(self, source: str) -> Tuple[Optional[Tuple[float, float]], Tuple[float, float]]:
-        key = source
-        if source == "reranker" and self.reranker is not None:
-            key = self.reranker.class_name()
-            if key not in CALIBRATION:
-                key = type(self.reranker).__name__
-        score_range, (a, b) = CALIBRATION.get(key, CALIBRATION.get(source, (None, (1.0, 1.0))))
-        if self.score_range is not None:
-            score_range = tuple(self.score_range)  # type: ignore[assignment]
-        return score_range, (self.beta_a or a, self.beta_b or b)
-
-    def _normalise(self, raw: Sequence[Optional[float]], source: str) -> np.ndarray:
-        """Raw scores -> [0, 1] (``score_range`` or min-max) -> Beta CDF. ``None`` -> 0."""
-        score_range, (a, b) = self._calibration(source)
-        known = [s for s in raw if s is not None and math.isfinite(s)]
-        if score_range is None:
-            # Unknown scale: only relative relevance can be had; the ratio to the best keeps
-            # "half as good" at 0.5.
-            if not known:
-                score_range = (0.0, 1.0)
-            elif min(known) >= 0.0:
-                score_range = (0.0, max(known))
-            else:
-                score_range = (min(known), max(known))
-        low, high = score_range
-        span = (high - low) or 1.0
-        scaled = [
-            0.0 if s is None or not math.isfinite(s) else (float(s) - low) / span for s in raw
-        ]
-        return beta_transform(scaled, a, b)
-
     def _raw_scores(
         self, source: str, nodes: List[NodeWithScore], query_bundle: Optional[QueryBundle]
     ) -> Tuple[str, List[Optional[float]]]:
         if source == "reranker":
             copies = [NodeWithScore(node=n.node, score=n.score) for n in nodes]
-            try:
-                reranked = self.reranker.postprocess_nodes(copies, query_bundle)
-                return source, self._reranked_scores(nodes, reranked)
-            # Safe: a reranker is a remote service or a model of the user's (network, quota,
-            # parse errors of any type); _fallback logs it and, unless the user asked for
-            # errors, ranks by the incoming scores, so no chunk is lost.
-            except Exception as exc:  # noqa: BLE001
-                return self._fallback(source, exc, nodes, query_bundle)
+            return call_llm(
+                lambda: (source, reranked_scores(nodes, self.reranker.postprocess_nodes(copies, query_bundle))),
+                **self._reranker_call(source, nodes, query_bundle),
+            )
         if source == "embedding":
             return source, self._embedding_scores(nodes, query_bundle)
         return source, [n.score for n in nodes]
@@ -319,41 +296,38 @@ class SegmentIntegrationPostprocessor(BaseNodePostprocessor):
     ) -> Tuple[str, List[Optional[float]]]:
         if source == "reranker":
             copies = [NodeWithScore(node=n.node, score=n.score) for n in nodes]
-            try:
+
+            async def rerank() -> Tuple[str, List[Optional[float]]]:
                 reranked = await self.reranker.apostprocess_nodes(copies, query_bundle)
-                return source, self._reranked_scores(nodes, reranked)
-            except Exception as exc:  # noqa: BLE001 - safe as in _raw_scores: logged, falls back
-                return self._fallback(source, exc, nodes, query_bundle)
+                return source, reranked_scores(nodes, reranked)
+
+            return await acall_llm(rerank, **self._reranker_call(source, nodes, query_bundle))
         if source == "embedding":
             return source, await self._aembedding_scores(nodes, query_bundle)
         return source, [n.score for n in nodes]
 
-    def _fallback(
-        self,
-        source: str,
-        exc: Exception,
-        nodes: List[NodeWithScore],
-        query_bundle: Optional[QueryBundle],
-    ) -> Tuple[str, List[Optional[float]]]:
-        if not self.fallback_on_reranker_error:
-            if isinstance(exc, RerankerError):
-                raise exc
-            raise RerankerError(source, str(exc)) from exc
-        logger.warning("%s reranking failed (%s); using the incoming scores instead", source, exc)
-        if all(n.score is not None for n in nodes):
-            return f"scores (fallback from {source})", [n.score for n in nodes]
-        return f"embedding (fallback from {source})", self._embedding_scores(nodes, query_bundle)
+    def _reranker_call(
+        self, source: str, nodes: List[NodeWithScore], query_bundle: Optional[QueryBundle]
+    ) -> Dict[str, Any]:
+        """How the reranker is called: a reranker is a remote service or a model of the
+        user's (network, quota, parse errors of any type), so a failure ranks by the incoming
+        scores (or the embedding cosine) and loses no chunk, unless the user asked for
+        :class:`~llama_index_hiqa.errors.RerankerError`."""
 
-    @staticmethod
-    def _reranked_scores(
-        nodes: List[NodeWithScore], reranked: List[NodeWithScore]
-    ) -> List[Optional[float]]:
-        # Rerankers may cut to their own top_n: the chunks they dropped get relevance 0.
-        by_id = {n.node.node_id: n.score for n in reranked if n.score is not None}
-        if not by_id:
-            # e.g. LLMRerank given an answer it cannot parse returns nothing at all.
-            raise RerankerError("reranker", "it scored none of the chunks")
-        return [by_id.get(n.node.node_id) for n in nodes]
+        def incoming_scores(_error: BaseException) -> Tuple[str, List[Optional[float]]]:
+            if all(n.score is not None for n in nodes):
+                return f"scores (fallback from {source})", [n.score for n in nodes]
+            return f"embedding (fallback from {source})", self._embedding_scores(nodes, query_bundle)
+
+        def typed_error(error: BaseException) -> BaseException:
+            return error if isinstance(error, RerankerError) else RerankerError(source, str(error))
+
+        return dict(
+            what=f"{source} reranking",
+            instead="using the incoming scores instead",
+            fallback=incoming_scores if self.fallback_on_reranker_error else None,
+            error_type=typed_error,
+        )
 
     def _embed(self) -> BaseEmbedding:
         from llama_index_hiqa.defaults import resolve_embed_model
@@ -385,75 +359,12 @@ class SegmentIntegrationPostprocessor(BaseNodePostprocessor):
     def _docstore_lookup(self) -> Dict[Tuple[str, int], Tuple[str, int]]:
         """(document id, position) -> (node id, length), built once from the docstore."""
         if self._lookup is None:
-            lookup: Dict[Tuple[str, int], Tuple[str, int]] = {}
-            if self.docstore is not None:
-                for node in self.docstore.docs.values():
-                    doc_id, position = schema.get_document_id(node), schema.get_position(node)
-                    if doc_id is not None and position is not None:
-                        lookup.setdefault((doc_id, position), (node.node_id, len(_text(node))))
-            self._lookup = lookup
+            self._lookup = docstore_lookup(self.docstore)
         return self._lookup
-
-    def _meta_document(
-        self, nodes: List[NodeWithScore], values: np.ndarray
-    ) -> Tuple[List[_Chunk], List[int]]:
-        """The candidate chunks of the best documents, laid out run by run."""
-        # Documents in order of their best chunk (nodes arrive sorted by relevance rank).
-        by_doc: Dict[Any, Dict[int, _Chunk]] = {}
-        for nws, value in zip(nodes, values):
-            node = nws.node
-            doc_id, position = schema.get_document_id(node), schema.get_position(node)
-            doc_key: Any = doc_id
-            if doc_id is None or position is None:
-                doc_key, position = ("__node__", node.node_id), 0  # a run of its own
-            if doc_key not in by_doc and len(by_doc) >= self.top_k_for_document_selection:
-                continue
-            chunks = by_doc.setdefault(doc_key, {})
-            if position in chunks:
-                logger.warning(
-                    "nodes %s and %s share document %s position %s; keeping the first",
-                    chunks[position].node_id, node.node_id, doc_key, position,
-                )
-                continue
-            chunks[position] = _Chunk(
-                doc_id, position, node.node_id, len(_text(node)), node, float(value)
-            )
-
-        lookup = self._docstore_lookup() if self.docstore is not None else {}
-        penalty_chunk = -self.irrelevant_chunk_penalty
-        layout: List[_Chunk] = []
-        run_ids: List[int] = []
-        run = -1
-        for doc_key, chunks in by_doc.items():
-            run += 1  # documents never share a run
-            previous: Optional[int] = None
-            for position in sorted(chunks):
-                if previous is not None and position > previous + 1:
-                    gap = range(previous + 1, position)
-                    # Only gaps a segment could bridge are worth filling: a segment starts
-                    # and ends on retrieved chunks and holds at most max_length chunks.
-                    fill = (
-                        [lookup.get((doc_key, p)) for p in gap]
-                        if lookup and len(gap) <= self.max_length - 2
-                        else [None]
-                    )
-                    if any(f is None for f in fill):
-                        run += 1  # a position we cannot show ends the run
-                    else:
-                        for p, (node_id, length) in zip(gap, fill):
-                            value = penalty_chunk
-                            if self.chunk_length_adjustment:
-                                value *= float(length_factors([length], self.reference_length)[0])
-                            layout.append(_Chunk(doc_key, p, node_id, length, None, value))
-                            run_ids.append(run)
-                layout.append(chunks[position])
-                run_ids.append(run)
-                previous = position
-        return layout, run_ids
 
     # -- segments -> nodes ------------------------------------------------------------
 
-    def _fetch(self, chunk: _Chunk) -> BaseNode:
+    def _fetch(self, chunk: LayoutChunk) -> BaseNode:
         if chunk.node is not None:
             return chunk.node
         try:
@@ -464,103 +375,33 @@ class SegmentIntegrationPostprocessor(BaseNodePostprocessor):
                 f"{chunk.document_id!r}, position {chunk.position}); call reset_docstore_lookup()"
             ) from exc
 
-    def _join(self, members: List[BaseNode]) -> Tuple[str, Optional[Tuple[int, int]]]:
-        """Member texts in order, overlap kept once; the joined character span when known."""
-        text = _text(members[0])
-        span = _span(members[0])
-        for node in members[1:]:
-            piece, node_span = _text(node), _span(node)
-            if schema.get_segment_kind(node) == schema.KIND_IMAGE and piece in text:
-                continue  # a figure node's caption is already in the segment it sits in
-            if span is not None and node_span is not None:
-                if node_span[0] < span[1]:
-                    text += piece[min(span[1] - node_span[0], len(piece)):]
-                elif node_span[0] == span[1]:
-                    text += piece
-                else:
-                    text += self.chunk_separator + piece
-                span = (span[0], max(span[1], node_span[1]))
-                continue
-            span = None
-            overlap = _overlap(text, piece, self.min_overlap_chars)
-            text += piece[overlap:] if overlap else self.chunk_separator + piece
-        return text, span
-
-    def _segment_node(
-        self, chunks: List[_Chunk], value: float, source: str, filled: bool
-    ) -> NodeWithScore:
+    def _segment_node(self, chunks: List[LayoutChunk], value: float, source: str, filled: bool) -> NodeWithScore:
         members = [self._fetch(c) for c in chunks]
-        first, last = members[0], members[-1]
-        text, span = self._join(members)
-        doc_id = chunks[0].document_id or schema.get_document_id(first)
-        title = schema.get_document_title(first)
-        metadata = dict(first.metadata)
-        for key in schema.DOCUMENT_ONLY_KEYS + (schema.POSITION, schema.CHAR_START, schema.CHAR_END):
-            metadata.pop(key, None)
-        metadata[schema.HEADING_CASCADE] = _header(title, first, last)
-        metadata[schema.SEGMENT_NODE_IDS] = [m.node_id for m in members]
-        metadata[schema.SEGMENT_FILL] = FILL_DOCSTORE if filled else FILL_RETRIEVED_ONLY
-        metadata[schema.SEGMENT_RELEVANCE] = source
-        if doc_id is not None:
-            metadata[schema.DOCUMENT_ID] = doc_id
-        if title:
-            metadata[schema.DOCUMENT_TITLE] = title
-        if chunks[0].document_id is not None:
-            metadata[schema.POSITION_START] = chunks[0].position
-            metadata[schema.POSITION_END] = chunks[-1].position
-        pages = [r for r in (schema.get_page_range(m) for m in members) if r is not None]
-        if pages:
-            metadata[schema.PAGE_START] = min(p[0] for p in pages)
-            metadata[schema.PAGE_END] = max(p[1] for p in pages)
-        if span is not None:
-            metadata[schema.CHAR_START], metadata[schema.CHAR_END] = span
-        start = chunks[0].position if chunks[0].document_id is not None else first.node_id
-        node = TextNode(
-            id_=f"segment:{doc_id}:{start}-{chunks[-1].position}" if doc_id else f"segment:{first.node_id}",
-            text=text,
-            metadata=metadata,
-            excluded_embed_metadata_keys=list(first.excluded_embed_metadata_keys),
-            excluded_llm_metadata_keys=list(first.excluded_llm_metadata_keys),
-            start_char_idx=span[0] if span else None,
-            end_char_idx=span[1] if span else None,
+        return segment_node(
+            chunks, members, value, source, filled, self.chunk_separator, self.min_overlap_chars
         )
-        source_rel = first.relationships.get(NodeRelationship.SOURCE)
-        if source_rel is not None:
-            node.relationships[NodeRelationship.SOURCE] = source_rel
-        schema.hide_from_views(node)
-        for excluded in (node.excluded_embed_metadata_keys, node.excluded_llm_metadata_keys):
-            if schema.HEADING_CASCADE in excluded:  # the header is meant to be read
-                excluded.remove(schema.HEADING_CASCADE)
-        return NodeWithScore(node=node, score=float(value))
 
     # -- the pipeline -----------------------------------------------------------------
-
-    def _prepare(self, nodes: List[NodeWithScore]) -> List[NodeWithScore]:
-        """Drop duplicate node ids (fused retrievers repeat nodes), keeping the best score."""
-        best: Dict[str, NodeWithScore] = {}
-        for n in nodes:
-            held = best.get(n.node.node_id)
-            if held is None or (n.score or float("-inf")) > (held.score or float("-inf")):
-                best[n.node.node_id] = n
-        return list(best.values())
 
     def _segments(
         self, nodes: List[NodeWithScore], source: str, raw: List[Optional[float]]
     ) -> List[NodeWithScore]:
-        relevance = self._normalise(raw, source.split(" ")[0])
+        score_range, (a, b) = calibration(source.split(" ")[0], self)
+        relevance = relevance_of(raw, score_range, a, b)
         # Rank by reranked relevance (stable: ties keep retrieval order); unscored chunks
         # (dropped by the reranker) rank after all, as dsRAG's rank 1000.
         order = sorted(range(len(nodes)), key=lambda i: (raw[i] is None, -relevance[i]))
         ranks = np.empty(len(nodes))
         for rank, i in enumerate(order):
             ranks[i] = rank if raw[i] is not None else UNRETRIEVED_RANK
-        lengths = [len(_text(n.node)) for n in nodes] if self.chunk_length_adjustment else None
+        lengths = [len(chunk_text(n.node)) for n in nodes] if self.chunk_length_adjustment else None
         values = chunk_values(
             ranks, relevance, self.irrelevant_chunk_penalty, self.decay_rate,
             lengths, self.reference_length,
         )
         ordered = [nodes[i] for i in order]
-        layout, run_ids = self._meta_document(ordered, values[order])
+        lookup = self._docstore_lookup() if self.docstore is not None else {}
+        layout, run_ids = meta_document(ordered, values[order], self, lookup)
         chosen = select_segments(
             [c.value for c in layout], run_ids, self.max_length, self.overall_max_length,
             self.minimum_value,
@@ -571,7 +412,7 @@ class SegmentIntegrationPostprocessor(BaseNodePostprocessor):
     def _postprocess_nodes(
         self, nodes: List[NodeWithScore], query_bundle: Optional[QueryBundle] = None
     ) -> List[NodeWithScore]:
-        nodes = self._prepare(nodes)
+        nodes = best_per_node(nodes)
         if not nodes:
             return []
         source, raw = self._raw_scores(self._source(nodes, query_bundle), nodes, query_bundle)
@@ -580,7 +421,7 @@ class SegmentIntegrationPostprocessor(BaseNodePostprocessor):
     async def _apostprocess_nodes(
         self, nodes: List[NodeWithScore], query_bundle: Optional[QueryBundle] = None
     ) -> List[NodeWithScore]:
-        nodes = self._prepare(nodes)
+        nodes = best_per_node(nodes)
         if not nodes:
             return []
         source, raw = await self._araw_scores(self._source(nodes, query_bundle), nodes, query_bundle)
@@ -591,40 +432,99 @@ class SegmentIntegrationPostprocessor(BaseNodePostprocessor):
 # --- small helpers ---------------------------------------------------------------------
 
 
-def _text(node: BaseNode) -> str:
-    return node.get_content(MetadataMode.NONE)
+def calibration(source: str, settings: Any) -> Tuple[Optional[Tuple[float, float]], Tuple[float, float]]:
+    """The score range and Beta CDF parameters of a relevance source.
+
+    Args:
+        source: ``reranker``, ``scores`` or ``embedding``.
+        settings: The postprocessor (its ``reranker``, ``score_range``, ``beta_a``, ``beta_b``
+            override the calibrated values).
+
+    Returns:
+        ``(score_range or None, (a, b))``; a reranker is looked up by its class name
+            in :data:`CALIBRATION`.
+    """
+    key = source
+    if source == "reranker" and settings.reranker is not None:
+        key = settings.reranker.class_name()
+        if key not in CALIBRATION:
+            key = type(settings.reranker).__name__
+    score_range, (a, b) = CALIBRATION.get(key, CALIBRATION.get(source, (None, (1.0, 1.0))))
+    if settings.score_range is not None:
+        score_range = tuple(settings.score_range)  # type: ignore[assignment]
+    return score_range, (settings.beta_a or a, settings.beta_b or b)
 
 
-def _span(node: BaseNode) -> Optional[Tuple[int, int]]:
-    """The node's character span, trusted only when it matches the text length."""
-    span = schema.get_char_span(node)
-    if span is None and getattr(node, "start_char_idx", None) is not None:
-        if node.end_char_idx is not None:
-            span = (int(node.start_char_idx), int(node.end_char_idx))
-    if span is None or span[1] - span[0] != len(_text(node)):
-        return None
-    return span
+def relevance_of(
+    raw: Sequence[Optional[float]],
+    score_range: Optional[Tuple[float, float]],
+    a: float,
+    b: float,
+) -> np.ndarray:
+    """Raw scores -> [0, 1] (``score_range``, else relative to the best) -> Beta CDF.
+
+    Args:
+        raw: The scores; ``None`` or not finite counts as 0.
+        score_range: (low, high) mapped linearly to [0, 1]; ``None``: a scale of no known
+            range, read relative to the best score (min-max when any is negative).
+        a: Beta CDF a.
+        b: Beta CDF b.
+
+    Returns:
+        The relevance of each score in [0, 1].
+    """
+    known = [s for s in raw if s is not None and math.isfinite(s)]
+    if score_range is None:
+        # Unknown scale: only relative relevance can be had; the ratio to the best keeps
+        # "half as good" at 0.5.
+        if not known:
+            score_range = (0.0, 1.0)
+        elif min(known) >= 0.0:
+            score_range = (0.0, max(known))
+        else:
+            score_range = (min(known), max(known))
+    low, high = score_range
+    span = (high - low) or 1.0
+    scaled = [0.0 if s is None or not math.isfinite(s) else (float(s) - low) / span for s in raw]
+    return beta_transform(scaled, a, b)
 
 
-def _overlap(text: str, piece: str, minimum: int) -> int:
-    """Length of the longest suffix of ``text`` that starts ``piece`` (0 if < minimum)."""
-    limit = min(len(text), len(piece))
-    for size in range(limit, minimum - 1, -1):
-        if text.endswith(piece[:size]):
-            return size
-    return 0
+def reranked_scores(nodes: List[NodeWithScore], reranked: List[NodeWithScore]) -> List[Optional[float]]:
+    """The reranker's score of each node; rerankers may cut to their own top_n, so the chunks
+    they dropped get ``None`` (relevance 0).
+
+    Args:
+        nodes: The nodes given to the reranker.
+        reranked: What it returned.
+
+    Returns:
+        One score (or ``None``) per node of ``nodes``.
+
+    Raises:
+        RerankerError: When it scored none of them (e.g. ``LLMRerank`` given an answer it
+            cannot parse returns nothing at all).
+    """
+    by_id = {n.node.node_id: n.score for n in reranked if n.score is not None}
+    if not by_id:
+        raise RerankerError("reranker", "it scored none of the chunks")
+    return [by_id.get(n.node.node_id) for n in nodes]
 
 
-def _header(title: str, first: BaseNode, last: BaseNode) -> str:
-    """``Title > 2 Features > 2.3 Timing`` (``… 2.4 Limits`` when the segment runs on)."""
-    path = schema.get_heading_path(first)
-    header = " > ".join([title, *[h.label() for h in path]]) if title else " > ".join(
-        h.label() for h in path
-    )
-    end_path = schema.get_heading_path(last)
-    if end_path and end_path != path:
-        header += f" … {end_path[-1].label()}"
-    return header
+def best_per_node(nodes: List[NodeWithScore]) -> List[NodeWithScore]:
+    """Drop duplicate node ids (fused retrievers repeat nodes), keeping the best score.
+
+    Args:
+        nodes: The retrieved nodes.
+
+    Returns:
+        One per node id, in first-seen order.
+    """
+    best: Dict[str, NodeWithScore] = {}
+    for n in nodes:
+        held = best.get(n.node.node_id)
+        if held is None or (n.score or float("-inf")) > (held.score or float("-inf")):
+            best[n.node.node_id] = n
+    return list(best.values())
 
 
 def _cosines(

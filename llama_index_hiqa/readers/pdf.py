@@ -38,22 +38,15 @@ it is an opt-in rather than the default; the fast engine renders the same Markdo
 
 from __future__ import annotations
 
-import hashlib
-
 import logging
-import re
-import threading
-from collections import Counter
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterable, Iterator, List, Literal, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Literal, Optional, Sequence, Union
 
 from llama_index.core.bridge.pydantic import Field, PrivateAttr
 from llama_index.core.readers.base import BasePydanticReader
 from llama_index.core.schema import Document
 
 from llama_index_hiqa import schema
-from llama_index_hiqa.readers.titles import CoverLine, document_title, file_name_title
-from llama_index_hiqa.headings import is_report_heading
 from llama_index_hiqa.errors import (
     CorruptDocumentError,
     DocumentReadError,
@@ -63,25 +56,9 @@ from llama_index_hiqa.errors import (
 )
 from llama_index_hiqa.readers._collection import plan_folder, plan_paths
 from llama_index_hiqa.readers._markdown_builder import Parsed as _Parsed
-from llama_index_hiqa.readers.docx_reader import DOCX_SUFFIXES, read_docx
-from llama_index_hiqa.readers.html_reader import HTML_SUFFIXES, read_html
-from llama_index_hiqa.readers.text_reader import TEXT_SUFFIXES, read_text_file
-from llama_index_hiqa.readers.ocr import is_scan_image, ocr_scanned_pages
-from llama_index_hiqa.readers._unruled_tables import unruled_tables
-from llama_index_hiqa.readers._page_layout import (
-    PAGE_JOINER,
-    _body_font_size,
-    _grid_markdown,
-    _grids,
-    _inside,
-    _join_pages,
-    _Line,
-    _normalise,
-    _offset_below,
-    _PageLines,
-    _reading_order,
-    _rules,
-)
+from llama_index_hiqa.readers._page_layout import _body_font_size, _join_pages
+# The page rendering and the figures of a PDF, each in its own module.
+from llama_index_hiqa.readers._pdf_figures import pdf_images
 from llama_index_hiqa.readers._pdf_integrity import (
     TRUNCATED,
     lacks_eof_marker,
@@ -89,6 +66,18 @@ from llama_index_hiqa.readers._pdf_integrity import (
     one_line,
     read_pages,
 )
+from llama_index_hiqa.readers._pdf_render import (
+    _MD_MARKS_RE,
+    locate_headings,
+    render_fast,
+    render_pymupdf4llm,
+    running_lines,
+)
+from llama_index_hiqa.readers.docx_reader import DOCX_SUFFIXES, read_docx
+from llama_index_hiqa.readers.html_reader import HTML_SUFFIXES, read_html
+from llama_index_hiqa.readers.text_reader import TEXT_SUFFIXES, read_text_file
+from llama_index_hiqa.readers.ocr import ocr_scanned_pages
+from llama_index_hiqa.readers.titles import CoverLine, document_title, file_name_title
 
 logger = logging.getLogger(__name__)
 
@@ -96,11 +85,6 @@ PDF_SUFFIXES = (".pdf",)
 COVER_PAGES = 3  # pages read for the document title (a designed cover may precede the form's)
 SUPPORTED_SUFFIXES = PDF_SUFFIXES + HTML_SUFFIXES + DOCX_SUFFIXES + TEXT_SUFFIXES
 
-# Captions of figures: the nearest line that starts like one wins over merely near text.
-_CAPTION_RE = re.compile(r"^\s*(fig(ure)?\.?|image|photo|diagram|chart|plate)\s*\d*", re.I)
-_MD_MARKS_RE = re.compile(r"^[#>\s]*|[*_`]+")
-# pymupdf4llm's global switch between its two engines is process-wide state: serialise it.
-_PYMUPDF4LLM_LOCK = threading.Lock()
 
 
 class PDFLayoutReader(BasePydanticReader):
@@ -226,7 +210,15 @@ class PDFLayoutReader(BasePydanticReader):
         file_path: Union[str, Path, Sequence[Union[str, Path]]],
         extra_info: Optional[Dict[str, Any]] = None,
     ) -> List[Document]:
-        """Documents of a file, of every supported file in a folder, or of a list of files."""
+        """Documents of a file, of every supported file in a folder, or of a list of files.
+
+        Args:
+            file_path: A file, a folder or a list of files.
+            extra_info: Metadata added to every document.
+
+        Returns:
+            One ``Document`` per readable file; the others are in :attr:`failures`.
+        """
         return list(self.lazy_load_data(file_path, extra_info))
 
     def lazy_load_data(
@@ -237,9 +229,20 @@ class PDFLayoutReader(BasePydanticReader):
     ) -> Iterator[Document]:
         """Yield the documents of ``load_data`` one file at a time (one parsed file in memory).
 
-        ``skip(document_id, path)`` returning True leaves a file of a folder unread (an index
-        that already holds it unchanged). :attr:`failures` is reset when iteration starts and
-        is complete once it ends.
+        :attr:`failures` is reset when iteration starts and is complete once it ends.
+
+        Args:
+            file_path: A file, a folder or a list of files.
+            extra_info: Metadata added to every document.
+            skip: ``skip(document_id, path)`` returning True leaves a file of a folder unread
+                (an index that already holds it unchanged).
+
+        Yields:
+            One ``Document`` per readable file.
+
+        Raises:
+            DocumentReadError: For a single file that cannot be read (a folder's failures are
+                recorded in :attr:`failures` instead).
         """
         self._failures = {}
         if isinstance(file_path, (str, Path)) and not Path(file_path).is_dir():
@@ -272,9 +275,19 @@ class PDFLayoutReader(BasePydanticReader):
         extra_info: Optional[Dict[str, Any]] = None,
         document_id: Optional[str] = None,
     ) -> Document:
-        """One file to one ``Document``; raises a typed ``DocumentReadError`` naming the file.
+        """One file to one ``Document``.
 
-        ``document_id`` (default: the file stem) becomes both ``schema.DOCUMENT_ID`` and ``id_``.
+        Args:
+            file_path: The file (PDF, HTML, DOCX, Markdown or text).
+            extra_info: Metadata added to the document.
+            document_id: Becomes both ``schema.DOCUMENT_ID`` and ``id_`` (default: the file stem).
+
+        Returns:
+            The document.
+
+        Raises:
+            DocumentReadError: A typed subclass (corrupt, encrypted, empty, unsupported,
+                unreadable) naming the file.
         """
         path = Path(file_path)
         try:
@@ -345,326 +358,72 @@ class PDFLayoutReader(BasePydanticReader):
 
     def _read_pdf(self, path: Path) -> "_Parsed":
         with mupdf_messages_captured():
-            return self._parse_pdf(path)
+            return parse_pdf(self, path)
 
-    def _parse_pdf(self, path: Path) -> "_Parsed":
-        import pymupdf
+def parse_pdf(settings: Any, path: Path) -> _Parsed:
+    """A PDF file to its Markdown, page spans, headings, figures and title.
 
-        no_eof_marker = lacks_eof_marker(path)
-        try:
-            pdf = pymupdf.open(path)
-        # pymupdf raises FileDataError and friends: one typed error naming the file.
-        except Exception as exc:
-            if no_eof_marker:
-                raise CorruptDocumentError(path, f"damaged or truncated PDF: {TRUNCATED}; MuPDF cannot open it") from exc
-            raise CorruptDocumentError(path, f"not a readable PDF ({one_line(exc)})") from exc
-        try:
-            if pdf.needs_pass or pdf.is_encrypted:
-                raise EncryptedDocumentError(path, "the PDF is password protected")
-            # Without a repair MuPDF followed the file's own cross-references to the end: a
-            # missing marker alone (junk appended after it) is then no loss.
-            pages = read_pages(path, pdf, truncated=no_eof_marker and bool(pdf.is_repaired))
-            ocr_pages = ocr_scanned_pages(path, pdf, pages, self.ocr_dpi) if self.ocr == "auto" else []
-            if not any(line.text.strip() for page in pages for line in page.lines):
-                reason = (
-                    "OCR found no text either" if ocr_pages
-                    else "scanned? read it with ocr='auto'" if self.ocr == "off" else "nothing is drawn on its pages"
-                )
-                raise EmptyDocumentError(path, f"the PDF has no extractable text ({reason})")
-            body_size = _body_font_size(pages)
-            running = self._running_lines(pages) if self.remove_running_lines else set()
-            if self.engine == "fast":
-                page_texts, headings = self._render_fast(pdf, pages, body_size, running, ocr_pages)
-            else:
-                page_texts = self._render_pymupdf4llm(pdf, pages, running)
-                if ocr_pages:  # pymupdf4llm sees no text on a scan: its OCR lines, rendered here
-                    scanned, _ = self._render_fast(pdf, [pages[n] for n in ocr_pages], body_size, running)
-                    for number, page_text in zip(ocr_pages, scanned):
-                        page_texts[number] = page_text
-                headings = None
-            text, spans = _join_pages(page_texts)
-            if headings is None:
-                headings = self._locate_headings(text, spans, pages, body_size, running)
-            images = self._images(pdf, pages, text, spans, set(ocr_pages))
-            title = document_title(
-                [CoverLine(ln.text, ln.size, ln.bold, page.number) for page in pages[:COVER_PAGES] for ln in page.lines],
-                (pdf.metadata or {}).get("title") or "",
-                path.stem,
+    Args:
+        settings: The reader (its layout, OCR and engine settings).
+        path: The PDF file.
+
+    Returns:
+        What the reader makes its ``Document`` of.
+
+    Raises:
+        CorruptDocumentError: MuPDF cannot open the file (a damaged or truncated one says so).
+        EncryptedDocumentError: The PDF is password protected.
+        EmptyDocumentError: No page has text (OCR found none either, or was off).
+    """
+    import pymupdf
+
+    no_eof_marker = lacks_eof_marker(path)
+    try:
+        pdf = pymupdf.open(path)
+    # pymupdf raises FileDataError and friends: one typed error naming the file.
+    except Exception as exc:
+        if no_eof_marker:
+            raise CorruptDocumentError(path, f"damaged or truncated PDF: {TRUNCATED}; MuPDF cannot open it") from exc
+        raise CorruptDocumentError(path, f"not a readable PDF ({one_line(exc)})") from exc
+    try:
+        if pdf.needs_pass or pdf.is_encrypted:
+            raise EncryptedDocumentError(path, "the PDF is password protected")
+        # Without a repair MuPDF followed the file's own cross-references to the end: a
+        # missing marker alone (junk appended after it) is then no loss.
+        pages = read_pages(path, pdf, truncated=no_eof_marker and bool(pdf.is_repaired))
+        ocr_pages = ocr_scanned_pages(path, pdf, pages, settings.ocr_dpi) if settings.ocr == "auto" else []
+        if not any(line.text.strip() for page in pages for line in page.lines):
+            reason = (
+                "OCR found no text either" if ocr_pages
+                else "scanned? read it with ocr='auto'" if settings.ocr == "off" else "nothing is drawn on its pages"
             )
-            return _Parsed(text, spans, headings, body_size, images, title, schema.FORMAT_PDF, ocr_pages)
-        finally:
-            pdf.close()
-
-    # running headers / footers --------------------------------------------------------
-
-    def _running_lines(self, pages: List["_PageLines"]) -> set:
-        """Normalised texts of margin lines that repeat on most pages (page numbers ignored)."""
-        if len(pages) < 2:
-            return set()
-        counts: Counter = Counter()
-        for page in pages:
-            seen = {
-                _normalise(line.text)
-                for line in page.lines
-                if line.in_margin(page.height, self.running_margin) and _normalise(line.text)
-            }
-            counts.update(seen)
-        need = max(2, int(round(self.running_min_share * len(pages))))
-        return {key for key, n in counts.items() if n >= need}
-
-    def _is_running(self, line: "_Line", page: "_PageLines", running: set) -> bool:
-        return bool(running) and line.in_margin(page.height, self.running_margin) and (
-            _normalise(line.text) in running
+            raise EmptyDocumentError(path, f"the PDF has no extractable text ({reason})")
+        body_size = _body_font_size(pages)
+        running = running_lines(settings, pages) if settings.remove_running_lines else set()
+        if settings.engine == "fast":
+            page_texts, headings = render_fast(settings, pdf, pages, body_size, running, ocr_pages)
+        else:
+            page_texts = render_pymupdf4llm(settings, pdf, pages, running)
+            if ocr_pages:  # pymupdf4llm sees no text on a scan: its OCR lines, rendered here
+                scanned, _ = render_fast(settings, pdf, [pages[n] for n in ocr_pages], body_size, running)
+                for number, page_text in zip(ocr_pages, scanned):
+                    page_texts[number] = page_text
+            headings = None
+        text, spans = _join_pages(page_texts)
+        if headings is None:
+            headings = locate_headings(settings, text, spans, pages, body_size, running)
+        images = pdf_images(settings, pdf, pages, text, spans, set(ocr_pages))
+        title = document_title(
+            [CoverLine(ln.text, ln.size, ln.bold, page.number) for page in pages[:COVER_PAGES] for ln in page.lines],
+            (pdf.metadata or {}).get("title") or "",
+            path.stem,
         )
-
-    # fast engine ----------------------------------------------------------------------
-
-    def _heading_levels(self, pages: List["_PageLines"], body_size: float) -> Dict[float, int]:
-        """Font sizes larger than the body, largest first, mapped to Markdown levels 1..4."""
-        sizes = sorted(
-            {
-                line.size
-                for page in pages
-                for line in page.lines
-                if line.size >= body_size * self.heading_size_ratio
-                and len(line.text.strip()) <= self.max_heading_chars
-            },
-            reverse=True,
-        )
-        return {size: min(i + 1, 4) for i, size in enumerate(sizes)}
-
-    def _is_candidate(self, line: "_Line", body_size: float) -> bool:
-        text = line.text.strip()
-        if not text or len(text) > self.max_heading_chars:
-            return False
-        return line.size >= body_size * self.heading_size_ratio or (
-            # Financial statements are set in a smaller type than the text, their titles bold
-            # in that type: a statement or note title is a heading whatever its size.
-            line.bold and (line.size >= body_size * 0.95 or is_report_heading(text))
-        )
-
-    def _render_fast(
-        self, pdf: Any, pages: List["_PageLines"], body_size: float, running: set, scanned: Sequence[int] = ()
-    ) -> Tuple[List[str], List[List[Any]]]:
-        levels = self._heading_levels(pages, body_size)
-        page_texts: List[str] = []
-        headings: List[List[Any]] = []  # offsets relative to the page first, fixed below
-        for page in pages:
-            tables = self._tables(pdf[page.number]) if self.detect_tables else []
-            if self.detect_tables and self.detect_unruled_tables and page.number not in scanned:
-                tables += unruled_tables(pdf[page.number].get_text("words"), [t[0] for t in tables])
-            items: List[Tuple[float, float, int, Any]] = []  # (band key..., payload)
-            for line in page.lines:
-                if self._is_running(line, page, running):
-                    continue
-                if any(_inside(line.bbox, t[0]) for t in tables):
-                    continue
-                items.append((line.bbox, "line", line))
-            for bbox, markdown in tables:
-                items.append((bbox, "table", markdown))
-            ordered = _reading_order(items, page.width)
-            parts: List[str] = []
-            page_heads: List[List[Any]] = []
-            offset = 0
-            paragraph: List[str] = []
-            last_block: Optional[Tuple[int, Any]] = None
-
-            def flush() -> None:
-                nonlocal offset
-                if paragraph:
-                    chunk = " ".join(paragraph)
-                    parts.append(chunk)
-                    offset += len(chunk) + 2
-                    paragraph.clear()
-
-            for _, kind, payload in ordered:
-                if kind == "table":
-                    flush()
-                    parts.append(payload)
-                    offset += len(payload) + 2
-                    last_block = None
-                    continue
-                line = payload
-                text = line.text.strip()
-                if not text:
-                    continue
-                if self._is_candidate(line, body_size):
-                    flush()
-                    level = levels.get(line.size)
-                    rendered = ("#" * level + " " + text) if level else f"**{text}**"
-                    page_heads.append([offset, offset + len(rendered), line.size, line.bold])
-                    parts.append(rendered)
-                    offset += len(rendered) + 2
-                    last_block = None
-                    continue
-                if last_block is not None and last_block != line.block:
-                    flush()
-                paragraph.append(text)
-                last_block = line.block
-            flush()
-            page_texts.append("\n\n".join(parts))
-            headings.append(page_heads)
-        # Convert page-relative heading offsets to document offsets.
-        absolute: List[List[Any]] = []
-        start = 0
-        for text, heads in zip(page_texts, headings):
-            for s, e, size, bold in heads:
-                absolute.append([start + s, start + e, size, bool(bold)])
-            start += len(text) + len(PAGE_JOINER)
-        return page_texts, absolute
-
-    def _tables(self, page: Any) -> List[Tuple[Tuple[float, float, float, float], str]]:
-        """Ruled tables of a page as (bbox, Markdown), from the page's grid of rules and words.
-
-        Why not PyMuPDF's ``find_tables``: measured on FinanceBench pages it costs 0.3-1 s a
-        page on 2 shared cores (its per-character extraction in Python dominates; with its
-        default ``use_layout=True`` it also runs the layout model), which alone would hold the
-        reader under 5 pages/s. A ruled table is a connected grid of horizontal and vertical
-        rules; finding that grid and dropping the page's words into its cells takes
-        milliseconds. Tables without vertical rules stay plain text lines (no text is lost);
-        the pymupdf4llm engines find those too.
-        """
-        try:
-            horizontal, vertical = _rules(page)
-            if len(horizontal) < self.min_table_rules or len(vertical) < 2:
-                return []
-            grids = _grids(horizontal, vertical, self.min_table_rules)
-            if not grids:
-                return []
-            words = page.get_text("words")
-            tables = []
-            for ys, xs in grids:
-                markdown = _grid_markdown(ys, xs, words)
-                if markdown:
-                    tables.append(((xs[0], ys[0], xs[-1], ys[-1]), markdown))
-            return tables
-        # Safe: a table we cannot parse stays as plain lines (no text lost); logged.
-        except Exception as exc:
-            logger.debug("table detection failed on page %s: %s", page.number, exc)
-            return []
-
-    # pymupdf4llm engines ----------------------------------------------------------------
-
-    def _render_pymupdf4llm(self, pdf: Any, pages: List["_PageLines"], running: set) -> List[str]:
-        import pymupdf4llm
-
-        with _PYMUPDF4LLM_LOCK:
-            previous = bool(getattr(pymupdf4llm, "_use_layout", False))
-            pymupdf4llm.use_layout(self.engine == "layout")
-            try:
-                kwargs: Dict[str, Any] = {"page_chunks": True, "show_progress": False}
-                if self.engine == "layout":
-                    kwargs.update(header=not self.remove_running_lines, footer=not self.remove_running_lines, use_ocr=False)
-                elif not self.detect_tables:
-                    kwargs["table_strategy"] = None
-                chunks = pymupdf4llm.to_markdown(pdf, **kwargs)
-            finally:  # leave the process-wide switch as we found it
-                pymupdf4llm.use_layout(previous)
-        texts = [chunk.get("text", "") for chunk in chunks]
-        if running:
-            texts = [
-                "\n".join(l for l in t.split("\n") if _normalise(_MD_MARKS_RE.sub("", l)) not in running)
-                for t in texts
-            ]
-        return [t.strip() for t in texts]
-
-    def _locate_headings(
-        self, text: str, spans: List[List[int]], pages: List["_PageLines"], body_size: float, running: set
-    ) -> List[List[Any]]:
-        """Map heading candidates found by font size onto lines of pymupdf4llm's Markdown."""
-        found: List[List[Any]] = []
-        for (page_no, start, end), page in zip(spans, pages):
-            cursor = start
-            for line in page.lines:
-                if not self._is_candidate(line, body_size) or self._is_running(line, page, running):
-                    continue
-                idx = text.find(line.text.strip(), cursor, end)
-                if idx < 0:
-                    continue
-                line_start = text.rfind("\n", start, idx) + 1 if text.rfind("\n", start, idx) >= 0 else start
-                line_start = max(line_start, start)
-                line_end = text.find("\n", idx, end)
-                line_end = end if line_end < 0 else line_end
-                found.append([line_start, line_end, line.size, line.bold])
-                cursor = line_end
-        return found
-
-    # images -----------------------------------------------------------------------------
-
-    def _images(
-        self, pdf: Any, pages: List["_PageLines"], text: str, spans: List[List[int]], scanned: set = frozenset()
-    ) -> List[Dict[str, Any]]:
-        images: List[Dict[str, Any]] = []
-        for (page_no, start, end), page in zip(spans, pages):
-            try:
-                # digest: MuPDF's MD5 of the image, its content hash (the file name it is saved
-                # under, see llama_index_hiqa.figures); xref: where to read its bytes again.
-                infos = pdf[page_no].get_image_info(hashes=True, xrefs=True)
-            # Safe: images are extras (figures); the page's text is read all the same.
-            except Exception as exc:
-                logger.debug("no image info on page %s (%s)", page_no + 1, exc)
-                continue
-            for info in infos:
-                bbox = [round(float(v), 1) for v in info.get("bbox", (0, 0, 0, 0))]
-                if bbox[2] - bbox[0] < 2 or bbox[3] - bbox[1] < 2:
-                    continue
-                if page_no in scanned and is_scan_image(bbox, page):
-                    continue  # the page's own scan, read by OCR: not a figure
-                xref = int(info.get("xref") or 0)
-                digest = info.get("digest") or b""
-                caption = self._caption(bbox, page)
-                offset = start
-                if caption:
-                    idx = text.find(caption, start, end)
-                    offset = idx if idx >= 0 else start
-                else:
-                    offset = _offset_below(bbox, page, text, start, end)
-                images.append(
-                    {"page": page_no, "bbox": bbox, "caption": caption, "char_offset": offset,
-                     "xref": xref, "file": _image_file_name(pdf, xref, digest, page_no, bbox)}
-                )
-        return images
-
-    def _caption(self, bbox: List[float], page: "_PageLines") -> str:
-        """The nearest line below (else above) the image; lines that read like captions first."""
-        best: Optional[Tuple[int, float, str]] = None
-        for line in page.lines:
-            text = line.text.strip()
-            if not text:
-                continue
-            x0, y0, x1, y1 = line.bbox
-            if x1 < bbox[0] - 5 or x0 > bbox[2] + 5:
-                continue
-            if y0 >= bbox[3] - 2:
-                distance = y0 - bbox[3]
-            elif y1 <= bbox[1] + 2:
-                distance = (bbox[1] - y1) * 1.5  # captions sit below images more often
-            else:
-                continue
-            if distance > self.caption_distance:
-                continue
-            rank = (0 if _CAPTION_RE.match(text) else 1, distance, text)
-            if best is None or rank < best:
-                best = rank
-        return best[2] if best else ""
+        return _Parsed(text, spans, headings, body_size, images, title, schema.FORMAT_PDF, ocr_pages)
+    finally:
+        pdf.close()
 
 
 # --- plain data and helpers --------------------------------------------------------------
-
-
-def _image_file_name(pdf: Any, xref: int, digest: bytes, page_no: int, bbox: List[float]) -> str:
-    """``<content hash>.<ext>``: JPEG images are kept as they are stored, others become PNG.
-    Without MuPDF's digest the hash is taken over where the image is (file-stable, not global)."""
-    content = digest.hex() if digest else hashlib.md5(f"{page_no}:{xref}:{bbox}".encode()).hexdigest()
-    ext = "png"
-    if xref:
-        try:
-            if "DCTDecode" in str(pdf.xref_get_key(xref, "Filter")[1]):
-                ext = "jpg"
-        # Safe: an odd xref only changes the file suffix (saved as PNG).
-        except Exception as exc:
-            logger.debug("no image filter for xref %s (%s); saved as PNG", xref, exc)
-    return f"{content}.{ext}"
 
 
 def _first_top_heading(text: str) -> str:

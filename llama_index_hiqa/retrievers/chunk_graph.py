@@ -40,6 +40,7 @@ from llama_index_hiqa.vector_store_access import index_nodes
 from llama_index_hiqa.defaults import resolve_embed_model, resolve_llm
 from llama_index_hiqa.errors import GraphBuildError, LLMOutputError, UnknownNodeError
 from llama_index_hiqa.retrievers.settings import ChainSearchSettings  # noqa: F401 (re-exported)
+from llama_index_hiqa.llm_calls import acall_llm, call_llm
 from llama_index_hiqa.retrievers.chain_scorers import N_FEATURES, ChainScorer, DefaultChainScorer
 from llama_index_hiqa.retrievers.chunk_interaction_graph import (  # noqa: F401 (re-exported)
     GRAPH_FILE,
@@ -180,23 +181,40 @@ class ChunkGraphRetriever(BaseRetriever):
         return _normalised_set(self.keyword_fn(question))
 
     def question_keywords(self, question: str) -> Set[str]:
-        """Prompt A.1 when an LLM is set (falling back to the extractor on a bad answer or an
-        LLM error), else the keyword extractor."""
+        """The question's keywords: prompt A.1 when an LLM is set, else the keyword extractor.
+
+        Args:
+            question: The question.
+
+        Returns:
+            Its normalised keywords; on a bad answer or an LLM error (logged) the extractor's.
+        """
         answer = None
         if self._llm is not None:
-            try:
-                answer = self._llm.complete(QUESTION_KEYWORDS_PROMPT.format(text=question)).text
-            except Exception as exc:  # noqa: BLE001 - any LLM failure falls back, never loses the query
-                logger.warning("IIER keyword prompt failed (%s); using the keyword extractor", exc)
+            prompt = QUESTION_KEYWORDS_PROMPT.format(text=question)
+            answer = call_llm(
+                lambda: self._llm.complete(prompt).text,
+                what="IIER keyword prompt", instead="using the keyword extractor", fallback=lambda _error: None,
+            )
         return self._keywords_from_llm_answer(question, answer)
 
     async def aquestion_keywords(self, question: str) -> Set[str]:
+        """As :meth:`question_keywords`, with the LLM called asynchronously.
+
+        Args:
+            question: The question.
+
+        Returns:
+            Its normalised keywords.
+        """
         answer = None
         if self._llm is not None:
-            try:
-                answer = (await self._llm.acomplete(QUESTION_KEYWORDS_PROMPT.format(text=question))).text
-            except Exception as exc:  # noqa: BLE001 - safe as above: logged, the extractor answers
-                logger.warning("IIER keyword prompt failed (%s); using the keyword extractor", exc)
+            prompt = QUESTION_KEYWORDS_PROMPT.format(text=question)
+
+            async def ask() -> str:
+                return (await self._llm.acomplete(prompt)).text
+
+            answer = await acall_llm(ask, what="IIER keyword prompt", instead="using the keyword extractor", fallback=lambda _error: None)
         if answer is None:
             return _normalised_set(await asyncio.to_thread(self.keyword_fn, question))
         return self._keywords_from_llm_answer(question, answer)

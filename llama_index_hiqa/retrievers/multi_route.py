@@ -60,7 +60,8 @@ from llama_index_hiqa.retrievers.settings import (  # noqa: F401 (re-exported: t
     BM25, KEYWORDS, ROUTES, VECTOR, FusionMode, MultiRouteConfig,
 )
 from llama_index_hiqa.settings import updated
-from llama_index_hiqa.transforms.critical_keywords import CriticalKeywordExtractor, KeywordIndex, normalize_keyword
+from llama_index_hiqa.indexes.keyword_index import KeywordIndex, normalize_keyword
+from llama_index_hiqa.transforms.critical_keywords import CriticalKeywordExtractor
 
 logger = logging.getLogger(__name__)
 dispatcher = instrument.get_dispatcher(__name__)

@@ -36,7 +36,8 @@ from llama_index_hiqa.retrievers.multi_route import MultiRouteConfig, MultiRoute
 from llama_index_hiqa.settings import updated
 from llama_index_hiqa.retrievers.store_vectors import cosine_scale
 from llama_index_hiqa.storage.embedded import EmbeddedStore
-from llama_index_hiqa.transforms.critical_keywords import CriticalKeywordExtractor, KeywordIndex
+from llama_index_hiqa.indexes.keyword_index import KeywordIndex
+from llama_index_hiqa.transforms.critical_keywords import CriticalKeywordExtractor
 
 logger = logging.getLogger(__name__)
 

@@ -41,7 +41,8 @@ from llama_index_hiqa.storage.pg_schema import (
 )
 from llama_index_hiqa.storage.postgres import PostgresStore
 from llama_index_hiqa.retrievers.store_vectors import identity
-from llama_index_hiqa.transforms.critical_keywords import CriticalKeywordExtractor, KeywordIndex
+from llama_index_hiqa.indexes.keyword_index import KeywordIndex
+from llama_index_hiqa.transforms.critical_keywords import CriticalKeywordExtractor
 
 SHAPE_TTL_S = 5.0
 

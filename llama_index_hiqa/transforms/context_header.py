@@ -53,7 +53,7 @@ from llama_index_hiqa import schema
 from llama_index_hiqa.defaults import resolve_llm
 from llama_index_hiqa.embedding_cache import content_hash, default_cache_dir
 from llama_index_hiqa.errors import LLMOutputError
-from llama_index_hiqa.llm_calls import call_with_retries, max_retries_field, retry_backoff_field, timeout_field
+from llama_index_hiqa.llm_calls import LLMCallPolicy, acall_llm, max_retries_field, retry_backoff_field, timeout_field
 
 logger = logging.getLogger(__name__)
 
@@ -422,21 +422,16 @@ class ContextHeaderTransform(TransformComponent):
         async def ask() -> str:  # an empty answer raises, so it is retried too
             return _one_line(await llm.apredict(prompt, **args), prefix)
 
-        answer, last_error = await call_with_retries(
-            ask,
-            max_retries=self.max_retries,
-            backoff_seconds=self.retry_backoff_seconds,
-            timeout_seconds=self.timeout_seconds,
+        answer = await acall_llm(
+            ask, what=f"context header {kind}", instead="left out", fallback=self._left_out,
+            policy=LLMCallPolicy.of(self),
         )
-        if last_error is None:
+        if answer is not None:
             cache.put(key, answer)
-            return answer
+        return answer
+
+    def _left_out(self, _error: BaseException) -> None:
         self._failures += 1
-        logger.warning(
-            "context header %s failed after %d attempts (%s: %s); left out",
-            kind, self.max_retries + 1, type(last_error).__name__, last_error,
-        )
-        return None
 
     def _document_text(self, doc_nodes: Sequence[BaseNode]) -> Tuple[str, str]:
         text = "".join(n.get_content(metadata_mode=MetadataMode.NONE) for n in doc_nodes)

@@ -32,8 +32,9 @@ What counts as a critical keyword (all normalised by :func:`normalize_keyword`):
 At ingestion the keywords go into ``node.metadata[schema.CRITICAL_KEYWORDS]`` (hidden from
 the embedding and the LLM view); with ``include_document_keywords`` the keywords of the
 node's document title are added to every node of that document, so a chunk deep inside a
-filing still matches "3M" and "2018". :class:`KeywordIndex` is the inverted index
-keyword -> node ids used at query time.
+filing still matches "3M" and "2018". The inverted index keyword -> node ids used at query
+time, :class:`~llama_index_hiqa.indexes.keyword_index.KeywordIndex`, and the matching form
+:func:`~llama_index_hiqa.indexes.keyword_index.normalize_keyword` live in their own module.
 """
 
 from __future__ import annotations
@@ -42,12 +43,8 @@ import ast
 import asyncio
 import json
 import logging
-import os
 import re
-import unicodedata
-from collections import Counter, defaultdict
-from pathlib import Path
-from typing import Any, Dict, Iterable, List, Optional, Sequence, Set, Union
+from typing import Any, Dict, Iterable, List, Optional, Sequence
 
 from llama_index.core.bridge.pydantic import Field, PrivateAttr
 from llama_index.core.llms import LLM
@@ -57,6 +54,10 @@ from llama_index_hiqa import schema
 from llama_index_hiqa.defaults import load_ner_model
 from llama_index_hiqa.errors import LLMOutputError
 from llama_index_hiqa.transforms.keyword_settings import DEFAULT_NER_LABELS, KeywordSettings  # noqa: F401 (re-exported)
+# The matching form and the inverted index live with the index; imported here, where they
+# were first, so `from ...critical_keywords import KeywordIndex, normalize_keyword` still works.
+from llama_index_hiqa.indexes.keyword_index import KeywordIndex, normalize_keyword  # noqa: F401
+from llama_index_hiqa.llm_calls import acall_llm, call_llm
 
 logger = logging.getLogger(__name__)
 
@@ -120,30 +121,6 @@ _NAME_STOPWORDS = {
     "october", "november", "december", "jan", "feb", "mar", "apr", "jun", "jul", "aug",
     "sep", "sept", "oct", "nov", "dec", "the", "and", "for", "with", "from", "over", "under",
 }
-_LEADING_ARTICLE = re.compile(r"^(?:the|a|an)\s+", re.I)
-_POSSESSIVE = re.compile(r"(?:'s|’s|'|’)$", re.I)
-# A company's legal form: documents write "Best Buy Co., Inc." where questions say "Best Buy".
-_LEGAL_FORM = re.compile(
-    r"(?:[\s,]+(?:inc|incorporated|corp|corporation|company|co|plc|ltd|limited|llc|l\.?p|n\.?v|s\.?a|ag|se)\.?)+$",
-    re.I,
-)
-
-
-def normalize_keyword(keyword: str) -> str:
-    """The matching form of a keyword: case, hyphens, spaces and punctuation removed.
-
-    ``"iPhone 15"``, ``"iphone-15"`` and ``"IPHONE15"`` all become ``"iphone15"``; a leading
-    article, a possessive and a trailing legal form are dropped (``"the Coca-Cola Company's"``
-    -> ``"cocacola"``, ``"Best Buy Co., Inc."`` -> ``"bestbuy"``), so a company matches the
-    way questions name it. Returns ``""`` for text with no letters or digits.
-    """
-    text = unicodedata.normalize("NFKC", str(keyword)).strip()
-    text = _POSSESSIVE.sub("", _LEADING_ARTICLE.sub("", text))
-    stripped = _LEGAL_FORM.sub("", text)
-    text = stripped if re.search(r"\w", stripped) else text  # "Company" alone stays
-    return re.sub(r"[\W_]+", "", text.lower())
-
-
 def _two_digit_year(value: str) -> str:
     return value if len(value) == 4 else ("20" + value if int(value) < 70 else "19" + value)
 
@@ -189,6 +166,11 @@ def _rule_keywords(text: str) -> List[str]:
     return found
 
 
+# A failing LLM must not lose the NER/rule keywords: one attempt, then those alone.
+_KEYWORD_LLM_CALL: Dict[str, Any] = dict(
+    what="keyword LLM call", instead="using NER/rule keywords only", fallback=lambda _error: None
+)
+
 MAX_LLM_KEYWORDS = 50  # more "keywords" than this is prose, not a list
 MAX_LLM_KEYWORD_CHARS = 100  # a longer "keyword" is a sentence
 
@@ -206,6 +188,16 @@ def parse_keyword_list(answer: str, *, strict: bool = False) -> List[str]:
     ``strict`` says what happens then: ``False`` (the extractor at ingestion) returns ``[]``
     so the NER/rule keywords stand alone; ``True`` (the chunk graph's question prompt, which
     has a fallback of its own) raises :class:`~llama_index_hiqa.errors.LLMOutputError`.
+
+    Args:
+        answer: The LLM's answer.
+        strict: Raise on an answer that is not a keyword list (else log and return ``[]``).
+
+    Returns:
+        The keywords, as written in the answer.
+
+    Raises:
+        LLMOutputError: With ``strict``, when the answer is not a keyword list.
     """
     text = (answer or "").strip()
     start, end = text.find("["), text.rfind("]")
@@ -333,35 +325,43 @@ class CriticalKeywordExtractor(TransformComponent, KeywordSettings):
         return [self._finish(keywords) for keywords in raw]
 
     def extract(self, text: str) -> List[str]:
-        """Normalised critical keywords of ``text`` (NER, rules, expert keywords; LLM if set)."""
+        """Normalised critical keywords of ``text`` (NER, rules, expert keywords; LLM if set).
+
+        Args:
+            text: Any text.
+
+        Returns:
+            Its keywords in :func:`normalize_keyword` form, unique, in order of first appearance.
+        """
         keywords = self._extract_many([text or ""])[0]
         if self.llm is not None and (text or "").strip():
             keywords = self._finish(keywords + self._llm_keywords(CHUNK_KEYWORD_PROMPT, text))
         return keywords
 
     def extract_query(self, question: str) -> List[str]:
-        """Normalised critical keywords of a question (IIER's question prompt when an LLM is set)."""
+        """Normalised critical keywords of a question (IIER's question prompt when an LLM is set).
+
+        Args:
+            question: The question.
+
+        Returns:
+            Its keywords in :func:`normalize_keyword` form, unique, in order of first appearance.
+        """
         keywords = self._extract_many([question or ""])[0]
         if self.llm is not None and (question or "").strip():
             keywords = self._finish(keywords + self._llm_keywords(QUERY_KEYWORD_PROMPT, question))
         return keywords
 
     def _llm_keywords(self, prompt: str, text: str) -> List[str]:
-        # A failing or rambling LLM must not lose the NER/rule keywords: log and go on.
-        try:
-            answer = self.llm.complete(prompt.format(text=text)).text
-        except Exception as exc:  # noqa: BLE001 - any LLM/client error
-            logger.warning("keyword LLM call failed, using NER/rule keywords only: %s", exc)
-            return []
-        return parse_keyword_list(answer)
+        answer = call_llm(lambda: self.llm.complete(prompt.format(text=text)).text, **_KEYWORD_LLM_CALL)
+        return [] if answer is None else parse_keyword_list(answer)
 
     async def _allm_keywords(self, prompt: str, text: str) -> List[str]:
-        try:
-            answer = (await self.llm.acomplete(prompt.format(text=text))).text
-        except Exception as exc:  # noqa: BLE001 - safe as in _llm_keywords: logged, rule keywords kept
-            logger.warning("keyword LLM call failed, using NER/rule keywords only: %s", exc)
-            return []
-        return parse_keyword_list(answer)
+        async def ask() -> str:
+            return (await self.llm.acomplete(prompt.format(text=text))).text
+
+        answer = await acall_llm(ask, **_KEYWORD_LLM_CALL)
+        return [] if answer is None else parse_keyword_list(answer)
 
     # -- ingestion -------------------------------------------------------------------------
     def _node_text(self, node: BaseNode) -> str:
@@ -370,8 +370,17 @@ class CriticalKeywordExtractor(TransformComponent, KeywordSettings):
 
     def title_keywords(self, titles: Sequence[str]) -> List[List[str]]:
         """The keywords of each document title (what ``include_document_keywords`` copies
-        onto the document's nodes). File-style ids ("3M_2018_10K") carry their facts between
-        underscores, so those count as spaces."""
+        onto the document's nodes).
+
+        File-style ids ("3M_2018_10K") carry their facts between underscores, so those count
+        as spaces.
+
+        Args:
+            titles: The document titles.
+
+        Returns:
+            The keywords of each title, in the order of ``titles``.
+        """
         unique = list(dict.fromkeys(t.replace("_", " ") for t in titles))
         found = dict(zip(unique, self._extract_many(unique)))
         return [found[t.replace("_", " ")] for t in titles]
@@ -409,7 +418,15 @@ class CriticalKeywordExtractor(TransformComponent, KeywordSettings):
         return nodes
 
     async def acall(self, nodes: Sequence[BaseNode], **kwargs: Any) -> Sequence[BaseNode]:
-        """As :meth:`__call__`, with the LLM calls (if any) run concurrently."""
+        """As :meth:`__call__`, with the LLM calls (if any) run concurrently.
+
+        Args:
+            nodes: The nodes.
+            **kwargs: Ignored (LlamaIndex's transform interface).
+
+        Returns:
+            The same nodes, with ``schema.CRITICAL_KEYWORDS`` written.
+        """
         if self.llm is None:
             return self.__call__(nodes, **kwargs)
         texts = [self._node_text(n) for n in nodes]
@@ -425,90 +442,6 @@ class CriticalKeywordExtractor(TransformComponent, KeywordSettings):
         llm_keywords = await asyncio.gather(*(one(t) for t in texts))
         self._write(nodes, [a + b for a, b in zip(per_node, llm_keywords)])
         return nodes
-
-
-class KeywordIndex:
-    """Inverted index normalised keyword -> node ids, keyed by docstore node ids.
-
-    ``match_counts(keywords)`` gives ``|C|`` for every node holding at least one of the
-    query's keywords, without touching the others.
-    """
-
-    FILENAME = "keyword_index.json"
-
-    def __init__(self) -> None:
-        self._postings: Dict[str, Set[str]] = defaultdict(set)
-        self._node_keywords: Dict[str, List[str]] = {}
-
-    @classmethod
-    def from_nodes(cls, nodes: Iterable[BaseNode]) -> "KeywordIndex":
-        """Index ``schema.CRITICAL_KEYWORDS`` of each node (run the extractor first)."""
-        index = cls()
-        for node in nodes:
-            index.add(node.node_id, schema.get_critical_keywords(node))
-        return index
-
-    def add(self, node_id: str, keywords: Iterable[str]) -> None:
-        self.remove(node_id)
-        norm = list(dict.fromkeys(k for k in (normalize_keyword(k) for k in keywords) if k))
-        self._node_keywords[node_id] = norm
-        for keyword in norm:
-            self._postings[keyword].add(node_id)
-
-    def remove(self, node_id: str) -> None:
-        for keyword in self._node_keywords.pop(node_id, []):
-            postings = self._postings.get(keyword)
-            if postings is not None:
-                postings.discard(node_id)
-                if not postings:
-                    del self._postings[keyword]
-
-    def __len__(self) -> int:
-        return len(self._node_keywords)
-
-    def __contains__(self, node_id: object) -> bool:
-        return node_id in self._node_keywords
-
-    @property
-    def node_ids(self) -> List[str]:
-        return list(self._node_keywords)
-
-    def keywords_of(self, node_id: str) -> List[str]:
-        return list(self._node_keywords.get(node_id, []))
-
-    def nodes_with(self, keyword: str) -> Set[str]:
-        return set(self._postings.get(normalize_keyword(keyword), ()))
-
-    def holds(self, node_id: str, keyword: str) -> bool:
-        """Whether the node holds ``keyword`` (already in :func:`normalize_keyword` form)."""
-        return node_id in self._postings.get(keyword, ())
-
-    def document_frequency(self, keyword: str) -> int:
-        return len(self._postings.get(normalize_keyword(keyword), ()))
-
-    def match_counts(self, keywords: Iterable[str]) -> Dict[str, int]:
-        """``{node_id: |C|}``: how many of ``keywords`` (normalised, deduplicated) each node holds."""
-        counts: Counter = Counter()
-        for keyword in dict.fromkeys(normalize_keyword(k) for k in keywords):
-            counts.update(self._postings.get(keyword, ()))
-        return dict(counts)
-
-    def persist(self, persist_dir: Union[str, Path]) -> Path:
-        path = Path(persist_dir)
-        path.mkdir(parents=True, exist_ok=True)
-        target = path / self.FILENAME
-        tmp = target.with_suffix(".tmp")
-        tmp.write_text(json.dumps({"node_keywords": self._node_keywords}), encoding="utf-8")
-        os.replace(tmp, target)
-        return target
-
-    @classmethod
-    def from_persist_dir(cls, persist_dir: Union[str, Path]) -> "KeywordIndex":
-        data = json.loads((Path(persist_dir) / cls.FILENAME).read_text(encoding="utf-8"))
-        index = cls()
-        for node_id, keywords in data["node_keywords"].items():
-            index.add(node_id, keywords)
-        return index
 
 
 def _pipes_not_needed_for_ner(nlp: Any) -> List[str]:
