@@ -77,6 +77,7 @@ from llama_index_hiqa.pack_arguments import check_pack_arguments, checked_docume
 from llama_index_hiqa.vector_store_access import check_nodes_fit, delete_ref_doc, prepare_nodes_for_store
 from llama_index_hiqa.retrievers.chain_augmented import ChainAugmentedRetriever
 from llama_index_hiqa.retrievers.document_focus import DocumentFocusConfig, DocumentFocusRetriever
+from llama_index_hiqa.storage.heading_vectors import HeadingVectors
 from llama_index_hiqa.storage.vector_store import MatrixVectorStore
 
 logger = logging.getLogger(__name__)
@@ -126,6 +127,7 @@ class HiQAPack:
         self.file_stats: Dict[str, List[int]] = {}
         self.store_path: Optional[Path] = None  # the folder it was loaded from / persisted to
         self._snapshot: Optional[str] = None  # the snapshot of store_path it holds (conflict check)
+        self.heading_vectors: Any = HeadingVectors()  # the focus's, computed at ingestion
 
     # -- construction ------------------------------------------------------------------
     @classmethod
@@ -328,7 +330,9 @@ class HiQAPack:
         if self.graph is not None:
             retriever = ChainAugmentedRetriever(retriever, self.graph, **chunk_graph_settings(self.config)["budget"])
         elif DocumentFocusConfig(**self.config.document_focus).enabled:
-            retriever = DocumentFocusRetriever(retriever, embed_model=self.embed_model, **self.config.document_focus)
+            retriever = DocumentFocusRetriever(
+                retriever, embed_model=self.embed_model, heading_vectors=self.heading_vectors, **self.config.document_focus
+            )
         if not kwargs:
             self._retriever = retriever
         return retriever
@@ -473,6 +477,7 @@ class HiQAPack:
         check_nodes_fit(self.index.vector_store, nodes)  # before the old versions are removed
         removed = sum(self._remove_ref_doc(ref_doc_id) for ref_doc_id in replaced)
         insert_nodes(self.index, nodes)  # linear in the batch (LlamaIndex's is quadratic per document)
+        self.heading_vectors.add_nodes(nodes, self.embed_model)
         for doc in documents:
             self.index.docstore.set_document_hash(doc.doc_id, doc.hash)
         if self._keyword_index is not None:
@@ -565,6 +570,7 @@ class HiQAPack:
         self._snapshot = write_pack(
             root, index=self.index, multi_route=self._multi_route, graph=self._graph,
             previous_store=self.store_path, expected_snapshot=self._snapshot if same else None,
+            heading_vectors=self.heading_vectors,
             payload={
                 "config": self.config.model_dump(),
                 "index_id": self.index.index_id,
@@ -619,6 +625,7 @@ class HiQAPack:
         pack.store_path = Path(persist_dir)
         pack._snapshot = loaded_snapshot(files)
         pack.file_stats = stored.file_stats
+        pack.heading_vectors = HeadingVectors.for_snapshot(files, stored.embed_model)
         return pack
 
 

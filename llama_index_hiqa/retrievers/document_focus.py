@@ -142,6 +142,14 @@ def _joined(labels: Sequence[str]) -> str:
     return " > ".join(labels)
 
 
+def embed_headings(embed_model: BaseEmbedding, texts: Sequence[str]) -> np.ndarray:
+    """``texts`` (heading paths) embedded as documents and scaled to unit length: what the
+    heading similarity compares a question with, whether embedded at ingestion or here."""
+    vectors = np.asarray(embed_model.get_text_embedding_batch(list(texts)), dtype=np.float32)
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True) + 1e-12
+    return vectors
+
+
 @lru_cache(maxsize=1)
 def _english_stemmer() -> Any:
     import Stemmer
@@ -227,7 +235,10 @@ class DocumentFocusRetriever(BaseRetriever):
     ``multi_route`` is a :class:`~llama_index_hiqa.MultiRouteRetriever` (it answers which
     document and scores that document's nodes); ``embed_model`` embeds the question once for
     both and the heading paths (kept in memory after their first use; an embedding model with
-    a content-hash cache keeps them across processes). Settings are
+    a content-hash cache keeps them across processes). ``heading_vectors`` (the pack passes
+    its store's, :mod:`~llama_index_hiqa.storage.heading_vectors`) answers ``lookup(texts) ->
+    {text: unit vector}`` with the heading vectors computed at ingestion, so the first
+    question about a document embeds none of them. Settings are
     :class:`DocumentFocusConfig` fields, validated here. Each returned node carries the
     focus scores in ``metadata["route_scores"]`` next to the routes' own.
     """
@@ -237,11 +248,13 @@ class DocumentFocusRetriever(BaseRetriever):
         multi_route: Any,
         embed_model: Optional[BaseEmbedding] = None,
         config: Optional[DocumentFocusConfig] = None,
+        heading_vectors: Optional[Any] = None,
         **settings: Any,
     ) -> None:
         self.config = DocumentFocusConfig(**{**(config or DocumentFocusConfig()).model_dump(), **settings})
         self.multi_route = multi_route
         self._embed_model = embed_model
+        self._stored_headings = heading_vectors
         self._heading_vectors: Dict[str, np.ndarray] = {}
         self._label_words: Dict[str, frozenset] = {}  # heading label -> content_words
         # What the ranking needs of a node, read once: a database store then fetches a
@@ -287,10 +300,14 @@ class DocumentFocusRetriever(BaseRetriever):
         if self._embed_model is None or query.embedding is None or not self.config.heading_weight:
             return {}
         missing = sorted({f.heading for f in facts.values() if f.heading and f.heading not in self._heading_vectors})
-        if missing:
-            vectors = np.asarray(self._embed_model.get_text_embedding_batch(missing), dtype=np.float32)
-            vectors /= np.linalg.norm(vectors, axis=1, keepdims=True) + 1e-12
-            self._heading_vectors.update(zip(missing, vectors))
+        if missing and self._stored_headings is not None:  # computed at ingestion
+            dim = len(query.embedding)  # a store embedded with another model holds none of ours
+            self._heading_vectors.update(
+                (t, v) for t, v in self._stored_headings.lookup(missing).items() if v.shape == (dim,)
+            )
+            missing = [t for t in missing if t not in self._heading_vectors]
+        if missing:  # a store built before they were stored: embedded once, kept in memory
+            self._heading_vectors.update(zip(missing, embed_headings(self._embed_model, missing)))
         q = np.asarray(query.embedding, dtype=np.float32)
         q /= float(np.linalg.norm(q)) or 1.0
         return {node_id: float(self._heading_vectors[f.heading] @ q) for node_id, f in facts.items() if f.heading}

@@ -52,6 +52,8 @@ _SCHEMA = (
     "CREATE TABLE IF NOT EXISTS keyword_postings (keyword TEXT NOT NULL, row INTEGER NOT NULL, "
     "PRIMARY KEY (keyword, row)) WITHOUT ROWID",
     "CREATE INDEX IF NOT EXISTS keyword_postings_row ON keyword_postings (row)",
+    # The document focus's heading-path vectors, by a hash of the heading text (heading_vectors.py).
+    "CREATE TABLE IF NOT EXISTS heading_vectors (hash TEXT PRIMARY KEY, vector BLOB NOT NULL) WITHOUT ROWID",
 )
 
 

@@ -35,6 +35,7 @@ from llama_index_hiqa.retrievers.bm25_route import BM25Route
 from llama_index_hiqa.retrievers.multi_route import MultiRouteConfig, MultiRouteRetriever
 from llama_index_hiqa.retrievers.store_vectors import cosine_scale
 from llama_index_hiqa.storage.embedded import EmbeddedStore
+from llama_index_hiqa.storage.heading_vectors import SQLiteHeadingVectors
 from llama_index_hiqa.transforms.critical_keywords import CriticalKeywordExtractor, KeywordIndex
 
 logger = logging.getLogger(__name__)
@@ -222,6 +223,7 @@ class EmbeddedHiQAPack(HiQAPack):
         pack.store = store
         pack.store_path = store.root
         pack.file_stats = store.file_stats()
+        pack.heading_vectors = SQLiteHeadingVectors(store.db)
         if record is None:
             pack._save_record()
         return pack
@@ -341,6 +343,7 @@ class EmbeddedHiQAPack(HiQAPack):
             for doc in documents:
                 self.store.docstore.set_document_hash(doc.doc_id, (hashes or {}).get(doc.doc_id, doc.hash))
             self.store.add_keywords(nodes)
+            self.heading_vectors.add_nodes(nodes, self.embed_model)
             self.store.put_documents(self._records(documents, nodes))
             self.store.bump_generation()
         return removed
