@@ -50,6 +50,23 @@ def _without_stored(pack):
     return DocumentFocusRetriever(pack.multi_route, embed_model=pack.embed_model, **pack.config.document_focus)
 
 
+@pytest.fixture
+def fact_reads(monkeypatch):
+    """The nodes whose focus facts were computed from the node itself while the test runs (the
+    fallback for a store without stored facts; the stores' writers compute them too)."""
+    from llama_index_hiqa.retrievers import document_focus
+
+    seen = []
+    original = document_focus.focus_facts
+
+    def recording(node):
+        seen.append(node.node_id)
+        return original(node)
+
+    monkeypatch.setattr(document_focus, "focus_facts", recording)
+    return seen
+
+
 def _headings(pack_nodes):
     headings = batch_headings(pack_nodes)
     assert len(headings) > 5  # the demo datasheets have sections
@@ -106,7 +123,7 @@ def test_heading_vectors_of_another_model_are_not_used(tmp_path, documents):
     assert len(loaded.heading_vectors) == 0
 
 
-def test_embedded_store_writes_heading_vectors_with_each_batch(tmp_path, documents, embedded_texts):
+def test_embedded_store_writes_heading_vectors_with_each_batch(tmp_path, documents, embedded_texts, fact_reads):
     folder = HiQAPack.from_documents(documents, embed_model=HashEmbedding(), **FAST)
     expected = _ranking(folder.as_retriever())
     pack = HiQAPack.from_documents(
@@ -117,17 +134,31 @@ def test_embedded_store_writes_heading_vectors_with_each_batch(tmp_path, documen
     headings = _headings(folder.nodes)
     loaded = HiQAPack.load(tmp_path / "emb", embed_model=HashEmbedding())
     assert loaded.store.db.scalar("SELECT count(*) FROM heading_vectors") == len(headings)
+    assert loaded.store.db.scalar("SELECT count(*) FROM focus_facts") == loaded.node_count
     _check_stored(loaded.heading_vectors, headings, HashEmbedding())
     embedded_texts.clear()
-    got = _ranking(loaded.as_retriever())
+    retriever = loaded.as_retriever()
+    fact_reads.clear()
+    got = _ranking(retriever)
+    assert not fact_reads  # the focus read its facts, not the nodes
     assert not set(embedded_texts) & set(headings.values())
     assert [[s for _, s in q] for q in got] == [[s for _, s in q] for q in expected]  # ids differ between builds
-    # a store built before: the table empty, the focus embeds them, the same ranking
+    # a store built before: the tables empty, the focus embeds and reads nodes, the same ranking
     loaded.store.db.execute("DELETE FROM heading_vectors")
+    loaded.store.db.execute("DELETE FROM focus_facts")
     again = HiQAPack.load(tmp_path / "emb", embed_model=HashEmbedding())
     embedded_texts.clear()
-    assert _ranking(again.as_retriever()) == got
-    assert set(embedded_texts) & set(headings.values())
+    retriever = again.as_retriever()
+    fact_reads.clear()
+    assert _ranking(retriever) == got
+    assert set(embedded_texts) & set(headings.values()) and fact_reads
+    # a document ingested again gets its facts; deleted, they go with it
+    again.delete_document("NX-2040")
+    again.add_documents(documents)  # only NX-2040 is written
+    facts = again.store.db.scalar("SELECT count(*) FROM focus_facts")
+    assert facts == len(again.store.document_node_ids("NX-2040")) > 0
+    again.delete_document("NX-2040")
+    assert again.store.db.scalar("SELECT count(*) FROM focus_facts") == 0
 
 
 def test_a_rolled_back_embedded_batch_leaves_no_heading_vector(tmp_path, documents, monkeypatch):
@@ -142,9 +173,10 @@ def test_a_rolled_back_embedded_batch_leaves_no_heading_vector(tmp_path, documen
     with pytest.raises(RuntimeError):
         pack.add_documents(documents[:2])
     assert pack.store.db.scalar("SELECT count(*) FROM heading_vectors") == 0
+    assert pack.store.db.scalar("SELECT count(*) FROM focus_facts") == 0
 
 
-def test_postgres_store_writes_heading_vectors_in_the_batch_transaction(server, documents, embedded_texts):
+def test_postgres_store_writes_heading_vectors_in_the_batch_transaction(server, documents, embedded_texts, fact_reads):
     pytest.importorskip("llama_index.vector_stores.postgres")
     url = server.database()
     folder = HiQAPack.from_documents(documents, embed_model=HashEmbedding(), **FAST)
@@ -154,10 +186,17 @@ def test_postgres_store_writes_heading_vectors_in_the_batch_transaction(server, 
     rows = dict(pack.store.rows("SELECT hash, length(vector) FROM hiqa_heading_vectors"))
     assert set(rows) == set(headings) and set(rows.values()) == {4 * 256}
     _check_stored(pack.heading_vectors, headings, HashEmbedding())
+    assert pack.store.scalar("SELECT count(*) FROM hiqa_focus_facts") == pack.node_count
     embedded_texts.clear()
-    got = _ranking(pack.as_retriever())
-    assert not set(embedded_texts) & set(headings.values())
+    retriever = pack.as_retriever()
+    fact_reads.clear()
+    got = _ranking(retriever)
+    assert not fact_reads and not set(embedded_texts) & set(headings.values())
     assert got == _ranking(_without_stored(pack))
+    pack.delete_document("NX-2042")  # its facts go with its nodes
+    assert pack.store.scalar("SELECT count(*) FROM hiqa_focus_facts") == pack.node_count
+    pack.add_documents(documents)
+    assert pack.store.scalar("SELECT count(*) FROM hiqa_focus_facts") == pack.node_count
     pack.close()
 
     # A database written before the table existed: it loads, the focus embeds, the next writer
@@ -165,12 +204,14 @@ def test_postgres_store_writes_heading_vectors_in_the_batch_transaction(server, 
     old = HiQAPack.load(url, embed_model=HashEmbedding())
     with old.store.engine.begin() as conn:
         conn.exec_driver_sql("DROP TABLE hiqa_heading_vectors")
+        conn.exec_driver_sql("DROP TABLE hiqa_focus_facts")
     old.close()
     old = HiQAPack.load(url, embed_model=HashEmbedding())
     embedded_texts.clear()
     assert _ranking(old.as_retriever()) == got
     assert set(embedded_texts) & set(headings.values())
     old.delete_document("NX-2040")
-    old.add_documents([d for d in documents if d.metadata.get("document_id") == "NX-2040" or "NX-2040" in d.doc_id][:1])
+    old.add_documents(documents)  # only NX-2040 is new: the next writer creates both tables
     assert old.store.scalar("SELECT count(*) FROM hiqa_heading_vectors") > 0
+    assert old.store.scalar("SELECT count(*) FROM hiqa_focus_facts") == len(old.multi_route.document_node_ids("NX-2040")) > 0
     old.close()

@@ -1,7 +1,7 @@
 """Three processes ingesting the shards 1/3, 2/3 and 3/3 of one folder into one PostgreSQL
 database at the same time (`hiqa ingest DIR --store URL --shard I/3`, as three machines would)
 end with the store one writer builds: the same nodes, vectors, BM25 statistics, keyword
-postings and heading vectors, and the same rankings. The database starts empty, so the three
+postings, heading vectors and focus facts, and the same rankings. The database starts empty, so the three
 also race to create the schema. With the chunk graph, every chunk is in it and every edge joins
 two chunks; its edges themselves depend on the order documents arrive in (three shards written
 one after another differ from one writer as well), so they are not compared.
@@ -98,6 +98,7 @@ def _state(url: str):
             )
         ),
         "heading_vectors": sorted(store.rows("SELECT hash, vector FROM hiqa_heading_vectors")),
+        "focus_facts": sorted((by_node[i], f) for i, f in store.rows("SELECT node_id, facts::text FROM hiqa_focus_facts")),
         # The chunk graph's chunks and whether every edge joins two of them: its edges depend
         # on the order documents arrive in (the shards one after another differ from one
         # writer too), so only what does not is compared.

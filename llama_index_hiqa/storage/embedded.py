@@ -54,6 +54,8 @@ _SCHEMA = (
     "CREATE INDEX IF NOT EXISTS keyword_postings_row ON keyword_postings (row)",
     # The document focus's heading-path vectors, by a hash of the heading text (heading_vectors.py).
     "CREATE TABLE IF NOT EXISTS heading_vectors (hash TEXT PRIMARY KEY, vector BLOB NOT NULL) WITHOUT ROWID",
+    # What the focus reads of each node (document_focus.focus_facts, JSON), removed with it.
+    "CREATE TABLE IF NOT EXISTS focus_facts (node_id TEXT PRIMARY KEY, facts TEXT NOT NULL) WITHOUT ROWID",
 )
 
 
@@ -164,6 +166,9 @@ class EmbeddedStore:
         with self.db.transaction():
             self.db.execute(
                 "DELETE FROM keyword_postings WHERE row IN (SELECT row FROM vector_rows WHERE ref_doc_id = ?)", (ref_doc_id,)
+            )
+            self.db.execute(
+                "DELETE FROM focus_facts WHERE node_id IN (SELECT node_id FROM vector_rows WHERE ref_doc_id = ?)", (ref_doc_id,)
             )
             self.vectors.delete(ref_doc_id)
             self.docstore.delete_ref_doc(ref_doc_id, raise_error=False)

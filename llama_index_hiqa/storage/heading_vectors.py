@@ -15,6 +15,11 @@ it, keyed by a hash of the heading text, so a question reads them instead:
 * PostgreSQL in ``hiqa_heading_vectors`` (:class:`PostgresHeadingVectors`), in the batch's
   transaction.
 
+The two database stores also keep what the focus reads of each node (its heading labels,
+table kind, share of numbers, document and first page: ``document_focus.focus_facts``), one
+narrow row a node, so the first question about a document reads those rows instead of parsing
+every node's JSON; the folder store holds its nodes in memory and needs none.
+
 A heading path shared by many documents ("Item 8 > Consolidated Balance Sheets") is one row.
 A store built before has none: the focus embeds what it does not find, as before, and keeps
 it in memory. Rows are never removed with a document (another document may share the heading;
@@ -24,6 +29,7 @@ store opened with another model gets none of them).
 
 from __future__ import annotations
 
+import json
 import logging
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
@@ -32,14 +38,22 @@ import numpy as np
 from llama_index.core.schema import BaseNode
 
 from llama_index_hiqa.local_cache import content_hash
-from llama_index_hiqa.retrievers.document_focus import embed_headings, heading_text
+from llama_index_hiqa.storage.pg_schema import without_nul
+from llama_index_hiqa.retrievers.document_focus import embed_headings, focus_facts, heading_text
 
 logger = logging.getLogger(__name__)
 
 FILENAME = "heading_vectors.npz"
 PG_TABLE = "hiqa_heading_vectors"
 PG_SCHEMA = f"CREATE TABLE IF NOT EXISTS {PG_TABLE} (hash text PRIMARY KEY, vector bytea NOT NULL)"
-SQLITE_SCHEMA = "CREATE TABLE IF NOT EXISTS heading_vectors (hash TEXT PRIMARY KEY, vector BLOB NOT NULL) WITHOUT ROWID"
+# What the focus reads of each node (document_focus.focus_facts), so a database store's first
+# question about a document reads one narrow row a node instead of every node's JSON; removed
+# with the node.
+PG_FACTS_TABLE = "hiqa_focus_facts"
+PG_FACTS_SCHEMA = (
+    f"CREATE TABLE IF NOT EXISTS {PG_FACTS_TABLE} (node_id text PRIMARY KEY "
+    "REFERENCES hiqa_nodes (node_id) ON DELETE CASCADE, facts jsonb NOT NULL)"
+)
 
 
 def heading_hash(text: str) -> str:
@@ -120,7 +134,11 @@ class HeadingVectors(_Source):
         return len(missing)
 
     def save(self, folder: Path) -> None:
-        """Write ``folder/heading_vectors.npz`` (nothing without vectors)."""
+        """Write the vectors into a snapshot being written (nothing without vectors).
+
+        Args:
+            folder: the snapshot folder; the file is ``heading_vectors.npz`` in it.
+        """
         if not self._vectors:
             return
         keys = sorted(self._vectors)
@@ -167,19 +185,35 @@ class SQLiteHeadingVectors(_Source):
         rows = self.db.rows_in("SELECT hash, vector FROM heading_vectors WHERE hash IN ({})", list(hashes))
         return {h: _from_blob(b) for h, b in rows}
 
+    def node_facts(self, node_ids: Sequence[str]) -> Dict[str, List[Any]]:
+        """What ``document_focus.focus_facts`` gave for each of ``node_ids`` at ingestion
+        (nodes written before it was stored are left out)."""
+        rows = self.db.rows_in("SELECT node_id, facts FROM focus_facts WHERE node_id IN ({})", list(node_ids))
+        return {node_id: json.loads(facts) for node_id, facts in rows}
+
     def add_nodes(self, nodes: Sequence[BaseNode], embed_model: Any) -> int:
         """Embed the heading paths of ``nodes`` not stored yet and write them (in the caller's
-        transaction when one is open: the batch's)."""
+        transaction when one is open: the batch's, so a rolled-back batch leaves none).
+
+        Args:
+            nodes: a batch's nodes.
+            embed_model: the pack's embedding model.
+
+        Returns:
+            How many heading vectors were written.
+        """
         missing = self._missing(batch_headings(nodes))
-        if not missing or embed_model is None:
-            return 0
-        vectors = embed_headings(embed_model, list(missing.values()))
+        vectors = embed_headings(embed_model, list(missing.values())) if missing and embed_model is not None else []
         with self.db.transaction():
+            self.db.executemany(
+                "INSERT OR REPLACE INTO focus_facts (node_id, facts) VALUES (?, ?)",
+                [(n.node_id, json.dumps(focus_facts(n))) for n in nodes],
+            )
             self.db.executemany(
                 "INSERT OR IGNORE INTO heading_vectors (hash, vector) VALUES (?, ?)",
                 [(h, _to_blob(v)) for h, v in zip(missing, vectors)],
             )
-        return len(missing)
+        return len(vectors)
 
 
 class PostgresHeadingVectors(_Source):
@@ -189,6 +223,17 @@ class PostgresHeadingVectors(_Source):
     def __init__(self, store: Any) -> None:
         self.store = store
         self._exists = False
+        self._facts_exist = False
+
+    def node_facts(self, node_ids: Sequence[str]) -> Dict[str, List[Any]]:
+        """What ``document_focus.focus_facts`` gave for each of ``node_ids`` at ingestion, in
+        one statement (nodes written before it was stored are left out)."""
+        if not self._facts_exist:
+            self._facts_exist = self.store.scalar(f"SELECT to_regclass('{PG_FACTS_TABLE}') IS NOT NULL")
+            if not self._facts_exist:
+                return {}
+        rows = self.store.rows(f"SELECT node_id, facts FROM {PG_FACTS_TABLE} WHERE node_id = ANY(:ids)", ids=list(node_ids))
+        return {node_id: facts if isinstance(facts, list) else json.loads(facts) for node_id, facts in rows}
 
     def _read(self, hashes: Sequence[str]) -> Dict[str, np.ndarray]:
         if not self._exists:
@@ -199,8 +244,16 @@ class PostgresHeadingVectors(_Source):
         return {h: _from_blob(b) for h, b in rows}
 
     def rows_for(self, nodes: Sequence[BaseNode], embed_model: Any) -> List[Tuple[str, bytes]]:
-        """``(hash, vector bytes)`` of the heading paths of ``nodes`` not stored yet, embedded
-        (before the batch's transaction opens: embedding is the slow part)."""
+        """The heading paths of ``nodes`` not stored yet, embedded (before the batch's
+        transaction opens: embedding is the slow part).
+
+        Args:
+            nodes: a batch's nodes.
+            embed_model: the pack's embedding model.
+
+        Returns:
+            ``(hash, little-endian float32 bytes)`` rows for ``hiqa_heading_vectors``.
+        """
         missing = self._missing(batch_headings(nodes))
         if not missing or embed_model is None:
             return []
@@ -221,10 +274,18 @@ class PostgresHeadingVectors(_Source):
             A function of the transaction's connection.
         """
         rows = self.rows_for(nodes, embed_model)
+        facts = [(n.node_id, json.dumps(without_nul(focus_facts(n)))) for n in nodes]
 
         def write(conn: Any) -> None:
             if rows:
                 write_pg_rows(conn, rows)
+            if facts:
+                conn.exec_driver_sql(PG_FACTS_SCHEMA)
+                conn.exec_driver_sql(
+                    f"INSERT INTO {PG_FACTS_TABLE} (node_id, facts) SELECT * FROM unnest(%(i)s::text[], %(f)s::jsonb[]) "
+                    "ON CONFLICT (node_id) DO UPDATE SET facts = EXCLUDED.facts",
+                    {"i": [i for i, _ in facts], "f": [f for _, f in facts]},
+                )
             if then is not None:
                 then(conn)
 
