@@ -28,6 +28,7 @@ import argparse
 import asyncio
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -693,14 +694,15 @@ def run_shards(args: argparse.Namespace) -> Dict[str, Any]:
     root = _common.require_shared_data("FinanceBench shards on PostgreSQL")
     if root is None:
         return {}
-    pdfs = sorted((root / "financebench" / "pdfs").glob("*.pdf"))[: args.filings]
-    folder = args.store_dir / f"shard_pdfs_{len(pdfs)}"
-    if folder.exists():
-        for old in folder.iterdir():
-            old.unlink()
-    folder.mkdir(parents=True, exist_ok=True)
-    for pdf in pdfs:
-        (folder / pdf.name).symlink_to(pdf)
+    folder = root / "financebench" / "pdfs"
+    every = sorted(folder.glob("*.pdf"))
+    pdfs = every[: args.filings]
+    if len(pdfs) < len(every):  # a copy of the first N (the reader follows no link out of its folder)
+        folder = args.store_dir / f"shard_pdfs_{len(pdfs)}"
+        shutil.rmtree(folder, ignore_errors=True)
+        folder.mkdir(parents=True)
+        for pdf in pdfs:
+            shutil.copy(pdf, folder / pdf.name)
     names = {p.stem for p in pdfs}
     questions = [q for q in datasets.load_financebench_questions(root) if set(q.gold_documents) <= names]
     hiqa = str(Path(sys.executable).with_name("hiqa"))
