@@ -127,6 +127,11 @@ _EXPORTS: Dict[str, str] = {
     "SQLiteKVStore": "llama_index_hiqa.storage.sqlite_kv",
     "SQLiteDocumentStore": "llama_index_hiqa.storage.sqlite_kv",
     #
+    # -- the document focus's heading-path vectors, stored at ingestion by every store
+    "HeadingVectors": "llama_index_hiqa.storage.heading_vectors",
+    "SQLiteHeadingVectors": "llama_index_hiqa.storage.heading_vectors",
+    "PostgresHeadingVectors": "llama_index_hiqa.storage.heading_vectors",
+    #
     # -- PostgreSQL store (pip install llama-index-hiqa[postgres])
     "PostgresHiQAPack": "llama_index_hiqa.storage.pg_pack",
     "PostgresStore": "llama_index_hiqa.storage.postgres",

@@ -78,6 +78,7 @@ from llama_index_hiqa.vector_store_access import check_nodes_fit, delete_ref_doc
 from llama_index_hiqa.retrievers.chain_augmented import ChainAugmentedRetriever
 from llama_index_hiqa.retrievers.document_focus import DocumentFocusRetriever
 from llama_index_hiqa.settings import updated
+from llama_index_hiqa.storage.heading_vectors import HeadingVectors
 from llama_index_hiqa.storage.vector_store import MatrixVectorStore
 
 logger = logging.getLogger(__name__)
@@ -128,6 +129,7 @@ class HiQAPack:
         self.file_stats: Dict[str, List[int]] = {}
         self.store_path: Optional[Path] = None  # the folder it was loaded from / persisted to
         self._snapshot: Optional[str] = None  # the snapshot of store_path it holds (conflict check)
+        self.heading_vectors: Any = HeadingVectors()  # the focus's, computed at ingestion
 
     # -- construction ------------------------------------------------------------------
     @classmethod
@@ -330,7 +332,10 @@ class HiQAPack:
         if self.graph is not None:
             retriever = ChainAugmentedRetriever(retriever, self.graph, **self.config.chunk_graph.budget.model_dump())
         elif self.config.document_focus.enabled:
-            retriever = DocumentFocusRetriever(retriever, embed_model=self.embed_model, config=self.config.document_focus)
+            retriever = DocumentFocusRetriever(
+                retriever, embed_model=self.embed_model, heading_vectors=self.heading_vectors,
+                config=self.config.document_focus,
+            )
         if not kwargs:
             self._retriever = retriever
         return retriever
@@ -475,6 +480,7 @@ class HiQAPack:
         check_nodes_fit(self.index.vector_store, nodes)  # before the old versions are removed
         removed = sum(self._remove_ref_doc(ref_doc_id) for ref_doc_id in replaced)
         insert_nodes(self.index, nodes)  # linear in the batch (LlamaIndex's is quadratic per document)
+        self.heading_vectors.add_nodes(nodes, self.embed_model)
         for doc in documents:
             self.index.docstore.set_document_hash(doc.doc_id, doc.hash)
         if self._keyword_index is not None:
@@ -567,6 +573,7 @@ class HiQAPack:
         self._snapshot = write_pack(
             root, index=self.index, multi_route=self._multi_route, graph=self._graph,
             previous_store=self.store_path, expected_snapshot=self._snapshot if same else None,
+            heading_vectors=self.heading_vectors,
             payload={
                 "config": self.config.model_dump(),
                 "index_id": self.index.index_id,
@@ -621,6 +628,7 @@ class HiQAPack:
         pack.store_path = Path(persist_dir)
         pack._snapshot = loaded_snapshot(files)
         pack.file_stats = stored.file_stats
+        pack.heading_vectors = HeadingVectors.for_snapshot(files, stored.embed_model)
         return pack
 
 

@@ -83,6 +83,24 @@ def _joined(labels: Sequence[str]) -> str:
     return " > ".join(labels)
 
 
+def focus_facts(node: BaseNode) -> List[Any]:
+    """What the focus reads of a node, as stored at ingestion (JSON-able): its heading labels,
+    whether it is a table segment, its share of number tokens, its document and first page."""
+    pages = schema.get_page_range(node)
+    return [
+        list(heading_labels(node)), schema.get_segment_kind(node) == schema.KIND_TABLE,
+        numeric_share(node.get_content()), schema.get_document_id(node), None if pages is None else pages[0],
+    ]
+
+
+def embed_headings(embed_model: BaseEmbedding, texts: Sequence[str]) -> np.ndarray:
+    """``texts`` (heading paths) embedded as documents and scaled to unit length: what the
+    heading similarity compares a question with, whether embedded at ingestion or here."""
+    vectors = np.asarray(embed_model.get_text_embedding_batch(list(texts)), dtype=np.float32)
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True) + 1e-12
+    return vectors
+
+
 @lru_cache(maxsize=1)
 def _english_stemmer() -> Any:
     import Stemmer
@@ -168,7 +186,11 @@ class DocumentFocusRetriever(BaseRetriever):
     ``multi_route`` is a :class:`~llama_index_hiqa.MultiRouteRetriever` (it answers which
     document and scores that document's nodes); ``embed_model`` embeds the question once for
     both and the heading paths (kept in memory after their first use; an embedding model with
-    a content-hash cache keeps them across processes). Settings are
+    a content-hash cache keeps them across processes). ``heading_vectors`` (the pack passes
+    its store's, :mod:`~llama_index_hiqa.storage.heading_vectors`) answers ``lookup(texts) ->
+    {text: unit vector}`` with the heading vectors computed at ingestion, and, for a database
+    store, ``node_facts(ids)`` with what :func:`focus_facts` keeps of each node, so the first
+    question about a document embeds none of its headings and reads none of its nodes. Settings are
     :class:`DocumentFocusConfig` fields, validated here. Each returned node carries the
     focus scores in ``metadata["route_scores"]`` next to the routes' own.
     """
@@ -178,11 +200,13 @@ class DocumentFocusRetriever(BaseRetriever):
         multi_route: Any,
         embed_model: Optional[BaseEmbedding] = None,
         config: Optional[DocumentFocusConfig] = None,
+        heading_vectors: Optional[Any] = None,
         **settings: Any,
     ) -> None:
         self.config = updated(config, settings, model_class=DocumentFocusConfig)
         self.multi_route = multi_route
         self._embed_model = embed_model
+        self._stored_headings = heading_vectors
         self._heading_vectors: Dict[str, np.ndarray] = {}
         self._label_words: Dict[str, frozenset] = {}  # heading label -> content_words
         # What the ranking needs of a node, read once: a database store then fetches a
@@ -204,12 +228,20 @@ class DocumentFocusRetriever(BaseRetriever):
     # -- scoring inside a document ---------------------------------------------------------
     def _node_facts(self, ids: Sequence[str]) -> Dict[str, "_NodeFacts"]:
         missing = [i for i in ids if i not in self._facts]
+        stored = getattr(self._stored_headings, "node_facts", None)
+        if missing and stored is not None:  # stored at ingestion: no node is read
+            for node_id, facts in stored(missing).items():
+                self._facts[node_id] = self._as_facts(facts)
+            missing = [i for i in missing if i not in self._facts]
         if missing:
-            share = self.config.table_number_share
             for node_id, node in self.multi_route.nodes_by_id(missing).items():
-                table = schema.get_segment_kind(node) == schema.KIND_TABLE or numeric_share(node.get_content()) >= share
-                self._facts[node_id] = _NodeFacts(heading_labels(node), 1.0 if table else 0.0, _page_key(node))
+                self._facts[node_id] = self._as_facts(focus_facts(node))
         return {i: self._facts[i] for i in ids if i in self._facts}
+
+    def _as_facts(self, facts: Sequence[Any]) -> "_NodeFacts":
+        labels, table_kind, share, document, page = facts
+        table = bool(table_kind) or share >= self.config.table_number_share
+        return _NodeFacts(tuple(labels), 1.0 if table else 0.0, None if page is None else (document, int(page)))
 
     def _heading_words(self, query: QueryBundle, facts: Mapping[str, "_NodeFacts"]) -> Dict[str, float]:
         if not self.config.heading_words_weight:
@@ -228,10 +260,14 @@ class DocumentFocusRetriever(BaseRetriever):
         if self._embed_model is None or query.embedding is None or not self.config.heading_weight:
             return {}
         missing = sorted({f.heading for f in facts.values() if f.heading and f.heading not in self._heading_vectors})
-        if missing:
-            vectors = np.asarray(self._embed_model.get_text_embedding_batch(missing), dtype=np.float32)
-            vectors /= np.linalg.norm(vectors, axis=1, keepdims=True) + 1e-12
-            self._heading_vectors.update(zip(missing, vectors))
+        if missing and self._stored_headings is not None:  # computed at ingestion
+            dim = len(query.embedding)  # a store embedded with another model holds none of ours
+            self._heading_vectors.update(
+                (t, v) for t, v in self._stored_headings.lookup(missing).items() if v.shape == (dim,)
+            )
+            missing = [t for t in missing if t not in self._heading_vectors]
+        if missing:  # a store built before they were stored: embedded once, kept in memory
+            self._heading_vectors.update(zip(missing, embed_headings(self._embed_model, missing)))
         q = np.asarray(query.embedding, dtype=np.float32)
         q /= float(np.linalg.norm(q)) or 1.0
         return {node_id: float(self._heading_vectors[f.heading] @ q) for node_id, f in facts.items() if f.heading}
@@ -396,8 +432,3 @@ class _NodeFacts(NamedTuple):
     def heading(self) -> str:
         """heading_text(node): the path as one line, what the heading similarity embeds."""
         return _joined(self.labels)
-
-
-def _page_key(node: BaseNode) -> Optional[Tuple[Optional[str], int]]:
-    pages = schema.get_page_range(node)
-    return None if pages is None else (schema.get_document_id(node), pages[0])

@@ -52,6 +52,10 @@ _SCHEMA = (
     "CREATE TABLE IF NOT EXISTS keyword_postings (keyword TEXT NOT NULL, row INTEGER NOT NULL, "
     "PRIMARY KEY (keyword, row)) WITHOUT ROWID",
     "CREATE INDEX IF NOT EXISTS keyword_postings_row ON keyword_postings (row)",
+    # The document focus's heading-path vectors, by a hash of the heading text (heading_vectors.py).
+    "CREATE TABLE IF NOT EXISTS heading_vectors (hash TEXT PRIMARY KEY, vector BLOB NOT NULL) WITHOUT ROWID",
+    # What the focus reads of each node (document_focus.focus_facts, JSON), removed with it.
+    "CREATE TABLE IF NOT EXISTS focus_facts (node_id TEXT PRIMARY KEY, facts TEXT NOT NULL) WITHOUT ROWID",
 )
 
 
@@ -72,6 +76,7 @@ class EmbeddedStore:
         self.kvstore = SQLiteKVStore(db)
         self.docstore = SQLiteDocumentStore(self.kvstore)
         self.vectors = MemmapVectorStore(str(root), database=db)
+        self._last_matches: Optional[Tuple[Any, Dict[str, Tuple[str, Set[str]]]]] = None
         db.create_tables(_SCHEMA)
 
     @classmethod
@@ -163,6 +168,9 @@ class EmbeddedStore:
             self.db.execute(
                 "DELETE FROM keyword_postings WHERE row IN (SELECT row FROM vector_rows WHERE ref_doc_id = ?)", (ref_doc_id,)
             )
+            self.db.execute(
+                "DELETE FROM focus_facts WHERE node_id IN (SELECT node_id FROM vector_rows WHERE ref_doc_id = ?)", (ref_doc_id,)
+            )
             self.vectors.delete(ref_doc_id)
             self.docstore.delete_ref_doc(ref_doc_id, raise_error=False)
             self.db.execute("DELETE FROM documents WHERE ref_doc_id = ?", (ref_doc_id,))
@@ -229,13 +237,24 @@ class EmbeddedStore:
             self.db.conn.executemany("INSERT OR IGNORE INTO keyword_postings (keyword, row) VALUES (?, ?)", postings)
 
     def keyword_matches(self, keywords: Sequence[str]) -> Dict[str, Tuple[str, Set[str]]]:
-        """``{node id: (ref_doc_id, the keywords of ``keywords`` it holds)}``."""
+        """``{node id: (ref_doc_id, the keywords of ``keywords`` it holds)}`` (read-only: the
+        last answer is kept, since a question asks it twice, for the collection and again for
+        the document the focus ranks; a committed write makes it stale)."""
+        wanted = list(dict.fromkeys(keywords))
+        key = (tuple(wanted), self.generation)
+        last = self._last_matches
+        if last is not None and last[0] == key:
+            return last[1]
         found: Dict[str, Tuple[str, Set[str]]] = {}
-        for node_id, ref, keyword in self.db.rows_in(
-            "SELECT v.node_id, v.ref_doc_id, k.keyword FROM keyword_postings k JOIN vector_rows v ON v.row = k.row "
-            "WHERE k.keyword IN ({})", list(dict.fromkeys(keywords)),
+        # One row a node (its keywords joined), not one a posting: a company or year named by
+        # thousands of nodes is counted in SQL, not in Python.
+        for node_id, ref, held in self.db.rows_in(
+            "SELECT v.node_id, v.ref_doc_id, group_concat(k.keyword, char(31)) FROM keyword_postings k "
+            "JOIN vector_rows v ON v.row = k.row WHERE k.keyword IN ({}) GROUP BY k.row", wanted,
         ):
-            found.setdefault(node_id, (ref, set()))[1].add(keyword)
+            entry = found.setdefault(node_id, (ref, set()))
+            entry[1].update(held.split("\x1f"))
+        self._last_matches = (key, found)
         return found
 
     def keyword_node_ids(self) -> List[str]:

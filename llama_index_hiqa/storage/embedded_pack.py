@@ -38,6 +38,7 @@ from llama_index_hiqa.retrievers.store_vectors import cosine_scale
 from llama_index_hiqa.storage.embedded import EmbeddedStore
 from llama_index_hiqa.indexes.keyword_index import KeywordIndex
 from llama_index_hiqa.transforms.critical_keywords import CriticalKeywordExtractor
+from llama_index_hiqa.storage.heading_vectors import SQLiteHeadingVectors
 
 logger = logging.getLogger(__name__)
 
@@ -224,6 +225,7 @@ class EmbeddedHiQAPack(HiQAPack):
         pack.store = store
         pack.store_path = store.root
         pack.file_stats = store.file_stats()
+        pack.heading_vectors = SQLiteHeadingVectors(store.db)
         if record is None:
             pack._save_record()
         return pack
@@ -343,6 +345,7 @@ class EmbeddedHiQAPack(HiQAPack):
             for doc in documents:
                 self.store.docstore.set_document_hash(doc.doc_id, (hashes or {}).get(doc.doc_id, doc.hash))
             self.store.add_keywords(nodes)
+            self.heading_vectors.add_nodes(nodes, self.embed_model)
             self.store.put_documents(self._records(documents, nodes))
             self.store.bump_generation()
         return removed

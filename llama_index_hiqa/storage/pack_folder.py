@@ -49,6 +49,7 @@ def write_pack(
     payload: Mapping[str, Any],
     previous_store: Optional[Path] = None,
     expected_snapshot: Optional[str] = None,
+    heading_vectors: Any = None,
 ) -> str:
     """A new snapshot of ``root`` holding ``index``, the routes, the graph (when not
     ``None``) and ``payload`` (the pack's configuration and facts, with the vector store's
@@ -69,6 +70,8 @@ def write_pack(
     ) as folder:
         vector_kind = pack_files.write_index(index, folder)
         multi_route.persist(folder / pack_files.MULTI_ROUTE_DIRNAME)
+        if heading_vectors is not None:
+            heading_vectors.save(folder)
         if graph is not None:
             graph.graph.persist(folder / pack_files.CHUNK_GRAPH_DIRNAME)
         _save_figures(index, root, previous_store)

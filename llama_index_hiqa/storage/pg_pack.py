@@ -30,6 +30,7 @@ from llama_index_hiqa import schema
 from llama_index_hiqa.errors import UnknownNodeError
 from llama_index_hiqa.pack import HiQAPack
 from llama_index_hiqa.pack_config import HiQAPackConfig, graph_retriever_settings, model_identity, route_settings, same_model
+from llama_index_hiqa.storage.heading_vectors import PostgresHeadingVectors
 from llama_index_hiqa.storage.postgres import DocumentRecord, PostgresStore, PostgresStoreSettings
 from llama_index_hiqa.transforms.critical_keywords import normalize_keyword
 
@@ -94,6 +95,7 @@ class PostgresHiQAPack(HiQAPack):
         pack = cls(index, config=config, llm=llm, embed_model=embed_model)
         pack.store = store
         pack.file_stats = store.file_stats()
+        pack.heading_vectors = PostgresHeadingVectors(store)
         pack.stored_graph = None
         if config.use_chunk_graph:
             from llama_index_hiqa.storage.pg_graph import StoredChunkGraph
@@ -216,7 +218,8 @@ class PostgresHiQAPack(HiQAPack):
             for node in nodes
         }
         return self._in_transaction(
-            self.store.write, self.index.vector_store, self.index.docstore, records, replaced, keywords, then=self._graph_sync(nodes)
+            self.store.write, self.index.vector_store, self.index.docstore, records, replaced, keywords,
+            then=self.heading_vectors.writer(nodes, self.embed_model, self._graph_sync(nodes)),
         )
 
     def _graph_sync(self, nodes: Sequence[BaseNode]) -> Any:

@@ -26,6 +26,10 @@ POSTINGS_FORMAT = 3
 BULK_LOCK = 0x68697162
 # pg_advisory_xact_lock key serialising the writers of one database ("hiqa" in ASCII).
 WRITE_LOCK = 0x68697161
+# pg_advisory_lock key held while a process creates the pack's tables: writers started at once
+# on an empty database (shards on several machines) would otherwise race CREATE TABLE IF NOT
+# EXISTS, which is not safe against a concurrent creation of the same table.
+SCHEMA_LOCK = 0x68697163
 BM25_K1, BM25_B = 1.5, 0.75  # bm25s.BM25 defaults (method "lucene")
 
 

@@ -48,11 +48,12 @@ as :class:`~llama_index_hiqa.errors.PackStoreError` naming the URL with its pass
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import re
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
 
 from llama_index.core.bridge.pydantic import BaseModel, ConfigDict, Field
 from llama_index.core.schema import BaseNode, MetadataMode
@@ -72,6 +73,7 @@ from llama_index_hiqa.storage.pg_schema import (
     INDEX_STORE_TABLE,
     SCHEMA,
     STORE_FORMAT,
+    SCHEMA_LOCK,
     VECTOR_TABLE,
     WRITE_LOCK,
     BM25Tokenizer,
@@ -304,6 +306,7 @@ class PostgresStore:
 
         try:
             with self.engine.begin() as conn:
+                conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": SCHEMA_LOCK})  # writers started at once
                 available = conn.execute(text("SELECT 1 FROM pg_available_extensions WHERE name = 'vector'")).first()
                 if available is None:
                     raise self.error(
@@ -388,8 +391,28 @@ class PostgresStore:
         return None if row is None else dict(row)
 
     def create_pack(self, config: Dict[str, Any], embed_model: str, embed_dim: int, index_id: str) -> None:
-        """Create the schema, LlamaIndex's tables and the pack record (once; another process
-        creating the same pack concurrently is harmless)."""
+        """Create the schema, LlamaIndex's tables and the pack record (once; processes creating
+        the same pack at once take turns under an advisory lock, and the first one's record
+        wins)."""
+        with self.schema_lock():
+            self._create_pack(config, embed_model, embed_dim, index_id)
+
+    @contextlib.contextmanager
+    def schema_lock(self) -> Iterator[None]:
+        """Hold the schema lock (a session advisory lock) while creating tables: PostgreSQL's
+        CREATE TABLE IF NOT EXISTS fails, rather than waits, when another session creates the
+        same table at the same moment."""
+        holder = self.engine.connect().execution_options(isolation_level="AUTOCOMMIT")
+        try:
+            holder.exec_driver_sql(f"SELECT pg_advisory_lock({SCHEMA_LOCK})")
+            yield
+        finally:
+            try:
+                holder.exec_driver_sql(f"SELECT pg_advisory_unlock({SCHEMA_LOCK})")
+            finally:
+                holder.close()
+
+    def _create_pack(self, config: Dict[str, Any], embed_model: str, embed_dim: int, index_id: str) -> None:
         from sqlalchemy import text
 
         vector_store = self.vector_store(embed_dim, setup=True)
