@@ -110,7 +110,7 @@ _EXPORTS: Dict[str, str] = {
     "UnknownEmbedBackendError": "llama_index_hiqa.errors",
     #
     # -- embedded store: SQLite docstore and postings, memory-mapped vectors
-    "EmbeddedHiQAPack": "llama_index_hiqa.storage.embedded_pack",
+    "EmbeddedHiQAPack": "llama_index_hiqa.pack_aliases",
     "EmbeddedMultiRouteRetriever": "llama_index_hiqa.storage.embedded_pack",
     "EmbeddedStore": "llama_index_hiqa.storage.embedded",
     "MemmapVectorStore": "llama_index_hiqa.storage.memmap_vectors",
@@ -118,7 +118,7 @@ _EXPORTS: Dict[str, str] = {
     "SQLiteDocumentStore": "llama_index_hiqa.storage.sqlite_kv",
     #
     # -- PostgreSQL store (pip install llama-index-hiqa[postgres])
-    "PostgresHiQAPack": "llama_index_hiqa.storage.pg_pack",
+    "PostgresHiQAPack": "llama_index_hiqa.pack_aliases",
     "PostgresStore": "llama_index_hiqa.storage.postgres",
     "PostgresStoreSettings": "llama_index_hiqa.storage.postgres",
     "PostgresMultiRouteRetriever": "llama_index_hiqa.storage.pg_routes",
