@@ -63,6 +63,7 @@ from llama_index_hiqa.defaults import resolve_llm
 from llama_index_hiqa.pack_config import (  # noqa: F401  (HiQAPackConfig re-exported: it was defined here)
     HiQAPackConfig,
     chunk_graph_settings,
+    default_embed_model,
     keyword_extractor,
     model_identity,
 )
@@ -71,10 +72,18 @@ from llama_index_hiqa.pack_arguments import check_pack_arguments
 from llama_index_hiqa.pack_ingest import PackIngestion
 from llama_index_hiqa.retrievers.chain_augmented import ChainAugmentedRetriever
 from llama_index_hiqa.retrievers.document_focus import DocumentFocusConfig, DocumentFocusRetriever
-from llama_index_hiqa.storage.backends import StoreBackend, open_backend, store_kind
+from llama_index_hiqa.storage.backends import Resolvers, StoreBackend, open_backend, store_kind
 from llama_index_hiqa.storage.backends.folder import FolderBackend
 
 logger = logging.getLogger(__name__)
+
+# What every store backend of a pack makes its embedding model and keyword extractor with:
+# this module's functions, looked up at each call, so replacing them here replaces them for
+# every store (a test's cheap models, an application's own).
+RESOLVERS = Resolvers(
+    embed_model=lambda given=None, backend=None: default_embed_model(given, backend),
+    keyword_extractor=lambda config: keyword_extractor(config),
+)
 
 
 # --------------------------------------------------------------------------- the pack
@@ -114,7 +123,7 @@ class HiQAPack(PackIngestion, PackAnswering):
         if backend is None:
             if index is None:
                 raise TypeError("HiQAPack needs an index or a store backend (or use HiQAPack.empty())")
-            backend = FolderBackend(index, config or HiQAPackConfig(), embed_model, llm=llm)
+            backend = FolderBackend(index, config or HiQAPackConfig(), embed_model, llm=llm, resolvers=RESOLVERS)
         self.backend = backend
         self.llm = resolve_llm(llm)
         self.embed_model = backend.embed_model
@@ -225,7 +234,7 @@ class HiQAPack(PackIngestion, PackAnswering):
         check_pack_arguments(llm=llm, embed_model=embed_model, vector_store=vector_store, store=store)
         backend = open_backend(
             store, config=config, settings=settings, llm=llm, embed_model=embed_model, vector_store=vector_store,
-            create=True,
+            create=True, resolvers=RESOLVERS,
         )
         return cls(llm=llm, backend=backend)
 
@@ -255,7 +264,10 @@ class HiQAPack(PackIngestion, PackAnswering):
                 before anything is built on it.
         """
         check_pack_arguments(llm=llm, embed_model=embed_model, vector_store=vector_store, store=persist_dir)
-        backend = open_backend(persist_dir, settings=settings, llm=llm, embed_model=embed_model, vector_store=vector_store)
+        backend = open_backend(
+            persist_dir, settings=settings, llm=llm, embed_model=embed_model, vector_store=vector_store,
+            resolvers=RESOLVERS,
+        )
         return cls(llm=llm, backend=backend)
 
     # -- routes (built by the backend, again after a write) --------------------------------
@@ -268,6 +280,9 @@ class HiQAPack(PackIngestion, PackAnswering):
     def graph(self) -> Any:
         """The :class:`~llama_index_hiqa.ChunkGraphRetriever` (``None`` unless enabled)."""
         return self.backend.routes(self.config, self.llm)[1]
+
+    def _keyword_extractor(self) -> Any:
+        return RESOLVERS.keyword_extractor(self.config)
 
     def _invalidate(self) -> None:
         self._retriever = None

@@ -14,7 +14,7 @@ from typing import Any, Optional
 from llama_index.core.base.embeddings.base import BaseEmbedding
 from llama_index.core.llms import LLM
 
-from llama_index_hiqa.pack import HiQAPack
+from llama_index_hiqa.pack import RESOLVERS, HiQAPack
 from llama_index_hiqa.storage.backends.base import copied_vectors
 
 
@@ -61,7 +61,8 @@ class PostgresHiQAPack(metaclass=_StoreKind):
         from llama_index_hiqa.storage.backends.postgres import PostgresBackend
 
         backend = PostgresBackend.open(
-            url, settings, embed_model=embed_model, llm=llm, create=create, store_settings=store_settings
+            url, settings, embed_model=embed_model, llm=llm, create=create, store_settings=store_settings,
+            resolvers=RESOLVERS,
         )
         return HiQAPack(llm=llm, backend=backend)
 
@@ -119,7 +120,9 @@ class EmbeddedHiQAPack(metaclass=_StoreKind):
         """
         from llama_index_hiqa.storage.backends.embedded import EmbeddedBackend
 
-        return HiQAPack(llm=llm, backend=EmbeddedBackend.open(root, settings, embed_model=embed_model, llm=llm, create=create))
+        return HiQAPack(llm=llm, backend=EmbeddedBackend.open(
+            root, settings, embed_model=embed_model, llm=llm, create=create, resolvers=RESOLVERS
+        ))
 
     @staticmethod
     def from_pack(pack: HiQAPack, root: Any, batch_documents: int = 8, **settings: Any) -> HiQAPack:

@@ -21,7 +21,6 @@ from llama_index_hiqa.ingestion import (
 )
 from llama_index_hiqa.ingestion_workers import batch_runner
 from llama_index_hiqa.pack_arguments import checked_documents
-from llama_index_hiqa.pack_config import keyword_extractor
 
 
 class PackIngestion:
@@ -36,6 +35,7 @@ class PackIngestion:
     file_stats: Dict[str, List[int]]
     node_count: int
     _invalidate: Callable[[], None]  # drops the pack's cached retriever and post-processors
+    _keyword_extractor: Callable[[], Any]  # the pack's, for its settings
 
     def _reader(self, recursive: bool) -> Any:
         from llama_index_hiqa.readers.pdf import PDFLayoutReader
@@ -69,7 +69,7 @@ class PackIngestion:
         planned = self._planned_batches(checked_documents(documents), batch_size, report)
         runner = batch_runner(
             self.config.ingest_workers, self.config, self.llm, self.embed_model, report,
-            keywords=keyword_extractor(self.config),
+            keywords=self._keyword_extractor(),
         )
         with self.backend.bulk_writes(), runner:  # PostgreSQL: HNSW built once after a load
             for fresh, nodes in runner(planned):

@@ -19,7 +19,7 @@ from llama_index.core.vector_stores.types import BasePydanticVectorStore
 
 from llama_index_hiqa.errors import InvalidSettingError
 from llama_index_hiqa.pack_config import HiQAPackConfig
-from llama_index_hiqa.storage.backends.base import StoreBackend
+from llama_index_hiqa.storage.backends.base import Resolvers, StoreBackend
 
 
 def is_database(store: Any) -> bool:
@@ -52,6 +52,7 @@ def open_backend(
     embed_model: Optional[BaseEmbedding] = None,
     vector_store: Optional[BasePydanticVectorStore] = None,
     create: bool = False,
+    resolvers: Resolvers = Resolvers(),
 ) -> StoreBackend:
     """The backend of ``store``: a new one with ``create`` (``HiQAPack.empty``), else the stored
     one (``HiQAPack.load``).
@@ -64,6 +65,7 @@ def open_backend(
         embed_model: The embedding model (the packaged MiniLM when ``None``).
         vector_store: Any LlamaIndex vector store, for the folder store only.
         create: Create the store (a folder store is created in memory and written by its first save).
+        resolvers: How the embedding model and keyword extractor are made from the settings.
 
     Returns:
         The backend.
@@ -87,20 +89,26 @@ def open_backend(
             raise ValueError("an embedded store brings its own vector store (MemmapVectorStore); pass no vector_store")
         from llama_index_hiqa.storage.backends.embedded import EmbeddedBackend
 
-        return EmbeddedBackend.open(store, merged, embed_model=embed_model, llm=llm, create=create)
+        return EmbeddedBackend.open(
+            store, merged, embed_model=embed_model, llm=llm, create=create, resolvers=resolvers
+        )
     if kind == "database":
         if vector_store is not None:
             raise ValueError("a PostgreSQL store brings its own vector store (pgvector); pass no vector_store")
         from llama_index_hiqa.storage.backends.postgres import PostgresBackend
 
-        return PostgresBackend.open(str(store), merged, embed_model=embed_model, llm=llm, create=create)
+        return PostgresBackend.open(
+            str(store), merged, embed_model=embed_model, llm=llm, create=create, resolvers=resolvers
+        )
     from llama_index_hiqa.storage.backends.folder import FolderBackend
 
     if create:  # in memory: from_directory writes the folder once it has read the documents
         return FolderBackend.create(
-            HiQAPackConfig(**{**(config or HiQAPackConfig()).model_dump(), **settings}), embed_model, vector_store, llm
+            HiQAPackConfig(**{**(config or HiQAPackConfig()).model_dump(), **settings}), embed_model, vector_store, llm, resolvers
         )
-    return FolderBackend.open(store, settings, embed_model=embed_model, llm=llm, vector_store=vector_store)
+    return FolderBackend.open(
+        store, settings, embed_model=embed_model, llm=llm, vector_store=vector_store, resolvers=resolvers
+    )
 
 
-__all__ = ["StoreBackend", "is_database", "open_backend", "store_kind"]
+__all__ = ["Resolvers", "StoreBackend", "is_database", "open_backend", "store_kind"]

@@ -9,6 +9,7 @@ the same scores on every backend.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Callable, ContextManager, Dict, List, Mapping, Optional, Protocol, Sequence, Tuple, runtime_checkable
 
 from llama_index.core import VectorStoreIndex
@@ -17,7 +18,23 @@ from llama_index.core.base.embeddings.base import BaseEmbedding
 from llama_index.core.llms import LLM
 from llama_index.core.schema import BaseNode, Document
 
+from llama_index_hiqa.pack_config import default_embed_model, keyword_extractor
+
 Routes = Tuple[BaseRetriever, Optional[BaseRetriever]]  # (multi-route retriever, chunk-graph retriever or None)
+
+
+@dataclass(frozen=True)
+class Resolvers:
+    """How a backend turns settings into the models it needs: the embedding model
+    (``embed_model(given, embed_backend)``) and the critical-keyword extractor
+    (``keyword_extractor(config)``), the same at ingestion and at query time.
+
+    The pack gives its backends its own (one place to configure or replace them for every
+    store); the defaults are :mod:`llama_index_hiqa.pack_config`'s.
+    """
+
+    embed_model: Callable[..., BaseEmbedding] = default_embed_model
+    keyword_extractor: Callable[[Any], Any] = keyword_extractor
 
 
 @runtime_checkable
@@ -39,7 +56,7 @@ class StoreBackend(Protocol):
     @classmethod
     def open(
         cls, location: Any, settings: Mapping[str, Any], *, embed_model: Optional[BaseEmbedding] = None,
-        llm: Optional[LLM] = None, create: bool = False,
+        llm: Optional[LLM] = None, create: bool = False, resolvers: Resolvers = Resolvers(),
     ) -> "StoreBackend":
         """Open the store at ``location`` (with ``create``, a new one when it holds none).
 
@@ -49,6 +66,7 @@ class StoreBackend(Protocol):
             embed_model: The embedding model (the packaged MiniLM when ``None``).
             llm: The LLM of the routes that use one (the chunk graph's question keywords).
             create: Create the store when ``location`` holds none.
+            resolvers: How the embedding model and keyword extractor are made from the settings.
 
         Returns:
             The backend, every stored file or table checked.
@@ -159,4 +177,4 @@ def copied_vectors(source_vector_store: Any) -> Callable[[List[str]], List[Any]]
     )
 
 
-__all__ = ["RouteCache", "Routes", "StoreBackend", "copied_vectors"]
+__all__ = ["Resolvers", "RouteCache", "Routes", "StoreBackend", "copied_vectors"]

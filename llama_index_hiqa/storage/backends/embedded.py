@@ -27,10 +27,10 @@ from llama_index.core.storage.index_store import SimpleIndexStore
 
 from llama_index_hiqa import schema
 from llama_index_hiqa.errors import InvalidSettingError, PackStoreError
-from llama_index_hiqa.pack_config import HiQAPackConfig, default_embed_model, keyword_extractor, model_identity, route_settings, same_model
+from llama_index_hiqa.pack_config import HiQAPackConfig, model_identity, route_settings, same_model
 from llama_index_hiqa.retrievers.bm25_route import BM25Route
 from llama_index_hiqa.retrievers.multi_route import MultiRouteConfig
-from llama_index_hiqa.storage.backends.base import RouteCache, Routes, copied_vectors
+from llama_index_hiqa.storage.backends.base import Resolvers, RouteCache, Routes, copied_vectors
 from llama_index_hiqa.storage.embedded import EmbeddedStore
 from llama_index_hiqa.storage.embedded_pack import EmbeddedMultiRouteRetriever
 
@@ -45,9 +45,14 @@ class EmbeddedBackend:
         index: The index over its docstore and memory-mapped vectors.
         config: The pack's settings.
         embed_model: The embedding model of the questions.
+        resolvers: How the keyword extractor is made from the settings.
     """
 
-    def __init__(self, store: EmbeddedStore, index: VectorStoreIndex, config: HiQAPackConfig, embed_model: BaseEmbedding) -> None:
+    def __init__(
+        self, store: EmbeddedStore, index: VectorStoreIndex, config: HiQAPackConfig, embed_model: BaseEmbedding,
+        resolvers: Resolvers = Resolvers(),
+    ) -> None:
+        self._resolve = resolvers
         self.store = store
         self.index = index
         self.config = config
@@ -59,7 +64,7 @@ class EmbeddedBackend:
     @classmethod
     def open(
         cls, location: Any, settings: Mapping[str, Any], *, embed_model: Optional[BaseEmbedding] = None,
-        llm: Optional[LLM] = None, create: bool = False,
+        llm: Optional[LLM] = None, create: bool = False, resolvers: Resolvers = Resolvers(),
     ) -> "EmbeddedBackend":
         """The embedded store in the folder ``location``.
 
@@ -70,6 +75,7 @@ class EmbeddedBackend:
             embed_model: The embedding model (the packaged MiniLM when ``None``).
             llm: Unused (no route of this store asks an LLM).
             create: Create the store when the folder holds none.
+            resolvers: How the embedding model and keyword extractor are made from the settings.
 
         Returns:
             The backend.
@@ -93,7 +99,7 @@ class EmbeddedBackend:
             raise InvalidSettingError(
                 "use_chunk_graph", "the chunk graph is kept by the folder store only; use store_format='folder'"
             )
-        embed_model = default_embed_model(embed_model, config.embed_backend)
+        embed_model = resolvers.embed_model(embed_model, config.embed_backend)
         if record is not None and record.get("embed_model") and not same_model(record["embed_model"], embed_model):
             logger.warning(
                 "HiQAPack.load: the store was embedded with %s, queries now use %s",
@@ -107,7 +113,7 @@ class EmbeddedBackend:
         # list of every node id is kept or written.
         storage = StorageContext.from_defaults(vector_store=vectors, docstore=docstore, index_store=SimpleIndexStore())
         index = VectorStoreIndex([], storage_context=storage, embed_model=embed_model, store_nodes_override=True)
-        backend = cls(store, index, config, embed_model)
+        backend = cls(store, index, config, embed_model, resolvers)
         if record is None:
             backend._save_record()
         return backend
@@ -160,7 +166,7 @@ class EmbeddedBackend:
         multi_route = EmbeddedMultiRouteRetriever(
             self.store, vector,
             self._bm25_route(config) if use_bm25 and self.node_count() else None,
-            keyword_extractor=keyword_extractor(config), **routes,
+            keyword_extractor=self._resolve.keyword_extractor(config), **routes,
         )
         return multi_route, None
 

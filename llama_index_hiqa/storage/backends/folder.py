@@ -32,15 +32,13 @@ from llama_index_hiqa.errors import PackStoreError, VectorStoreFeatureError
 from llama_index_hiqa.pack_config import (
     HiQAPackConfig,
     chunk_graph_settings,
-    default_embed_model,
     graph_retriever_settings,
-    keyword_extractor,
     model_identity,
     route_settings,
     same_model,
 )
 from llama_index_hiqa.storage import pack_files
-from llama_index_hiqa.storage.backends.base import RouteCache, Routes
+from llama_index_hiqa.storage.backends.base import Resolvers, RouteCache, Routes
 from llama_index_hiqa.storage.vector_store import MatrixVectorStore
 from llama_index_hiqa.vector_store_access import check_nodes_fit, delete_ref_doc, prepare_nodes_for_store
 
@@ -58,6 +56,7 @@ class FolderBackend:
         snapshot: The snapshot of ``location`` loaded (a save over another one is a conflict).
         file_stats: ``{ref_doc_id: [size, mtime_ns]}`` of the files read.
         llm: The chunk graph's LLM (for routes a save builds before any question).
+        resolvers: How the keyword extractor is made from the settings.
     """
 
     def __init__(
@@ -69,6 +68,7 @@ class FolderBackend:
         snapshot: Optional[str] = None,
         file_stats: Optional[Dict[str, List[int]]] = None,
         llm: Optional[LLM] = None,
+        resolvers: Resolvers = Resolvers(),
     ) -> None:
         self.index = index
         self.config = config
@@ -78,6 +78,7 @@ class FolderBackend:
         self._snapshot = snapshot
         self._routes = RouteCache()
         self._llm = llm  # the routes' LLM, for routes built by a save
+        self._resolve = resolvers
         # Kept up to date by each write, so a batch does not rebuild it from every node.
         self._keyword_index: Any = None
 
@@ -86,6 +87,7 @@ class FolderBackend:
     def create(
         cls, config: HiQAPackConfig, embed_model: Optional[BaseEmbedding] = None,
         vector_store: Optional[BasePydanticVectorStore] = None, llm: Optional[LLM] = None,
+        resolvers: Resolvers = Resolvers(),
     ) -> "FolderBackend":
         """A new, empty store in memory (saved by :meth:`save`).
 
@@ -94,21 +96,23 @@ class FolderBackend:
             embed_model: The embedding model (the packaged MiniLM when ``None``).
             vector_store: Any LlamaIndex vector store (a :class:`MatrixVectorStore` when ``None``).
             llm: The chunk graph's LLM.
+            resolvers: How the embedding model and keyword extractor are made from the settings.
 
         Returns:
             The backend.
         """
-        embed_model = default_embed_model(embed_model, config.embed_backend)
+        embed_model = resolvers.embed_model(embed_model, config.embed_backend)
         storage = StorageContext.from_defaults(vector_store=vector_store or MatrixVectorStore())
         # The BM25 and keyword routes and segment integration read the nodes from the
         # docstore, also when the vector store keeps its own copy of the text.
         index = VectorStoreIndex([], storage_context=storage, embed_model=embed_model, store_nodes_override=True)
-        return cls(index, config, embed_model, llm=llm)
+        return cls(index, config, embed_model, llm=llm, resolvers=resolvers)
 
     @classmethod
     def open(
         cls, location: Any, settings: Mapping[str, Any], *, embed_model: Optional[BaseEmbedding] = None,
         llm: Optional[LLM] = None, create: bool = False, vector_store: Optional[BasePydanticVectorStore] = None,
+        resolvers: Resolvers = Resolvers(),
     ) -> "FolderBackend":
         """The store saved in the folder ``location``, every file checked first.
 
@@ -119,6 +123,7 @@ class FolderBackend:
             llm: The chunk graph's LLM.
             create: Unused: a folder store is created by its first :meth:`save`.
             vector_store: The remote vector store the pack was built on, given again.
+            resolvers: How the embedding model and keyword extractor are made from the settings.
 
         Returns:
             The backend, its routes read from the snapshot.
@@ -127,8 +132,8 @@ class FolderBackend:
             PackStoreError: A file is missing, truncated or inconsistent (the error names it).
         """
         files, config = open_folder(Path(location), settings)
-        embed_model = default_embed_model(embed_model, config.embed_backend)
-        keywords = keyword_extractor(config)
+        embed_model = resolvers.embed_model(embed_model, config.embed_backend)
+        keywords = resolvers.keyword_extractor(config)
         if files.payload.get("embed_model") and not same_model(files.payload["embed_model"], embed_model):
             logger.warning(
                 "HiQAPack.load: the store was embedded with %s, queries now use %s",
@@ -148,7 +153,7 @@ class FolderBackend:
                 for doc_id, stat in (files.payload.get("file_stats") or {}).items()
                 if isinstance(stat, list) and len(stat) == 2
             },
-            llm=llm,
+            llm=llm, resolvers=resolvers,
         )
         backend._keyword_index = multi_route.keyword_index
         backend._routes.put((multi_route, graph))
@@ -259,7 +264,7 @@ class FolderBackend:
         if self._keyword_index is None:
             self._keyword_index = KeywordIndex.from_nodes(nodes)
         multi_route = MultiRouteRetriever.from_index(
-            self.index, nodes=nodes, docstore=self.index.docstore, keyword_extractor=keyword_extractor(config),
+            self.index, nodes=nodes, docstore=self.index.docstore, keyword_extractor=self._resolve.keyword_extractor(config),
             keyword_index=self._keyword_index, **route_settings(config),
         )
         graph = self._build_graph(config, llm) if config.use_chunk_graph and nodes else None
@@ -271,7 +276,7 @@ class FolderBackend:
         settings = chunk_graph_settings(config)
         return ChunkGraphRetriever.from_index(
             self.index, embed_model=self.embed_model, llm=llm,
-            keyword_fn=keyword_extractor(config).extract_query, graph_settings=settings["graph"],
+            keyword_fn=self._resolve.keyword_extractor(config).extract_query, graph_settings=settings["graph"],
             show_progress=config.show_progress, **settings["search"],
         )
 

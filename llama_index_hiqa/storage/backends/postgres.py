@@ -28,14 +28,12 @@ from llama_index_hiqa import schema
 from llama_index_hiqa.pack_config import (
     HiQAPackConfig,
     chunk_graph_settings,
-    default_embed_model,
     graph_retriever_settings,
-    keyword_extractor,
     model_identity,
     route_settings,
     same_model,
 )
-from llama_index_hiqa.storage.backends.base import RouteCache, Routes, copied_vectors
+from llama_index_hiqa.storage.backends.base import Resolvers, RouteCache, Routes, copied_vectors
 from llama_index_hiqa.storage.postgres import DocumentRecord, PostgresStore, PostgresStoreSettings
 from llama_index_hiqa.transforms.critical_keywords import normalize_keyword
 
@@ -48,9 +46,14 @@ class PostgresBackend:
         index: The index over its pgvector table and docstore.
         config: The pack's settings.
         embed_model: The embedding model of the questions.
+        resolvers: How the keyword extractor is made from the settings.
     """
 
-    def __init__(self, store: PostgresStore, index: VectorStoreIndex, config: HiQAPackConfig, embed_model: BaseEmbedding) -> None:
+    def __init__(
+        self, store: PostgresStore, index: VectorStoreIndex, config: HiQAPackConfig, embed_model: BaseEmbedding,
+        resolvers: Resolvers = Resolvers(),
+    ) -> None:
+        self._resolve = resolvers
         self.store = store
         self.index = index
         self.config = config
@@ -61,7 +64,7 @@ class PostgresBackend:
             from llama_index_hiqa.storage.pg_graph import StoredChunkGraph
 
             self.stored_graph = StoredChunkGraph(
-                store, chunk_graph_settings(config)["graph"], keyword_fn=keyword_extractor(config).extract_query,
+                store, chunk_graph_settings(config)["graph"], keyword_fn=resolvers.keyword_extractor(config).extract_query,
                 embed_model=embed_model,
             )
         self._routes = RouteCache()
@@ -70,6 +73,7 @@ class PostgresBackend:
     def open(
         cls, location: Any, settings: Mapping[str, Any], *, embed_model: Optional[BaseEmbedding] = None,
         llm: Optional[LLM] = None, create: bool = False, store_settings: Optional[PostgresStoreSettings] = None,
+        resolvers: Resolvers = Resolvers(),
     ) -> "PostgresBackend":
         """The pack of the database at the URL ``location``.
 
@@ -81,6 +85,7 @@ class PostgresBackend:
             llm: Unused here (the chunk graph's LLM is given to :meth:`routes`).
             create: Create the pack when the database holds none.
             store_settings: Connection and HNSW settings.
+            resolvers: How the embedding model and keyword extractor are made from the settings.
 
         Returns:
             The backend.
@@ -95,7 +100,7 @@ class PostgresBackend:
             raise store.error("holds no HiQA pack; build one with `hiqa ingest DIR --store URL`")
         if record is None:
             config = HiQAPackConfig(**settings)
-            embed_model = default_embed_model(embed_model, config.embed_backend)
+            embed_model = resolvers.embed_model(embed_model, config.embed_backend)
             dim = len(embed_model.get_text_embedding("embedding dimension"))
             store.create_pack(config.model_dump(), model_identity(embed_model), dim, str(uuid.uuid4()))
             record = store.read_pack()
@@ -105,7 +110,7 @@ class PostgresBackend:
                 config = HiQAPackConfig(**{**record["config"], **settings})
             except ValueError as exc:
                 raise store.error(f"holds invalid settings ({exc})") from None
-            embed_model = default_embed_model(embed_model, config.embed_backend)
+            embed_model = resolvers.embed_model(embed_model, config.embed_backend)
             identity = model_identity(embed_model)
             if not same_model(record["embed_model"], embed_model):
                 raise store.error(
@@ -125,7 +130,7 @@ class PostgresBackend:
             index = VectorStoreIndex(
                 index_struct=struct, storage_context=storage, embed_model=embed_model, store_nodes_override=True
             )
-        return cls(store, index, config, embed_model)
+        return cls(store, index, config, embed_model, resolvers)
 
     @property
     def location(self) -> None:
@@ -169,12 +174,12 @@ class PostgresBackend:
         ef_search = max(self.store.settings.hnsw_ef_search, candidates)
         multi_route = PostgresMultiRouteRetriever(
             self.store, self.index.as_retriever(similarity_top_k=candidates, vector_store_kwargs={"hnsw_ef_search": ef_search}),
-            keyword_extractor=keyword_extractor(config), ef_search=ef_search, **routes,
+            keyword_extractor=self._resolve.keyword_extractor(config), ef_search=ef_search, **routes,
         )
         graph = None
         if self.stored_graph is not None and self.store.node_count():
             graph = self.stored_graph.retriever(
-                **graph_retriever_settings(self.index, config, self.embed_model, llm, keyword_extractor(config))
+                **graph_retriever_settings(self.index, config, self.embed_model, llm, self._resolve.keyword_extractor(config))
             )
         return multi_route, graph
 
@@ -220,7 +225,7 @@ class PostgresBackend:
         records = [self._record(doc, by_ref.get(doc.doc_id, [])) for doc in documents]
         for record in records:
             record.doc_hash = (hashes or {}).get(record.ref_doc_id, record.doc_hash)
-        extractor = keyword_extractor(self.config)
+        extractor = self._resolve.keyword_extractor(self.config)
         titles = list(dict.fromkeys(r.title for r in records if r.title))
         title_keywords = {
             t: [k for k in dict.fromkeys(normalize_keyword(k) for k in kws) if k]
