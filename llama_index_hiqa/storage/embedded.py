@@ -1,6 +1,6 @@
 """The embedded store: one SQLite file and one memory-mapped matrix in a folder.
 
-A folder store (:mod:`~llama_index_hiqa.storage.pack_folder`) loads the whole collection into
+A folder store (:mod:`~llama_index_hiqa.storage.backends.folder`) loads the whole collection into
 memory and writes it whole on every save. The embedded store keeps it on disk and reads what a
 question needs::
 
