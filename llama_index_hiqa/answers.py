@@ -174,7 +174,14 @@ class PackAnswering:
         return list(postprocessors)
 
     def retrieve(self, question: str) -> List[NodeWithScore]:
-        """Evidence for ``question`` after the configured post-processing."""
+        """Evidence for ``question`` after the configured post-processing.
+
+        Args:
+            question: The question.
+
+        Returns:
+            The nodes, best first.
+        """
         bundle = QueryBundle(question)
         nodes = self.as_retriever().retrieve(bundle)
         for post in self.node_postprocessors():
@@ -182,7 +189,15 @@ class PackAnswering:
         return nodes
 
     def as_query_engine(self, llm: Optional[LLM] = None, **kwargs: Any) -> BaseQueryEngine:
-        """LlamaIndex response synthesis with the LLM; without one, cited evidence + notice."""
+        """LlamaIndex response synthesis with the LLM; without one, cited evidence + notice.
+
+        Args:
+            llm: The LLM (the pack's when ``None``).
+            **kwargs: ``RetrieverQueryEngine.from_args`` options (``streaming``, ``node_postprocessors``, ...).
+
+        Returns:
+            The query engine.
+        """
         llm = llm or self.llm
         postprocessors = kwargs.pop("node_postprocessors", None) or self.node_postprocessors()
         if llm is None:
@@ -195,7 +210,15 @@ class PackAnswering:
         )
 
     def as_chat_engine(self, llm: Optional[LLM] = None, **kwargs: Any) -> BaseChatEngine:
-        """``CondensePlusContextChatEngine`` over the pack's retriever; evidence-only without an LLM."""
+        """``CondensePlusContextChatEngine`` over the pack's retriever; evidence-only without an LLM.
+
+        Args:
+            llm: The LLM (the pack's when ``None``).
+            **kwargs: ``CondensePlusContextChatEngine.from_defaults`` options.
+
+        Returns:
+            The chat engine.
+        """
         llm = llm or self.llm
         if llm is None:
             return EvidenceChatEngine(self.as_query_engine())  # type: ignore[arg-type]
@@ -207,7 +230,15 @@ class PackAnswering:
 
     def run(self, question: str, **kwargs: Any) -> Response:
         """Answer one question (``Response`` with ``source_nodes``; print it for the text;
-        ``streaming=True``: a ``StreamingResponse`` whose ``response_gen`` yields the tokens)."""
+        ``streaming=True``: a ``StreamingResponse`` whose ``response_gen`` yields the tokens).
+
+        Args:
+            question: The question.
+            **kwargs: :meth:`as_query_engine` options.
+
+        Returns:
+            The response.
+        """
         from llama_index_hiqa.readers._text_decode import valid_unicode
 
         return self.as_query_engine(**kwargs).query(valid_unicode(question))
@@ -216,7 +247,14 @@ class PackAnswering:
         """The figures that go with an answer (a response or its source nodes): figures it
         retrieved, then those on its cited pages and sections; each with document, page,
         section, caption, box and the image file saved in the store (see
-        :func:`llama_index_hiqa.figures.figures_for`)."""
+        :func:`llama_index_hiqa.figures.figures_for`).
+
+        Args:
+            response: A response, or its source nodes.
+
+        Returns:
+            One dict a figure.
+        """
         from llama_index_hiqa.figures import FIGURES_DIRNAME, figures_for
 
         sources = getattr(response, "source_nodes", response) or []

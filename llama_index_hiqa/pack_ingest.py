@@ -63,6 +63,17 @@ class PackIngestion:
         ``checkpoint_seconds`` so an interrupted run resumes where it was; ``progress`` gets
         the running report after every batch; ``report`` (filled and returned) lets a caller
         watch the running stage (``report.running_line()``) inside a long batch.
+
+        Args:
+            documents: LlamaIndex Documents, a list or a generator.
+            batch_size: Documents a batch (``ingest_batch_size`` when ``None``).
+            checkpoint: Called every ``checkpoint_seconds`` (e.g. ``lambda: pack.persist(store)``).
+            checkpoint_seconds: The interval between checkpoints.
+            progress: Called with the running report after every batch.
+            report: The report to fill (a new one when ``None``).
+
+        Returns:
+            What was added, replaced or left unchanged, and the time per stage.
         """
         report = report if report is not None else IngestionReport()
         saver = Checkpointer(checkpoint, checkpoint_seconds)
@@ -114,7 +125,14 @@ class PackIngestion:
 
     def add_documents(self, documents: Iterable[Document]) -> List[BaseNode]:
         """Index ``documents`` (replacing earlier versions of the same ids); returns the new
-        nodes. The BM25, keyword and graph indexes follow on the next question."""
+        nodes. The BM25, keyword and graph indexes follow on the next question.
+
+        Args:
+            documents: LlamaIndex Documents.
+
+        Returns:
+            The new nodes.
+        """
         report = self.ingest(documents)
         return list(self.index.docstore.get_nodes(report.node_ids)) if report.node_ids else []
 
@@ -126,7 +144,20 @@ class PackIngestion:
         time are those it had when it was indexed is not even read; another with an unchanged
         document hash is read but costs no parsing or embedding. ``shard=(i, n)`` ingests only
         the i-th of n shards of the folder's files (split by a hash of each file's path, so
-        several machines writing one database can share a folder)."""
+        several machines writing one database can share a folder).
+
+        Args:
+            path: The folder.
+            recursive: Read its subfolders too.
+            shard: ``(i, n)``: only the i-th of n shards of the files.
+            **ingest_kwargs: :meth:`ingest`'s options.
+
+        Returns:
+            The ingestion report.
+
+        Raises:
+            EmptyCorpusError: Nothing in the folder is readable.
+        """
         reader = self._reader(recursive)
         unread: List[str] = []
         root = Path(path)
@@ -152,7 +183,17 @@ class PackIngestion:
 
     def delete_document(self, document_id: str) -> int:
         """Remove a document (its ``schema.DOCUMENT_ID``, e.g. the file stem, or its
-        ``Document.doc_id``) from every index; returns the number of nodes removed."""
+        ``Document.doc_id``) from every index.
+
+        Args:
+            document_id: The document's id or ref doc id.
+
+        Returns:
+            The number of nodes removed.
+
+        Raises:
+            UnknownNodeError: No indexed document has that id.
+        """
         documents = self._documents()
         ref_ids = list(dict.fromkeys(ref for doc_id, ref in documents.items() if document_id in (doc_id, ref)))
         if not ref_ids:

@@ -23,12 +23,26 @@ URL_SCHEMES = ("postgresql://", "postgres://", "postgresql+psycopg://", "postgre
 
 
 def is_postgres_url(store: Any) -> bool:
-    """Whether ``store`` names a PostgreSQL database rather than a folder."""
+    """Whether ``store`` names a PostgreSQL database rather than a folder.
+
+    Args:
+        store: A ``store`` argument.
+
+    Returns:
+        ``True`` for a ``postgresql://`` URL.
+    """
     return isinstance(store, str) and store.lower().startswith(URL_SCHEMES)
 
 
 def mask_url(url: Any) -> str:
-    """The URL with its password replaced by ``***`` (for every message and log line)."""
+    """The URL with its password replaced by ``***`` (for every message and log line).
+
+    Args:
+        url: A database URL.
+
+    Returns:
+        The masked URL.
+    """
     return re.sub(r"(://[^:/@?#]*:)[^@/?#]*@", r"\1***@", str(url))
 
 
@@ -57,7 +71,6 @@ class PostgresStoreSettings(BaseModel):
         "load: pgvector builds fast while the graph fits in it (about 2.2 KB a 384-dimension "
         "vector), much slower past it.",
     )
-
 
 
 def _driver_url(url: str, driver: str) -> str:
@@ -106,7 +119,14 @@ class PostgresConnection:
 
     def error(self, reason: str) -> PackStoreError:
         """A PackStoreError about this database, on one line (``reason`` holds no password:
-        driver messages pass through :meth:`_scrub` first)."""
+        driver messages pass through :meth:`_scrub` first).
+
+        Args:
+            reason: What is wrong.
+
+        Returns:
+            The error, naming the masked URL.
+        """
         return PackStoreError(self.masked_url, " ".join(str(reason).split()))
 
     def _scrub(self, message: str) -> str:
@@ -205,7 +225,14 @@ class PostgresConnection:
         return settings
 
     def describe_failure(self, exc: BaseException) -> PackStoreError:
-        """A driver exception as one line a user can act on."""
+        """A driver exception as one line a user can act on.
+
+        Args:
+            exc: The driver's exception.
+
+        Returns:
+            The error, naming the masked URL.
+        """
         message = self._scrub(str(getattr(exc, "orig", None) or exc))
         lower = message.lower()
         if "password authentication failed" in lower or "no password supplied" in lower:
@@ -308,7 +335,16 @@ class PostgresConnection:
             return [tuple(r) for r in conn.execute(text(sql), params)]
 
     async def arows(self, sql: str, _settings: Optional[Dict[str, str]] = None, **params: Any) -> List[Tuple[Any, ...]]:
-        """:meth:`rows` on the asyncpg pool of the running event loop."""
+        """:meth:`rows` on the asyncpg pool of the running event loop.
+
+        Args:
+            sql: The statement, with ``:name`` parameters.
+            _settings: Session settings for this statement alone.
+            **params: The parameters.
+
+        Returns:
+            The rows, as tuples.
+        """
         from sqlalchemy import text
 
         async with self.async_engine.connect() as conn:
@@ -316,53 +352,6 @@ class PostgresConnection:
                 await conn.execute(text("SELECT set_config(:n, :v, true)"), {"n": name, "v": value})
             result = await conn.execute(text(sql), params)
             return [tuple(r) for r in result]
-
-    # -- LlamaIndex's stores over the same pool ----------------------------------------
-    def _hnsw(self) -> Dict[str, Any]:
-        s = self.settings
-        return {
-            "hnsw_m": s.hnsw_m, "hnsw_ef_construction": s.hnsw_ef_construction,
-            "hnsw_ef_search": s.hnsw_ef_search, "hnsw_dist_method": "vector_cosine_ops",
-        }
-
-    # setup=True only when the pack is created: a query process writes nothing, so it also
-    # runs against a read-only replica.
-    def vector_store(self, embed_dim: int, setup: bool = False) -> Any:
-        """LlamaIndex's ``PGVectorStore`` (HNSW, cosine) over the write pool; ``setup`` creates its table."""
-        from llama_index.vector_stores.postgres import PGVectorStore
-
-        store = PGVectorStore(
-            # The engines below are what connects; the strings are only kept (and shown in the
-            # stores' repr), so they carry no password.
-            connection_string=mask_url(_driver_url(self.url, "psycopg2")),
-            async_connection_string=mask_url(_driver_url(self.url, "asyncpg")),
-            table_name=VECTOR_TABLE, embed_dim=embed_dim, hnsw_kwargs=self._hnsw(), use_jsonb=True,
-            engine=self.engine, async_engine=_LazyAsyncEngine(self), initialization_fail_on_error=True,
-            perform_setup=setup,
-        )
-        return store
-
-    def kvstore(self, table: str, setup: bool = False) -> Any:
-        """LlamaIndex's ``PostgresKVStore`` of ``table`` over the write pool."""
-        from llama_index.storage.kvstore.postgres import PostgresKVStore
-
-        return PostgresKVStore(
-            table_name=table, connection_string=mask_url(_driver_url(self.url, "psycopg2")),
-            async_connection_string=mask_url(_driver_url(self.url, "asyncpg")),
-            engine=self.engine, async_engine=_LazyAsyncEngine(self), use_jsonb=True, perform_setup=setup,
-        )
-
-    def docstore(self) -> Any:
-        """LlamaIndex's ``PostgresDocumentStore`` over the write pool."""
-        from llama_index.storage.docstore.postgres import PostgresDocumentStore
-
-        return PostgresDocumentStore(self.kvstore(DOCSTORE_TABLE))
-
-    def index_store(self) -> Any:
-        """LlamaIndex's ``PostgresIndexStore`` over the write pool."""
-        from llama_index.storage.index_store.postgres import PostgresIndexStore
-
-        return PostgresIndexStore(self.kvstore(INDEX_STORE_TABLE))
 
 
 class _LazyAsyncEngine:
@@ -376,4 +365,91 @@ class _LazyAsyncEngine:
         return getattr(self._store.async_engine, name)
 
 
-__all__ = ["URL_SCHEMES", "PostgresConnection", "PostgresStoreSettings", "is_postgres_url", "mask_url"]
+# --------------------------------------------------------------------------- LlamaIndex's stores over the pools
+# setup=True only when the pack is created: a query process writes nothing, so it also
+# runs against a read-only replica.
+def _hnsw(connection: PostgresConnection) -> Dict[str, Any]:
+    s = connection.settings
+    return {
+        "hnsw_m": s.hnsw_m, "hnsw_ef_construction": s.hnsw_ef_construction,
+        "hnsw_ef_search": s.hnsw_ef_search, "hnsw_dist_method": "vector_cosine_ops",
+    }
+
+
+def vector_store(connection: PostgresConnection, embed_dim: int, setup: bool = False) -> Any:
+    """LlamaIndex's ``PGVectorStore`` (HNSW, cosine) over the write pool.
+
+    Args:
+        connection: The database's connection.
+        embed_dim: The vectors' dimension.
+        setup: Create its table (only when the pack is created).
+
+    Returns:
+        The vector store.
+    """
+    from llama_index.vector_stores.postgres import PGVectorStore
+
+    store = PGVectorStore(
+        # The engines below are what connects; the strings are only kept (and shown in the
+        # stores' repr), so they carry no password.
+        connection_string=mask_url(_driver_url(connection.url, "psycopg2")),
+        async_connection_string=mask_url(_driver_url(connection.url, "asyncpg")),
+        table_name=VECTOR_TABLE, embed_dim=embed_dim, hnsw_kwargs=_hnsw(connection), use_jsonb=True,
+        engine=connection.engine, async_engine=_LazyAsyncEngine(connection), initialization_fail_on_error=True,
+        perform_setup=setup,
+    )
+    return store
+
+
+def kvstore(connection: PostgresConnection, table: str, setup: bool = False) -> Any:
+    """LlamaIndex's ``PostgresKVStore`` of ``table`` over the write pool.
+
+    Args:
+        connection: The database's connection.
+        table: The table name (LlamaIndex prefixes ``data_``).
+        setup: Create the table.
+
+    Returns:
+        The key-value store.
+    """
+    from llama_index.storage.kvstore.postgres import PostgresKVStore
+
+    return PostgresKVStore(
+        table_name=table, connection_string=mask_url(_driver_url(connection.url, "psycopg2")),
+        async_connection_string=mask_url(_driver_url(connection.url, "asyncpg")),
+        engine=connection.engine, async_engine=_LazyAsyncEngine(connection), use_jsonb=True, perform_setup=setup,
+    )
+
+
+def docstore(connection: PostgresConnection) -> Any:
+    """LlamaIndex's ``PostgresDocumentStore`` over the write pool.
+
+    Args:
+        connection: The database's connection.
+
+    Returns:
+        The docstore.
+    """
+    from llama_index.storage.docstore.postgres import PostgresDocumentStore
+
+    return PostgresDocumentStore(kvstore(connection, DOCSTORE_TABLE))
+
+
+def index_store(connection: PostgresConnection) -> Any:
+    """LlamaIndex's ``PostgresIndexStore`` over the write pool.
+
+    Args:
+        connection: The database's connection.
+
+    Returns:
+        The index store.
+    """
+    from llama_index.storage.index_store.postgres import PostgresIndexStore
+
+    return PostgresIndexStore(kvstore(connection, INDEX_STORE_TABLE))
+
+
+__all__ = [
+    "URL_SCHEMES", "PostgresConnection", "PostgresStoreSettings", "docstore", "index_store", "is_postgres_url",
+    "kvstore", "mask_url", "vector_store",
+]

@@ -50,6 +50,7 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tupl
 
 from llama_index.core.schema import BaseNode
 
+from llama_index_hiqa.storage import pg_connection
 from llama_index_hiqa.storage.pg_bulk import (
     bulk_load,
     delete_postings,
@@ -143,16 +144,16 @@ class PostgresStore:
         self.connection.dispose()
 
     def vector_store(self, embed_dim: int, setup: bool = False) -> Any:
-        """LlamaIndex's ``PGVectorStore`` over this database (:meth:`PostgresConnection.vector_store`)."""
-        return self.connection.vector_store(embed_dim, setup)
+        """LlamaIndex's ``PGVectorStore`` over this database (``pg_connection.vector_store``)."""
+        return pg_connection.vector_store(self.connection, embed_dim, setup)
 
     def docstore(self) -> Any:
         """LlamaIndex's ``PostgresDocumentStore`` over this database."""
-        return self.connection.docstore()
+        return pg_connection.docstore(self.connection)
 
     def index_store(self) -> Any:
         """LlamaIndex's ``PostgresIndexStore`` over this database."""
-        return self.connection.index_store()
+        return pg_connection.index_store(self.connection)
 
     # -- the pack record -----------------------------------------------------------------
     def read_pack(self) -> Optional[Dict[str, Any]]:
@@ -180,7 +181,7 @@ class PostgresStore:
         vector_store = self.vector_store(embed_dim, setup=True)
         vector_store._initialize()  # its table and HNSW index, by its own code
         for table in (DOCSTORE_TABLE, INDEX_STORE_TABLE):
-            self.connection.kvstore(table, setup=True)._initialize()
+            pg_connection.kvstore(self.connection, table, setup=True)._initialize()
         with self.engine.begin() as conn:
             conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": WRITE_LOCK})
             migrate_postings(conn)  # a format-2 database's postings, before SCHEMA reads them

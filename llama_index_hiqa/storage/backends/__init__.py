@@ -23,7 +23,14 @@ from llama_index_hiqa.storage.backends.base import Resolvers, StoreBackend
 
 
 def is_database(store: Any) -> bool:
-    """Whether ``store`` names a PostgreSQL database rather than a folder."""
+    """Whether ``store`` names a PostgreSQL database rather than a folder.
+
+    Args:
+        store: A ``store`` argument.
+
+    Returns:
+        ``True`` for a ``postgresql://`` URL.
+    """
     from llama_index_hiqa.storage.postgres import is_postgres_url
 
     return is_postgres_url(store)
@@ -31,7 +38,15 @@ def is_database(store: Any) -> bool:
 
 def store_kind(store: Any, settings: Mapping[str, Any]) -> Optional[str]:
     """``"database"``, ``"embedded"`` (asked for, or the folder holds one already), ``"folder"``
-    or ``None`` (no store)."""
+    or ``None`` (no store).
+
+    Args:
+        store: A ``store`` argument.
+        settings: ``HiQAPackConfig`` fields (``store_format``).
+
+    Returns:
+        The kind.
+    """
     if store is None:
         return None
     if is_database(store):

@@ -87,7 +87,14 @@ class StoreBackend(Protocol):
         """The number of stored nodes (no node is read)."""
 
     def document_hash(self, ref_doc_id: str) -> Optional[str]:
-        """The stored hash of a document, what an upsert compares (``None``: not stored)."""
+        """The stored hash of a document, what an upsert compares.
+
+        Args:
+            ref_doc_id: The document's ref doc id.
+
+        Returns:
+            The hash, ``None`` when the store holds no such document.
+        """
 
     def write_batch(self, documents: Sequence[Document], replaced: Sequence[str], nodes: Sequence[BaseNode]) -> int:
         """Write one batch all or nothing: ``replaced`` documents' nodes go, ``nodes`` (with their
@@ -103,7 +110,14 @@ class StoreBackend(Protocol):
         """
 
     def remove_document(self, ref_doc_id: str) -> int:
-        """Remove one document from every route as one unit; returns the number of nodes removed."""
+        """Remove one document from every route as one unit.
+
+        Args:
+            ref_doc_id: The document's ref doc id.
+
+        Returns:
+            The number of nodes removed.
+        """
 
     def routes(self, config: Any, llm: Optional[LLM]) -> Routes:
         """The retrievers over what is stored, built once and again only after a write.
@@ -114,7 +128,7 @@ class StoreBackend(Protocol):
 
         Returns:
             ``(multi_route, graph)``: the multi-route retriever and the chunk-graph retriever
-            (``None`` unless ``use_chunk_graph``).
+                (``None`` unless ``use_chunk_graph``).
         """
 
     def bulk_writes(self) -> ContextManager[Any]:
@@ -146,13 +160,24 @@ class RouteCache:
         self._routes: Optional[Routes] = None
 
     def get(self, build: Callable[[], Routes]) -> Routes:
-        """The cached routes, else ``build()``, cached."""
+        """The cached routes, else ``build()``, cached.
+
+        Args:
+            build: Builds the routes.
+
+        Returns:
+            The routes.
+        """
         if self._routes is None:
             self._routes = build()
         return self._routes
 
     def put(self, routes: Routes) -> None:
-        """Keep ``routes`` (read back from the store) as the current ones."""
+        """Keep ``routes`` (read back from the store) as the current ones.
+
+        Args:
+            routes: ``(multi_route, graph)``.
+        """
         self._routes = routes
 
     @property
@@ -167,7 +192,14 @@ class RouteCache:
 
 def copied_vectors(source_vector_store: Any) -> Callable[[List[str]], List[Any]]:
     """How a copy between stores reads vectors back from ``source_vector_store`` (raises
-    ``ValueError`` when it cannot: the copy re-embeds nothing)."""
+    ``ValueError`` when it cannot: the copy re-embeds nothing).
+
+    Args:
+        source_vector_store: The copied pack's vector store.
+
+    Returns:
+        A function from node ids to their vectors.
+    """
     if hasattr(source_vector_store, "get_embeddings"):
         return source_vector_store.get_embeddings
     if hasattr(source_vector_store, "get"):  # SimpleVectorStore

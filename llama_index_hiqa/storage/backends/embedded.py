@@ -136,7 +136,14 @@ class EmbeddedBackend:
         return self.store.node_count()
 
     def document_hash(self, ref_doc_id: str) -> Optional[str]:
-        """The document's hash as the docstore records it."""
+        """The document's hash as the docstore records it.
+
+        Args:
+            ref_doc_id: The document's ref doc id.
+
+        Returns:
+            The hash, ``None`` when the store holds no such document.
+        """
         return self.index.docstore.get_document_hash(ref_doc_id)
 
     # -- routes ----------------------------------------------------------------------------
@@ -222,28 +229,9 @@ class EmbeddedBackend:
             for doc in documents:
                 self.store.docstore.set_document_hash(doc.doc_id, (hashes or {}).get(doc.doc_id, doc.hash))
             self.store.add_keywords(nodes)
-            self.store.put_documents(self._records(documents, nodes))
+            self.store.put_documents(document_rows(documents, nodes, self.file_stats))
             self.store.bump_generation()
         return removed
-
-    def _records(self, documents: Sequence[Document], nodes: Sequence[BaseNode]) -> List[Tuple[Any, ...]]:
-        by_ref: Dict[str, List[BaseNode]] = {}
-        for node in nodes:
-            by_ref.setdefault(node.ref_doc_id or "", []).append(node)
-        records = []
-        for doc in documents:
-            members = by_ref.get(doc.doc_id, [])
-            pages = [r[1] + 1 for r in (schema.get_page_range(n) for n in members) if r is not None]
-            first = members[0] if members else doc
-            records.append((
-                doc.doc_id,
-                str(schema.get_document_id(first) or doc.metadata.get(schema.DOCUMENT_ID) or doc.doc_id),
-                str(schema.get_document_title(first) or ""),
-                max(pages) if pages else None,
-                len(members),
-                self.file_stats.get(doc.doc_id),
-            ))
-        return records
 
     def _save_figures(self, nodes: Sequence[BaseNode]) -> None:
         if not any(n.metadata.get(schema.IMAGE_FILE) or n.metadata.get(schema.IMAGES) for n in nodes):
@@ -257,7 +245,14 @@ class EmbeddedBackend:
             logger.warning("figure %s not saved: %s", name, reason)
 
     def remove_document(self, ref_doc_id: str) -> int:
-        """Remove one document in one transaction; returns the number of nodes removed."""
+        """Remove one document in one transaction.
+
+        Args:
+            ref_doc_id: The document's ref doc id.
+
+        Returns:
+            The number of nodes removed.
+        """
         self._routes.clear()
         with self.store.db.transaction():
             removed = self.store.remove_document(ref_doc_id)
@@ -334,4 +329,36 @@ class EmbeddedBackend:
         self.store.close()
 
 
-__all__ = ["EmbeddedBackend"]
+def document_rows(
+    documents: Sequence[Document], nodes: Sequence[BaseNode], file_stats: Mapping[str, List[int]]
+) -> List[Tuple[Any, ...]]:
+    """The embedded store's ``documents`` rows of a batch.
+
+    Args:
+        documents: The batch's documents.
+        nodes: The batch's nodes.
+        file_stats: ``{ref_doc_id: [size, mtime_ns]}`` of the files read.
+
+    Returns:
+        One ``(ref_doc_id, document_id, title, pages, node count, file stat)`` a document.
+    """
+    by_ref: Dict[str, List[BaseNode]] = {}
+    for node in nodes:
+        by_ref.setdefault(node.ref_doc_id or "", []).append(node)
+    records = []
+    for doc in documents:
+        members = by_ref.get(doc.doc_id, [])
+        pages = [r[1] + 1 for r in (schema.get_page_range(n) for n in members) if r is not None]
+        first = members[0] if members else doc
+        records.append((
+            doc.doc_id,
+            str(schema.get_document_id(first) or doc.metadata.get(schema.DOCUMENT_ID) or doc.doc_id),
+            str(schema.get_document_title(first) or ""),
+            max(pages) if pages else None,
+            len(members),
+            file_stats.get(doc.doc_id),
+        ))
+    return records
+
+
+__all__ = ["EmbeddedBackend", "document_rows"]

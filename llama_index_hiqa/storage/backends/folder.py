@@ -175,7 +175,14 @@ class FolderBackend:
         return len(pack_files.docstore_node_ids(self.index.docstore))
 
     def document_hash(self, ref_doc_id: str) -> Optional[str]:
-        """The docstore's hash of the document (``None`` when it holds none)."""
+        """The docstore's hash of the document.
+
+        Args:
+            ref_doc_id: The document's ref doc id.
+
+        Returns:
+            The hash, ``None`` when the store holds no such document.
+        """
         return self.index.docstore.get_document_hash(ref_doc_id)
 
     # -- writes ----------------------------------------------------------------------------
@@ -331,7 +338,20 @@ def write_pack(
     ``expected_snapshot``: the snapshot the pack was loaded from; another one current now is a
     :class:`~llama_index_hiqa.errors.StoreConflictError`. An ``OSError`` (read-only folder,
     full disk) leaves the previous snapshot current and is raised as a
-    :class:`~llama_index_hiqa.errors.PathAccessError` naming the path."""
+    :class:`~llama_index_hiqa.errors.PathAccessError` naming the path.
+
+    Args:
+        root: The store folder.
+        index: The index saved (docstore and vector store).
+        multi_route: The multi-route retriever whose BM25 and keyword indexes are saved.
+        graph: The chunk-graph retriever, or ``None``.
+        payload: The pack's settings and ingestion state.
+        previous_store: The store folder the pack was loaded from (its figures are copied).
+        expected_snapshot: The snapshot the pack was loaded from.
+
+    Returns:
+        The new snapshot's name.
+    """
     from llama_index_hiqa.figures import FIGURES_DIRNAME
     from llama_index_hiqa.storage.os_boundary import os_errors
     from llama_index_hiqa.storage.snapshots import snapshot_name, write_snapshot
@@ -354,7 +374,15 @@ def write_pack(
 
 def store_writer(root: Path, on_wait: Optional[Any] = None) -> Any:
     """The writer lock of the folder store ``root`` (see ``snapshots.writer_lock``), to hold
-    from loading the store to saving it so that no other writer's update is lost."""
+    from loading the store to saving it so that no other writer's update is lost.
+
+    Args:
+        root: The store folder.
+        on_wait: Told once when another writer holds the lock.
+
+    Returns:
+        The lock, a context manager.
+    """
     from llama_index_hiqa.figures import FIGURES_DIRNAME
     from llama_index_hiqa.storage.snapshots import writer_lock
 
@@ -364,7 +392,11 @@ def store_writer(root: Path, on_wait: Optional[Any] = None) -> Any:
 def check_writable(root: Path) -> None:
     """Before any work: ``root`` is a store folder (or missing, or empty), can be written and
     has room for a new snapshot — a :class:`~llama_index_hiqa.errors.PackStoreError` or
-    :class:`~llama_index_hiqa.errors.PathAccessError` naming it otherwise."""
+    :class:`~llama_index_hiqa.errors.PathAccessError` naming it otherwise.
+
+    Args:
+        root: The store folder.
+    """
     from llama_index_hiqa.figures import FIGURES_DIRNAME
     from llama_index_hiqa.storage.os_boundary import check_store_writable
     from llama_index_hiqa.storage.snapshots import _pointer_target, check_store_folder
@@ -388,7 +420,15 @@ def _save_figures(index: VectorStoreIndex, root: Path, previous_store: Optional[
 
 def open_folder(persist_dir: Path, settings: Optional[Mapping[str, Any]] = None) -> Tuple[Any, HiQAPackConfig]:
     """The checked files of the snapshot ``persist_dir`` points to and its configuration,
-    ``settings`` overriding the stored one for this process."""
+    ``settings`` overriding the stored one for this process.
+
+    Args:
+        persist_dir: The store folder.
+        settings: ``HiQAPackConfig`` fields overriding the stored ones.
+
+    Returns:
+        ``(files, config)``: the checked ``pack_files.StoreFiles`` and the settings.
+    """
     from llama_index_hiqa.storage.snapshots import snapshot_for_reading
 
     files = pack_files.StoreFiles.open(snapshot_for_reading(persist_dir, legacy_marker=pack_files.CONFIG_FILENAME))

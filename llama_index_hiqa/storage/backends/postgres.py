@@ -147,7 +147,14 @@ class PostgresBackend:
         return self.store.node_count()
 
     def document_hash(self, ref_doc_id: str) -> Optional[str]:
-        """The document's hash as the docstore records it."""
+        """The document's hash as the docstore records it.
+
+        Args:
+            ref_doc_id: The document's ref doc id.
+
+        Returns:
+            The hash, ``None`` when the store holds no such document.
+        """
         return self.index.docstore.get_document_hash(ref_doc_id)
 
     # -- routes ----------------------------------------------------------------------------
@@ -222,7 +229,7 @@ class PostgresBackend:
         by_ref: Dict[str, List[BaseNode]] = {}
         for node in nodes:
             by_ref.setdefault(node.ref_doc_id or "", []).append(node)
-        records = [self._record(doc, by_ref.get(doc.doc_id, [])) for doc in documents]
+        records = [document_record(doc, by_ref.get(doc.doc_id, []), self.file_stats) for doc in documents]
         for record in records:
             record.doc_hash = (hashes or {}).get(record.ref_doc_id, record.doc_hash)
         extractor = self._resolve.keyword_extractor(self.config)
@@ -244,7 +251,14 @@ class PostgresBackend:
         )
 
     def remove_document(self, ref_doc_id: str) -> int:
-        """Remove one document from every route (and the chunk graph) in one transaction."""
+        """Remove one document from every route (and the chunk graph) in one transaction.
+
+        Args:
+            ref_doc_id: The document's ref doc id.
+
+        Returns:
+            The number of nodes removed.
+        """
         self._routes.clear()
         removed = self._in_transaction(self.store.delete, self.index.docstore, [ref_doc_id], then=self._graph_sync([]))
         self.file_stats.pop(ref_doc_id, None)
@@ -263,20 +277,6 @@ class PostgresBackend:
             if self.stored_graph is not None:
                 self.stored_graph.forget()
             raise
-
-    def _record(self, doc: Document, nodes: List[BaseNode]) -> DocumentRecord:
-        pages = 0
-        for node in nodes:
-            page_range = schema.get_page_range(node)
-            if page_range is not None:
-                pages = max(pages, page_range[1] + 1)
-        first = nodes[0] if nodes else doc
-        return DocumentRecord(
-            ref_doc_id=doc.doc_id,
-            document_id=str(schema.get_document_id(first) or doc.metadata.get(schema.DOCUMENT_ID) or doc.doc_id),
-            title=str(schema.get_document_title(first) or ""),
-            doc_hash=doc.hash, file_stat=self.file_stats.get(doc.doc_id) or None, pages=pages or len(nodes), nodes=nodes,
-        )
 
     def copy_from(self, source: Any, batch_documents: int = 8) -> None:
         """Copy a built pack's nodes and vectors as they are (nothing is parsed or embedded again).
@@ -330,4 +330,29 @@ class PostgresBackend:
         self.store.dispose()
 
 
-__all__ = ["PostgresBackend"]
+def document_record(doc: Document, nodes: List[BaseNode], file_stats: Mapping[str, List[int]]) -> DocumentRecord:
+    """What ``hiqa_documents`` keeps of one document of a batch.
+
+    Args:
+        doc: The document.
+        nodes: Its nodes.
+        file_stats: ``{ref_doc_id: [size, mtime_ns]}`` of the files read.
+
+    Returns:
+        The record.
+    """
+    pages = 0
+    for node in nodes:
+        page_range = schema.get_page_range(node)
+        if page_range is not None:
+            pages = max(pages, page_range[1] + 1)
+    first = nodes[0] if nodes else doc
+    return DocumentRecord(
+        ref_doc_id=doc.doc_id,
+        document_id=str(schema.get_document_id(first) or doc.metadata.get(schema.DOCUMENT_ID) or doc.doc_id),
+        title=str(schema.get_document_title(first) or ""),
+        doc_hash=doc.hash, file_stat=file_stats.get(doc.doc_id) or None, pages=pages or len(nodes), nodes=nodes,
+    )
+
+
+__all__ = ["PostgresBackend", "document_record"]
