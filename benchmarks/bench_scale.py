@@ -298,7 +298,7 @@ def replicated_batches(n_nodes: int, batch_documents: int = 50):
 
 def run_embedded_replicated(n_nodes: int, store: Path) -> Dict[str, Any]:
     """The embedded store fed by :func:`replicated_batches` through the pack's own batch write
-    (``EmbeddedHiQAPack._write_batch``: one transaction a batch)."""
+    (``EmbeddedBackend.write_batch``: one transaction a batch)."""
     from llama_index_hiqa.pack import HiQAPack
 
     pack = HiQAPack.empty(embed_model=fast_embedding(), store=str(store), store_format="embedded", **SYNTHETIC_SETTINGS)
@@ -385,7 +385,7 @@ def run_financebench_parity(folder_store: Path, target: Path) -> Dict[str, Any]:
     from shared_data import load_financebench_questions
 
     from llama_index_hiqa.pack import HiQAPack
-    from llama_index_hiqa.storage.embedded_pack import EmbeddedHiQAPack
+    from llama_index_hiqa.pack_aliases import EmbeddedHiQAPack
 
     questions = [q.question for q in load_financebench_questions()]
     start = time.perf_counter()
@@ -426,8 +426,8 @@ def run_open_and_query(n_nodes: int, store: Path) -> Dict[str, Any]:
     import llama_index.retrievers.bm25  # noqa: F401
     import llama_index_hiqa.retrievers.chunk_graph  # noqa: F401
     import llama_index_hiqa.retrievers.multi_route  # noqa: F401
-    import llama_index_hiqa.storage.embedded_pack  # noqa: F401
-    import llama_index_hiqa.storage.pack_folder  # noqa: F401
+    import llama_index_hiqa.storage.backends.embedded  # noqa: F401
+    import llama_index_hiqa.storage.backends.folder  # noqa: F401
     import llama_index_hiqa.storage.postgres  # noqa: F401
     from llama_index.core import Settings
 

@@ -99,6 +99,8 @@ _EXPORTS: Dict[str, str] = {
     #
     # -- real collections: stores, batch ingestion, reader errors
     "MatrixVectorStore": "llama_index_hiqa.storage.vector_store",
+    "StoreBackend": "llama_index_hiqa.storage.backends.base",
+    "FolderBackend": "llama_index_hiqa.storage.backends.folder",
     "RouteFailedEvent": "llama_index_hiqa.events",
     "MultiRouteRetrievalEndEvent": "llama_index_hiqa.events",
     "IngestionReport": "llama_index_hiqa.ingestion",
@@ -120,7 +122,8 @@ _EXPORTS: Dict[str, str] = {
     "UnknownEmbedBackendError": "llama_index_hiqa.errors",
     #
     # -- embedded store: SQLite docstore and postings, memory-mapped vectors
-    "EmbeddedHiQAPack": "llama_index_hiqa.storage.embedded_pack",
+    "EmbeddedHiQAPack": "llama_index_hiqa.pack_aliases",
+    "EmbeddedBackend": "llama_index_hiqa.storage.backends.embedded",
     "EmbeddedMultiRouteRetriever": "llama_index_hiqa.storage.embedded_pack",
     "EmbeddedStore": "llama_index_hiqa.storage.embedded",
     "MemmapVectorStore": "llama_index_hiqa.storage.memmap_vectors",
@@ -133,7 +136,8 @@ _EXPORTS: Dict[str, str] = {
     "PostgresHeadingVectors": "llama_index_hiqa.storage.heading_vectors",
     #
     # -- PostgreSQL store (pip install llama-index-hiqa[postgres])
-    "PostgresHiQAPack": "llama_index_hiqa.storage.pg_pack",
+    "PostgresHiQAPack": "llama_index_hiqa.pack_aliases",
+    "PostgresBackend": "llama_index_hiqa.storage.backends.postgres",
     "PostgresStore": "llama_index_hiqa.storage.postgres",
     "PostgresStoreSettings": "llama_index_hiqa.storage.postgres",
     "PostgresMultiRouteRetriever": "llama_index_hiqa.storage.pg_routes",

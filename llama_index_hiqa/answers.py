@@ -7,8 +7,10 @@ the chat engine answers each message the same way (there is no LLM to condense a
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional, Sequence, Union
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Optional, Sequence, Union
 
+from llama_index.core.base.base_query_engine import BaseQueryEngine
 from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.base.llms.types import ChatMessage, MessageRole
 from llama_index.core.base.response.schema import Response, StreamingResponse
@@ -19,7 +21,8 @@ from llama_index.core.chat_engine.types import (
     StreamingAgentChatResponse,
 )
 from llama_index.core.postprocessor.types import BaseNodePostprocessor
-from llama_index.core.query_engine import CustomQueryEngine
+from llama_index.core.llms import LLM
+from llama_index.core.query_engine import CustomQueryEngine, RetrieverQueryEngine
 from llama_index.core.schema import BaseNode, NodeWithScore, QueryBundle
 
 from llama_index_hiqa import schema
@@ -210,3 +213,120 @@ class EvidenceChatEngine(BaseChatEngine):
     @property
     def chat_history(self) -> List[ChatMessage]:
         return list(self._history)
+
+
+# --------------------------------------------------------------------------- the pack's answers
+class PackAnswering:
+    """The answering half of :class:`~llama_index_hiqa.HiQAPack` (which inherits it): the
+    post-processors, query and chat engines and figures over the pack's retriever."""
+
+    config: Any
+    index: Any
+    llm: Optional[LLM]
+    embed_model: Any
+    store_path: Optional[Path]
+    _postprocessors: Optional[List[BaseNodePostprocessor]]
+    as_retriever: Callable[..., BaseRetriever]
+
+    def node_postprocessors(self) -> List[BaseNodePostprocessor]:
+        if self._postprocessors is not None:
+            return list(self._postprocessors)
+        postprocessors: List[BaseNodePostprocessor] = []
+        if self.config.use_segment_integration:
+            from llama_index_hiqa.postprocessors.segment_integration import SegmentIntegrationPostprocessor
+
+            postprocessors.append(
+                SegmentIntegrationPostprocessor(
+                    preset=self.config.segment_preset, docstore=self.index.docstore, embed_model=self.embed_model
+                )
+            )
+        self._postprocessors = postprocessors
+        return list(postprocessors)
+
+    def retrieve(self, question: str) -> List[NodeWithScore]:
+        """Evidence for ``question`` after the configured post-processing.
+
+        Args:
+            question: The question.
+
+        Returns:
+            The nodes, best first.
+        """
+        bundle = QueryBundle(question)
+        nodes = self.as_retriever().retrieve(bundle)
+        for post in self.node_postprocessors():
+            nodes = post.postprocess_nodes(nodes, query_bundle=bundle)
+        return nodes
+
+    def as_query_engine(self, llm: Optional[LLM] = None, **kwargs: Any) -> BaseQueryEngine:
+        """LlamaIndex response synthesis with the LLM; without one, cited evidence + notice.
+
+        Args:
+            llm: The LLM (the pack's when ``None``).
+            **kwargs: ``RetrieverQueryEngine.from_args`` options (``streaming``, ``node_postprocessors``, ...).
+
+        Returns:
+            The query engine.
+        """
+        llm = llm or self.llm
+        postprocessors = kwargs.pop("node_postprocessors", None) or self.node_postprocessors()
+        if llm is None:
+            return EvidenceQueryEngine(
+                retriever=self.as_retriever(), node_postprocessors=postprocessors,
+                streaming=bool(kwargs.get("streaming", False)),
+            )
+        return RetrieverQueryEngine.from_args(
+            self.as_retriever(), llm=llm, node_postprocessors=postprocessors, **kwargs
+        )
+
+    def as_chat_engine(self, llm: Optional[LLM] = None, **kwargs: Any) -> BaseChatEngine:
+        """``CondensePlusContextChatEngine`` over the pack's retriever; evidence-only without an LLM.
+
+        Args:
+            llm: The LLM (the pack's when ``None``).
+            **kwargs: ``CondensePlusContextChatEngine.from_defaults`` options.
+
+        Returns:
+            The chat engine.
+        """
+        llm = llm or self.llm
+        if llm is None:
+            return EvidenceChatEngine(self.as_query_engine())  # type: ignore[arg-type]
+        from llama_index.core.chat_engine import CondensePlusContextChatEngine
+
+        return CondensePlusContextChatEngine.from_defaults(
+            self.as_retriever(), llm=llm, node_postprocessors=self.node_postprocessors(), **kwargs
+        )
+
+    def run(self, question: str, **kwargs: Any) -> Response:
+        """Answer one question (``Response`` with ``source_nodes``; print it for the text;
+        ``streaming=True``: a ``StreamingResponse`` whose ``response_gen`` yields the tokens).
+
+        Args:
+            question: The question.
+            **kwargs: :meth:`as_query_engine` options.
+
+        Returns:
+            The response.
+        """
+        from llama_index_hiqa.readers._text_decode import valid_unicode
+
+        return self.as_query_engine(**kwargs).query(valid_unicode(question))
+
+    def figures(self, response: Any) -> List[Dict[str, Any]]:
+        """The figures that go with an answer (a response or its source nodes): figures it
+        retrieved, then those on its cited pages and sections; each with document, page,
+        section, caption, box and the image file saved in the store (see
+        :func:`llama_index_hiqa.figures.figures_for`).
+
+        Args:
+            response: A response, or its source nodes.
+
+        Returns:
+            One dict a figure.
+        """
+        from llama_index_hiqa.figures import FIGURES_DIRNAME, figures_for
+
+        sources = getattr(response, "source_nodes", response) or []
+        images_dir = None if self.store_path is None else Path(self.store_path) / FIGURES_DIRNAME
+        return figures_for(sources, self.index.docstore, images_dir)

@@ -135,7 +135,7 @@ def _folder_writer(store: Path, embedded: bool = False) -> Iterator[None]:
     (another `hiqa ingest --add` or `delete`) waits and then loads what this one
     saved; the store must be writable, with room for a new snapshot, before any work starts.
     A store folder this command created and never saved into is removed again."""
-    from llama_index_hiqa.storage.pack_folder import check_writable, store_writer
+    from llama_index_hiqa.storage.backends.folder import check_writable, store_writer
     from llama_index_hiqa.storage.snapshots import LOCK_FILE
 
     created = not store.exists()

@@ -51,10 +51,8 @@ NOT_YET_CONVERTED = {
     "llama_index_hiqa.storage.embedded",  # 11
     "llama_index_hiqa.storage.embedded_pack",  # 7
     "llama_index_hiqa.storage.pack_files",  # 8
-    "llama_index_hiqa.storage.pack_folder",  # 6
     "llama_index_hiqa.storage.pg_bulk",  # 12
     "llama_index_hiqa.storage.pg_graph",  # 3
-    "llama_index_hiqa.storage.pg_pack",  # 5
     "llama_index_hiqa.storage.pg_routes",  # 6
     "llama_index_hiqa.storage.pg_schema",  # 4
     "llama_index_hiqa.storage.postgres",  # 15

@@ -24,7 +24,7 @@ from llama_index_hiqa.demo import load_demo_documents
 from llama_index_hiqa.errors import InvalidSettingError, PackStoreError
 from llama_index_hiqa.pack import HiQAPack
 from llama_index_hiqa.storage.embedded import EmbeddedStore, is_embedded_store
-from llama_index_hiqa.storage.embedded_pack import EmbeddedHiQAPack
+from llama_index_hiqa.pack_aliases import EmbeddedHiQAPack
 from llama_index_hiqa.storage.memmap_vectors import MemmapVectorStore
 from llama_index_hiqa.storage.sqlite_kv import SQLiteDatabase, SQLiteDocumentStore, SQLiteKVStore
 from tests.pack_helpers import HashEmbedding
@@ -327,7 +327,7 @@ OPEN_CHILD = textwrap.dedent(
     # What any store's first load imports or builds once a process (the settings check, the
     # PostgreSQL URL check, LlamaIndex's default splitter): not the store's cost.
     import llama_index_hiqa.retrievers.chunk_graph, llama_index_hiqa.storage.postgres
-    import llama_index_hiqa.storage.embedded_pack, llama_index_hiqa.storage.pack_folder
+    import llama_index_hiqa.storage.backends.embedded, llama_index_hiqa.storage.backends.folder
     import llama_index_hiqa.retrievers.multi_route, llama_index.retrievers.bm25
     from llama_index.core import Settings
     Settings.transformations

@@ -11,11 +11,7 @@ from typing import Dict, List, Set
 PACKAGE = "llama_index_hiqa"
 ROOT = Path(__file__).resolve().parents[1]
 
-# Left for the store redesign: the pack hands a database URL or an embedded store folder to
-# its own subclass for that store (PostgresHiQAPack, EmbeddedHiQAPack), which imports it back.
-KNOWN_CYCLES = [
-    {"llama_index_hiqa.pack", "llama_index_hiqa.storage.pg_pack", "llama_index_hiqa.storage.embedded_pack"},
-]
+KNOWN_CYCLES: List[Set[str]] = []
 
 
 def module_files() -> Dict[str, Path]:
@@ -134,3 +130,18 @@ def test_no_import_cycles_beyond_the_known_ones():
     assert not unexpected, f"import cycles: {unexpected}"
     gone = [sorted(c) for c in KNOWN_CYCLES if c not in found]
     assert not gone, f"these cycles are gone: remove them from KNOWN_CYCLES {gone}"
+
+
+def test_no_store_module_imports_the_pack():
+    """Stores are what the pack holds: no module of ``storage`` (leaf stores or backends)
+    imports ``pack`` or anything that imports it."""
+    graph = import_graph()
+    above = {f"{PACKAGE}.pack"}
+    changed = True
+    while changed:  # every module that reaches pack.py
+        reaching = {m for m, targets in graph.items() if targets & above} - above
+        changed = bool(reaching)
+        above |= reaching
+    offenders = sorted(m for m in graph if m.startswith(f"{PACKAGE}.storage") and m in above)
+    assert not offenders, f"storage modules that import the pack: {offenders}"
+    assert f"{PACKAGE}.storage.backends.folder" in graph  # the check sees the backends

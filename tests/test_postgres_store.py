@@ -30,7 +30,7 @@ from llama_index_hiqa import pack as pack_module  # noqa: E402
 from llama_index_hiqa.demo import DEMO_DATA_DIR, load_demo_documents  # noqa: E402
 from llama_index_hiqa.errors import PackStoreError, UnknownNodeError  # noqa: E402
 from llama_index_hiqa.pack import HiQAPack  # noqa: E402
-from llama_index_hiqa.storage.pg_pack import PostgresHiQAPack  # noqa: E402
+from llama_index_hiqa.pack_aliases import PostgresHiQAPack  # noqa: E402
 from llama_index_hiqa.storage.postgres import PostgresStore, mask_url  # noqa: E402
 from tests.pack_helpers import HashEmbedding  # noqa: E402
 

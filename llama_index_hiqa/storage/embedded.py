@@ -1,6 +1,6 @@
 """The embedded store: one SQLite file and one memory-mapped matrix in a folder.
 
-A folder store (:mod:`~llama_index_hiqa.storage.pack_folder`) loads the whole collection into
+A folder store (:mod:`~llama_index_hiqa.storage.backends.folder`) loads the whole collection into
 memory and writes it whole on every save. The embedded store keeps it on disk and reads what a
 question needs::
 
@@ -35,7 +35,7 @@ from llama_index_hiqa import schema
 from llama_index_hiqa.errors import PackStoreError
 from llama_index_hiqa.storage.memmap_vectors import MemmapVectorStore
 from llama_index_hiqa.storage.sqlite_kv import SQLiteDatabase, SQLiteDocumentStore, SQLiteKVStore, file_size
-from llama_index_hiqa.transforms.critical_keywords import normalize_keyword
+from llama_index_hiqa.indexes.keyword_index import normalize_keyword
 
 logger = logging.getLogger(__name__)
 

@@ -57,12 +57,26 @@ PG_FACTS_SCHEMA = (
 
 
 def heading_hash(text: str) -> str:
-    """The key of a heading text's vector (128 bits of its sha256)."""
+    """The key of a heading text's vector (128 bits of its sha256).
+
+    Args:
+        text: The heading path as one line.
+
+    Returns:
+        32 hex digits.
+    """
     return content_hash(text)[:32]
 
 
 def batch_headings(nodes: Iterable[BaseNode]) -> Dict[str, str]:
-    """``{hash: heading text}`` of the nodes' distinct non-empty heading paths, sorted by text."""
+    """``{hash: heading text}`` of the nodes' distinct non-empty heading paths, sorted by text.
+
+    Args:
+        nodes: Segment nodes with heading paths.
+
+    Returns:
+        The heading texts by :func:`heading_hash`.
+    """
     texts = sorted({t for t in (heading_text(n) for n in nodes) if t})
     return {heading_hash(t): t for t in texts}
 
@@ -166,7 +180,15 @@ class HeadingVectors(_Source):
     def for_snapshot(cls, files: Any, embed_model: Any) -> "HeadingVectors":
         """The vectors of a loaded snapshot (``pack_files.StoreFiles``), none when the store
         was embedded with another model than ``embed_model`` (they would not compare with its
-        questions)."""
+        questions).
+
+        Args:
+            files: The snapshot's files.
+            embed_model: The model the questions are embedded with.
+
+        Returns:
+            The stored vectors, or none.
+        """
         from llama_index_hiqa.pack_config import same_model
 
         recorded = files.payload.get("embed_model")
@@ -187,7 +209,14 @@ class SQLiteHeadingVectors(_Source):
 
     def node_facts(self, node_ids: Sequence[str]) -> Dict[str, List[Any]]:
         """What ``document_focus.focus_facts`` gave for each of ``node_ids`` at ingestion
-        (nodes written before it was stored are left out)."""
+        (nodes written before it was stored are left out).
+
+        Args:
+            node_ids: The nodes asked for.
+
+        Returns:
+            ``{node_id: facts}``.
+        """
         rows = self.db.rows_in("SELECT node_id, facts FROM focus_facts WHERE node_id IN ({})", list(node_ids))
         return {node_id: json.loads(facts) for node_id, facts in rows}
 
@@ -227,7 +256,14 @@ class PostgresHeadingVectors(_Source):
 
     def node_facts(self, node_ids: Sequence[str]) -> Dict[str, List[Any]]:
         """What ``document_focus.focus_facts`` gave for each of ``node_ids`` at ingestion, in
-        one statement (nodes written before it was stored are left out)."""
+        one statement (nodes written before it was stored are left out).
+
+        Args:
+            node_ids: The nodes asked for.
+
+        Returns:
+            ``{node_id: facts}``.
+        """
         if not self._facts_exist:
             self._facts_exist = self.store.scalar(f"SELECT to_regclass('{PG_FACTS_TABLE}') IS NOT NULL")
             if not self._facts_exist:
@@ -294,7 +330,12 @@ class PostgresHeadingVectors(_Source):
 
 def write_pg_rows(conn: Any, rows: Sequence[Tuple[str, bytes]]) -> None:
     """Insert heading-vector rows on a transaction's connection (rows another writer stored
-    meanwhile are kept: the same text gives the same vector)."""
+    meanwhile are kept: the same text gives the same vector).
+
+    Args:
+        conn: The transaction's connection.
+        rows: ``(hash, float32 bytes)`` pairs.
+    """
     conn.exec_driver_sql(PG_SCHEMA)
     conn.exec_driver_sql(
         f"INSERT INTO {PG_TABLE} (hash, vector) SELECT * FROM unnest(%(h)s::text[], %(v)s::bytea[]) "

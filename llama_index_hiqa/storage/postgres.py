@@ -37,13 +37,8 @@ an empty vector table builds the HNSW index once at its end (``PostgresStore.bul
 defaults (Lucene IDF, k1 = 1.5, b = 0.75) over the same tokens (``BM25Retriever``'s
 tokenizer, stop words and Snowball stemmer), so it ranks as the in-memory route does.
 
-Connection handling: SQLAlchemy pools per process, one for writes and LlamaIndex's stores and
-one for the routes' synchronous reads (psycopg2, the driver LlamaIndex's Postgres stores are
-written for; autocommit, one round trip a statement), and one for asynchronous retrieval
-(asyncpg), connect and statement timeouts, and
-every failure a user can cause (a malformed URL, an unreachable server, wrong credentials, a
-missing database or pgvector extension, a store built with another embedding model) raised
-as :class:`~llama_index_hiqa.errors.PackStoreError` naming the URL with its password masked.
+Connection handling (pools, timeouts, failures named with the password masked) is
+:class:`~llama_index_hiqa.storage.pg_connection.PostgresConnection`, which the store holds.
 """
 
 from __future__ import annotations
@@ -51,14 +46,12 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
 
-from llama_index.core.bridge.pydantic import BaseModel, ConfigDict, Field
-from llama_index.core.schema import BaseNode, MetadataMode
+from llama_index.core.schema import BaseNode
 
-from llama_index_hiqa.errors import PackStoreError
+from llama_index_hiqa.storage import pg_connection
 from llama_index_hiqa.storage.pg_bulk import (
     bulk_load,
     delete_postings,
@@ -68,12 +61,21 @@ from llama_index_hiqa.storage.pg_bulk import (
     stored_json,
     upsert_kv,
 )
+# The connection's names are the store's too (they were defined here).
+from llama_index_hiqa.storage.pg_connection import (  # noqa: F401
+    URL_SCHEMES,
+    PostgresConnection,
+    PostgresStoreSettings,
+    _driver_url,
+    is_postgres_url,
+    mask_url,
+)
 from llama_index_hiqa.storage.pg_schema import (
     DOCSTORE_TABLE,
     INDEX_STORE_TABLE,
     SCHEMA,
-    STORE_FORMAT,
     SCHEMA_LOCK,
+    STORE_FORMAT,
     VECTOR_TABLE,
     WRITE_LOCK,
     BM25Tokenizer,
@@ -81,43 +83,6 @@ from llama_index_hiqa.storage.pg_schema import (
 )
 
 logger = logging.getLogger(__name__)
-
-URL_SCHEMES = ("postgresql://", "postgres://", "postgresql+psycopg://", "postgresql+asyncpg://")
-def is_postgres_url(store: Any) -> bool:
-    """Whether ``store`` names a PostgreSQL database rather than a folder."""
-    return isinstance(store, str) and store.lower().startswith(URL_SCHEMES)
-
-
-def mask_url(url: Any) -> str:
-    """The URL with its password replaced by ``***`` (for every message and log line)."""
-    return re.sub(r"(://[^:/@?#]*:)[^@/?#]*@", r"\1***@", str(url))
-
-
-class PostgresStoreSettings(BaseModel):
-    """Connection and index settings of the PostgreSQL store."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    pool_size: int = Field(default=5, ge=1, description="Connections kept open per process and pool.")
-    max_overflow: int = Field(default=10, ge=0, description="Extra connections under load.")
-    connect_timeout_s: float = Field(default=10.0, gt=0, description="Give up connecting after this long.")
-    statement_timeout_s: float = Field(
-        default=60.0, gt=0, description="Cancel a query after this long (ingestion batches get 20x)."
-    )
-    hnsw_m: int = Field(default=16, ge=2, description="pgvector HNSW: links per node.")
-    hnsw_ef_construction: int = Field(default=64, ge=4, description="pgvector HNSW: build-time candidate list.")
-    hnsw_ef_search: int = Field(
-        default=400, ge=1,
-        description="pgvector HNSW: query-time candidate list (raised to the route's candidates "
-        "when lower, or HNSW would return fewer). 400: the folder store's FinanceBench ranking "
-        "exactly (200 changed one top 5 in 86 questions).",
-    )
-    index_build_memory_mb: int = Field(
-        default=3072, ge=64,
-        description="maintenance_work_mem of the session that builds the HNSW index after a bulk "
-        "load: pgvector builds fast while the graph fits in it (about 2.2 KB a 384-dimension "
-        "vector), much slower past it.",
-    )
 
 
 @dataclass
@@ -133,244 +98,64 @@ class DocumentRecord:
     nodes: List[BaseNode] = field(default_factory=list)
 
 
-def _driver_url(url: str, driver: str) -> str:
-    return re.sub(r"^(postgresql|postgres)(\+\w+)?://", f"postgresql+{driver}://", url, flags=re.I)
-
-
-def _url_without_options(url: str, driver: str) -> Any:
-    """The URL for ``driver`` without ``options`` (passed as session settings instead:
-    asyncpg takes no ``options`` argument)."""
-    from sqlalchemy.engine import make_url
-
-    return make_url(_driver_url(url, driver)).difference_update_query(["options"])
-
-
 class PostgresStore:
-    """One pack's database: engines, schema, transactional writes and the routes' queries."""
+    """One pack's database: schema, transactional writes and the routes' queries, over a
+    :class:`~llama_index_hiqa.storage.pg_connection.PostgresConnection`.
+
+    Args:
+        url: A ``postgresql://`` URL.
+        settings: Pools, timeouts and HNSW settings.
+    """
 
     def __init__(self, url: str, settings: Optional[PostgresStoreSettings] = None) -> None:
-        if not is_postgres_url(url):
-            raise PackStoreError(mask_url(url), f"is not a PostgreSQL URL (expected {URL_SCHEMES[0]}USER@HOST/DATABASE)")
-        self.url = url
-        self.masked_url = mask_url(url)
-        self.settings = settings or PostgresStoreSettings()
-        self._engine: Any = None
-        self._read_engine: Any = None
-        self._async_engine: Any = None
-        self._password = self._url_password(url)
+        self.connection = PostgresConnection(url, settings)
+        self.url, self.masked_url, self.settings = url, self.connection.masked_url, self.connection.settings
 
-    # -- connections ---------------------------------------------------------------------
-    def _url_password(self, url: str) -> Optional[str]:
-        from sqlalchemy.engine import make_url
-        from sqlalchemy.exc import ArgumentError
-
-        try:
-            return make_url(_driver_url(url, "psycopg2")).password
-        except (ArgumentError, ValueError) as exc:
-            raise PackStoreError(self.masked_url, f"is not a valid PostgreSQL URL ({exc})") from None
-
-    def error(self, reason: str) -> PackStoreError:
-        """A PackStoreError about this database, on one line (``reason`` holds no password:
-        driver messages pass through :meth:`_scrub` first)."""
-        return PackStoreError(self.masked_url, " ".join(str(reason).split()))
-
-    def _scrub(self, message: str) -> str:
-        """A driver's message with any URL's password and this URL's password masked."""
-        text = mask_url(message)
-        if self._password:
-            text = text.replace(str(self._password), "***")
-        return text
-
-    @property
-    def engine(self) -> Any:
-        if self._engine is None:
-            from sqlalchemy import create_engine
-
-            s = self.settings
-            self._engine = create_engine(
-                _url_without_options(self.url, "psycopg2"), pool_size=s.pool_size, max_overflow=s.max_overflow,
-                pool_pre_ping=True, pool_timeout=s.connect_timeout_s,
-                connect_args={
-                    "connect_timeout": max(1, int(round(s.connect_timeout_s))),
-                    "options": " ".join(f"-c {k}={v}" for k, v in self._server_settings().items()),
-                },
-            )
-        return self._engine
-
-    @property
-    def read_engine(self) -> Any:
-        """The pool of the routes' reads: each statement its own transaction (autocommit) and no
-        ping before it, so a statement is one round trip (a ping and a rollback would make it
-        three); a connection the server dropped is replaced and the statement sent again."""
-        if self._read_engine is None:
-            from sqlalchemy import create_engine
-
-            s = self.settings
-            self._read_engine = create_engine(
-                _url_without_options(self.url, "psycopg2"), pool_size=s.pool_size, max_overflow=s.max_overflow,
-                pool_timeout=s.connect_timeout_s, isolation_level="AUTOCOMMIT",
-                connect_args={
-                    "connect_timeout": max(1, int(round(s.connect_timeout_s))),
-                    "options": " ".join(f"-c {k}={v}" for k, v in self._server_settings().items()),
-                },
-            )
-        return self._read_engine
-
-    def _read(self, run: Callable[[Any], Any]) -> Any:
-        from sqlalchemy.exc import DBAPIError
-
-        for attempt in (0, 1):
-            try:
-                with self.read_engine.connect() as conn:
-                    return run(conn)
-            except DBAPIError as exc:
-                if attempt or not exc.connection_invalidated:
-                    raise
-        return None  # not reached
-
-    @property
-    def async_engine(self) -> Any:
-        """The asyncpg pool of the running event loop (asyncpg connections belong to one loop,
-        so a process that runs several loops, e.g. ``asyncio.run`` per call, gets one each)."""
-        import asyncio
-
-        from sqlalchemy.ext.asyncio import create_async_engine
-
-        try:
-            loop: Any = asyncio.get_running_loop()
-        except RuntimeError:
-            loop = None
-        if self._async_engine is None or self._async_engine[0] is not loop:
-            s = self.settings
-            engine = create_async_engine(
-                _url_without_options(self.url, "asyncpg"), pool_size=s.pool_size, max_overflow=s.max_overflow,
-                pool_pre_ping=True, pool_timeout=s.connect_timeout_s,
-                connect_args={
-                    "timeout": s.connect_timeout_s, "command_timeout": s.statement_timeout_s,
-                    "server_settings": self._server_settings(),
-                },
-            )
-            self._async_engine = (loop, engine)
-        return self._async_engine[1]
-
-    def _server_settings(self) -> Dict[str, str]:
-        """Session settings: the URL's own ``options=-c key=value ...`` (e.g. a search_path),
-        then the statement timeout and application name, for both drivers."""
-        from sqlalchemy.engine import make_url
-
-        given = make_url(_driver_url(self.url, "psycopg2")).query.get("options") or ""
-        if isinstance(given, tuple):
-            given = " ".join(given)
-        settings = dict(re.findall(r"-c\s*([\w.]+)=(\S+)", given))
-        settings.setdefault("statement_timeout", str(int(self.settings.statement_timeout_s * 1000)))
-        # The routes' statements run without a SET before them (one round trip each).
-        settings.setdefault("hnsw.ef_search", str(self.settings.hnsw_ef_search))
-        settings.setdefault("application_name", "llama-index-hiqa")
-        return settings
-
-    def describe_failure(self, exc: BaseException) -> PackStoreError:
-        """A driver exception as one line a user can act on."""
-        message = self._scrub(str(getattr(exc, "orig", None) or exc))
-        lower = message.lower()
-        if "password authentication failed" in lower or "no password supplied" in lower:
-            reason = "wrong user name or password (password authentication failed)"
-        elif "does not exist" in lower and "database" in lower:
-            reason = f"no such database ({message.splitlines()[0]})"
-        elif "timeout" in lower or "timed out" in lower:
-            reason = f"the server did not answer within {self.settings.connect_timeout_s:g} s ({message.splitlines()[0]})"
-        elif "connection refused" in lower or "could not translate host name" in lower or "no such file" in lower \
-                or "name or service not known" in lower or "connection failed" in lower:
-            reason = f"cannot reach the server ({message.splitlines()[0]})"
-        else:
-            reason = f"database error: {message.splitlines()[0] if message else type(exc).__name__}"
-        return self.error(reason)
+    # -- the connection's, for the store's users (routes, chunk graph, bulk loads) -----------
+    engine = property(lambda self: self.connection.engine, doc="The pool of writes (PostgresConnection.engine).")
+    read_engine = property(lambda self: self.connection.read_engine, doc="The pool of the routes' reads.")
+    async_engine = property(lambda self: self.connection.async_engine, doc="The asyncpg pool of this event loop.")
 
     def connect(self) -> "PostgresStore":
-        """Open the pool and check the server: reachable, credentials, pgvector."""
-        from sqlalchemy import text
-        from sqlalchemy.exc import SQLAlchemyError
-
-        try:
-            with self.engine.connect() as conn:
-                conn.execute(text("SELECT 1"))
-                installed = conn.execute(text("SELECT 1 FROM pg_extension WHERE extname = 'vector'")).first()
-        except SQLAlchemyError as exc:
-            raise self.describe_failure(exc) from None
-        if installed is None:
-            self._create_vector_extension()
+        """:meth:`PostgresConnection.connect`; returns this store."""
+        self.connection.connect()
         return self
 
-    def _create_vector_extension(self) -> None:
-        from sqlalchemy import text
-        from sqlalchemy.exc import SQLAlchemyError
+    def error(self, reason: str) -> Any:
+        """A PackStoreError about this database (:meth:`PostgresConnection.error`)."""
+        return self.connection.error(reason)
 
-        try:
-            with self.engine.begin() as conn:
-                conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": SCHEMA_LOCK})  # writers started at once
-                available = conn.execute(text("SELECT 1 FROM pg_available_extensions WHERE name = 'vector'")).first()
-                if available is None:
-                    raise self.error(
-                        "the pgvector extension is not installed on this server (install pgvector, "
-                        "e.g. the postgresql-16-pgvector package, or use a managed Postgres that ships it)"
-                    )
-                conn.execute(text("CREATE EXTENSION IF NOT EXISTS vector"))
-        except SQLAlchemyError as exc:
-            first = self._scrub(str(getattr(exc, "orig", exc))).splitlines()[0]
-            raise self.error(
-                f"the pgvector extension is missing in this database and this user may not create it ({first}); "
-                "ask an administrator to run CREATE EXTENSION vector"
-            ) from None
+    def describe_failure(self, exc: BaseException) -> Any:
+        """A driver exception as one line a user can act on."""
+        return self.connection.describe_failure(exc)
+
+    def scalar(self, sql: str, **params: Any) -> Any:
+        """:meth:`PostgresConnection.scalar`."""
+        return self.connection.scalar(sql, **params)
+
+    def rows(self, sql: str, _settings: Optional[Dict[str, str]] = None, **params: Any) -> List[Tuple[Any, ...]]:
+        """:meth:`PostgresConnection.rows`."""
+        return self.connection.rows(sql, _settings, **params)
+
+    async def arows(self, sql: str, _settings: Optional[Dict[str, str]] = None, **params: Any) -> List[Tuple[Any, ...]]:
+        """:meth:`PostgresConnection.arows`."""
+        return await self.connection.arows(sql, _settings, **params)
 
     def dispose(self) -> None:
-        for engine in (self._engine, self._read_engine):
-            if engine is not None:
-                engine.dispose()
-        self._engine = self._read_engine = None
-        # The asyncpg pool belongs to its event loop; dropping the reference closes it with it.
-        self._async_engine = None
+        """Close the pools."""
+        self.connection.dispose()
 
-    # -- LlamaIndex's stores over the same pool ----------------------------------------
-    def _hnsw(self) -> Dict[str, Any]:
-        s = self.settings
-        return {
-            "hnsw_m": s.hnsw_m, "hnsw_ef_construction": s.hnsw_ef_construction,
-            "hnsw_ef_search": s.hnsw_ef_search, "hnsw_dist_method": "vector_cosine_ops",
-        }
-
-    # setup=True only when the pack is created: a query process writes nothing, so it also
-    # runs against a read-only replica.
     def vector_store(self, embed_dim: int, setup: bool = False) -> Any:
-        from llama_index.vector_stores.postgres import PGVectorStore
-
-        store = PGVectorStore(
-            # The engines below are what connects; the strings are only kept (and shown in the
-            # stores' repr), so they carry no password.
-            connection_string=mask_url(_driver_url(self.url, "psycopg2")),
-            async_connection_string=mask_url(_driver_url(self.url, "asyncpg")),
-            table_name=VECTOR_TABLE, embed_dim=embed_dim, hnsw_kwargs=self._hnsw(), use_jsonb=True,
-            engine=self.engine, async_engine=_LazyAsyncEngine(self), initialization_fail_on_error=True,
-            perform_setup=setup,
-        )
-        return store
-
-    def _kvstore(self, table: str, setup: bool = False) -> Any:
-        from llama_index.storage.kvstore.postgres import PostgresKVStore
-
-        return PostgresKVStore(
-            table_name=table, connection_string=mask_url(_driver_url(self.url, "psycopg2")),
-            async_connection_string=mask_url(_driver_url(self.url, "asyncpg")),
-            engine=self.engine, async_engine=_LazyAsyncEngine(self), use_jsonb=True, perform_setup=setup,
-        )
+        """LlamaIndex's ``PGVectorStore`` over this database (``pg_connection.vector_store``)."""
+        return pg_connection.vector_store(self.connection, embed_dim, setup)
 
     def docstore(self) -> Any:
-        from llama_index.storage.docstore.postgres import PostgresDocumentStore
-
-        return PostgresDocumentStore(self._kvstore(DOCSTORE_TABLE))
+        """LlamaIndex's ``PostgresDocumentStore`` over this database."""
+        return pg_connection.docstore(self.connection)
 
     def index_store(self) -> Any:
-        from llama_index.storage.index_store.postgres import PostgresIndexStore
-
-        return PostgresIndexStore(self._kvstore(INDEX_STORE_TABLE))
+        """LlamaIndex's ``PostgresIndexStore`` over this database."""
+        return pg_connection.index_store(self.connection)
 
     # -- the pack record -----------------------------------------------------------------
     def read_pack(self) -> Optional[Dict[str, Any]]:
@@ -418,7 +203,7 @@ class PostgresStore:
         vector_store = self.vector_store(embed_dim, setup=True)
         vector_store._initialize()  # its table and HNSW index, by its own code
         for table in (DOCSTORE_TABLE, INDEX_STORE_TABLE):
-            self._kvstore(table, setup=True)._initialize()
+            pg_connection.kvstore(self.connection, table, setup=True)._initialize()
         with self.engine.begin() as conn:
             conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": WRITE_LOCK})
             migrate_postings(conn)  # a format-2 database's postings, before SCHEMA reads them
@@ -449,7 +234,7 @@ class PostgresStore:
         except SQLAlchemyError as exc:
             raise self.error(
                 f"holds a pack of store format {record.get('format')}, which this release reads after a one-time "
-                f"upgrade that needs write access ({self._scrub(str(getattr(exc, 'orig', exc))).splitlines()[0]})"
+                f"upgrade that needs write access ({self.connection._scrub(str(getattr(exc, 'orig', exc))).splitlines()[0]})"
             ) from None
         record["format"] = STORE_FORMAT
 
@@ -463,32 +248,6 @@ class PostgresStore:
         except SQLAlchemyError as exc:
             raise self.describe_failure(exc) from None
 
-    # -- reads ---------------------------------------------------------------------------
-    def scalar(self, sql: str, **params: Any) -> Any:
-        from sqlalchemy import text
-
-        return self._read(lambda conn: conn.execute(text(sql), params).scalar())
-
-    def rows(self, sql: str, _settings: Optional[Dict[str, str]] = None, **params: Any) -> List[Tuple[Any, ...]]:
-        """The rows of one statement (``_settings``: session settings for it alone, in a
-        transaction of its own)."""
-        from sqlalchemy import text
-
-        if not _settings:
-            return self._read(lambda conn: [tuple(r) for r in conn.execute(text(sql), params)])
-        with self.engine.connect() as conn:
-            for name, value in _settings.items():
-                conn.execute(text("SELECT set_config(:n, :v, true)"), {"n": name, "v": value})
-            return [tuple(r) for r in conn.execute(text(sql), params)]
-
-    async def arows(self, sql: str, _settings: Optional[Dict[str, str]] = None, **params: Any) -> List[Tuple[Any, ...]]:
-        from sqlalchemy import text
-
-        async with self.async_engine.connect() as conn:
-            for name, value in (_settings or {}).items():
-                await conn.execute(text("SELECT set_config(:n, :v, true)"), {"n": name, "v": value})
-            result = await conn.execute(text(sql), params)
-            return [tuple(r) for r in result]
 
     def analyze(self) -> None:
         """Refresh the planner's statistics (autovacuum does it in time; call after a bulk load)."""
@@ -637,14 +396,3 @@ class PostgresStore:
                 {"n": len(nodes), "l": sum(len(t) for t in tokens)},
             )
         upsert_kv(conn, f"data_{DOCSTORE_TABLE}", kv_rows)
-
-
-class _LazyAsyncEngine:
-    """Stands in for the asyncpg engine until LlamaIndex's stores first use it, so a
-    process that never retrieves asynchronously never opens an asyncpg pool."""
-
-    def __init__(self, store: PostgresStore) -> None:
-        self._store = store
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._store.async_engine, name)

@@ -1,0 +1,215 @@
+"""The store interface: what :class:`~llama_index_hiqa.HiQAPack` asks of the place its nodes live.
+
+A backend is one object per store (the folder store, the embedded store, PostgreSQL) that the
+pack holds and talks to only through :class:`StoreBackend`; the pack never asks which one it
+holds. Writing a batch, removing a document and saving are each one unit of the store (a kill at
+any instant leaves the previous state readable); the routes are answered where the data is, with
+the same scores on every backend.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, ContextManager, Dict, List, Mapping, Optional, Protocol, Sequence, Tuple, runtime_checkable
+
+from llama_index.core import VectorStoreIndex
+from llama_index.core.base.base_retriever import BaseRetriever
+from llama_index.core.base.embeddings.base import BaseEmbedding
+from llama_index.core.llms import LLM
+from llama_index.core.schema import BaseNode, Document
+
+from llama_index_hiqa.pack_config import default_embed_model, keyword_extractor
+
+Routes = Tuple[BaseRetriever, Optional[BaseRetriever]]  # (multi-route retriever, chunk-graph retriever or None)
+
+
+@dataclass(frozen=True)
+class Resolvers:
+    """How a backend turns settings into the models it needs: the embedding model
+    (``embed_model(given, embed_backend)``) and the critical-keyword extractor
+    (``keyword_extractor(config)``), the same at ingestion and at query time.
+
+    The pack gives its backends its own (one place to configure or replace them for every
+    store); the defaults are :mod:`llama_index_hiqa.pack_config`'s.
+    """
+
+    embed_model: Callable[..., BaseEmbedding] = default_embed_model
+    keyword_extractor: Callable[[Any], Any] = keyword_extractor
+
+
+@runtime_checkable
+class StoreBackend(Protocol):
+    """One store the pack holds: its index, its settings and every read and write it makes.
+
+    Attributes:
+        index: A LlamaIndex ``VectorStoreIndex`` (docstore and vector store) over the stored nodes.
+        config: The pack's settings (a ``HiQAPackConfig``) as stored, with this process's overrides.
+        embed_model: The embedding model the questions are embedded with.
+        file_stats: ``{ref_doc_id: [size, mtime_ns]}`` of the files the documents were read from.
+        heading_vectors: The heading-path vectors (and, in a database, the per-node facts) the
+            document focus reads, written with each batch so no question embeds them.
+    """
+
+    index: VectorStoreIndex
+    config: Any
+    embed_model: BaseEmbedding
+    file_stats: Dict[str, List[int]]
+    heading_vectors: Any
+
+    @classmethod
+    def open(
+        cls, location: Any, settings: Mapping[str, Any], *, embed_model: Optional[BaseEmbedding] = None,
+        llm: Optional[LLM] = None, create: bool = False, resolvers: Resolvers = Resolvers(),
+    ) -> "StoreBackend":
+        """Open the store at ``location`` (with ``create``, a new one when it holds none).
+
+        Args:
+            location: The store folder or database URL.
+            settings: ``HiQAPackConfig`` fields: a new store's settings, or overrides of a stored one.
+            embed_model: The embedding model (the packaged MiniLM when ``None``).
+            llm: The LLM of the routes that use one (the chunk graph's question keywords).
+            create: Create the store when ``location`` holds none.
+            resolvers: How the embedding model and keyword extractor are made from the settings.
+
+        Returns:
+            The backend, every stored file or table checked.
+
+        Raises:
+            PackStoreError: The store is missing, damaged or was built with another embedding
+                model; the error names the file or table, nothing is half loaded.
+        """
+
+    @property
+    def location(self) -> Any:
+        """Where the store lives: a folder, a masked database URL, or ``None`` (in memory)."""
+
+    def documents(self) -> Dict[str, str]:
+        """``{schema.DOCUMENT_ID: ref_doc_id}`` from the per-document records (no node is read)."""
+
+    def node_count(self) -> int:
+        """The number of stored nodes (no node is read)."""
+
+    def document_hash(self, ref_doc_id: str) -> Optional[str]:
+        """The stored hash of a document, what an upsert compares.
+
+        Args:
+            ref_doc_id: The document's ref doc id.
+
+        Returns:
+            The hash, ``None`` when the store holds no such document.
+        """
+
+    def write_batch(self, documents: Sequence[Document], replaced: Sequence[str], nodes: Sequence[BaseNode]) -> int:
+        """Write one batch all or nothing: ``replaced`` documents' nodes go, ``nodes`` (with their
+        vectors, keyword postings and BM25 statistics) and the ``documents``' hashes come in.
+
+        Args:
+            documents: The batch's documents (their hashes are recorded).
+            replaced: Ref doc ids of earlier versions to remove in the same unit.
+            nodes: The batch's nodes, embedded.
+
+        Returns:
+            The number of nodes removed.
+        """
+
+    def remove_document(self, ref_doc_id: str) -> int:
+        """Remove one document from every route as one unit.
+
+        Args:
+            ref_doc_id: The document's ref doc id.
+
+        Returns:
+            The number of nodes removed.
+        """
+
+    def routes(self, config: Any, llm: Optional[LLM]) -> Routes:
+        """The retrievers over what is stored, built once and again only after a write.
+
+        Args:
+            config: The pack's ``HiQAPackConfig``.
+            llm: The pack's LLM (the chunk graph's question keywords), or ``None``.
+
+        Returns:
+            ``(multi_route, graph)``: the multi-route retriever and the chunk-graph retriever
+                (``None`` unless ``use_chunk_graph``).
+        """
+
+    def bulk_writes(self) -> ContextManager[Any]:
+        """A context around a run of :meth:`write_batch` calls (an ingestion)."""
+
+    def save(self, payload: Mapping[str, Any], location: Any = None) -> Any:
+        """Save the pack's settings and ingestion state once, with the store; :meth:`open` reads
+        them back.
+
+        Args:
+            payload: ``config`` (the settings), ``embed_model``, ``index_id``, ``documents``,
+                ``node_count`` and ``file_stats``.
+            location: Where to save (a folder store may be saved to a new folder; ``None``:
+                where it was opened).
+
+        Returns:
+            The location saved to.
+        """
+
+    def close(self) -> None:
+        """Release the store's files, locks and connections."""
+
+
+class RouteCache:
+    """A backend's routes, kept until a write changes what they are built on (a change of
+    settings alone builds nothing again, as before the backends existed)."""
+
+    def __init__(self) -> None:
+        self._routes: Optional[Routes] = None
+
+    def get(self, build: Callable[[], Routes]) -> Routes:
+        """The cached routes, else ``build()``, cached.
+
+        Args:
+            build: Builds the routes.
+
+        Returns:
+            The routes.
+        """
+        if self._routes is None:
+            self._routes = build()
+        return self._routes
+
+    def put(self, routes: Routes) -> None:
+        """Keep ``routes`` (read back from the store) as the current ones.
+
+        Args:
+            routes: ``(multi_route, graph)``.
+        """
+        self._routes = routes
+
+    @property
+    def current(self) -> Optional[Routes]:
+        """The cached routes, ``None`` after a write."""
+        return self._routes
+
+    def clear(self) -> None:
+        """Forget the routes: the stored nodes changed."""
+        self._routes = None
+
+
+def copied_vectors(source_vector_store: Any) -> Callable[[List[str]], List[Any]]:
+    """How a copy between stores reads vectors back from ``source_vector_store`` (raises
+    ``ValueError`` when it cannot: the copy re-embeds nothing).
+
+    Args:
+        source_vector_store: The copied pack's vector store.
+
+    Returns:
+        A function from node ids to their vectors.
+    """
+    if hasattr(source_vector_store, "get_embeddings"):
+        return source_vector_store.get_embeddings
+    if hasattr(source_vector_store, "get"):  # SimpleVectorStore
+        return lambda ids: [source_vector_store.get(i) for i in ids]
+    raise ValueError(
+        f"from_pack reads the vectors back from the pack's vector store; {type(source_vector_store).__name__} cannot"
+    )
+
+
+__all__ = ["Resolvers", "RouteCache", "Routes", "StoreBackend", "copied_vectors"]
