@@ -49,7 +49,7 @@ from llama_index.core.schema import BaseNode, NodeWithScore, QueryBundle
 
 from llama_index_hiqa import schema
 from llama_index_hiqa.retrievers import focus_share
-from llama_index_hiqa.retrievers.multi_route import BM25, KEYWORDS, VECTOR
+from llama_index_hiqa.retrievers.routes import BM25, KEYWORDS, VECTOR
 
 logger = logging.getLogger(__name__)
 

@@ -353,7 +353,7 @@ class MultiRouteRetriever(DocumentScope, FullRanking, BaseRetriever):
             node_id: {VECTOR: vector.get(node_id), BM25: bm25.get(node_id), KEYWORDS: float(counts.get(node_id, 0.0))}
             for node_id, _ in fused
         }
-        results = self.results_for(fused, per_node, vector.nodes)
+        results = self.results_for(fused, per_node, getattr(vector, "nodes", None))  # a route may return a plain dict
         if errors:
             for hit in results:
                 hit.node.metadata[schema.ROUTE_SCORES]["failed"] = sorted(errors)
