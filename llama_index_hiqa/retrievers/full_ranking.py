@@ -40,7 +40,7 @@ def full_ranking(retriever: Any, query: Union[str, QueryBundle]) -> List[str]:
         return list(nodes)
     errors: Dict[str, BaseException] = {}
     q = bundle.query_str
-    scores = retriever.route_set().ask(bundle, retriever.config.candidates_per_route, errors)
+    scores = retriever.route_set().ask(bundle, retriever.config.candidates_per_route, errors, concurrent=False)
     counts = scores[KEYWORDS]
     first = [node_id for node_id, _ in retriever.fuse_scores(scores[VECTOR], scores[BM25], counts)]
     seen = set(first)
@@ -101,7 +101,7 @@ class FullRanking:
             with this retriever's title weight).
         """
         bundle = QueryBundle(query) if isinstance(query, str) else query
-        scores = self.route_set().ask(bundle, self.config.candidates_per_route, {})  # type: ignore[attr-defined]
+        scores = self.route_set().ask(bundle, self.config.candidates_per_route, {}, concurrent=False)  # type: ignore[attr-defined]
         return {name: dict(scores[name]) for name in (VECTOR, BM25, KEYWORDS)}
 
     def fuse(self, scores: Mapping[str, Mapping[str, float]], top_k: Optional[int] = None) -> List[str]:

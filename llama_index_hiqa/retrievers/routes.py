@@ -160,7 +160,9 @@ class RouteSet:
         """
         return [name for name in ROUTES if self.routes[name] is not None]
 
-    def ask(self, query: QueryBundle, n: int, errors: Dict[str, BaseException]) -> Dict[str, RouteScores]:
+    def ask(
+        self, query: QueryBundle, n: int, errors: Dict[str, BaseException], concurrent: bool = True
+    ) -> Dict[str, RouteScores]:
         """Every route's best ``n`` for ``query``, in threads (no event loop needed, so it also
         works inside notebooks).
 
@@ -168,16 +170,18 @@ class RouteSet:
             query: the question.
             n: candidates per route.
             errors: filled with the failures of this question alone (route name -> error).
+            concurrent: ask the routes in threads; ``False``: one after the other (cheaper
+                where the caller asks many questions in a row, as the evaluation does).
 
         Returns:
             Route name -> its scores (empty for a route that is off or failed).
         """
         text = query.query_str or ""
+        calls = {name: (lambda r=route: r.scores(query, n) if r else RouteScores()) for name, route in self.routes.items()}
+        if not concurrent:
+            return {name: self.guarded(name, call, errors, text) for name, call in calls.items()}
         with ThreadPoolExecutor(max_workers=3) as pool:
-            futures = {
-                name: pool.submit(self.guarded, name, lambda r=route: r.scores(query, n) if r else RouteScores(), errors, text)
-                for name, route in self.routes.items()
-            }
+            futures = {name: pool.submit(self.guarded, name, call, errors, text) for name, call in calls.items()}
             return {name: future.result() for name, future in futures.items()}
 
     async def aask(self, query: QueryBundle, n: int, errors: Dict[str, BaseException]) -> Dict[str, RouteScores]:

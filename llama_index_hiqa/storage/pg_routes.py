@@ -296,7 +296,9 @@ class PostgresRouteSet(RouteSet):
             route_failed(name, exc, errors, query)
         return {name: RouteScores() for name in ROUTES}
 
-    def ask(self, query: QueryBundle, n: int, errors: Dict[str, BaseException]) -> Dict[str, RouteScores]:
+    def ask(
+        self, query: QueryBundle, n: int, errors: Dict[str, BaseException], concurrent: bool = True
+    ) -> Dict[str, RouteScores]:
         """Every route's best ``n`` for ``query`` in one statement (see ``RouteSet.ask``)."""
         try:
             params = self.inputs(query, n)
