@@ -25,9 +25,9 @@ def full_ranking(retriever: Any, query: Union[str, QueryBundle]) -> List[str]:
         query: the question.
 
     Returns:
-        Every indexed node id once: the fused candidates as ``retrieve`` orders them, then the
-        rest fused over the whole collection (each route asked for all nodes; the vector route
-        through its ``similarity_top_k``).
+        Every indexed node id once: the fused candidates as ``retrieve`` orders them, then
+            the rest fused over the whole collection (each route asked for all nodes; the
+            vector route through its ``similarity_top_k``).
 
     Raises:
         ValueError: the retriever holds no nodes.
@@ -98,7 +98,7 @@ class FullRanking:
 
         Returns:
             ``{"vector": {id: cosine}, "bm25": {id: score}, "keywords": {id: |C|}}`` (``|C|``
-            with this retriever's title weight).
+                with this retriever's title weight).
         """
         bundle = QueryBundle(query) if isinstance(query, str) else query
         scores = self.route_set().ask(bundle, self.config.candidates_per_route, {}, concurrent=False)  # type: ignore[attr-defined]

@@ -56,6 +56,15 @@ def resolve_keyword_threshold(
     edges average at most ``max_degree`` per chunk. Short passages with a few named entities
     each (Wikipedia paragraphs) share one keyword rarely enough for T = 1; long chunks full of
     keywords (filings) need a larger T before keyword edges stop linking everything.
+
+    Args:
+        setting: ``keyword_threshold`` (a number, or ``"auto"``).
+        shared_counts: how many keywords each linked pair of chunks shares.
+        n_chunks: the number of chunks.
+        max_degree: the most keyword edges per chunk on average (for ``"auto"``).
+
+    Returns:
+        T.
     """
     if setting != "auto":
         return int(setting)
@@ -106,7 +115,12 @@ def embed_rows(nodes: List[BaseNode], embed_model: Optional[BaseEmbedding], show
 
 
 def update_structural(graph: Any, new: Iterable[int]) -> None:
-    """Chain the chunks of every document touched by ``new`` in position order."""
+    """Chain the chunks of every document touched by ``new`` in position order.
+
+    Args:
+        graph: the chunk graph.
+        new: the rows added.
+    """
     G, all_docs, positions, all_ids, index = graph._graph, graph._docs, graph._positions, graph._ids, graph._index
     docs = {all_docs[i] for i in new if all_docs[i] is not None and positions[i] is not None}
     if not docs:
@@ -132,6 +146,11 @@ def update_semantic(graph: Any, start: int, show_progress: bool) -> None:
 
     Blocked matrix products (``block_size`` rows at a time) keep memory at
     ``block_size × n`` floats; ``argpartition`` picks the top k without a full sort.
+
+    Args:
+        graph: the chunk graph.
+        start: the first new row.
+        show_progress: show a progress bar over the blocks.
     """
     n, k = len(graph._ids), graph.semantic_top_k
     k_eff = min(k, n - 1)
@@ -215,6 +234,9 @@ def rebuild_keyword_edges(graph: Any) -> None:
 
     Rebuilt on every ``add_nodes`` because which keywords are too common depends on the
     corpus size; the sparse product costs seconds even at 50k chunks.
+
+    Args:
+        graph: the chunk graph.
     """
     from scipy import sparse
 
@@ -269,7 +291,14 @@ def rebuild_keyword_edges(graph: Any) -> None:
 
 
 def unit_rows(matrix: np.ndarray) -> np.ndarray:
-    """``matrix`` (float32) with every row scaled to unit length, in place."""
+    """``matrix`` (float32) with every row scaled to unit length, in place.
+
+    Args:
+        matrix: the rows.
+
+    Returns:
+        ``matrix``.
+    """
     matrix /= np.linalg.norm(matrix, axis=1, keepdims=True) + 1e-12
     return matrix
 

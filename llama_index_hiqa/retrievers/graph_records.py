@@ -26,7 +26,14 @@ VECTORS_FILE = "chunk_graph_vectors.npz"
 
 def node_records(graph: Any) -> List[Dict[str, Any]]:
     """One record per row, in row order: id, document id, position, title keywords and
-    edge keywords (sorted)."""
+    edge keywords (sorted).
+
+    Args:
+        graph: the chunk graph.
+
+    Returns:
+        The records.
+    """
     return [
         {
             "id": node_id,
@@ -40,7 +47,14 @@ def node_records(graph: Any) -> List[Dict[str, Any]]:
 
 
 def edge_records(graph: Any) -> List[Tuple[str, str, float, float, float]]:
-    """``(u, v, structural, semantic, keyword)`` per linked pair."""
+    """``(u, v, structural, semantic, keyword)`` per linked pair.
+
+    Args:
+        graph: the chunk graph.
+
+    Returns:
+        The records.
+    """
     return [(u, v, d.get(STRUCTURAL, 0), d.get(SEMANTIC, 0), d.get(KEYWORD, 0)) for u, v, d in graph._graph.edges(data=True)]
 
 
@@ -54,8 +68,23 @@ def from_records(
     knn_ids: np.ndarray,
     knn_sims: np.ndarray,
 ) -> Any:
-    """The graph saved as :meth:`node_records`, :meth:`edge_records`, :attr:`vectors`
-    (unit rows) and :attr:`knn`, nothing recomputed."""
+    """The graph saved as node records, edge records, unit vectors and every row's top-k,
+    nothing recomputed.
+
+    The graph class is ``cls``.
+
+    Args:
+        settings: the graph's settings.
+        keyword_threshold: the T in use.
+        nodes: the node records.
+        edges: the edge records.
+        vectors: the unit vectors.
+        knn_ids: every row's semantic top-k rows.
+        knn_sims: their cosines.
+
+    Returns:
+        The graph.
+    """
     # A graph saved before title_mentions existed was built without them: keep its edges' rule.
     graph = cls(**{"title_mentions": False, **settings})
     graph._threshold = keyword_threshold
@@ -74,7 +103,12 @@ def from_records(
 
 
 def persist(graph: Any, persist_dir: Union[str, Path]) -> None:
-    """Write ``chunk_graph.json`` (settings, nodes, edges keyed by node id) and the vectors."""
+    """Write ``chunk_graph.json`` (settings, nodes, edges keyed by node id) and the vectors.
+
+    Args:
+        graph: the chunk graph.
+        persist_dir: the folder (created when missing).
+    """
     folder = Path(persist_dir)
     folder.mkdir(parents=True, exist_ok=True)
     payload = {
@@ -91,6 +125,19 @@ def persist(graph: Any, persist_dir: Union[str, Path]) -> None:
 
 
 def load(cls: Any, persist_dir: Union[str, Path]) -> Any:
+    """The graph :func:`persist` wrote.
+
+    The graph class is ``cls``.
+
+    Args:
+        persist_dir: the folder.
+
+    Returns:
+        The graph.
+
+    Raises:
+        GraphBuildError: no readable graph in the folder.
+    """
     folder = Path(persist_dir)
     try:
         payload = json.loads((folder / GRAPH_FILE).read_text(encoding="utf-8"))

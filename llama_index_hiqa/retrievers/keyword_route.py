@@ -133,7 +133,14 @@ class KeywordRoute:
         )
 
     def title_wanted(self, wanted: Sequence[str]) -> frozenset:
-        """The normalised question keywords matched against document titles."""
+        """The normalised question keywords matched against document titles.
+
+        Args:
+            wanted: the question's normalised keywords.
+
+        Returns:
+            Those matched against titles.
+        """
         return title_match.title_wanted(wanted, self.config.latest_year_in_titles)
 
     def counts(self, normalized: Sequence[str]) -> Dict[str, float]:
@@ -177,10 +184,26 @@ class KeywordRoute:
         return RouteScores(self.counts(normalized), keywords=keywords)
 
     async def ascores(self, query: QueryBundle, n: int = 0) -> RouteScores:
-        """:meth:`scores` in a worker thread."""
+        """:meth:`scores` in a worker thread.
+
+        Args:
+            query: the question.
+            n: unused.
+
+        Returns:
+            ``{node id: |C|}``.
+        """
         return await asyncio.to_thread(self.scores, query, n)
 
     def scores_within(self, query: QueryBundle, node_ids: Sequence[str]) -> Dict[str, float]:
-        """``|C|`` of those of ``node_ids`` that hold a keyword of ``query``."""
+        """``|C|`` of those of ``node_ids`` that hold a keyword of ``query``.
+
+        Args:
+            query: the question.
+            node_ids: the nodes to score.
+
+        Returns:
+            ``{node id: |C|}``.
+        """
         wanted = set(node_ids)
         return {node_id: count for node_id, count in self.scores(query).items() if node_id in wanted}

@@ -160,7 +160,16 @@ class RouteParts:
 
 def check_known(collection: NodeCollection, node_ids: Sequence[str], what: str) -> None:
     """Raise :class:`~llama_index_hiqa.errors.UnknownNodeError` when an index names node ids
-    the collection does not hold (a stale index); nothing to check without nodes."""
+    the collection does not hold (a stale index); nothing to check without nodes.
+
+    Args:
+        collection: the retriever's collection.
+        node_ids: the ids the index names.
+        what: the index, for the message.
+
+    Raises:
+        UnknownNodeError: an id is not in the collection.
+    """
     if not collection.nodes:
         return
     unknown = [i for i in node_ids if i not in collection.nodes]
@@ -207,7 +216,12 @@ def node_results(
 
 def persist(retriever: Any, persist_dir: Any) -> None:
     """Write ``retriever``'s BM25 and keyword indexes and its settings to ``persist_dir``
-    (see ``MultiRouteRetriever.persist``)."""
+    (see ``MultiRouteRetriever.persist``).
+
+    Args:
+        retriever: the multi-route retriever.
+        persist_dir: the folder (created when missing).
+    """
     path = Path(persist_dir)
     path.mkdir(parents=True, exist_ok=True)
     if retriever.bm25_route is not None:
@@ -232,7 +246,24 @@ def load_arguments(
     kwargs: Dict[str, Any],
 ) -> Dict[str, Any]:
     """The constructor arguments of the retriever :func:`persist` wrote (see
-    ``MultiRouteRetriever.from_persist_dir``); ``kwargs`` override the saved settings."""
+    ``MultiRouteRetriever.from_persist_dir``).
+
+    Args:
+        config_type: the settings class (``MultiRouteConfig``).
+        persist_dir: the folder :func:`persist` wrote.
+        vector_retriever: the vector route's retriever.
+        nodes: the indexed nodes.
+        docstore: the docstore holding them.
+        index: the vector index.
+        bm25_tokenizer: the custom BM25 tokenizer, if any.
+        kwargs: settings overriding the saved ones, and constructor arguments.
+
+    Returns:
+        The constructor's keyword arguments.
+
+    Raises:
+        ValueError: the index was built with a custom tokenizer and none is given.
+    """
     path = Path(persist_dir)
     payload = json.loads((path / CONFIG_FILENAME).read_text(encoding="utf-8"))
     if payload.get("custom_tokenizer") and bm25_tokenizer is None:

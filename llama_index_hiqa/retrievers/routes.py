@@ -58,15 +58,39 @@ class Route(Protocol):
     name: str
 
     def scores(self, query: QueryBundle, n: int) -> Dict[str, float]:
-        """The route's best ``n`` nodes for ``query``: ``{node id: score}``."""
+        """The route's best ``n`` nodes for ``query``.
+
+        Args:
+            query: the question.
+            n: how many nodes at most.
+
+        Returns:
+            ``{node id: score}``.
+        """
         ...
 
     async def ascores(self, query: QueryBundle, n: int) -> Dict[str, float]:
-        """:meth:`scores` without blocking the event loop."""
+        """:meth:`scores` without blocking the event loop.
+
+        Args:
+            query: the question.
+            n: how many nodes at most.
+
+        Returns:
+            ``{node id: score}``.
+        """
         ...
 
     def scores_within(self, query: QueryBundle, node_ids: Sequence[str]) -> Dict[str, float]:
-        """The route's scores of exactly ``node_ids`` (collection-wide statistics)."""
+        """The route's scores of exactly ``node_ids`` (collection-wide statistics).
+
+        Args:
+            query: the question.
+            node_ids: the nodes to score.
+
+        Returns:
+            ``{node id: score}``.
+        """
         ...
 
 
@@ -116,7 +140,15 @@ class VectorRoute:
         return self._collect(with_top_k(self.retriever, n).retrieve(query))
 
     async def ascores(self, query: QueryBundle, n: int) -> RouteScores:
-        """:meth:`scores` through the retriever's own async path."""
+        """:meth:`scores` through the retriever's own async path.
+
+        Args:
+            query: the question.
+            n: how many nodes to ask the store for.
+
+        Returns:
+            The cosines by node id.
+        """
         return self._collect(await with_top_k(self.retriever, n).aretrieve(query))
 
     def scores_within(self, query: QueryBundle, node_ids: Sequence[str]) -> Dict[str, float]:
@@ -185,7 +217,16 @@ class RouteSet:
             return {name: future.result() for name, future in futures.items()}
 
     async def aask(self, query: QueryBundle, n: int, errors: Dict[str, BaseException]) -> Dict[str, RouteScores]:
-        """:meth:`ask` concurrently on the event loop (each route's ``ascores``)."""
+        """:meth:`ask` concurrently on the event loop (each route's ``ascores``).
+
+        Args:
+            query: the question.
+            n: candidates per route.
+            errors: filled with the failures of this question alone.
+
+        Returns:
+            Route name -> its scores.
+        """
         text = query.query_str or ""
 
         async def guarded(name: str, route: Optional[Route]) -> RouteScores:
@@ -217,8 +258,18 @@ class RouteSet:
 
     @staticmethod
     def guarded(name: str, func: Callable[[], Any], errors: Dict[str, BaseException], query: str, empty: Any = None) -> Any:
-        """``func()``, or ``empty`` (an empty :class:`RouteScores` by default) when it raises
-        (the failure recorded in ``errors``)."""
+        """``func()``, or ``empty`` when it raises (the failure recorded in ``errors``).
+
+        Args:
+            name: the route's name.
+            func: the call.
+            errors: route name -> error, filled on failure.
+            query: the question text (for the event).
+            empty: what a failure returns (default: an empty :class:`RouteScores`).
+
+        Returns:
+            What ``func`` returned, or ``empty``.
+        """
         try:
             return func()
         except Exception as exc:  # noqa: BLE001 - a failing route must not sink the others
@@ -227,7 +278,14 @@ class RouteSet:
 
 
 def route_failed(name: str, exc: BaseException, errors: Dict[str, BaseException], query: str) -> None:
-    """Log a route's failure, record it in ``errors`` and send a ``RouteFailedEvent``."""
+    """Log a route's failure, record it in ``errors`` and send a ``RouteFailedEvent``.
+
+    Args:
+        name: the route's name.
+        exc: what it raised.
+        errors: route name -> error of this question.
+        query: the question text.
+    """
     logger.error("MultiRouteRetriever: the %s route failed; fusing the others", name, exc_info=exc)
     errors[name] = exc
     dispatcher.event(RouteFailedEvent(query=query, route=name, error=f"{type(exc).__name__}: {exc}"))

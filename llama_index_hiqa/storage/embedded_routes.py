@@ -88,11 +88,25 @@ class EmbeddedCollection(NodeCollection):
         self._store = store
 
     def nodes_by_id(self, node_ids: Sequence[str]) -> Dict[str, BaseNode]:
-        """The stored nodes of ``node_ids`` (unknown ids left out), in one read."""
+        """The stored nodes of ``node_ids`` (unknown ids left out), in one read.
+
+        Args:
+            node_ids: the ids.
+
+        Returns:
+            ``{node id: node}``.
+        """
         return {n.node_id: n for n in self._store.docstore.get_nodes(list(node_ids), raise_error=False)}
 
     def document_node_ids(self, document_id: str) -> List[str]:
-        """The ids of every node of ``document_id``, from the database."""
+        """The ids of every node of ``document_id``, from the database.
+
+        Args:
+            document_id: the document.
+
+        Returns:
+            Its node ids.
+        """
         return self._store.document_node_ids(document_id)
 
 
@@ -166,6 +180,13 @@ class EmbeddedRouteParts(RouteParts):
 
     def with_config(self, old: Any, new: Any) -> "EmbeddedRouteParts":
         """The parts under other settings, the database's facts read again.
+
+        Args:
+            old: the settings these parts were made for.
+            new: the new settings.
+
+        Returns:
+            The new parts.
 
         Raises:
             InvalidSettingError: ``use_bm25`` switched on for a retriever built without it.
