@@ -84,9 +84,9 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
     import shared_data as datasets  # benchmarks/ is on the path (_common)
 
     from llama_index_hiqa import HiQAPack
-    from llama_index_hiqa.storage.embedded_pack import EmbeddedHiQAPack
+    from llama_index_hiqa.pack_aliases import EmbeddedHiQAPack
     from llama_index_hiqa.storage.heading_vectors import batch_headings
-    from llama_index_hiqa.storage.pg_pack import PostgresHiQAPack
+    from llama_index_hiqa.pack_aliases import PostgresHiQAPack
 
     root = _common.require_shared_data("FinanceBench, stored heading vectors")
     if root is None:

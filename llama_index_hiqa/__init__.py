@@ -124,7 +124,7 @@ _EXPORTS: Dict[str, str] = {
     # -- embedded store: SQLite docstore and postings, memory-mapped vectors
     "EmbeddedHiQAPack": "llama_index_hiqa.pack_aliases",
     "EmbeddedBackend": "llama_index_hiqa.storage.backends.embedded",
-    "EmbeddedMultiRouteRetriever": "llama_index_hiqa.storage.embedded_pack",
+    "EmbeddedMultiRouteRetriever": "llama_index_hiqa.storage.embedded_routes",
     "EmbeddedStore": "llama_index_hiqa.storage.embedded",
     "MemmapVectorStore": "llama_index_hiqa.storage.memmap_vectors",
     "SQLiteKVStore": "llama_index_hiqa.storage.sqlite_kv",

@@ -45,11 +45,9 @@ NOT_YET_CONVERTED = {
     "llama_index_hiqa.retrievers.document_focus",  # 11
     "llama_index_hiqa.retrievers.focus_share",  # 8
     "llama_index_hiqa.retrievers.fusion",  # 8
-    "llama_index_hiqa.retrievers.multi_route",  # 13
     "llama_index_hiqa.retrievers.store_vectors",  # 8
     "llama_index_hiqa.retrievers.title_match",  # 5
     "llama_index_hiqa.storage.embedded",  # 11
-    "llama_index_hiqa.storage.embedded_pack",  # 7
     "llama_index_hiqa.storage.pack_files",  # 8
     "llama_index_hiqa.storage.pg_bulk",  # 12
     "llama_index_hiqa.storage.pg_graph",  # 3

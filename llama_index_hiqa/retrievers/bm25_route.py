@@ -6,13 +6,14 @@ Retriever) ranks by BM25 over the embedding view, where the heading cascade is s
 
 from __future__ import annotations
 
+import asyncio
 import json
 from array import array
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence
 
 import numpy as np
-from llama_index.core.schema import BaseNode, MetadataMode
+from llama_index.core.schema import BaseNode, MetadataMode, QueryBundle
 
 
 class _IdCorpus(Sequence):
@@ -147,7 +148,36 @@ class BM25Route:
         best = best[np.argsort(-scores[best], kind="stable")]
         return {self.node_ids[i]: float(scores[i]) for i in best if scores[i] > 0}
 
+    # -- the Route interface (retrievers/routes.py) -------------------------------------------
+    name = "bm25"
+
+    def scores(self, query: QueryBundle, n: int) -> Dict[str, float]:
+        """The route's best ``n`` for ``query`` (:meth:`top`).
+
+        Args:
+            query: the question.
+            n: how many nodes at most.
+
+        Returns:
+            ``{node id: BM25 score}``, positive scores only.
+        """
+        return self.top(query.query_str, n)
+
+    async def ascores(self, query: QueryBundle, n: int) -> Dict[str, float]:
+        """:meth:`scores` in a worker thread."""
+        return await asyncio.to_thread(self.scores, query, n)
+
+    def scores_within(self, query: QueryBundle, node_ids: Sequence[str]) -> Dict[str, float]:
+        """The positive BM25 scores of ``node_ids`` (:meth:`scores_of`)."""
+        return self.scores_of(query.query_str or "", node_ids)
+
+    # -- persistence ----------------------------------------------------------------------------
     def persist(self, path: Path) -> None:
+        """Write the BM25 index (scores and vocabulary) and the node ids to the folder ``path``.
+
+        Args:
+            path: the folder (created when missing).
+        """
         path.mkdir(parents=True, exist_ok=True)
         # The scores and vocabulary only: the ids go to node_ids.json, the nodes live in the
         # docstore (BM25Retriever.persist would write a corpus file of them besides).

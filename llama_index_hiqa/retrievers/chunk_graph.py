@@ -32,7 +32,7 @@ import numpy as np
 from llama_index.core.base.embeddings.base import BaseEmbedding
 from llama_index.core.llms import LLM
 from llama_index.core.retrievers import BaseRetriever
-from llama_index.core.schema import BaseNode, MetadataMode, NodeWithScore, QueryBundle, TextNode
+from llama_index.core.schema import BaseNode, NodeWithScore, QueryBundle
 from llama_index.core.storage.docstore import BaseDocumentStore
 
 from llama_index_hiqa import schema
@@ -41,6 +41,7 @@ from llama_index_hiqa.defaults import resolve_embed_model, resolve_llm
 from llama_index_hiqa.errors import GraphBuildError, LLMOutputError, UnknownNodeError
 from llama_index_hiqa.retrievers.settings import ChainSearchSettings  # noqa: F401 (re-exported)
 from llama_index_hiqa.llm_calls import acall_llm, call_llm
+from llama_index_hiqa.retrievers.chain_output import chain_results
 from llama_index_hiqa.retrievers.chain_scorers import N_FEATURES, ChainScorer, DefaultChainScorer
 from llama_index_hiqa.retrievers.chunk_interaction_graph import (  # noqa: F401 (re-exported)
     GRAPH_FILE,
@@ -366,23 +367,6 @@ class ChunkGraphRetriever(BaseRetriever):
         return chains
 
     # --- output ---------------------------------------------------------------------------
-    def _budgeted(self, chains: List[List[Tuple[int, float]]]) -> List[List[Tuple[int, int, float]]]:
-        budget = self.settings.max_nodes
-        chosen: Set[Tuple[int, int]] = set()
-        seen: Set[int] = set()
-        longest = max((len(c) for c in chains), default=0)
-        for hop in range(longest):
-            for c, chain in enumerate(chains):
-                if len(seen) >= budget:
-                    break
-                if hop < len(chain) and chain[hop][0] not in seen:
-                    seen.add(chain[hop][0])
-                    chosen.add((c, hop))
-        return [
-            [(idx, hop, score) for hop, (idx, score) in enumerate(chain) if (c, hop) in chosen]
-            for c, chain in enumerate(chains)
-        ]
-
     def _get_node(self, node_id: str) -> BaseNode:
         node = self._nodes.get(node_id) if self.docstore is None else self.docstore.get_node(node_id, raise_error=False)
         if node is None:
@@ -390,31 +374,8 @@ class ChunkGraphRetriever(BaseRetriever):
         return node
 
     def _to_output(self, chains: List[List[Tuple[int, float]]]) -> List[NodeWithScore]:
-        results: List[NodeWithScore] = []
-        for c, chain in enumerate(self._budgeted(chains)):
-            if not chain:
-                continue
-            members = []
-            for idx, hop, score in chain:
-                source = self._get_node(self.graph.node_id_at(idx))
-                # A shallow copy with its own metadata and exclusion lists: the docstore's node
-                # is left untouched, and the embedding is not copied.
-                node = source.model_copy(
-                    update={
-                        "metadata": dict(source.metadata),
-                        "excluded_embed_metadata_keys": list(source.excluded_embed_metadata_keys),
-                        "excluded_llm_metadata_keys": list(source.excluded_llm_metadata_keys),
-                    }
-                )
-                node.metadata[schema.CHAIN_ID] = c
-                node.metadata[schema.CHAIN_HOP] = hop
-                schema.hide_from_views(node, (schema.CHAIN_ID, schema.CHAIN_HOP))
-                members.append(NodeWithScore(node=node, score=score))
-            if self.settings.merge_chains:
-                results.append(_merge_chain(c, members))
-            else:
-                results.extend(members)
-        return results
+        node_at = lambda row: self._get_node(self.graph.node_id_at(row))  # noqa: E731
+        return chain_results(chains, self.settings.max_nodes, node_at, self.settings.merge_chains)
 
     def _retrieve(self, query_bundle: QueryBundle) -> List[NodeWithScore]:
         q_vec = self.query_vector(query_bundle)
@@ -441,19 +402,3 @@ def _top_indices(scores: np.ndarray, m: int) -> np.ndarray:
 def _unit(vec: Any) -> np.ndarray:
     arr = np.asarray(vec, dtype=np.float32).ravel()
     return arr / (np.linalg.norm(arr) + 1e-12)
-
-
-def _merge_chain(chain_id: int, members: List[NodeWithScore]) -> NodeWithScore:
-    """One node holding a chain's texts in traversal order (a new node: sources untouched)."""
-    first = members[0].node
-    text = "\n\n".join(m.node.get_content(MetadataMode.NONE) for m in members)
-    node = TextNode(
-        text=text,
-        metadata={
-            schema.CHAIN_ID: chain_id,
-            schema.SEGMENT_NODE_IDS: [m.node.node_id for m in members],
-            schema.DOCUMENT_ID: schema.get_document_id(first),
-        },
-    )
-    schema.hide_from_views(node, (schema.CHAIN_ID, schema.SEGMENT_NODE_IDS, schema.DOCUMENT_ID))
-    return NodeWithScore(node=node, score=max(m.score or 0.0 for m in members))

@@ -24,7 +24,7 @@ node id, so results are deterministic).
 from __future__ import annotations
 
 import math
-from typing import Dict, Iterable, List, Mapping, Optional, Sequence
+from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 Scores = Mapping[str, float]
 
@@ -166,3 +166,60 @@ def rank_ids(fused: Scores, top_k: Optional[int] = None) -> List[str]:
     """Node ids by fused score, best first (ties by id); the first ``top_k`` if given."""
     ordered = [node_id for node_id, _ in sorted(fused.items(), key=lambda it: (-it[1], it[0]))]
     return ordered if top_k is None else ordered[:top_k]
+
+
+def fuse_routes(
+    vector: Scores,
+    bm25: Scores,
+    counts: Mapping[str, float],
+    *,
+    mode: str,
+    alpha: float,
+    beta: float,
+    route_weights: Mapping[str, float],
+    rrf_k: float,
+    candidates_per_route: int,
+    top_k: Optional[int] = None,
+    candidates: Optional[Sequence[str]] = None,
+) -> List[Tuple[str, float]]:
+    """The multi-route retriever's ranking of its three routes' scores.
+
+    Args:
+        vector: ``{node id: cosine}`` of the vector route.
+        bm25: ``{node id: BM25 score}``.
+        counts: ``{node id: |C|}`` of the keyword route.
+        mode: ``"hiqa"`` (:func:`hiqa_fusion`), ``"rrf"``, ``"relative_score"`` or
+            ``"dist_based_score"``.
+        alpha: HiQA α.
+        beta: HiQA β (resolved, not ``"auto"``).
+        route_weights: per-route weights of the rank and score fusions.
+        rrf_k: k of reciprocal rank fusion.
+        candidates_per_route: how many of the keyword route's best nodes are candidates.
+        top_k: how many to return (``None``: every candidate).
+        candidates: the node ids to rank; default: every node the vector and BM25 routes
+            returned and the keyword route's best ``candidates_per_route`` (ties in ``|C|``
+            broken by node id, so the pool is deterministic).
+
+    Returns:
+        ``[(node id, fused score), ...]``, best first.
+    """
+    if candidates is None:
+        keyword_top = sorted(counts.items(), key=lambda it: (-it[1], it[0]))[:candidates_per_route]
+        candidates = list(dict.fromkeys([*vector, *bm25, *(i for i, _ in keyword_top)]))
+        keyword_scores = {i: float(c) for i, c in keyword_top}
+    else:
+        keyword_scores = {i: float(counts[i]) for i in candidates if counts.get(i)}
+    if mode == "hiqa":
+        fused = hiqa_fusion(vector, bm25, counts, alpha, beta, candidates)
+    elif mode == "rrf":
+        rankings = {"vector": rank_ids(vector), "bm25": rank_ids(bm25), "keywords": rank_ids(keyword_scores)}
+        ranks = {"keywords": ranks_from_scores(keyword_scores)}
+        fused = reciprocal_rank_fusion(rankings, route_weights, rrf_k, ranks)
+    else:
+        route_scores = {"vector": vector, "bm25": bm25, "keywords": keyword_scores}
+        fuse = relative_score_fusion if mode == "relative_score" else dist_based_score_fusion
+        fused = fuse(route_scores, route_weights)
+    # Rank fusion scores every node a route returned; only the candidates are ranked here.
+    fused = {node_id: fused.get(node_id, 0.0) for node_id in candidates}
+    ordered = rank_ids(fused, top_k)
+    return [(node_id, fused[node_id]) for node_id in ordered]

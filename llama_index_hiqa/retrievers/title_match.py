@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import re
 from functools import lru_cache
-from typing import Dict, Iterable, List, Mapping, Optional, Tuple
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 _WORD = re.compile(r"[A-Za-z0-9]+|&")
 # Words a name's abbreviation may skip or shorten to a letter ("JnJ", "P&G", "BofA").
@@ -123,3 +123,74 @@ def latest_year_only(keywords: Iterable[str]) -> frozenset:
         return keywords
     latest = max(years)
     return frozenset(k for k in keywords if k == latest or not _YEAR.match(k))
+
+
+# -- the keyword route's use of the titles (one extraction per title) -----------------------
+
+
+def title_keyword_sets(extractor: Any, titles: Sequence[str]) -> Dict[str, frozenset]:
+    """Each title -> its normalised keywords, from one extraction over ``titles``.
+
+    Args:
+        extractor: the :class:`~llama_index_hiqa.CriticalKeywordExtractor` of the keyword route.
+        titles: document titles (each once).
+
+    Returns:
+        ``{title: frozenset of normalised keywords}``.
+    """
+    from llama_index_hiqa.transforms.critical_keywords import normalize_keyword
+
+    keywords = extractor.title_keywords(titles)
+    return {t: frozenset(normalize_keyword(k) for k in kws) for t, kws in zip(titles, keywords)}
+
+
+def title_facts(
+    extractor: Any, titles: Mapping[str, str], per_key: bool
+) -> Tuple[Dict[str, frozenset], Dict[str, Tuple[Tuple[str, ...], ...]]]:
+    """From one extraction over the titles of ``titles`` (any key -> its document title, e.g.
+    node id or ``ref_doc_id``): key -> its title's keywords, for ``document_keyword_weight``
+    (only when ``per_key``; keys whose title has no keyword left out), and the collection's
+    names (:func:`document_names`).
+
+    Args:
+        extractor: the keyword route's extractor.
+        titles: key -> document title (empty titles are skipped).
+        per_key: whether to return the per-key keywords (the title weight is not 1).
+
+    Returns:
+        ``(per-key title keywords, document names)``.
+    """
+    titles = {key: title for key, title in titles.items() if title}
+    by_title = title_keyword_sets(extractor, list(dict.fromkeys(titles.values())))
+    per = {key: by_title[t] for key, t in titles.items() if by_title[t]} if per_key else {}
+    return per, document_names(by_title)
+
+
+def question_keywords(
+    extractor: Any, question: Optional[str], names: Names, match_abbreviations: bool
+) -> Tuple[List[str], List[str]]:
+    """The question's keywords, with the document names it abbreviates or spells apart
+    (:func:`names_in_question`), and their normalised forms, once each.
+
+    Args:
+        extractor: the keyword route's extractor (``extract_query``).
+        question: the question text.
+        names: the collection's document names.
+        match_abbreviations: whether to add the names the question abbreviates.
+
+    Returns:
+        ``(keywords, normalised keywords)``.
+    """
+    from llama_index_hiqa.transforms.critical_keywords import normalize_keyword
+
+    keywords = extractor.extract_query(question)
+    if match_abbreviations:
+        named = names_in_question(question or "", names)
+        keywords = list(dict.fromkeys([*keywords, *named]))
+    return keywords, [k for k in dict.fromkeys(normalize_keyword(k) for k in keywords) if k]
+
+
+def title_wanted(keywords: Iterable[str], latest_year: bool) -> frozenset:
+    """The normalised question keywords matched against document titles: with
+    ``latest_year``, every year but the latest left out (:func:`latest_year_only`)."""
+    return latest_year_only(keywords) if latest_year else frozenset(keywords)

@@ -8,12 +8,16 @@ with the routes answered by the database of :class:`~llama_index_hiqa.storage.po
 * BM25 — Okapi BM25 over the stored term statistics (``pg_schema.ROUTES_SQL``);
 * critical keywords — ``|C|`` per node from the GIN-indexed ``text[]`` column.
 
-A question's three routes are one SQL statement (``ROUTES_SQL``, one round trip), and so are
-the scores of every node of a document for the document focus (``WITHIN_SQL``). Fusion, score
-normalisation and the per-node route scores are :class:`~llama_index_hiqa.MultiRouteRetriever`'s
-own; a failing statement fails every route at once (one database answers them all). What
-another process commits is seen by the next query; ``beta="auto"`` follows the collection (its
-shape is re-read every few seconds). ``_aretrieve`` sends the same statement on the asyncpg pool.
+Each route is an object of the :class:`~llama_index_hiqa.retrievers.routes.Route` interface
+that can answer alone (:class:`PostgresBM25Route`, :class:`PostgresKeywordRoute`, the vector
+route over ``PGVectorStore``); :class:`PostgresRouteSet` asks a question's three routes in one
+SQL statement (``ROUTES_SQL``, one round trip), and the scores of every node of a document for
+the document focus in another (``WITHIN_SQL``). :class:`PostgresMultiRouteRetriever` is the
+ordinary :class:`~llama_index_hiqa.MultiRouteRetriever` composed of these parts
+(:class:`PostgresRouteParts`): fusion, score normalisation and the per-node route scores are
+its own; a failing statement fails every route at once (one database answers them all). What
+another process commits is seen by the next query; the collection's shape and titles are
+re-read every few seconds. ``aretrieve`` sends the same statement on the asyncpg pool.
 """
 
 from __future__ import annotations
@@ -25,11 +29,14 @@ from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.callbacks.base import CallbackManager
-from llama_index.core.schema import BaseNode, NodeWithScore, QueryBundle
+from llama_index.core.schema import BaseNode, QueryBundle
 
 from llama_index_hiqa.retrievers import title_match
-from llama_index_hiqa.retrievers.multi_route import BM25, KEYWORDS, VECTOR, MultiRouteConfig, MultiRouteRetriever
-from llama_index_hiqa.settings import updated
+from llama_index_hiqa.retrievers.keyword_route import KeywordRoute
+from llama_index_hiqa.retrievers.multi_route import MultiRouteConfig, MultiRouteRetriever
+from llama_index_hiqa.retrievers.node_collection import NodeCollection
+from llama_index_hiqa.retrievers.route_parts import RouteParts
+from llama_index_hiqa.retrievers.routes import BM25, KEYWORDS, ROUTES, VECTOR, RouteScores, RouteSet, VectorRoute, route_failed
 from llama_index_hiqa.storage.pg_schema import (
     DOCUMENT_NODES_SQL,
     KEYWORD_SQL,
@@ -42,6 +49,7 @@ from llama_index_hiqa.storage.pg_schema import (
 from llama_index_hiqa.storage.postgres import PostgresStore
 from llama_index_hiqa.retrievers.store_vectors import identity
 from llama_index_hiqa.indexes.keyword_index import KeywordIndex
+from llama_index_hiqa.settings import updated
 from llama_index_hiqa.transforms.critical_keywords import CriticalKeywordExtractor
 
 SHAPE_TTL_S = 5.0
@@ -69,25 +77,6 @@ class _StoredNodes(Mapping):
         return self._store.node_count()
 
 
-class _StoredBM25:
-    """The BM25 route over the stored term statistics (alone: ``route_scores``)."""
-
-    def __init__(self, store: PostgresStore, language: str) -> None:
-        self.store = store
-        self.tokenizer = BM25Tokenizer(language)
-
-    @property
-    def node_ids(self) -> List[str]:
-        return list(_StoredNodes(self.store))
-
-    def top(self, query: str, n: int) -> Dict[str, float]:
-        terms = self.tokenizer.query(query)
-        if not terms:
-            return {}
-        rows = self.store.rows(ROUTES_SQL, **_params(None, terms, [], [], 0.0, n))
-        return {node_id: float(score) for route, node_id, score in rows if route == "b"}
-
-
 def _vector_literal(embedding: Optional[Sequence[float]]) -> Optional[str]:
     return None if embedding is None else "[" + ",".join(repr(float(x)) for x in embedding) + "]"
 
@@ -99,18 +88,296 @@ def _params(embedding: Optional[Sequence[float]], terms: Sequence[str], keywords
             "kw": list(keywords), "tw": list(title_keywords), "extra": float(extra), "n": int(n), **more}
 
 
-def _by_route(rows: Sequence[Tuple[str, str, float]]) -> Dict[str, Dict[str, float]]:
-    out: Dict[str, Dict[str, float]] = {VECTOR: {}, BM25: {}, KEYWORDS: {}}
+def _by_route(rows: Sequence[Tuple[str, str, float]]) -> Dict[str, RouteScores]:
+    out: Dict[str, RouteScores] = {VECTOR: RouteScores(), BM25: RouteScores(), KEYWORDS: RouteScores()}
     names = {"v": VECTOR, "b": BM25, "k": KEYWORDS}
     for route, node_id, score in rows:
         out[names[route]][node_id] = float(score)
     return out
 
 
+class PostgresCollection(NodeCollection):
+    """The collection of a :class:`PostgresStore`: ids, one document's nodes, the shape and the
+    titles read from the database (the shape and titles at most every ``SHAPE_TTL_S``)."""
+
+    def __init__(self, store: PostgresStore) -> None:
+        super().__init__(_StoredNodes(store))
+        self._store = store
+        self._shape_read_at = float("-inf")
+        self._titles: Tuple[str, ...] = ()
+        self._titles_read_at = float("-inf")
+
+    def shape(self) -> Tuple[int, float]:
+        """``(|D|, average pages per document)`` of the stored collection."""
+        if time.monotonic() - self._shape_read_at > SHAPE_TTL_S:
+            (count, pages), = self._store.rows(SHAPE_SQL)
+            self._shape = (int(count), float(pages or 1.0))
+            self._shape_read_at = time.monotonic()
+        return self._shape
+
+    def titles(self) -> Tuple[str, ...]:
+        """The stored document titles (another process may have added a document)."""
+        if time.monotonic() - self._titles_read_at > SHAPE_TTL_S:
+            self._titles = tuple(title for title, in self._store.rows(TITLES_SQL))
+            self._titles_read_at = time.monotonic()
+        return self._titles
+
+    def nodes_by_id(self, node_ids: Sequence[str]) -> Dict[str, BaseNode]:
+        """The stored nodes of ``node_ids``, in one query."""
+        return self._store.nodes(list(node_ids))
+
+    def document_node_ids(self, document_id: str) -> List[str]:
+        """The ids of every node of ``document_id``, in one query."""
+        return [node_id for node_id, in self._store.rows(DOCUMENT_NODES_SQL, document_id=document_id)]
+
+
+class PostgresBM25Route:
+    """The BM25 route: Okapi BM25 over the stored term statistics.
+
+    Args:
+        store: the PostgreSQL store.
+        language: the stop-word language of the tokenizer.
+    """
+
+    name = BM25
+
+    def __init__(self, store: PostgresStore, language: str) -> None:
+        self.store = store
+        self.tokenizer = BM25Tokenizer(language)
+
+    @property
+    def node_ids(self) -> List[str]:
+        """Every stored node id."""
+        return list(_StoredNodes(self.store))
+
+    def terms(self, query: QueryBundle) -> List[str]:
+        """The question's BM25 terms."""
+        return self.tokenizer.query(query.query_str or "")
+
+    def top(self, query: str, n: int) -> Dict[str, float]:
+        """The best ``n`` nodes for the question text ``query``: ``{node id: BM25 score}``."""
+        return self.scores(QueryBundle(query), n)
+
+    def scores(self, query: QueryBundle, n: int) -> Dict[str, float]:
+        """The route's best ``n`` for ``query``, in one statement.
+
+        Args:
+            query: the question.
+            n: how many nodes at most.
+
+        Returns:
+            ``{node id: BM25 score}``.
+        """
+        terms = self.terms(query)
+        if not terms:
+            return {}
+        return _by_route(self.store.rows(ROUTES_SQL, **_params(None, terms, [], [], 0.0, n)))[BM25]
+
+    async def ascores(self, query: QueryBundle, n: int) -> Dict[str, float]:
+        """:meth:`scores` on the asyncpg pool."""
+        terms = self.terms(query)
+        if not terms:
+            return {}
+        return _by_route(await self.store.arows(ROUTES_SQL, **_params(None, terms, [], [], 0.0, n)))[BM25]
+
+    def scores_within(self, query: QueryBundle, node_ids: Sequence[str]) -> Dict[str, float]:
+        """The BM25 scores of ``node_ids``, in one statement."""
+        if not node_ids:
+            return {}
+        params = _params(None, self.terms(query), [], [], 0.0, 0, ids=list(node_ids))
+        return _by_route(self.store.rows(WITHIN_SQL, **params))[BM25]
+
+
+class PostgresKeywordRoute(KeywordRoute):
+    """The keyword route: ``|C|`` per node from the GIN-indexed keyword column, the title weight
+    in the same statement; the document names from the stored titles.
+
+    Args:
+        store: the PostgreSQL store.
+        collection: the store's collection (its titles).
+        extractor: the keyword extractor.
+        config: the retriever's settings.
+    """
+
+    def __init__(self, store: PostgresStore, collection: PostgresCollection, extractor: CriticalKeywordExtractor, config: Any) -> None:
+        super().__init__(extractor, KeywordIndex(), config)  # the index is unused: the route is a query
+        self._store = store
+        self._collection = collection
+        self._names_of_titles_read: Tuple[Tuple[str, ...], Dict[str, Tuple[Tuple[str, ...], ...]]] = ((), {})
+
+    def with_config(self, config: Any, nodes: Sequence[BaseNode] = (), index: Optional[KeywordIndex] = None) -> "PostgresKeywordRoute":
+        """This route under other settings (the titles are the database's: nothing to read)."""
+        clone = copy.copy(self)
+        clone.config = config
+        return clone
+
+    def document_names(self) -> Mapping[str, Tuple[Tuple[str, ...], ...]]:
+        """The names of the stored titles, extracted again only when the titles changed."""
+        if not self.reads_titles():
+            return {}
+        titles = self._collection.titles()
+        if titles != self._names_of_titles_read[0]:
+            names = title_match.document_names(title_match.title_keyword_sets(self.extractor, list(titles)))
+            self._names_of_titles_read = (titles, names)
+        return self._names_of_titles_read[1]
+
+    def title_extra(self) -> float:
+        """How much more a keyword of the node's title counts (``document_keyword_weight − 1``)."""
+        if self.extractor.include_document_keywords:
+            return self.config.document_keyword_weight - 1.0
+        return 0.0
+
+    def counts(self, normalized: Sequence[str]) -> Dict[str, float]:
+        """``|C|`` per node holding any of ``normalized``, with the title weight, in one query.
+
+        Args:
+            normalized: the question's normalised keywords.
+
+        Returns:
+            ``{node id: |C|}``.
+        """
+        if not normalized:
+            return {}
+        rows = self._store.rows(
+            KEYWORD_SQL, kw=list(normalized), tw=list(self.title_wanted(normalized)), extra=self.title_extra()
+        )
+        return {node_id: float(score) for node_id, score in rows}
+
+
+class PostgresRouteSet(RouteSet):
+    """The three routes of a question in one statement (``ROUTES_SQL``), the scores of given
+    nodes in another (``WITHIN_SQL``); a failing statement fails every route.
+
+    Args:
+        parts: the retriever's :class:`PostgresRouteParts`.
+        bm25: the BM25 route when on.
+        keywords: the keyword route when on.
+    """
+
+    def __init__(self, parts: "PostgresRouteParts", bm25: Optional[PostgresBM25Route], keywords: Optional[PostgresKeywordRoute]) -> None:
+        super().__init__(parts.vector, bm25, keywords)
+        self.parts = parts
+
+    def _embedding(self, query: QueryBundle) -> Optional[List[float]]:
+        vector = self.parts.vector
+        if vector is None:
+            return None
+        if query.embedding is not None:
+            return list(query.embedding)
+        # As VectorIndexRetriever embeds a question that comes without its embedding.
+        return vector.retriever._embed_model.get_agg_embedding_from_queries(query.embedding_strs)
+
+    def inputs(self, query: QueryBundle, n: int, **more: Any) -> Dict[str, Any]:
+        """What the statements need of a question: its embedding, BM25 terms and keywords.
+
+        Args:
+            query: the question.
+            n: candidates per route.
+            **more: further statement parameters (``ids`` of ``WITHIN_SQL``).
+
+        Returns:
+            The statement's parameters.
+        """
+        bm25, keywords = self.routes[BM25], self.routes[KEYWORDS]
+        terms = bm25.terms(query) if bm25 is not None else []
+        wanted: List[str] = keywords.question_keywords(query)[1] if keywords is not None else []
+        title = list(keywords.title_wanted(wanted)) if wanted else []
+        extra = self.parts.keywords.title_extra()
+        return _params(self._embedding(query), terms, wanted, title, extra, n, **more)
+
+    def _statement_settings(self) -> Dict[str, str]:
+        # The session's hnsw.ef_search is the store's; a retriever asking for more candidates
+        # than that raises it for its statement (HNSW returns at most ef_search rows).
+        if self.parts.ef_search > self.parts.store.settings.hnsw_ef_search:
+            return {"hnsw.ef_search": str(self.parts.ef_search)}
+        return {}
+
+    @staticmethod
+    def _failed(exc: BaseException, errors: Dict[str, BaseException], query: str) -> Dict[str, RouteScores]:
+        for name in ROUTES:  # one statement answers every route: it failed them all
+            route_failed(name, exc, errors, query)
+        return {name: RouteScores() for name in ROUTES}
+
+    def ask(
+        self, query: QueryBundle, n: int, errors: Dict[str, BaseException], concurrent: bool = True
+    ) -> Dict[str, RouteScores]:
+        """Every route's best ``n`` for ``query`` in one statement (see ``RouteSet.ask``)."""
+        try:
+            params = self.inputs(query, n)
+            return _by_route(self.parts.store.rows(ROUTES_SQL, _settings=self._statement_settings(), **params))
+        except Exception as exc:  # noqa: BLE001 - reported as every route's failure
+            return self._failed(exc, errors, query.query_str or "")
+
+    async def aask(self, query: QueryBundle, n: int, errors: Dict[str, BaseException]) -> Dict[str, RouteScores]:
+        """:meth:`ask` on the asyncpg pool (the embedding and keywords off the event loop)."""
+        try:
+            params = await asyncio.to_thread(self.inputs, query, n)
+            return _by_route(await self.parts.store.arows(ROUTES_SQL, _settings=self._statement_settings(), **params))
+        except Exception as exc:  # noqa: BLE001
+            return self._failed(exc, errors, query.query_str or "")
+
+    def scores_within(self, query: QueryBundle, node_ids: Sequence[str]) -> Dict[str, Dict[str, float]]:
+        """Every route's scores of ``node_ids`` in one statement (see ``RouteSet.scores_within``)."""
+        if not node_ids:
+            return {VECTOR: {}, BM25: {}, KEYWORDS: {}}
+        return _by_route(self.parts.store.rows(WITHIN_SQL, **self.inputs(query, 0, ids=list(node_ids))))
+
+
+class PostgresRouteParts(RouteParts):
+    """The collection and routes of a :class:`PostgresStore` (nothing held in memory)."""
+
+    @classmethod
+    def open(
+        cls, store: PostgresStore, vector_retriever: Optional[BaseRetriever], extractor: CriticalKeywordExtractor,
+        config: Any, ef_search: int,
+    ) -> "PostgresRouteParts":
+        """The parts over ``store``.
+
+        Args:
+            store: the PostgreSQL store.
+            vector_retriever: the ``PGVectorStore`` retriever.
+            extractor: the keyword extractor.
+            config: the retriever's settings.
+            ef_search: the HNSW ``ef_search`` of the retriever's statements.
+
+        Returns:
+            The parts.
+        """
+        collection = PostgresCollection(store)
+        # pgvector's cosine ops give 1 − cosine distance: a cosine already.
+        vector = VectorRoute(vector_retriever, collection.nodes, identity) if vector_retriever is not None else None
+        bm25 = PostgresBM25Route(store, config.bm25_language) if config.use_bm25 else None
+        parts = cls(collection, vector, bm25, PostgresKeywordRoute(store, collection, extractor, config))
+        parts.store, parts.ef_search = store, ef_search
+        return parts
+
+    def route_set(self, config: Any) -> PostgresRouteSet:
+        """The routes asked under ``config``, in one statement."""
+        return PostgresRouteSet(self, self.bm25 if config.use_bm25 else None, self.keywords if config.use_keywords else None)
+
+    def with_config(self, old: Any, new: Any) -> "PostgresRouteParts":
+        """The parts under other settings (the BM25 tokenizer of the new language)."""
+        clone = copy.copy(self)
+        clone.bm25 = PostgresBM25Route(self.store, new.bm25_language) if new.use_bm25 else None
+        clone.keywords = self.keywords.with_config(new)
+        return clone
+
+
 class PostgresMultiRouteRetriever(MultiRouteRetriever):
-    """:class:`~llama_index_hiqa.MultiRouteRetriever` whose BM25 and keyword routes are SQL
-    queries on a :class:`PostgresStore` and whose vector route is a ``PGVectorStore``
-    retriever. Build it with the same settings as the in-memory retriever."""
+    """:class:`~llama_index_hiqa.MultiRouteRetriever` whose routes are SQL queries on a
+    :class:`PostgresStore` (:class:`PostgresRouteParts`) and whose vector route is a
+    ``PGVectorStore`` retriever. Build it with the same settings as the in-memory retriever.
+
+    Args:
+        store: the PostgreSQL store.
+        vector_retriever: the ``PGVectorStore`` retriever.
+        keyword_extractor: the keyword extractor (default: ``CriticalKeywordExtractor()``).
+        config: :class:`~llama_index_hiqa.MultiRouteConfig`.
+        callback_manager: LlamaIndex's callback manager.
+        verbose: LlamaIndex's verbose flag.
+        ef_search: the HNSW ``ef_search`` of the statements (at least the store's).
+        **settings: :class:`~llama_index_hiqa.MultiRouteConfig` fields.
+    """
 
     def __init__(
         self,
@@ -123,147 +390,29 @@ class PostgresMultiRouteRetriever(MultiRouteRetriever):
         ef_search: Optional[int] = None,
         **settings: Any,
     ) -> None:
-        # MultiRouteRetriever.__init__ builds in-memory indexes from the nodes; none are built here.
-        self.config = updated(config, settings, model_class=MultiRouteConfig)
-        self._store = store
-        self._ef_search = max(ef_search or 0, store.settings.hnsw_ef_search)
-        self._nodes = _StoredNodes(store)
-        self._vector_retriever = vector_retriever
-        self._cosine = identity  # pgvector's cosine ops give 1 − cosine distance: a cosine
-        self.keyword_extractor = keyword_extractor or CriticalKeywordExtractor()
-        self._bm25_tokenizer = None
-        self._keyword_index = KeywordIndex()  # unused: the keyword route is a query
-        self._title_keywords = {}
-        self._names_of_titles_read: Tuple[Tuple[str, ...], Dict[str, Tuple[Tuple[str, ...], ...]]] = ((), {})
-        self._bm25 = _StoredBM25(store, self.config.bm25_language) if self.config.use_bm25 else None  # type: ignore[assignment]
-        self._shape: Tuple[int, float] = (0, 1.0)
-        self._shape_read_at = float("-inf")
-        self._beta_value = self._resolve_beta()
-        BaseRetriever.__init__(self, callback_manager=callback_manager, verbose=verbose)
-
-    def collection_shape(self) -> Tuple[int, float]:
-        if time.monotonic() - self._shape_read_at > SHAPE_TTL_S:
-            (count, pages), = self._store.rows(SHAPE_SQL)
-            self._shape = (int(count), float(pages or 1.0))
-            if self._reads_titles():
-                self._read_titles()
-            self._shape_read_at = time.monotonic()
-        return self._shape
-
-    def with_settings(self, **settings: Any) -> "PostgresMultiRouteRetriever":
-        clone = copy.copy(self)
-        clone.config = updated(self.config, settings)
-        clone._bm25 = _StoredBM25(self._store, clone.config.bm25_language) if clone.config.use_bm25 else None  # type: ignore[assignment]
-        clone._beta_value = clone._resolve_beta()
-        return clone
-
-    # -- routes: one statement a question ------------------------------------------------
-    def _title_extra(self) -> float:
-        if self.keyword_extractor.include_document_keywords:
-            return self.config.document_keyword_weight - 1.0
-        return 0.0
-
-    def document_names(self) -> Mapping[str, Tuple[Tuple[str, ...], ...]]:
-        # The stored titles, read with the collection's shape; names re-extracted only when
-        # the titles changed (another process may have added a document).
-        if not self._reads_titles():
-            return {}
-        self.collection_shape()
-        return self._names_of_titles_read[1]
-
-    def _read_titles(self) -> None:
-        titles = tuple(title for title, in self._store.rows(TITLES_SQL))
-        if titles != self._names_of_titles_read[0]:
-            self._names_of_titles_read = (titles, title_match.document_names(self._title_keywords_of(list(titles))))
-
-    def _keyword_counts(self, query: QueryBundle) -> Tuple[List[str], Dict[str, float]]:
-        if not self.config.use_keywords:
-            return [], {}
-        keywords, wanted = self._query_keywords(query)
-        if not wanted:
-            return keywords, {}
-        rows = self._store.rows(KEYWORD_SQL, kw=wanted, tw=list(self._title_wanted(wanted)), extra=self._title_extra())
-        return keywords, {node_id: float(score) for node_id, score in rows}
-
-    def _embedding(self, query: QueryBundle) -> Optional[List[float]]:
-        if self._vector_retriever is None:
-            return None
-        if query.embedding is not None:
-            return list(query.embedding)
-        # As VectorIndexRetriever embeds a question that comes without its embedding.
-        return self._vector_retriever._embed_model.get_agg_embedding_from_queries(query.embedding_strs)
-
-    def _inputs(self, query: QueryBundle, n: int, **more: Any) -> Dict[str, Any]:
-        """What the statements need of a question: its embedding, BM25 tokens and keywords."""
-        terms = self._bm25.tokenizer.query(query.query_str or "") if self._bm25 is not None and self.config.use_bm25 else []
-        wanted: List[str] = []
-        if self.config.use_keywords:
-            _, wanted = self._query_keywords(query)
-        title = list(self._title_wanted(wanted)) if wanted else []
-        return _params(self._embedding(query), terms, wanted, title, self._title_extra(), n, **more)
-
-    def _statement_settings(self) -> Dict[str, str]:
-        # The session's hnsw.ef_search is the store's; a retriever asking for more candidates
-        # than that raises it for its statement (HNSW returns at most ef_search rows).
-        if self._ef_search > self._store.settings.hnsw_ef_search:
-            return {"hnsw.ef_search": str(self._ef_search)}
-        return {}
-
-    def _route_failed_all(self, query: str, exc: BaseException) -> List[NodeWithScore]:
-        errors: Dict[str, BaseException] = {}
-        for name in (VECTOR, BM25, KEYWORDS):
-            self._route_failed(name, exc, errors, query)
-        return self._finish(query, {}, {}, {}, {}, errors)
-
-    def _retrieve(self, query_bundle: QueryBundle) -> List[NodeWithScore]:
-        query = query_bundle.query_str or ""
-        if not query.strip():
-            return []
-        try:
-            params = self._inputs(query_bundle, self.config.candidates_per_route)
-            scores = _by_route(self._store.rows(ROUTES_SQL, _settings=self._statement_settings(), **params))
-        except Exception as exc:  # noqa: BLE001 - reported as every route's failure, as MultiRouteRetriever does
-            return self._route_failed_all(query, exc)
-        return self._finish(query, scores[VECTOR], {}, scores[BM25], scores[KEYWORDS], {})
-
-    async def _aretrieve(self, query_bundle: QueryBundle) -> List[NodeWithScore]:
-        query = query_bundle.query_str or ""
-        if not query.strip():
-            return []
-        try:
-            # Embedding and keyword extraction are CPU work: off the event loop.
-            params = await asyncio.to_thread(self._inputs, query_bundle, self.config.candidates_per_route)
-            rows = await self._store.arows(ROUTES_SQL, _settings=self._statement_settings(), **params)
-            scores = _by_route(rows)
-        except Exception as exc:  # noqa: BLE001
-            return await asyncio.to_thread(self._route_failed_all, query, exc)
-        return await asyncio.to_thread(self._finish, query, scores[VECTOR], {}, scores[BM25], scores[KEYWORDS], {})
-
-    def _results(self, fused, vector, bm25, counts, vector_nodes) -> List[NodeWithScore]:
-        # The results' nodes are read in one query, not one per node.
-        missing = [node_id for node_id, _ in fused if node_id not in vector_nodes]
-        found = {**self._store.nodes(missing), **vector_nodes} if missing else vector_nodes
-        return super()._results(fused, vector, bm25, counts, found)
-
-    # -- one document's nodes (DocumentFocusRetriever): one statement for every score --------
-    def nodes_by_id(self, node_ids: Sequence[str]) -> Dict[str, BaseNode]:
-        return self._store.nodes(list(node_ids))
-
-    def document_node_ids(self, document_id: str) -> List[str]:
-        return [node_id for node_id, in self._store.rows(DOCUMENT_NODES_SQL, document_id=document_id)]
-
-    def scores_within(self, query: Any, node_ids: Sequence[str]) -> Dict[str, Dict[str, float]]:
-        bundle = QueryBundle(query) if isinstance(query, str) else query
-        if not node_ids:
-            return {VECTOR: {}, BM25: {}, KEYWORDS: {}}
-        params = self._inputs(bundle, 0, ids=list(node_ids))
-        return _by_route(self._store.rows(WITHIN_SQL, **params))
+        config = updated(config, settings, model_class=MultiRouteConfig)
+        extractor = keyword_extractor or CriticalKeywordExtractor()
+        ef = max(ef_search or 0, store.settings.hnsw_ef_search)
+        parts = PostgresRouteParts.open(store, vector_retriever, extractor, config, ef)
+        super().__init__(
+            keyword_extractor=extractor, config=config, callback_manager=callback_manager, verbose=verbose, _parts=parts
+        )
 
     def full_ranking(self, query: Any) -> List[str]:
+        """Not on PostgreSQL: ranking every node of the collection is not a database query.
+
+        Raises:
+            NotImplementedError: always.
+        """
         raise NotImplementedError(
             "full_ranking ranks every node of the collection; on the PostgreSQL store use retrieve() "
             "with a larger similarity_top_k"
         )
 
     def persist(self, persist_dir: Any) -> None:
+        """Nothing to persist: every write is saved by the database.
+
+        Raises:
+            NotImplementedError: always.
+        """
         raise NotImplementedError("the PostgreSQL routes are saved by every write; there is nothing to persist")

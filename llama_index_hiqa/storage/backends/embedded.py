@@ -5,7 +5,7 @@ store_format="embedded")`` and ``HiQAPack.load(S)`` of such a store hold an
 :class:`EmbeddedBackend` (:mod:`~llama_index_hiqa.storage.embedded` describes the files).
 Parsing and embedding are the pack's own; what differs is where the results go and what stays
 in memory: each ingested batch and each removed document is one SQLite transaction, and
-questions are answered by :class:`~llama_index_hiqa.storage.embedded_pack.EmbeddedMultiRouteRetriever`,
+questions are answered by :class:`~llama_index_hiqa.storage.embedded_routes.EmbeddedMultiRouteRetriever`,
 which reads nodes, keyword postings and the collection's shape from the database, vectors from
 the memory-mapped matrix, and BM25 from bm25s arrays mapped from disk. The scores are those of
 the folder store's :class:`~llama_index_hiqa.MultiRouteRetriever` over the same nodes.
@@ -33,7 +33,7 @@ from llama_index_hiqa.retrievers.multi_route import MultiRouteConfig
 from llama_index_hiqa.storage.heading_vectors import SQLiteHeadingVectors
 from llama_index_hiqa.storage.backends.base import Resolvers, RouteCache, Routes, copied_vectors
 from llama_index_hiqa.storage.embedded import EmbeddedStore
-from llama_index_hiqa.storage.embedded_pack import EmbeddedMultiRouteRetriever
+from llama_index_hiqa.storage.embedded_routes import EmbeddedMultiRouteRetriever
 
 logger = logging.getLogger(__name__)
 
