@@ -309,7 +309,7 @@ class PackAnswering:
         Returns:
             The response.
         """
-        from llama_index_hiqa.readers._text_decode import valid_unicode
+        from llama_index_hiqa.text_repair import valid_unicode
 
         return self.as_query_engine(**kwargs).query(valid_unicode(question))
 

@@ -330,7 +330,7 @@ def _cmd_ask(args: argparse.Namespace) -> int:
     from llama_index_hiqa.figures import format_figure
     from llama_index_hiqa.pack import HiQAPack, citation, format_citation
 
-    from llama_index_hiqa.readers._text_decode import valid_unicode
+    from llama_index_hiqa.text_repair import valid_unicode
 
     args.question = valid_unicode(args.question)  # a stray non-UTF-8 byte of the shell: U+FFFD
     llm = _llm(args)

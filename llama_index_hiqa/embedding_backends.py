@@ -359,7 +359,7 @@ class ONNXEmbedding(BaseEmbedding):
             counting.no_truncation()  # tokenizer.json may carry its own padding and truncation
             counting.no_padding()
             self._counting_tokenizer = counting
-        from llama_index_hiqa.readers._text_decode import valid_unicode
+        from llama_index_hiqa.text_repair import valid_unicode
 
         return self._counting_tokenizer.encode(valid_unicode(text)).ids
 
@@ -385,7 +385,7 @@ class ONNXEmbedding(BaseEmbedding):
         """
         if not texts:
             return []
-        from llama_index_hiqa.readers._text_decode import valid_unicode
+        from llama_index_hiqa.text_repair import valid_unicode
 
         texts = [valid_unicode(t) for t in texts]  # the Rust tokenizer refuses lone surrogates
         order = sorted(range(len(texts)), key=lambda i: -len(texts[i]))

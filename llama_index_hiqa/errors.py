@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 from pathlib import Path
 from typing import Any, Union
 
@@ -212,3 +213,32 @@ class MissingExtraError(DocumentReadError):
             path, f"{need} needs the {extra!r} extra ({package} is not installed): "
             f"pip install 'llama-index-hiqa[{extra}]'"
         )
+
+
+# What the user can do about the system errors a path meets (one wording for every store and reader).
+_FIXES = {
+    errno.EACCES: "permission denied; give this user access to it or choose another path",
+    errno.EPERM: "operation not permitted; give this user access to it or choose another path",
+    errno.EROFS: "the file system is read-only; choose a path on a writable disk",
+    errno.ENOSPC: "the disk is full; free some space or choose a path on another disk",
+    errno.EDQUOT: "the disk quota is exhausted; free some space or choose a path on another disk",
+    errno.ENOTDIR: "a part of the path is a file, not a folder; choose another path",
+    errno.EISDIR: "is a folder where a file was expected",
+    errno.ENOENT: "does not exist",
+    errno.EIO: "input/output error (a failing disk or a network mount); check the disk",
+}
+
+
+def describe_os_error(exc: OSError) -> str:
+    """What the system said and what the user can do about it, in one clause.
+
+    Args:
+        exc: the system's error.
+
+    Returns:
+        The fix for a known ``errno`` (no space, read-only, no rights), else the system's
+            message with a hint to check the path.
+    """
+    fix = _FIXES.get(exc.errno or -1)
+    said = exc.strerror or type(exc).__name__
+    return fix if fix else f"{said}; check the path and its permissions"

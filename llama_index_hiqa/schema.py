@@ -839,3 +839,34 @@ def set_critical_keywords(node: BaseNode, keywords: Sequence[str]) -> None:
         keywords: the keywords, in order.
     """
     write_json(node.metadata, CRITICAL_KEYWORDS, [str(k) for k in keywords])
+
+
+# --- the embedding view's header ----------------------------------------------
+# The shared header format: one line per view key, value only (the values say what they
+# are), separated by newlines, in VIEW_KEYS order.
+HEADER_METADATA_TEMPLATE = "{value}"
+HEADER_METADATA_SEPARATOR = "\n"
+_LLAMA_INDEX_DEFAULT_TEMPLATE = "{key}: {value}"
+
+
+def apply_header_format(node: BaseNode) -> None:
+    """Show the view keys the node carries in its embedding view, in the shared format.
+
+    Idempotent: keys are moved, never added twice; the text is not touched. A node whose
+    ``metadata_template`` the user customised keeps it.
+
+    Args:
+        node: the node (changed in place).
+    """
+    present = [k for k in VIEW_KEYS if node.metadata.get(k)]
+    if not present:
+        return
+    node.excluded_embed_metadata_keys[:] = [
+        k for k in node.excluded_embed_metadata_keys if k not in present
+    ]
+    # Re-insert the view keys last, in the shared order, so the header reads top-down.
+    for key in present:
+        node.metadata[key] = node.metadata.pop(key)
+    if node.metadata_template == _LLAMA_INDEX_DEFAULT_TEMPLATE:
+        node.metadata_template = HEADER_METADATA_TEMPLATE
+        node.metadata_separator = HEADER_METADATA_SEPARATOR

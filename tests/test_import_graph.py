@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import ast
 from pathlib import Path
-from typing import Dict, List, Set
+from typing import Dict, List, Set, Tuple
 
 PACKAGE = "llama_index_hiqa"
 ROOT = Path(__file__).resolve().parents[1]
@@ -145,3 +145,73 @@ def test_no_store_module_imports_the_pack():
     offenders = sorted(m for m in graph if m.startswith(f"{PACKAGE}.storage") and m in above)
     assert not offenders, f"storage modules that import the pack: {offenders}"
     assert f"{PACKAGE}.storage.backends.folder" in graph  # the check sees the backends
+
+
+# The layers of docs/architecture.md, lowest first: a module may import its own layer and the
+# ones before it. Each entry is a module or a package prefix; the longest match decides.
+LAYERS: List[Tuple[str, Tuple[str, ...]]] = [
+    ("foundation", ("schema", "errors", "events", "local_cache", "headings", "settings", "figures", "text_repair")),
+    ("models", ("embedding_backends", "defaults", "embedding_cache", "llm_calls", "llm_spec")),
+    ("indexes", ("indexes",)),
+    ("readers", ("readers",)),
+    ("parsers", ("parsers",)),
+    ("transforms", ("transforms",)),
+    ("stores", (
+        "storage", "vector_store_access",
+    )),
+    ("retrievers", ("retrievers",)),
+    ("postprocessors", ("postprocessors",)),
+    ("evaluation", ("evaluation",)),
+    ("configuration", ("pack_config",)),
+    ("store backends", (
+        "storage.backends", "storage.pg_routes", "storage.embedded_routes", "storage.pg_graph",
+        "storage.heading_vectors",
+    )),
+    ("pack", (
+        "pack", "pack_ingest", "answers", "pack_arguments", "pack_aliases", "ingestion",
+        "ingestion_workers", "store_sync",
+    )),
+    ("front ends", ("cli", "demo")),
+]
+TOOLS = ("testing", "openai_test_server")  # test tools: may import only the foundation
+
+# Imports that go against the layer order today (a ratchet: the list may only shrink).
+KNOWN_UPWARD: Set[Tuple[str, str]] = set()
+
+
+def layer_of(module: str) -> int:
+    """The index in LAYERS of ``module`` (its longest matching entry)."""
+    short = module[len(PACKAGE) + 1:]
+    best, rank = -1, len(LAYERS)
+    for i, (_, entries) in enumerate(LAYERS):
+        for entry in entries:
+            if (short == entry or short.startswith(entry + ".")) and len(entry) > best:
+                best, rank = len(entry), i
+    return rank
+
+
+def upward_imports() -> Set[Tuple[str, str]]:
+    found = set()
+    for module, targets in import_graph().items():
+        if module == PACKAGE:
+            continue
+        short = module[len(PACKAGE) + 1:]
+        if short.split(".")[0] in TOOLS:
+            found |= {(module, t) for t in targets if layer_of(t) > 0 and t.split(".")[1] not in TOOLS}
+            continue
+        found |= {(module, t) for t in targets if layer_of(t) > layer_of(module)}
+    return found
+
+
+def test_every_module_has_a_layer():
+    unplaced = [m for m in module_files() if m != PACKAGE and layer_of(m) == len(LAYERS)
+                and m[len(PACKAGE) + 1:].split(".")[0] not in TOOLS]
+    assert not unplaced, f"modules in no layer (add them to LAYERS and docs/architecture.md): {unplaced}"
+
+
+def test_imports_follow_the_layer_order():
+    found = upward_imports()
+    unexpected = sorted(found - KNOWN_UPWARD)
+    assert not unexpected, f"imports against the layer order (docs/architecture.md): {unexpected}"
+    gone = sorted(KNOWN_UPWARD - found)
+    assert not gone, f"these upward imports are gone: remove them from KNOWN_UPWARD {gone}"

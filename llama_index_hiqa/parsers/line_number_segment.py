@@ -43,7 +43,6 @@ from llama_index_hiqa.defaults import resolve_llm
 from llama_index_hiqa.errors import LLMOutputError
 from llama_index_hiqa.llm_calls import LLMCallPolicy, acall_llm, max_retries_field, retry_backoff_field, timeout_field
 from llama_index_hiqa.parsers._markdown_segments import SegmentNodeParser
-from llama_index_hiqa.transforms.context_header import apply_header_format
 
 logger = logging.getLogger(__name__)
 
@@ -621,7 +620,7 @@ class LineNumberSegmentParser(SegmentNodeParser):
                 )
                 if self.keep_section_summaries and sec.summary:
                     node.metadata[schema.SECTION_SUMMARY] = _as_section_summary(sec.summary)
-                    apply_header_format(node)
+                    schema.apply_header_format(node)
                 nodes.append(node)
         return with_figure_nodes(doc, nodes, self.id_func) if self.images_as_nodes else nodes
 

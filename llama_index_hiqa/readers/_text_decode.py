@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Optional, Tuple
 
 from llama_index_hiqa.errors import UndecodableTextError
+from llama_index_hiqa.text_repair import valid_unicode  # noqa: F401 (re-exported: it was defined here)
 
 # Leading bytes of binary formats users plausibly rename or mislabel: named in the error.
 _SIGNATURES: Tuple[Tuple[bytes, str], ...] = (
@@ -135,30 +136,3 @@ def _check_controls(path: Path, text: str) -> None:
         raise UndecodableTextError(
             path, f"binary data, not text: {controls} of {len(text)} characters are control characters"
         )
-
-
-def valid_unicode(text: str) -> str:
-    """``text`` with every lone surrogate replaced by U+FFFD, the replacement character.
-
-    Python keeps the bytes of a command-line argument that are not UTF-8 as lone surrogates
-    (PEP 383, "Non-decodable Bytes in System Character Interfaces"); tokenizers written in Rust
-    refuse such a string with a ``TypeError``. A question with one stray byte is still a
-    question: the byte becomes U+FFFD and the rest is answered.
-
-    Args:
-        text: any string.
-
-    Returns:
-        ``text`` itself when it is valid, else the repaired copy.
-    """
-    try:
-        text.encode("utf-8")
-        return text
-    except UnicodeEncodeError:
-        # surrogateescape gives back the original bytes of an argument (then decoded with
-        # replacement); surrogatepass covers any other lone surrogate.
-        try:
-            raw = text.encode("utf-8", "surrogateescape")
-        except UnicodeEncodeError:
-            raw = text.encode("utf-8", "surrogatepass")
-        return raw.decode("utf-8", "replace")

@@ -293,7 +293,7 @@ class PDFLayoutReader(BasePydanticReader):
         try:
             return self._read_checked(path, extra_info, document_id)
         except OSError as exc:  # unreadable (permissions, I/O error): this file only, named
-            from llama_index_hiqa.storage.os_boundary import describe_os_error
+            from llama_index_hiqa.errors import describe_os_error
 
             raise DocumentReadError(path, f"cannot be read ({describe_os_error(exc)})") from exc
 

@@ -18,38 +18,12 @@ import uuid
 from pathlib import Path
 from typing import Any, Iterator, Optional
 
-from llama_index_hiqa.errors import HiQAError, PathAccessError
+from llama_index_hiqa.errors import HiQAError, PathAccessError, describe_os_error  # noqa: F401 (re-exported)
 
 # Free space a new snapshot needs besides the size of the current one (the docstore, vectors
 # and BM25 files of a few new documents); a margin, not an estimate of the final size.
 MIN_FREE_BYTES = 16 * 1024 * 1024
 
-_FIXES = {
-    errno.EACCES: "permission denied; give this user access to it or choose another path",
-    errno.EPERM: "operation not permitted; give this user access to it or choose another path",
-    errno.EROFS: "the file system is read-only; choose a path on a writable disk",
-    errno.ENOSPC: "the disk is full; free some space or choose a path on another disk",
-    errno.EDQUOT: "the disk quota is exhausted; free some space or choose a path on another disk",
-    errno.ENOTDIR: "a part of the path is a file, not a folder; choose another path",
-    errno.EISDIR: "is a folder where a file was expected",
-    errno.ENOENT: "does not exist",
-    errno.EIO: "input/output error (a failing disk or a network mount); check the disk",
-}
-
-
-def describe_os_error(exc: OSError) -> str:
-    """What the system said and what the user can do about it, in one clause.
-
-    Args:
-        exc: the system's error.
-
-    Returns:
-        The fix for a known ``errno`` (no space, read-only, no rights), else the system's
-            message with a hint to check the path.
-    """
-    fix = _FIXES.get(exc.errno or -1)
-    said = exc.strerror or type(exc).__name__
-    return fix if fix else f"{said}; check the path and its permissions"
 
 
 def as_path_error(exc: OSError, path: Any = None) -> PathAccessError:

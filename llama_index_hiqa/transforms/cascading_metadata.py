@@ -49,7 +49,6 @@ from llama_index_hiqa.headings import clean_inline, heading_key, markdown_headin
 from llama_index_hiqa.llm_calls import acall_llm, call_llm
 from llama_index_hiqa.parsers._token_budget import MAX_TABLE_ROWS
 from llama_index_hiqa.schema import Heading
-from llama_index_hiqa.transforms.context_header import apply_header_format
 # The parts of HCA, each in its own module; their public names are re-exported here, where
 # they were first.
 from llama_index_hiqa.transforms.heading_walk import LLAMA_INDEX_HEADER_PATH, heading_paths  # noqa: F401
@@ -321,7 +320,7 @@ class CascadingMetadataTransform(TransformComponent):
         # The header format shared with ContextHeaderTransform: view keys shown in the
         # embed view, last, in schema.VIEW_KEYS order (cascade, document summary, section
         # summary, image description), one value per line.
-        apply_header_format(node)
+        schema.apply_header_format(node)
         self._show(node, schema.HEADING_CASCADE, embed=True, llm=self.cascade_in_llm_view)
         self._show(node, schema.IMAGE_DESCRIPTION, embed=True, llm=True)
 

@@ -134,34 +134,13 @@ TRUNCATION_MESSAGE = (
 DOCUMENT_SUMMARY_PREFIX = "This document is about: "
 SECTION_SUMMARY_PREFIX = "This section is about: "
 
-# The shared header format: one line per view key, value only (the values say what they
-# are), separated by newlines, in schema.VIEW_KEYS order.
-HEADER_METADATA_TEMPLATE = "{value}"
-HEADER_METADATA_SEPARATOR = "\n"
-_LLAMA_INDEX_DEFAULT_TEMPLATE = "{key}: {value}"
-
-
-def apply_header_format(node: BaseNode) -> None:
-    """Show the view keys the node carries in its embedding view, in the shared format.
-
-    Idempotent: keys are moved, never added twice; the text is not touched. A node whose
-    ``metadata_template`` the user customised keeps it.
-
-    Args:
-        node: the node (changed in place).
-    """
-    present = [k for k in schema.VIEW_KEYS if node.metadata.get(k)]
-    if not present:
-        return
-    node.excluded_embed_metadata_keys[:] = [
-        k for k in node.excluded_embed_metadata_keys if k not in present
-    ]
-    # Re-insert the view keys last, in the shared order, so the header reads top-down.
-    for key in present:
-        node.metadata[key] = node.metadata.pop(key)
-    if node.metadata_template == _LLAMA_INDEX_DEFAULT_TEMPLATE:
-        node.metadata_template = HEADER_METADATA_TEMPLATE
-        node.metadata_separator = HEADER_METADATA_SEPARATOR
+# The shared header format lives with the view keys it renders (schema); re-exported here.
+from llama_index_hiqa.schema import (  # noqa: E402,F401
+    HEADER_METADATA_SEPARATOR,
+    HEADER_METADATA_TEMPLATE,
+    _LLAMA_INDEX_DEFAULT_TEMPLATE,
+    apply_header_format,
+)
 
 
 def _one_line(text: str, prefix: Optional[str] = None, max_chars: int = 600) -> str:
