@@ -84,7 +84,15 @@ class CLIError(Exception):
 
 def llm_from_spec(spec: Optional[str], **settings: Any) -> Any:
     """``openai:MODEL`` / ``openai-compatible:MODEL`` -> a LlamaIndex LLM; ``None``/"none" -> None
-    (see :func:`llama_index_hiqa.llm_spec.llm_from_spec` for ``base_url``, ``context_window``)."""
+    (see :func:`llama_index_hiqa.llm_spec.llm_from_spec` for ``base_url``, ``context_window``).
+
+    Args:
+        spec: the ``--llm`` value.
+        **settings: passed on to :func:`llama_index_hiqa.llm_spec.llm_from_spec`.
+
+    Returns:
+        The LLM, or ``None``.
+    """
     from llama_index_hiqa.llm_spec import llm_from_spec as build
 
     return build(spec, **settings)
@@ -502,6 +510,15 @@ def _add_ask(sub: Any) -> None:
 
 
 def main(argv: Optional[List[str]] = None) -> int:
+    """The ``hiqa`` command: run one subcommand; a user error (a typed error, a refused path, an
+    LLM client's failure) is printed as one line, not a traceback.
+
+    Args:
+        argv: the arguments (``None``: ``sys.argv[1:]``).
+
+    Returns:
+        The exit status: the subcommand's (0 by default), 2 after a user error.
+    """
     from llama_index_hiqa.errors import HiQAError
     from llama_index_hiqa.llm_spec import describe_llm_error, is_llm_client_error
     from llama_index_hiqa.storage.os_boundary import as_path_error

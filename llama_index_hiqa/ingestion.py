@@ -48,11 +48,25 @@ class IngestionReport:
     stage_started: float = 0.0
 
     def add_time(self, stage: str, seconds: float) -> None:
+        """Add ``seconds`` to the time booked under ``stage``.
+
+        Args:
+            stage: the stage name (one of ``STAGES`` or a new one).
+            seconds: the wall time to add.
+        """
         self.seconds[stage] = self.seconds.get(stage, 0.0) + seconds
 
     @contextlib.contextmanager
     def running(self, stage: str, items: int) -> Iterator[None]:
-        """Book the block's wall time under ``stage`` and show it as the running stage."""
+        """Book the block's wall time under ``stage`` and show it as the running stage.
+
+        Args:
+            stage: the stage name.
+            items: how many items the stage works on (shown by the progress line).
+
+        Yields:
+            ``None``, while the block runs.
+        """
         self.stage, self.stage_items, self.stage_started = stage, items, time.monotonic()
         start = time.perf_counter()
         try:
@@ -91,6 +105,14 @@ class TimedTransform(TransformComponent):
     _report: Optional[IngestionReport] = PrivateAttr(default=None)
 
     def bind(self, report: IngestionReport) -> "TimedTransform":
+        """Book this transformation's time in ``report`` from now on.
+
+        Args:
+            report: the report of the running ingestion.
+
+        Returns:
+            This transformation.
+        """
         self._report = report
         return self
 
@@ -101,6 +123,15 @@ class TimedTransform(TransformComponent):
             return self.inner(nodes, **kwargs)
 
     async def acall(self, nodes: Sequence[BaseNode], **kwargs: Any) -> Sequence[BaseNode]:
+        """Run the inner transformation asynchronously, booking its wall time under ``stage``.
+
+        Args:
+            nodes: the nodes to transform.
+            **kwargs: passed on to the inner transformation.
+
+        Returns:
+            The inner transformation's nodes.
+        """
         start = time.perf_counter()
         try:
             return await self.inner.acall(nodes, **kwargs)
@@ -110,7 +141,16 @@ class TimedTransform(TransformComponent):
 
 
 def timed_iter(items: Iterable[Document], report: IngestionReport, stage: str = "read") -> Iterator[Document]:
-    """``items`` with the time spent producing each (reading a file) booked under ``stage``."""
+    """``items`` with the time spent producing each (reading a file) booked under ``stage``.
+
+    Args:
+        items: the documents, produced lazily (a reader's generator).
+        report: the report the time is booked in.
+        stage: the stage name.
+
+    Yields:
+        Each item of ``items``, in order.
+    """
     iterator = iter(items)
     while True:
         start = time.perf_counter()
@@ -124,6 +164,15 @@ def timed_iter(items: Iterable[Document], report: IngestionReport, stage: str = 
 
 
 def batched(items: Iterable[Document], size: int) -> Iterator[List[Document]]:
+    """``items`` in lists of ``size`` (the last one shorter).
+
+    Args:
+        items: the documents, a list or a generator.
+        size: the batch size.
+
+    Yields:
+        Each batch, in order.
+    """
     iterator = iter(items)
     while True:
         batch = list(itertools.islice(iterator, size))
@@ -139,6 +188,13 @@ def upsert_plan(
 
     Empty documents are left out (nothing to index); a document id twice in one batch keeps
     its last version.
+
+    Args:
+        documents: the batch.
+        stored_hash: the stored hash of a document id, ``None`` for a document not stored.
+
+    Returns:
+        ``(new documents, changed documents, number of unchanged documents)``.
     """
     latest: Dict[str, Document] = {}
     for doc in documents:
@@ -175,7 +231,17 @@ class Checkpointer:
 
 
 def parse_shard(text: str) -> Tuple[int, int]:
-    """``"2/3"`` -> ``(2, 3)``: the second of three shards (numbered from 1)."""
+    """``"2/3"`` -> ``(2, 3)``: the second of three shards (numbered from 1).
+
+    Args:
+        text: ``"I/N"``.
+
+    Returns:
+        ``(I, N)``.
+
+    Raises:
+        InvalidSettingError: when ``text`` is not ``I/N`` with ``1 <= I <= N``.
+    """
     from llama_index_hiqa.errors import InvalidSettingError
 
     index, _, count = str(text).partition("/")
@@ -187,7 +253,15 @@ def parse_shard(text: str) -> Tuple[int, int]:
 def in_shard(relative_path: str, shard: Tuple[int, int]) -> bool:
     """Whether the file at ``relative_path`` (below the ingested folder, '/'-separated) belongs
     to ``shard`` ``(i, n)``. A hash of the path, not of the listing's order: every machine
-    splits the same folder the same way, and a file keeps its shard when others come or go."""
+    splits the same folder the same way, and a file keeps its shard when others come or go.
+
+    Args:
+        relative_path: the file's path below the ingested folder, '/'-separated.
+        shard: ``(i, n)``, the i-th of n shards (numbered from 1).
+
+    Returns:
+        True when the file belongs to the shard.
+    """
     index, count = shard
     digest = hashlib.sha256(relative_path.encode("utf-8", "surrogatepass")).digest()
     return int.from_bytes(digest[:8], "big") % count == index - 1
@@ -195,7 +269,14 @@ def in_shard(relative_path: str, shard: Tuple[int, int]) -> bool:
 
 def file_stat(path: Any) -> Optional[List[int]]:
     """``[size, mtime_ns]`` of a file, ``None`` when there is no such file: what a folder
-    re-ingestion compares to leave an unchanged file unread."""
+    re-ingestion compares to leave an unchanged file unread.
+
+    Args:
+        path: the file's path.
+
+    Returns:
+        ``[size, mtime_ns]``, or ``None``.
+    """
     try:
         stat = Path(path).stat() if path else None
     except OSError:

@@ -145,6 +145,11 @@ class HiQAPack(PackIngestion, PackAnswering):
 
     @config.setter
     def config(self, value: HiQAPackConfig) -> None:
+        """Replace the settings the backend keeps.
+
+        Args:
+            value: the new settings (saved by :meth:`persist`).
+        """
         self.backend.config = value
 
     @property
@@ -165,6 +170,11 @@ class HiQAPack(PackIngestion, PackAnswering):
 
     @heading_vectors.setter
     def heading_vectors(self, value: Any) -> None:
+        """Replace the heading-path vectors and drop the retriever built on the old ones.
+
+        Args:
+            value: the heading-path vectors, as the backend keeps them.
+        """
         self.backend.heading_vectors = value
         self._invalidate()
 
@@ -180,6 +190,18 @@ class HiQAPack(PackIngestion, PackAnswering):
         (failures are logged, skipped and listed in ``read_failures``).
 
         Raises :class:`~llama_index_hiqa.errors.EmptyCorpusError` when nothing is readable.
+
+        Args:
+            path: the folder to read.
+            recursive: read its subfolders too.
+            **kwargs: passed on to :meth:`from_documents` (``llm``, ``embed_model``,
+                ``vector_store``, ``config`` and :class:`HiQAPackConfig` fields).
+
+        Returns:
+            The built pack; ``read_failures`` lists the files that could not be read.
+
+        Raises:
+            EmptyCorpusError: when the folder does not exist or nothing in it is readable.
         """
         folder = Path(path)
         if not folder.is_dir():
@@ -210,7 +232,23 @@ class HiQAPack(PackIngestion, PackAnswering):
     ) -> "HiQAPack":
         """Parse, augment and index ``documents`` (any LlamaIndex Documents, a list or a
         generator; the reader's give page and heading facts). ``settings`` are
-        :class:`HiQAPackConfig` fields."""
+        :class:`HiQAPackConfig` fields.
+
+        Args:
+            documents: the documents to index, a list or a generator.
+            llm: the LLM (``None``: ``Settings.llm`` if the user set one, else the no-LLM paths).
+            embed_model: the embedding model (``None``: ``Settings.embed_model``, else the
+                packaged MiniLM).
+            vector_store: any LlamaIndex vector store (``None``: the folder store's, in memory).
+            config: the settings (``None``: defaults, updated by ``settings``).
+            **settings: :class:`HiQAPackConfig` fields.
+
+        Returns:
+            The built pack.
+
+        Raises:
+            EmptyCorpusError: when no node was indexed (no document had text).
+        """
         pack = cls.empty(llm=llm, embed_model=embed_model, vector_store=vector_store, config=config, **settings)
         report = pack.ingest(documents)
         if not pack.node_count:
@@ -344,6 +382,12 @@ class HiQAPack(PackIngestion, PackAnswering):
 
         ``kwargs`` are MultiRouteConfig settings for this retriever only (e.g.
         ``similarity_top_k=10``, ``mode="rrf"``); it shares the pack's BM25 and keyword indexes.
+
+        Args:
+            **kwargs: MultiRouteConfig settings for this retriever only.
+
+        Returns:
+            The retriever (the same one on every call without ``kwargs``, until the index changes).
         """
         routes = self.backend.routes(self.config, self.llm)
         if not kwargs and self._retriever is not None and self._retriever[0] is routes:

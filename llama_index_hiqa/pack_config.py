@@ -204,7 +204,14 @@ class HiQAPackConfig(BaseModel):
 
 
 def route_settings(config: HiQAPackConfig) -> Dict[str, Any]:
-    """The MultiRouteRetriever settings of a pack configuration, as keyword arguments."""
+    """The MultiRouteRetriever settings of a pack configuration, as keyword arguments.
+
+    Args:
+        config: the pack configuration.
+
+    Returns:
+        The MultiRouteRetriever keyword arguments.
+    """
     return config.route_config().model_dump()
 
 
@@ -254,7 +261,15 @@ def warn_inapplicable_settings(config: HiQAPackConfig, llm: Optional[LLM]) -> No
 
 def default_embed_model(embed_model: Optional[BaseEmbedding], backend: Optional[str] = None) -> BaseEmbedding:
     """The given model, else Settings.embed_model, else the packaged MiniLM on ``backend``
-    behind the shared on-disk vector cache (re-ingesting the same text costs nothing)."""
+    behind the shared on-disk vector cache (re-ingesting the same text costs nothing).
+
+    Args:
+        embed_model: the model the user gave, or ``None``.
+        backend: the packaged model's backend (``None``: the default one).
+
+    Returns:
+        The embedding model to use.
+    """
     if embed_model is not None:
         return embed_model
     if user_embed_model() is not None:
@@ -266,18 +281,45 @@ def default_embed_model(embed_model: Optional[BaseEmbedding], backend: Optional[
 
 def model_identity(embed_model: BaseEmbedding) -> str:
     """The name a store records for the model that embedded it, the same on every machine
-    (the packaged model's install path is cut: :func:`~llama_index_hiqa.defaults.portable_model_name`)."""
+    (the packaged model's install path is cut: :func:`~llama_index_hiqa.defaults.portable_model_name`).
+
+    Args:
+        embed_model: the embedding model.
+
+    Returns:
+        The model's portable name.
+    """
     inner = getattr(embed_model, "model_id", None)
     return portable_model_name(inner or f"{embed_model.class_name()}:{getattr(embed_model, 'model_name', '?')}")
 
 
 def same_model(recorded: Optional[str], embed_model: BaseEmbedding) -> bool:
     """Whether a store's recorded model name (written by any release, on any machine) names
-    ``embed_model``."""
+    ``embed_model``.
+
+    Args:
+        recorded: the model name the store recorded (``None``: none recorded).
+        embed_model: the embedding model in use.
+
+    Returns:
+        True when the two name the same model.
+    """
     return portable_model_name(recorded or "") == model_identity(embed_model)
 
 
 def build_parser(config: HiQAPackConfig, llm: Optional[LLM], embed_model: Optional[BaseEmbedding] = None) -> Any:
+    """The node parser of a pack: the LLM formatter when an LLM is given and enabled, else the
+    layout parser (its segments sized to the embedding model's window when
+    ``max_segment_tokens`` is set).
+
+    Args:
+        config: the pack configuration.
+        llm: the LLM (``None``: the layout parser).
+        embed_model: the embedding model whose tokenizer sizes the segments.
+
+    Returns:
+        The parser.
+    """
     from llama_index_hiqa.defaults import embedding_tokenizer
     from llama_index_hiqa.parsers.layout_markdown import LayoutMarkdownParser
 
@@ -296,7 +338,14 @@ def build_parser(config: HiQAPackConfig, llm: Optional[LLM], embed_model: Option
 
 
 def keyword_extractor(config: HiQAPackConfig) -> Any:
-    """The same critical-keyword settings at ingestion and at query time (|C| must match)."""
+    """The same critical-keyword settings at ingestion and at query time (|C| must match).
+
+    Args:
+        config: the pack configuration.
+
+    Returns:
+        The ``CriticalKeywordExtractor``.
+    """
     from llama_index_hiqa.transforms.critical_keywords import CriticalKeywordExtractor
 
     # NER over every node's text cost more than embedding it (about a CPU-minute per 1,000
@@ -318,7 +367,18 @@ def graph_retriever_settings(
     index: Any, config: HiQAPackConfig, embed_model: BaseEmbedding, llm: Optional[LLM], keywords: Any
 ) -> Dict[str, Any]:
     """What a loaded pack's ChunkGraphRetriever is given besides its graph (any store);
-    ``keywords`` is the pack's ``CriticalKeywordExtractor``."""
+    ``keywords`` is the pack's ``CriticalKeywordExtractor``.
+
+    Args:
+        index: the pack's index (its docstore is read).
+        config: the pack configuration.
+        embed_model: the embedding model.
+        llm: the LLM, or ``None``.
+        keywords: the pack's ``CriticalKeywordExtractor``.
+
+    Returns:
+        The ChunkGraphRetriever keyword arguments.
+    """
     return {
         "docstore": index.docstore, "embed_model": embed_model, "llm": llm,
         "keyword_fn": keywords.extract_query, **config.chunk_graph.search.model_dump(),

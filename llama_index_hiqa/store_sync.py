@@ -20,7 +20,18 @@ def folder_document_ids(folder: Path, recursive: bool = False) -> Set[str]:
 
     A folder (or, with ``recursive``, a subfolder) that cannot be listed is a
     :class:`~llama_index_hiqa.errors.PathAccessError`: its files are unknown, not gone, and
-    taking them for gone would remove their documents."""
+    taking them for gone would remove their documents.
+
+    Args:
+        folder: the folder.
+        recursive: include its subfolders.
+
+    Returns:
+        The document ids.
+
+    Raises:
+        PathAccessError: when a folder cannot be listed.
+    """
     from llama_index_hiqa.readers._collection import plan_folder
     from llama_index_hiqa.readers.pdf import SUPPORTED_SUFFIXES, PDFLayoutReader
 
@@ -36,7 +47,20 @@ def prune_missing(pack: Any, folder: Path, recursive: bool = False) -> List[str]
     """Remove from ``pack`` every document whose file is not in ``folder``; returns their ids.
     A folder that lists no document at all removes nothing (an
     :class:`~llama_index_hiqa.errors.EmptyCorpusError`): emptying a store is ``--rebuild`` or
-    ``hiqa delete``, never the side effect of an unmounted or mistyped folder."""
+    ``hiqa delete``, never the side effect of an unmounted or mistyped folder.
+
+    Args:
+        pack: the pack.
+        folder: the folder the pack was ingested from.
+        recursive: include its subfolders.
+
+    Returns:
+        The removed document ids.
+
+    Raises:
+        EmptyCorpusError: when the folder lists no document (nothing is removed).
+        PathAccessError: when a folder cannot be listed (nothing is removed).
+    """
     present = folder_document_ids(folder, recursive)
     if not present:
         raise EmptyCorpusError(folder, [f"{folder}: --sync would remove all {len(pack.document_ids)} documents; nothing was removed"])

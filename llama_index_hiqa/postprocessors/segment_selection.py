@@ -20,7 +20,16 @@ import numpy as np
 
 
 def beta_transform(relevance: Sequence[float], a: float, b: float) -> np.ndarray:
-    """The Beta(a, b) CDF of relevances in [0, 1] (clipped first): spreads them over [0, 1]."""
+    """The Beta(a, b) CDF of relevances in [0, 1] (clipped first): spreads them over [0, 1].
+
+    Args:
+        relevance: the relevances.
+        a: the Beta distribution's a.
+        b: the Beta distribution's b.
+
+    Returns:
+        The transformed relevances (as they are, clipped, when a = b = 1).
+    """
     from scipy.special import betainc  # the regularised incomplete beta = the Beta CDF
 
     values = np.clip(np.asarray(relevance, dtype=float), 0.0, 1.0)
@@ -37,7 +46,19 @@ def chunk_values(
     lengths: Optional[Sequence[int]] = None,
     reference_length: int = 700,
 ) -> np.ndarray:
-    """``exp(-rank / decay_rate) * relevance - penalty``, optionally length-adjusted."""
+    """``exp(-rank / decay_rate) * relevance - penalty``, optionally length-adjusted.
+
+    Args:
+        ranks: each chunk's rank.
+        relevance: each chunk's relevance, in [0, 1].
+        irrelevant_chunk_penalty: subtracted from every value.
+        decay_rate: the rank decay.
+        lengths: each chunk's length (``None``: no length adjustment).
+        reference_length: the length below which a chunk weighs 1 (:func:`length_factors`).
+
+    Returns:
+        One value per chunk.
+    """
     ranks_arr = np.asarray(ranks, dtype=float)
     values = np.exp(-ranks_arr / decay_rate) * np.asarray(relevance, dtype=float)
     values = values - irrelevant_chunk_penalty
@@ -47,7 +68,15 @@ def chunk_values(
 
 
 def length_factors(lengths: Sequence[int], reference_length: int = 700) -> np.ndarray:
-    """``max(length, reference) / reference``: long chunks weigh more, short ones no less."""
+    """``max(length, reference) / reference``: long chunks weigh more, short ones no less.
+
+    Args:
+        lengths: each chunk's length.
+        reference_length: the reference length.
+
+    Returns:
+        One factor per chunk, >= 1.
+    """
     lengths_arr = np.asarray(lengths, dtype=float)
     return np.maximum(lengths_arr, reference_length) / float(reference_length)
 
@@ -72,6 +101,16 @@ def select_segments(
     start enters a max-heap with its best value; as segments are chosen, constraints only
     tighten, so a heap entry is an upper bound of that start's true best: the popped start
     is recomputed, and accepted only if its value still holds (else pushed back lower).
+
+    Args:
+        values: the chunk values.
+        run_ids: each chunk's run.
+        max_length: the most chunks in a segment.
+        overall_max_length: the most chunks over all segments.
+        minimum_value: the least value of a chosen segment.
+
+    Returns:
+        The chosen segments, best first.
     """
     v = np.asarray(values, dtype=float)
     n = len(v)

@@ -53,6 +53,17 @@ class BM25Route:
         tokenizer: Optional[Callable[[str], List[str]]] = None,
         language: str = "en",
     ) -> "BM25Route":
+        """Index ``nodes``' embedding views with BM25 (LlamaIndex's ``BM25Retriever`` with its
+        stemmer and stop words, or bm25s over ``tokenizer``'s tokens).
+
+        Args:
+            nodes: the nodes.
+            tokenizer: text -> tokens (``None``: ``BM25Retriever``'s own, in ``language``).
+            language: the stemmer's and stop words' language.
+
+        Returns:
+            The route.
+        """
         from llama_index.retrievers.bm25 import BM25Retriever
 
         node_ids = [n.node_id for n in nodes]
@@ -78,7 +89,15 @@ class BM25Route:
         time: only the token ids of every node are held at once, never every node or text.
         The scores are those of ``build`` over the same nodes in the same order (the same
         tokens, stemmer and statistics; only the numbering of the vocabulary may differ, which
-        no score depends on)."""
+        no score depends on).
+
+        Args:
+            chunks: the nodes, a chunk at a time.
+            language: the stemmer's and stop words' language.
+
+        Returns:
+            The route.
+        """
         import bm25s
         from bm25s.tokenization import Tokenized
         from llama_index.retrievers.bm25 import BM25Retriever
@@ -119,7 +138,14 @@ class BM25Route:
         return list(tokens[0]) if tokens else []
 
     def all_scores(self, query: str) -> np.ndarray:
-        """BM25 score of every indexed node (in ``node_ids`` order)."""
+        """BM25 score of every indexed node (in ``node_ids`` order).
+
+        Args:
+            query: the question text.
+
+        Returns:
+            A float32 array of ``len(node_ids)`` scores (zeros when the question has no terms).
+        """
         bm25 = self.retriever.bm25
         ids = bm25.get_tokens_ids(self._query_tokens(query))
         if not ids:
@@ -127,7 +153,15 @@ class BM25Route:
         return np.asarray(bm25.get_scores_from_ids(ids), dtype=np.float32)
 
     def scores_of(self, query: str, node_ids: Sequence[str]) -> Dict[str, float]:
-        """The positive BM25 scores of ``node_ids`` (collection-wide statistics)."""
+        """The positive BM25 scores of ``node_ids`` (collection-wide statistics).
+
+        Args:
+            query: the question text.
+            node_ids: the nodes to score.
+
+        Returns:
+            Node id -> score, for the nodes with a positive score.
+        """
         if self._rows is None:
             self._rows = {node_id: row for row, node_id in enumerate(self.node_ids)}
         scores = self.all_scores(query)
@@ -139,7 +173,15 @@ class BM25Route:
         return out
 
     def top(self, query: str, n: int) -> Dict[str, float]:
-        """The best ``n`` nodes with a positive score (the zero-score padding dropped)."""
+        """The best ``n`` nodes with a positive score (the zero-score padding dropped).
+
+        Args:
+            query: the question text.
+            n: how many nodes.
+
+        Returns:
+            Node id -> score.
+        """
         scores = self.all_scores(query)
         n = min(n, len(scores))
         if n <= 0:
@@ -164,11 +206,27 @@ class BM25Route:
         return self.top(query.query_str, n)
 
     async def ascores(self, query: QueryBundle, n: int) -> Dict[str, float]:
-        """:meth:`scores` in a worker thread."""
+        """:meth:`scores` in a worker thread.
+
+        Args:
+            query: the question.
+            n: how many nodes.
+
+        Returns:
+            Node id -> score.
+        """
         return await asyncio.to_thread(self.scores, query, n)
 
     def scores_within(self, query: QueryBundle, node_ids: Sequence[str]) -> Dict[str, float]:
-        """The positive BM25 scores of ``node_ids`` (:meth:`scores_of`)."""
+        """The positive BM25 scores of ``node_ids`` (:meth:`scores_of`).
+
+        Args:
+            query: the question.
+            node_ids: the nodes to score.
+
+        Returns:
+            Node id -> score.
+        """
         return self.scores_of(query.query_str or "", node_ids)
 
     # -- persistence ----------------------------------------------------------------------------
@@ -192,7 +250,16 @@ class BM25Route:
     @classmethod
     def load(cls, path: Path, tokenizer: Optional[Callable[[str], List[str]]] = None, mmap: bool = False) -> "BM25Route":
         """What :meth:`persist` wrote; ``mmap``: the score arrays mapped from disk, not read
-        into memory (bm25s's own option)."""
+        into memory (bm25s's own option).
+
+        Args:
+            path: the folder :meth:`persist` wrote.
+            tokenizer: the tokenizer the route was built with (``None``: the default).
+            mmap: map the score arrays from disk.
+
+        Returns:
+            The route.
+        """
         import bm25s
         from llama_index.retrievers.bm25 import BM25Retriever
 
@@ -211,7 +278,16 @@ def bm25_score_matrix(
     """BM25 score of every node for every question (one row a question), scored by the
     multi-route retriever's BM25 route: LlamaIndex's ``BM25Retriever`` index over the
     embedding view, whose ``retrieve`` returns only a top k where a full ranking is needed
-    (the Log-Rank Index ranks every unit)."""
+    (the Log-Rank Index ranks every unit).
+
+    Args:
+        nodes: the nodes.
+        questions: the questions.
+        language: the stemmer's and stop words' language.
+
+    Returns:
+        A ``(len(questions), len(nodes))`` array of scores.
+    """
     route = BM25Route.build(nodes, None, language)
     out = np.zeros((len(questions), len(route.node_ids)), dtype=np.float32)
     for i, question in enumerate(questions):

@@ -32,6 +32,14 @@ def share_budget(
 
     Each node appears once (its first occurrence); scores are left as each retriever gave
     them, so the order, not the score, carries the ranking.
+
+    Args:
+        first: the first retriever's results, best first.
+        chain: the chain retriever's results, best first.
+        budget: k and ``head_share`` (``None``: the defaults; k: ``len(first)``).
+
+    Returns:
+        The merged list.
     """
     budget = budget or ChainBudget()
     k = budget.top_k or len(first)

@@ -61,7 +61,14 @@ class ChainScorer(BaseModel):
     )
 
     def score(self, features: np.ndarray) -> np.ndarray:  # pragma: no cover - abstract
-        """One score per row of ``features`` (shape ``(n, N_FEATURES)``)."""
+        """One score per row of ``features`` (shape ``(n, N_FEATURES)``).
+
+        Args:
+            features: the feature rows.
+
+        Returns:
+            A float32 array of ``n`` scores.
+        """
         raise NotImplementedError
 
 
@@ -101,6 +108,14 @@ class DefaultChainScorer(ChainScorer):
         return np.array([getattr(self, name) for name in FEATURE_NAMES], dtype=np.float32)
 
     def score(self, features: np.ndarray) -> np.ndarray:
+        """One score per row of ``features``: its weighted sum.
+
+        Args:
+            features: the feature rows, shape ``(n, N_FEATURES)``.
+
+        Returns:
+            A float32 array of ``n`` scores.
+        """
         return np.asarray(features, dtype=np.float32) @ self.weights()
 
 
@@ -138,7 +153,19 @@ class TrainedChainScorer(ChainScorer):
         return h_pre, h, logit.ravel()
 
     def fit(self, features: np.ndarray, labels: Sequence[float]) -> "TrainedChainScorer":
-        """Fit on feature rows and 0/1 labels; returns ``self``."""
+        """Fit on feature rows and 0/1 labels; returns ``self``.
+
+        Args:
+            features: the feature rows, shape ``(n, N_FEATURES)``.
+            labels: one 0/1 label per row.
+
+        Returns:
+            This scorer.
+
+        Raises:
+            ValueError: when the matrix is empty or the labels do not match its rows, or the labels
+                are all positive or all negative.
+        """
         x = np.asarray(features, dtype=np.float64)
         y = np.asarray(labels, dtype=np.float64).ravel()
         if x.ndim != 2 or x.shape[0] != y.shape[0] or x.shape[0] == 0:
@@ -187,6 +214,17 @@ class TrainedChainScorer(ChainScorer):
         return self
 
     def score(self, features: np.ndarray) -> np.ndarray:
+        """One score per row of ``features``: the trained model's probability.
+
+        Args:
+            features: the feature rows, shape ``(n, N_FEATURES)``.
+
+        Returns:
+            A float32 array of ``n`` scores in (0, 1).
+
+        Raises:
+            RuntimeError: when the scorer is not fitted.
+        """
         if self.params is None:
             raise RuntimeError("TrainedChainScorer is not fitted: call fit() or load() first")
         p = {k: np.asarray(val, dtype=np.float64) for k, val in self.params.items()}
@@ -194,9 +232,21 @@ class TrainedChainScorer(ChainScorer):
         return _sigmoid(self._forward(x, p)[2]).astype(np.float32)
 
     def save(self, path: Union[str, Path]) -> None:
-        """Write settings and weights as JSON."""
+        """Write settings and weights as JSON.
+
+        Args:
+            path: the JSON file.
+        """
         Path(path).write_text(json.dumps(self.model_dump()), encoding="utf-8")
 
     @classmethod
     def load(cls, path: Union[str, Path]) -> "TrainedChainScorer":
+        """A scorer :meth:`save` wrote.
+
+        Args:
+            path: the JSON file.
+
+        Returns:
+            The fitted scorer.
+        """
         return cls(**json.loads(Path(path).read_text(encoding="utf-8")))

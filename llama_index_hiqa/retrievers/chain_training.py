@@ -38,6 +38,20 @@ def chain_training_examples(
     path and any gold chunk are positives, the other neighbours negatives (at most
     ``max_negatives`` sampled). At a reached gold chunk that ends the path every non-gold
     neighbour is a negative, which teaches the scorer when to stop.
+
+    Args:
+        retriever: the chain retriever (its graph and seeds).
+        questions: the questions.
+        gold_evidence: each question's gold chunk ids.
+        max_negatives: the most negatives sampled at a step.
+        seed: the sampling seed.
+
+    Returns:
+        ``(features, labels)``: an ``(n, N_FEATURES)`` array and ``n`` 0/1 labels.
+
+    Raises:
+        ValueError: when ``questions`` and ``gold_evidence`` differ in length, or no example
+            was found.
     """
     if len(questions) != len(gold_evidence):
         raise ValueError("questions and gold_evidence must have the same length")
@@ -86,7 +100,20 @@ def fit_chain_scorer(
     scorer: Optional[TrainedChainScorer] = None,
 ) -> TrainedChainScorer:
     """Fit a :class:`TrainedChainScorer` on questions and their gold chunk ids and set it as
-    the retriever's scorer."""
+    the retriever's scorer.
+
+    Args:
+        retriever: the chain retriever.
+        questions: the questions.
+        gold_evidence: each question's gold chunk ids.
+        scorer: the scorer to fit (``None``: a new one with default settings).
+
+    Returns:
+        The fitted scorer.
+
+    Raises:
+        ValueError: when no training example was found (:func:`chain_training_examples`).
+    """
     x, y = chain_training_examples(retriever, questions, gold_evidence)
     fitted = (scorer or TrainedChainScorer()).fit(x, y)
     retriever.scorer = fitted

@@ -126,6 +126,17 @@ class ChunkGraphRetriever(BaseRetriever):
         Nodes without ``schema.CRITICAL_KEYWORDS`` get them first: from ``keyword_fn`` when
         given, else from a default ``CriticalKeywordExtractor`` run over them (as an ingestion
         pipeline would, writing the hidden metadata key).
+
+        Args:
+            nodes: the chunks.
+            embed_model: the embedding model (chunks without ``node.embedding``, and questions).
+            keyword_fn: text -> keywords (chunks and questions).
+            graph_settings: :class:`ChunkInteractionGraph` settings.
+            show_progress: show progress bars.
+            **kwargs: the retriever's other settings.
+
+        Returns:
+            The retriever.
         """
         if keyword_fn is None:
             missing = [n for n in nodes if schema.CRITICAL_KEYWORDS not in n.metadata]
@@ -142,7 +153,19 @@ class ChunkGraphRetriever(BaseRetriever):
         """Build over the nodes of a ``VectorStoreIndex``: text from its docstore or, over a
         store that keeps the text (Chroma, Qdrant, pgvector, ...), from the vector store
         (:mod:`llama_index_hiqa.vector_store_access`); vectors from the vector store where it returns
-        them, else the index's embed model recomputes them."""
+        them, else the index's embed model recomputes them.
+
+        Args:
+            index: the ``VectorStoreIndex``.
+            show_progress: show progress bars.
+            **kwargs: passed on to :meth:`from_nodes`.
+
+        Returns:
+            The retriever.
+
+        Raises:
+            GraphBuildError: when the index holds no nodes.
+        """
         listed, docstore = index_nodes(index, "ChunkGraphRetriever")
         nodes = [n.model_copy() for n in listed]
         if not nodes:
@@ -221,13 +244,28 @@ class ChunkGraphRetriever(BaseRetriever):
         return self._keywords_from_llm_answer(question, answer)
 
     def query_vector(self, query_bundle: QueryBundle) -> np.ndarray:
-        """The question's unit vector (the given embedding, else the embed model's)."""
+        """The question's unit vector (the given embedding, else the embed model's).
+
+        Args:
+            query_bundle: the question.
+
+        Returns:
+            Its unit vector.
+        """
         vec = query_bundle.embedding
         if vec is None:
             vec = self.embed_model.get_query_embedding(query_bundle.query_str)
         return _unit(vec)
 
     async def aquery_vector(self, query_bundle: QueryBundle) -> np.ndarray:
+        """The question's unit vector, embedding it asynchronously when it has no embedding.
+
+        Args:
+            query_bundle: the question.
+
+        Returns:
+            Its unit vector.
+        """
         vec = query_bundle.embedding
         if vec is None:
             vec = await self.embed_model.aget_query_embedding(query_bundle.query_str)
@@ -257,6 +295,13 @@ class ChunkGraphRetriever(BaseRetriever):
         IIER §3.2: repeatedly take the chunk covering the most still-uncovered question
         keywords, the most similar to the question among equals, until every keyword is
         covered or no chunk matches one; when none matches, the top vector hits seed.
+
+        Args:
+            q_vec: the question's unit vector.
+            q_keywords: the question's keywords.
+
+        Returns:
+            The seed rows.
         """
         g, s = self.graph, self.settings
         seed_kw = self._node_seed_keywords()
@@ -304,7 +349,18 @@ class ChunkGraphRetriever(BaseRetriever):
         hop: int,
     ) -> np.ndarray:
         """The scorer's feature rows (``chain_scorers.FEATURE_NAMES``) of moving from the
-        end of ``path`` (graph rows, seed first) to each of ``candidates`` at hop ``hop``."""
+        end of ``path`` (graph rows, seed first) to each of ``candidates`` at hop ``hop``.
+
+        Args:
+            q_vec: the question's unit vector.
+            q_keywords: the question's keywords.
+            path: the chain so far, as graph rows.
+            candidates: the rows it may move to (neighbours of its last row).
+            hop: the hop number.
+
+        Returns:
+            A ``(len(candidates), N_FEATURES)`` float32 array.
+        """
         g = self.graph
         vecs = g.vectors
         cand = vecs[candidates]
@@ -347,7 +403,15 @@ class ChunkGraphRetriever(BaseRetriever):
         return chain
 
     def search(self, q_vec: np.ndarray, q_keywords: Set[str]) -> List[List[Tuple[int, float]]]:
-        """Evidence chains as lists of (graph row, score), seed first."""
+        """Evidence chains as lists of (graph row, score), seed first.
+
+        Args:
+            q_vec: the question's unit vector.
+            q_keywords: the question's keywords.
+
+        Returns:
+            The chains.
+        """
         chains: List[List[Tuple[int, float]]] = []
         taken: Set[int] = set()
         for seed in self.select_seeds(q_vec, q_keywords):

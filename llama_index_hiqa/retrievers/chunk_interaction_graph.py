@@ -78,7 +78,14 @@ def title_keywords(title: str) -> FrozenSet[str]:
     """What a document title contributes as keywords: the whole title and its identifier/year
     tokens (the extractor's rules, no NER), e.g. ``"3M_2018_10K"`` -> {3m201810k, 3m, 2018, 10k}.
     ``CriticalKeywordExtractor(include_document_keywords=True)`` copies these onto every chunk;
-    IIER keeps them out of the keyword edges."""
+    IIER keeps them out of the keyword edges.
+
+    Args:
+        title: the document title.
+
+    Returns:
+        The title's keywords, normalised.
+    """
     global _title_rules
     if _title_rules is None:
         _title_rules = CriticalKeywordExtractor(use_ner=False)
@@ -124,7 +131,22 @@ class ChunkInteractionGraph(InteractionGraphSettings):
         show_progress: bool = False,
         **settings: Any,
     ) -> "ChunkInteractionGraph":
-        """Build the graph over ``nodes`` (see :meth:`add_nodes`)."""
+        """Build the graph over ``nodes`` (see :meth:`add_nodes`).
+
+        Args:
+            nodes: the chunks.
+            embed_model: the embedding model for chunks without ``node.embedding``.
+            keyword_fn: text -> keywords, for chunks without ``schema.CRITICAL_KEYWORDS``.
+            show_progress: show a progress bar.
+            **settings: the graph's settings (its constructor's fields).
+
+        Returns:
+            The graph.
+
+        Raises:
+            GraphBuildError: when ``nodes`` is empty, names a node id twice or mixes vector
+                dimensions.
+        """
         graph = cls(**settings)
         graph.add_nodes(nodes, embed_model=embed_model, keyword_fn=keyword_fn, show_progress=show_progress)
         return graph
@@ -141,6 +163,16 @@ class ChunkInteractionGraph(InteractionGraphSettings):
         Embeddings: ``node.embedding`` when set, else ``embed_model`` (default: the pack's
         embedding default) over the embedding view. Keywords: ``schema.CRITICAL_KEYWORDS``,
         else ``keyword_fn(text)`` when given, else none.
+
+        Args:
+            nodes: the new chunks.
+            embed_model: the embedding model for chunks without ``node.embedding``.
+            keyword_fn: text -> keywords, for chunks without ``schema.CRITICAL_KEYWORDS``.
+            show_progress: show a progress bar.
+
+        Raises:
+            GraphBuildError: when the graph would hold no nodes, a node id is already in it (or
+                twice in ``nodes``), or the vectors' dimension differs from the graph's.
         """
         nodes = list(nodes)
         if not nodes:
@@ -183,7 +215,14 @@ class ChunkInteractionGraph(InteractionGraphSettings):
     def without_nodes(self, node_ids: Iterable[str]) -> "ChunkInteractionGraph":
         """A graph over the other chunks, rows in the same order, with every edge recomputed as
         a rebuild over them would make it (which neighbours, chains and keyword threshold
-        remain depends on all of them; the cost is a rebuild's, without re-embedding)."""
+        remain depends on all of them; the cost is a rebuild's, without re-embedding).
+
+        Args:
+            node_ids: the chunks to leave out (ids not in the graph are ignored).
+
+        Returns:
+            The new graph (this one is left as it is).
+        """
         drop = set(node_ids)
         keep = [i for i, node_id in enumerate(self._ids) if node_id not in drop]
         graph = type(self)(**self.model_dump())
@@ -237,27 +276,85 @@ class ChunkInteractionGraph(InteractionGraphSettings):
         return node_id in self._index
 
     def index_of(self, node_id: str) -> int:
+        """The row of a node.
+
+        Args:
+            node_id: the node id.
+
+        Returns:
+            Its row.
+
+        Raises:
+            UnknownNodeError: when the node is not in the graph.
+        """
         try:
             return self._index[node_id]
         except KeyError:
             raise UnknownNodeError(f"node id {node_id!r} is not in the chunk graph") from None
 
     def keywords(self, node_id: str) -> Set[str]:
-        """The node's edge keywords (normalised; the document title removed)."""
+        """The node's edge keywords (normalised; the document title removed).
+
+        Args:
+            node_id: the node id.
+
+        Returns:
+            A copy of its keywords.
+
+        Raises:
+            UnknownNodeError: when the node is not in the graph.
+        """
         return set(self._keywords[self.index_of(node_id)])
 
     def title_keywords(self, node_id: str) -> Set[str]:
-        """Keywords of the node's document title (kept out of the edges, used for seeds)."""
+        """Keywords of the node's document title (kept out of the edges, used for seeds).
+
+        Args:
+            node_id: the node id.
+
+        Returns:
+            A copy of its title keywords.
+
+        Raises:
+            UnknownNodeError: when the node is not in the graph.
+        """
         return set(self._titles[self.index_of(node_id)])
 
     def document_id(self, node_id: str) -> Optional[str]:
+        """The node's document id.
+
+        Args:
+            node_id: the node id.
+
+        Returns:
+            Its document id, ``None`` when it has none.
+
+        Raises:
+            UnknownNodeError: when the node is not in the graph.
+        """
         return self._docs[self.index_of(node_id)]
 
     def nodes_with_keyword(self, keyword: str) -> Set[str]:
+        """The nodes whose edge keywords include ``keyword``.
+
+        Args:
+            keyword: the keyword (normalised here).
+
+        Returns:
+            Their node ids.
+        """
         return {self._ids[i] for i in self._keyword_index.get(normalize_keyword(keyword), ())}
 
     def edge(self, u: str, v: str) -> Dict[str, float]:
-        """The three weights between two chunks (all 0 when not linked)."""
+        """The three weights between two chunks (all 0 when not linked).
+
+        Args:
+            u: one node id.
+            v: the other node id.
+
+        Returns:
+            ``{"structural": ..., "semantic": ..., "keyword": ...}``.
+        """
         data = self._graph.get_edge_data(u, v) or {}
         return {k: data.get(k, 0) for k in _EDGE_KINDS}
 
@@ -281,17 +378,39 @@ class ChunkInteractionGraph(InteractionGraphSettings):
         return self._titles
 
     def node_id_at(self, row: int) -> str:
-        """The node id of a row."""
+        """The node id of a row.
+
+        Args:
+            row: the row.
+
+        Returns:
+            Its node id.
+        """
         return self._ids[row]
 
     def neighbours(self, row: int) -> Dict[int, Mapping[str, float]]:
-        """The rows linked to ``row`` and their edge weights (structural, semantic, keyword)."""
+        """The rows linked to ``row`` and their edge weights (structural, semantic, keyword).
+
+        Args:
+            row: the row.
+
+        Returns:
+            Linked row -> its edge weights.
+        """
         index = self._index
         return {index[v]: data for v, data in self._graph[self._ids[row]].items()}
 
     def shortest_path_rows(self, source: int, target: int) -> Optional[List[int]]:
         """Rows of a shortest path from ``source`` to ``target`` (both included); ``None``
-        when they are not connected."""
+        when they are not connected.
+
+        Args:
+            source: the first row.
+            target: the last row.
+
+        Returns:
+            The path's rows, or ``None``.
+        """
         try:
             path = nx.shortest_path(self._graph, self._ids[source], self._ids[target])
         except nx.NetworkXNoPath:
@@ -327,7 +446,20 @@ class ChunkInteractionGraph(InteractionGraphSettings):
         knn_sims: np.ndarray,
     ) -> "ChunkInteractionGraph":
         """The graph saved as :meth:`node_records`, :meth:`edge_records`, :attr:`vectors`
-        (unit rows) and :attr:`knn`, nothing recomputed (``graph_records.from_records``)."""
+        (unit rows) and :attr:`knn`, nothing recomputed (``graph_records.from_records``).
+
+        Args:
+            settings: the graph's settings.
+            keyword_threshold: the keyword-edge threshold the build computed (``None``: none).
+            nodes: the node records.
+            edges: the edge records.
+            vectors: the unit vectors, one row per node.
+            knn_ids: each row's nearest rows.
+            knn_sims: their similarities.
+
+        Returns:
+            The graph.
+        """
         return graph_records.from_records(cls, settings, keyword_threshold, nodes, edges, vectors, knn_ids, knn_sims)
 
     def persist(self, persist_dir: Union[str, Path]) -> None:

@@ -60,7 +60,14 @@ _NUMBER = re.compile(r"^[(\-–$€£]*[\d][\d,.]*[)%]*$")
 
 # -- pure functions ----------------------------------------------------------------------
 def numeric_share(text: str) -> float:
-    """Share of whitespace-separated tokens of ``text`` that are numbers."""
+    """Share of whitespace-separated tokens of ``text`` that are numbers.
+
+    Args:
+        text: the text.
+
+    Returns:
+        The share, in 0..1 (0 for an empty text).
+    """
     tokens = text.split()
     if not tokens:
         return 0.0
@@ -69,13 +76,27 @@ def numeric_share(text: str) -> float:
 
 def heading_labels(node: BaseNode) -> Tuple[str, ...]:
     """Each level's label of the node's heading path, outermost first, without the
-    document title."""
+    document title.
+
+    Args:
+        node: the node.
+
+    Returns:
+        The labels (empty without a heading path).
+    """
     return tuple(h.label() for h in schema.get_heading_path(node) if h.label())
 
 
 def heading_text(node: BaseNode) -> str:
     """The node's heading path as one line ("Item 8 Financial Statements > Consolidated
-    Balance Sheet"), without the document title; "" when it has none."""
+    Balance Sheet"), without the document title; "" when it has none.
+
+    Args:
+        node: the node.
+
+    Returns:
+        The labels joined with " > ".
+    """
     return _joined(heading_labels(node))
 
 
@@ -85,7 +106,14 @@ def _joined(labels: Sequence[str]) -> str:
 
 def focus_facts(node: BaseNode) -> List[Any]:
     """What the focus reads of a node, as stored at ingestion (JSON-able): its heading labels,
-    whether it is a table segment, its share of number tokens, its document and first page."""
+    whether it is a table segment, its share of number tokens, its document and first page.
+
+    Args:
+        node: the node.
+
+    Returns:
+        ``[heading labels, is table, number share, document id, first page or None]``.
+    """
     pages = schema.get_page_range(node)
     return [
         list(heading_labels(node)), schema.get_segment_kind(node) == schema.KIND_TABLE,
@@ -95,7 +123,15 @@ def focus_facts(node: BaseNode) -> List[Any]:
 
 def embed_headings(embed_model: BaseEmbedding, texts: Sequence[str]) -> np.ndarray:
     """``texts`` (heading paths) embedded as documents and scaled to unit length: what the
-    heading similarity compares a question with, whether embedded at ingestion or here."""
+    heading similarity compares a question with, whether embedded at ingestion or here.
+
+    Args:
+        embed_model: the embedding model.
+        texts: the heading paths.
+
+    Returns:
+        A ``(len(texts), dim)`` float32 array of unit rows.
+    """
     vectors = np.asarray(embed_model.get_text_embedding_batch(list(texts)), dtype=np.float32)
     vectors /= np.linalg.norm(vectors, axis=1, keepdims=True) + 1e-12
     return vectors
@@ -110,7 +146,15 @@ def _english_stemmer() -> Any:
 
 def content_words(texts: Sequence[str], language: str = "en") -> List[frozenset]:
     """The stemmed words of each text, stop words left out: the default BM25 route's
-    tokens (bm25s with the English Snowball stemmer)."""
+    tokens (bm25s with the English Snowball stemmer).
+
+    Args:
+        texts: the texts.
+        language: the stemmer's and stop words' language.
+
+    Returns:
+        One set of words per text.
+    """
     import bm25s
 
     tokens = bm25s.tokenize(list(texts), stopwords=language, stemmer=_english_stemmer(),
@@ -120,12 +164,28 @@ def content_words(texts: Sequence[str], language: str = "en") -> List[frozenset]
 
 def heading_word_share(question_words: frozenset, heading_levels: Sequence[frozenset]) -> float:
     """The largest share, over ``heading_levels`` (each level's words), of a level's words
-    that are among ``question_words``; 0 without headings."""
+    that are among ``question_words``; 0 without headings.
+
+    Args:
+        question_words: the question's content words.
+        heading_levels: each heading level's content words.
+
+    Returns:
+        The share, in 0..1.
+    """
     return max((len(level & question_words) / len(level) for level in heading_levels if level), default=0.0)
 
 
 def min_max(scores: Mapping[str, float], ids: Sequence[str]) -> Dict[str, float]:
-    """``scores`` over ``ids`` scaled to 0..1 (a missing id counts as the lowest score)."""
+    """``scores`` over ``ids`` scaled to 0..1 (a missing id counts as the lowest score).
+
+    Args:
+        scores: id -> score (ids of ``ids`` may be missing).
+        ids: the ids to scale over.
+
+    Returns:
+        id -> scaled score for each of ``ids`` (all 0 when the scores are equal; ``{}`` without ids).
+    """
     if not ids:
         return {}
     values = np.array([scores.get(i, np.nan) for i in ids], dtype=float)
@@ -152,7 +212,23 @@ def focus_scores(
 ) -> Dict[str, float]:
     """``α·v + (1−α)·b + heading_weight·h + table_weight·t + heading_words_weight·w`` for each
     of ``ids``, with v, b and h min-max normalised over ``ids``, t in {0, 1} and w (the share
-    of a heading's words the question names) in 0..1 as it is."""
+    of a heading's words the question names) in 0..1 as it is.
+
+    Args:
+        ids: the node ids to score.
+        vector: id -> vector similarity (v).
+        bm25: id -> BM25 score (b).
+        heading: id -> heading-path similarity with the question (h).
+        table: id -> 1.0 for a table segment, else 0.0 (t).
+        alpha: the vector share α, in 0..1.
+        heading_weight: the weight of h.
+        table_weight: the weight of t.
+        heading_words: id -> share of the heading's words the question names (w); ``None``: none.
+        heading_words_weight: the weight of w.
+
+    Returns:
+        id -> focus score for each of ``ids``.
+    """
     v, b, h = min_max(vector, ids), min_max(bm25, ids), min_max(heading, ids)
     w = heading_words or {}
     return {
@@ -164,7 +240,15 @@ def focus_scores(
 
 def one_per_page_first(ranked: Sequence[str], page_of: Mapping[str, Any]) -> List[str]:
     """``ranked`` reordered so that each page's best node comes before any page's second
-    node; the relative order inside both parts is kept. Ids without a page are each a page."""
+    node; the relative order inside both parts is kept. Ids without a page are each a page.
+
+    Args:
+        ranked: node ids, best first.
+        page_of: id -> its page (any hashable; ``None`` or missing: no page).
+
+    Returns:
+        The reordered ids.
+    """
     first, rest, seen = [], [], set()
     for node_id in ranked:
         page = page_of.get(node_id)
@@ -273,7 +357,15 @@ class DocumentFocusRetriever(BaseRetriever):
         return {node_id: float(self._heading_vectors[f.heading] @ q) for node_id, f in facts.items() if f.heading}
 
     def rank_document(self, query: QueryBundle, document_ids: Sequence[str]) -> List[Tuple[str, float, Dict[str, Any]]]:
-        """Every node of ``document_ids``, best first: ``(node_id, score, route scores)``."""
+        """Every node of ``document_ids``, best first: ``(node_id, score, route scores)``.
+
+        Args:
+            query: the question, embedded.
+            document_ids: the documents whose nodes are ranked.
+
+        Returns:
+            The ranking; ``[]`` when the documents have no nodes or more than ``max_document_nodes``.
+        """
         ids: List[str] = []
         for document_id in document_ids:
             ids.extend(self.multi_route.document_node_ids(document_id))
@@ -334,7 +426,15 @@ class DocumentFocusRetriever(BaseRetriever):
 
     def choose(self, query: QueryBundle, head: Sequence[NodeWithScore]) -> "FocusChoice":
         """The documents this question is about and which document each of the first places
-        goes to (:mod:`~llama_index_hiqa.retrievers.focus_share`)."""
+        goes to (:mod:`~llama_index_hiqa.retrievers.focus_share`).
+
+        Args:
+            query: the question, embedded.
+            head: the multi-route retriever's first results.
+
+        Returns:
+            The :class:`FocusChoice`.
+        """
         first, head_documents = self._best_document(head)
         if first is None:
             return FocusChoice([], [], False, [])
@@ -401,7 +501,14 @@ class DocumentFocusRetriever(BaseRetriever):
 
     def full_ranking(self, query: Any) -> List[str]:
         """Every node id, best first, as :meth:`retrieve` orders them: the focused
-        document's nodes, then the multi-route retriever's full ranking of the others."""
+        document's nodes, then the multi-route retriever's full ranking of the others.
+
+        Args:
+            query: the question, a string or a ``QueryBundle``.
+
+        Returns:
+            Every node id, best first.
+        """
         bundle = self._embedded(QueryBundle(query) if isinstance(query, str) else query)
         if not (bundle.query_str or "").strip():
             return self.multi_route.full_ranking(bundle)

@@ -44,7 +44,14 @@ PERIOD, NAME = "period", "name"
 
 def facet_kind(keyword: str) -> str:
     """``"period"`` for a year or a fiscal quarter keyword (``2022``, ``q22023``), else
-    ``"name"`` (a company, a product, a form type)."""
+    ``"name"`` (a company, a product, a form type).
+
+    Args:
+        keyword: a normalised keyword.
+
+    Returns:
+        ``"period"`` or ``"name"``.
+    """
     return PERIOD if _PERIOD.match(keyword) else NAME
 
 
@@ -52,7 +59,16 @@ def names_written(question: str, title_keywords: Mapping[str, frozenset], max_wo
     """Title keywords the question writes as a name: a run of up to ``max_words`` of its words,
     the first one capitalised or a number, whose normalised form is the keyword ("Boeing's",
     "NIKE", "Best Buy", "3M"). The entity recogniser can miss a name or swallow it into a longer
-    span ("Business of Boeing"); a lower-case run ("square feet") is not a name."""
+    span ("Business of Boeing"); a lower-case run ("square feet") is not a name.
+
+    Args:
+        question: the question text.
+        title_keywords: document id -> its title's keywords.
+        max_words: the longest run of words tried.
+
+    Returns:
+        The keywords found, in the question's order, each once.
+    """
     from llama_index_hiqa.transforms.critical_keywords import normalize_keyword
 
     names = {k for keywords in title_keywords.values() for k in keywords if facet_kind(k) != PERIOD}
@@ -70,7 +86,15 @@ def names_written(question: str, title_keywords: Mapping[str, frozenset], max_wo
 
 def question_facets(question_keywords: Iterable[str], title_keywords: Mapping[str, frozenset]) -> List[str]:
     """The question's (normalised) keywords that are keywords of some document title, in the
-    question's order, each once."""
+    question's order, each once.
+
+    Args:
+        question_keywords: the question's keywords, normalised.
+        title_keywords: document id -> its title's keywords.
+
+    Returns:
+        The facets (a keyword contained in another one found is left out).
+    """
     in_titles: Set[str] = set().union(*title_keywords.values()) if title_keywords else set()
     found = [k for k in dict.fromkeys(question_keywords) if k in in_titles]
     # A keyword inside another one names the same thing: "2023" of "q22023" (Q2 of FY2023),
@@ -94,6 +118,16 @@ def named_documents(
     documents; a document it does not list ranks after them by the number of facets its
     title holds, then by id). Only a kind with two or more values in ``facets`` adds
     documents; each value adds at most one.
+
+    Args:
+        first: the best document's id.
+        facets: the question's facets.
+        title_keywords: document id -> its title's keywords.
+        first_nodes_keywords: the keywords of each of ``first``'s nodes in the top k.
+        order: document ids, best first.
+
+    Returns:
+        The named documents, best first.
     """
     by_kind: Dict[str, List[str]] = {}
     for facet in facets:
@@ -137,7 +171,17 @@ def tied_documents(
     first: str, facets: Sequence[str], title_keywords: Mapping[str, frozenset], head_documents: Sequence[str]
 ) -> List[str]:
     """The documents of ``head_documents`` (the multi-route top k's documents, best first)
-    whose title matches every facet that ``first``'s title matches."""
+    whose title matches every facet that ``first``'s title matches.
+
+    Args:
+        first: the best document's id.
+        facets: the question's facets.
+        title_keywords: document id -> its title's keywords.
+        head_documents: the top k's documents, best first.
+
+    Returns:
+        The tied documents, ``first`` left out.
+    """
     wanted = frozenset(f for f in facets if f in title_keywords.get(first, frozenset()))
     tied = []
     for doc in dict.fromkeys(head_documents):
@@ -153,7 +197,17 @@ def choose_documents(
     cap: Optional[int] = None,
 ) -> List[str]:
     """The focused documents, best first: ``first``, then the named ones; when the question
-    names none, the tied ones. ``cap`` keeps at most that many."""
+    names none, the tied ones. ``cap`` keeps at most that many.
+
+    Args:
+        first: the best document's id.
+        named: the documents the question names.
+        tied: the documents tied with ``first``.
+        cap: the most documents kept (``None``: all).
+
+    Returns:
+        The focused documents.
+    """
     extra = list(named) if named else list(tied)
     chosen = list(dict.fromkeys([first, *extra]))
     return chosen if cap is None else chosen[:cap]
@@ -165,7 +219,16 @@ def slot_pattern(documents: Sequence[str], head_documents: Sequence[str], named:
     ``named``: the documents take turns (best first). Otherwise every place goes to the best
     document except one per other document: the place of that document's first node in the
     multi-route ranking (its best evidence is shown once, where the routes ranked it; the
-    best document keeps its other places)."""
+    best document keeps its other places).
+
+    Args:
+        documents: the focused documents, best first.
+        head_documents: the document of each of the multi-route top k's places.
+        named: the question names several documents.
+
+    Returns:
+        The document of each place (``[]`` without documents).
+    """
     if not documents:
         return []
     if named:
@@ -182,7 +245,16 @@ def slot_pattern(documents: Sequence[str], head_documents: Sequence[str], named:
 def share_slots(rankings: Mapping[str, Sequence[str]], pattern: Sequence[str], documents: Sequence[str]) -> List[str]:
     """The focused documents' nodes in one list: place i gets the next node of ``pattern[i]``'s
     ranking; after the pattern (or when a document runs out) the documents take turns in the
-    order of ``documents``. Every node of ``rankings`` appears once."""
+    order of ``documents``. Every node of ``rankings`` appears once.
+
+    Args:
+        rankings: document id -> its node ids, best first.
+        pattern: the document of each of the first places (:func:`slot_pattern`).
+        documents: the focused documents, best first.
+
+    Returns:
+        The node ids.
+    """
     queues = {doc: list(rankings.get(doc, ())) for doc in documents}
     taken = {doc: 0 for doc in documents}
     out: List[str] = []

@@ -32,7 +32,14 @@ RRF_K = 60.0
 
 
 def min_max_normalize(scores: Scores) -> Dict[str, float]:
-    """Scale to [0, 1]: the best becomes 1, the worst 0; all equal -> 1 (0 if all are <= 0)."""
+    """Scale to [0, 1]: the best becomes 1, the worst 0; all equal -> 1 (0 if all are <= 0).
+
+    Args:
+        scores: id -> score.
+
+    Returns:
+        id -> scaled score.
+    """
     if not scores:
         return {}
     low, high = min(scores.values()), max(scores.values())
@@ -51,7 +58,24 @@ def hiqa_fusion(
     beta: float,
     candidates: Optional[Iterable[str]] = None,
 ) -> Dict[str, float]:
-    """HiQA formula (2) over ``candidates`` (default: every node any route returned)."""
+    """HiQA formula (2) over ``candidates`` (default: every node any route returned).
+
+    ``α·v + (1−α)·b + β·log(1 + |C|)``, with v and b min-max normalised.
+
+    Args:
+        vector: id -> vector similarity.
+        bm25: id -> BM25 score.
+        keyword_counts: id -> number of matched critical keywords ``|C|``.
+        alpha: the vector share α, in [0, 1].
+        beta: the keyword weight β, >= 0.
+        candidates: the ids to score.
+
+    Returns:
+        id -> fused score.
+
+    Raises:
+        ValueError: when ``alpha`` is outside [0, 1] or ``beta`` is negative.
+    """
     if not 0.0 <= alpha <= 1.0:
         raise ValueError(f"alpha must lie in [0, 1], got {alpha}")
     if beta < 0:
@@ -81,6 +105,15 @@ def auto_beta(
     worth a third of the whole similarity range even for few long documents. The defaults
     (0.5, 2.0) were chosen after a β sweep on FinanceBench (benchmarks/RESULTS.md), where
     larger β helped; with them 46 filings of 132 pages -> 0.89, 24 four-page datasheets -> 1.79.
+
+    Args:
+        n_documents: ``|D|``, the number of documents.
+        average_pages: their average page count.
+        beta_min: β as x -> 0.
+        beta_max: β as x -> ∞.
+
+    Returns:
+        β.
     """
     if n_documents <= 0:
         return beta_min
@@ -89,7 +122,14 @@ def auto_beta(
 
 
 def ranks_from_scores(scores: Scores) -> Dict[str, int]:
-    """Rank 1 for the best score; ties share the best rank of their group (1, 2, 2, 4)."""
+    """Rank 1 for the best score; ties share the best rank of their group (1, 2, 2, 4).
+
+    Args:
+        scores: id -> score.
+
+    Returns:
+        id -> rank.
+    """
     ordered = sorted(scores.items(), key=lambda item: (-item[1], item[0]))
     ranks: Dict[str, int] = {}
     previous, previous_rank = None, 0
@@ -111,6 +151,15 @@ def reciprocal_rank_fusion(
     ``rankings`` maps a route name to its node ids, best first; ``ranks`` may give explicit
     ranks per route instead (for ties, e.g. the keyword route's equal ``|C|``). A route missing
     from ``weights`` has weight 1.
+
+    Args:
+        rankings: route name -> node ids, best first.
+        weights: route name -> weight.
+        k: the RRF constant.
+        ranks: route name -> (id -> rank), used instead of that route's ranking.
+
+    Returns:
+        id -> fused score.
     """
     weights = weights or {}
     fused: Dict[str, float] = {}
@@ -151,19 +200,43 @@ def _scaled_sum(
 def relative_score_fusion(
     route_scores: Mapping[str, Scores], weights: Optional[Mapping[str, float]] = None
 ) -> Dict[str, float]:
-    """LlamaIndex's ``relative_score``: per-route min-max, times the route weight, summed."""
+    """LlamaIndex's ``relative_score``: per-route min-max, times the route weight, summed.
+
+    Args:
+        route_scores: route name -> (id -> score).
+        weights: route name -> weight (missing: 1).
+
+    Returns:
+        id -> fused score.
+    """
     return _scaled_sum(route_scores, weights, dist_based=False)
 
 
 def dist_based_score_fusion(
     route_scores: Mapping[str, Scores], weights: Optional[Mapping[str, float]] = None
 ) -> Dict[str, float]:
-    """LlamaIndex's ``dist_based_score``: per-route scaling with min/max = mean ∓ 3·std."""
+    """LlamaIndex's ``dist_based_score``: per-route scaling with min/max = mean ∓ 3·std.
+
+    Args:
+        route_scores: route name -> (id -> score).
+        weights: route name -> weight (missing: 1).
+
+    Returns:
+        id -> fused score.
+    """
     return _scaled_sum(route_scores, weights, dist_based=True)
 
 
 def rank_ids(fused: Scores, top_k: Optional[int] = None) -> List[str]:
-    """Node ids by fused score, best first (ties by id); the first ``top_k`` if given."""
+    """Node ids by fused score, best first (ties by id); the first ``top_k`` if given.
+
+    Args:
+        fused: id -> fused score.
+        top_k: how many to keep (``None``: all).
+
+    Returns:
+        The ids.
+    """
     ordered = [node_id for node_id, _ in sorted(fused.items(), key=lambda it: (-it[1], it[0]))]
     return ordered if top_k is None else ordered[:top_k]
 

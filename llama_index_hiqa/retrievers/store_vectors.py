@@ -36,26 +36,62 @@ _TINY = 1e-300
 
 
 def identity(score: float) -> float:
+    """A store's score that already is a cosine, as it is.
+
+    Args:
+        score: the cosine.
+
+    Returns:
+        ``score``.
+    """
     return score
 
 
 def from_exp_squared_l2(score: float) -> float:
-    """``exp(−‖q−x‖²)`` of unit vectors -> cosine (‖q−x‖² = 2 − 2·cos)."""
+    """``exp(−‖q−x‖²)`` of unit vectors -> cosine (‖q−x‖² = 2 − 2·cos).
+
+    Args:
+        score: the store's score.
+
+    Returns:
+        The cosine.
+    """
     return 1.0 + math.log(max(score, _TINY)) / 2.0
 
 
 def from_exp_cosine_distance(score: float) -> float:
-    """``exp(−(1 − cos))`` -> cosine."""
+    """``exp(−(1 − cos))`` -> cosine.
+
+    Args:
+        score: the store's score.
+
+    Returns:
+        The cosine.
+    """
     return 1.0 + math.log(max(score, _TINY))
 
 
 def from_squared_l2(distance: float) -> float:
-    """``‖q−x‖²`` of unit vectors -> cosine."""
+    """``‖q−x‖²`` of unit vectors -> cosine.
+
+    Args:
+        distance: the squared distance.
+
+    Returns:
+        The cosine.
+    """
     return 1.0 - distance / 2.0
 
 
 def cosine_scale(vector_store: Any) -> Scale:
-    """How to read ``vector_store``'s similarity scores as cosines (identity when they are)."""
+    """How to read ``vector_store``'s similarity scores as cosines (identity when they are).
+
+    Args:
+        vector_store: the LlamaIndex vector store.
+
+    Returns:
+        The function from its score to the cosine.
+    """
     if vector_store is None:
         return identity
     name = type(vector_store).__name__
@@ -83,7 +119,15 @@ def _chroma_space(vector_store: Any) -> str:
 
 
 def with_top_k(retriever: BaseRetriever, top_k: int) -> BaseRetriever:
-    """A shallow copy of ``retriever`` asking for ``top_k`` results, when it has that knob."""
+    """A shallow copy of ``retriever`` asking for ``top_k`` results, when it has that knob.
+
+    Args:
+        retriever: the retriever.
+        top_k: how many results.
+
+    Returns:
+            The copy, or ``retriever`` itself when it has no top-k setting.
+    """
     for attribute in ("similarity_top_k", "_similarity_top_k", "top_k"):
         if hasattr(retriever, attribute):
             clone = copy.copy(retriever)
@@ -96,7 +140,15 @@ def with_top_k(retriever: BaseRetriever, top_k: int) -> BaseRetriever:
 
 
 def collect(results: Sequence[NodeWithScore], scale: Scale = identity) -> Dict[str, float]:
-    """``{node id: cosine}``; a node returned twice keeps its best score."""
+    """``{node id: cosine}``; a node returned twice keeps its best score.
+
+    Args:
+        results: the retriever's results.
+        scale: the store's score -> cosine.
+
+    Returns:
+        Node id -> cosine.
+    """
     scores: Dict[str, float] = {}
     for result in results:
         score = scale(float(result.score if result.score is not None else 0.0))
@@ -124,7 +176,21 @@ def scores_of_nodes(
     """``({node id: cosine}, restriction)``: the cosine of ``query`` with each of ``node_ids``
     that the store returns, and the restriction that gave them (``nodes``: id -> node, for the
     nodes' ``ref_doc_id``). Pass the returned restriction back on the next call: a store that
-    ignores node ids is then not asked by id again."""
+    ignores node ids is then not asked by id again.
+
+    Args:
+        retriever: the vector retriever.
+        query: the question.
+        node_ids: the nodes to score.
+        nodes: node id -> node.
+        scale: the store's score -> cosine.
+        collection_size: the number of nodes stored (the top k of a whole-collection query;
+            ``None``: ``len(node_ids)``).
+        restriction: the restriction returned by the previous call (``None``: try each).
+
+    Returns:
+        ``(node id -> cosine, restriction)``; ``({}, restriction)`` when no restriction answered.
+    """
     wanted = set(node_ids)
     if not wanted:
         return {}, restriction

@@ -40,7 +40,15 @@ MIN_ABBREVIATION = 3  # characters, "&" included: "US" and "EU" are not names, "
 def name_words(title: str, keyword: str) -> Optional[Tuple[str, ...]]:
     """The words of ``title`` (lower case) whose letters spell ``keyword`` — a normalised
     name such as ``americanexpress`` -> ``("american", "express")`` — when they are two or
-    more and the name neither starts nor ends with a connector; else ``None``."""
+    more and the name neither starts nor ends with a connector; else ``None``.
+
+    Args:
+        title: the document title.
+        keyword: a normalised name keyword.
+
+    Returns:
+        The words, or ``None``.
+    """
     words = [w.lower() for w in _WORD.findall(title.replace("_", " "))]
     for start in range(len(words)):
         spelled = ""
@@ -63,7 +71,14 @@ def document_names(title_keywords: Mapping[str, Iterable[str]]) -> Dict[str, Tup
     """``{title: its keywords}`` -> ``{name keyword: the words that spell it}`` for every
     keyword that is a name of two words or more in a title (keywords with digits, such as
     years, are not). Titles may spell one name differently ("Johnson & Johnson" on a 10-K's
-    cover, "JOHNSON JOHNSON" in a file name): every spelling is kept."""
+    cover, "JOHNSON JOHNSON" in a file name): every spelling is kept.
+
+    Args:
+        title_keywords: title -> its keywords.
+
+    Returns:
+        Name keyword -> its spellings (each a tuple of words).
+    """
     names: Dict[str, Dict[Tuple[str, ...], None]] = {}
     for title, keywords in title_keywords.items():
         for keyword in sorted(keywords):  # sets arrive too: one order on every run
@@ -77,7 +92,15 @@ def document_names(title_keywords: Mapping[str, Iterable[str]]) -> Dict[str, Tup
 
 def abbreviates(token: str, words: Tuple[str, ...]) -> bool:
     """Whether ``token`` (lower case) is each of ``words`` in order cut to a non-empty
-    prefix, a connector (``CONNECTORS``) cut to one of its short forms or left out."""
+    prefix, a connector (``CONNECTORS``) cut to one of its short forms or left out.
+
+    Args:
+        token: the word of the question, lower case.
+        words: the name's words.
+
+    Returns:
+        True when ``token`` abbreviates them.
+    """
 
     @lru_cache(maxsize=None)
     def rest(i: int, j: int) -> bool:
@@ -96,7 +119,15 @@ def abbreviates(token: str, words: Tuple[str, ...]) -> bool:
 def names_in_question(question: str, names: Names) -> List[str]:
     """The name keywords of ``names`` (see :func:`document_names`) that ``question`` refers
     to by an abbreviation written with at least two capitals ("AMEX", "JnJ") or by the
-    name's words side by side in any case ("best buy's")."""
+    name's words side by side in any case ("best buy's").
+
+    Args:
+        question: the question text.
+        names: name keyword -> its spellings (:func:`document_names`).
+
+    Returns:
+        The name keywords, each once.
+    """
     if not names or not question:
         return []
     found: Dict[str, None] = {}
@@ -116,7 +147,14 @@ def names_in_question(question: str, names: Names) -> List[str]:
 
 
 def latest_year_only(keywords: Iterable[str]) -> frozenset:
-    """``keywords`` with every year but the latest left out (unchanged with one year or none)."""
+    """``keywords`` with every year but the latest left out (unchanged with one year or none).
+
+    Args:
+        keywords: normalised keywords.
+
+    Returns:
+        The keywords kept.
+    """
     keywords = frozenset(keywords)
     years = [k for k in keywords if _YEAR.match(k)]
     if len(years) < 2:
@@ -192,5 +230,13 @@ def question_keywords(
 
 def title_wanted(keywords: Iterable[str], latest_year: bool) -> frozenset:
     """The normalised question keywords matched against document titles: with
-    ``latest_year``, every year but the latest left out (:func:`latest_year_only`)."""
+    ``latest_year``, every year but the latest left out (:func:`latest_year_only`).
+
+    Args:
+        keywords: the question's normalised keywords.
+        latest_year: keep only the latest year.
+
+    Returns:
+        The keywords.
+    """
     return latest_year_only(keywords) if latest_year else frozenset(keywords)

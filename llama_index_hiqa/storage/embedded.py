@@ -60,7 +60,14 @@ _SCHEMA = (
 
 
 def is_embedded_store(path: Any) -> bool:
-    """Whether ``path`` is a folder holding an embedded store."""
+    """Whether ``path`` is a folder holding an embedded store.
+
+    Args:
+        path: the folder (any path-like).
+
+    Returns:
+        True when it holds the store's database file.
+    """
     try:
         return (Path(path) / DATABASE_FILENAME).is_file()
     except TypeError:
@@ -82,7 +89,19 @@ class EmbeddedStore:
     @classmethod
     def open(cls, root: Union[str, Path], create: bool = False) -> "EmbeddedStore":
         """The store in ``root``; with ``create`` a new one when the folder holds none (an
-        empty or missing folder only: never a folder of other files)."""
+        empty or missing folder only: never a folder of other files).
+
+        Args:
+            root: the store's folder.
+            create: create a store when the folder is empty or missing.
+
+        Returns:
+            The open store.
+
+        Raises:
+            PackStoreError: when the folder holds no store (and ``create`` is off, or it holds other
+                files), or its database cannot be read or is of another format.
+        """
         root = Path(root)
         path = root / DATABASE_FILENAME
         if not path.is_file():
@@ -106,7 +125,14 @@ class EmbeddedStore:
     def check(self, query_dim: Optional[int] = None) -> None:
         """What opening can check cheaply, as a :class:`PackStoreError` naming the file: the
         vector file holds every committed row, and ``query_dim`` (the query model's) is the
-        stored vectors' dimension."""
+        stored vectors' dimension.
+
+        Args:
+            query_dim: the query model's dimension (``None``: not checked).
+
+        Raises:
+            PackStoreError: when the vector file misses committed rows or the dimensions differ.
+        """
         vectors = self.vectors
         rows, dim = int(self.db.get_meta("vector_rows") or 0), vectors.dim
         if not rows:
@@ -141,6 +167,11 @@ class EmbeddedStore:
         return record
 
     def save_pack(self, record: Mapping[str, Any]) -> None:
+        """Save the pack record (its settings and model), replacing the stored one.
+
+        Args:
+            record: the pack record, JSON-able.
+        """
         self.db.set_meta("pack", json.dumps(dict(record)))
 
     @property
@@ -153,7 +184,11 @@ class EmbeddedStore:
 
     # -- documents ----------------------------------------------------------------------
     def put_documents(self, records: Iterable[Tuple[str, str, str, Optional[int], int, Optional[List[int]]]]) -> None:
-        """``(ref_doc_id, document_id, title, pages, nodes, file_stat)`` rows, replacing."""
+        """``(ref_doc_id, document_id, title, pages, nodes, file_stat)`` rows, replacing.
+
+        Args:
+            records: the rows.
+        """
         rows = [(r, d, t, p, n, json.dumps(s) if s else None) for r, d, t, p, n, s in records]
         self.db.executemany(
             "INSERT OR REPLACE INTO documents (ref_doc_id, document_id, title, pages, nodes, file_stat) "
@@ -161,7 +196,14 @@ class EmbeddedStore:
         )
 
     def remove_document(self, ref_doc_id: str) -> int:
-        """Every trace of ``ref_doc_id`` (in the caller's transaction); returns its node count."""
+        """Every trace of ``ref_doc_id`` (in the caller's transaction); returns its node count.
+
+        Args:
+            ref_doc_id: the document's ref_doc_id.
+
+        Returns:
+            The number of its nodes removed.
+        """
         info = self.docstore.get_ref_doc_info(ref_doc_id)
         node_ids = list(info.node_ids) if info else []
         with self.db.transaction():
@@ -207,20 +249,39 @@ class EmbeddedStore:
         return self.vectors.count
 
     def document_node_ids(self, document_id: str) -> List[str]:
+        """The node ids of a document, in ingestion order.
+
+        Args:
+            document_id: the document id.
+
+        Returns:
+            Its node ids.
+        """
         return [r[0] for r in self.db.rows(
             "SELECT v.node_id FROM vector_rows v JOIN documents d ON d.ref_doc_id = v.ref_doc_id "
             "WHERE d.document_id = ? ORDER BY v.row", (document_id,),
         )]
 
     def iter_nodes(self, chunk: int = 2000) -> Iterator[List[BaseNode]]:
-        """Every node in ingestion order, ``chunk`` at a time."""
+        """Every node in ingestion order, ``chunk`` at a time.
+
+        Args:
+            chunk: how many nodes per list.
+
+        Yields:
+            Lists of nodes, in ingestion order.
+        """
         ids = self.node_ids()
         for start in range(0, len(ids), chunk):
             yield self.docstore.get_nodes(ids[start:start + chunk])
 
     # -- keywords -----------------------------------------------------------------------
     def add_keywords(self, nodes: Sequence[BaseNode]) -> None:
-        """The normalised critical keywords of ``nodes`` (whose vectors are stored)."""
+        """The normalised critical keywords of ``nodes`` (whose vectors are stored).
+
+        Args:
+            nodes: the nodes.
+        """
         rows = dict(self.db.rows_in("SELECT node_id, row FROM vector_rows WHERE node_id IN ({})", [n.node_id for n in nodes]))
         postings = []
         for node in nodes:
@@ -239,7 +300,14 @@ class EmbeddedStore:
     def keyword_matches(self, keywords: Sequence[str]) -> Dict[str, Tuple[str, Set[str]]]:
         """``{node id: (ref_doc_id, the keywords of ``keywords`` it holds)}`` (read-only: the
         last answer is kept, since a question asks it twice, for the collection and again for
-        the document the focus ranks; a committed write makes it stale)."""
+        the document the focus ranks; a committed write makes it stale).
+
+        Args:
+            keywords: the question's keywords, normalised.
+
+        Returns:
+            Node id -> (ref_doc_id, its matched keywords).
+        """
         wanted = list(dict.fromkeys(keywords))
         key = (tuple(wanted), self.generation)
         last = self._last_matches
@@ -270,7 +338,12 @@ class EmbeddedStore:
 
     def save_bm25(self, route: Any, generation: int) -> None:
         """``route`` (built at ``generation``) beside the database: staged, then renamed; the
-        indexes of older generations are removed."""
+        indexes of older generations are removed.
+
+        Args:
+            route: the BM25 route.
+            generation: the write generation it was built at.
+        """
         target = self.root / f"{BM25_PREFIX}{generation}"
         staging = self.root / f".staging-{BM25_PREFIX}{generation}-{os.getpid()}"
         shutil.rmtree(staging, ignore_errors=True)

@@ -53,7 +53,15 @@ T = TypeVar("T")
 # --------------------------------------------------------------------------- writing
 def write_index(index: VectorStoreIndex, folder: Path) -> str:
     """Docstore, index store and (local) vector store of ``index``; returns the vector store's
-    kind as recorded in the manifest."""
+    kind as recorded in the manifest.
+
+    Args:
+        index: the index.
+        folder: the store's folder.
+
+    Returns:
+        ``"matrix"``, ``"simple"``, ``"faiss"`` or ``"external:<class name>"``.
+    """
     storage = index.storage_context
     storage.docstore.persist(persist_path=str(folder / DOCSTORE_FILENAME))
     storage.index_store.persist(persist_path=str(folder / INDEX_STORE_FILENAME))
@@ -72,7 +80,14 @@ def write_index(index: VectorStoreIndex, folder: Path) -> str:
 
 
 def file_manifest(folder: Path) -> Dict[str, Dict[str, Any]]:
-    """``{relative path: {"bytes": n, "sha256": hex}}`` of every file under ``folder``."""
+    """``{relative path: {"bytes": n, "sha256": hex}}`` of every file under ``folder``.
+
+    Args:
+        folder: the store's folder.
+
+    Returns:
+        The manifest.
+    """
     manifest: Dict[str, Dict[str, Any]] = {}
     for dirpath, _dirs, files in os.walk(folder):
         for name in sorted(files):
@@ -85,7 +100,12 @@ def file_manifest(folder: Path) -> Dict[str, Dict[str, Any]]:
 
 
 def write_config(folder: Path, payload: Dict[str, Any]) -> None:
-    """``hiqa_pack.json`` with the manifest of everything already in ``folder`` (so last)."""
+    """``hiqa_pack.json`` with the manifest of everything already in ``folder`` (so last).
+
+    Args:
+        folder: the store's folder.
+        payload: the pack record (settings, index id, model, format version).
+    """
     payload = {"format_version": FORMAT_VERSION, **payload, "files": file_manifest(folder)}
     with open(folder / CONFIG_FILENAME, "w", encoding="utf-8") as handle:
         json.dump(payload, handle, indent=2)
@@ -104,6 +124,18 @@ class StoreFiles:
 
     @classmethod
     def open(cls, folder: Path) -> "StoreFiles":
+        """The store files of ``folder``, their manifest checked.
+
+        Args:
+            folder: the store's folder.
+
+        Returns:
+            The store files.
+
+        Raises:
+            PackStoreError: when ``hiqa_pack.json`` is missing, damaged, of a format this release
+                does not read or lacks an entry, or a file differs from the manifest.
+        """
         config_file = folder / CONFIG_FILENAME
         if not config_file.is_file():
             raise PackStoreError(config_file, f"is missing; {REBUILD_HINT}")
@@ -142,7 +174,19 @@ class StoreFiles:
                 raise PackStoreError(path, f"changed since the store was written (checksum); {REBUILD_HINT}")
 
     def read(self, relative: str, loader: Callable[[Path], T], what: str) -> T:
-        """``loader(path)``, with any failure turned into a PackStoreError naming the file."""
+        """``loader(path)``, with any failure turned into a PackStoreError naming the file.
+
+        Args:
+            relative: the file's path below the folder.
+            loader: reads the file.
+            what: what the file holds, for the message.
+
+        Returns:
+            What ``loader`` returned.
+
+        Raises:
+            PackStoreError: when the file is missing or cannot be read.
+        """
         path = self.folder / relative
         if not path.exists():
             raise PackStoreError(path, f"{what} is missing; {REBUILD_HINT}")
@@ -157,6 +201,19 @@ class StoreFiles:
     def load_index(
         self, embed_model: BaseEmbedding, vector_store: Optional[BasePydanticVectorStore] = None
     ) -> VectorStoreIndex:
+        """The stored ``VectorStoreIndex``, its vectors checked against ``embed_model``.
+
+        Args:
+            embed_model: the embedding model it was built with.
+            vector_store: the remote vector store it was built on (``None``: the local one).
+
+        Returns:
+            The index.
+
+        Raises:
+            PackStoreError: when a file cannot be read, a remote store is not given, the index
+                store holds no usable index, or the vectors do not match the model.
+        """
         docstore = self.read(DOCSTORE_FILENAME, lambda p: SimpleDocumentStore.from_persist_path(str(p)), "the docstore")
         index_store = self.read(
             INDEX_STORE_FILENAME, lambda p: SimpleIndexStore.from_persist_path(str(p)), "the index store"
@@ -211,7 +268,18 @@ class StoreFiles:
                 )
 
     def check_node_ids(self, relative: str, ids: Iterable[str], node_ids: Iterable[str], what: str, complete: bool) -> None:
-        """The ids an index file names are the docstore's (all of them when ``complete``)."""
+        """The ids an index file names are the docstore's (all of them when ``complete``).
+
+        Args:
+            relative: the index file's path below the folder.
+            ids: the node ids it names.
+            node_ids: the docstore's node ids.
+            what: what the file holds, for the message.
+            complete: the file must name every node.
+
+        Raises:
+            PackStoreError: when the file names an unknown node or, with ``complete``, misses one.
+        """
         ids, node_ids = set(ids), set(node_ids)
         unknown = ids - node_ids
         missing = (node_ids - ids) if complete else set()
@@ -224,7 +292,14 @@ class StoreFiles:
 
 
 def docstore_node_ids(docstore: Any) -> Set[str]:
-    """Every node id the docstore holds, from its per-document records (no node is parsed)."""
+    """Every node id the docstore holds, from its per-document records (no node is parsed).
+
+    Args:
+        docstore: the docstore.
+
+    Returns:
+        The node ids.
+    """
     infos = docstore.get_all_ref_doc_info() or {}
     return {node_id for info in infos.values() for node_id in info.node_ids}
 

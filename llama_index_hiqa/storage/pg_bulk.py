@@ -51,7 +51,14 @@ def _binary_field(data: bytes) -> bytes:
 def vector_copy_rows(rows: Sequence[Tuple[str, str, Dict[str, Any], np.ndarray]]) -> io.BytesIO:
     """``(node_id, text, metadata, vector)`` rows in COPY's binary format for PGVectorStore's
     ``(node_id, text, metadata_, embedding)``: varchar as UTF-8, jsonb as version 1 + its text,
-    pgvector's ``vector_recv`` layout (int16 dimension, int16 unused, big-endian float4s)."""
+    pgvector's ``vector_recv`` layout (int16 dimension, int16 unused, big-endian float4s).
+
+    Args:
+        rows: ``(node_id, text, metadata, vector)`` rows.
+
+    Returns:
+        The COPY data, at position 0.
+    """
     out = io.BytesIO()
     out.write(_COPY_SIGNATURE)
     for node_id, text, metadata, vector in rows:
@@ -82,7 +89,14 @@ class JSONText(str):
 
 def json_text(value: Any) -> JSONText:
     """``value`` as JSON without NUL characters (checked on the text: the common case costs
-    one ``json.dumps``)."""
+    one ``json.dumps``).
+
+    Args:
+        value: a JSON-able value.
+
+    Returns:
+        Its JSON text.
+    """
     text = json.dumps(value)
     if "\\u0000" in text:
         text = json.dumps(without_nul(value))
@@ -93,7 +107,14 @@ def stored_json(node: BaseNode) -> Tuple[JSONText, str]:
     """The docstore's JSON of ``node`` (without its vector, as VectorStoreIndex stores it) and
     the text BM25 indexes: the embedding view of the node as read back from that JSON (what
     the in-memory route indexes), rendered from the node itself when its metadata survives the
-    JSON round trip unchanged (parsing the node back costs more than the rest of a write)."""
+    JSON round trip unchanged (parsing the node back costs more than the rest of a write).
+
+    Args:
+        node: the node.
+
+    Returns:
+        ``(docstore JSON, BM25 text)``.
+    """
     from llama_index.core.storage.docstore.utils import doc_to_json, json_to_doc
 
     data = doc_to_json(node.model_copy(update={"embedding": None}))
@@ -109,7 +130,18 @@ def insert_nodes(
     tokens: Sequence[List[str]], keywords: Dict[str, Tuple[List[str], List[str]]], kv_rows: List[Tuple[str, str, Any]],
 ) -> None:
     """The rows of ``nodes`` in the vector table, hiqa_nodes, the postings and hiqa_terms;
-    ``kv_rows`` (the docstore's key, namespace, value) gets theirs appended."""
+    ``kv_rows`` (the docstore's key, namespace, value) gets theirs appended.
+
+    Args:
+        conn: the writer's connection (in its transaction).
+        vector_store: the pack's ``PGVectorStore``.
+        docstore: the pack's docstore.
+        nodes: the nodes.
+        stored: each node's docstore JSON (:func:`stored_json`).
+        tokens: each node's BM25 tokens.
+        keywords: node id -> (critical keywords, title keywords), normalised.
+        kv_rows: the docstore rows to write, appended to.
+    """
     from llama_index.core.storage.docstore.types import RefDocInfo
     from llama_index.core.vector_stores.utils import node_to_metadata_dict
 
@@ -187,7 +219,13 @@ def _term_ids(conn: Any, counts: Sequence[Counter]) -> Dict[str, int]:
 def upsert_kv(conn: Any, table: str, rows: Sequence[Tuple[str, str, Any]]) -> None:
     """The docstore's (key, namespace, value) rows, replacing a row with the same key and
     namespace (as ``PostgresKVStore.put_all`` does): COPY into a staging table, then one
-    INSERT ... ON CONFLICT."""
+    INSERT ... ON CONFLICT.
+
+    Args:
+        conn: the writer's connection (in its transaction).
+        table: the docstore table.
+        rows: the ``(key, namespace, value)`` rows.
+    """
     if not rows:
         return
     conn.exec_driver_sql(
@@ -211,7 +249,12 @@ def upsert_kv(conn: Any, table: str, rows: Sequence[Tuple[str, str, Any]]) -> No
 
 def delete_postings(conn: Any, ref_doc_ids: Sequence[str]) -> None:
     """Remove the documents' postings (found by the term ids each node keeps) and their
-    counts from the document frequencies; before their hiqa_nodes rows go."""
+    counts from the document frequencies; before their hiqa_nodes rows go.
+
+    Args:
+        conn: the writer's connection (in its transaction).
+        ref_doc_ids: the documents.
+    """
     conn.exec_driver_sql(
         "UPDATE hiqa_terms t SET df = t.df - d.n FROM ("
         "  SELECT term_id, count(*) AS n FROM hiqa_nodes, unnest(term_ids) AS term_id "
@@ -228,25 +271,51 @@ def delete_postings(conn: Any, ref_doc_ids: Sequence[str]) -> None:
 
 # --- the HNSW index around a bulk load ---------------------------------------------------------
 def vector_index_sql(store: Any) -> str:
+    """The statement creating the HNSW index with the store's settings.
+
+    Args:
+        store: the ``PostgresStore`` (its ``hnsw_m`` and ``hnsw_ef_construction``).
+
+    Returns:
+        The SQL.
+    """
     s = store.settings
     return (f"CREATE INDEX IF NOT EXISTS {VECTOR_INDEX} ON data_{VECTOR_TABLE} USING hnsw (embedding vector_cosine_ops) "
             f"WITH (m = {s.hnsw_m}, ef_construction = {s.hnsw_ef_construction})")
 
 
 def build_vector_index(store: Any, conn: Any) -> None:
-    """Build the HNSW index on ``conn`` (the graph in memory: pgvector's fast build)."""
+    """Build the HNSW index on ``conn`` (the graph in memory: pgvector's fast build).
+
+    Args:
+        store: the ``PostgresStore`` (its index settings and build memory).
+        conn: the connection, in a transaction.
+    """
     conn.exec_driver_sql("SET LOCAL statement_timeout = 0")
     conn.exec_driver_sql(f"SET LOCAL maintenance_work_mem = '{store.settings.index_build_memory_mb}MB'")
     conn.exec_driver_sql(vector_index_sql(store))
 
 
 def has_vector_index(conn: Any) -> bool:
+    """Whether the HNSW index exists.
+
+    Args:
+        conn: the connection.
+
+    Returns:
+        True when it exists.
+    """
     return conn.exec_driver_sql(f"SELECT to_regclass('{VECTOR_INDEX}')").scalar() is not None
 
 
 def ensure_vector_index(store: Any, conn: Any) -> None:
     """In a writer's transaction: rebuild the HNSW index when a bulk load that deferred it
-    died before building it (no session holds the bulk-load lock)."""
+    died before building it (no session holds the bulk-load lock).
+
+    Args:
+        store: the ``PostgresStore``.
+        conn: the writer's connection, in its transaction.
+    """
     if has_vector_index(conn):
         return
     if conn.exec_driver_sql(f"SELECT pg_try_advisory_xact_lock({BULK_LOCK})").scalar():
@@ -258,7 +327,17 @@ def ensure_vector_index(store: Any, conn: Any) -> None:
 def bulk_load(store: Any) -> Iterator[bool]:
     """Defer the HNSW index over the writes made inside (when the vector table is empty) and
     build it at the end; yields whether it was deferred. Each write stays its own
-    transaction. Another writer meanwhile extends the table without the index (exact scans)."""
+    transaction. Another writer meanwhile extends the table without the index (exact scans).
+
+    Args:
+        store: the ``PostgresStore``.
+
+    Yields:
+        Whether the index was deferred.
+
+    Raises:
+        PackStoreError: when the database cannot be reached.
+    """
     from sqlalchemy.exc import SQLAlchemyError
 
     try:
@@ -293,7 +372,14 @@ def bulk_load(store: Any) -> Iterator[bool]:
 # --- store format 2 -> 3 -----------------------------------------------------------------------
 def migrate_postings(conn: Any) -> bool:
     """Rewrite a format-2 database's postings (term and node id as text) as format 3's
-    (vocabulary, integer rows), in the caller's transaction; whether anything was done."""
+    (vocabulary, integer rows), in the caller's transaction; whether anything was done.
+
+    Args:
+        conn: the connection, in the caller's transaction.
+
+    Returns:
+        True when postings were rewritten.
+    """
     old = conn.exec_driver_sql(
         "SELECT 1 FROM information_schema.columns WHERE table_name = 'hiqa_postings' AND column_name = 'term' "
         "AND table_schema = current_schema()"

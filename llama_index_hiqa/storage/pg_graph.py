@@ -117,7 +117,12 @@ class StoredChunkGraph:
     # -- writing (inside the writer's transaction) -------------------------------------
     def sync(self, conn: Any, nodes: Sequence[BaseNode]) -> None:
         """Bring the graph in line with ``hiqa_nodes`` after a batch (``nodes`` its new
-        chunks, with their vectors) and write the rows that changed, on ``conn``."""
+        chunks, with their vectors) and write the rows that changed, on ``conn``.
+
+        Args:
+            conn: the writer's connection, in its transaction.
+            nodes: the batch's new chunks, with their vectors.
+        """
         _create_tables(conn)
         generation = _generation(conn)
         graph = self.graph
@@ -147,6 +152,14 @@ class StoredChunkGraph:
 
     # -- the retriever --------------------------------------------------------------
     def retriever(self, **kwargs: Any) -> "StoredGraphRetriever":
+        """A chain retriever over this graph, as last committed.
+
+        Args:
+            **kwargs: :class:`ChunkGraphRetriever` settings.
+
+        Returns:
+            The :class:`StoredGraphRetriever`.
+        """
         return StoredGraphRetriever(self, **kwargs)
 
 
@@ -160,6 +173,15 @@ class StoredGraphRetriever(ChunkGraphRetriever):
         self._generation = stored.generation
 
     def search(self, q_vec: np.ndarray, q_keywords: Any) -> List[List[Tuple[int, float]]]:
+        """Evidence chains over the graph as last committed, as lists of (graph row, score), seed first.
+
+        Args:
+            q_vec: the question's unit vector.
+            q_keywords: the question's keywords.
+
+        Returns:
+            The chains (``[]`` over an empty graph).
+        """
         graph = self._stored.current()
         if graph is not self.graph or self._stored.generation != self._generation:
             self.graph, self._generation = graph, self._stored.generation

@@ -123,11 +123,25 @@ class PostgresCollection(NodeCollection):
         return self._titles
 
     def nodes_by_id(self, node_ids: Sequence[str]) -> Dict[str, BaseNode]:
-        """The stored nodes of ``node_ids``, in one query."""
+        """The stored nodes of ``node_ids``, in one query.
+
+        Args:
+            node_ids: the node ids.
+
+        Returns:
+            Node id -> node, for the ids stored.
+        """
         return self._store.nodes(list(node_ids))
 
     def document_node_ids(self, document_id: str) -> List[str]:
-        """The ids of every node of ``document_id``, in one query."""
+        """The ids of every node of ``document_id``, in one query.
+
+        Args:
+            document_id: the document id.
+
+        Returns:
+            Its node ids.
+        """
         return [node_id for node_id, in self._store.rows(DOCUMENT_NODES_SQL, document_id=document_id)]
 
 
@@ -151,11 +165,26 @@ class PostgresBM25Route:
         return list(_StoredNodes(self.store))
 
     def terms(self, query: QueryBundle) -> List[str]:
-        """The question's BM25 terms."""
+        """The question's BM25 terms.
+
+        Args:
+            query: the question.
+
+        Returns:
+            Its terms (tokenised and stemmed as the nodes were).
+        """
         return self.tokenizer.query(query.query_str or "")
 
     def top(self, query: str, n: int) -> Dict[str, float]:
-        """The best ``n`` nodes for the question text ``query``: ``{node id: BM25 score}``."""
+        """The best ``n`` nodes for the question text ``query``: ``{node id: BM25 score}``.
+
+        Args:
+            query: the question text.
+            n: how many nodes.
+
+        Returns:
+            Node id -> BM25 score.
+        """
         return self.scores(QueryBundle(query), n)
 
     def scores(self, query: QueryBundle, n: int) -> Dict[str, float]:
@@ -174,14 +203,30 @@ class PostgresBM25Route:
         return _by_route(self.store.rows(ROUTES_SQL, **_params(None, terms, [], [], 0.0, n)))[BM25]
 
     async def ascores(self, query: QueryBundle, n: int) -> Dict[str, float]:
-        """:meth:`scores` on the asyncpg pool."""
+        """:meth:`scores` on the asyncpg pool.
+
+        Args:
+            query: the question.
+            n: how many nodes.
+
+        Returns:
+            Node id -> BM25 score (``{}`` when the question has no terms).
+        """
         terms = self.terms(query)
         if not terms:
             return {}
         return _by_route(await self.store.arows(ROUTES_SQL, **_params(None, terms, [], [], 0.0, n)))[BM25]
 
     def scores_within(self, query: QueryBundle, node_ids: Sequence[str]) -> Dict[str, float]:
-        """The BM25 scores of ``node_ids``, in one statement."""
+        """The BM25 scores of ``node_ids``, in one statement.
+
+        Args:
+            query: the question.
+            node_ids: the nodes to score.
+
+        Returns:
+            Node id -> BM25 score (``{}`` when no node is given).
+        """
         if not node_ids:
             return {}
         params = _params(None, self.terms(query), [], [], 0.0, 0, ids=list(node_ids))
@@ -206,7 +251,16 @@ class PostgresKeywordRoute(KeywordRoute):
         self._names_of_titles_read: Tuple[Tuple[str, ...], Dict[str, Tuple[Tuple[str, ...], ...]]] = ((), {})
 
     def with_config(self, config: Any, nodes: Sequence[BaseNode] = (), index: Optional[KeywordIndex] = None) -> "PostgresKeywordRoute":
-        """This route under other settings (the titles are the database's: nothing to read)."""
+        """This route under other settings (the titles are the database's: nothing to read).
+
+        Args:
+            config: the new settings.
+            nodes: unused (the signature of ``KeywordRoute.with_config``).
+            index: unused.
+
+        Returns:
+            The new route (this one is unchanged).
+        """
         clone = copy.copy(self)
         clone.config = config
         return clone
@@ -301,7 +355,17 @@ class PostgresRouteSet(RouteSet):
     def ask(
         self, query: QueryBundle, n: int, errors: Dict[str, BaseException], concurrent: bool = True
     ) -> Dict[str, RouteScores]:
-        """Every route's best ``n`` for ``query`` in one statement (see ``RouteSet.ask``)."""
+        """Every route's best ``n`` for ``query`` in one statement (see ``RouteSet.ask``).
+
+        Args:
+            query: the question.
+            n: candidates per route.
+            errors: filled with the failures of this question alone (route name -> error).
+            concurrent: unused (one statement asks every route).
+
+        Returns:
+            Route name -> its scores (every route empty when the statement failed).
+        """
         try:
             params = self.inputs(query, n)
             return _by_route(self.parts.store.rows(ROUTES_SQL, _settings=self._statement_settings(), **params))
@@ -309,7 +373,16 @@ class PostgresRouteSet(RouteSet):
             return self._failed(exc, errors, query.query_str or "")
 
     async def aask(self, query: QueryBundle, n: int, errors: Dict[str, BaseException]) -> Dict[str, RouteScores]:
-        """:meth:`ask` on the asyncpg pool (the embedding and keywords off the event loop)."""
+        """:meth:`ask` on the asyncpg pool (the embedding and keywords off the event loop).
+
+        Args:
+            query: the question.
+            n: candidates per route.
+            errors: filled with the failures of this question alone (route name -> error).
+
+        Returns:
+            Route name -> its scores (every route empty when the statement failed).
+        """
         try:
             params = await asyncio.to_thread(self.inputs, query, n)
             return _by_route(await self.parts.store.arows(ROUTES_SQL, _settings=self._statement_settings(), **params))
@@ -317,7 +390,15 @@ class PostgresRouteSet(RouteSet):
             return self._failed(exc, errors, query.query_str or "")
 
     def scores_within(self, query: QueryBundle, node_ids: Sequence[str]) -> Dict[str, Dict[str, float]]:
-        """Every route's scores of ``node_ids`` in one statement (see ``RouteSet.scores_within``)."""
+        """Every route's scores of ``node_ids`` in one statement (see ``RouteSet.scores_within``).
+
+        Args:
+            query: the question.
+            node_ids: the nodes to score.
+
+        Returns:
+            Route name -> (node id -> score).
+        """
         if not node_ids:
             return {VECTOR: {}, BM25: {}, KEYWORDS: {}}
         return _by_route(self.parts.store.rows(WITHIN_SQL, **self.inputs(query, 0, ids=list(node_ids))))
@@ -352,11 +433,26 @@ class PostgresRouteParts(RouteParts):
         return parts
 
     def route_set(self, config: Any) -> PostgresRouteSet:
-        """The routes asked under ``config``, in one statement."""
+        """The routes asked under ``config``, in one statement.
+
+        Args:
+            config: the MultiRouteConfig.
+
+        Returns:
+            The route set.
+        """
         return PostgresRouteSet(self, self.bm25 if config.use_bm25 else None, self.keywords if config.use_keywords else None)
 
     def with_config(self, old: Any, new: Any) -> "PostgresRouteParts":
-        """The parts under other settings (the BM25 tokenizer of the new language)."""
+        """The parts under other settings (the BM25 tokenizer of the new language).
+
+        Args:
+            old: the settings in use (unused: the parts hold nothing that depends on them).
+            new: the new settings.
+
+        Returns:
+            The new parts (these are unchanged).
+        """
         clone = copy.copy(self)
         clone.bm25 = PostgresBM25Route(self.store, new.bm25_language) if new.use_bm25 else None
         clone.keywords = self.keywords.with_config(new)
@@ -401,6 +497,9 @@ class PostgresMultiRouteRetriever(MultiRouteRetriever):
     def full_ranking(self, query: Any) -> List[str]:
         """Not on PostgreSQL: ranking every node of the collection is not a database query.
 
+        Args:
+            query: the question.
+
         Raises:
             NotImplementedError: always.
         """
@@ -411,6 +510,9 @@ class PostgresMultiRouteRetriever(MultiRouteRetriever):
 
     def persist(self, persist_dir: Any) -> None:
         """Nothing to persist: every write is saved by the database.
+
+        Args:
+            persist_dir: unused.
 
         Raises:
             NotImplementedError: always.

@@ -216,6 +216,14 @@ class BM25Tokenizer:
         self.stemmer = Stemmer.Stemmer("english")
 
     def documents(self, texts: Sequence[str]) -> List[List[str]]:
+        """The BM25 terms of each text: stemmed, stop words left out.
+
+        Args:
+            texts: the node texts.
+
+        Returns:
+            One term list per text.
+        """
         import bm25s
 
         if not texts:
@@ -227,6 +235,14 @@ class BM25Tokenizer:
         return [list(t) for t in tokens]
 
     def query(self, text: str) -> List[str]:
+        """The BM25 terms of a question: stemmed, stop words kept (they are not in the index).
+
+        Args:
+            text: the question text.
+
+        Returns:
+            Its terms.
+        """
         import bm25s
 
         # As _BM25Route._query_tokens: no stop-word list (stop words are not in the index).
@@ -238,7 +254,14 @@ class BM25Tokenizer:
 
 def without_nul(value: Any) -> Any:
     """``value`` with NUL characters removed from every string: PostgreSQL's text and jsonb
-    cannot hold them (PDF text sometimes does); nothing else is changed."""
+    cannot hold them (PDF text sometimes does); nothing else is changed.
+
+    Args:
+        value: a JSON-able value.
+
+    Returns:
+        The value without NUL characters.
+    """
     if isinstance(value, str):
         return value.replace("\x00", "") if "\x00" in value else value
     if isinstance(value, dict):
@@ -249,5 +272,12 @@ def without_nul(value: Any) -> Any:
 
 
 def copy_field(value: Any) -> str:
-    """``value`` as a field of COPY's text format."""
+    """``value`` as a field of COPY's text format.
+
+    Args:
+        value: the value.
+
+    Returns:
+        Its text, with backslash, tab and newlines escaped.
+    """
     return str(value).replace("\\", "\\\\").replace("\t", "\\t").replace("\n", "\\n").replace("\r", "\\r")

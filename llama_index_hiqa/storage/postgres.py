@@ -122,23 +122,63 @@ class PostgresStore:
         return self
 
     def error(self, reason: str) -> Any:
-        """A PackStoreError about this database (:meth:`PostgresConnection.error`)."""
+        """A PackStoreError about this database (:meth:`PostgresConnection.error`).
+
+        Args:
+            reason: what is wrong.
+
+        Returns:
+            The error, naming the masked URL.
+        """
         return self.connection.error(reason)
 
     def describe_failure(self, exc: BaseException) -> Any:
-        """A driver exception as one line a user can act on."""
+        """A driver exception as one line a user can act on.
+
+        Args:
+            exc: the driver's exception.
+
+        Returns:
+            The ``PackStoreError``, naming the masked URL.
+        """
         return self.connection.describe_failure(exc)
 
     def scalar(self, sql: str, **params: Any) -> Any:
-        """:meth:`PostgresConnection.scalar`."""
+        """:meth:`PostgresConnection.scalar`.
+
+        Args:
+            sql: the statement, with ``:name`` parameters.
+            **params: the parameters.
+
+        Returns:
+            The value (``None`` without a row).
+        """
         return self.connection.scalar(sql, **params)
 
     def rows(self, sql: str, _settings: Optional[Dict[str, str]] = None, **params: Any) -> List[Tuple[Any, ...]]:
-        """:meth:`PostgresConnection.rows`."""
+        """:meth:`PostgresConnection.rows`.
+
+        Args:
+            sql: the statement, with ``:name`` parameters.
+            _settings: session settings for this statement alone.
+            **params: the parameters.
+
+        Returns:
+            The rows, as tuples.
+        """
         return self.connection.rows(sql, _settings, **params)
 
     async def arows(self, sql: str, _settings: Optional[Dict[str, str]] = None, **params: Any) -> List[Tuple[Any, ...]]:
-        """:meth:`PostgresConnection.arows`."""
+        """:meth:`PostgresConnection.arows`.
+
+        Args:
+            sql: the statement, with ``:name`` parameters.
+            _settings: session settings for this statement alone.
+            **params: the parameters.
+
+        Returns:
+            The rows, as tuples.
+        """
         return await self.connection.arows(sql, _settings, **params)
 
     def dispose(self) -> None:
@@ -146,7 +186,15 @@ class PostgresStore:
         self.connection.dispose()
 
     def vector_store(self, embed_dim: int, setup: bool = False) -> Any:
-        """LlamaIndex's ``PGVectorStore`` over this database (``pg_connection.vector_store``)."""
+        """LlamaIndex's ``PGVectorStore`` over this database (``pg_connection.vector_store``).
+
+        Args:
+            embed_dim: the embedding dimension.
+            setup: create its table (only when the pack is created).
+
+        Returns:
+            The ``PGVectorStore``.
+        """
         return pg_connection.vector_store(self.connection, embed_dim, setup)
 
     def docstore(self) -> Any:
@@ -178,7 +226,14 @@ class PostgresStore:
     def create_pack(self, config: Dict[str, Any], embed_model: str, embed_dim: int, index_id: str) -> None:
         """Create the schema, LlamaIndex's tables and the pack record (once; processes creating
         the same pack at once take turns under an advisory lock, and the first one's record
-        wins)."""
+        wins).
+
+        Args:
+            config: the pack's settings.
+            embed_model: the embedding model's portable name.
+            embed_dim: its dimension.
+            index_id: the LlamaIndex index id.
+        """
         with self.schema_lock():
             self._create_pack(config, embed_model, embed_dim, index_id)
 
@@ -220,7 +275,14 @@ class PostgresStore:
 
     def upgrade(self, record: Dict[str, Any]) -> None:
         """Bring a database written by an earlier release to :data:`STORE_FORMAT` (format 2's
-        text postings become format 3's integer rows), in one transaction."""
+        text postings become format 3's integer rows), in one transaction.
+
+        Args:
+            record: the pack record read from the database (its ``format`` is updated).
+
+        Raises:
+            PackStoreError: when the upgrade fails (it needs write access).
+        """
         from sqlalchemy.exc import SQLAlchemyError
 
         if int(record.get("format") or 0) >= STORE_FORMAT:
@@ -239,6 +301,14 @@ class PostgresStore:
         record["format"] = STORE_FORMAT
 
     def save_config(self, config: Dict[str, Any]) -> None:
+        """Replace the pack's saved settings.
+
+        Args:
+            config: the settings.
+
+        Raises:
+            PackStoreError: when the database refuses the write.
+        """
         from sqlalchemy import text
         from sqlalchemy.exc import SQLAlchemyError
 
@@ -258,6 +328,14 @@ class PostgresStore:
             conn.exec_driver_sql("VACUUM ANALYZE hiqa_postings")
 
     def document_hash(self, ref_doc_id: str) -> Optional[str]:
+        """The stored hash of a document.
+
+        Args:
+            ref_doc_id: the document's ref_doc_id.
+
+        Returns:
+            Its hash, ``None`` when the document is not stored.
+        """
         return self.scalar("SELECT doc_hash FROM hiqa_documents WHERE ref_doc_id = :r", r=ref_doc_id)
 
     def documents(self) -> Dict[str, str]:
@@ -276,7 +354,14 @@ class PostgresStore:
         return int(self.scalar("SELECT node_count FROM hiqa_pack WHERE id = 1") or 0)
 
     def nodes(self, node_ids: Sequence[str]) -> Dict[str, BaseNode]:
-        """Nodes by id from the docstore table, in one query."""
+        """Nodes by id from the docstore table, in one query.
+
+        Args:
+            node_ids: the node ids.
+
+        Returns:
+            Node id -> node, for the ids stored.
+        """
         from llama_index.core.storage.docstore.utils import json_to_doc
 
         rows = self.rows(
@@ -307,7 +392,23 @@ class PostgresStore:
         """Replace ``documents`` (and remove ``remove_ref_doc_ids``) in every route, in one
         transaction; returns the number of nodes removed. ``keywords`` maps node id to its
         (critical keywords, title keywords), normalised; ``then(connection)`` writes more in
-        the same transaction (the chunk graph) once the routes' rows are in."""
+        the same transaction (the chunk graph) once the routes' rows are in.
+
+        Args:
+            vector_store: the pack's ``PGVectorStore``.
+            docstore: the pack's docstore.
+            documents: the documents to write, with their nodes.
+            remove_ref_doc_ids: documents to remove.
+            keywords: node id -> (critical keywords, title keywords).
+            tokenizer: the BM25 tokenizer (``None``: the default).
+            then: called with the connection before the commit.
+
+        Returns:
+            The number of nodes removed.
+
+        Raises:
+            PackStoreError: when the database refuses the write (nothing is written).
+        """
         from sqlalchemy.exc import SQLAlchemyError
 
         tokenizer = tokenizer or BM25Tokenizer()
@@ -328,7 +429,19 @@ class PostgresStore:
         return removed
 
     def delete(self, docstore: Any, ref_doc_ids: Sequence[str], then: Optional[Callable[[Any], None]] = None) -> int:
-        """Remove documents from every route in one transaction (``then`` as in :meth:`write`)."""
+        """Remove documents from every route in one transaction (``then`` as in :meth:`write`).
+
+        Args:
+            docstore: the pack's docstore.
+            ref_doc_ids: the documents to remove.
+            then: called with the connection before the commit.
+
+        Returns:
+            The number of nodes removed.
+
+        Raises:
+            PackStoreError: when the database refuses the write (nothing is removed).
+        """
         from sqlalchemy.exc import SQLAlchemyError
 
         try:
