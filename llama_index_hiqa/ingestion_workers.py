@@ -166,10 +166,10 @@ class WorkerBatches:
                 workers, type(llm).__name__,
             )
             self.workers = 1
-        embed_blob = picklable(embed_model)
+        embed_blob = picklable(embed_model) if self.workers > 1 else None
         # An embedding model that stays here embeds what the workers parsed, in this process.
         self._main_embed: Optional[BaseEmbedding] = embed_model if embed_blob is None else None
-        if embed_blob is None:
+        if embed_blob is None and self.workers > 1:  # with one process left, nothing to say
             logger.warning(
                 "ingest_workers=%d: the embedding model %s cannot be sent to worker processes; it embeds in this process",
                 workers, type(embed_model).__name__,

@@ -161,9 +161,10 @@ class PackIngestion:
         reader = self._reader(recursive)
         unread: List[str] = []
         root = Path(path)
+        resolved_root = root.resolve()  # once: every file's shard is its path below the folder
 
         def unchanged(document_id: str, file: Path) -> bool:
-            if shard is not None and not in_shard(Path(os.path.relpath(Path(file).resolve(), root.resolve())).as_posix(), shard):
+            if shard is not None and not in_shard(Path(os.path.relpath(Path(file).resolve(), resolved_root)).as_posix(), shard):
                 return True  # another shard's file: not read, not counted
             same = (
                 self.file_stats.get(document_id) == file_stat(file)
