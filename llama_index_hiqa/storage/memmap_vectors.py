@@ -32,7 +32,7 @@ from llama_index.core.vector_stores.types import (
 )
 
 from llama_index_hiqa.storage.sqlite_kv import SQLiteDatabase
-from llama_index_hiqa.storage.vector_store import _unit_rows
+from llama_index_hiqa.storage.vector_store import _unit_rows, check_dimension, embedding_rows, top_k_rows
 
 MATRIX_FILENAME = "vectors.f32"
 DATABASE_FILENAME = "vectors.sqlite"
@@ -144,19 +144,14 @@ class MemmapVectorStore(BasePydanticVectorStore):
         """
         if not nodes:
             return []
-        vectors = np.asarray([n.get_embedding() for n in nodes], dtype=np.float32)
-        if vectors.ndim != 2:
-            raise ValueError("MemmapVectorStore.add: every node needs an embedding of the same length")
+        vectors = embedding_rows(nodes, "MemmapVectorStore")
         if not unit:
             vectors = _unit_rows(vectors)
         with self._db.transaction():
             self._db.on_rollback(self._forget)
-            dim = self.dim
-            if dim and vectors.shape[1] != dim:
-                raise ValueError(
-                    f"MemmapVectorStore.add: embeddings of dimension {vectors.shape[1]} do not match "
-                    f"the store's {dim} (another embedding model?)"
-                )
+            stored_dim = self.dim  # 0 while empty: the first batch sets it
+            if stored_dim:
+                check_dimension(vectors, stored_dim, "MemmapVectorStore")
             dim = vectors.shape[1]
             ids = [n.node_id for n in nodes]
             existing = dict(self._db.rows_in("SELECT node_id, row FROM vector_rows WHERE node_id IN ({})", ids))
@@ -350,11 +345,9 @@ class MemmapVectorStore(BasePydanticVectorStore):
                 scores = scores[rows]
         else:
             scores = np.asarray(matrix[rows] @ q)
-        k = min(query.similarity_top_k, scores.shape[0])
-        if k <= 0:
+        best = top_k_rows(scores, query.similarity_top_k)
+        if not len(best):
             return VectorStoreQueryResult(ids=[], similarities=[], nodes=[] if self._node_loader else None)
-        best = np.argpartition(-scores, k - 1)[:k] if k < scores.shape[0] else np.arange(scores.shape[0])
-        best = best[np.argsort(-scores[best], kind="stable")]
         chosen = best if rows is None else rows[best]
         names = dict(self._db.rows_in("SELECT row, node_id FROM vector_rows WHERE row IN ({})", [int(r) for r in chosen]))
         ids = [names[int(r)] for r in chosen]

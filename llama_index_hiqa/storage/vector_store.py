@@ -92,14 +92,9 @@ class MatrixVectorStore(BasePydanticVectorStore):
         """
         if not nodes:
             return []
-        vectors = np.asarray([n.get_embedding() for n in nodes], dtype=np.float32)
-        if vectors.ndim != 2:
-            raise ValueError("MatrixVectorStore.add: every node needs an embedding of the same length")
-        if len(self._ids) and vectors.shape[1] != self.dim:
-            raise ValueError(
-                f"MatrixVectorStore.add: embeddings of dimension {vectors.shape[1]} do not match "
-                f"the store's {self.dim} (another embedding model?)"
-            )
+        vectors = embedding_rows(nodes, "MatrixVectorStore")
+        if len(self._ids):
+            check_dimension(vectors, self.dim, "MatrixVectorStore")
         vectors = _unit_rows(vectors)
         new_rows: List[np.ndarray] = []
         for node, vector in zip(nodes, vectors):
@@ -225,11 +220,9 @@ class MatrixVectorStore(BasePydanticVectorStore):
         matrix = self._consolidate()
         rows = self._candidate_rows(query)
         scores = matrix @ q if rows is None else matrix[rows] @ q
-        k = min(query.similarity_top_k, scores.shape[0])
-        if k <= 0:
+        best = top_k_rows(scores, query.similarity_top_k)
+        if not len(best):
             return VectorStoreQueryResult(ids=[], similarities=[])
-        best = np.argpartition(-scores, k - 1)[:k] if k < scores.shape[0] else np.arange(scores.shape[0])
-        best = best[np.argsort(-scores[best], kind="stable")]
         chosen = best if rows is None else rows[best]
         return VectorStoreQueryResult(
             ids=[self._ids[i] for i in chosen], similarities=[float(scores[i]) for i in best]
@@ -310,6 +303,60 @@ class MatrixVectorStore(BasePydanticVectorStore):
         store._matrix, store._ids, store._ref_doc_ids = matrix, ids, refs
         store._row = {node_id: i for i, node_id in enumerate(ids)}
         return store
+
+
+def embedding_rows(nodes: Sequence[BaseNode], store: str) -> np.ndarray:
+    """The nodes' embeddings as one float32 matrix, a row a node.
+
+    Args:
+        nodes: the nodes, each with an embedding.
+        store: the store's class name, for the error.
+
+    Returns:
+        The matrix.
+
+    Raises:
+        ValueError: the embeddings differ in length.
+    """
+    vectors = np.asarray([n.get_embedding() for n in nodes], dtype=np.float32)
+    if vectors.ndim != 2:
+        raise ValueError(f"{store}.add: every node needs an embedding of the same length")
+    return vectors
+
+
+def check_dimension(vectors: np.ndarray, dim: int, store: str) -> None:
+    """Refuse embeddings of another dimension than the store's.
+
+    Args:
+        vectors: the new rows.
+        dim: the store's dimension.
+        store: the store's class name, for the error.
+
+    Raises:
+        ValueError: the dimensions differ (another embedding model?).
+    """
+    if vectors.shape[1] != dim:
+        raise ValueError(
+            f"{store}.add: embeddings of dimension {vectors.shape[1]} do not match "
+            f"the store's {dim} (another embedding model?)"
+        )
+
+
+def top_k_rows(scores: np.ndarray, k: int) -> np.ndarray:
+    """The indices of the ``k`` best ``scores``, best first (ties in index order).
+
+    Args:
+        scores: one score a row.
+        k: how many (fewer when there are fewer rows; none when ``k`` is 0).
+
+    Returns:
+        The indices.
+    """
+    k = min(k, scores.shape[0])
+    if k <= 0:
+        return np.arange(0)
+    best = np.argpartition(-scores, k - 1)[:k] if k < scores.shape[0] else np.arange(scores.shape[0])
+    return best[np.argsort(-scores[best], kind="stable")]
 
 
 def _unit_rows(vectors: np.ndarray) -> np.ndarray:
