@@ -25,7 +25,6 @@ from pathlib import Path
 from typing import Optional, Tuple
 
 from llama_index_hiqa.errors import UndecodableTextError
-from llama_index_hiqa.text_repair import valid_unicode  # noqa: F401 (re-exported: it was defined here)
 
 # Leading bytes of binary formats users plausibly rename or mislabel: named in the error.
 _SIGNATURES: Tuple[Tuple[bytes, str], ...] = (

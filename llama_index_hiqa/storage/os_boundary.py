@@ -18,7 +18,7 @@ import uuid
 from pathlib import Path
 from typing import Any, Iterator, Optional
 
-from llama_index_hiqa.errors import HiQAError, PathAccessError, describe_os_error  # noqa: F401 (re-exported)
+from llama_index_hiqa.errors import HiQAError, PathAccessError, describe_os_error
 
 # Free space a new snapshot needs besides the size of the current one (the docstore, vectors
 # and BM25 files of a few new documents); a margin, not an estimate of the final size.

@@ -134,14 +134,6 @@ TRUNCATION_MESSAGE = (
 DOCUMENT_SUMMARY_PREFIX = "This document is about: "
 SECTION_SUMMARY_PREFIX = "This section is about: "
 
-# The shared header format lives with the view keys it renders (schema); re-exported here.
-from llama_index_hiqa.schema import (  # noqa: E402,F401
-    HEADER_METADATA_SEPARATOR,
-    HEADER_METADATA_TEMPLATE,
-    _LLAMA_INDEX_DEFAULT_TEMPLATE,
-    apply_header_format,
-)
-
 
 def _one_line(text: str, prefix: Optional[str] = None, max_chars: int = 600) -> str:
     """First non-empty line of an LLM answer, unquoted; ``prefix`` enforced if given."""
@@ -329,7 +321,7 @@ class ContextHeaderTransform(TransformComponent):
                 if summary:
                     node.metadata[schema.SECTION_SUMMARY] = summary
         for node in nodes:
-            apply_header_format(node)
+            schema.apply_header_format(node)
             if not self.show_to_llm:
                 schema.hide_from_views(node, [schema.DOCUMENT_SUMMARY, schema.SECTION_SUMMARY])
                 # hide_from_views hides from both views; give the embedding view back.
