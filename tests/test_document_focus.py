@@ -169,6 +169,19 @@ def test_documents_the_question_does_not_tell_apart_share_the_places_the_routes_
     assert all(r.node.metadata[schema.ROUTE_SCORES]["focus_documents"] == 2 for r in results)
 
 
+def test_several_documents_rank_as_each_alone_with_the_routes_asked_once():
+    multi, focus, _ = _retrievers(top_k=20)
+    query = focus._embedded(QueryBundle("capital spending outlook cash flows"))
+    asked = []
+    scores_within = multi.scores_within
+    multi.scores_within = lambda q, ids: asked.append(list(ids)) or scores_within(q, ids)
+    together = focus.rank_documents(query, ["acme", "globex", "initech"])  # initech has no nodes
+    assert len(asked) == 1 and len(asked[0]) == 10
+    alone = {doc: focus.rank_document(query, [doc]) for doc in ("acme", "globex")}
+    assert together == alone
+    assert together["acme"][0][2]["focus"] == pytest.approx(max(r[1] for r in alone["acme"]))
+
+
 def test_a_document_seen_only_where_a_full_head_is_cut_is_not_focused():
     from llama_index.core.schema import NodeWithScore
 

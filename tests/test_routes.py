@@ -28,6 +28,21 @@ def test_each_folder_route_is_a_route_and_answers_alone_what_the_retriever_fuses
     assert asyncio.run(routes[BM25].ascores(bundle, 10)) == routes[BM25].scores(bundle, 10)
 
 
+def test_bm25_scores_a_question_once_and_gives_every_caller_the_same_read_only_scores():
+    retriever, _ = make_retriever()
+    bm25 = retriever.bm25_route
+    calls = []
+    inner = bm25.retriever.bm25.get_scores_from_ids
+    bm25.retriever.bm25.get_scores_from_ids = lambda ids: calls.append(ids) or inner(ids)
+    first = bm25.all_scores(QUESTION)
+    assert bm25.all_scores(QUESTION) is first and len(calls) == 1  # the focus asks it again
+    with pytest.raises(ValueError):
+        first[0] = 1.0  # shared: nobody may change it
+    assert bm25.scores_of(QUESTION, bm25.node_ids) == {i: float(s) for i, s in zip(bm25.node_ids, first) if s > 0}
+    bm25.all_scores("cats and dogs")
+    assert len(calls) == 2 and bm25.all_scores(QUESTION) is not first  # one question remembered
+
+
 def test_the_ranking_is_fuse_routes_of_the_route_scores():
     retriever, _ = make_retriever(similarity_top_k=4)
     scores = retriever.route_scores(QUESTION)

@@ -10,7 +10,7 @@ import asyncio
 import json
 from array import array
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
 import numpy as np
 from llama_index.core.schema import BaseNode, MetadataMode, QueryBundle
@@ -45,6 +45,9 @@ class BM25Route:
         self.node_ids = node_ids
         self.tokenizer = tokenizer
         self._rows: Optional[Dict[str, int]] = None  # node id -> score row, at first use
+        # The last question's scores: the head ranking and the document focus ask the same
+        # question again (once per focused document), and scoring is a pass over the index.
+        self._last_scores: Optional[Tuple[str, np.ndarray]] = None
 
     @classmethod
     def build(
@@ -144,13 +147,21 @@ class BM25Route:
             query: the question text.
 
         Returns:
-            A float32 array of ``len(node_ids)`` scores (zeros when the question has no terms).
+            A read-only float32 array of ``len(node_ids)`` scores (zeros when the question has
+            no terms).
         """
+        last = self._last_scores
+        if last is not None and last[0] == query:
+            return last[1]
         bm25 = self.retriever.bm25
         ids = bm25.get_tokens_ids(self._query_tokens(query))
-        if not ids:
-            return np.zeros(len(self.node_ids), dtype=np.float32)
-        return np.asarray(bm25.get_scores_from_ids(ids), dtype=np.float32)
+        if ids:
+            scores = np.array(bm25.get_scores_from_ids(ids), dtype=np.float32)
+        else:
+            scores = np.zeros(len(self.node_ids), dtype=np.float32)
+        scores.setflags(write=False)
+        self._last_scores = (query, scores)
+        return scores
 
     def scores_of(self, query: str, node_ids: Sequence[str]) -> Dict[str, float]:
         """The positive BM25 scores of ``node_ids`` (collection-wide statistics).

@@ -361,7 +361,7 @@ class DocumentFocusRetriever(BaseRetriever):
 
         Args:
             query: the question, embedded.
-            document_ids: the documents whose nodes are ranked.
+            document_ids: the documents whose nodes are ranked together.
 
         Returns:
             The ranking; ``[]`` when the documents have no nodes or more than ``max_document_nodes``.
@@ -369,13 +369,41 @@ class DocumentFocusRetriever(BaseRetriever):
         ids: List[str] = []
         for document_id in document_ids:
             ids.extend(self.multi_route.document_node_ids(document_id))
-        if not ids or len(ids) > self.config.max_document_nodes:
-            return []
-        facts = self._node_facts(ids)
-        ids = [i for i in ids if i in facts]
-        routes = self.multi_route.scores_within(query, ids)
+        return self._rank_groups(query, {"": ids}).get("", [])
+
+    def rank_documents(self, query: QueryBundle, document_ids: Sequence[str]) -> Dict[str, List[Tuple[str, float, Dict[str, Any]]]]:
+        """Each document's nodes ranked on its own (as :meth:`rank_document` ranks one), with
+        every route, the stored facts and the heading vectors asked once for all of them.
+
+        Args:
+            query: the question, embedded.
+            document_ids: the documents.
+
+        Returns:
+            Document id -> its ranking, for the documents with nodes and at most
+            ``max_document_nodes`` of them.
+        """
+        return self._rank_groups(query, {d: self.multi_route.document_node_ids(d) for d in document_ids})
+
+    def _rank_groups(self, query: QueryBundle, groups: Mapping[str, List[str]]) -> Dict[str, List[Tuple[str, float, Dict[str, Any]]]]:
+        """Each group of node ids ranked on its own; the routes asked once over their union.
+        A node's route scores do not depend on which other nodes are asked with it (collection-wide
+        statistics), and the normalisation is per group, so a group ranks as if asked alone."""
+        groups = {g: ids for g, ids in groups.items() if ids and len(ids) <= self.config.max_document_nodes}
+        if not groups:
+            return {}
+        facts = self._node_facts([i for ids in groups.values() for i in ids])
+        groups = {g: [i for i in ids if i in facts] for g, ids in groups.items()}
+        union = list(dict.fromkeys(i for ids in groups.values() for i in ids))
+        routes = self.multi_route.scores_within(query, union)
         heading = self._heading_similarity(query, facts)
         named = self._heading_words(query, facts)
+        return {g: self._ranked(ids, facts, routes, heading, named) for g, ids in groups.items() if ids}
+
+    def _ranked(
+        self, ids: Sequence[str], facts: Mapping[str, "_NodeFacts"], routes: Mapping[str, Mapping[str, float]],
+        heading: Mapping[str, float], named: Mapping[str, float],
+    ) -> List[Tuple[str, float, Dict[str, Any]]]:
         table = {i: facts[i].table for i in ids}
         alpha = self.multi_route.config.alpha
         fused = focus_scores(
@@ -459,11 +487,7 @@ class DocumentFocusRetriever(BaseRetriever):
         """The focused documents' nodes, sharing the first places: ``(node_id, score, route
         scores)``, best first; ``[]`` when nothing can be ranked again."""
         choice = self.choose(query, head)
-        rankings: Dict[str, List[Tuple[str, float, Dict[str, Any]]]] = {}
-        for document_id in choice.documents:
-            ranked = self.rank_document(query, [document_id])
-            if ranked:
-                rankings[document_id] = ranked
+        rankings = self.rank_documents(query, choice.documents)
         if not rankings:
             return []
         documents = [d for d in choice.documents if d in rankings]
