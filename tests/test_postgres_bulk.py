@@ -146,6 +146,87 @@ def test_a_failed_batch_leaves_no_row(server, documents, monkeypatch):
     pack.close()
 
 
+def test_a_batch_commits_while_the_next_is_prepared_and_the_store_is_the_same(server, documents, monkeypatch):
+    import threading
+    import time
+
+    from llama_index_hiqa.storage.postgres import PostgresStore
+
+    events = []
+    real_prepare, real_commit = PostgresStore.prepare, PostgresStore.commit
+
+    def prepare(self, *args, **kwargs):
+        events.append(("prepare", threading.current_thread().name))
+        return real_prepare(self, *args, **kwargs)
+
+    def commit(self, prepared, *args, **kwargs):
+        events.append(("commit start", threading.current_thread().name))
+        time.sleep(0.3)  # a slow server: the next batch is prepared meanwhile
+        removed = real_commit(self, prepared, *args, **kwargs)
+        events.append(("commit end", threading.current_thread().name))
+        return removed
+
+    monkeypatch.setattr(PostgresStore, "prepare", prepare)
+    monkeypatch.setattr(PostgresStore, "commit", commit)
+    behind = HiQAPack.empty(embed_model=HashEmbedding(), store=server.database(), **FAST)
+    behind.ingest(documents[:6], batch_size=2)
+    kinds = [kind for kind, _ in events]
+    assert kinds.count("commit start") == 3
+    # Batch 2 is prepared on the caller's thread while batch 1 commits on the committer's.
+    assert kinds.index("prepare", kinds.index("commit start")) < kinds.index("commit end")
+    assert {name for kind, name in events if kind.startswith("commit")} != {threading.current_thread().name}
+    monkeypatch.undo()
+    alone = HiQAPack.empty(embed_model=HashEmbedding(), store=server.database(), **FAST)
+    for start in range(0, 6, 2):  # batch by batch, each committed before the next
+        alone.ingest(documents[start:start + 2])
+    assert _table_counts(behind) == _table_counts(alone)
+    assert [n.node_id for n in _stored_nodes(behind)] != []
+    assert [n.get_content() for n in _stored_nodes(behind)] == [n.get_content() for n in _stored_nodes(alone)]
+    for question in QUESTIONS:
+        _assert_same_ranking(alone.retrieve(question), behind.retrieve(question))
+    behind.close()
+    alone.close()
+
+
+def test_a_document_read_again_while_its_batch_commits_replaces_it(server, documents):
+    from llama_index.core.schema import Document
+
+    first = documents[0]
+    again = Document(id_=first.doc_id, text=first.text + "\n\nRevision B adds a note.", metadata=dict(first.metadata))
+    pack = HiQAPack.empty(embed_model=HashEmbedding(), store=server.database(), **FAST)
+    report = pack.ingest([first, documents[1], again], batch_size=2)
+    assert report.documents_added == 2 and report.documents_replaced == 1
+    assert report.nodes_removed > 0  # the first version's nodes
+    assert pack.store.scalar("SELECT count(*) FROM hiqa_documents") == 2
+    texts = [n.get_content() for n in _stored_nodes(pack) if n.ref_doc_id == first.doc_id]
+    assert any("Revision B" in t for t in texts)
+    assert _table_counts(pack)["nodes"] == pack.node_count
+    pack.close()
+
+
+def test_a_commit_that_fails_behind_is_raised_and_the_next_batch_is_not_written(server, documents, monkeypatch):
+    from llama_index_hiqa.storage.postgres import PostgresStore
+
+    pack = HiQAPack.empty(embed_model=HashEmbedding(), store=server.database(), **FAST)
+    real_commit, calls = PostgresStore.commit, []
+
+    def commit(self, prepared, *args, **kwargs):
+        calls.append(len(prepared.documents))
+        if len(calls) == 2:
+            raise PackStoreError("postgresql://x", "disk full")
+        return real_commit(self, prepared, *args, **kwargs)
+
+    monkeypatch.setattr(PostgresStore, "commit", commit)
+    with pytest.raises(PackStoreError, match="disk full"):
+        pack.ingest(documents[:6], batch_size=2)
+    assert len(calls) == 2  # the third batch was prepared but never committed
+    assert pack.store.scalar("SELECT count(*) FROM hiqa_documents") == 2  # the first batch, whole
+    monkeypatch.undo()
+    report = pack.ingest(documents[:6], batch_size=2)
+    assert report.documents_unchanged == 2 and report.documents_added == 4
+    pack.close()
+
+
 def test_hnsw_is_built_after_a_load_into_an_empty_table_and_kept_otherwise(server, documents, monkeypatch):
     url = server.database()
     pack = HiQAPack.empty(embed_model=HashEmbedding(), store=url, **FAST)

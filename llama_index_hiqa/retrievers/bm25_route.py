@@ -147,8 +147,8 @@ class BM25Route:
             query: the question text.
 
         Returns:
-            A read-only float32 array of ``len(node_ids)`` scores (zeros when the question has
-            no terms).
+            A read-only float32 array of ``len(node_ids)`` scores (zeros when the question
+                has no terms).
         """
         last = self._last_scores
         if last is not None and last[0] == query:

@@ -381,7 +381,7 @@ class DocumentFocusRetriever(BaseRetriever):
 
         Returns:
             Document id -> its ranking, for the documents with nodes and at most
-            ``max_document_nodes`` of them.
+                ``max_document_nodes`` of them.
         """
         return self._rank_groups(query, {d: self.multi_route.document_node_ids(d) for d in document_ids})
 

@@ -125,67 +125,119 @@ def stored_json(node: BaseNode) -> Tuple[JSONText, str]:
     return text, json_to_doc(loaded).get_content(metadata_mode=MetadataMode.EMBED)
 
 
-def insert_nodes(
-    conn: Any, vector_store: Any, docstore: Any, nodes: Sequence[BaseNode], stored: Sequence[JSONText],
-    tokens: Sequence[List[str]], keywords: Dict[str, Tuple[List[str], List[str]]], kv_rows: List[Tuple[str, str, Any]],
-) -> None:
-    """The rows of ``nodes`` in the vector table, hiqa_nodes, the postings and hiqa_terms;
-    ``kv_rows`` (the docstore's key, namespace, value) gets theirs appended.
+def vector_copy_data(vector_store: Any, nodes: Sequence[BaseNode]) -> io.BytesIO:
+    """The COPY data of ``nodes``' rows in ``PGVectorStore``'s table, as its ``add`` would
+    write them (the text without its metadata, ``node_to_metadata_dict``, the vector).
 
     Args:
-        conn: the writer's connection (in its transaction).
-        vector_store: the pack's ``PGVectorStore``.
-        docstore: the pack's docstore.
-        nodes: the nodes.
-        stored: each node's docstore JSON (:func:`stored_json`).
-        tokens: each node's BM25 tokens.
-        keywords: node id -> (critical keywords, title keywords), normalised.
-        kv_rows: the docstore rows to write, appended to.
+        vector_store: the pack's ``PGVectorStore`` (its ``flat_metadata``).
+        nodes: the nodes, embedded.
+
+    Returns:
+        :func:`vector_copy_rows` of them.
     """
-    from llama_index.core.storage.docstore.types import RefDocInfo
     from llama_index.core.vector_stores.utils import node_to_metadata_dict
 
-    from llama_index_hiqa import schema
+    return vector_copy_rows([
+        (n.node_id, without_nul(n.get_content(metadata_mode=MetadataMode.NONE)),
+         json_text(node_to_metadata_dict(n, remove_text=True, flat_metadata=vector_store.flat_metadata)),
+         n.get_embedding())
+        for n in nodes
+    ])
 
-    _copy(conn, f"COPY data_{VECTOR_TABLE} (node_id, text, metadata_, embedding) FROM STDIN WITH (FORMAT binary)",
-          vector_copy_rows([
-              (n.node_id, without_nul(n.get_content(metadata_mode=MetadataMode.NONE)),
-               json_text(node_to_metadata_dict(n, remove_text=True, flat_metadata=vector_store.flat_metadata)),
-               n.get_embedding())
-              for n in nodes
-          ]))
-    # KVDocumentStore's three collections, as its add_documents writes them: the node,
-    # {doc_hash, ref_doc_id} per node, and one RefDocInfo per document.
+
+def docstore_rows(
+    docstore: Any, ref_doc_ids_and_hashes: Sequence[Tuple[str, str]], nodes: Sequence[BaseNode], stored: Sequence[JSONText],
+) -> List[Tuple[str, str, Any]]:
+    """The docstore's (key, namespace, value) rows of a batch, as ``KVDocumentStore.add_documents``
+    writes them: each document's hash (documents without nodes too: their re-ingestion is then
+    a no-op), each node, {doc_hash, ref_doc_id} per node, and one RefDocInfo per document.
+
+    Args:
+        docstore: the pack's docstore (its collection names).
+        ref_doc_ids_and_hashes: ``(ref_doc_id, doc_hash)`` of the batch's documents.
+        nodes: the batch's nodes.
+        stored: each node's docstore JSON (:func:`stored_json`).
+
+    Returns:
+        The rows, in the order consecutive puts would write them.
+    """
+    from llama_index.core.storage.docstore.types import RefDocInfo
+
+    rows: List[Tuple[str, str, Any]] = [(ref, docstore._metadata_collection, {"doc_hash": h}) for ref, h in ref_doc_ids_and_hashes]
     per_document: Dict[str, Tuple[Dict[str, Any], List[str]]] = {}
     for node, value in zip(nodes, stored):
         meta: Dict[str, Any] = {"doc_hash": node.hash}
         if node.ref_doc_id:
             meta["ref_doc_id"] = node.ref_doc_id
             per_document.setdefault(node.ref_doc_id, (node.metadata or {}, []))[1].append(node.node_id)
-        kv_rows.append((node.node_id, docstore._node_collection, value))
-        kv_rows.append((node.node_id, docstore._metadata_collection, meta))
+        rows.append((node.node_id, docstore._node_collection, value))
+        rows.append((node.node_id, docstore._metadata_collection, meta))
     for ref, (metadata, ids) in per_document.items():
-        kv_rows.append((ref, docstore._ref_doc_collection, RefDocInfo(node_ids=ids, metadata=metadata).to_dict()))
+        rows.append((ref, docstore._ref_doc_collection, RefDocInfo(node_ids=ids, metadata=metadata).to_dict()))
+    return rows
 
-    counts = [Counter(t) for t in tokens]
+
+def kv_copy_data(rows: Sequence[Tuple[str, str, Any]]) -> io.StringIO:
+    """Docstore rows as COPY text for :func:`upsert_kv`.
+
+    Args:
+        rows: ``(key, namespace, value)`` rows (a value a :class:`JSONText` or JSON-able).
+
+    Returns:
+        The COPY data.
+    """
+    buffer = io.StringIO()
+    for key, namespace, value in rows:
+        value = value if isinstance(value, JSONText) else json_text(value)
+        buffer.write(f"{copy_field(key)}\t{copy_field(namespace)}\t{copy_field(value)}\n")
+    return buffer
+
+
+def node_fields(node: BaseNode, keywords: Tuple[List[str], List[str]]) -> str:
+    """The first five hiqa_nodes COPY fields of ``node`` (id, document, position, keywords,
+    title keywords): what does not wait for the row number and term ids the database assigns.
+
+    Args:
+        node: the node.
+        keywords: its (critical keywords, title keywords), normalised.
+
+    Returns:
+        The fields, tab-separated.
+    """
+    from llama_index_hiqa import schema
+
+    kws, title_kws = keywords
+    position = schema.get_position(node)
+    return "\t".join((
+        copy_field(node.node_id), copy_field(node.ref_doc_id), "\\N" if position is None else str(int(position)),
+        copy_field(_text_array(without_nul(list(kws)))), copy_field(_text_array(without_nul(list(title_kws)))),
+    ))
+
+
+def insert_nodes(conn: Any, vector_data: io.BytesIO, fields: Sequence[str], counts: Sequence[Counter], lengths: Sequence[int]) -> None:
+    """A batch's rows in the vector table, hiqa_nodes, the postings and hiqa_terms.
+
+    Args:
+        conn: the writer's connection (in its transaction).
+        vector_data: the vector table's rows (:func:`vector_copy_data`).
+        fields: each node's :func:`node_fields`.
+        counts: each node's BM25 term counts.
+        lengths: each node's BM25 length (tokens).
+    """
+    vector_data.seek(0)  # a transaction retried after a failure reads it again
+    _copy(conn, f"COPY data_{VECTOR_TABLE} (node_id, text, metadata_, embedding) FROM STDIN WITH (FORMAT binary)", vector_data)
     term_ids = _term_ids(conn, counts)
     last = conn.exec_driver_sql(
-        "SELECT setval('hiqa_node_rows', nextval('hiqa_node_rows') + %(n)s - 1)", {"n": len(nodes)}
+        "SELECT setval('hiqa_node_rows', nextval('hiqa_node_rows') + %(n)s - 1)", {"n": len(fields)}
     ).scalar()
-    first = int(last) - len(nodes) + 1
+    first = int(last) - len(fields) + 1
     node_buffer, postings = io.StringIO(), io.StringIO()
-    for offset, (node, node_tokens, counter) in enumerate(zip(nodes, tokens, counts)):
-        row, length = first + offset, len(node_tokens)
+    for offset, (head, counter, length) in enumerate(zip(fields, counts, lengths)):
+        row = first + offset
         ids = [term_ids[t] for t in counter]
-        kws, title_kws = keywords.get(node.node_id, ([], []))
-        position = schema.get_position(node)
-        node_buffer.write("\t".join((
-            copy_field(node.node_id), copy_field(node.ref_doc_id), "\\N" if position is None else str(int(position)),
-            copy_field(_text_array(without_nul(list(kws)))), copy_field(_text_array(without_nul(list(title_kws)))),
-            str(length), str(row), "{" + ",".join(map(str, ids)) + "}",
-        )) + "\n")
-        for term_id, tf in zip(ids, counter.values()):
-            postings.write(f"{term_id}\t{row}\t{length}\t{min(tf, TF_MAX)}\n")
+        node_buffer.write(f"{head}\t{length}\t{row}\t{{{','.join(map(str, ids))}}}\n")
+        postings.write("".join(f"{term_id}\t{row}\t{length}\t{min(tf, TF_MAX)}\n" for term_id, tf in zip(ids, counter.values())))
     node_buffer.seek(0)
     postings.seek(0)
     _copy(conn, "COPY hiqa_nodes (node_id, ref_doc_id, position, keywords, title_keywords, length, node_row, term_ids) "
@@ -216,27 +268,23 @@ def _term_ids(conn: Any, counts: Sequence[Counter]) -> Dict[str, int]:
     return {term: int(term_id) for term, term_id in rows}
 
 
-def upsert_kv(conn: Any, table: str, rows: Sequence[Tuple[str, str, Any]]) -> None:
-    """The docstore's (key, namespace, value) rows, replacing a row with the same key and
+def upsert_kv(conn: Any, table: str, data: io.StringIO) -> None:
+    """The docstore's rows (:func:`kv_copy_data`), replacing a row with the same key and
     namespace (as ``PostgresKVStore.put_all`` does): COPY into a staging table, then one
     INSERT ... ON CONFLICT.
 
     Args:
         conn: the writer's connection (in its transaction).
         table: the docstore table.
-        rows: the ``(key, namespace, value)`` rows.
+        data: the rows' COPY data.
     """
-    if not rows:
+    if not data.getvalue():
         return
     conn.exec_driver_sql(
         "CREATE TEMP TABLE IF NOT EXISTS hiqa_kv_stage (key varchar, namespace varchar, value jsonb) ON COMMIT DELETE ROWS"
     )
-    buffer = io.StringIO()
-    for key, namespace, value in rows:
-        value = value if isinstance(value, JSONText) else json_text(value)
-        buffer.write(f"{copy_field(key)}\t{copy_field(namespace)}\t{copy_field(value)}\n")
-    buffer.seek(0)
-    _copy(conn, "COPY hiqa_kv_stage (key, namespace, value) FROM STDIN", buffer)
+    data.seek(0)
+    _copy(conn, "COPY hiqa_kv_stage (key, namespace, value) FROM STDIN", data)
     # The last row of a key wins, as consecutive puts would leave it.
     conn.exec_driver_sql(
         f"INSERT INTO {table} (key, namespace, value) "

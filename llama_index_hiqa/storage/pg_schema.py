@@ -168,23 +168,25 @@ UNION ALL SELECT 'k', node_id, score FROM k
   WHERE node_id IN (SELECT node_id FROM kt UNION SELECT node_id FROM v UNION SELECT node_id FROM b)
 """
 
-# Every route's score of given nodes (the document focus ranks every node of the best document;
-# BM25's document frequencies stay collection-wide), in one statement. A document's nodes are
-# written in one batch, so their rows are one range: each query term's postings are read in
-# that range only, not the term's whole list.
+# Every route's score of given nodes (the document focus ranks every node of the documents it
+# focuses; BM25's document frequencies stay collection-wide), in one statement. A document's
+# nodes are written in one batch, so their rows are one range: each query term's postings are
+# read in the ranges of consecutive rows only (one a document), not the term's whole list.
 WITHIN_SQL = f"""
 WITH ids AS MATERIALIZED (
   SELECT node_id, (SELECT node_row FROM hiqa_nodes n WHERE n.node_id = i.node_id) AS node_row
   FROM unnest(CAST(:ids AS text[])) AS i(node_id)),
-span AS MATERIALIZED (SELECT min(node_row) AS lo, max(node_row) AS hi FROM ids),
+spans AS MATERIALIZED (
+  SELECT min(node_row) AS lo, max(node_row) AS hi FROM (
+    SELECT node_row, node_row - row_number() OVER (ORDER BY node_row) AS run FROM ids WHERE node_row IS NOT NULL) r
+  GROUP BY run),
 {_BM25_TERMS_AND_STATS}
 SELECT 'v', ids.node_id, 1 - (v.embedding <=> CAST(:qvec AS vector))
   FROM ids JOIN data_{VECTOR_TABLE} v USING (node_id) WHERE CAST(:use_vector AS bool)
 UNION ALL
 SELECT 'b', ids.node_id, s.score FROM (
   SELECT p.node_row, {_BM25_SUM} AS score
-  FROM qt JOIN hiqa_postings p ON p.term_id = qt.term_id
-       AND p.node_row BETWEEN (SELECT lo FROM span) AND (SELECT hi FROM span)
+  FROM qt CROSS JOIN spans JOIN hiqa_postings p ON p.term_id = qt.term_id AND p.node_row BETWEEN spans.lo AND spans.hi
   GROUP BY p.node_row) s JOIN ids USING (node_row) WHERE s.score > 0
 UNION ALL
 SELECT 'k', node_id, score FROM ({_KEYWORD_COUNTS.format(restrict="AND n.node_id IN (SELECT node_id FROM ids)")}) kc

@@ -44,8 +44,10 @@ Connection handling (pools, timeouts, failures named with the password masked) i
 from __future__ import annotations
 
 import contextlib
+import io
 import json
 import logging
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
 
@@ -55,11 +57,15 @@ from llama_index_hiqa.storage import pg_connection
 from llama_index_hiqa.storage.pg_bulk import (
     bulk_load,
     delete_postings,
+    docstore_rows,
     ensure_vector_index,
     insert_nodes,
+    kv_copy_data,
     migrate_postings,
+    node_fields,
     stored_json,
     upsert_kv,
+    vector_copy_data,
 )
 # The connection's names are the store's too (they were defined here).
 from llama_index_hiqa.storage.pg_connection import (  # noqa: F401
@@ -96,6 +102,21 @@ class DocumentRecord:
     file_stat: Optional[List[int]] = None
     pages: int = 0
     nodes: List[BaseNode] = field(default_factory=list)
+
+
+@dataclass
+class PreparedWrite:
+    """A batch as :meth:`PostgresStore.prepare` leaves it for :meth:`PostgresStore.commit`:
+    everything that does not wait for the database (which assigns row numbers and term ids)."""
+
+    docstore: Any
+    documents: List[DocumentRecord]
+    nodes: List[BaseNode]
+    vector_data: Optional[io.BytesIO]  # the vector table's COPY data (``None`` without nodes)
+    node_fields: List[str]  # each node's hiqa_nodes fields before its row number
+    counts: List[Counter]  # each node's BM25 term counts
+    lengths: List[int]  # each node's BM25 length
+    kv_data: io.StringIO  # the docstore rows' COPY data
 
 
 class PostgresStore:
@@ -392,7 +413,8 @@ class PostgresStore:
         """Replace ``documents`` (and remove ``remove_ref_doc_ids``) in every route, in one
         transaction; returns the number of nodes removed. ``keywords`` maps node id to its
         (critical keywords, title keywords), normalised; ``then(connection)`` writes more in
-        the same transaction (the chunk graph) once the routes' rows are in.
+        the same transaction (the chunk graph) once the routes' rows are in. The same as
+        :meth:`commit` of :meth:`prepare`.
 
         Args:
             vector_store: the pack's ``PGVectorStore``.
@@ -409,18 +431,64 @@ class PostgresStore:
         Raises:
             PackStoreError: when the database refuses the write (nothing is written).
         """
-        from sqlalchemy.exc import SQLAlchemyError
+        return self.commit(self.prepare(vector_store, docstore, documents, keywords, tokenizer), remove_ref_doc_ids, then)
 
-        tokenizer = tokenizer or BM25Tokenizer()
+    def prepare(
+        self,
+        vector_store: Any,
+        docstore: Any,
+        documents: Sequence[DocumentRecord],
+        keywords: Optional[Dict[str, Tuple[List[str], List[str]]]] = None,
+        tokenizer: Optional[BM25Tokenizer] = None,
+    ) -> "PreparedWrite":
+        """What a write computes before its transaction (the nodes' JSON, BM25 tokens and the
+        vectors' COPY data); reads and writes nothing, so it can run while another batch commits.
+
+        Args:
+            vector_store: the pack's ``PGVectorStore``.
+            docstore: the pack's docstore.
+            documents: the documents to write, with their nodes.
+            keywords: node id -> (critical keywords, title keywords).
+            tokenizer: the BM25 tokenizer (``None``: the default).
+
+        Returns:
+            The prepared write, for :meth:`commit`.
+        """
         nodes = [n for d in documents for n in d.nodes]
         stored = [stored_json(n) for n in nodes]
-        tokens = tokenizer.documents([text for _, text in stored])
+        tokens = (tokenizer or BM25Tokenizer()).documents([text for _, text in stored])
+        keywords = keywords or {}
+        kv_rows = docstore_rows(docstore, [(d.ref_doc_id, d.doc_hash) for d in documents], nodes, [j for j, _ in stored])
+        return PreparedWrite(
+            docstore=docstore, documents=list(documents), nodes=nodes,
+            vector_data=vector_copy_data(vector_store, nodes) if nodes else None,
+            node_fields=[node_fields(n, keywords.get(n.node_id, ([], []))) for n in nodes],
+            counts=[Counter(t) for t in tokens], lengths=[len(t) for t in tokens], kv_data=kv_copy_data(kv_rows),
+        )
+
+    def commit(self, prepared: "PreparedWrite", remove_ref_doc_ids: Iterable[str] = (), then: Optional[Callable[[Any], None]] = None) -> int:
+        """Write a batch that :meth:`prepare` made, in one transaction (see :meth:`write`).
+
+        Args:
+            prepared: what :meth:`prepare` returned.
+            remove_ref_doc_ids: documents to remove.
+            then: called with the connection before the commit.
+
+        Returns:
+            The number of nodes removed.
+
+        Raises:
+            PackStoreError: when the database refuses the write (nothing is written).
+        """
+        from sqlalchemy.exc import SQLAlchemyError
+
+        p = prepared
         try:
             with self.engine.begin() as conn:
                 conn.exec_driver_sql(f"SET LOCAL statement_timeout = {int(self.settings.statement_timeout_s * 20000)}")
                 conn.exec_driver_sql(f"SELECT pg_advisory_xact_lock({WRITE_LOCK})")
-                removed = self._delete(conn, docstore, [*remove_ref_doc_ids, *(d.ref_doc_id for d in documents)])
-                self._insert(conn, vector_store, docstore, documents, nodes, [j for j, _ in stored], tokens, keywords or {})
+                removed = self._delete(conn, p.docstore, [*remove_ref_doc_ids, *(d.ref_doc_id for d in p.documents)])
+                self._insert(conn, p)
                 ensure_vector_index(self, conn)
                 if then is not None:
                     then(conn)
@@ -483,10 +551,10 @@ class PostgresStore:
         )
         return len(node_ids)
 
-    def _insert(self, conn, vector_store, docstore, documents, nodes, stored, tokens, keywords) -> None:
+    def _insert(self, conn: Any, p: "PreparedWrite") -> None:
         from sqlalchemy import text
 
-        if not documents:
+        if not p.documents:
             return
         conn.execute(
             text(
@@ -497,15 +565,13 @@ class PostgresStore:
                 {"ref": d.ref_doc_id, "doc": without_nul(d.document_id), "title": without_nul(d.title or ""), "hash": d.doc_hash,
                  "size": d.file_stat[0] if d.file_stat else None, "mtime": d.file_stat[1] if d.file_stat else None,
                  "pages": d.pages, "count": len(d.nodes)}
-                for d in documents
+                for d in p.documents
             ],
         )
-        # Hashes of documents without nodes still make their re-ingestion a no-op.
-        kv_rows: List[Tuple[str, str, Any]] = [(d.ref_doc_id, docstore._metadata_collection, {"doc_hash": d.doc_hash}) for d in documents]
-        if nodes:
-            insert_nodes(conn, vector_store, docstore, nodes, stored, tokens, keywords, kv_rows)
+        if p.nodes:
+            insert_nodes(conn, p.vector_data, p.node_fields, p.counts, p.lengths)
             conn.execute(
                 text("UPDATE hiqa_pack SET node_count = node_count + :n, total_length = total_length + :l WHERE id = 1"),
-                {"n": len(nodes), "l": sum(len(t) for t in tokens)},
+                {"n": len(p.nodes), "l": sum(p.lengths)},
             )
-        upsert_kv(conn, f"data_{DOCSTORE_TABLE}", kv_rows)
+        upsert_kv(conn, f"data_{DOCSTORE_TABLE}", p.kv_data)

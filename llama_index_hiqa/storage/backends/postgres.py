@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import contextlib
 import uuid
-from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence
 
 import numpy as np
 from llama_index.core import StorageContext, VectorStoreIndex
@@ -69,6 +70,7 @@ class PostgresBackend:
                 embed_model=embed_model,
             )
         self._routes = RouteCache()
+        self._behind: Optional[WriteBehind] = None  # inside bulk_writes: one batch committing
 
     @classmethod
     def open(
@@ -141,10 +143,12 @@ class PostgresBackend:
     # -- reads -----------------------------------------------------------------------------
     def documents(self) -> Dict[str, str]:
         """``{schema.DOCUMENT_ID: ref_doc_id}`` of every committed document."""
+        self.wait_for_writes()
         return self.store.documents()
 
     def node_count(self) -> int:
         """The number of committed nodes (the pack record's count)."""
+        self.wait_for_writes()
         return self.store.node_count()
 
     def document_hash(self, ref_doc_id: str) -> Optional[str]:
@@ -156,6 +160,8 @@ class PostgresBackend:
         Returns:
             The hash, ``None`` when the store holds no such document.
         """
+        if self._behind is not None and ref_doc_id in self._behind.refs:
+            self._behind.wait()  # its batch is committing: read what it wrote
         return self.index.docstore.get_document_hash(ref_doc_id)
 
     # -- routes ----------------------------------------------------------------------------
@@ -194,12 +200,37 @@ class PostgresBackend:
     # -- writes: one transaction each ------------------------------------------------------
     @contextlib.contextmanager
     def bulk_writes(self) -> Iterator[None]:
-        """Into an empty store, the HNSW index is built once after the last batch
-        (:meth:`PostgresStore.bulk_load`) and the planner's statistics refreshed."""
+        """Many batches: each batch's transaction commits on a thread of its own while the
+        next batch is prepared (:class:`WriteBehind`); into an empty store, the HNSW index is
+        built once after the last batch (:meth:`PostgresStore.bulk_load`) and the planner's
+        statistics refreshed. A failed commit is raised by the next write or read, or on
+        leaving."""
         with self.store.bulk_load() as deferred:
-            yield
+            with self._writing_behind():
+                yield
         if deferred:
             self.store.analyze()
+
+    @contextlib.contextmanager
+    def _writing_behind(self) -> Iterator[None]:
+        if self._behind is not None:  # nested: the outer context commits
+            yield
+            return
+        self._behind = WriteBehind()
+        try:
+            yield
+        finally:
+            behind, self._behind = self._behind, None
+            behind.close()
+
+    def wait_for_writes(self) -> None:
+        """Wait for the batch committing behind, if any (inside :meth:`bulk_writes`).
+
+        Raises:
+            PackStoreError: its commit failed (nothing of it was written).
+        """
+        if self._behind is not None:
+            self._behind.wait()
 
     def write_batch(
         self, documents: Sequence[Document], replaced: Sequence[str], nodes: Sequence[BaseNode],
@@ -247,10 +278,16 @@ class PostgresBackend:
             for node in nodes
         }
         self._routes.clear()
-        return self._in_transaction(
-            self.store.write, self.index.vector_store, self.index.docstore, records, replaced, keywords,
-            then=self.heading_vectors.writer(nodes, self.embed_model, self._graph_sync(nodes)),
-        )
+        # Heading vectors are embedded and the batch's JSON, tokens and COPY data made here,
+        # before the transaction (and, behind, while the previous batch commits).
+        then = self.heading_vectors.writer(nodes, self.embed_model, self._graph_sync(nodes))
+        prepared = self.store.prepare(self.index.vector_store, self.index.docstore, records, keywords)
+        if self._behind is None or replaced:
+            self.wait_for_writes()  # a replacement counts the nodes it removes when it commits
+            return self._in_transaction(self.store.commit, prepared, replaced, then=then)
+        # New documents remove nothing: the count is known before the commit.
+        self._behind.submit(lambda: self._in_transaction(self.store.commit, prepared, (), then=then), [r.ref_doc_id for r in records])
+        return 0
 
     def remove_document(self, ref_doc_id: str) -> int:
         """Remove one document from every route (and the chunk graph) in one transaction.
@@ -261,6 +298,7 @@ class PostgresBackend:
         Returns:
             The number of nodes removed.
         """
+        self.wait_for_writes()
         self._routes.clear()
         removed = self._in_transaction(self.store.delete, self.index.docstore, [ref_doc_id], then=self._graph_sync([]))
         self.file_stats.pop(ref_doc_id, None)
@@ -291,7 +329,7 @@ class PostgresBackend:
         docstore = source.index.docstore
         infos = docstore.get_all_ref_doc_info() or {}
         refs = sorted(infos)
-        with self.store.bulk_load():
+        with self.store.bulk_load(), self._writing_behind():
             for start in range(0, len(refs), batch_documents):
                 batch = refs[start:start + batch_documents]
                 documents, nodes = [], []
@@ -324,12 +362,67 @@ class PostgresBackend:
         """
         if location not in (None, self.store.url):
             raise self.store.error(f"is a PostgreSQL pack; it cannot be persisted to {location}")
+        self.wait_for_writes()
         self.store.save_config(dict(payload["config"]))
         return self.store.masked_url
 
     def close(self) -> None:
-        """Close the connection pools."""
-        self.store.dispose()
+        """Close the connection pools (after the batch committing behind, if any)."""
+        try:
+            self.wait_for_writes()
+        finally:
+            self.store.dispose()
+
+
+class WriteBehind:
+    """At most one batch's transaction in flight, on a thread of its own, while the caller
+    prepares the next: the client's work (JSON, tokens, COPY data, heading vectors) and the
+    server's (inserting them) overlap instead of taking turns. The thread waits on the
+    database with the GIL released, so the overlap is real on two cores. Each batch is still
+    one transaction, committed in order; a process killed meanwhile loses only the batch in
+    flight, which was never committed (its documents are ingested again next time).
+    """
+
+    def __init__(self) -> None:
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="hiqa-pg-commit")
+        self._future: Optional[Future] = None
+        self.refs: frozenset = frozenset()  # the documents of the batch in flight
+
+    def submit(self, commit: Callable[[], Any], refs: Iterable[str]) -> None:
+        """Commit ``commit()`` behind, once the batch before it has committed.
+
+        Args:
+            commit: writes one batch in one transaction.
+            refs: the batch's documents.
+
+        Raises:
+            PackStoreError: the batch before it failed (this one is not started).
+        """
+        self.wait()
+        self.refs = frozenset(refs)
+        self._future = self._pool.submit(commit)
+
+    def wait(self) -> None:
+        """Wait for the batch in flight.
+
+        Raises:
+            PackStoreError: it failed (nothing of it was written).
+        """
+        future, self._future = self._future, None
+        self.refs = frozenset()
+        if future is not None:
+            future.result()
+
+    def close(self) -> None:
+        """Wait for the batch in flight and stop the thread.
+
+        Raises:
+            PackStoreError: the batch in flight failed.
+        """
+        try:
+            self.wait()
+        finally:
+            self._pool.shutdown(wait=True)
 
 
 def document_record(doc: Document, nodes: List[BaseNode], file_stats: Mapping[str, List[int]]) -> DocumentRecord:
