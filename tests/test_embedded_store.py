@@ -92,6 +92,32 @@ def test_the_kv_store_compresses_node_records_and_rolls_back_with_its_transactio
     assert kv.get_all("c") == {"a": value} and kv.get_all("other") == {}
 
 
+def test_records_of_a_few_kilobytes_take_about_their_own_size_on_disk(tmp_path):
+    """A node's compressed JSON (1 to 2 KB for a page-long chunk) and a 1.5 KB heading vector
+    stay in their table's pages: no overflow page of 4 KB for each record."""
+    import random
+
+    db = SQLiteDatabase(tmp_path / "size.sqlite")
+    kv = SQLiteKVStore(db, compression_level=0)
+    rng = random.Random(3)
+    records = {f"n{i}": {"text": "".join(rng.choice("abcdefghij0123456789 ") for _ in range(1500))} for i in range(400)}
+    with db.transaction():
+        kv.put_all(list(records.items()), collection="docstore/data")
+    store = EmbeddedStore.open(tmp_path / "embedded", create=True)  # its schema holds heading_vectors
+    with store.db.transaction():
+        store.db.executemany(
+            "INSERT INTO heading_vectors (hash, vector) VALUES (?, ?)",
+            [(f"{i:064x}", np.ones(384, dtype=np.float32).tobytes()) for i in range(400)],
+        )
+    for database, payload in (
+        (db, db.scalar("SELECT sum(length(value) + length(key) + length(collection)) FROM kv")),
+        (store.db, store.db.scalar("SELECT sum(length(vector) + length(hash)) FROM heading_vectors")),
+    ):
+        database.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        pages = database.scalar("PRAGMA page_count") - database.scalar("PRAGMA freelist_count")
+        assert pages * database.scalar("PRAGMA page_size") < 1.6 * payload + 200_000
+
+
 # --------------------------------------------------------------------------- vectors
 @settings(max_examples=40, deadline=None)
 @given(

@@ -52,8 +52,9 @@ _SCHEMA = (
     "CREATE TABLE IF NOT EXISTS keyword_postings (keyword TEXT NOT NULL, row INTEGER NOT NULL, "
     "PRIMARY KEY (keyword, row)) WITHOUT ROWID",
     "CREATE INDEX IF NOT EXISTS keyword_postings_row ON keyword_postings (row)",
-    # The document focus's heading-path vectors, by a hash of the heading text (heading_vectors.py).
-    "CREATE TABLE IF NOT EXISTS heading_vectors (hash TEXT PRIMARY KEY, vector BLOB NOT NULL) WITHOUT ROWID",
+    # The document focus's heading-path vectors, by a hash of the heading text (heading_vectors.py);
+    # a rowid table, as kv (sqlite_kv.py): a 1.5 KB vector in a WITHOUT ROWID row overflows.
+    "CREATE TABLE IF NOT EXISTS heading_vectors (hash TEXT PRIMARY KEY, vector BLOB NOT NULL)",
     # What the focus reads of each node (document_focus.focus_facts, JSON), removed with it.
     "CREATE TABLE IF NOT EXISTS focus_facts (node_id TEXT PRIMARY KEY, facts TEXT NOT NULL) WITHOUT ROWID",
 )
