@@ -77,9 +77,14 @@ def _text_array(values: Sequence[str]) -> str:
     return "{" + ",".join('"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"' for v in values) + "}"
 
 
+_COPY_CHUNK = 1 << 22  # bytes read from the buffer at a time (psycopg2's default is 8 KB)
+
+
 def _copy(conn: Any, sql: str, data: Any) -> None:
+    # Large reads: each read takes the GIL, and a batch committing behind the next batch's
+    # preparation (WriteBehind) would wait for it on every 8 KB chunk.
     with conn.connection.cursor() as cursor:  # the DBAPI connection of this transaction
-        cursor.copy_expert(sql, data)
+        cursor.copy_expert(sql, data, size=_COPY_CHUNK)
 
 
 # --- writes ----------------------------------------------------------------------------------
