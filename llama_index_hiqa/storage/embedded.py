@@ -27,7 +27,7 @@ import logging
 import os
 import shutil
 from pathlib import Path
-from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Set, Tuple, Union
+from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
 
 from llama_index.core.schema import BaseNode
 
@@ -84,7 +84,7 @@ class EmbeddedStore:
         self.kvstore = SQLiteKVStore(db)
         self.docstore = SQLiteDocumentStore(self.kvstore)
         self.vectors = MemmapVectorStore(str(root), database=db)
-        self._last_matches: Optional[Tuple[Any, Dict[str, Tuple[str, Set[str]]]]] = None
+        self._last_matches: Optional[Tuple[Any, Dict[str, Tuple[str, Tuple[str, ...]]]]] = None
         db.create_tables(_SCHEMA)
 
     @classmethod
@@ -298,7 +298,7 @@ class EmbeddedStore:
                 self.db.execute(f"DELETE FROM keyword_postings WHERE row IN ({','.join('?' * len(chunk))})", chunk)
             self.db.conn.executemany("INSERT OR IGNORE INTO keyword_postings (keyword, row) VALUES (?, ?)", postings)
 
-    def keyword_matches(self, keywords: Sequence[str]) -> Dict[str, Tuple[str, Set[str]]]:
+    def keyword_matches(self, keywords: Sequence[str]) -> Dict[str, Tuple[str, Tuple[str, ...]]]:
         """``{node id: (ref_doc_id, the keywords of ``keywords`` it holds)}`` (read-only: the
         last answer is kept, since a question asks it twice, for the collection and again for
         the document the focus ranks; a committed write makes it stale).
@@ -314,15 +314,18 @@ class EmbeddedStore:
         last = self._last_matches
         if last is not None and last[0] == key:
             return last[1]
-        found: Dict[str, Tuple[str, Set[str]]] = {}
         # One row a node (its keywords joined), not one a posting: a company or year named by
-        # thousands of nodes is counted in SQL, not in Python.
-        for node_id, ref, held in self.db.rows_in(
-            "SELECT v.node_id, v.ref_doc_id, group_concat(k.keyword, char(31)) FROM keyword_postings k "
-            "JOIN vector_rows v ON v.row = k.row WHERE k.keyword IN ({}) GROUP BY k.row", wanted,
-        ):
-            entry = found.setdefault(node_id, (ref, set()))
-            entry[1].update(held.split("\x1f"))
+        # thousands of nodes is counted in SQL, not in Python. Tuples of strings, not sets: the
+        # answer is kept until the next question, and kept sets of thousands of nodes made the
+        # garbage collector's full passes (about 0.25 s in a process holding the models) come
+        # every few questions.
+        found: Dict[str, Tuple[str, Tuple[str, ...]]] = {
+            node_id: (ref, tuple(held.split("\x1f")))
+            for node_id, ref, held in self.db.rows_in(
+                "SELECT v.node_id, v.ref_doc_id, group_concat(k.keyword, char(31)) FROM keyword_postings k "
+                "JOIN vector_rows v ON v.row = k.row WHERE k.keyword IN ({}) GROUP BY k.row", wanted,
+            )
+        }
         self._last_matches = (key, found)
         return found
 
