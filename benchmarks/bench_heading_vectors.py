@@ -281,7 +281,8 @@ def write_section() -> None:
            if "embedded_rerun" in r else "")
         + (f" Every store's \"after\" row was measured again ({r['after_rerun']}, `--rerun-after`, on the same stores, "
            "the stores taking turns, each row its round with the lower p95) after the document focus ranked its "
-           "documents in one pass; identical top 5 against the previous \"after\" rows: "
+           "documents in one pass and the embedded store kept its last keyword matches as tuples instead of sets; "
+           "identical top 5 against the previous \"after\" rows: "
            + ", ".join(f"{k} {v:.3f}" for k, v in r["same_top5_as_previous_after"].items())
            + "; load average " + ", ".join(f"{a[0]:.1f}" for a in r["load_average_rerun_after"]) + "."
            if "after_rerun" in r else "")
