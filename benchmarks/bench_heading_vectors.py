@@ -165,20 +165,28 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
     return result
 
 
-def rerun_embedded(args: argparse.Namespace) -> Dict[str, Any]:
-    """The embedded store's two rows again, on the store the last full run built (after a change
-    to the embedded store's query path), merged into the saved result."""
+def _rerun_inputs(args: argparse.Namespace) -> Any:
+    """What a re-run on the last full run's stores starts from: the saved result, the answerable
+    questions and the folder store's nodes (for scoring)."""
     import shared_data as datasets  # benchmarks/ is on the path (_common)
 
     from llama_index_hiqa import HiQAPack
 
     root = _common.require_shared_data("FinanceBench, stored heading vectors")
-    result = json.loads(OUT.read_text())
     doc_names = {p.stem for p in (root / "financebench" / "pdfs").glob("*.pdf")}
     questions = [q for q in datasets.load_financebench_questions(root) if set(q.gold_documents) <= doc_names]
-    work = args.work
-    nodes = HiQAPack.load(work / "folder", embed_model=fresh_model(work, "rerun-nodes")).nodes
+    nodes = HiQAPack.load(args.work / "folder", embed_model=fresh_model(args.work, "rerun-nodes")).nodes
     gc.collect()
+    return json.loads(OUT.read_text()), questions, nodes
+
+
+def rerun_embedded(args: argparse.Namespace) -> Dict[str, Any]:
+    """The embedded store's two rows again, on the store the last full run built (after a change
+    to the embedded store's query path), merged into the saved result."""
+    from llama_index_hiqa import HiQAPack
+
+    result, questions, nodes = _rerun_inputs(args)
+    work = args.work
     result["load_average_rerun"] = [os.getloadavg()]
     for name in ("before", "after"):
         emb = HiQAPack.load(work / "embedded", embed_model=fresh_model(work, f"rerun-embedded-{name}"))
@@ -205,18 +213,11 @@ def rerun_after(args: argparse.Namespace, rounds: int = 2) -> Dict[str, Any]:
     anew with an empty vector cache of its own, the stores taking turns, so the three rows are
     measured under the same conditions; a row keeps its round with the lower p95. The rankings
     are compared with the saved rows' (a change of speed must not move them)."""
-    import shared_data as datasets  # benchmarks/ is on the path (_common)
-
     from llama_index_hiqa import HiQAPack
     from benchmarks.bench_postgres import server_url
 
-    root = _common.require_shared_data("FinanceBench, stored heading vectors")
-    result = json.loads(OUT.read_text())
-    doc_names = {p.stem for p in (root / "financebench" / "pdfs").glob("*.pdf")}
-    questions = [q for q in datasets.load_financebench_questions(root) if set(q.gold_documents) <= doc_names]
+    result, questions, nodes = _rerun_inputs(args)
     work = args.work
-    nodes = HiQAPack.load(work / "folder", embed_model=fresh_model(work, "rerun-nodes")).nodes
-    gc.collect()
     locations = {"folder": work / "folder", "embedded": work / "embedded",
                  "postgres": server_url(args, "hiqa_heading_vectors", fresh=False)}
     previous = {store: result["rows"][f"{store} after"]["rankings"] for store in locations}
