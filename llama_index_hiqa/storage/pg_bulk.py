@@ -80,9 +80,16 @@ def _text_array(values: Sequence[str]) -> str:
 _COPY_CHUNK = 1 << 22  # bytes read from the buffer at a time (psycopg2's default is 8 KB)
 
 
-def _copy(conn: Any, sql: str, data: Any) -> None:
-    # Large reads: each read takes the GIL, and a batch committing behind the next batch's
-    # preparation (WriteBehind) would wait for it on every 8 KB chunk.
+def copy_from(conn: Any, sql: str, data: Any) -> None:
+    """Run ``COPY ... FROM STDIN`` with ``data`` on the connection of the caller's transaction.
+
+    Args:
+        conn: the writer's connection (in its transaction).
+        sql: the ``COPY`` statement.
+        data: a file-like buffer, read from its current position.
+    """
+    # Large reads: each read takes the GIL, which a batch committing behind the next batch's
+    # preparation (WriteBehind) waits for.
     with conn.connection.cursor() as cursor:  # the DBAPI connection of this transaction
         cursor.copy_expert(sql, data, size=_COPY_CHUNK)
 
@@ -230,8 +237,8 @@ def insert_nodes(conn: Any, vector_data: io.BytesIO, fields: Sequence[str], coun
         counts: each node's BM25 term counts.
         lengths: each node's BM25 length (tokens).
     """
-    vector_data.seek(0)  # a transaction retried after a failure reads it again
-    _copy(conn, f"COPY data_{VECTOR_TABLE} (node_id, text, metadata_, embedding) FROM STDIN WITH (FORMAT binary)", vector_data)
+    vector_data.seek(0)  # from the start, however often the prepared batch was read before
+    copy_from(conn, f"COPY data_{VECTOR_TABLE} (node_id, text, metadata_, embedding) FROM STDIN WITH (FORMAT binary)", vector_data)
     term_ids = _term_ids(conn, counts)
     last = conn.exec_driver_sql(
         "SELECT setval('hiqa_node_rows', nextval('hiqa_node_rows') + %(n)s - 1)", {"n": len(fields)}
@@ -245,9 +252,9 @@ def insert_nodes(conn: Any, vector_data: io.BytesIO, fields: Sequence[str], coun
         postings.write("".join(f"{term_id}\t{row}\t{length}\t{min(tf, TF_MAX)}\n" for term_id, tf in zip(ids, counter.values())))
     node_buffer.seek(0)
     postings.seek(0)
-    _copy(conn, "COPY hiqa_nodes (node_id, ref_doc_id, position, keywords, title_keywords, length, node_row, term_ids) "
+    copy_from(conn, "COPY hiqa_nodes (node_id, ref_doc_id, position, keywords, title_keywords, length, node_row, term_ids) "
                 "FROM STDIN", node_buffer)
-    _copy(conn, "COPY hiqa_postings (term_id, node_row, length, tf) FROM STDIN", postings)
+    copy_from(conn, "COPY hiqa_postings (term_id, node_row, length, tf) FROM STDIN", postings)
     df = Counter(term_ids[t] for counter in counts for t in counter)
     if df:
         conn.exec_driver_sql(
@@ -283,13 +290,13 @@ def upsert_kv(conn: Any, table: str, data: io.StringIO) -> None:
         table: the docstore table.
         data: the rows' COPY data.
     """
-    if not data.getvalue():
+    if data.seek(0, io.SEEK_END) == 0:  # no rows (without copying the buffer's text)
         return
     conn.exec_driver_sql(
         "CREATE TEMP TABLE IF NOT EXISTS hiqa_kv_stage (key varchar, namespace varchar, value jsonb) ON COMMIT DELETE ROWS"
     )
     data.seek(0)
-    _copy(conn, "COPY hiqa_kv_stage (key, namespace, value) FROM STDIN", data)
+    copy_from(conn, "COPY hiqa_kv_stage (key, namespace, value) FROM STDIN", data)
     # The last row of a key wins, as consecutive puts would leave it.
     conn.exec_driver_sql(
         f"INSERT INTO {table} (key, namespace, value) "

@@ -40,6 +40,7 @@ from llama_index_hiqa.retrievers.chunk_interaction_graph import (
     KeywordFn,
     unit_rows,
 )
+from llama_index_hiqa.storage.pg_bulk import copy_from
 from llama_index_hiqa.storage.pg_schema import GRAPH_SCHEMA, STORE_FORMAT, VECTOR_TABLE, copy_field, without_nul
 
 GRAPH_TTL_S = 5.0
@@ -350,5 +351,4 @@ def _write_edges(conn: Any, before: Dict[EdgeKey, Tuple[float, ...]], after: Dic
                 buffer.write(f"{copy_field(u)}\t{copy_field(v)}\t{kind}\t{float(weight)!r}\n")
     if buffer.tell():
         buffer.seek(0)
-        with conn.connection.cursor() as cursor:  # the DBAPI connection of this transaction
-            cursor.copy_expert("COPY hiqa_graph_edges (u, v, kind, weight) FROM STDIN", buffer)
+        copy_from(conn, "COPY hiqa_graph_edges (u, v, kind, weight) FROM STDIN", buffer)

@@ -110,8 +110,7 @@ class PreparedWrite:
     everything that does not wait for the database (which assigns row numbers and term ids)."""
 
     docstore: Any
-    documents: List[DocumentRecord]
-    nodes: List[BaseNode]
+    documents: List[DocumentRecord]  # with their nodes
     vector_data: Optional[io.BytesIO]  # the vector table's COPY data (``None`` without nodes)
     node_fields: List[str]  # each node's hiqa_nodes fields before its row number
     counts: List[Counter]  # each node's BM25 term counts
@@ -441,8 +440,9 @@ class PostgresStore:
         keywords: Optional[Dict[str, Tuple[List[str], List[str]]]] = None,
         tokenizer: Optional[BM25Tokenizer] = None,
     ) -> "PreparedWrite":
-        """What a write computes before its transaction (the nodes' JSON, BM25 tokens and the
-        vectors' COPY data); reads and writes nothing, so it can run while another batch commits.
+        """What a write computes before its transaction (the nodes' JSON, BM25 term counts, and the
+        COPY data of the vectors, the docstore rows and the nodes' fixed fields); reads and writes
+        nothing, so it can run while another batch commits.
 
         Args:
             vector_store: the pack's ``PGVectorStore``.
@@ -460,7 +460,7 @@ class PostgresStore:
         keywords = keywords or {}
         kv_rows = docstore_rows(docstore, [(d.ref_doc_id, d.doc_hash) for d in documents], nodes, [j for j, _ in stored])
         return PreparedWrite(
-            docstore=docstore, documents=list(documents), nodes=nodes,
+            docstore=docstore, documents=list(documents),
             vector_data=vector_copy_data(vector_store, nodes) if nodes else None,
             node_fields=[node_fields(n, keywords.get(n.node_id, ([], []))) for n in nodes],
             counts=[Counter(t) for t in tokens], lengths=[len(t) for t in tokens], kv_data=kv_copy_data(kv_rows),
@@ -568,10 +568,10 @@ class PostgresStore:
                 for d in p.documents
             ],
         )
-        if p.nodes:
+        if p.node_fields:
             insert_nodes(conn, p.vector_data, p.node_fields, p.counts, p.lengths)
             conn.execute(
                 text("UPDATE hiqa_pack SET node_count = node_count + :n, total_length = total_length + :l WHERE id = 1"),
-                {"n": len(p.nodes), "l": sum(p.lengths)},
+                {"n": len(p.node_fields), "l": sum(p.lengths)},
             )
         upsert_kv(conn, f"data_{DOCSTORE_TABLE}", p.kv_data)
