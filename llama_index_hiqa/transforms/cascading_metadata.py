@@ -250,7 +250,9 @@ class CascadingMetadataTransform(TransformComponent):
         from llama_index.core.utils import get_tqdm_iterable
 
         paths = heading_paths(nodes, self.title_from_first_heading)
-        if nodes and self.variant != "none" and not any(paths):
+        # Nodes of the pack's segment parsers (PARSE_PATH) had their headings looked for: text
+        # without any (Wikipedia passages) is no mistake of the pipeline's.
+        if nodes and self.variant != "none" and not any(paths) and not any(schema.PARSE_PATH in n.metadata for n in nodes):
             self._warn_no_headings(nodes)
         out: List[BaseNode] = []
         for index, node in enumerate(
