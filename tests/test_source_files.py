@@ -143,3 +143,15 @@ def test_read_source_files_false_cuts_the_text_as_given_and_warns(manuals, caplo
         nodes = LayoutMarkdownParser(read_source_files=False).get_nodes_from_documents(pages)
     assert {n.ref_doc_id for n in nodes} == {d.doc_id for d in pages}
     assert "read_source_files=False" in caplog.records[-1].getMessage()
+
+
+def test_the_pack_plans_page_documents_as_their_files(manuals):
+    """Added twice, SimpleDirectoryReader's pages (new random ids each load) are one copy."""
+    from llama_index_hiqa import HiQAPack
+    from llama_index_hiqa.testing import HashingEmbedding
+
+    pack = HiQAPack.from_documents(pages_of(manuals), embed_model=HashingEmbedding())
+    assert sorted(pack.document_ids) == [f"NX-20{i}" for i in range(40, 50)]
+    count = pack.node_count
+    assert pack.add_documents(pages_of(manuals)) == []
+    assert pack.node_count == count >= 100
