@@ -11,6 +11,12 @@ headers/footers and table-of-contents pages never become headings. Markdown file
 by their ``#`` headings (the rule of LlamaIndex's ``MarkdownNodeParser``, with character
 offsets kept).
 
+Documents of another reader carry no layout facts: ``SimpleDirectoryReader``'s pages (or a
+PDF's raw bytes) are replaced by the file their ``file_path`` names, read again with
+``PDFLayoutReader`` once per file (``read_source_files``, :mod:`~llama_index_hiqa.readers.source_files`),
+so the parser gives the nodes it gives for ``PDFLayoutReader``'s documents; a document it cannot
+read again and that yields no heading is reported in one warning per parser.
+
 It is the default of the pack when no LLM is configured and the fallback of
 :class:`~llama_index_hiqa.parsers.markdown_formatter.MarkdownFormatterParser` for a window
 whose LLM output cannot be used.
