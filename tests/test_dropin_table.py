@@ -20,6 +20,7 @@ place); the segment parsers are also run on the raw bytes it reads without that 
 
 from __future__ import annotations
 
+import inspect
 import json
 import logging
 import re
@@ -372,8 +373,8 @@ def test_every_row_has_a_check():
 @pytest.mark.parametrize("want", list(CHECKS))
 def test_row_works_in_a_bare_app(want, bare_app, request):
     check = CHECKS[want]
-    extra = {name: request.getfixturevalue(name) for name in check.__code__.co_varnames[2 : check.__code__.co_argcount]}
-    check(bare_app, want, **extra)
+    fixtures = list(inspect.signature(check).parameters)[2:]  # caplog, monkeypatch where asked
+    check(bare_app, want, **{name: request.getfixturevalue(name) for name in fixtures})
 
 
 def test_layout_parser_row_on_raw_pdf_bytes(bare_app, monkeypatch):

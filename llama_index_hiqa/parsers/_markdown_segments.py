@@ -58,9 +58,9 @@ class SegmentNodeParser(NodeParser):
             nodes: the documents (or nodes) given to the parser.
 
         Returns:
-            The documents in order, and those without layout facts left as given.
+            The documents (or nodes) in order, and those without layout facts left as given.
         """
-        documents = [as_document(node) for node in nodes]
+        documents = list(nodes)  # a node stays what it is; each parser reads it as it did
         if not self.read_source_files:
             without = [doc for doc in documents if not has_layout_facts(doc)]
             return SourceReading(documents, without, {d.doc_id: "read_source_files=False" for d in without})

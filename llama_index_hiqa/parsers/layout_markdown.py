@@ -52,6 +52,7 @@ from llama_index_hiqa.headings import (
 )
 from llama_index_hiqa.parsers._markdown_segments import (
     SegmentNodeParser,
+    as_document,
     HeadingMark,
     LevelResolver,
     Piece,
@@ -150,6 +151,7 @@ class LayoutMarkdownParser(SegmentNodeParser):
         out: List[BaseNode] = []
         headless: List[Document] = []
         for doc in get_tqdm_iterable(reading.documents, show_progress, "Parsing layout segments"):
+            doc = as_document(doc)
             doc_nodes = self.parse_document(doc)
             if doc.doc_id in unread and doc_nodes and not any(schema.has_heading_path(n) for n in doc_nodes):
                 headless.append(doc)

@@ -54,6 +54,7 @@ from llama_index_hiqa.llm_calls import (
 from llama_index_hiqa.headings import markdown_headings, parse_heading_number
 from llama_index_hiqa.parsers._markdown_segments import (
     SegmentNodeParser,
+    as_document,
     HeadingMark,
     LevelResolver,
     build_pieces,
@@ -342,7 +343,7 @@ class MarkdownFormatterParser(SegmentNodeParser):
     ) -> List[BaseNode]:
         if self._llm is None:
             return self._layout_only(nodes, show_progress)
-        jobs = [self.aformat_document(doc) for doc in self.source_documents(nodes).documents]
+        jobs = [self.aformat_document(as_document(doc)) for doc in self.source_documents(nodes).documents]
         results = await run_jobs(
             jobs, show_progress=show_progress, workers=self.num_workers,
             desc="Formatting documents as Markdown",
