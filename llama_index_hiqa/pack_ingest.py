@@ -21,6 +21,7 @@ from llama_index_hiqa.ingestion import (
 )
 from llama_index_hiqa.ingestion_workers import batch_runner
 from llama_index_hiqa.pack_arguments import checked_documents
+from llama_index_hiqa.readers.source_files import read_source_files
 
 
 class PackIngestion:
@@ -107,6 +108,10 @@ class PackIngestion:
         """The new and changed documents of each batch read (an empty list for a batch with
         none), the unchanged ones counted and left out."""
         for batch in batched(timed_iter(documents, report), batch_size or self.config.ingest_batch_size):
+            # Another reader's documents (SimpleDirectoryReader's pages) are planned as the files
+            # the segment parsers will read, under the files' stable ids: added again, they
+            # are unchanged rather than a second copy under new random ids.
+            batch = read_source_files(batch).documents
             new, changed, unchanged = upsert_plan(batch, self.backend.document_hash)
             report.documents_unchanged += unchanged
             report.empty_documents += [
