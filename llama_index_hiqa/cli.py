@@ -412,7 +412,7 @@ def _positive_int(text: str) -> int:
     return value
 
 
-class LazyChoices:
+class _LazyChoices:
     """An argparse ``choices`` read when first needed: the modules that define the choices
     import LlamaIndex (seconds), which parsing ``hiqa ingest DIR`` must not wait for. Give the
     argument a ``metavar`` (argparse lists the choices in the usage line otherwise) and
@@ -432,7 +432,7 @@ class LazyChoices:
         return iter(self._load())
 
 
-class CommandParser(argparse.ArgumentParser):
+class _CommandParser(argparse.ArgumentParser):
     """An ``ArgumentParser`` whose ``description`` may be a function, called when the help is shown."""
 
     def format_help(self) -> str:
@@ -448,7 +448,7 @@ def _embed_backends() -> Sequence[str]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = CommandParser(
+    parser = _CommandParser(
         prog="hiqa", description="Question answering over many similar documents (LlamaIndex)."
     )
     sub = parser.add_subparsers(dest="command", required=True)
@@ -477,7 +477,7 @@ def _add_eval(sub: Any) -> None:
     )
     ev.add_argument("--docs", required=True, help="folder of .pdf/.html/.docx/.md/.txt documents")
     ev.add_argument("--questions", required=True, help="questions JSONL with gold evidence")
-    ev.add_argument("--variants", nargs="+", choices=LazyChoices(lambda: [v.name for v in _variants()]),
+    ev.add_argument("--variants", nargs="+", choices=_LazyChoices(lambda: [v.name for v in _variants()]),
                     metavar="VARIANT", help="any of %(choices)s (default: all)")
     ev.add_argument("--out", default="hiqa_eval", help="folder for the JSON, Markdown and PNG results")
     ev.add_argument("--name", help="dataset name in the results (default: the folder name)")
@@ -527,7 +527,7 @@ def _add_ingest(sub: Any) -> None:
         "--workers", type=_positive_int, default=1,
         help="processes that parse, augment and embed at once (default 1; at most the cores there are helps)",
     )
-    ing.add_argument("--embed-backend", choices=LazyChoices(_embed_backends), metavar="BACKEND",
+    ing.add_argument("--embed-backend", choices=_LazyChoices(_embed_backends), metavar="BACKEND",
                      help="how the packaged embedding model runs: %(choices)s (default: the pack's measured default)")
     ing.add_argument(
         "--store-format", choices=("folder", "embedded"), default="folder",
