@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Sized, Tuple, Union
 
 from llama_index.core.schema import BaseNode, Document
 
@@ -87,7 +87,10 @@ class PackIngestion:
 
         # One bar over the whole run (the per-batch bars of LlamaIndex's stages restart each
         # batch): documents indexed or found unchanged, with the run's ETA.
-        bar = tqdm(total=report.documents_planned, desc="indexing", unit="doc", disable=not self.config.show_progress)
+        total = report.documents_planned
+        if total is None and isinstance(documents, Sized):  # a list of documents; a generator has no total
+            total = len(documents)
+        bar = tqdm(total=total, desc="indexing", unit="doc", disable=not self.config.show_progress)
         with self.backend.bulk_writes(), runner, bar:  # PostgreSQL: HNSW built once after a load
             for fresh, nodes in runner(planned):
                 if fresh:

@@ -109,3 +109,13 @@ def test_model_loads_are_announced_and_quiet_silences_them(monkeypatch, capsys, 
     monkeypatch.setattr(defaults, "_embed_models", {})
     defaults.packaged_embed_model(backend="onnx")
     assert capsys.readouterr().err == ""
+
+
+def test_a_list_of_documents_gives_the_indexing_bar_its_total(capsys):
+    from llama_index_hiqa.demo import load_demo_documents
+
+    documents = load_demo_documents()[:3]
+    capsys.readouterr()
+    HiQAPack.from_documents(documents, embed_model=HashEmbedding(), show_progress=True, **FAST)
+    err = capsys.readouterr().err
+    assert "indexing: 100%" in err and "3/3" in err
