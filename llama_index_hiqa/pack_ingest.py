@@ -175,10 +175,12 @@ class PackIngestion:
         root = Path(path)
         resolved_root = root.resolve()  # once: every file's shard is its path below the folder
         report = ingest_kwargs.pop("report", None) or IngestionReport()
-        files = plan_folder(root, SUPPORTED_SUFFIXES, recursive, reader.follow_symlinks).files
-        status(f"reading {len(files)} file(s) from {root}" + (f" (shard {shard[0]}/{shard[1]})" if shard else ""))
-        if report.documents_planned is None and shard is None:
-            report.documents_planned = len(files)
+        if root.is_dir():  # else the reader raises its typed error for the path
+            # The reader lists the folder again as it reads; a listing costs little next to reading.
+            files = plan_folder(root, SUPPORTED_SUFFIXES, recursive, reader.follow_symlinks).files
+            status(f"reading {len(files)} file(s) from {root}" + (f" (shard {shard[0]}/{shard[1]})" if shard else ""))
+            if report.documents_planned is None and shard is None:
+                report.documents_planned = len(files)
 
         def unchanged(document_id: str, file: Path) -> bool:
             if shard is not None and not in_shard(Path(os.path.relpath(Path(file).resolve(), resolved_root)).as_posix(), shard):
