@@ -314,8 +314,8 @@ def _ingest(args: argparse.Namespace, llm: Any, folder: Path, store: Any, databa
 
 
 def _cmd_delete(args: argparse.Namespace) -> int:
-    from llama_index_hiqa.storage.pg_connection import is_postgres_url, mask_url
     from llama_index_hiqa.pack import HiQAPack
+    from llama_index_hiqa.storage.pg_connection import is_postgres_url, mask_url
 
     store = _existing_store(args.store)
     with contextlib.nullcontext() if is_postgres_url(args.store) else _folder_writer(store):
@@ -336,7 +336,8 @@ def _cmd_delete(args: argparse.Namespace) -> int:
 
 
 def _existing_store(path: str) -> Any:
-    from llama_index_hiqa.storage.pg_connection import is_postgres_url, mask_url
+    from llama_index_hiqa.storage.pg_connection import is_postgres_url
+
     if is_postgres_url(path):
         return path  # HiQAPack.load checks the database
     store = Path(path)
@@ -346,7 +347,6 @@ def _existing_store(path: str) -> Any:
 
 
 def _cmd_ask(args: argparse.Namespace) -> int:
-    from llama_index_hiqa.storage.pg_connection import is_postgres_url, mask_url
     from llama_index_hiqa.figures import format_figure
     from llama_index_hiqa.pack import HiQAPack, citation, format_citation
 
