@@ -203,14 +203,19 @@ def _cmd_ingest(args: argparse.Namespace) -> int:
     folder = Path(args.dir)
     if not folder.is_dir():
         raise CLIError(f"{folder}: no such folder" if not folder.exists() else f"{folder}: is a file, not a folder")
-    if not args.quiet:  # before the imports and model loads of the next seconds
-        print(f"hiqa ingest: {folder}: loading the pack and its models ...", file=sys.stderr, flush=True)
+    if args.quiet:
+        from llama_index_hiqa.progress import quiet
+
+        with quiet():
+            return _ingest_folder(args, folder)
+    print(f"hiqa ingest: {folder}: loading the pack and its models ...", file=sys.stderr, flush=True)  # before any slow import
+    return _ingest_folder(args, folder)
+
+
+def _ingest_folder(args: argparse.Namespace, folder: Path) -> int:
     from llama_index_hiqa.ingestion import parse_shard
-    from llama_index_hiqa.progress import quiet
     from llama_index_hiqa.storage.pg_connection import is_postgres_url, mask_url
 
-    if args.quiet:
-        quiet()
     args.shard_range = parse_shard(args.shard) if args.shard else None  # a bad I/N fails before any work
     llm = _llm(args)
     database = is_postgres_url(args.store)

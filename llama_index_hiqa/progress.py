@@ -16,9 +16,11 @@ does).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import sys
 import threading
+from typing import Iterator
 
 STATUS_LOGGER = "llama_index_hiqa.progress"
 STATUS_PREFIX = "llama_index_hiqa: "
@@ -66,10 +68,20 @@ def status(message: str) -> None:
     _logger.info(message)
 
 
-def quiet() -> None:
-    """Silence the status lines of this process (``hiqa ... --quiet``, ingestion workers)."""
+@contextlib.contextmanager
+def quiet() -> Iterator[None]:
+    """No status lines inside the block (``hiqa ingest --quiet``); the level is restored after.
+
+    Yields:
+        ``None``, while the block runs.
+    """
     _configure()
+    level = _logger.level
     _logger.setLevel(logging.WARNING)
+    try:
+        yield
+    finally:
+        _logger.setLevel(level)
 
 
 __all__ = ["STATUS_LOGGER", "quiet", "status"]

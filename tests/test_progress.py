@@ -4,7 +4,6 @@ import, every model load and folder read is announced on stderr before it starts
 
 from __future__ import annotations
 
-import logging
 import os
 import shutil
 import subprocess
@@ -20,15 +19,6 @@ from tests.pack_helpers import HashEmbedding
 
 ROOT = Path(__file__).resolve().parents[1]
 FAST = {"keywords": {"use_ner": False}}
-
-
-@pytest.fixture
-def status_level():
-    """Restore the status logger's level after a test that silences it."""
-    logger = logging.getLogger(progress.STATUS_LOGGER)
-    level = logger.level
-    yield logger
-    logger.setLevel(level)
 
 
 @pytest.fixture
@@ -97,18 +87,23 @@ def test_without_show_progress_only_the_status_lines_show(two_datasheets, capsys
     assert f"{progress.STATUS_PREFIX}reading 2 file(s)" in err
 
 
-def test_model_loads_are_announced_and_quiet_silences_them(monkeypatch, capsys, status_level):
+def test_model_loads_are_announced_and_quiet_silences_them_inside_its_block(monkeypatch, capsys):
     from llama_index_hiqa import defaults
 
-    monkeypatch.setattr(defaults, "_embed_models", {})
     monkeypatch.setattr(defaults, "build_packaged_embed_model", lambda backend, batch: HashEmbedding())
-    defaults.packaged_embed_model(backend="onnx")
-    assert capsys.readouterr().err == f"{progress.STATUS_PREFIX}loading the embedding model all-MiniLM-L6-v2 (onnx) ...\n"
-
-    progress.quiet()
+    line = f"{progress.STATUS_PREFIX}loading the embedding model all-MiniLM-L6-v2 (onnx) ...\n"
     monkeypatch.setattr(defaults, "_embed_models", {})
     defaults.packaged_embed_model(backend="onnx")
+    assert capsys.readouterr().err == line
+
+    with progress.quiet():  # what `hiqa ingest --quiet` runs in
+        monkeypatch.setattr(defaults, "_embed_models", {})
+        defaults.packaged_embed_model(backend="onnx")
     assert capsys.readouterr().err == ""
+
+    monkeypatch.setattr(defaults, "_embed_models", {})  # and the lines are back after the block
+    defaults.packaged_embed_model(backend="onnx")
+    assert capsys.readouterr().err == line
 
 
 def test_a_list_of_documents_gives_the_indexing_bar_its_total(capsys):
