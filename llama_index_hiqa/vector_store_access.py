@@ -29,7 +29,7 @@ from llama_index.core.storage.docstore import BaseDocumentStore, SimpleDocumentS
 from llama_index.core.vector_stores.types import MetadataFilters
 
 from llama_index_hiqa import schema
-from llama_index_hiqa.errors import VectorStoreFeatureError
+from llama_index_hiqa.errors import InvalidSettingError, VectorStoreFeatureError
 
 # Ids asked of a store per call when a store is listed by id (Milvus).
 _ID_BATCH = 1000
@@ -64,6 +64,27 @@ def index_nodes(
         return stored, index.docstore
     listed = list_vector_store_nodes(vector_store, component)
     return listed, _memory_docstore(listed)
+
+
+def one_node_source(component: str, index: Any, nodes: Any, docstore: Any) -> None:
+    """Check that a ``from_defaults`` got exactly one of ``index``, ``nodes``, ``docstore``
+    (LlamaIndex's ``BM25Retriever.from_defaults`` convention).
+
+    Args:
+        component: the constructor asking, named in the error.
+        index: a ``VectorStoreIndex`` or ``None``.
+        nodes: the nodes or ``None``.
+        docstore: a docstore or ``None``.
+
+    Raises:
+        InvalidSettingError: none or more than one was given.
+    """
+    given = [name for name, value in (("index", index), ("nodes", nodes), ("docstore", docstore)) if value is not None]
+    if len(given) != 1:
+        raise InvalidSettingError(
+            f"{component}(index=, nodes=, docstore=)",
+            f"pass exactly one of index, nodes or docstore (got {', '.join(given) or 'none'})",
+        )
 
 
 def list_vector_store_nodes(vector_store: Any, component: str) -> List[BaseNode]:

@@ -552,3 +552,30 @@ def test_chain_augmented_retriever_keeps_first_ranking_then_appends_new_chain_no
     retriever = ChainAugmentedRetriever(fixed(["a", "b", "c"]), fixed(["c", "d", "a", "e"]), head_share=1.0)
     assert [n.node.node_id for n in retriever.retrieve("q")] == ["a", "b", "c", "d", "e"]
     assert [n.node.node_id for n in asyncio.run(retriever.aretrieve("q"))] == ["a", "b", "c", "d", "e"]
+
+
+def test_from_defaults_builds_from_index_nodes_or_docstore():
+    """LlamaIndex's from_defaults shape: exactly one of index, nodes, docstore; similarity_top_k
+    is the chains' budget."""
+    from llama_index.core import VectorStoreIndex
+    from llama_index.core.embeddings import MockEmbedding
+    from llama_index.core.storage.docstore import SimpleDocumentStore
+
+    from llama_index_hiqa.errors import InvalidSettingError
+
+    settings = dict(graph_settings={"semantic_top_k": 2, "min_similarity": 0.95}, keyword_fn=lambda q: ["zorblax"])
+    query = QueryBundle("q", embedding=Q_VEC)
+    by_nodes = ChunkGraphRetriever.from_nodes(two_hop_corpus(), max_nodes=3, **settings)
+    expected = [n.node.node_id for n in by_nodes.retrieve(query)]
+    index = VectorStoreIndex(two_hop_corpus(), embed_model=MockEmbedding(embed_dim=DIM))
+    docstore = SimpleDocumentStore()
+    docstore.add_documents(two_hop_corpus())
+    for source in ({"nodes": two_hop_corpus()}, {"index": index}, {"docstore": docstore}):
+        retriever = ChunkGraphRetriever.from_defaults(**source, similarity_top_k=3, **settings)
+        assert retriever.settings.max_nodes == 3
+        assert [n.node.node_id for n in retriever.retrieve(query)] == expected, source
+    assert ChunkGraphRetriever.from_defaults(docstore=docstore, **settings).docstore is docstore
+    with pytest.raises(InvalidSettingError, match="exactly one"):
+        ChunkGraphRetriever.from_defaults(nodes=two_hop_corpus(), docstore=docstore)
+    with pytest.raises(GraphBuildError):
+        ChunkGraphRetriever.from_defaults(docstore=SimpleDocumentStore())

@@ -48,6 +48,7 @@ from llama_index.core.schema import BaseNode, NodeWithScore, QueryBundle
 
 from llama_index_hiqa import schema
 from llama_index_hiqa.retrievers import focus_share
+from llama_index_hiqa.retrievers.multi_route import MultiRouteRetriever
 from llama_index_hiqa.retrievers.settings import BM25, KEYWORDS, VECTOR, DocumentFocusConfig  # noqa: F401 (re-exported)
 from llama_index_hiqa.settings import updated
 
@@ -297,6 +298,47 @@ class DocumentFocusRetriever(BaseRetriever):
         # document's nodes only the first time a question lands on it.
         self._facts: Dict[str, _NodeFacts] = {}
         super().__init__(callback_manager=getattr(multi_route, "callback_manager", None))
+
+    @classmethod
+    def from_defaults(
+        cls,
+        index: Any = None,
+        nodes: Optional[Sequence[BaseNode]] = None,
+        docstore: Any = None,
+        vector_retriever: Any = None,
+        embed_model: Optional[BaseEmbedding] = None,
+        similarity_top_k: Optional[int] = None,
+        **settings: Any,
+    ) -> "DocumentFocusRetriever":
+        """LlamaIndex's ``from_defaults`` shape: a
+        :meth:`MultiRouteRetriever.from_defaults <llama_index_hiqa.MultiRouteRetriever.from_defaults>`
+        over exactly one of ``index``, ``nodes`` or ``docstore``, focused.
+
+        Args:
+            index: a ``VectorStoreIndex`` (any vector store); its embed model embeds the
+                question and the heading paths unless ``embed_model`` is given.
+            nodes: the nodes to retrieve from.
+            docstore: a docstore holding them.
+            vector_retriever: the vector route for ``nodes`` / ``docstore``.
+            embed_model: embeds the question and the heading paths.
+            similarity_top_k: nodes returned per query.
+            **settings: :class:`DocumentFocusConfig` fields; the others go to the multi-route
+                retriever.
+
+        Returns:
+            The retriever.
+
+        Raises:
+            InvalidSettingError: not exactly one of ``index``, ``nodes``, ``docstore``.
+        """
+        focus = {key: settings.pop(key) for key in list(settings) if key in DocumentFocusConfig.model_fields}
+        multi_route = MultiRouteRetriever.from_defaults(
+            index=index, nodes=nodes, docstore=docstore, vector_retriever=vector_retriever,
+            similarity_top_k=similarity_top_k, **settings,
+        )
+        if embed_model is None and index is not None:
+            embed_model = getattr(index, "_embed_model", None)
+        return cls(multi_route, embed_model=embed_model, **focus)
 
     @property
     def similarity_top_k(self) -> int:

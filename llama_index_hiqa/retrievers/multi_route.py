@@ -64,7 +64,7 @@ from llama_index_hiqa.retrievers.settings import (  # noqa: F401 (re-exported: t
 from llama_index_hiqa.settings import updated
 from llama_index_hiqa.indexes.keyword_index import KeywordIndex
 from llama_index_hiqa.transforms.critical_keywords import CriticalKeywordExtractor
-from llama_index_hiqa.vector_store_access import index_nodes
+from llama_index_hiqa.vector_store_access import index_nodes, one_node_source
 
 __all__ = ["MultiRouteConfig", "MultiRouteRetriever", "RouteParts", "VECTOR", "BM25", "KEYWORDS", "ROUTES"]
 
@@ -139,6 +139,44 @@ class MultiRouteRetriever(DocumentScope, FullRanking, BaseRetriever):
         if nodes is None:  # result nodes are then read by id from the docstore that holds them
             nodes, docstore = index_nodes(index, "MultiRouteRetriever", docstore=docstore)
         return cls(vector_retriever=vector, nodes=nodes, docstore=docstore, config=config, **kwargs)
+
+    @classmethod
+    def from_defaults(
+        cls,
+        index: Optional[VectorStoreIndex] = None,
+        nodes: Optional[Sequence[BaseNode]] = None,
+        docstore: Optional[BaseDocumentStore] = None,
+        vector_retriever: Optional[BaseRetriever] = None,
+        similarity_top_k: Optional[int] = None,
+        **kwargs: Any,
+    ) -> "MultiRouteRetriever":
+        """LlamaIndex's ``from_defaults`` shape (as ``BM25Retriever.from_defaults``): exactly one
+        of ``index``, ``nodes`` or ``docstore``.
+
+        With ``index`` it is :meth:`from_index`; with ``nodes`` or ``docstore`` the BM25 and
+        keyword routes run over them and the vector route is ``vector_retriever`` (off when
+        ``None``).
+
+        Args:
+            index: a ``VectorStoreIndex`` (any vector store).
+            nodes: the nodes to retrieve from.
+            docstore: a docstore holding them (result nodes are read from it by id).
+            vector_retriever: the vector route for ``nodes`` / ``docstore``.
+            similarity_top_k: nodes returned per query (default :class:`MultiRouteConfig`'s).
+            **kwargs: other :class:`MultiRouteConfig` settings and constructor arguments.
+
+        Returns:
+            The retriever.
+
+        Raises:
+            InvalidSettingError: not exactly one of ``index``, ``nodes``, ``docstore``.
+        """
+        one_node_source("MultiRouteRetriever.from_defaults", index, nodes, docstore)
+        if similarity_top_k is not None:
+            kwargs["similarity_top_k"] = similarity_top_k
+        if index is not None:
+            return cls.from_index(index, **kwargs)
+        return cls(vector_retriever=vector_retriever, nodes=nodes, docstore=docstore, **kwargs)
 
     def with_settings(self, **settings: Any) -> "MultiRouteRetriever":
         """The same indexes under other settings (``similarity_top_k``, ``mode``, ``alpha``, ...):
