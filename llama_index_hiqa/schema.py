@@ -133,8 +133,9 @@ CRITICAL_KEYWORDS = "critical_keywords"  # normalised keyword list, never embedd
 
 # --- retrieval provenance (written by retrievers/postprocessors) -----------------------
 ROUTE_SCORES = "route_scores"  # {"vector": .., "bm25": .., "keywords": ..}
-CHAIN_ID = "chain_id"
-CHAIN_HOP = "chain_hop"
+CHAIN_ID = "chain_id"  # the evidence chain's number in the results (0 first)
+CHAIN_HOP = "chain_hop"  # 0 for the chain's seed, then 1, 2, ... in traversal order
+CHAIN_SCORE = "chain_score"  # the chain walk's own score (seed cosine, then the scorer's)
 SEGMENT_NODE_IDS = "segment_node_ids"
 POSITION_START = "position_start"
 POSITION_END = "position_end"
@@ -183,6 +184,7 @@ BOOKKEEPING_KEYS: Tuple[str, ...] = (
     ROUTE_SCORES,
     CHAIN_ID,
     CHAIN_HOP,
+    CHAIN_SCORE,
     SEGMENT_NODE_IDS,
     POSITION_START,
     POSITION_END,
