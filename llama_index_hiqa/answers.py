@@ -182,7 +182,7 @@ class EvidenceChatEngine(BaseChatEngine):
         return StreamingAgentChatResponse(response=str(response), source_nodes=response.source_nodes)
 
     async def achat(self, message: str, chat_history: Optional[List[ChatMessage]] = None) -> AgentChatResponse:
-        """Async :meth:`chat` (nothing to wait for).
+        """Async [`chat`][llama_index_hiqa.answers.EvidenceChatEngine.chat] (nothing to wait for).
 
         Args:
             message: the user's message (the question).
@@ -196,7 +196,7 @@ class EvidenceChatEngine(BaseChatEngine):
     async def astream_chat(
         self, message: str, chat_history: Optional[List[ChatMessage]] = None
     ) -> StreamingAgentChatResponse:
-        """Async :meth:`stream_chat` (nothing to wait for).
+        """Async [`stream_chat`][llama_index_hiqa.answers.EvidenceChatEngine.stream_chat] (nothing to wait for).
 
         Args:
             message: the user's message (the question).
@@ -217,7 +217,7 @@ class EvidenceChatEngine(BaseChatEngine):
 
 # --------------------------------------------------------------------------- the pack's answers
 class PackAnswering:
-    """The answering half of :class:`~llama_index_hiqa.HiQAPack` (which inherits it): the
+    """The answering half of [`HiQAPack`][llama_index_hiqa.pack.HiQAPack] (which inherits it): the
     post-processors, query and chat engines and figures over the pack's retriever."""
 
     config: Any
@@ -304,7 +304,7 @@ class PackAnswering:
 
         Args:
             question: The question.
-            **kwargs: :meth:`as_query_engine` options.
+            **kwargs: [`as_query_engine`][llama_index_hiqa.answers.PackAnswering.as_query_engine] options.
 
         Returns:
             The response.
@@ -317,7 +317,7 @@ class PackAnswering:
         """The figures that go with an answer (a response or its source nodes): figures it
         retrieved, then those on its cited pages and sections; each with document, page,
         section, caption, box and the image file saved in the store (see
-        :func:`llama_index_hiqa.figures.figures_for`).
+        [`llama_index_hiqa.figures.figures_for`][llama_index_hiqa.figures.figures_for]).
 
         Args:
             response: A response, or its source nodes.

@@ -3,7 +3,7 @@
 The HiQA paper (§Markdown Formatter, Algorithm 1) has an LLM rewrite each document as
 Markdown whose every chapter is a numbered heading, then cuts it into *segments*, one per
 chapter. This parser produces the same segments with no LLM, from what
-:class:`~llama_index_hiqa.PDFLayoutReader` provides: pymupdf4llm's Markdown headings and
+[`PDFLayoutReader`][llama_index_hiqa.readers.pdf.PDFLayoutReader] provides: pymupdf4llm's Markdown headings and
 tables plus the font size/weight of candidate heading lines (``schema.LAYOUT_HEADINGS``),
 corrected by numbering patterns (``1``, ``1.2``, ``1.2.3``, ``A.1``, ``Chapter 3``, and SEC
 filings' ``Part II``, ``Item 7.``, ``Item 7A.``) to get true heading levels. Running
@@ -12,7 +12,7 @@ by their ``#`` headings (the rule of LlamaIndex's ``MarkdownNodeParser``, with c
 offsets kept).
 
 It is the default of the pack when no LLM is configured and the fallback of
-:class:`~llama_index_hiqa.parsers.markdown_formatter.MarkdownFormatterParser` for a window
+[`MarkdownFormatterParser`][llama_index_hiqa.parsers.markdown_formatter.MarkdownFormatterParser] for a window
 whose LLM output cannot be used.
 
 Nodes tile the document: node text is exactly ``document.text[CHAR_START:CHAR_END]`` and the

@@ -197,7 +197,7 @@ def number_lines(text: str, spans: Sequence[Tuple[int, int]], lo: int, hi: int) 
 
     Args:
         text: the document's text.
-        spans: its line spans (:func:`split_lines`).
+        spans: its line spans ([`split_lines`][llama_index_hiqa.parsers.line_number_segment.split_lines]).
         lo: the first line shown.
         hi: the line after the last one shown.
 
@@ -275,7 +275,7 @@ def merge_short_sections(
 
     Args:
         sections: the sections, partitioning the lines.
-        spans: the line spans (:func:`split_lines`).
+        spans: the line spans ([`split_lines`][llama_index_hiqa.parsers.line_number_segment.split_lines]).
         min_chars: the shortest section kept on its own, in characters.
 
     Returns:
@@ -367,7 +367,7 @@ def chunk_section(
     when one lies in its second half, so chunks rarely start mid-sentence.
 
     Args:
-        spans: the line spans (:func:`split_lines`).
+        spans: the line spans ([`split_lines`][llama_index_hiqa.parsers.line_number_segment.split_lines]).
         section: the section to chunk.
         chunk_chars: the longest chunk, in characters (a single longer line is one chunk).
         text: the document's text, to tell real line ends from wrap points; ``None`` treats
@@ -484,7 +484,7 @@ class LineNumberSegmentParser(SegmentNodeParser):
     async def asection_documents(
         self, documents: Sequence[BaseNode], show_progress: bool = False
     ) -> List[List[Section]]:
-        """Async :meth:`section_documents`: the LLM's windows run concurrently.
+        """Async [`section_documents`][llama_index_hiqa.parsers.line_number_segment.LineNumberSegmentParser.section_documents]: the LLM's windows run concurrently.
 
         A document too short for the LLM (or with no LLM) is one section; a window whose answer
         failed is one section named by its line range.

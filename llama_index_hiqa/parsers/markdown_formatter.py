@@ -15,10 +15,10 @@ seams; window borders are moved to the nearest line break so that no line is cut
 Every window's answer is checked against its source (share of the source's words found in
 the output; share of output words not in the source; a kept tail; Markdown rather than JSON
 or a one-line blob). A failing answer, an LLM error or a timeout is retried with backoff,
-then the window falls back to :class:`LayoutMarkdownParser` on the window's own text, and the
+then the window falls back to [`LayoutMarkdownParser`][llama_index_hiqa.parsers.layout_markdown.LayoutMarkdownParser] on the window's own text, and the
 nodes say which path produced them (``schema.PARSE_PATH``: ``"llm"`` or
 ``"layout_fallback"``). The document's word coverage is kept on every node
-(``schema.COVERAGE``) and a :class:`MarkdownCoverageWarning` is raised below a threshold.
+(``schema.COVERAGE``) and a [`MarkdownCoverageWarning`][llama_index_hiqa.parsers.markdown_formatter.MarkdownCoverageWarning] is raised below a threshold.
 With no LLM (none given and no ``Settings.llm``) the layout parser does the whole job.
 
 >>> from llama_index_hiqa import MarkdownFormatterParser
@@ -232,7 +232,7 @@ def check_window(
         context: more text heading numbers may come from (the padding, the previous window).
 
     Returns:
-        A :class:`WindowCheck`: whether it passes, coverage, novelty and the reason it failed.
+        A [`WindowCheck`][llama_index_hiqa.parsers.markdown_formatter.WindowCheck]: whether it passes, coverage, novelty and the reason it failed.
     """
     src, out = _words(source), _words(output)
     if not src:
@@ -464,7 +464,7 @@ class MarkdownFormatterParser(SegmentNodeParser):
     async def aformat_document(self, doc: Document) -> List[TextNode]:
         """Format one document window by window (sequentially) and cut it into nodes.
 
-        A window whose answer fails the checks falls back to :class:`LayoutMarkdownParser` on
+        A window whose answer fails the checks falls back to [`LayoutMarkdownParser`][llama_index_hiqa.parsers.layout_markdown.LayoutMarkdownParser] on
         the window's own text (parse path ``"layout_fallback"``).
 
         Args:
@@ -485,7 +485,7 @@ class MarkdownFormatterParser(SegmentNodeParser):
         return self._nodes_from_results(doc, results)
 
     def format_document(self, doc: Document) -> List[TextNode]:
-        """Synchronous :meth:`aformat_document`; the layout parser's nodes without an LLM.
+        """Synchronous [`aformat_document`][llama_index_hiqa.parsers.markdown_formatter.MarkdownFormatterParser.aformat_document]; the layout parser's nodes without an LLM.
 
         Args:
             doc: the document.

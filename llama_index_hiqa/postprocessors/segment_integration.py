@@ -2,7 +2,7 @@
 
 TextRAG Parts 3 and 4 (Pei Ma's TextRAG blog post (2024), "Reranking" and "Chunks Integration"),
 whose public reference is dsRAG's relevant segment extraction (RSE). Placed after any
-retriever, :class:`SegmentIntegrationPostprocessor` turns ten scattered chunks into the two
+retriever, [`SegmentIntegrationPostprocessor`][llama_index_hiqa.postprocessors.segment_integration.SegmentIntegrationPostprocessor] turns ten scattered chunks into the two
 or three passages where the answer lives, each whole, in reading order, with a header saying
 which document and section it is from:
 
@@ -25,7 +25,7 @@ which document and section it is from:
    max-heap re-examines only the starts a new segment invalidated, so a thousand candidates
    take milliseconds (``benchmarks/bench_segment_integration.py``).
 4. **Fill-in**: chunks inside a segment that were not retrieved are fetched from a docstore
-   (``docstore=`` or :meth:`from_index`) by (document id, position) through a lookup built
+   (``docstore=`` or `from_index`) by (document id, position) through a lookup built
    once, lazily. Without a docstore a segment can only hold retrieved chunks (a missing
    position ends it) and its node says so (``schema.SEGMENT_FILL``).
 5. **Output**: one ``NodeWithScore`` per segment, score = segment value, best first; text
@@ -248,7 +248,7 @@ class SegmentIntegrationPostprocessor(BaseNodePostprocessor):
 
         They are read from the index's docstore or, over a store that keeps the text (Chroma,
         Qdrant, pgvector, ...), from the nodes listed from the vector store
-        (:mod:`llama_index_hiqa.vector_store_access`).
+        (`llama_index_hiqa.vector_store_access`).
 
         Args:
             index: A LlamaIndex ``VectorStoreIndex`` (or anything with a docstore).
@@ -312,7 +312,7 @@ class SegmentIntegrationPostprocessor(BaseNodePostprocessor):
         """How the reranker is called: a reranker is a remote service or a model of the
         user's (network, quota, parse errors of any type), so a failure ranks by the incoming
         scores (or the embedding cosine) and loses no chunk, unless the user asked for
-        :class:`~llama_index_hiqa.errors.RerankerError`."""
+        [`RerankerError`][llama_index_hiqa.errors.RerankerError]."""
 
         def incoming_scores(_error: BaseException) -> Tuple[str, List[Optional[float]]]:
             if all(n.score is not None for n in nodes):
@@ -442,7 +442,7 @@ def calibration(source: str, settings: Any) -> Tuple[Optional[Tuple[float, float
 
     Returns:
         ``(score_range or None, (a, b))``; a reranker is looked up by its class name
-            in :data:`CALIBRATION`.
+            in [`CALIBRATION`][llama_index_hiqa.postprocessors.segment_integration.CALIBRATION].
     """
     key = source
     if source == "reranker" and settings.reranker is not None:

@@ -2,7 +2,7 @@
 
 IIER ("Leveraging Inter-Chunk Interactions for Enhanced Retrieval in Large Language
 Model-Based Question Answering" (IIER, Guo et al.) §3.2) returns the chains in traversal
-order so the LLM reads the reasoning path. :func:`chain_results` fills the node budget hop by
+order so the LLM reads the reasoning path. [`chain_results`][llama_index_hiqa.retrievers.chain_output.chain_results] fills the node budget hop by
 hop across chains (every seed first, then every chain's first hop, ...) so one long chain
 cannot crowd out the other seeds, then lists the nodes chain by chain, each a copy tagged
 with ``schema.CHAIN_ID`` / ``schema.CHAIN_HOP`` (or the chain merged into one node).
@@ -64,7 +64,7 @@ def chain_results(
         merge: one merged node per chain instead of its nodes.
 
     Returns:
-        The results, chain by chain in traversal order, scored by rank (:func:`rank_score`).
+        The results, chain by chain in traversal order, scored by rank ([`rank_score`][llama_index_hiqa.retrievers.chain_output.rank_score]).
     """
     results: List[NodeWithScore] = []
     for c, chain in enumerate(budgeted(chains, budget)):

@@ -10,11 +10,11 @@ by selecting seed chunks that greedily cover the question's keywords (prompt A.1
 from each seed up to L = 5 hops, each hop moving to the neighbour a scorer rates best; the
 chains are returned in traversal order so the LLM reads the reasoning path.
 
-* :class:`~llama_index_hiqa.retrievers.chunk_interaction_graph.ChunkInteractionGraph` — the
+* [`ChunkInteractionGraph`][llama_index_hiqa.retrievers.chunk_interaction_graph.ChunkInteractionGraph] — the
   graph (its own module; importable from here too).
-* :class:`ChunkGraphRetriever` — a LlamaIndex ``BaseRetriever`` (drops into any query engine)
+* [`ChunkGraphRetriever`][llama_index_hiqa.retrievers.chunk_graph.ChunkGraphRetriever] — a LlamaIndex ``BaseRetriever`` (drops into any query engine)
   with a training-free scorer by default; a trained one is fitted by
-  :func:`~llama_index_hiqa.retrievers.chain_training.fit_chain_scorer`, beside the scorers.
+  [`fit_chain_scorer`][llama_index_hiqa.retrievers.chain_training.fit_chain_scorer], beside the scorers.
 
 Keywords are read from ``schema.CRITICAL_KEYWORDS`` in node metadata (written by the
 ``CriticalKeywordExtractor`` transform); for nodes without them, and for the question when no
@@ -72,7 +72,7 @@ QUESTION_KEYWORDS_PROMPT = QUERY_KEYWORD_PROMPT
 
 
 class ChunkGraphRetriever(BaseRetriever):
-    """IIER evidence-chain retriever over a :class:`ChunkInteractionGraph`.
+    """IIER evidence-chain retriever over a [`ChunkInteractionGraph`][llama_index_hiqa.retrievers.chunk_interaction_graph.ChunkInteractionGraph].
 
     >>> retriever = ChunkGraphRetriever.from_nodes(nodes, max_nodes=10)
     >>> query_engine = RetrieverQueryEngine.from_args(retriever)
@@ -131,7 +131,7 @@ class ChunkGraphRetriever(BaseRetriever):
             nodes: the chunks.
             embed_model: the embedding model (chunks without ``node.embedding``, and questions).
             keyword_fn: text -> keywords (chunks and questions).
-            graph_settings: :class:`ChunkInteractionGraph` settings.
+            graph_settings: [`ChunkInteractionGraph`][llama_index_hiqa.retrievers.chunk_interaction_graph.ChunkInteractionGraph] settings.
             show_progress: show progress bars.
             **kwargs: the retriever's other settings.
 
@@ -152,13 +152,13 @@ class ChunkGraphRetriever(BaseRetriever):
     def from_index(cls, index: Any, show_progress: bool = False, **kwargs: Any) -> "ChunkGraphRetriever":
         """Build over the nodes of a ``VectorStoreIndex``: text from its docstore or, over a
         store that keeps the text (Chroma, Qdrant, pgvector, ...), from the vector store
-        (:mod:`llama_index_hiqa.vector_store_access`); vectors from the vector store where it returns
+        (`llama_index_hiqa.vector_store_access`); vectors from the vector store where it returns
         them, else the index's embed model recomputes them.
 
         Args:
             index: the ``VectorStoreIndex``.
             show_progress: show progress bars.
-            **kwargs: passed on to :meth:`from_nodes`.
+            **kwargs: passed on to [`from_nodes`][llama_index_hiqa.retrievers.chunk_graph.ChunkGraphRetriever.from_nodes].
 
         Returns:
             The retriever.
@@ -181,7 +181,7 @@ class ChunkGraphRetriever(BaseRetriever):
         **kwargs: Any,
     ) -> "ChunkGraphRetriever":
         """LlamaIndex's ``from_defaults`` shape (as ``BM25Retriever.from_defaults``): exactly one
-        of ``index`` (:meth:`from_index`), ``nodes`` (:meth:`from_nodes`) or ``docstore`` (the
+        of ``index`` ([`from_index`][llama_index_hiqa.retrievers.chunk_graph.ChunkGraphRetriever.from_index]), ``nodes`` ([`from_nodes`][llama_index_hiqa.retrievers.chunk_graph.ChunkGraphRetriever.from_nodes]) or ``docstore`` (the
         graph over its nodes, text read from it by id).
 
         Args:
@@ -190,7 +190,7 @@ class ChunkGraphRetriever(BaseRetriever):
             docstore: a docstore holding the chunks.
             similarity_top_k: nodes returned per question (``max_nodes``, the chains' budget).
             show_progress: show progress bars.
-            **kwargs: passed on to :meth:`from_nodes`.
+            **kwargs: passed on to [`from_nodes`][llama_index_hiqa.retrievers.chunk_graph.ChunkGraphRetriever.from_nodes].
 
         Returns:
             The retriever.
@@ -270,7 +270,7 @@ class ChunkGraphRetriever(BaseRetriever):
         return self._keywords_from_llm_answer(question, answer)
 
     async def aquestion_keywords(self, question: str) -> Set[str]:
-        """As :meth:`question_keywords`, with the LLM called asynchronously.
+        """As [`question_keywords`][llama_index_hiqa.retrievers.chunk_graph.ChunkGraphRetriever.question_keywords], with the LLM called asynchronously.
 
         Args:
             question: The question.

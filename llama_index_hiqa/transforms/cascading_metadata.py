@@ -224,7 +224,7 @@ class CascadingMetadataTransform(TransformComponent):
             **kwargs: ``show_progress`` overrides the setting.
 
         Returns:
-            The nodes with the cascade in their views (tables as :class:`HCATableNode`).
+            The nodes with the cascade in their views (tables as [`HCATableNode`][llama_index_hiqa.transforms.table_view.HCATableNode]).
         """
         nodes = list(nodes)
         descriptions: Dict[int, str] = {}
@@ -348,7 +348,7 @@ class CascadingMetadataTransform(TransformComponent):
         return is_image(node)
 
     def _as_view_node(self, node: BaseNode) -> BaseNode:
-        """Tables become :class:`HCATableNode` (same id, text, metadata) so their embed view
+        """Tables become [`HCATableNode`][llama_index_hiqa.transforms.table_view.HCATableNode] (same id, text, metadata) so their embed view
         can leave out the cells; everything else is returned as is."""
         if type(node) is HCATableNode and (self.variant == "none" or not self.augment_tables):
             return TextNode.model_validate(node.model_dump())  # back to the plain view

@@ -272,7 +272,7 @@ class ContextHeaderTransform(TransformComponent):
 
         Per document first (its title when missing, then the summary that names it), then per
         section, the LLM calls running concurrently. A call that fails after all retries leaves
-        its header out (counted in :attr:`failures`). Without an LLM the nodes are returned
+        its header out (counted in [`failures`][llama_index_hiqa.transforms.context_header.ContextHeaderTransform.failures]). Without an LLM the nodes are returned
         unchanged, with a warning.
 
         Args:
