@@ -28,6 +28,7 @@ _EXPORTS: Dict[str, str] = {
     "OfflineModelError": "llama_index_hiqa.errors",
     "LLMOutputError": "llama_index_hiqa.errors",
     "UnknownNodeError": "llama_index_hiqa.errors",
+    "UnserializedPartError": "llama_index_hiqa.errors",  # from_dict without a part to_dict leaves out
     #
     # -- HiQA Markdown formatter and layout parser
     "MarkdownFormatterParser": "llama_index_hiqa.parsers.markdown_formatter",
@@ -168,6 +169,7 @@ if TYPE_CHECKING:
         OfflineModelError as OfflineModelError,
         LLMOutputError as LLMOutputError,
         UnknownNodeError as UnknownNodeError,
+        UnserializedPartError as UnserializedPartError,
         InvalidMetadataError as InvalidMetadataError,
         RetrievalRouteError as RetrievalRouteError,
         GraphBuildError as GraphBuildError,

@@ -29,12 +29,13 @@ import bisect
 import logging
 import re
 from collections import Counter
-from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple
+from typing import Any, Callable, ClassVar, Dict, List, Optional, Sequence, Set, Tuple
 
 from llama_index.core.bridge.pydantic import Field, PrivateAttr
 from llama_index.core.schema import BaseNode, Document, TextNode
 from llama_index.core.utils import get_tqdm_iterable
 
+from llama_index_hiqa.component_dict import PartsRoundTrip
 from llama_index_hiqa import schema
 from llama_index_hiqa.figures import images_as_nodes_field, with_figure_nodes
 from llama_index_hiqa.headings import (
@@ -76,8 +77,18 @@ def _norm_running(line: str) -> str:
     return re.sub(r"\d+", "#", clean_inline(line.replace("|", " ")).lower()).strip()
 
 
-class LayoutMarkdownParser(SegmentNodeParser):
+class LayoutMarkdownParser(PartsRoundTrip, SegmentNodeParser):
     """One node per chapter segment (tables as their own nodes) from layout Markdown."""
+
+    part_names: ClassVar[Tuple[str, ...]] = ("tokenizer",)  # not serialised: component_dict
+
+    def held_parts(self) -> Dict[str, Any]:
+        """The tokenizer (``from_dict(data, tokenizer=...)`` takes it back).
+
+        Returns:
+            ``{"tokenizer": the tokenizer or None}``.
+        """
+        return {"tokenizer": self._tokenizer}
 
     max_segment_chars: Optional[int] = Field(
         default=4000, ge=1,

@@ -29,7 +29,7 @@ from __future__ import annotations
 import logging
 import re
 from dataclasses import dataclass, replace
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, ClassVar, Dict, List, Optional, Sequence, Tuple
 
 from llama_index.core.async_utils import asyncio_run, run_jobs
 from llama_index.core.bridge.pydantic import BaseModel, Field, PrivateAttr, field_validator
@@ -37,6 +37,7 @@ from llama_index.core.llms import LLM
 from llama_index.core.prompts import PromptTemplate
 from llama_index.core.schema import BaseNode, NodeRelationship, TextNode
 
+from llama_index_hiqa.component_dict import PartsRoundTrip
 from llama_index_hiqa import schema
 from llama_index_hiqa.figures import images_as_nodes_field, with_figure_nodes
 from llama_index_hiqa.defaults import resolve_llm
@@ -397,12 +398,14 @@ def chunk_section(
 # --- the parser ---------------------------------------------------------------------------
 
 
-class LineNumberSegmentParser(SegmentNodeParser):
+class LineNumberSegmentParser(PartsRoundTrip, SegmentNodeParser):
     """One node per semantic section (or per chunk of a section), sectioned by an LLM.
 
     >>> parser = LineNumberSegmentParser(llm=llm)              # any LlamaIndex LLM
     >>> nodes = parser.get_nodes_from_documents(documents)     # or in an IngestionPipeline
     """
+
+    part_names: ClassVar[Tuple[str, ...]] = ("llm",)  # not serialised: component_dict
 
     llm: Optional[LLM] = Field(
         default=None, exclude=True, description="LLM that sections; None: Settings.llm."

@@ -37,13 +37,14 @@ import re
 import warnings
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any, List, Optional, Sequence, Tuple
+from typing import Any, ClassVar, Dict, List, Optional, Sequence, Tuple
 
 from llama_index.core.async_utils import asyncio_run, run_jobs
 from llama_index.core.bridge.pydantic import Field, PrivateAttr
 from llama_index.core.llms import LLM
 from llama_index.core.schema import BaseNode, Document, TextNode
 
+from llama_index_hiqa.component_dict import PartsRoundTrip
 from llama_index_hiqa import schema
 from llama_index_hiqa.figures import images_as_nodes_field, with_figure_nodes
 from llama_index_hiqa.defaults import resolve_llm
@@ -262,8 +263,42 @@ def check_window(
     return WindowCheck(True, coverage, novelty)
 
 
-class MarkdownFormatterParser(SegmentNodeParser):
+class MarkdownFormatterParser(PartsRoundTrip, SegmentNodeParser):
     """One node per chapter segment of LLM-formatted Markdown (HiQA Markdown Formatter)."""
+
+    part_names: ClassVar[Tuple[str, ...]] = ("llm",)  # not serialised: component_dict
+
+    def to_dict(self, **kwargs: Any) -> Dict[str, Any]:
+        """``PartsRoundTrip.to_dict`` with the layout parser's own (its tokenizer recorded).
+
+        Args:
+            **kwargs: passed to ``BaseComponent.to_dict``.
+
+        Returns:
+            The dictionary.
+        """
+        data = super().to_dict(**kwargs)
+        data["layout_parser"] = self.layout_parser.to_dict(**kwargs)
+        return data
+
+    @classmethod
+    def from_dict(cls, data: Dict[str, Any], **kwargs: Any) -> "MarkdownFormatterParser":
+        """The parser again, its layout parser from its own dictionary.
+
+        Args:
+            data: ``to_dict``'s dictionary.
+            **kwargs: the parts (``llm=...``, ``layout_parser=...``) and settings to override.
+
+        Returns:
+            The parser.
+
+        Raises:
+            UnserializedPartError: a part that was set is not passed back.
+        """
+        nested = data.get("layout_parser")
+        if isinstance(nested, dict) and "layout_parser" not in kwargs:
+            kwargs["layout_parser"] = LayoutMarkdownParser.from_dict(nested)
+        return super().from_dict(data, **kwargs)
 
     window_words: int = Field(
         default=2000,

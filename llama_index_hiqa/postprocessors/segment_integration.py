@@ -39,7 +39,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
-from typing import Any, Dict, Iterable, List, Literal, Optional, Sequence, Tuple
+from typing import Any, ClassVar, Dict, Iterable, List, Literal, Optional, Sequence, Tuple
 
 import numpy as np
 from llama_index.core.base.embeddings.base import BaseEmbedding
@@ -53,6 +53,7 @@ from llama_index.core.schema import (
 )
 from llama_index.core.storage.docstore.types import BaseDocumentStore
 
+from llama_index_hiqa.component_dict import PartsRoundTrip
 from llama_index_hiqa import schema
 from llama_index_hiqa.vector_store_access import index_nodes
 from llama_index_hiqa.errors import RerankerError, UnknownNodeError
@@ -130,7 +131,7 @@ UNRETRIEVED_RANK = 1000  # dsRAG's rank for chunks the reranker did not return
 # --- the postprocessor ---------------------------------------------------------------
 
 
-class SegmentIntegrationPostprocessor(BaseNodePostprocessor):
+class SegmentIntegrationPostprocessor(PartsRoundTrip, BaseNodePostprocessor):
     """Rerank retrieved chunks, then return the best contiguous segments of each document.
 
     Drop it into any query engine after the retriever::
@@ -142,6 +143,8 @@ class SegmentIntegrationPostprocessor(BaseNodePostprocessor):
     selects the others (explicit settings override the preset's). Cohere's reranker comes in
     as LlamaIndex's own postprocessor: ``reranker=CohereRerank(api_key=..., top_n=50)``.
     """
+
+    part_names: ClassVar[Tuple[str, ...]] = ("reranker", "embed_model", "docstore")  # not serialised: component_dict
 
     # Unknown settings fail at construction (a misspelt or removed one, e.g. the former
     # cohere_api_key, would otherwise be ignored and rerank nothing).

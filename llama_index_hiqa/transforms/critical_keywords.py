@@ -44,12 +44,13 @@ import asyncio
 import json
 import logging
 import re
-from typing import Any, Dict, Iterable, List, Optional, Sequence
+from typing import Any, ClassVar, Dict, Iterable, List, Optional, Sequence, Tuple
 
 from llama_index.core.bridge.pydantic import Field, PrivateAttr
 from llama_index.core.llms import LLM
 from llama_index.core.schema import BaseNode, MetadataMode, TransformComponent
 
+from llama_index_hiqa.component_dict import PartsRoundTrip
 from llama_index_hiqa import schema
 from llama_index_hiqa.defaults import load_ner_model
 from llama_index_hiqa.errors import LLMOutputError
@@ -226,7 +227,7 @@ def parse_keyword_list(answer: str, *, strict: bool = False) -> List[str]:
     return []
 
 
-class CriticalKeywordExtractor(TransformComponent, KeywordSettings):
+class CriticalKeywordExtractor(PartsRoundTrip, TransformComponent, KeywordSettings):
     """Extracts HiQA's critical keywords (NER + identifier rules + expert keywords [+ LLM]).
 
     Use it in an ``IngestionPipeline`` (writes ``schema.CRITICAL_KEYWORDS``), call
@@ -235,6 +236,8 @@ class CriticalKeywordExtractor(TransformComponent, KeywordSettings):
     Its settings are the [`KeywordSettings`][llama_index_hiqa.transforms.keyword_settings.KeywordSettings] fields (validated, an
     unknown one refused), plus an optional ``llm`` and ``show_progress``.
     """
+
+    part_names: ClassVar[Tuple[str, ...]] = ("llm",)  # not serialised: component_dict
 
     llm: Optional[LLM] = Field(
         default=None,
