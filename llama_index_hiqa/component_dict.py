@@ -7,7 +7,7 @@ tokenizer) cannot: they hold connections, keys or models (LlamaIndex's own ``to_
 them out, so its ``from_dict`` builds a component without them). ``to_dict`` records each part that is
 set by its class name only (never its key or contents), and ``from_dict`` takes it back from
 the caller (``from_dict(data, llm=my_llm)``) or fails with
-:class:`~llama_index_hiqa.errors.UnserializedPartError` naming it, instead of constructing a
+[`UnserializedPartError`][llama_index_hiqa.errors.UnserializedPartError] naming it, instead of constructing a
 component that silently lost its LLM. A part left unset (``None``: the default, e.g.
 ``Settings.llm``) round-trips as ``None``.
 """
