@@ -142,7 +142,7 @@ class EvidenceQueryEngine(CustomQueryEngine):
         return nodes
 
     async def aretrieve(self, query_bundle: QueryBundle) -> List[NodeWithScore]:
-        """Async :meth:`retrieve` (the retriever's and post-processors' async paths).
+        """Async `retrieve` (the retriever's and post-processors' async paths).
 
         Args:
             query_bundle: the question.
@@ -171,7 +171,7 @@ class EvidenceQueryEngine(CustomQueryEngine):
         return Response(response=evidence_answer(nodes), source_nodes=nodes, metadata={"llm": None})
 
     async def acustom_query(self, query_str: str) -> Union[Response, AsyncStreamingResponse]:
-        """Async :meth:`custom_query`.
+        """Async `custom_query`.
 
         Args:
             query_str: the question.
@@ -243,7 +243,7 @@ class EvidenceChatEngine(BaseChatEngine):
         return reply
 
     async def achat(self, message: str, chat_history: Optional[List[ChatMessage]] = None) -> AgentChatResponse:
-        """Async :meth:`chat`.
+        """Async `chat`.
 
         Args:
             message: the user's message (the question).
@@ -284,7 +284,7 @@ class EvidenceChatEngine(BaseChatEngine):
     async def astream_chat(
         self, message: str, chat_history: Optional[List[ChatMessage]] = None
     ) -> StreamingAgentChatResponse:
-        """Async :meth:`stream_chat`.
+        """Async [`stream_chat`][llama_index_hiqa.answers.EvidenceChatEngine.stream_chat].
 
         Args:
             message: the user's message (the question).
@@ -315,7 +315,7 @@ class EvidenceChatEngine(BaseChatEngine):
 
 # --------------------------------------------------------------------------- the pack's answers
 class PackAnswering:
-    """The answering half of :class:`~llama_index_hiqa.HiQAPack` (which inherits it): the
+    """The answering half of [`HiQAPack`][llama_index_hiqa.pack.HiQAPack] (which inherits it): the
     post-processors, query and chat engines and figures over the pack's retriever."""
 
     config: Any
@@ -408,7 +408,7 @@ class PackAnswering:
 
         Args:
             question: The question.
-            **kwargs: :meth:`as_query_engine` options.
+            **kwargs: [`as_query_engine`][llama_index_hiqa.answers.PackAnswering.as_query_engine] options.
 
         Returns:
             The response.
@@ -421,7 +421,7 @@ class PackAnswering:
         """The figures that go with an answer (a response or its source nodes): figures it
         retrieved, then those on its cited pages and sections; each with document, page,
         section, caption, box and the image file saved in the store (see
-        :func:`llama_index_hiqa.figures.figures_for`).
+        [`llama_index_hiqa.figures.figures_for`][llama_index_hiqa.figures.figures_for]).
 
         Args:
             response: A response, or its source nodes.

@@ -3,7 +3,7 @@
 ``hiqa demo`` runs the pack on the bundled demo datasheets. ``hiqa eval`` runs the HiQA
 ablation (every variant the installed pack can build, every ranking metric) on a folder of
 documents and a questions JSONL. ``hiqa ingest DIR --store PATH`` builds a
-:class:`~llama_index_hiqa.HiQAPack` over a folder and persists it; ``hiqa ask "question"
+[`HiQAPack`][llama_index_hiqa.pack.HiQAPack] over a folder and persists it; ``hiqa ask "question"
 --store PATH`` loads it in a new process and answers with citations (``--json`` for scripts).
 On an existing store ``hiqa ingest`` needs ``--add`` (new and changed files replace
 their old versions, unchanged ones are skipped), ``--sync`` (as ``--add``, and the documents
@@ -84,11 +84,11 @@ class CLIError(Exception):
 
 def llm_from_spec(spec: Optional[str], **settings: Any) -> Any:
     """``openai:MODEL`` / ``openai-compatible:MODEL`` -> a LlamaIndex LLM; ``None``/"none" -> None
-    (see :func:`llama_index_hiqa.llm_spec.llm_from_spec` for ``base_url``, ``context_window``).
+    (see [`llama_index_hiqa.llm_spec.llm_from_spec`][llama_index_hiqa.llm_spec.llm_from_spec] for ``base_url``, ``context_window``).
 
     Args:
         spec: the ``--llm`` value.
-        **settings: passed on to :func:`llama_index_hiqa.llm_spec.llm_from_spec`.
+        **settings: passed on to [`llama_index_hiqa.llm_spec.llm_from_spec`][llama_index_hiqa.llm_spec.llm_from_spec].
 
     Returns:
         The LLM, or ``None``.

@@ -6,7 +6,7 @@ normalisation inside the graph, as the sentence-transformers pipeline of the mod
 for ``"onnx-int8"``, into its dynamic int8 quantisation (``onnxruntime.quantization``, with
 the settings of Hugging Face Optimum's ``AutoQuantizationConfig`` for the CPU at hand). Both
 are made once, locally, and kept beside the embedding cache (``HIQA_CACHE_DIR``); nothing is
-downloaded. :class:`ONNXEmbedding` runs a graph with ONNX Runtime behind the usual LlamaIndex
+downloaded. [`ONNXEmbedding`][llama_index_hiqa.embedding_backends.ONNXEmbedding] runs a graph with ONNX Runtime behind the usual LlamaIndex
 ``BaseEmbedding`` interface.
 
 Backends (``embed_backend`` of the pack, ``--embed-backend`` of ``hiqa ingest``):
@@ -99,7 +99,7 @@ def select_int8_config(flags: Iterable[str], machine: Optional[str] = None) -> O
     ``avx512_vnni`` (or AVX-VNNI), ``avx512``, ``avx2``, ``arm64``.
 
     Args:
-        flags: the CPU's flags (:func:`cpu_flags`), any case.
+        flags: the CPU's flags ([`cpu_flags`][llama_index_hiqa.embedding_backends.cpu_flags]), any case.
         machine: the machine name (``"x86_64"``, ``"aarch64"``); ``None`` asks ``platform``.
 
     Returns:
@@ -243,7 +243,7 @@ def ensure_onnx_model(
     Args:
         model_path: the packaged weights' folder.
         backend: ``"onnx"`` (float32) or ``"onnx-int8"``.
-        int8_config: the int8 configuration for ``"onnx-int8"`` (:func:`select_int8_config`).
+        int8_config: the int8 configuration for ``"onnx-int8"`` ([`select_int8_config`][llama_index_hiqa.embedding_backends.select_int8_config]).
         cache_dir: the cache root; ``None``: the default cache folder.
 
     Returns:

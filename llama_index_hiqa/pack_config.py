@@ -37,7 +37,7 @@ MIN_SEGMENT_TOKENS = 32
 
 
 class PackKeywordSettings(KeywordSettings):
-    """The pack's ``keywords`` part: :class:`~llama_index_hiqa.KeywordSettings` whose
+    """The pack's ``keywords`` part: [`KeywordSettings`][llama_index_hiqa.transforms.keyword_settings.KeywordSettings] whose
     ``ner_max_nodes`` follows the chunk graph unless set."""
 
     ner_max_nodes: Union[Annotated[int, Field(ge=0)], Literal["auto"], None] = Field(
@@ -193,7 +193,7 @@ class HiQAPackConfig(BaseModel):
         return data
 
     def route_config(self) -> MultiRouteConfig:
-        """The :class:`~llama_index_hiqa.MultiRouteConfig` of the pack's multi-route retriever.
+        """The [`MultiRouteConfig`][llama_index_hiqa.retrievers.multi_route.MultiRouteConfig] of the pack's multi-route retriever.
 
         Returns:
             ``multi_route`` with ``similarity_top_k`` and ``fusion_mode`` (as ``mode``).
@@ -219,7 +219,7 @@ def inapplicable_settings(config: HiQAPackConfig, llm: Optional[LLM]) -> List[st
     """The settings ``config`` holds that the pack will not use with ``llm``, each explained.
 
     Whether a parser setting applies depends on the LLM, which the configuration does not
-    know; the pack calls :func:`warn_inapplicable_settings` when it is built.
+    know; the pack calls [`warn_inapplicable_settings`][llama_index_hiqa.pack_config.warn_inapplicable_settings] when it is built.
 
     Args:
         config: The pack's settings.
@@ -248,7 +248,7 @@ def inapplicable_settings(config: HiQAPackConfig, llm: Optional[LLM]) -> List[st
 
 
 def warn_inapplicable_settings(config: HiQAPackConfig, llm: Optional[LLM]) -> None:
-    """A ``UserWarning`` (and a log line) for each of :func:`inapplicable_settings`.
+    """A ``UserWarning`` (and a log line) for each of [`inapplicable_settings`][llama_index_hiqa.pack_config.inapplicable_settings].
 
     Args:
         config: The pack's settings.
@@ -281,7 +281,7 @@ def default_embed_model(embed_model: Optional[BaseEmbedding], backend: Optional[
 
 def model_identity(embed_model: BaseEmbedding) -> str:
     """The name a store records for the model that embedded it, the same on every machine
-    (the packaged model's install path is cut: :func:`~llama_index_hiqa.defaults.portable_model_name`).
+    (the packaged model's install path is cut: [`portable_model_name`][llama_index_hiqa.defaults.portable_model_name]).
 
     Args:
         embed_model: the embedding model.

@@ -4,7 +4,7 @@ Loading the packaged embedding model (exporting it to ONNX on the first run), lo
 NER model and reading a folder take seconds to tens of seconds before anything else happens;
 a user who sees nothing for that long assumes a hang. Each such step first writes one line
 to stderr (``llama_index_hiqa: loading the embedding model ...``) through the standard
-``logging`` logger :data:`STATUS_LOGGER` at ``INFO``, which has its own stderr handler (so the
+``logging`` logger `STATUS_LOGGER` at ``INFO``, which has its own stderr handler (so the
 lines show without any logging setup, as ``transformers`` does for its own) and does not
 propagate (an application's root handler does not print them twice).
 

@@ -1,6 +1,6 @@
-"""One way to change a settings model: :func:`updated`.
+"""One way to change a settings model: [`updated`][llama_index_hiqa.settings.updated].
 
-Every settings model of the package (the :class:`~llama_index_hiqa.HiQAPackConfig` tree and the
+Every settings model of the package (the [`HiQAPackConfig`][llama_index_hiqa.pack_config.HiQAPackConfig] tree and the
 component configs it holds) is immutable in practice: a component or a call that needs other
 settings builds a new, validated model from the old one and the changes, here.
 """

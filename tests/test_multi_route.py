@@ -453,3 +453,36 @@ def test_concurrent_queries_on_one_retriever_keep_their_own_route_failures():
     assert all(e.route == "vector" and "ConnectionError" in e.error for e in failures)
     ends = [e for e in handler.events if isinstance(e, MultiRouteRetrievalEndEvent)]
     assert len(ends) == 16 and sum(bool(e.failed_routes) for e in ends) == 4
+
+
+def test_from_defaults_takes_exactly_one_of_index_nodes_docstore():
+    """LlamaIndex's BM25Retriever.from_defaults shape: index, nodes or docstore, one of them."""
+    from llama_index.core.storage.docstore import SimpleDocumentStore
+
+    from llama_index_hiqa import DocumentFocusRetriever
+    from llama_index_hiqa.errors import InvalidSettingError
+
+    extractor = CriticalKeywordExtractor(use_ner=False, include_document_keywords=False)
+    by_index, index = make_retriever(similarity_top_k=2)
+    from_index = MultiRouteRetriever.from_defaults(index=index, similarity_top_k=2, keyword_extractor=extractor)
+    question = "OPT3004 quiescent current"
+    assert ids(from_index.retrieve(question)) == ids(by_index.retrieve(question))
+    assert from_index.config.similarity_top_k == 2
+
+    # Nodes alone: BM25 and keywords over them; the vector route is the one passed (here none).
+    lexical = MultiRouteRetriever.from_defaults(nodes=make_nodes(), similarity_top_k=1, keyword_extractor=extractor)
+    assert ids(lexical.retrieve(question)) == ["opt3004"]
+    assert lexical.retrieve(question)[0].node.metadata[schema.ROUTE_SCORES]["vector"] is None
+    docstore = SimpleDocumentStore()
+    docstore.add_documents(make_nodes())
+    stored = MultiRouteRetriever.from_defaults(docstore=docstore, similarity_top_k=1, keyword_extractor=extractor)
+    assert ids(stored.retrieve(question)) == ["opt3004"]
+
+    focus = DocumentFocusRetriever.from_defaults(index=index, similarity_top_k=3, keyword_extractor=extractor,
+                                                 heading_weight=0.5)
+    assert focus.config.heading_weight == 0.5 and focus.multi_route.config.similarity_top_k == 3
+    assert ids(focus.retrieve(question))[0] == "opt3004"
+
+    for bad in ({}, {"index": index, "nodes": make_nodes()}):
+        with pytest.raises(InvalidSettingError, match="exactly one of index, nodes or docstore"):
+            MultiRouteRetriever.from_defaults(**bad)

@@ -1,11 +1,11 @@
 """Shared helpers of the two HiQA segment parsers (HiQA paper, §Markdown Formatter).
 
-Both :class:`~llama_index_hiqa.parsers.layout_markdown.LayoutMarkdownParser` and
-:class:`~llama_index_hiqa.parsers.markdown_formatter.MarkdownFormatterParser` end the same
+Both [`LayoutMarkdownParser`][llama_index_hiqa.parsers.layout_markdown.LayoutMarkdownParser] and
+[`MarkdownFormatterParser`][llama_index_hiqa.parsers.markdown_formatter.MarkdownFormatterParser] end the same
 way: Markdown text is cut at its headings into *segments* (one per chapter of any depth),
 tables become segments of their own inside their chapter, long segments are sub-split, and
 every piece becomes a node carrying the shared schema facts. This module holds that common
-part; what a heading is and what its number says is :mod:`llama_index_hiqa.headings`.
+part; what a heading is and what its number says is [`llama_index_hiqa.headings`][llama_index_hiqa.headings].
 """
 
 from __future__ import annotations
@@ -96,7 +96,7 @@ class LevelResolver:
 
         Args:
             parsed: the heading's number, title, implied level and family
-                (:func:`~llama_index_hiqa.headings.parse_heading_number`).
+                ([`parse_heading_number`][llama_index_hiqa.headings.parse_heading_number]).
             style: its style rank (Markdown ``#`` count; larger = smaller type).
 
         Returns:
@@ -248,7 +248,7 @@ def find_tables(
         text: the whole Markdown text.
         start: start of the region searched.
         end: end of the region searched (exclusive).
-        all_lines: :func:`~llama_index_hiqa.headings.iter_lines` of ``text`` when the caller
+        all_lines: [`iter_lines`][llama_index_hiqa.headings.iter_lines] of ``text`` when the caller
             has them; ``None`` computes them.
 
     Returns:
@@ -583,7 +583,7 @@ def finish_nodes(nodes: List[TextNode]) -> List[TextNode]:
 
     Our character spans come back (LlamaIndex re-derives them by string search and cannot
     find LLM-rewritten text), no document-only fact comes back with the document metadata it
-    merges into every node (pass it :func:`schema.without_document_only_facts` of the parent
+    merges into every node (pass it [`schema.without_document_only_facts`][llama_index_hiqa.schema.without_document_only_facts] of the parent
     map so none does), and the neighbours' metadata copies are dropped.
 
     Args:

@@ -3,7 +3,7 @@
 The HiQA paper (§Markdown Formatter, Algorithm 1) has an LLM rewrite each document as
 Markdown whose every chapter is a numbered heading, then cuts it into *segments*, one per
 chapter. This parser produces the same segments with no LLM, from what
-:class:`~llama_index_hiqa.PDFLayoutReader` provides: pymupdf4llm's Markdown headings and
+[`PDFLayoutReader`][llama_index_hiqa.readers.pdf.PDFLayoutReader] provides: pymupdf4llm's Markdown headings and
 tables plus the font size/weight of candidate heading lines (``schema.LAYOUT_HEADINGS``),
 corrected by numbering patterns (``1``, ``1.2``, ``1.2.3``, ``A.1``, ``Chapter 3``, and SEC
 filings' ``Part II``, ``Item 7.``, ``Item 7A.``) to get true heading levels. Running
@@ -13,12 +13,12 @@ offsets kept).
 
 Documents of another reader carry no layout facts: ``SimpleDirectoryReader``'s pages (or a
 PDF's raw bytes) are replaced by the file their ``file_path`` names, read again with
-``PDFLayoutReader`` once per file (``read_source_files``, :mod:`~llama_index_hiqa.readers.source_files`),
+``PDFLayoutReader`` once per file (``read_source_files``, `source_files`),
 so the parser gives the nodes it gives for ``PDFLayoutReader``'s documents; a document it cannot
 read again and that yields no heading is reported in one warning per parser.
 
 It is the default of the pack when no LLM is configured and the fallback of
-:class:`~llama_index_hiqa.parsers.markdown_formatter.MarkdownFormatterParser` for a window
+[`MarkdownFormatterParser`][llama_index_hiqa.parsers.markdown_formatter.MarkdownFormatterParser] for a window
 whose LLM output cannot be used.
 
 Nodes tile the document: node text is exactly ``document.text[CHAR_START:CHAR_END]`` and the
@@ -35,12 +35,13 @@ import bisect
 import logging
 import re
 from collections import Counter
-from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple
+from typing import Any, Callable, ClassVar, Dict, List, Optional, Sequence, Set, Tuple
 
 from llama_index.core.bridge.pydantic import Field, PrivateAttr
 from llama_index.core.schema import BaseNode, Document, TextNode
 from llama_index.core.utils import get_tqdm_iterable
 
+from llama_index_hiqa.component_dict import PartsRoundTrip
 from llama_index_hiqa import schema
 from llama_index_hiqa.figures import images_as_nodes_field, with_figure_nodes
 from llama_index_hiqa.headings import (
@@ -83,8 +84,18 @@ def _norm_running(line: str) -> str:
     return re.sub(r"\d+", "#", clean_inline(line.replace("|", " ")).lower()).strip()
 
 
-class LayoutMarkdownParser(SegmentNodeParser):
+class LayoutMarkdownParser(PartsRoundTrip, SegmentNodeParser):
     """One node per chapter segment (tables as their own nodes) from layout Markdown."""
+
+    part_names: ClassVar[Tuple[str, ...]] = ("tokenizer",)  # not serialised: component_dict
+
+    def held_parts(self) -> Dict[str, Any]:
+        """The tokenizer (``from_dict(data, tokenizer=...)`` takes it back).
+
+        Returns:
+            ``{"tokenizer": the tokenizer or None}``.
+        """
+        return {"tokenizer": self._tokenizer}
 
     max_segment_chars: Optional[int] = Field(
         default=4000, ge=1,

@@ -6,7 +6,7 @@ LlamaIndex's ``SimpleDirectoryReader`` keeps none of it: a PDF becomes one ``Doc
 (with ``llama-index-readers-file``) or, without that package, the file's bytes decoded as text,
 and neither has page spans or heading layout facts (``schema.PAGE_SPANS``,
 ``schema.LAYOUT_HEADINGS``). Both name their file (``schema.FILE_PATH``), so the segment parsers
-read that file again with :class:`~llama_index_hiqa.readers.pdf.PDFLayoutReader`, once per file
+read that file again with `PDFLayoutReader`, once per file
 however many documents name it, and cut the segments, with the document ids, that
 ``PDFLayoutReader``'s own documents give.
 
@@ -35,7 +35,7 @@ PER_PAGE_KEYS = ("page_label",)
 
 @dataclass
 class SourceReading:
-    """What :func:`read_source_files` made of a list of documents."""
+    """What `read_source_files` made of a list of documents."""
 
     documents: List[Document]
     """In the input's order: each file read again in place of its first document (its other

@@ -1,7 +1,7 @@
 """The multi-route retriever's collection: its nodes by id, by document, and its shape.
 
-What the document focus asks of the retriever besides scores (:meth:`NodeCollection.nodes_by_id`,
-:meth:`NodeCollection.document_node_ids`) and what ``beta="auto"`` needs (the number of
+What the document focus asks of the retriever besides scores ([`NodeCollection.nodes_by_id`][llama_index_hiqa.retrievers.node_collection.NodeCollection.nodes_by_id],
+[`NodeCollection.document_node_ids`][llama_index_hiqa.retrievers.node_collection.NodeCollection.document_node_ids]) and what ``beta="auto"`` needs (the number of
 documents and their average pages, HiQA ("HiQA: A Hierarchical Contextual Augmentation RAG for
 Multi-Documents QA" (Chen et al.), §Multi-Route Retriever): more, shorter documents call for a
 larger β). The embedded store and PostgreSQL read the same facts from their databases.
@@ -72,7 +72,7 @@ class NodeCollection:
     Args:
         nodes: node id -> node, in collection order.
         document_titles: document id -> title of every document.
-        shape: ``(|D|, average pages)`` (:func:`collection_shape`).
+        shape: ``(|D|, average pages)`` (`collection_shape`).
     """
 
     def __init__(
@@ -144,7 +144,7 @@ class NodeCollection:
 
 
 class DocumentScope:
-    """The document focus's methods of :class:`~llama_index_hiqa.MultiRouteRetriever`: one
+    """The document focus's methods of [`MultiRouteRetriever`][llama_index_hiqa.retrievers.multi_route.MultiRouteRetriever]: one
     document's node ids, nodes by id, and every route's scores of exactly given nodes. Needs
     ``collection`` and ``route_set()`` of the class it is mixed into."""
 

@@ -1,5 +1,5 @@
 """The settings of the retrievers, in one light module (pydantic only): the typed parts of
-:class:`~llama_index_hiqa.HiQAPackConfig` and the configs the retrievers validate.
+[`HiQAPackConfig`][llama_index_hiqa.pack_config.HiQAPackConfig] and the configs the retrievers validate.
 
 The retrievers re-export their own config (``from llama_index_hiqa.retrievers.multi_route
 import MultiRouteConfig`` still works); the pack's configuration imports them from here without
@@ -33,9 +33,9 @@ DEFAULT_HEAD_SHARE = 0.2
 
 # -- the multi-route retriever -------------------------------------------------------------
 class MultiRouteSettings(BaseModel):
-    """How :class:`~llama_index_hiqa.MultiRouteRetriever` asks its routes and fuses them.
+    """How [`MultiRouteRetriever`][llama_index_hiqa.retrievers.multi_route.MultiRouteRetriever] asks its routes and fuses them.
 
-    Every setting of :class:`MultiRouteConfig` but the answer size and the fusion mode: the
+    Every setting of [`MultiRouteConfig`][llama_index_hiqa.retrievers.settings.MultiRouteConfig] but the answer size and the fusion mode: the
     pack's ``multi_route`` part (``HiQAPackConfig.similarity_top_k`` and ``fusion_mode`` are the
     other two).
     """
@@ -92,8 +92,8 @@ class MultiRouteSettings(BaseModel):
 
 
 class MultiRouteConfig(MultiRouteSettings):
-    """Settings of :class:`~llama_index_hiqa.MultiRouteRetriever` (persisted with it): its
-    :class:`MultiRouteSettings` plus the answer size and the fusion mode."""
+    """Settings of [`MultiRouteRetriever`][llama_index_hiqa.retrievers.multi_route.MultiRouteRetriever] (persisted with it): its
+    [`MultiRouteSettings`][llama_index_hiqa.retrievers.settings.MultiRouteSettings] plus the answer size and the fusion mode."""
 
     similarity_top_k: int = Field(default=DEFAULT_SIMILARITY_TOP_K, ge=1, description="Nodes returned per query.")
     mode: FusionMode = Field(
@@ -105,7 +105,7 @@ class MultiRouteConfig(MultiRouteSettings):
 
 # -- the document focus --------------------------------------------------------------------
 class DocumentFocusConfig(BaseModel):
-    """Settings of :class:`DocumentFocusRetriever`.
+    """Settings of [`DocumentFocusRetriever`][llama_index_hiqa.retrievers.document_focus.DocumentFocusRetriever].
 
     The weights are on the scale of the min-max normalised vector/BM25 mix (0..1). They were
     chosen on FinanceBench's development questions (benchmarks/RESULTS.md says so).
@@ -168,7 +168,7 @@ class DocumentFocusConfig(BaseModel):
 
 # -- the chunk graph -----------------------------------------------------------------------
 class InteractionGraphSettings(BaseModel):
-    """How :class:`~llama_index_hiqa.ChunkInteractionGraph` links chunks (IIER §3.1); the
+    """How [`ChunkInteractionGraph`][llama_index_hiqa.retrievers.chunk_interaction_graph.ChunkInteractionGraph] links chunks (IIER §3.1); the
     graph's own fields."""
 
     model_config = ConfigDict(extra="forbid")
@@ -215,7 +215,7 @@ class InteractionGraphSettings(BaseModel):
 
 class ChainSearchSettings(BaseModel):
     """Settings of the evidence-chain search (IIER §3.2, §4.3) of
-    :class:`~llama_index_hiqa.ChunkGraphRetriever`."""
+    [`ChunkGraphRetriever`][llama_index_hiqa.retrievers.chunk_graph.ChunkGraphRetriever]."""
 
     model_config = ConfigDict(extra="forbid")
 

@@ -9,7 +9,7 @@ failing or slow LLM, and counts calls and prompt tokens so benchmarks can report
 completions, SSE streaming, usage, ``/models``) and injects the faults of a real server (429
 with ``Retry-After``, 500, a reply slower than the client's timeout, truncated JSON, an empty
 ``choices`` list), so the real ``llama-index-llms-openai`` client path can be tested; see
-:mod:`llama_index_hiqa.testing.openai_server`.
+[`llama_index_hiqa.testing.openai_server`][llama_index_hiqa.testing.openai_server].
 
 >>> from llama_index_hiqa.testing import ScriptedLLM
 >>> llm = ScriptedLLM(responses=["# 1 Intro", TimeoutError("slow"), "not markdown"])

@@ -38,12 +38,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any, Dict, List, Literal, Optional, Sequence, Tuple
+from typing import Any, ClassVar, Dict, List, Literal, Optional, Sequence, Tuple
 
 from llama_index.core.bridge.pydantic import Field, PrivateAttr
 from llama_index.core.llms import LLM
 from llama_index.core.schema import BaseNode, MetadataMode, TextNode, TransformComponent
 
+from llama_index_hiqa.component_dict import PartsRoundTrip
 from llama_index_hiqa import schema
 from llama_index_hiqa.headings import clean_inline, heading_key, markdown_heading, parse_heading_number
 from llama_index_hiqa.llm_calls import acall_llm, call_llm
@@ -123,7 +124,7 @@ def shorten_cascade(levels: Sequence[str], separator: str, max_chars: int) -> st
 # --- the transform -------------------------------------------------------------------
 
 
-class CascadingMetadataTransform(TransformComponent):
+class CascadingMetadataTransform(PartsRoundTrip, TransformComponent):
     """Adds the heading cascade (HiQA HCA) to the embedding and LLM views of every node.
 
     >>> from llama_index.core.ingestion import IngestionPipeline
@@ -131,6 +132,8 @@ class CascadingMetadataTransform(TransformComponent):
     >>> pipeline = IngestionPipeline(
     ...     transformations=[MarkdownNodeParser(), CascadingMetadataTransform()])
     """
+
+    part_names: ClassVar[Tuple[str, ...]] = ("multimodal_llm",)  # not serialised: component_dict
 
     variant: Variant = Field(
         default="cascade",
@@ -225,7 +228,7 @@ class CascadingMetadataTransform(TransformComponent):
             **kwargs: ``show_progress`` overrides the setting.
 
         Returns:
-            The nodes with the cascade in their views (tables as :class:`HCATableNode`).
+            The nodes with the cascade in their views (tables as [`HCATableNode`][llama_index_hiqa.transforms.table_view.HCATableNode]).
         """
         nodes = list(nodes)
         descriptions: Dict[int, str] = {}
@@ -368,7 +371,7 @@ class CascadingMetadataTransform(TransformComponent):
         return is_image(node)
 
     def _as_view_node(self, node: BaseNode) -> BaseNode:
-        """Tables become :class:`HCATableNode` (same id, text, metadata) so their embed view
+        """Tables become [`HCATableNode`][llama_index_hiqa.transforms.table_view.HCATableNode] (same id, text, metadata) so their embed view
         can leave out the cells; everything else is returned as is."""
         if type(node) is HCATableNode and (self.variant == "none" or not self.augment_tables):
             return TextNode.model_validate(node.model_dump())  # back to the plain view

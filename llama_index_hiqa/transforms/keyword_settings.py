@@ -1,6 +1,6 @@
-"""The settings of :class:`~llama_index_hiqa.CriticalKeywordExtractor`, in a light module
+"""The settings of [`CriticalKeywordExtractor`][llama_index_hiqa.transforms.critical_keywords.CriticalKeywordExtractor], in a light module
 (pydantic only): the extractor's fields and the ``keywords`` part of
-:class:`~llama_index_hiqa.HiQAPackConfig`.
+[`HiQAPackConfig`][llama_index_hiqa.pack_config.HiQAPackConfig].
 """
 
 from __future__ import annotations
