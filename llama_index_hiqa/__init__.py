@@ -87,6 +87,7 @@ _EXPORTS: Dict[str, str] = {
     "InteractionGraphSettings": "llama_index_hiqa.retrievers.settings",
     "ChainSearchSettings": "llama_index_hiqa.retrievers.settings",
     "updated": "llama_index_hiqa.settings",
+    "SettingsModel": "llama_index_hiqa.settings",
     "PackStoreError": "llama_index_hiqa.errors",
     # -- drop-in: any LlamaIndex vector store, the demo data from an installed wheel
     "VectorStoreFeatureError": "llama_index_hiqa.errors",
