@@ -96,6 +96,8 @@ _EXPORTS: Dict[str, str] = {
     "EmptyCorpusError": "llama_index_hiqa.errors",
     "StoreConflictError": "llama_index_hiqa.errors",
     "InvalidSettingError": "llama_index_hiqa.errors",
+    "InvalidQuestionError": "llama_index_hiqa.errors",
+    "question_text": "llama_index_hiqa.questions",
     "PathAccessError": "llama_index_hiqa.errors",
     #
     # -- real collections: stores, batch ingestion, reader errors

@@ -15,6 +15,7 @@ from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.base.llms.types import ChatMessage, MessageRole
 from llama_index.core.base.response.schema import Response, StreamingResponse
 from llama_index.core.bridge.pydantic import Field
+from llama_index.core.chat_engine import CondensePlusContextChatEngine
 from llama_index.core.chat_engine.types import (
     AgentChatResponse,
     BaseChatEngine,
@@ -26,6 +27,7 @@ from llama_index.core.query_engine import CustomQueryEngine, RetrieverQueryEngin
 from llama_index.core.schema import BaseNode, NodeWithScore, QueryBundle
 
 from llama_index_hiqa import schema
+from llama_index_hiqa.questions import CleanMessages, CleanQueries, question_bundle, question_text
 
 NO_LLM_NOTICE = (
     "No LLM is configured, so this answer is the retrieved evidence with its citations. "
@@ -105,7 +107,7 @@ def evidence_answer(nodes: Sequence[NodeWithScore], notice: str = NO_LLM_NOTICE)
 
 
 # --------------------------------------------------------------------------- engines
-class EvidenceQueryEngine(CustomQueryEngine):
+class EvidenceQueryEngine(CleanQueries, CustomQueryEngine):
     """Query engine used when no LLM is set: retrieve, post-process, answer with cited evidence."""
 
     retriever: BaseRetriever
@@ -137,7 +139,17 @@ class EvidenceQueryEngine(CustomQueryEngine):
         return Response(response=evidence_answer(nodes), source_nodes=nodes, metadata={"llm": None})
 
 
-class EvidenceChatEngine(BaseChatEngine):
+class PackQueryEngine(CleanQueries, RetrieverQueryEngine):
+    """LlamaIndex's ``RetrieverQueryEngine`` whose questions are cleaned first
+    (:mod:`~llama_index_hiqa.questions`), so the LLM reads the text the retriever searched."""
+
+
+class PackChatEngine(CleanMessages, CondensePlusContextChatEngine):
+    """LlamaIndex's ``CondensePlusContextChatEngine`` whose messages are cleaned first
+    (:mod:`~llama_index_hiqa.questions`)."""
+
+
+class EvidenceChatEngine(CleanMessages, BaseChatEngine):
     """Chat engine used when no LLM is set: every turn answers with the cited evidence for the
     latest message (there is no LLM to condense the history into a question)."""
 
@@ -251,8 +263,12 @@ class PackAnswering:
 
         Returns:
             The nodes, best first.
+
+        Raises:
+            InvalidQuestionError: ``question`` is not a string or is too long
+                (:func:`~llama_index_hiqa.questions.question_text`).
         """
-        bundle = QueryBundle(question)
+        bundle = question_bundle(question)
         nodes = self.as_retriever().retrieve(bundle)
         for post in self.node_postprocessors():
             nodes = post.postprocess_nodes(nodes, query_bundle=bundle)
@@ -275,7 +291,7 @@ class PackAnswering:
                 retriever=self.as_retriever(), node_postprocessors=postprocessors,
                 streaming=bool(kwargs.get("streaming", False)),
             )
-        return RetrieverQueryEngine.from_args(
+        return PackQueryEngine.from_args(
             self.as_retriever(), llm=llm, node_postprocessors=postprocessors, **kwargs
         )
 
@@ -292,9 +308,7 @@ class PackAnswering:
         llm = llm or self.llm
         if llm is None:
             return EvidenceChatEngine(self.as_query_engine())  # type: ignore[arg-type]
-        from llama_index.core.chat_engine import CondensePlusContextChatEngine
-
-        return CondensePlusContextChatEngine.from_defaults(
+        return PackChatEngine.from_defaults(
             self.as_retriever(), llm=llm, node_postprocessors=self.node_postprocessors(), **kwargs
         )
 
@@ -308,10 +322,11 @@ class PackAnswering:
 
         Returns:
             The response.
-        """
-        from llama_index_hiqa.text_repair import valid_unicode
 
-        return self.as_query_engine(**kwargs).query(valid_unicode(question))
+        Raises:
+            InvalidQuestionError: ``question`` is not a string or is too long.
+        """
+        return self.as_query_engine(**kwargs).query(question_text(question))
 
     def figures(self, response: Any) -> List[Dict[str, Any]]:
         """The figures that go with an answer (a response or its source nodes): figures it
