@@ -414,7 +414,8 @@ class DocumentFocusRetriever(CleanQuestions, BaseRetriever):
         facts = self._node_facts([i for ids in groups.values() for i in ids])
         groups = {g: [i for i in ids if i in facts] for g, ids in groups.items()}
         union = list(dict.fromkeys(i for ids in groups.values() for i in ids))
-        routes = self.multi_route.scores_within(query, union, failed)
+        ask = self.multi_route.scores_within
+        routes = ask(query, union, failed) if failed else ask(query, union)  # a duck-typed retriever may take two
         heading = self._heading_similarity(query, facts)
         named = self._heading_words(query, facts)
         return {g: self._ranked(ids, facts, routes, heading, named) for g, ids in groups.items() if ids}
