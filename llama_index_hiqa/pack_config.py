@@ -52,7 +52,7 @@ class PackKeywordSettings(KeywordSettings):
         description="NER over the nodes' text at ingestion only when a call holds at most this many "
         "nodes (None: always). 'auto': 0 (NER reads document titles and questions, the rules read "
         "every node) unless use_chunk_graph is on, then None (IIER's keyword edges need the "
-        "entities of the text).",
+        "entities of the text). At most 10^9.",
     )
 
 
@@ -158,7 +158,7 @@ class HiQAPackConfig(SettingsModel):
     )
     ingest_workers: int = Field(
         default=1, ge=1, le=256,
-        description="Processes that parse, augment and embed batches at once (1: this process). "
+        description="Processes that parse, augment and embed batches at once (1: this process; at most 256). "
         "The main process still reads the files and is the store's only writer; results are "
         "written in reading order. Scripts using more than 1 need an `if __name__ == \"__main__\":` guard.",
     )
