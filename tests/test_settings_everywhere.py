@@ -23,6 +23,7 @@ from llama_index_hiqa.pack import HiQAPack, HiQAPackConfig
 from llama_index_hiqa.retrievers.chunk_interaction_graph import ChunkInteractionGraph
 from llama_index_hiqa.settings import SettingsModel
 from tests.pack_helpers import HashEmbedding
+from tests.test_settings_bounds import _strategy
 
 QUESTION = "What is the dropout voltage of the NX-2047?"
 
@@ -94,35 +95,28 @@ def test_every_upper_bound_is_stated_in_the_fields_description():
 ODD = [None, -1, 0, 10**9, 10**18, -(10**18), float("nan"), float("inf"), -0.5, 1.5, "", "auto", "klingon", [], {}, "7"]
 
 
+def _edges(kind: Any, bounds: Dict[str, Any]) -> List[Any]:
+    """The bounds of a number, one step beyond each, and the middle."""
+    low, high = bounds.get("ge", bounds.get("gt")), bounds.get("le", bounds.get("lt"))
+    edges = [low, high, low - 1, high + 1, (low + high) / 2]
+    return [int(e) if kind is int else float(e) for e in edges]
+
+
 def _values(annotation: Any, bounds: Dict[str, Any]) -> st.SearchStrategy:
+    """Values within the declared range (``test_settings_bounds._strategy``) and at and beyond
+    its edges; strings, lists and mappings from a few right and wrong ones."""
     origin = typing.get_origin(annotation)
-    if origin is typing.Annotated:
-        base, *metas = typing.get_args(annotation)
-        inner = _bounds([c for m in metas for c in (getattr(m, "metadata", None) or [m])])
-        return _values(base, {**bounds, **inner})
-    if origin is typing.Union:
-        return st.one_of([_values(arg, bounds) for arg in typing.get_args(annotation)])
-    if origin is typing.Literal:
-        return st.sampled_from(typing.get_args(annotation))
-    if annotation is type(None):
-        return st.none()
-    if annotation is bool:
-        return st.booleans()
-    if annotation in (int, float):
-        low = bounds.get("ge", bounds.get("gt", -10))
-        high = bounds.get("le", bounds.get("lt", 10**6))
-        edges = [low, high, low - 1, high + 1, (low + high) / 2]
-        inside = st.integers(int(math.ceil(low)), int(high)) if annotation is int else st.floats(low, high)
-        return st.one_of(inside, st.sampled_from([type(low)(e) if annotation is int else float(e) for e in edges]))
     if annotation is str:
         return st.one_of(st.sampled_from(["en", "de", "german", "english", "klingon", "EN", ""]), st.text(max_size=4))
     if origin is list:
         return st.lists(st.one_of(st.sampled_from(["ORG", "ORGG", "NX-2047", "", "\x00"]), st.text(max_size=6)), max_size=3)
     if origin is dict:
-        key, value = typing.get_args(annotation)
+        value = typing.get_args(annotation)[1]
         keys = st.sampled_from(["vector", "bm25", "keywords", "vectr", "JnJ", ""])
-        return st.dictionaries(keys, _values(value, {}) if value is not str else st.text(max_size=6), max_size=3)
-    raise AssertionError(f"no values for {annotation}")
+        values = st.text(max_size=6) if value is str else st.one_of(st.floats(-1, 200), st.just(float("nan")))
+        return st.dictionaries(keys, values, max_size=3)
+    edges = [e for kind, found in _numbers(annotation, bounds) for e in _edges(kind, found)]
+    return st.one_of(_strategy(annotation, bounds), *([st.sampled_from(edges)] if edges else []))
 
 
 @st.composite
@@ -185,8 +179,8 @@ def first_question(path: Tuple[str, ...], config: HiQAPackConfig, stores: Dict[s
     top = path[0]
     given = {top: getattr(config, top)}
     if top in _INGESTION:
-        if top == "ingest_workers" and config.ingest_workers > 2:
-            given[top] = 2  # more worker processes cost seconds each (tests/test_ingestion_workers.py)
+        if top == "ingest_workers":
+            given[top] = 1  # worker processes take seconds each to start: tests/test_ingestion_workers.py
         store = {"store": tmp / "new"} if top == "store_format" else {}
         keywords = {"keywords": {"use_ner": False}}
         return HiQAPack.from_documents([_SMALL], embed_model=HashEmbedding(), **keywords, **store, **given).retrieve(QUESTION)
