@@ -27,6 +27,7 @@ from llama_index.core.query_engine import CustomQueryEngine, RetrieverQueryEngin
 from llama_index.core.schema import BaseNode, NodeWithScore, QueryBundle
 
 from llama_index_hiqa import schema
+from llama_index_hiqa.pack_arguments import check_pack_arguments
 from llama_index_hiqa.questions import CleanMessages, CleanQueries, question_bundle, question_text
 
 NO_LLM_NOTICE = (
@@ -284,6 +285,7 @@ class PackAnswering:
         Returns:
             The query engine.
         """
+        check_pack_arguments(llm=llm)
         llm = llm or self.llm
         postprocessors = kwargs.pop("node_postprocessors", None) or self.node_postprocessors()
         if llm is None:
@@ -305,6 +307,7 @@ class PackAnswering:
         Returns:
             The chat engine.
         """
+        check_pack_arguments(llm=llm)
         llm = llm or self.llm
         if llm is None:
             return EvidenceChatEngine(self.as_query_engine())  # type: ignore[arg-type]

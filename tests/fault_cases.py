@@ -456,6 +456,7 @@ def _document() -> object:
 
 
 def _setting_cases() -> None:
+    from llama_index_hiqa.pack import HiQAPack
     from llama_index_hiqa.retrievers.chunk_interaction_graph import ChunkInteractionGraph
     from llama_index_hiqa.retrievers.multi_route import MultiRouteRetriever
 
@@ -483,6 +484,18 @@ def _setting_cases() -> None:
     _refused("MultiRouteRetriever(candidates_per_route=0)",
              lambda tmp, store: MultiRouteRetriever(nodes=_demo_nodes(), candidates_per_route=0),
              "candidates_per_route", ">= 1")
+    _refused("from_directory(5)", lambda tmp, store: HiQAPack.from_directory(5), "path", "expected a folder path")
+    _refused("from_directory(store=123)", lambda tmp, store: HiQAPack.from_directory(DEMO_DATA_DIR, store=123), "store",
+             "expected a folder path")
+    _refused("load(None)", lambda tmp, store: HiQAPack.load(None), "persist_dir", "expected a folder path")
+    _refused("persist(123)", lambda tmp, store: _loaded(store).persist(123), "persist_dir", "expected a folder path")
+    _refused("as_query_engine(llm='gpt-4')", lambda tmp, store: _loaded(store).as_query_engine(llm="gpt-4"), "llm",
+             "llm_from_spec")
+    _refused("as_chat_engine(llm=5)", lambda tmp, store: _loaded(store).as_chat_engine(llm=5), "llm", "LlamaIndex LLM")
+    _refused("as_retriever(similarity_top_k=0)", lambda tmp, store: _loaded(store).as_retriever(similarity_top_k=0),
+             "similarity_top_k", ">= 1")
+    _refused("MultiRouteRetriever.with_settings(alpha=2)",
+             lambda tmp, store: _loaded(store).multi_route.with_settings(alpha=2), "alpha", "<= 1")
     _refused("ChunkInteractionGraph.from_nodes(semantic_top_k=10**9)",
              lambda tmp, store: ChunkInteractionGraph.from_nodes(_demo_nodes(), embed_model=HashEmbedding(),
                                                                  semantic_top_k=10**9),
@@ -550,15 +563,16 @@ def _answered(nodes: object) -> bool:
     return bool(nodes) and all(not n.node.metadata.get(schema.ROUTE_SCORES, {}).get("failed") for n in nodes)
 
 
-def _question_case(name: str, ask: Callable[[object], object], refused: bool = False) -> None:
+def _question_case(name: str, ask: Callable[[object], object], refused: bool = False, ner: bool = False) -> None:
     """A question through an entry point of the pack: answered by every route with no warning,
-    or (``refused``) one InvalidQuestionError."""
+    or (``refused``) one InvalidQuestionError. ``ner``: the question goes through the packaged
+    spaCy NER model too (the store's own keyword settings), as it does by default."""
     def run(tmp: Path, store: Path) -> bool:
         import logging
 
         from llama_index_hiqa.errors import HiQAError
 
-        with cheap_models(), _log_records() as records:
+        with (contextlib.nullcontext() if ner else cheap_models()), _log_records() as records:
             pack = _loaded(store)
             try:
                 result = ask(pack)
@@ -577,14 +591,19 @@ def _question_cases() -> None:
     import asyncio
 
     surrogate, control = "\ud83d NX-2046 maximum output current", "NX-2046\x00 maximum\x07 output\x1b current"
-    _question_case("retrieve() with a lone surrogate", lambda p: p.retrieve(surrogate))
-    _question_case("retrieve() with NUL and control characters", lambda p: p.retrieve(control))
-    _question_case("run() with a lone surrogate and NUL", lambda p: p.run(surrogate + "\x00"))
-    _question_case("query engine with a lone surrogate", lambda p: p.as_query_engine().query(surrogate))
-    _question_case("chat engine with NUL", lambda p: p.as_chat_engine().chat(control))
-    _question_case("aretrieve() with control characters", lambda p: asyncio.run(p.as_retriever().aretrieve(control)))
-    _question_case("MultiRouteRetriever.retrieve() with a lone surrogate", lambda p: p.multi_route.retrieve(surrogate))
+    _question_case("retrieve() with a lone surrogate", lambda p: p.retrieve(surrogate), ner=True)
+    _question_case("retrieve() with NUL and control characters", lambda p: p.retrieve(control), ner=True)
+    _question_case("run() with a lone surrogate and NUL", lambda p: p.run(surrogate + "\x00"), ner=True)
+    _question_case("query engine with a lone surrogate", lambda p: p.as_query_engine().query(surrogate), ner=True)
+    _question_case("chat engine with NUL", lambda p: p.as_chat_engine().chat(control), ner=True)
+    _question_case("aretrieve() with control characters", lambda p: asyncio.run(p.as_retriever().aretrieve(control)),
+                   ner=True)
+    _question_case("MultiRouteRetriever.retrieve() with a lone surrogate", lambda p: p.multi_route.retrieve(surrogate),
+                   ner=True)
+    _question_case("retrieve() with a lone surrogate, rules-only keywords", lambda p: p.retrieve(surrogate))
     _question_case("retrieve(None)", lambda p: p.retrieve(None), refused=True)
+    _question_case("full_ranking(None)", lambda p: p.multi_route.full_ranking(None), refused=True)
+    _question_case("question_keywords(3.5)", lambda p: p.multi_route.question_keywords(3.5), refused=True)
     _question_case("retrieve(42)", lambda p: p.retrieve(42), refused=True)
     _question_case("as_retriever().retrieve(b'bytes')", lambda p: p.as_retriever().retrieve(b"NX-2046"), refused=True)
     _question_case("run() of 20,000 characters", lambda p: p.run("NX-2046 " * 2500), refused=True)

@@ -46,7 +46,7 @@ from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.base.embeddings.base import BaseEmbedding
 from llama_index.core.schema import BaseNode, NodeWithScore, QueryBundle
 
-from llama_index_hiqa.questions import CleanQuestions
+from llama_index_hiqa.questions import CleanQuestions, question_bundle
 from llama_index_hiqa import schema
 from llama_index_hiqa.retrievers import focus_share
 from llama_index_hiqa.retrievers.settings import BM25, KEYWORDS, VECTOR, DocumentFocusConfig  # noqa: F401 (re-exported)
@@ -555,7 +555,7 @@ class DocumentFocusRetriever(CleanQuestions, BaseRetriever):
         Returns:
             Every node id, best first.
         """
-        bundle = self._embedded(QueryBundle(query) if isinstance(query, str) else query)
+        bundle = self._embedded(question_bundle(query))
         if not (bundle.query_str or "").strip():
             return self.multi_route.full_ranking(bundle)
         rest = self.multi_route.full_ranking(bundle)

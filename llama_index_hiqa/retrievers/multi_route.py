@@ -49,7 +49,7 @@ from llama_index.core.indices.vector_store.base import VectorStoreIndex
 from llama_index.core.schema import BaseNode, NodeWithScore, QueryBundle
 from llama_index.core.storage.docstore.types import BaseDocumentStore
 
-from llama_index_hiqa.questions import CleanQuestions
+from llama_index_hiqa.questions import CleanQuestions, question_bundle
 from llama_index_hiqa import schema
 from llama_index_hiqa.errors import RetrievalRouteError
 from llama_index_hiqa.events import MultiRouteRetrievalEndEvent
@@ -222,8 +222,7 @@ class MultiRouteRetriever(CleanQuestions, DocumentScope, FullRanking, BaseRetrie
         Returns:
             The normalised keywords, once each.
         """
-        bundle = QueryBundle(query) if isinstance(query, str) else query
-        return self._parts.keywords.question_keywords(bundle)[1]
+        return self._parts.keywords.question_keywords(question_bundle(query))[1]
 
     # -- β --------------------------------------------------------------------------------------
     def _resolve_beta(self) -> float:

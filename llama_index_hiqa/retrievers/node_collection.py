@@ -15,6 +15,7 @@ from llama_index.core.schema import BaseNode, QueryBundle
 from llama_index.core.storage.docstore.types import BaseDocumentStore
 
 from llama_index_hiqa import schema
+from llama_index_hiqa.questions import question_bundle
 
 
 def collection_shape(nodes: Sequence[BaseNode]) -> Tuple[int, float]:
@@ -184,5 +185,5 @@ class DocumentScope:
         Returns:
             ``{"vector": {id: cosine}, "bm25": {id: score}, "keywords": {id: |C|}}``.
         """
-        bundle = QueryBundle(query) if isinstance(query, str) else query
+        bundle = question_bundle(query)
         return self.route_set().scores_within(bundle, node_ids, skip)  # type: ignore[attr-defined]
