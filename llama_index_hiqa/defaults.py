@@ -37,6 +37,7 @@ from llama_index_hiqa.embedding_backends import (
     select_int8_config,
 )
 from llama_index_hiqa.errors import OfflineModelError, UnknownEmbedBackendError
+from llama_index_hiqa.progress import status
 
 logger = logging.getLogger(__name__)
 
@@ -179,6 +180,7 @@ def packaged_embed_model(embed_batch_size: int = 32, backend: Optional[str] = No
         raise UnknownEmbedBackendError(backend, EMBED_BACKENDS)
     with _lock:
         if backend not in _embed_models:
+            status(f"loading the embedding model all-MiniLM-L6-v2 ({backend}) ...")
             try:
                 _embed_models[backend] = build_packaged_embed_model(backend, embed_batch_size)
             except OfflineModelError as exc:
@@ -271,6 +273,7 @@ def load_ner_model() -> Any:
     with _lock:
         if _nlp is None:
             try:
+                status(f"loading the spaCy NER model {NER_MODEL_NAME} ...")
                 import spacy
 
                 _nlp = spacy.load(NER_MODEL_NAME)

@@ -35,6 +35,7 @@ from llama_index.core.base.embeddings.base import BaseEmbedding, Embedding
 from llama_index.core.bridge.pydantic import BaseModel, Field, PrivateAttr
 
 from llama_index_hiqa.errors import OfflineModelError
+from llama_index_hiqa.progress import status
 
 logger = logging.getLogger(__name__)
 
@@ -263,7 +264,7 @@ def ensure_onnx_model(
     folder = export_dir(model_path, cache_dir)
     fp32 = folder / FP32_FILENAME
     if not fp32.exists():
-        logger.info("exporting %s to ONNX in %s (once)", model_path, folder)
+        status(f"first run: exporting the embedding model to ONNX in {folder} (once, about 20 s) ...")
         try:
             _publish(lambda tmp: _export_fp32(model_path, tmp), fp32)
         except OfflineModelError:
@@ -280,7 +281,7 @@ def ensure_onnx_model(
         )
     quantized = folder / f"model_int8_{int8_config}.onnx"
     if not quantized.exists():
-        logger.info("quantising %s to int8 (%s)", fp32, int8_config)
+        status(f"first run: quantising the embedding model to int8 ({int8_config}) in {folder} (once) ...")
         _publish(lambda tmp: _quantize(fp32, INT8_CONFIGS[int8_config], tmp), quantized)
     return quantized
 

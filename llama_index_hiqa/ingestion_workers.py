@@ -72,7 +72,7 @@ def ingestion_stages(
         stages.append(TimedTransform(stage="cascade", inner=cascade))
     stages.append(TimedTransform(stage="keywords", inner=keywords if keywords is not None else keyword_extractor(config)))
     if embed_model is not None:
-        stages.append(TimedTransform(stage="embed", inner=embed_model))
+        stages.append(TimedTransform(stage="embed", inner=embed_model, show_progress=config.show_progress))
     return stages
 
 
@@ -113,6 +113,10 @@ _WORKER: Dict[str, Any] = {}
 
 
 def _start_worker(config: Any, llm_blob: Optional[bytes], embed_blob: Optional[bytes], threads: int) -> None:
+    from llama_index_hiqa.progress import STATUS_LOGGER
+
+    # The main process said what loads; N workers would say it N times again.
+    logging.getLogger(STATUS_LOGGER).setLevel(logging.WARNING)
     os.environ[EMBED_THREADS_ENV] = str(threads)  # before any embedding session is built
     os.environ.setdefault("OMP_NUM_THREADS", str(threads))
     llm = pickle.loads(llm_blob) if llm_blob is not None else None

@@ -15,11 +15,13 @@ import re
 from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
+from llama_index.core.bridge.pydantic import Field
 from llama_index.core.node_parser import NodeParser
 from llama_index.core.schema import BaseNode, Document, NodeRelationship, TextNode
 
 from llama_index_hiqa import schema
 from llama_index_hiqa.headings import HeadingNumber, clean_inline, iter_lines, markdown_headings
+from llama_index_hiqa.readers.source_files import SourceReading, has_layout_facts, read_source_files
 
 _TABLE_LINE_RE = re.compile(r"^\s*\|.*\|\s*$")
 _TABLE_SEP_RE = re.compile(r"^\s*\|?\s*:?-{2,}:?\s*(\|\s*:?-{2,}:?\s*)*\|?\s*$")
@@ -29,11 +31,40 @@ _CAPTION_RE = re.compile(r"^(table|tab\.)\s*[\dA-Z][\w.\-]*\b", re.I)
 class SegmentNodeParser(NodeParser):
     """Base of the pack's segment parsers (layout, LLM formatter, line-number sectioning).
 
+    Documents of another reader (``SimpleDirectoryReader``'s pages or raw PDF text) are read
+    again from the file they name (``read_source_files``), so a parser dropped into an app in
+    place of ``SentenceSplitter`` cuts the segments it cuts from ``PDFLayoutReader`` documents.
+
     LlamaIndex's post-processing (ids, relationships, metadata inheritance) runs on the nodes
     without the document-only facts (a filing's layout facts would be copied into every node),
     and the exact character spans the parsers know are restored after it: the base class finds
     spans again by text search, which a repeated sentence fools.
     """
+
+    read_source_files: bool = Field(
+        default=True,
+        description=(
+            "Documents without layout facts (SimpleDirectoryReader's) whose file_path names a "
+            "PDF, HTML, DOCX, Markdown or text file are read again with PDFLayoutReader, once "
+            "per file, giving the segments and document ids of PDFLayoutReader's documents. "
+            "False: their text is cut as it is."
+        ),
+    )
+
+    def source_documents(self, nodes: Sequence[BaseNode]) -> SourceReading:
+        """The documents to cut: ``nodes`` as documents, files read again (``read_source_files``).
+
+        Args:
+            nodes: the documents (or nodes) given to the parser.
+
+        Returns:
+            The documents (or nodes) in order, and those without layout facts left as given.
+        """
+        documents = list(nodes)  # a node stays what it is; each parser reads it as it did
+        if not self.read_source_files:
+            without = [doc for doc in documents if not has_layout_facts(doc)]
+            return SourceReading(documents, without, {d.doc_id: "read_source_files=False" for d in without})
+        return read_source_files(documents)
 
     def _postprocess_parsed_nodes(
         self, nodes: List[BaseNode], parent_doc_map: Dict[str, Document]
@@ -428,6 +459,23 @@ def _sub_split(
         cursor = cut
     out.append(Piece(cursor, end, list(path)))
     return out
+
+
+def as_document(node: BaseNode) -> Document:
+    """A node given to a parser as a ``Document`` (a ``Document`` as it is).
+
+    Args:
+        node: the document or node.
+
+    Returns:
+        The document: same text, metadata, id and hidden keys.
+    """
+    if isinstance(node, Document):
+        return node
+    doc = Document(text=node.get_content(), metadata=dict(node.metadata), id_=node.node_id)
+    doc.excluded_embed_metadata_keys = list(node.excluded_embed_metadata_keys)
+    doc.excluded_llm_metadata_keys = list(node.excluded_llm_metadata_keys)
+    return doc
 
 
 def document_title(doc: Document) -> str:

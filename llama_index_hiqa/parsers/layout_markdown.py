@@ -11,6 +11,12 @@ headers/footers and table-of-contents pages never become headings. Markdown file
 by their ``#`` headings (the rule of LlamaIndex's ``MarkdownNodeParser``, with character
 offsets kept).
 
+Documents of another reader carry no layout facts: ``SimpleDirectoryReader``'s pages (or a
+PDF's raw bytes) are replaced by the file their ``file_path`` names, read again with
+``PDFLayoutReader`` once per file (``read_source_files``, :mod:`~llama_index_hiqa.readers.source_files`),
+so the parser gives the nodes it gives for ``PDFLayoutReader``'s documents; a document it cannot
+read again and that yields no heading is reported in one warning per parser.
+
 It is the default of the pack when no LLM is configured and the fallback of
 :class:`~llama_index_hiqa.parsers.markdown_formatter.MarkdownFormatterParser` for a window
 whose LLM output cannot be used.
@@ -46,6 +52,7 @@ from llama_index_hiqa.headings import (
 )
 from llama_index_hiqa.parsers._markdown_segments import (
     SegmentNodeParser,
+    as_document,
     HeadingMark,
     LevelResolver,
     Piece,
@@ -123,6 +130,7 @@ class LayoutMarkdownParser(SegmentNodeParser):
     )
 
     _tokenizer: Optional[Callable[[str], Sequence]] = PrivateAttr(default=None)
+    _warned_headless: bool = PrivateAttr(default=False)
 
     def __init__(self, tokenizer: Optional[Callable[[str], Sequence]] = None, **data: Any) -> None:
         """``tokenizer``: the embedding model's (text -> tokens), for ``max_segment_tokens``."""
@@ -138,9 +146,29 @@ class LayoutMarkdownParser(SegmentNodeParser):
     def _parse_nodes(
         self, nodes: Sequence[BaseNode], show_progress: bool = False, **kwargs: Any
     ) -> List[BaseNode]:
+        reading = self.source_documents(nodes)
+        unread = {doc.doc_id for doc in reading.unread}
         out: List[BaseNode] = []
-        for node in get_tqdm_iterable(nodes, show_progress, "Parsing layout segments"):
-            out.extend(self.parse_document(_as_document(node)))
+        headless: List[Document] = []
+        for doc in get_tqdm_iterable(reading.documents, show_progress, "Parsing layout segments"):
+            doc = as_document(doc)
+            doc_nodes = self.parse_document(doc)
+            if doc.doc_id in unread and doc_nodes and not any(schema.has_heading_path(n) for n in doc_nodes):
+                headless.append(doc)
+            out.extend(doc_nodes)
+        if headless and not self._warned_headless:
+            # Once per parser: an ingestion calls it batch after batch with the same cause.
+            self._warned_headless = True
+            first = headless[0]
+            logger.warning(
+                "LayoutMarkdownParser: %d document(s) without layout facts gave segments with no "
+                "heading (first: %s, not read again: %s); each is cut by size alone and its "
+                "cascade holds only its file name. Read the files with "
+                "PDFLayoutReader().load_data(...), or give the documents a file_path naming the "
+                "file (read_source_files=True reads it again).",
+                len(headless), first.metadata.get(schema.FILE_NAME) or first.doc_id,
+                reading.reasons.get(first.doc_id, "?"),
+            )
         return out
 
 
@@ -394,15 +422,6 @@ def plausible_heading(text: str) -> bool:
     if not parsed.number and len(words) >= 8 and sum(w[0].islower() for w in words) > 0.6 * len(words):
         return False
     return True
-
-
-def _as_document(node: BaseNode) -> Document:
-    if isinstance(node, Document):
-        return node
-    doc = Document(text=node.get_content(), metadata=dict(node.metadata), id_=node.node_id)
-    doc.excluded_embed_metadata_keys = list(node.excluded_embed_metadata_keys)
-    doc.excluded_llm_metadata_keys = list(node.excluded_llm_metadata_keys)
-    return doc
 
 
 def _default_parse_path(doc: Document) -> str:

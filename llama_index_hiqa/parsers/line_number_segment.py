@@ -460,7 +460,7 @@ class LineNumberSegmentParser(SegmentNodeParser):
     async def _aparse_nodes(
         self, nodes: Sequence[BaseNode], show_progress: bool = False, **kwargs: Any
     ) -> List[BaseNode]:
-        docs = list(nodes)
+        docs = self.source_documents(nodes).documents
         sections = await self.asection_documents(docs, show_progress=show_progress)
         out: List[BaseNode] = []
         for doc, secs in zip(docs, sections):

@@ -54,13 +54,14 @@ from llama_index_hiqa.llm_calls import (
 from llama_index_hiqa.headings import markdown_headings, parse_heading_number
 from llama_index_hiqa.parsers._markdown_segments import (
     SegmentNodeParser,
+    as_document,
     HeadingMark,
     LevelResolver,
     build_pieces,
     drop_title_marks,
     pieces_to_nodes,
 )
-from llama_index_hiqa.parsers.layout_markdown import LayoutMarkdownParser, _as_document
+from llama_index_hiqa.parsers.layout_markdown import LayoutMarkdownParser
 
 logger = logging.getLogger(__name__)
 
@@ -342,7 +343,7 @@ class MarkdownFormatterParser(SegmentNodeParser):
     ) -> List[BaseNode]:
         if self._llm is None:
             return self._layout_only(nodes, show_progress)
-        jobs = [self.aformat_document(_as_document(n)) for n in nodes]
+        jobs = [self.aformat_document(as_document(doc)) for doc in self.source_documents(nodes).documents]
         results = await run_jobs(
             jobs, show_progress=show_progress, workers=self.num_workers,
             desc="Formatting documents as Markdown",
@@ -352,7 +353,7 @@ class MarkdownFormatterParser(SegmentNodeParser):
 
     def _layout_only(self, nodes: Sequence[BaseNode], show_progress: bool) -> List[BaseNode]:
         parser = self.layout_parser.model_copy(
-            update={"max_segment_chars": self.max_segment_chars,
+            update={"max_segment_chars": self.max_segment_chars, "read_source_files": self.read_source_files,
                     "tables_as_nodes": self.tables_as_nodes, "images_as_nodes": self.images_as_nodes}
         )
         return parser._parse_nodes(nodes, show_progress=show_progress)

@@ -24,12 +24,13 @@ from __future__ import annotations
 from typing import Any
 
 from llama_index_hiqa.testing.hashing_embedding import HashingEmbedding
+from llama_index_hiqa.testing.page_reader import PDFPageReader
 from llama_index_hiqa.testing.scripted_llm import ScriptedLLM
 from llama_index_hiqa.testing.scripts import Answer, Script, count_tokens, next_scripted_answer
 
 __all__ = [
     "Answer", "Script", "count_tokens", "next_scripted_answer", "ScriptedLLM", "HashingEmbedding",
-    "OpenAICompatibleServer", "Fault", "FAULT_KINDS", "ServerStats",
+    "PDFPageReader", "OpenAICompatibleServer", "Fault", "FAULT_KINDS", "ServerStats",
 ]
 
 

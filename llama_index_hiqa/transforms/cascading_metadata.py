@@ -197,6 +197,7 @@ class CascadingMetadataTransform(TransformComponent):
     show_progress: bool = Field(default=False, description="Show a progress bar.")
 
     _descriptions: Dict[str, str] = PrivateAttr(default_factory=dict)
+    _warned_no_headings: bool = PrivateAttr(default=False)
 
     @classmethod
     def class_name(cls) -> str:
@@ -249,6 +250,10 @@ class CascadingMetadataTransform(TransformComponent):
         from llama_index.core.utils import get_tqdm_iterable
 
         paths = heading_paths(nodes, self.title_from_first_heading)
+        # Nodes of the pack's segment parsers (PARSE_PATH) had their headings looked for: text
+        # without any (Wikipedia passages) is no mistake of the pipeline's.
+        if nodes and self.variant != "none" and not any(paths) and not any(schema.PARSE_PATH in n.metadata for n in nodes):
+            self._warn_no_headings(nodes)
         out: List[BaseNode] = []
         for index, node in enumerate(
             get_tqdm_iterable(nodes, show_progress, "Cascading metadata")
@@ -264,6 +269,21 @@ class CascadingMetadataTransform(TransformComponent):
             self._render(node, path, nodes, index, descriptions.get(index))
             out.append(node)
         return out
+
+    def _warn_no_headings(self, nodes: List[BaseNode]) -> None:
+        """One warning per transform (an ingestion calls it batch after batch with one cause):
+        with no heading anywhere the cascade is the document title alone."""
+        if self._warned_no_headings:
+            return
+        self._warned_no_headings = True
+        logger.warning(
+            "CascadingMetadataTransform: none of the %d nodes has a heading path, so each "
+            "cascade is only its document title (%r). Cut the documents into segments first: "
+            "LayoutMarkdownParser() in place of the splitter (it reads the PDFs the documents' "
+            "file_path names), MarkdownNodeParser() for Markdown, or read the files with "
+            "PDFLayoutReader().",
+            len(nodes), schema.get_document_title(nodes[0]),
+        )
 
     # -- the views ----------------------------------------------------------------------
 
