@@ -88,6 +88,7 @@ _EXPORTS: Dict[str, str] = {
     "InteractionGraphSettings": "llama_index_hiqa.retrievers.settings",
     "ChainSearchSettings": "llama_index_hiqa.retrievers.settings",
     "updated": "llama_index_hiqa.settings",
+    "SettingsModel": "llama_index_hiqa.settings",
     "PackStoreError": "llama_index_hiqa.errors",
     # -- drop-in: any LlamaIndex vector store, the demo data from an installed wheel
     "VectorStoreFeatureError": "llama_index_hiqa.errors",
@@ -96,6 +97,8 @@ _EXPORTS: Dict[str, str] = {
     "EmptyCorpusError": "llama_index_hiqa.errors",
     "StoreConflictError": "llama_index_hiqa.errors",
     "InvalidSettingError": "llama_index_hiqa.errors",
+    "InvalidQuestionError": "llama_index_hiqa.errors",
+    "question_text": "llama_index_hiqa.questions",
     "PathAccessError": "llama_index_hiqa.errors",
     #
     # -- real collections: stores, batch ingestion, reader errors

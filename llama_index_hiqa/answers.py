@@ -16,6 +16,7 @@ from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.base.llms.types import ChatMessage, MessageRole
 from llama_index.core.base.response.schema import AsyncStreamingResponse, Response, StreamingResponse
 from llama_index.core.bridge.pydantic import Field
+from llama_index.core.chat_engine import CondensePlusContextChatEngine
 from llama_index.core.chat_engine.types import (
     AgentChatResponse,
     BaseChatEngine,
@@ -30,6 +31,8 @@ from llama_index.core.schema import BaseNode, NodeWithScore, QueryBundle
 from llama_index.core.tools import ToolOutput
 
 from llama_index_hiqa import schema
+from llama_index_hiqa.pack_arguments import check_pack_arguments
+from llama_index_hiqa.questions import CleanMessages, CleanQueries, question_bundle, question_text
 
 NO_LLM_NOTICE = (
     "No LLM is configured, so this answer is the retrieved evidence with its citations. "
@@ -114,7 +117,7 @@ async def _one_piece(text: str) -> AsyncGenerator[str, None]:
     yield text
 
 
-class EvidenceQueryEngine(CustomQueryEngine):
+class EvidenceQueryEngine(CleanQueries, CustomQueryEngine):
     """Query engine used when no LLM is set: retrieve, post-process, answer with cited evidence.
 
     Answers as LlamaIndex's ``RetrieverQueryEngine`` does with ``streaming``: ``query`` gives a
@@ -187,7 +190,17 @@ class EvidenceQueryEngine(CustomQueryEngine):
         return Response(response=answer, source_nodes=nodes, metadata={"llm": None})
 
 
-class EvidenceChatEngine(BaseChatEngine):
+class PackQueryEngine(CleanQueries, RetrieverQueryEngine):
+    """LlamaIndex's ``RetrieverQueryEngine`` whose questions are cleaned first
+    (`questions`), so the LLM reads the text the retriever searched."""
+
+
+class PackChatEngine(CleanMessages, CondensePlusContextChatEngine):
+    """LlamaIndex's ``CondensePlusContextChatEngine`` whose messages are cleaned first
+    (`questions`)."""
+
+
+class EvidenceChatEngine(CleanMessages, BaseChatEngine):
     """Chat engine used when no LLM is set: every turn answers with the cited evidence for the
     latest message (there is no LLM to condense the history into a question).
 
@@ -349,8 +362,12 @@ class PackAnswering:
 
         Returns:
             The nodes, best first.
+
+        Raises:
+            InvalidQuestionError: ``question`` is not a string or is too long
+                (`question_text`).
         """
-        bundle = QueryBundle(question)
+        bundle = question_bundle(question)
         nodes = self.as_retriever().retrieve(bundle)
         for post in self.node_postprocessors():
             nodes = post.postprocess_nodes(nodes, query_bundle=bundle)
@@ -366,6 +383,7 @@ class PackAnswering:
         Returns:
             The query engine.
         """
+        check_pack_arguments(llm=llm)
         llm = llm or self.llm
         postprocessors = kwargs.pop("node_postprocessors", None) or self.node_postprocessors()
         if llm is None:
@@ -373,7 +391,7 @@ class PackAnswering:
                 retriever=self.as_retriever(), node_postprocessors=postprocessors,
                 streaming=bool(kwargs.get("streaming", False)),
             )
-        return RetrieverQueryEngine.from_args(
+        return PackQueryEngine.from_args(
             self.as_retriever(), llm=llm, node_postprocessors=postprocessors, **kwargs
         )
 
@@ -391,14 +409,13 @@ class PackAnswering:
         Returns:
             The chat engine.
         """
+        check_pack_arguments(llm=llm)
         llm = llm or self.llm
         if llm is None:
             return EvidenceChatEngine(
                 self.as_query_engine(), memory=kwargs.get("memory"), chat_history=kwargs.get("chat_history"),  # type: ignore[arg-type]
             )
-        from llama_index.core.chat_engine import CondensePlusContextChatEngine
-
-        return CondensePlusContextChatEngine.from_defaults(
+        return PackChatEngine.from_defaults(
             self.as_retriever(), llm=llm, node_postprocessors=self.node_postprocessors(), **kwargs
         )
 
@@ -412,10 +429,11 @@ class PackAnswering:
 
         Returns:
             The response.
-        """
-        from llama_index_hiqa.text_repair import valid_unicode
 
-        return self.as_query_engine(**kwargs).query(valid_unicode(question))
+        Raises:
+            InvalidQuestionError: ``question`` is not a string or is too long.
+        """
+        return self.as_query_engine(**kwargs).query(question_text(question))
 
     def figures(self, response: Any) -> List[Dict[str, Any]]:
         """The figures that go with an answer (a response or its source nodes): figures it

@@ -355,9 +355,9 @@ def _cmd_ask(args: argparse.Namespace) -> int:
     from llama_index_hiqa.figures import format_figure
     from llama_index_hiqa.pack import HiQAPack, citation, format_citation
 
-    from llama_index_hiqa.text_repair import valid_unicode
+    from llama_index_hiqa.questions import question_text
 
-    args.question = valid_unicode(args.question)  # a stray non-UTF-8 byte of the shell: U+FFFD
+    args.question = question_text(args.question)  # a stray byte of the shell: U+FFFD; too long: one line
     llm = _llm(args)
     store = _existing_store(args.store)
     settings = {"similarity_top_k": args.top_k} if args.top_k is not None else {}

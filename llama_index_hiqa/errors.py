@@ -145,6 +145,15 @@ class InvalidSettingError(HiQAError, ValueError):
         super().__init__(f"{setting}: {reason}")
 
 
+class InvalidQuestionError(HiQAError, ValueError):
+    """A question the pack cannot use: not a string, or longer than the stated limit
+    (``questions.MAX_QUESTION_CHARS``). ``reason`` says which."""
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+        super().__init__(f"question: {reason}")
+
+
 class PathAccessError(HiQAError):
     """The operating system refused a file or folder the pack needs (not writable, full disk,
     not a folder, unreadable). ``path`` names it, ``reason`` says what the system said and what

@@ -68,7 +68,7 @@ from llama_index_hiqa.pack_config import (  # noqa: F401  (HiQAPackConfig re-exp
     warn_inapplicable_settings,
 )
 from llama_index_hiqa.errors import EmptyCorpusError, UnknownNodeError
-from llama_index_hiqa.pack_arguments import check_pack_arguments
+from llama_index_hiqa.pack_arguments import check_location, check_pack_arguments
 from llama_index_hiqa.pack_ingest import PackIngestion
 from llama_index_hiqa.retrievers.chain_augmented import ChainAugmentedRetriever
 from llama_index_hiqa.retrievers.document_focus import DocumentFocusRetriever
@@ -203,10 +203,12 @@ class HiQAPack(PackIngestion, PackAnswering):
         Raises:
             EmptyCorpusError: when the folder does not exist or nothing in it is readable.
         """
+        check_location("path", path)
         folder = Path(path)
         if not folder.is_dir():
             raise EmptyCorpusError(folder, [f"{folder}: no such folder"])
         progress, store = kwargs.pop("progress", None), kwargs.get("store")
+        check_pack_arguments(store=store)
         kind = store_kind(store, kwargs)
         if kind == "folder":  # fail before the work
             from llama_index_hiqa.storage.backends.folder import check_writable
@@ -312,7 +314,8 @@ class HiQAPack(PackIngestion, PackAnswering):
             PackStoreError: A missing, truncated or inconsistent file or table (named), checked
                 before anything is built on it.
         """
-        check_pack_arguments(llm=llm, embed_model=embed_model, vector_store=vector_store, store=persist_dir)
+        check_location("persist_dir", persist_dir)
+        check_pack_arguments(llm=llm, embed_model=embed_model, vector_store=vector_store)
         backend = open_backend(
             persist_dir, settings=settings, llm=llm, embed_model=embed_model, vector_store=vector_store,
             resolvers=RESOLVERS,
@@ -422,6 +425,8 @@ class HiQAPack(PackIngestion, PackAnswering):
         Returns:
             Where the store is (a folder, or the database URL with its password masked).
         """
+        if persist_dir is not None:
+            check_location("persist_dir", persist_dir)
         payload = {
             "config": self.config.model_dump(),
             "index_id": self.index.index_id,

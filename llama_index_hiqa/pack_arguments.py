@@ -56,10 +56,22 @@ def check_pack_arguments(llm: Any = None, embed_model: Any = None, vector_store:
             f"expected a LlamaIndex vector store (e.g. MatrixVectorStore(), a QdrantVectorStore) or None, "
             f"got {_shown(vector_store)}",
         )
-    if store is not None and not isinstance(store, (str, os.PathLike)):
-        raise InvalidSettingError(
-            "store", f"expected a folder path or a postgresql:// URL, got {_shown(store)}"
-        )
+    if store is not None:
+        check_location("store", store)
+
+
+def check_location(name: str, value: Any) -> None:
+    """Check that a store location or a folder argument is a path (or a URL string).
+
+    Args:
+        name: the argument's name, for the error.
+        value: what was given.
+
+    Raises:
+        InvalidSettingError: ``value`` is not a string or a path.
+    """
+    if not isinstance(value, (str, os.PathLike)):
+        raise InvalidSettingError(name, f"expected a folder path or a postgresql:// URL, got {_shown(value)}")
 
 
 def checked_documents(documents: Iterable[Any]) -> Iterator[Document]:

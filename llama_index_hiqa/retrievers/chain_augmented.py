@@ -21,6 +21,7 @@ from typing import Any, List, Optional
 from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.schema import NodeWithScore, QueryBundle
 
+from llama_index_hiqa.questions import CleanQuestions
 from llama_index_hiqa.retrievers.settings import DEFAULT_HEAD_SHARE, ChainBudget  # noqa: F401 (re-exported)
 
 
@@ -63,7 +64,7 @@ def share_budget(
     return out
 
 
-class ChainAugmentedRetriever(BaseRetriever):
+class ChainAugmentedRetriever(CleanQuestions, BaseRetriever):
     """``first``'s best nodes and the ``graph`` retriever's chain nodes in one top-k budget.
 
     Both run on every question (concurrently in ``aretrieve``); see `share_budget`::

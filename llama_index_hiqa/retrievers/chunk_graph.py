@@ -35,6 +35,7 @@ from llama_index.core.retrievers import BaseRetriever
 from llama_index.core.schema import BaseNode, NodeWithScore, QueryBundle
 from llama_index.core.storage.docstore import BaseDocumentStore
 
+from llama_index_hiqa.questions import CleanQuestions
 from llama_index_hiqa import schema
 from llama_index_hiqa.vector_store_access import index_nodes, one_node_source
 from llama_index_hiqa.defaults import resolve_embed_model, resolve_llm
@@ -71,7 +72,7 @@ QUESTION_KEYWORDS_PROMPT = QUERY_KEYWORD_PROMPT
 # --- the retriever -------------------------------------------------------------------
 
 
-class ChunkGraphRetriever(BaseRetriever):
+class ChunkGraphRetriever(CleanQuestions, BaseRetriever):
     """IIER evidence-chain retriever over a [`ChunkInteractionGraph`][llama_index_hiqa.retrievers.chunk_interaction_graph.ChunkInteractionGraph].
 
     >>> retriever = ChunkGraphRetriever.from_nodes(nodes, max_nodes=10)

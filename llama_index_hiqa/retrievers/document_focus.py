@@ -46,6 +46,7 @@ from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.base.embeddings.base import BaseEmbedding
 from llama_index.core.schema import BaseNode, NodeWithScore, QueryBundle
 
+from llama_index_hiqa.questions import CleanQuestions, question_bundle
 from llama_index_hiqa import schema
 from llama_index_hiqa.retrievers import focus_share
 from llama_index_hiqa.retrievers.multi_route import MultiRouteRetriever
@@ -259,8 +260,20 @@ def one_per_page_first(ranked: Sequence[str], page_of: Mapping[str, Any]) -> Lis
     return first + rest
 
 
+def failed_routes(results: Sequence[NodeWithScore]) -> List[str]:
+    """The routes that failed on the question ``results`` answer (``ROUTE_SCORES["failed"]``).
+
+    Args:
+        results: a multi-route retriever's results.
+
+    Returns:
+        The route names, sorted; empty when every route answered.
+    """
+    return sorted({r for hit in results for r in hit.node.metadata.get(schema.ROUTE_SCORES, {}).get("failed", ())})
+
+
 # -- retriever ---------------------------------------------------------------------------
-class DocumentFocusRetriever(BaseRetriever):
+class DocumentFocusRetriever(CleanQuestions, BaseRetriever):
     """A multi-route retriever's best document(s) ranked again node by node, listed first.
 
     Put it where the multi-route retriever was::
@@ -413,31 +426,38 @@ class DocumentFocusRetriever(BaseRetriever):
             ids.extend(self.multi_route.document_node_ids(document_id))
         return self._rank_groups(query, {"": ids}).get("", [])
 
-    def rank_documents(self, query: QueryBundle, document_ids: Sequence[str]) -> Dict[str, List[Tuple[str, float, Dict[str, Any]]]]:
+    def rank_documents(
+        self, query: QueryBundle, document_ids: Sequence[str], failed: Sequence[str] = ()
+    ) -> Dict[str, List[Tuple[str, float, Dict[str, Any]]]]:
         """Each document's nodes ranked on its own (as [`rank_document`][llama_index_hiqa.retrievers.document_focus.DocumentFocusRetriever.rank_document] ranks one), with
         every route, the stored facts and the heading vectors asked once for all of them.
 
         Args:
             query: the question, embedded.
             document_ids: the documents.
+            failed: routes that failed on this question (not asked again).
 
         Returns:
             Document id -> its ranking, for the documents with nodes and at most
                 ``max_document_nodes`` of them.
         """
-        return self._rank_groups(query, {d: self.multi_route.document_node_ids(d) for d in document_ids})
+        return self._rank_groups(query, {d: self.multi_route.document_node_ids(d) for d in document_ids}, failed)
 
-    def _rank_groups(self, query: QueryBundle, groups: Mapping[str, List[str]]) -> Dict[str, List[Tuple[str, float, Dict[str, Any]]]]:
+    def _rank_groups(
+        self, query: QueryBundle, groups: Mapping[str, List[str]], failed: Sequence[str] = ()
+    ) -> Dict[str, List[Tuple[str, float, Dict[str, Any]]]]:
         """Each group of node ids ranked on its own; the routes asked once over their union.
         A node's route scores do not depend on which other nodes are asked with it (collection-wide
-        statistics), and the normalisation is per group, so a group ranks as if asked alone."""
+        statistics), and the normalisation is per group, so a group ranks as if asked alone.
+        The routes in ``failed`` (they failed on this question) are not asked again."""
         groups = {g: ids for g, ids in groups.items() if ids and len(ids) <= self.config.max_document_nodes}
         if not groups:
             return {}
         facts = self._node_facts([i for ids in groups.values() for i in ids])
         groups = {g: [i for i in ids if i in facts] for g, ids in groups.items()}
         union = list(dict.fromkeys(i for ids in groups.values() for i in ids))
-        routes = self.multi_route.scores_within(query, union)
+        ask = self.multi_route.scores_within
+        routes = ask(query, union, failed) if failed else ask(query, union)  # a duck-typed retriever may take two
         heading = self._heading_similarity(query, facts)
         named = self._heading_words(query, facts)
         return {g: self._ranked(ids, facts, routes, heading, named) for g, ids in groups.items() if ids}
@@ -529,7 +549,7 @@ class DocumentFocusRetriever(BaseRetriever):
         """The focused documents' nodes, sharing the first places: ``(node_id, score, route
         scores)``, best first; ``[]`` when nothing can be ranked again."""
         choice = self.choose(query, head)
-        rankings = self.rank_documents(query, choice.documents)
+        rankings = self.rank_documents(query, choice.documents, failed_routes(head))
         if not rankings:
             return []
         documents = [d for d in choice.documents if d in rankings]
@@ -546,7 +566,9 @@ class DocumentFocusRetriever(BaseRetriever):
         if not ranked:
             return head
         keep = ranked if limit is None else ranked[:limit]
-        focused = self.multi_route.results_for([(i, s) for i, s, _ in keep], {i: r for i, _, r in keep})
+        failed = failed_routes(head)  # the focused nodes say which routes failed, as the head's do
+        rows = {i: ({**r, "failed": failed} if failed else r) for i, _, r in keep}
+        focused = self.multi_route.results_for([(i, s) for i, s, _ in keep], rows)
         seen = {hit.node.node_id for hit in focused}
         out = focused + [hit for hit in head if hit.node.node_id not in seen]
         return out if limit is None else out[:limit]
@@ -575,7 +597,7 @@ class DocumentFocusRetriever(BaseRetriever):
         Returns:
             Every node id, best first.
         """
-        bundle = self._embedded(QueryBundle(query) if isinstance(query, str) else query)
+        bundle = self._embedded(question_bundle(query))
         if not (bundle.query_str or "").strip():
             return self.multi_route.full_ranking(bundle)
         rest = self.multi_route.full_ranking(bundle)

@@ -14,6 +14,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
 from llama_index.core.schema import QueryBundle
 
 from llama_index_hiqa.errors import UnknownNodeError
+from llama_index_hiqa.questions import question_bundle
 from llama_index_hiqa.retrievers.routes import BM25, KEYWORDS, VECTOR, RouteScores, RouteSet
 
 
@@ -32,7 +33,7 @@ def full_ranking(retriever: Any, query: Union[str, QueryBundle]) -> List[str]:
     Raises:
         ValueError: the retriever holds no nodes.
     """
-    bundle = QueryBundle(query) if isinstance(query, str) else query
+    bundle = question_bundle(query)
     nodes = retriever.collection.nodes
     if not nodes:
         raise ValueError("full_ranking needs the retriever's nodes (pass nodes or a docstore)")
@@ -100,7 +101,7 @@ class FullRanking:
             ``{"vector": {id: cosine}, "bm25": {id: score}, "keywords": {id: |C|}}`` (``|C|``
                 with this retriever's title weight).
         """
-        bundle = QueryBundle(query) if isinstance(query, str) else query
+        bundle = question_bundle(query)
         scores = self.route_set().ask(bundle, self.config.candidates_per_route, {}, concurrent=False)  # type: ignore[attr-defined]
         return {name: dict(scores[name]) for name in (VECTOR, BM25, KEYWORDS)}
 

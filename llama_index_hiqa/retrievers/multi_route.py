@@ -23,7 +23,8 @@ them). Each returned node carries ``metadata[schema.ROUTE_SCORES]`` =
 ``{"vector": .., "bm25": .., "keywords": |C|, "fused": ..}`` (raw route scores, ``None`` where
 a route did not return the node), hidden from the embedding and LLM views.
 
-A route that raises is logged (with its traceback) and skipped; the others still answer. What
+A route that raises is logged in one WARNING line naming it and the cause (its traceback at
+DEBUG) and skipped; the others still answer. What
 failed travels with that query alone: ``ROUTE_SCORES["failed"]`` of each returned node lists
 the failed routes, and a [`RouteFailedEvent`][llama_index_hiqa.events.RouteFailedEvent] per failure and a
 [`MultiRouteRetrievalEndEvent`][llama_index_hiqa.events.MultiRouteRetrievalEndEvent] per query go through
@@ -48,6 +49,7 @@ from llama_index.core.indices.vector_store.base import VectorStoreIndex
 from llama_index.core.schema import BaseNode, NodeWithScore, QueryBundle
 from llama_index.core.storage.docstore.types import BaseDocumentStore
 
+from llama_index_hiqa.questions import CleanQuestions, question_bundle
 from llama_index_hiqa import schema
 from llama_index_hiqa.errors import RetrievalRouteError
 from llama_index_hiqa.events import MultiRouteRetrievalEndEvent
@@ -73,7 +75,7 @@ dispatcher = instrument.get_dispatcher(__name__)
 
 
 
-class MultiRouteRetriever(DocumentScope, FullRanking, BaseRetriever):
+class MultiRouteRetriever(CleanQuestions, DocumentScope, FullRanking, BaseRetriever):
     """Vector + BM25 + critical-keyword retrieval fused by HiQA's formula or rank fusion.
 
     Put it where your vector retriever was::
@@ -258,8 +260,7 @@ class MultiRouteRetriever(DocumentScope, FullRanking, BaseRetriever):
         Returns:
             The normalised keywords, once each.
         """
-        bundle = QueryBundle(query) if isinstance(query, str) else query
-        return self._parts.keywords.question_keywords(bundle)[1]
+        return self._parts.keywords.question_keywords(question_bundle(query))[1]
 
     # -- β --------------------------------------------------------------------------------------
     def _resolve_beta(self) -> float:

@@ -15,6 +15,7 @@ from llama_index.core.schema import BaseNode, QueryBundle
 from llama_index.core.storage.docstore.types import BaseDocumentStore
 
 from llama_index_hiqa import schema
+from llama_index_hiqa.questions import question_bundle
 
 
 def collection_shape(nodes: Sequence[BaseNode]) -> Tuple[int, float]:
@@ -170,16 +171,19 @@ class DocumentScope:
         """
         return self.collection.document_node_ids(document_id)  # type: ignore[attr-defined]
 
-    def scores_within(self, query: Union[str, QueryBundle], node_ids: Sequence[str]) -> Dict[str, Dict[str, float]]:
+    def scores_within(
+        self, query: Union[str, QueryBundle], node_ids: Sequence[str], skip: Sequence[str] = ()
+    ) -> Dict[str, Dict[str, float]]:
         """Each route's scores of exactly ``node_ids`` for ``query`` (not only of the routes'
         collection-wide candidates).
 
         Args:
             query: the question.
             node_ids: the nodes to score (e.g. one document's).
+            skip: routes not to ask (they failed on this question already).
 
         Returns:
             ``{"vector": {id: cosine}, "bm25": {id: score}, "keywords": {id: |C|}}``.
         """
-        bundle = QueryBundle(query) if isinstance(query, str) else query
-        return self.route_set().scores_within(bundle, node_ids)  # type: ignore[attr-defined]
+        bundle = question_bundle(query)
+        return self.route_set().scores_within(bundle, node_ids, skip)  # type: ignore[attr-defined]

@@ -170,7 +170,7 @@ class VectorRoute:
 
 
 class RouteSet:
-    """The routes of a retriever, asked together; a route that raises is logged, reported
+    """The routes of a retriever, asked together; a route that raises is logged in one line, reported
     ([`RouteFailedEvent`][llama_index_hiqa.events.RouteFailedEvent]) and answers nothing, the others
     still answer.
 
@@ -240,18 +240,26 @@ class RouteSet:
         answers = await asyncio.gather(*(guarded(name, route) for name, route in self.routes.items()))
         return dict(zip(self.routes, answers))
 
-    def scores_within(self, query: QueryBundle, node_ids: Sequence[str]) -> Dict[str, Dict[str, float]]:
+    def scores_within(
+        self, query: QueryBundle, node_ids: Sequence[str], skip: Sequence[str] = ()
+    ) -> Dict[str, Dict[str, float]]:
         """Each route's scores of exactly ``node_ids`` (the document focus).
 
         Args:
             query: the question.
             node_ids: the nodes to score.
+            skip: routes not to ask (they already failed on this question, and said so).
 
         Returns:
-            Route name -> ``{node id: score}`` (empty for a route that is off).
+            Route name -> ``{node id: score}`` (empty for a route that is off or failed: a
+                failure is logged and reported as in `ask`).
         """
+        text, errors = query.query_str or "", {}  # the question's failures go with its results
         return {
-            name: (route.scores_within(query, node_ids) if route is not None and node_ids else {})
+            name: (
+                self.guarded(name, lambda r=route: r.scores_within(query, node_ids), errors, text, empty={})
+                if route is not None and node_ids and name not in skip else {}
+            )
             for name, route in self.routes.items()
         }
 
@@ -277,7 +285,8 @@ class RouteSet:
 
 
 def route_failed(name: str, exc: BaseException, errors: Dict[str, BaseException], query: str) -> None:
-    """Log a route's failure, record it in ``errors`` and send a ``RouteFailedEvent``.
+    """Log a route's failure (one WARNING line naming the route and the cause, the traceback at
+    DEBUG), record it in ``errors`` and send a ``RouteFailedEvent``.
 
     Args:
         name: the route's name.
@@ -285,6 +294,12 @@ def route_failed(name: str, exc: BaseException, errors: Dict[str, BaseException]
         errors: route name -> error of this question.
         query: the question text.
     """
-    logger.error("MultiRouteRetriever: the %s route failed; fusing the others", name, exc_info=exc)
+    # One line a question (a served app must not fill its log with stacks); the stack at DEBUG.
+    cause = " ".join(f"{type(exc).__name__}: {exc}".split())
+    logger.warning(
+        "MultiRouteRetriever: the %s route failed (%s); fusing the others",
+        name, cause if len(cause) <= 300 else cause[:297] + "...",
+    )
+    logger.debug("MultiRouteRetriever: the %s route's traceback", name, exc_info=exc)
     errors[name] = exc
     dispatcher.event(RouteFailedEvent(query=query, route=name, error=f"{type(exc).__name__}: {exc}"))

@@ -389,12 +389,15 @@ class PostgresRouteSet(RouteSet):
         except Exception as exc:  # noqa: BLE001
             return self._failed(exc, errors, query.query_str or "")
 
-    def scores_within(self, query: QueryBundle, node_ids: Sequence[str]) -> Dict[str, Dict[str, float]]:
+    def scores_within(
+        self, query: QueryBundle, node_ids: Sequence[str], skip: Sequence[str] = ()
+    ) -> Dict[str, Dict[str, float]]:
         """Every route's scores of ``node_ids`` in one statement (see ``RouteSet.scores_within``).
 
         Args:
             query: the question.
             node_ids: the nodes to score.
+            skip: routes not to ask (one statement answers every route: accepted, not used).
 
         Returns:
             Route name -> (node id -> score).
