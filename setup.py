@@ -22,13 +22,13 @@ class BuildPyWithMiniLM(build_py):
         super().run()
         if getattr(self, "editable_mode", False):
             return
-        target = Path(self.build_lib) / "llama_index_hiqa" / "models" / "all_minilm_l6_v2"
-        if (target / "model.onnx").is_file():  # copied as package data from the checkout
+        folder = Path("llama_index_hiqa") / "models" / "all_minilm_l6_v2"
+        if (ROOT / folder / "model.onnx").is_file():  # built in the checkout: package data copied it
             return
         spec = importlib.util.spec_from_file_location("_build_minilm_onnx", ROOT / "tools" / "build_minilm_onnx.py")
         tool = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(tool)
-        tool.build(target)
+        tool.build(Path(self.build_lib) / folder)  # always anew: build/ may hold an old one
 
 
 setup(cmdclass={"build_py": BuildPyWithMiniLM})

@@ -112,7 +112,7 @@ def build_graph(weights: Dict[str, np.ndarray], config: Dict[str, Any]) -> Any:
         "pos_emb": weights["embeddings.position_embeddings.weight"],
         "type_emb": weights["embeddings.token_type_embeddings.weight"],
     }
-    # Embeddings: word + position (0 .. sequence-1) + token type, then LayerNorm.
+    # Embeddings: word + token type + position (0 .. sequence-1), then LayerNorm.
     nodes += [
         helper.make_node("Shape", ["input_ids"], ["ids_shape"]),
         helper.make_node("Gather", ["ids_shape", "i1"], ["seq_len"], axis=0),
@@ -120,8 +120,10 @@ def build_graph(weights: Dict[str, np.ndarray], config: Dict[str, Any]) -> Any:
         helper.make_node("Gather", ["word_emb", "input_ids"], ["e_word"], axis=0),
         helper.make_node("Gather", ["pos_emb", "positions"], ["e_pos"], axis=0),
         helper.make_node("Gather", ["type_emb", "token_type_ids"], ["e_type"], axis=0),
-        helper.make_node("Add", ["e_word", "e_pos"], ["e_wp"]),
-        helper.make_node("Add", ["e_wp", "e_type"], ["e_sum"]),
+        # transformers' order ((word + type) + position): float sums depend on it, and the
+        # int8 build would amplify the last-bit differences
+        helper.make_node("Add", ["e_word", "e_type"], ["e_wt"]),
+        helper.make_node("Add", ["e_wt", "e_pos"], ["e_sum"]),
     ]
     x = _layer_norm(nodes, inits, weights, helper, "embeddings.LayerNorm", "e_sum", eps)
     bias = _attention_mask_bias(nodes, helper)
