@@ -91,6 +91,21 @@ def measure(variant: str, wheel: Path, tmp: Path) -> Dict[str, object]:
             "nvidia": nvidia, "default": default.stdout.strip() or default.stderr.strip().splitlines()[-1]}
 
 
+def _body(rows: List[Dict[str, object]], wheel_mib: float, cache_dir: Path, cache: str) -> str:
+    table = markdown_table(
+        ["command", "time (s)", "venv size (MiB)", "packages", "import torch", "nvidia-* packages", "default embedding"],
+        [[r["command"], f"{r['seconds']:.0f}", f"{r['mib']:.0f}", r["packages"], "yes" if r["torch"] else "no",
+          r["nvidia"], r["default"]] for r in rows],
+    )
+    return (
+        f"The wheel of this checkout ({wheel_mib:.1f} MiB, the ONNX graph of all-MiniLM-L6-v2 inside) installed "
+        f"into a fresh venv (Python {sys.version.split()[0]}) per row, its dependencies from the package index; "
+        f"size: `du` of the venv less the empty venv's. pip's download cache ({cache_dir}): {cache}. "
+        "'default embedding': the packaged model the pack uses when none is set, its identity and dimension, "
+        "as that venv loads it.\n\n" + table
+    )
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--variants", nargs="+", default=["core", "torch-cpu", "dev-cpu"], choices=list(VARIANTS))
@@ -98,29 +113,16 @@ def main() -> int:
     args = parser.parse_args()
     cache_dir = Path(_run([sys.executable, "-m", "pip", "cache", "dir"], cwd=ROOT).stdout.strip() or "/nonexistent")
     cache = f"{du_mib(cache_dir):.0f} MiB before the run" if cache_dir.is_dir() else "empty (no cache folder) before the run"
-    rows = []
+    rows: List[Dict[str, object]] = []
     with tempfile.TemporaryDirectory(prefix="hiqa-install-") as name:
         tmp = Path(name)
         wheel = build_wheel(tmp / "dist")
         wheel_mib = wheel.stat().st_size / 2**20
         for variant in args.variants:
-            row = measure(variant, wheel, tmp)
-            print(row, flush=True)
-            rows.append(row)
-    table = markdown_table(
-        ["command", "time (s)", "venv size (MiB)", "packages", "import torch", "nvidia-* packages", "default embedding"],
-        [[r["command"], f"{r['seconds']:.0f}", f"{r['mib']:.0f}", r["packages"], "yes" if r["torch"] else "no",
-          r["nvidia"], r["default"]] for r in rows],
-    )
-    body = (
-        f"The wheel of this checkout ({wheel_mib:.1f} MiB, the ONNX graph of all-MiniLM-L6-v2 inside) installed "
-        "into a fresh venv (Python "
-        f"{sys.version.split()[0]}) per row, its dependencies from the package index; size: `du` of the venv less "
-        f"the empty venv's. pip's download cache ({cache_dir}): {cache}. 'default embedding': the packaged model the pack "
-        "uses when none is set, its identity and dimension, as that venv loads it.\n\n" + table
-    )
-    if not args.no_write:
-        write_section("install", "Install", body)
+            rows.append(measure(variant, wheel, tmp))
+            print(rows[-1], flush=True)
+            if not args.no_write:  # after each variant: a long run cut short keeps its rows
+                write_section("install", "Install", _body(rows, wheel_mib, cache_dir, cache))
     return 0
 
 
