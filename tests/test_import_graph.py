@@ -152,7 +152,7 @@ def test_no_store_module_imports_the_pack():
 LAYERS: List[Tuple[str, Tuple[str, ...]]] = [
     ("foundation", ("schema", "errors", "events", "local_cache", "headings", "settings", "figures", "text_repair",
                     "progress", "component_dict", "questions")),
-    ("models", ("embedding_backends", "defaults", "embedding_cache", "llm_calls", "llm_spec")),
+    ("models", ("minilm_onnx", "embedding_backends", "defaults", "embedding_cache", "llm_calls", "llm_spec")),
     ("indexes", ("indexes",)),
     ("readers", ("readers",)),
     ("parsers", ("parsers",)),
