@@ -1,0 +1,198 @@
+"""Documents added to a large embedded store: the first answer after the add, against a full
+BM25 rebuild, and the BM25 rankings against a full rebuild.
+
+The store is one :mod:`bench_scale` builds store-side (``replicated_batches``: synthetic
+datasheets, 50 nodes a document); build it once outside the repository, e.g.::
+
+    python benchmarks/bench_scale.py --replicated 1000000 --embedded-dir /work/bench_stores
+
+(or any embedded store of those documents), then::
+
+    python benchmarks/bench_bm25_segments.py STORE [STORE ...]
+
+For each store: a base over the whole store first (merged, saved), then 1 document (50 nodes)
+is added through the pack's batch write and a question asked (time to the first answer: the
+new segment tokenized and saved, the question scored with every node's statistics), then 100
+documents (two batches of 50). After each add, the BM25 scores of 100 questions are compared
+with those of a full rebuild (``BM25Route.build_from_chunks``, the index every question after
+a write was waiting for before segments). Writes the "BM25 segments" section of RESULTS.md and
+``benchmarks/bm25_segments.json``. The store is modified (the added documents stay).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any, Dict, List
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from bench_scale import SECTIONS_PER_DOC, fast_embedding, replicated_batches  # noqa: E402
+
+
+def questions_over(n_docs: int, count: int = 100) -> List[str]:
+    """``count`` questions naming documents spread over the collection, the last ones added too."""
+    return [f"output current of NX-{(i * 7919) % n_docs:06d} section {i % 7}" for i in range(count)]
+
+
+def compare(route: Any, full: Any, questions: List[str]) -> Dict[str, Any]:
+    """The segmented route's BM25 scores against a full rebuild's, node by node."""
+    position = {node_id: i for i, node_id in enumerate(route.node_ids)}
+    order = np.array([position[node_id] for node_id in full.node_ids])
+    worst_abs, worst_rel, bitwise, same_top = 0.0, 0.0, 0, 0
+    for question in questions:
+        ours = route.all_scores(question)[order]
+        theirs = full.all_scores(question)
+        diff = np.abs(ours.astype(np.float64) - theirs)
+        worst_abs = max(worst_abs, float(diff.max(initial=0.0)))
+        worst_rel = max(worst_rel, float((diff / np.maximum(np.abs(theirs), 1e-12)).max(initial=0.0)))
+        bitwise += bool(np.array_equal(ours, theirs))
+        same_top += list(route.top(question, 50)) == list(full.top(question, 50))
+    dead = np.zeros(len(route.node_ids), dtype=bool) if getattr(route, "dead", None) is None else route.dead
+    masked_scored = any(route.all_scores(q)[dead].any() for q in questions[:5])
+    return {
+        "questions": len(questions), "max_abs_diff": worst_abs, "max_rel_diff": worst_rel,
+        "bitwise_equal": bitwise, "same_top50": same_top, "removed_scored": bool(masked_scored),
+    }
+
+
+def latency(pack: Any, questions: List[str]) -> Dict[str, float]:
+    times = []
+    for question in questions:
+        start = time.perf_counter()
+        pack.retrieve(question)
+        times.append(time.perf_counter() - start)
+    times.sort()
+    return {"p50_ms": 1000 * statistics.median(times), "p95_ms": 1000 * times[int(0.95 * (len(times) - 1))]}
+
+
+def add_documents(pack: Any, first: int, count: int) -> float:
+    """``count`` documents numbered from ``first`` through the pack's batch write; seconds."""
+    start = time.perf_counter()
+    for documents, nodes, _own in replicated_batches(count * SECTIONS_PER_DOC, first_document=first):
+        pack._write_batch(documents, [], nodes)
+    return time.perf_counter() - start
+
+
+def full_rebuild(store: Any) -> tuple:
+    from llama_index_hiqa.retrievers.bm25_route import BM25Route
+
+    start = time.perf_counter()
+    route = BM25Route.build_from_chunks(store.iter_nodes())
+    return route, time.perf_counter() - start
+
+
+def run(store_path: Path, n_questions: int = 100) -> Dict[str, Any]:
+    from llama_index_hiqa.pack import HiQAPack
+    from llama_index_hiqa.retrievers.bm25_segments import SegmentedBM25Route
+    from llama_index_hiqa.storage.embedded_bm25 import open_bm25_route
+
+    pack = HiQAPack.load(store_path, embed_model=fast_embedding())
+    store = pack.store
+    out: Dict[str, Any] = {"nodes_before": pack.node_count}
+    # The starting point: one base over the whole store (built or merged, saved).
+    start = time.perf_counter()
+    route = open_bm25_route(store)
+    if isinstance(route, SegmentedBM25Route) and not route.exact_from_base:
+        store.save_bm25(route.merged(), store.generation)
+    out["base_s"] = time.perf_counter() - start
+    n_docs = len(pack.document_ids)
+    pack._invalidate()
+    out["p50_before"] = latency(pack, questions_over(n_docs, 20))
+
+    for label, count in (("add_1", 1), ("add_100", 100)):
+        step: Dict[str, Any] = {"documents": count, "nodes": count * SECTIONS_PER_DOC}
+        step["write_s"] = add_documents(pack, n_docs, count)
+        n_docs += count
+        questions = questions_over(n_docs, n_questions)
+        start = time.perf_counter()
+        pack.retrieve(questions[-1])
+        step["first_answer_s"] = time.perf_counter() - start
+        route = pack.multi_route.bm25_route
+        step["segments"] = len(route.parts) - 1 if isinstance(route, SegmentedBM25Route) else 0
+        step["latency_with_segments"] = latency(pack, questions[:20])
+        full, step["full_rebuild_s"] = full_rebuild(store)
+        start = time.perf_counter()
+        full.all_scores(questions[-1])
+        step["full_rebuild_first_answer_s"] = step["full_rebuild_s"] + time.perf_counter() - start
+        step["rankings"] = compare(route, full, questions)
+        del full
+        out[label] = step
+        print(label, json.dumps(step), flush=True)
+
+    start = time.perf_counter()
+    pack.persist()  # saves nothing new, or merges when the merge policy says so
+    out["persist_s"] = time.perf_counter() - start
+    start = time.perf_counter()
+    merged = pack.multi_route.bm25_route
+    if isinstance(merged, SegmentedBM25Route) and not merged.exact_from_base:
+        merged = merged.merged()
+        store.save_bm25(merged, store.generation)
+        pack._invalidate()
+    out["merge_s"] = time.perf_counter() - start
+    out["latency_after_merge"] = latency(pack, questions_over(n_docs, 20))
+    out["nodes_after"] = pack.node_count
+    return out
+
+
+def section(results: Dict[str, Any]) -> str:
+    lines = [
+        "A document added to an embedded store is tokenized into a small BM25 segment when the",
+        "route is next opened; questions are scored with every live node's statistics (N, average",
+        "length, document frequencies), so the scores are a full rebuild's. Before segments, the",
+        "first question after any write rebuilt BM25 over the whole store (the \"full rebuild\" column).",
+        "Synthetic datasheets fed store-side (`bench_scale.replicated_batches`, 50 nodes a document).",
+        "",
+        "| store (nodes) | added | first answer after the add | full rebuild + answer | p50 / p95 with segments | "
+        "rankings vs full rebuild (100 questions) |",
+        "|---|---|---|---|---|---|",
+    ]
+    for name, r in results.items():
+        for label in ("add_1", "add_100"):
+            s = r[label]
+            rk = s["rankings"]
+            lines.append(
+                f"| {r['nodes_before']:,} | {s['documents']} doc ({s['nodes']:,} nodes) | {s['first_answer_s']:.2f} s | "
+                f"{s['full_rebuild_first_answer_s']:.1f} s | {s['latency_with_segments']['p50_ms']:.0f} / "
+                f"{s['latency_with_segments']['p95_ms']:.0f} ms | top-50 identical {rk['same_top50']}/{rk['questions']}, "
+                f"scores bit-equal {rk['bitwise_equal']}/{rk['questions']}, max diff {rk['max_abs_diff']:.1e} |"
+            )
+    lines.append("")
+    for name, r in results.items():
+        lines.append(
+            f"- {r['nodes_before']:,} nodes: p50 {r['p50_before']['p50_ms']:.0f} ms before the adds, "
+            f"{r['latency_after_merge']['p50_ms']:.0f} ms after the merge; `persist()` after the adds "
+            f"{r['persist_s']:.1f} s, an explicit merge of the segments into a new base {r['merge_s']:.1f} s "
+            f"(no tokenizing: term frequencies are kept)."
+        )
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("stores", nargs="+")
+    parser.add_argument("--questions", type=int, default=100)
+    parser.add_argument("--result-file", default=str(ROOT / "benchmarks" / "bm25_segments.json"))
+    parser.add_argument("--section-only", action="store_true", help="rewrite RESULTS.md from the JSON file")
+    args = parser.parse_args()
+    path = Path(args.result_file)
+    results = json.loads(path.read_text()) if path.exists() else {}
+    if not args.section_only:
+        for store in args.stores:
+            results[Path(store).name] = run(Path(store), args.questions)
+            path.write_text(json.dumps(results, indent=1))
+    from _results import write_section
+
+    write_section("bm25-segments", "BM25 segments: documents added to a large store", section(results))
+
+
+if __name__ == "__main__":
+    main()
