@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -35,7 +34,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from bench_scale import SECTIONS_PER_DOC, fast_embedding, replicated_batches  # noqa: E402
+from bench_scale import SECTIONS_PER_DOC, fast_embedding, query_latencies, replicated_batches  # noqa: E402
 
 
 def questions_over(n_docs: int, count: int = 100) -> List[str]:
@@ -64,22 +63,15 @@ def compare(route: Any, full: Any, questions: List[str]) -> Dict[str, Any]:
     }
 
 
-def latency(pack: Any, questions: List[str]) -> Dict[str, float]:
-    times = []
-    for question in questions:
-        start = time.perf_counter()
-        pack.retrieve(question)
-        times.append(time.perf_counter() - start)
-    times.sort()
-    return {"p50_ms": 1000 * statistics.median(times), "p95_ms": 1000 * times[int(0.95 * (len(times) - 1))]}
-
-
 def add_documents(pack: Any, first: int, count: int) -> float:
-    """``count`` documents numbered from ``first`` through the pack's batch write; seconds."""
-    start = time.perf_counter()
+    """``count`` documents numbered from ``first`` through the pack's batch write; seconds in
+    the writes (not in making the documents)."""
+    seconds = 0.0
     for documents, nodes, _own in replicated_batches(count * SECTIONS_PER_DOC, first_document=first):
+        start = time.perf_counter()
         pack._write_batch(documents, [], nodes)
-    return time.perf_counter() - start
+        seconds += time.perf_counter() - start
+    return seconds
 
 
 def full_rebuild(store: Any) -> tuple:
@@ -106,7 +98,7 @@ def run(store_path: Path, n_questions: int = 100) -> Dict[str, Any]:
     out["base_s"] = time.perf_counter() - start
     n_docs = len(pack.document_ids)
     pack._invalidate()
-    out["p50_before"] = latency(pack, questions_over(n_docs, 20))
+    out["p50_before"] = query_latencies(pack, questions_over(n_docs, 20))
 
     for label, count in (("add_1", 1), ("add_100", 100)):
         step: Dict[str, Any] = {"documents": count, "nodes": count * SECTIONS_PER_DOC}
@@ -118,7 +110,7 @@ def run(store_path: Path, n_questions: int = 100) -> Dict[str, Any]:
         step["first_answer_s"] = time.perf_counter() - start
         route = pack.multi_route.bm25_route
         step["segments"] = len(route.parts) - 1 if isinstance(route, SegmentedBM25Route) else 0
-        step["latency_with_segments"] = latency(pack, questions[:20])
+        step["latency_with_segments"] = query_latencies(pack, questions[:20])
         full, step["full_rebuild_s"] = full_rebuild(store)
         start = time.perf_counter()
         full.all_scores(questions[-1])
@@ -138,12 +130,80 @@ def run(store_path: Path, n_questions: int = 100) -> Dict[str, Any]:
         store.save_bm25(merged, store.generation)
         pack._invalidate()
     out["merge_s"] = time.perf_counter() - start
-    out["latency_after_merge"] = latency(pack, questions_over(n_docs, 20))
+    out["latency_after_merge"] = query_latencies(pack, questions_over(n_docs, 20))
     out["nodes_after"] = pack.node_count
     return out
 
 
+def run_route_only(n_nodes: int, folder: Path, n_questions: int = 100) -> Dict[str, Any]:
+    """The BM25 route alone at ``n_nodes``: the template documents' tokens copied with each
+    document's number (what ``replicated_batches`` writes), a base saved and mapped back, then a
+    segment of 1 document and one of 100 scored against one index over the same tokens."""
+    import shutil
+
+    from llama_index_hiqa.retrievers.bm25_route import corpus_tokenizer
+    from llama_index_hiqa.retrievers.bm25_segments import Postings, SegmentedBM25Route
+
+    templates = []
+    for documents, nodes, _own in replicated_batches(20 * SECTIONS_PER_DOC):
+        templates += corpus_tokenizer()(nodes)
+    number = {f"{d:06d}" for d in range(20)}
+
+    def tokens(first: int, count: int):
+        for start in range(first, first + count, 5000):
+            end = min(first + count, start + 5000)
+            docs = [
+                [f"{i // SECTIONS_PER_DOC:06d}" if t in number else t for t in templates[i % len(templates)]]
+                for i in range(start, end)
+            ]
+            yield [f"n{i}" for i in range(start, end)], np.arange(start, end), docs
+
+    out: Dict[str, Any] = {"nodes_before": n_nodes}
+    start = time.perf_counter()
+    base = SegmentedBM25Route.from_postings(Postings.from_tokens(tokens(0, n_nodes)))
+    out["base_from_tokens_s"] = time.perf_counter() - start
+    shutil.rmtree(folder, ignore_errors=True)
+    base.persist(folder)
+    del base
+    start = time.perf_counter()
+    base = SegmentedBM25Route.load_base(folder, mmap=True)
+    out["base_load_s"] = time.perf_counter() - start
+    questions = questions_over(n_nodes // SECTIONS_PER_DOC + 1, n_questions)
+    out["base_p50_ms"] = _p50(base, questions[:20])
+    for label, count in (("add_1", 1), ("add_100", 100)):
+        step: Dict[str, Any] = {"documents": count, "nodes": count * SECTIONS_PER_DOC}
+        start = time.perf_counter()
+        segment = Postings.from_tokens(tokens(n_nodes, count * SECTIONS_PER_DOC))
+        route = base.with_segments([segment])
+        route.all_scores(questions[-1])
+        step["segment_and_first_scores_s"] = time.perf_counter() - start
+        step["p50_ms"] = _p50(route, questions[:20])
+        start = time.perf_counter()
+        full = SegmentedBM25Route.from_postings(Postings.from_tokens(tokens(0, n_nodes + count * SECTIONS_PER_DOC)))
+        step["one_index_from_tokens_s"] = time.perf_counter() - start
+        step["rankings"] = compare(route, full.base, questions)
+        start = time.perf_counter()
+        route.merged()
+        step["merge_s"] = time.perf_counter() - start
+        del full
+        out[label] = step
+        print(label, json.dumps(step), flush=True)
+    shutil.rmtree(folder, ignore_errors=True)
+    return out
+
+
+def _p50(route: Any, questions: List[str]) -> float:
+    times = []
+    for question in questions:
+        route._last_scores = None
+        start = time.perf_counter()
+        route.all_scores(question)
+        times.append(time.perf_counter() - start)
+    return 1000 * float(np.median(times))
+
+
 def section(results: Dict[str, Any]) -> str:
+    stores = {name: r for name, r in results.items() if name != "route_only"}
     lines = [
         "A document added to an embedded store is tokenized into a small BM25 segment when the",
         "route is next opened; questions are scored with every live node's statistics (N, average",
@@ -155,7 +215,7 @@ def section(results: Dict[str, Any]) -> str:
         "rankings vs full rebuild (100 questions) |",
         "|---|---|---|---|---|---|",
     ]
-    for name, r in results.items():
+    for r in stores.values():
         for label in ("add_1", "add_100"):
             s = r[label]
             rk = s["rankings"]
@@ -166,20 +226,44 @@ def section(results: Dict[str, Any]) -> str:
                 f"scores bit-equal {rk['bitwise_equal']}/{rk['questions']}, max diff {rk['max_abs_diff']:.1e} |"
             )
     lines.append("")
-    for name, r in results.items():
+    for r in stores.values():
         lines.append(
             f"- {r['nodes_before']:,} nodes: p50 {r['p50_before']['p50_ms']:.0f} ms before the adds, "
             f"{r['latency_after_merge']['p50_ms']:.0f} ms after the merge; `persist()` after the adds "
-            f"{r['persist_s']:.1f} s, an explicit merge of the segments into a new base {r['merge_s']:.1f} s "
-            f"(no tokenizing: term frequencies are kept)."
+            f"{r['persist_s']:.1f} s (it merges when the policy says so), reopening or merging what was left "
+            f"{r['merge_s']:.1f} s (no tokenizing: term frequencies are kept)."
         )
+    route_only = results.get("route_only") or {}
+    if route_only:
+        lines += [
+            "",
+            "The BM25 route alone (`--route-only N`: the same documents' tokens, no store), at sizes",
+            "the store-side build would take hours to reach on this shared machine:",
+            "",
+            "| nodes | base: build from tokens / map from disk | added | segment + first scores | p50 base → with segments "
+            "| one index from tokens | merge | rankings vs one index (100 questions) |",
+            "|---|---|---|---|---|---|---|---|",
+        ]
+        for r in route_only.values():
+            for label in ("add_1", "add_100"):
+                s = r[label]
+                rk = s["rankings"]
+                lines.append(
+                    f"| {r['nodes_before']:,} | {r['base_from_tokens_s']:.0f} s / {r['base_load_s']:.2f} s | "
+                    f"{s['documents']} doc ({s['nodes']:,} nodes) | {s['segment_and_first_scores_s']:.2f} s | "
+                    f"{r['base_p50_ms']:.0f} → {s['p50_ms']:.0f} ms | {s['one_index_from_tokens_s']:.0f} s | "
+                    f"{s['merge_s']:.1f} s | top-50 identical {rk['same_top50']}/{rk['questions']}, "
+                    f"bit-equal {rk['bitwise_equal']}/{rk['questions']} |"
+                )
     return "\n".join(lines)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("stores", nargs="+")
+    parser.add_argument("stores", nargs="*")
     parser.add_argument("--questions", type=int, default=100)
+    parser.add_argument("--route-only", type=int, nargs="*", default=[], help="sizes of the BM25-route-only run")
+    parser.add_argument("--route-dir", default="/tmp/bm25_route_only", help="where the route-only base is written")
     parser.add_argument("--result-file", default=str(ROOT / "benchmarks" / "bm25_segments.json"))
     parser.add_argument("--section-only", action="store_true", help="rewrite RESULTS.md from the JSON file")
     args = parser.parse_args()
@@ -188,6 +272,9 @@ def main() -> None:
     if not args.section_only:
         for store in args.stores:
             results[Path(store).name] = run(Path(store), args.questions)
+            path.write_text(json.dumps(results, indent=1))
+        for n in args.route_only:
+            results.setdefault("route_only", {})[str(n)] = run_route_only(n, Path(args.route_dir), args.questions)
             path.write_text(json.dumps(results, indent=1))
     from _results import write_section
 

@@ -24,9 +24,8 @@ from pathlib import Path
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
 import numpy as np
-from llama_index.core.schema import BaseNode, MetadataMode
 
-from llama_index_hiqa.retrievers.bm25_route import BM25Route, _IdCorpus
+from llama_index_hiqa.retrievers.bm25_route import BM25Route, _IdCorpus, corpus_tokenizer  # noqa: F401 (re-exported)
 
 # bm25s's defaults, those of BM25Retriever's index.
 K1, B = 1.5, 0.75
@@ -413,30 +412,4 @@ def _dead_mask(parts: Sequence[Postings], dead_rows: Iterable[int]) -> Optional[
     return np.isin(rows, dead_rows)
 
 
-def corpus_tokenizer(language: str = "en"):
-    """``nodes -> token lists`` as ``BM25Retriever`` tokenizes its corpus (its stemmer, stop
-    words and token pattern) over the embedding view.
-
-    Args:
-        language: the stop words' language.
-
-    Returns:
-        The tokenizer.
-    """
-    import bm25s
-    import Stemmer
-
-    stemmer, pattern = Stemmer.Stemmer("english"), r"(?u)\b\w\w+\b"
-
-    def tokenize(nodes: Sequence[BaseNode]) -> List[List[str]]:
-        if not nodes:
-            return []
-        return bm25s.tokenize(
-            [n.get_content(metadata_mode=MetadataMode.EMBED) for n in nodes],
-            stopwords=language, stemmer=stemmer, token_pattern=pattern, return_ids=False, show_progress=False,
-        )
-
-    return tokenize
-
-
-__all__ = ["Postings", "SegmentedBM25Route", "idf", "corpus_tokenizer", "term_scores"]
+__all__ = ["Postings", "SegmentedBM25Route", "idf", "term_scores"]
