@@ -275,7 +275,7 @@ class BM25Route:
         return cls(retriever, node_ids, tokenizer)
 
 
-def corpus_tokenizer(language: str = "en"):
+def corpus_tokenizer(language: str = "en") -> Callable[[Sequence[BaseNode]], List[List[str]]]:
     """``nodes -> token lists`` as ``BM25Retriever`` tokenizes its corpus (its stemmer, stop
     words and token pattern) over the embedding view.
 

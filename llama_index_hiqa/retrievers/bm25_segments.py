@@ -175,7 +175,14 @@ class Postings:
 
     @staticmethod
     def saved_in(path: Path) -> bool:
-        """Whether ``path`` holds postings (an index written before they existed does not)."""
+        """Whether ``path`` holds postings (an index written before they existed does not).
+
+        Args:
+            path: an index folder.
+
+        Returns:
+            ``True`` when the postings' files are there.
+        """
         return all((path / name).is_file() for name in _POSTINGS_FILES)
 
     @classmethod

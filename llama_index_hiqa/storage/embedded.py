@@ -375,7 +375,14 @@ class EmbeddedStore:
         return target
 
     def bm25_segment_folders(self, base: Path) -> List[Path]:
-        """The segments saved beside ``base``, oldest first."""
+        """The segments saved beside ``base``, oldest first.
+
+        Args:
+            base: the base index folder.
+
+        Returns:
+            The segment folders.
+        """
         found = [
             (int(child.name[len(SEGMENT_PREFIX):]), child) for child in base.glob(f"{SEGMENT_PREFIX}*")
             if child.name[len(SEGMENT_PREFIX):].isdigit() and (child / "node_ids.json").is_file()
@@ -383,11 +390,25 @@ class EmbeddedStore:
         return [folder for _, folder in sorted(found)]
 
     def rows_since(self, rows_end: int) -> List[Tuple[int, str]]:
-        """``(row, node id)`` of every node at row ``rows_end`` or later, in row order."""
+        """``(row, node id)`` of every node at row ``rows_end`` or later, in row order.
+
+        Args:
+            rows_end: the first row wanted.
+
+        Returns:
+            The rows and ids.
+        """
         return self.db.rows("SELECT row, node_id FROM vector_rows WHERE row >= ? ORDER BY row", (rows_end,))
 
     def freed_rows(self, rows_end: int) -> List[int]:
-        """The rows below ``rows_end`` whose node was removed (rows are never reused)."""
+        """The rows below ``rows_end`` whose node was removed (rows are never reused).
+
+        Args:
+            rows_end: one past the last row wanted.
+
+        Returns:
+            The freed rows.
+        """
         return [r[0] for r in self.db.rows("SELECT row FROM vector_free WHERE row < ?", (rows_end,))]
 
     def save_bm25(self, route: Any, generation: int) -> None:
