@@ -13,6 +13,7 @@ from llama_index.core.schema import Document, NodeRelationship, RelatedNodeInfo,
 from llama_index_hiqa import schema
 from llama_index_hiqa.pack import HiQAPack
 from llama_index_hiqa.retrievers.bm25_route import BM25Route
+from llama_index_hiqa.retrievers import bm25_segments
 from llama_index_hiqa.retrievers.bm25_segments import Postings, SegmentedBM25Route, corpus_tokenizer
 from llama_index_hiqa.storage import embedded_bm25
 from tests.pack_helpers import HashEmbedding
@@ -61,12 +62,16 @@ def test_base_segments_and_removals_score_as_one_index_over_the_live_nodes(texts
         assert route.top(question, 5).keys() <= {n.node_id for n in live}
 
 
-def test_the_scores_are_bit_for_bit_those_of_one_index():
+@pytest.mark.parametrize("cache_budget", [bm25_segments.TERM_CACHE_POSTINGS, 1])
+def test_the_scores_are_bit_for_bit_those_of_one_index(monkeypatch, cache_budget):
+    monkeypatch.setattr(bm25_segments, "TERM_CACHE_POSTINGS", cache_budget)  # 1: every term evicted
     nodes = [_text_node(i, " ".join(WORDS[(i * 7 + k) % len(WORDS)] for k in range(i % 9))) for i in range(30)]
     route = SegmentedBM25Route.from_postings(_postings(nodes[:20], 0)).with_segments([_postings(nodes[20:], 20)], [4])
     full = BM25Route.build([n for i, n in enumerate(nodes) if i != 4])
-    for question in QUESTIONS:
+    for question in QUESTIONS + QUESTIONS[::-1]:  # again: the kept term scores answer
+        route._last_scores = None
         assert np.array_equal(np.delete(route.all_scores(question), 4), full.all_scores(question))
+    assert len(route._term_cache) == 1 if cache_budget == 1 else len(route._term_cache) > 1
 
 
 def _batch(first_doc: int, count: int, rng: np.random.Generator):

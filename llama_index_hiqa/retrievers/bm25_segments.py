@@ -11,8 +11,9 @@ node is bm25s's Lucene variant (the default of LlamaIndex's ``BM25Retriever``),
 ``idf(t) * tf / (tf + k1 (1 - b + b |d| / avgdl))`` with ``idf(t) = ln(1 + (N - df + 0.5) / (df + 0.5))``.
 
 While there are no segments and no removed nodes, the base's precomputed bm25s scores answer
-(a gather over the question terms' postings); otherwise the scores are computed from the term
-frequencies of the question terms' postings. :meth:`SegmentedBM25Route.merged` folds the parts
+(a gather over the question terms' postings); otherwise a term's scores are computed from the
+term frequencies of its postings the first time a question holds it, and kept for the next
+questions while they fit a budget. :meth:`SegmentedBM25Route.merged` folds the parts
 into one base without tokenizing anything again.
 """
 
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import json
 from array import array
+from collections import OrderedDict
 from pathlib import Path
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
@@ -32,6 +34,8 @@ K1, B = 1.5, 0.75
 METHOD = "lucene"
 
 _POSTINGS_FILES = ("tf.npy", "lengths.npy", "rows.npy")
+# Postings whose scores a route keeps between questions (8 bytes each: about 64 MB).
+TERM_CACHE_POSTINGS = 8_000_000
 
 
 def idf(df: np.ndarray, n: int) -> np.ndarray:
@@ -229,6 +233,8 @@ class SegmentedBM25Route(BM25Route):
         self.dead = dead if dead is not None and dead.any() else None
         self._offsets = np.cumsum([0] + [len(p) for p in parts])
         self._stats: Optional[Tuple[int, np.ndarray]] = None
+        self._term_cache: "OrderedDict[str, List[Tuple[np.ndarray, np.ndarray]]]" = OrderedDict()
+        self._cached_postings = 0
 
     @property
     def exact_from_base(self) -> bool:
@@ -298,6 +304,39 @@ class SegmentedBM25Route(BM25Route):
             self._stats = (n, K1 * ((1 - B) + B * lengths / avgdl))
         return self._stats
 
+    def _term_scores(self, token: str) -> List[Tuple[np.ndarray, np.ndarray]]:
+        """``(positions, float32 scores)`` of ``token``'s live postings, a pair a part; kept
+        while they fit :data:`TERM_CACHE_POSTINGS` (the frequent terms, whose long postings
+        cost the most, come back in most questions)."""
+        cached = self._term_cache.get(token)
+        if cached is not None:
+            self._term_cache.move_to_end(token)
+            return cached
+        n, k = self._live_stats()
+        spans = []
+        for part, offset in zip(self.parts, self._offsets):
+            t = part.vocab.get(token)
+            if t is None:
+                continue
+            positions = np.asarray(part.indices[part.indptr[t]:part.indptr[t + 1]], dtype=np.int32) + np.int32(offset)
+            tf = part.tf[part.indptr[t]:part.indptr[t + 1]]
+            if self.dead is not None:
+                keep = ~self.dead[positions]
+                positions, tf = positions[keep], tf[keep]
+            spans.append((positions, np.asarray(tf, dtype=np.float32)))
+        df = sum(len(positions) for positions, _ in spans)
+        out = []
+        if df:
+            term_idf = idf(np.array([df]), n)[0]
+            # term_scores' arithmetic, with K of each position computed once for the route
+            out = [(positions, (term_idf * (tf / (k[positions] + tf))).astype(np.float32)) for positions, tf in spans]
+        self._term_cache[token] = out
+        self._cached_postings += df
+        while self._cached_postings > TERM_CACHE_POSTINGS and len(self._term_cache) > 1:
+            _, dropped = self._term_cache.popitem(last=False)
+            self._cached_postings -= sum(len(positions) for positions, _ in dropped)
+        return out
+
     def all_scores(self, query: str) -> np.ndarray:
         """BM25 score of every node (in ``node_ids`` order) with every live node's statistics.
 
@@ -312,30 +351,11 @@ class SegmentedBM25Route(BM25Route):
         last = self._last_scores
         if last is not None and last[0] == query:
             return last[1]
-        n, k = self._live_stats()
         scores = np.zeros(len(self.node_ids), dtype=np.float32)
         # bm25s's order: the question's tokens as given (repeats count), unknown ones left out.
         for token in self._query_tokens(query):
-            spans = []
-            df = 0
-            for part, offset in zip(self.parts, self._offsets):
-                t = part.vocab.get(token)
-                if t is None:
-                    continue
-                positions = np.asarray(part.indices[part.indptr[t]:part.indptr[t + 1]], dtype=np.int64) + offset
-                tf = part.tf[part.indptr[t]:part.indptr[t + 1]]
-                if self.dead is not None:
-                    keep = ~self.dead[positions]
-                    positions, tf = positions[keep], tf[keep]
-                spans.append((positions, tf))
-                df += len(positions)
-            if not df:
-                continue
-            term_idf = idf(np.array([df]), n)[0]
-            for positions, tf in spans:
-                tf = np.asarray(tf, dtype=np.float32)
-                # term_scores' arithmetic, with K of each position computed once for the route
-                scores[positions] += (term_idf * (tf / (k[positions] + tf))).astype(np.float32)
+            for positions, term in self._term_scores(token):
+                scores[positions] += term
         scores.setflags(write=False)
         self._last_scores = (query, scores)
         return scores
