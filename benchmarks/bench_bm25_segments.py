@@ -1,7 +1,7 @@
 """Documents added to a large embedded store: the first answer after the add, against a full
 BM25 rebuild, and the BM25 rankings against a full rebuild.
 
-The store is one :mod:`bench_scale` builds store-side (``replicated_batches``: synthetic
+The store is one `bench_scale.py` builds store-side (``replicated_batches``: synthetic
 datasheets, 51 nodes a document: a title and 50 sections); build it once outside the repository, e.g.::
 
     python benchmarks/bench_scale.py --replicated 1000000 --embedded-dir /work/bench_stores

@@ -4,7 +4,7 @@ bm25s ("BM25S: Orders of magnitude faster lexical search via eager sparse scorin
 stores every (term, node) score precomputed, so its index has no incremental update: each
 score depends on the collection's node count N, average length and the term's document
 frequency, which every added node changes. Here each part (the base and every segment) keeps
-its term frequencies and node lengths as well (:class:`Postings`), and a question is scored
+its term frequencies and node lengths as well ([`Postings`][llama_index_hiqa.retrievers.bm25_segments.Postings]), and a question is scored
 with the statistics of every live node of every part, so the scores are those of one index
 built over the live nodes in the same order (to float32 rounding): the score of a term in a
 node is bm25s's Lucene variant (the default of LlamaIndex's ``BM25Retriever``),
@@ -13,7 +13,7 @@ node is bm25s's Lucene variant (the default of LlamaIndex's ``BM25Retriever``),
 While there are no segments and no removed nodes, the base's precomputed bm25s scores answer
 (a gather over the question terms' postings); otherwise a term's scores are computed from the
 term frequencies of its postings the first time a question holds it, and kept for the next
-questions while they fit a budget. :meth:`SegmentedBM25Route.merged` folds the parts
+questions while they fit a budget. [`SegmentedBM25Route.merged`][llama_index_hiqa.retrievers.bm25_segments.SegmentedBM25Route.merged] folds the parts
 into one base without tokenizing anything again.
 """
 
@@ -191,7 +191,7 @@ class Postings:
 
     @classmethod
     def load(cls, path: Path, mmap: bool = False, csc: Optional[Tuple[Dict[str, int], np.ndarray, np.ndarray]] = None) -> "Postings":
-        """What :meth:`save` wrote.
+        """What [`save`][llama_index_hiqa.retrievers.bm25_segments.Postings.save] wrote.
 
         Args:
             path: the folder.
@@ -306,7 +306,7 @@ class SegmentedBM25Route(BM25Route):
 
     def _term_scores(self, token: str) -> List[Tuple[np.ndarray, np.ndarray]]:
         """``(positions, float32 scores)`` of ``token``'s live postings, a pair a part; kept
-        while they fit :data:`TERM_CACHE_POSTINGS` (the frequent terms, whose long postings
+        while they fit `TERM_CACHE_POSTINGS` (the frequent terms, whose long postings
         cost the most, come back in most questions)."""
         cached = self._term_cache.get(token)
         if cached is not None:
@@ -397,7 +397,7 @@ class SegmentedBM25Route(BM25Route):
     # -- files ---------------------------------------------------------------------------
     def persist(self, path: Path) -> None:
         """Write the base (bm25s's arrays and its postings) to the folder ``path``; the
-        segments are written apart (:meth:`Postings.save`).
+        segments are written apart ([`Postings.save`][llama_index_hiqa.retrievers.bm25_segments.Postings.save]).
 
         Args:
             path: the folder (created when missing).
@@ -407,7 +407,7 @@ class SegmentedBM25Route(BM25Route):
 
     @classmethod
     def load_base(cls, path: Path, mmap: bool = False) -> "SegmentedBM25Route":
-        """The base :meth:`persist` wrote.
+        """The base [`persist`][llama_index_hiqa.retrievers.bm25_segments.SegmentedBM25Route.persist] wrote.
 
         Args:
             path: the folder.

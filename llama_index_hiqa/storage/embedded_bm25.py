@@ -4,8 +4,8 @@ A write commits nodes, not BM25 statistics. When the route is opened, the nodes 
 saved index (the store rows past the last one it holds: rows are never reused) are tokenized
 into a new segment, saved beside the base, and the nodes removed since are masked; the scores
 are those of one index over the live nodes
-(:class:`~llama_index_hiqa.retrievers.bm25_segments.SegmentedBM25Route`). Opening therefore
-costs time in proportion to what was added, not to the collection. :func:`merge_when_due`
+([`SegmentedBM25Route`][llama_index_hiqa.retrievers.bm25_segments.SegmentedBM25Route]). Opening therefore
+costs time in proportion to what was added, not to the collection. [`merge_when_due`][llama_index_hiqa.storage.embedded_bm25.merge_when_due]
 folds the segments into a new base when they have grown (at ``persist()``).
 """
 
@@ -65,7 +65,7 @@ def open_bm25_route(store: EmbeddedStore, language: str = "en") -> BM25Route:
 
 def merge_when_due(store: EmbeddedStore, route: Optional[BM25Route]) -> Optional[BM25Route]:
     """Fold ``route``'s segments and removed nodes into a new saved base when they have grown
-    past :data:`MAX_SEGMENTS` segments or :data:`MERGE_FRACTION` of the base.
+    past `MAX_SEGMENTS` segments or `MERGE_FRACTION` of the base.
 
     Args:
         store: the embedded store.

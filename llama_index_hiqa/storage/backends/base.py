@@ -1,7 +1,7 @@
-"""The store interface: what :class:`~llama_index_hiqa.HiQAPack` asks of the place its nodes live.
+"""The store interface: what [`HiQAPack`][llama_index_hiqa.pack.HiQAPack] asks of the place its nodes live.
 
 A backend is one object per store (the folder store, the embedded store, PostgreSQL) that the
-pack holds and talks to only through :class:`StoreBackend`; the pack never asks which one it
+pack holds and talks to only through [`StoreBackend`][llama_index_hiqa.storage.backends.base.StoreBackend]; the pack never asks which one it
 holds. Writing a batch, removing a document and saving are each one unit of the store (a kill at
 any instant leaves the previous state readable); the routes are answered where the data is, with
 the same scores on every backend.
@@ -30,7 +30,7 @@ class Resolvers:
     (``keyword_extractor(config)``), the same at ingestion and at query time.
 
     The pack gives its backends its own (one place to configure or replace them for every
-    store); the defaults are :mod:`llama_index_hiqa.pack_config`'s.
+    store); the defaults are [`llama_index_hiqa.pack_config`][llama_index_hiqa.pack_config]'s.
     """
 
     embed_model: Callable[..., BaseEmbedding] = default_embed_model
@@ -135,10 +135,10 @@ class StoreBackend(Protocol):
         """
 
     def bulk_writes(self) -> ContextManager[Any]:
-        """A context around a run of :meth:`write_batch` calls (an ingestion)."""
+        """A context around a run of [`write_batch`][llama_index_hiqa.storage.backends.base.StoreBackend.write_batch] calls (an ingestion)."""
 
     def save(self, payload: Mapping[str, Any], location: Any = None) -> Any:
-        """Save the pack's settings and ingestion state once, with the store; :meth:`open` reads
+        """Save the pack's settings and ingestion state once, with the store; [`open`][llama_index_hiqa.storage.backends.base.StoreBackend.open] reads
         them back.
 
         Args:
