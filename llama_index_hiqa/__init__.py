@@ -183,6 +183,7 @@ if TYPE_CHECKING:
         EmptyCorpusError as EmptyCorpusError,
         StoreConflictError as StoreConflictError,
         InvalidSettingError as InvalidSettingError,
+        InvalidQuestionError as InvalidQuestionError,
         PathAccessError as PathAccessError,
         UndecodableTextError as UndecodableTextError,
         SkippedDocumentError as SkippedDocumentError,
@@ -262,9 +263,13 @@ if TYPE_CHECKING:
         InteractionGraphSettings as InteractionGraphSettings,
         ChainSearchSettings as ChainSearchSettings,
     )
-    from llama_index_hiqa.settings import updated as updated
+    from llama_index_hiqa.settings import (
+        updated as updated,
+        SettingsModel as SettingsModel,
+    )
     from llama_index_hiqa.vector_store_access import index_nodes as index_nodes
     from llama_index_hiqa.demo import demo_data_dir as demo_data_dir
+    from llama_index_hiqa.questions import question_text as question_text
     from llama_index_hiqa.storage.vector_store import MatrixVectorStore as MatrixVectorStore
     from llama_index_hiqa.storage.backends.base import StoreBackend as StoreBackend
     from llama_index_hiqa.storage.backends.folder import FolderBackend as FolderBackend
