@@ -250,13 +250,14 @@ def run_synthetic_embedded(n_nodes: int, store: Path) -> Dict[str, Any]:
 TEMPLATE_DOCUMENTS = 20
 
 
-def replicated_batches(n_nodes: int, batch_documents: int = 50):
+def replicated_batches(n_nodes: int, batch_documents: int = 50, first_document: int = 0):
     """Store-side ingestion at sizes the whole pipeline would take hours to feed on this
     shared machine: the first ``TEMPLATE_DOCUMENTS`` synthetic documents go through the pack's
     pipeline once, then every document ``d`` is a copy of template ``d % 20`` with its model
     number, document id and node ids replaced, and a seeded vector a node. Yields
-    ``(documents, nodes, own_bytes)`` a batch at a time; the bodies repeat every 20 documents
-    (the BM25 vocabulary is smaller than the generated collection's)."""
+    ``(documents, nodes, own_bytes)`` a batch at a time, documents numbered from
+    ``first_document``; the bodies repeat every 20 documents (the BM25 vocabulary is smaller
+    than the generated collection's)."""
     import re
     import uuid
 
@@ -280,8 +281,8 @@ def replicated_batches(n_nodes: int, batch_documents: int = 50):
         pattern = re.compile("|".join(re.escape(k) for k in keys))
         templates.append((number, [json.dumps(doc_to_json(n)) for n in nodes], [n.node_id for n in nodes], pattern))
     del template
-    n_docs = max(1, n_nodes // SECTIONS_PER_DOC)
-    for start in range(0, n_docs, batch_documents):
+    n_docs = first_document + max(1, n_nodes // SECTIONS_PER_DOC)
+    for start in range(first_document, n_docs, batch_documents):
         documents, nodes, own = [], [], 0
         for d in range(start, min(n_docs, start + batch_documents)):
             number, records, ids, pattern = templates[d % len(templates)]

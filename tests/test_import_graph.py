@@ -165,7 +165,7 @@ LAYERS: List[Tuple[str, Tuple[str, ...]]] = [
     ("evaluation", ("evaluation",)),
     ("configuration", ("pack_config",)),
     ("store backends", (
-        "storage.backends", "storage.pg_routes", "storage.embedded_routes", "storage.pg_graph",
+        "storage.backends", "storage.pg_routes", "storage.embedded_routes", "storage.embedded_bm25", "storage.pg_graph",
         "storage.heading_vectors",
     )),
     ("pack", (

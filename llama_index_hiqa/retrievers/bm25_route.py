@@ -105,21 +105,13 @@ class BM25Route:
         from bm25s.tokenization import Tokenized
         from llama_index.retrievers.bm25 import BM25Retriever
 
-        import Stemmer
-
-        # BM25Retriever's defaults (its constructor needs a built index to read them from).
-        stemmer, pattern = Stemmer.Stemmer("english"), r"(?u)\b\w\w+\b"
+        tokenize = corpus_tokenizer(language)
         vocab: Dict[str, int] = {}
         corpus: List[array] = []
         node_ids: List[str] = []
         for nodes in chunks:
             node_ids += [n.node_id for n in nodes]
-            tokens = bm25s.tokenize(
-                [n.get_content(metadata_mode=MetadataMode.EMBED) for n in nodes],
-                stopwords=language, stemmer=stemmer, token_pattern=pattern,
-                return_ids=False, show_progress=False,
-            )
-            corpus += [array("i", [vocab.setdefault(t, len(vocab)) for t in doc]) for doc in tokens]
+            corpus += [array("i", [vocab.setdefault(t, len(vocab)) for t in doc]) for doc in tokenize(nodes)]
         bm25 = bm25s.BM25()
         bm25.index(Tokenized(ids=corpus, vocab=vocab), show_progress=False)
         bm25.corpus = [{"node_id": i} for i in node_ids]
@@ -281,6 +273,33 @@ class BM25Route:
         bm25.corpus = _IdCorpus(node_ids)
         retriever = BM25Retriever(existing_bm25=bm25, similarity_top_k=1)
         return cls(retriever, node_ids, tokenizer)
+
+
+def corpus_tokenizer(language: str = "en") -> Callable[[Sequence[BaseNode]], List[List[str]]]:
+    """``nodes -> token lists`` as ``BM25Retriever`` tokenizes its corpus (its stemmer, stop
+    words and token pattern) over the embedding view.
+
+    Args:
+        language: the stop words' language.
+
+    Returns:
+        The tokenizer.
+    """
+    import bm25s
+    import Stemmer
+
+    # BM25Retriever's defaults (its constructor needs a built index to read them from).
+    stemmer, pattern = Stemmer.Stemmer("english"), r"(?u)\b\w\w+\b"
+
+    def tokenize(nodes: Sequence[BaseNode]) -> List[List[str]]:
+        if not nodes:
+            return []
+        return bm25s.tokenize(
+            [n.get_content(metadata_mode=MetadataMode.EMBED) for n in nodes],
+            stopwords=language, stemmer=stemmer, token_pattern=pattern, return_ids=False, show_progress=False,
+        )
+
+    return tokenize
 
 
 def bm25_score_matrix(

@@ -10,8 +10,10 @@ question needs::
                          node's vector, the critical-keyword postings, one row a document
                          (id, title, pages: the collection's shape) and the pack's settings
       vectors.f32        the unit vectors, one float32 row a node (MemmapVectorStore)
-      bm25-<n>/          the BM25 index (bm25s arrays, memory-mapped when read) built after
-                         write <n>; rebuilt at the first question after a later write
+      bm25-<n>/          the BM25 base (bm25s arrays and term frequencies, memory-mapped when
+                         read) built after write <n>, and beside it segment-<r>/ folders: the
+                         term frequencies of the nodes added since, up to store row <r>
+                         (retrievers/bm25_segments.py scores them as one index)
       images/            figure files, named by content hash
 
 Every ingested batch is one SQLite transaction (write-ahead log): its vectors are written and
@@ -41,6 +43,7 @@ logger = logging.getLogger(__name__)
 
 DATABASE_FILENAME = "hiqa.sqlite"
 BM25_PREFIX = "bm25-"
+SEGMENT_PREFIX = "segment-"
 FORMAT = "hiqa-embedded-1"
 REBUILD_HINT = "rebuild it with `hiqa ingest DIR --store STORE --rebuild`"
 
@@ -339,6 +342,74 @@ class EmbeddedStore:
         """The BM25 index built at the current generation, or ``None`` (stale or never built)."""
         folder = self.root / f"{BM25_PREFIX}{self.generation}"
         return folder if (folder / "node_ids.json").is_file() else None
+
+    def bm25_base_folder(self) -> Optional[Path]:
+        """The newest complete BM25 index folder, current or not (``None``: never built)."""
+        found = [
+            (int(child.name[len(BM25_PREFIX):]), child) for child in self.root.glob(f"{BM25_PREFIX}*")
+            if child.name[len(BM25_PREFIX):].isdigit() and (child / "node_ids.json").is_file()
+        ]
+        return max(found)[1] if found else None
+
+    def save_bm25_segment(self, segment: Any, base: Path, rows_end: int) -> Path:
+        """The postings of the nodes added since ``base`` was built (up to row ``rows_end``),
+        beside it: staged, then renamed. The base and older segments stay as they are.
+
+        Args:
+            segment: the segment's postings (``Postings.save``).
+            base: the base index folder.
+            rows_end: one past the last store row the segment holds.
+
+        Returns:
+            The segment's folder.
+        """
+        from llama_index_hiqa.storage.snapshots import fsync_tree
+
+        target = base / f"{SEGMENT_PREFIX}{rows_end}"
+        staging = base / f".staging-{SEGMENT_PREFIX}{rows_end}-{os.getpid()}"
+        shutil.rmtree(staging, ignore_errors=True)
+        segment.save(staging)
+        fsync_tree(staging)
+        shutil.rmtree(target, ignore_errors=True)
+        os.replace(staging, target)
+        return target
+
+    def bm25_segment_folders(self, base: Path) -> List[Path]:
+        """The segments saved beside ``base``, oldest first.
+
+        Args:
+            base: the base index folder.
+
+        Returns:
+            The segment folders.
+        """
+        found = [
+            (int(child.name[len(SEGMENT_PREFIX):]), child) for child in base.glob(f"{SEGMENT_PREFIX}*")
+            if child.name[len(SEGMENT_PREFIX):].isdigit() and (child / "node_ids.json").is_file()
+        ]
+        return [folder for _, folder in sorted(found)]
+
+    def rows_since(self, rows_end: int) -> List[Tuple[int, str]]:
+        """``(row, node id)`` of every node at row ``rows_end`` or later, in row order.
+
+        Args:
+            rows_end: the first row wanted.
+
+        Returns:
+            The rows and ids.
+        """
+        return self.db.rows("SELECT row, node_id FROM vector_rows WHERE row >= ? ORDER BY row", (rows_end,))
+
+    def freed_rows(self, rows_end: int) -> List[int]:
+        """The rows below ``rows_end`` whose node was removed (rows are never reused).
+
+        Args:
+            rows_end: one past the last row wanted.
+
+        Returns:
+            The freed rows.
+        """
+        return [r[0] for r in self.db.rows("SELECT row FROM vector_free WHERE row < ?", (rows_end,))]
 
     def save_bm25(self, route: Any, generation: int) -> None:
         """``route`` (built at ``generation``) beside the database: staged, then renamed; the

@@ -7,8 +7,9 @@ Parsing and embedding are the pack's own; what differs is where the results go a
 in memory: each ingested batch and each removed document is one SQLite transaction, and
 questions are answered by [`EmbeddedMultiRouteRetriever`][llama_index_hiqa.storage.embedded_routes.EmbeddedMultiRouteRetriever],
 which reads nodes, keyword postings and the collection's shape from the database, vectors from
-the memory-mapped matrix, and BM25 from bm25s arrays mapped from disk. The scores are those of
-the folder store's [`MultiRouteRetriever`][llama_index_hiqa.retrievers.multi_route.MultiRouteRetriever] over the same nodes.
+the memory-mapped matrix, and BM25 from bm25s arrays mapped from disk (plus segments of the
+nodes added since, ``storage/embedded_bm25.py``). The scores are those of the folder store's
+[`MultiRouteRetriever`][llama_index_hiqa.retrievers.multi_route.MultiRouteRetriever] over the same nodes.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from llama_index_hiqa.retrievers.multi_route import MultiRouteConfig
 from llama_index_hiqa.storage.heading_vectors import SQLiteHeadingVectors
 from llama_index_hiqa.storage.backends.base import Resolvers, RouteCache, Routes, copied_vectors
 from llama_index_hiqa.storage.embedded import EmbeddedStore
+from llama_index_hiqa.storage.embedded_bm25 import merge_when_due, open_bm25_route
 from llama_index_hiqa.storage.embedded_routes import EmbeddedMultiRouteRetriever
 
 logger = logging.getLogger(__name__)
@@ -180,19 +182,9 @@ class EmbeddedBackend:
         return multi_route, None
 
     def _bm25_route(self, config: HiQAPackConfig) -> BM25Route:
-        """The BM25 index of the current generation: read (memory-mapped) when saved, else
-        built a chunk of nodes at a time and saved for the next process."""
-        language = route_settings(config).get("bm25_language", "en")
-        folder = self.store.bm25_folder()
-        if folder is not None:
-            return BM25Route.load(folder, mmap=True)
-        generation = self.store.generation
-        route = BM25Route.build_from_chunks(self.store.iter_nodes(), language)
-        try:
-            self.store.save_bm25(route, generation)
-        except OSError as exc:  # a read-only store still answers; the next writer saves it
-            logger.warning("the BM25 index of %s was not saved (%s); it is rebuilt at the next load", self.store.root, exc)
-        return route
+        """The BM25 route over every live node: the saved base and segments, plus a segment
+        of the nodes added since (``storage/embedded_bm25.py``)."""
+        return open_bm25_route(self.store, route_settings(config).get("bm25_language", "en"))
 
     # -- writes: one transaction each ------------------------------------------------------
     def write_batch(
@@ -323,7 +315,11 @@ class EmbeddedBackend:
             )
         self.store.save_pack({"config": payload["config"], "embed_model": payload["embed_model"]})
         if self.node_count():
-            self.routes(self.config, None)
+            multi_route, _ = self.routes(self.config, None)
+            # Segments grown past the merge policy become one base here, not at a question;
+            # the next question opens it.
+            if merge_when_due(self.store, multi_route.bm25_route) is not None:
+                self._routes.clear()
         self.store.db.checkpoint()
         return self.store.root
 
