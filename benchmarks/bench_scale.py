@@ -228,7 +228,7 @@ def run_synthetic_embedded(n_nodes: int, store: Path) -> Dict[str, Any]:
     from llama_index_hiqa.pack import HiQAPack
 
     start = time.perf_counter()
-    pack = HiQAPack.empty(embed_model=fast_embedding(), store=str(store), store_format="embedded", **SYNTHETIC_SETTINGS)
+    pack = HiQAPack.empty(embed_model=fast_embedding(), store=str(store), **SYNTHETIC_SETTINGS)  # the default: embedded
     report = pack.ingest(synthetic_documents(n_nodes))
     out: Dict[str, Any] = {"ingest_wall_s": time.perf_counter() - start, "stages_s": dict(report.seconds)}
     out["nodes"] = pack.node_count
@@ -470,6 +470,88 @@ def current_rss_mb(field: str = "VmRSS:") -> float:
     return float("nan")
 
 
+# --------------------------------------------------------------------------- (f) the default path
+def run_financebench_default_build(store_format: str, store: Path) -> Dict[str, Any]:
+    """``HiQAPack.from_directory(pdfs, store=S)`` with the defaults (``store_format`` ``"default"``:
+    what a user gets, the embedded store) or ``store_format="folder"``: build time, peak RSS, and
+    the store's bytes a node against the nodes' own bytes and the float32 vector."""
+    from llama_index_hiqa.pack import HiQAPack
+
+    settings = {} if store_format == "default" else {"store_format": store_format}
+    start = time.perf_counter()
+    pack = HiQAPack.from_directory(FINANCEBENCH_PDFS, store=str(store), **settings)
+    out: Dict[str, Any] = {"build_s": time.perf_counter() - start, "peak_rss_mb": peak_rss_mb()}
+    out["store_format"] = pack.config.store_format
+    out["nodes"] = pack.node_count
+    out["documents"] = len(pack.document_ids)
+    out["store_bytes"] = dir_bytes(store)
+    own, heading_paths = 0, set()
+    from llama_index_hiqa.retrievers.document_focus import heading_text
+
+    chunks = pack.store.iter_nodes() if pack.store is not None else [list(pack.index.docstore.docs.values())]
+    for chunk in chunks:
+        for node in chunk:
+            own += len(node.get_content().encode("utf-8")) + len(json.dumps(node.metadata).encode("utf-8"))
+            heading_paths.add((node.ref_doc_id, heading_text(node)))
+    out["node_own_bytes"] = own
+    out["heading_paths"] = len(heading_paths)  # distinct (document, heading path) pairs
+    if pack.store is not None:
+        out["store_parts"] = pack.store.size_bytes()
+        out["heading_vector_rows"] = pack.store.db.scalar("SELECT count(*) FROM heading_vectors")
+    return out
+
+
+def run_financebench_default_open(store: Path, rankings_file: Path) -> Dict[str, Any]:
+    """A fresh process: open the store, resident memory before the first question, then every
+    FinanceBench question with the pack's default retriever (rankings written for comparison)."""
+    from shared_data import load_financebench_questions
+
+    import llama_index_hiqa.retrievers.multi_route  # noqa: F401  (imports any first load pays)
+    import llama_index_hiqa.storage.backends.embedded  # noqa: F401
+    import llama_index_hiqa.storage.backends.folder  # noqa: F401
+    from llama_index_hiqa.pack import HiQAPack
+    from llama_index_hiqa.pack_config import default_embed_model
+
+    questions = [q.question for q in load_financebench_questions()]
+    embed = default_embed_model(None)
+    embed.get_query_embedding("warm-up")  # the model's load is not the store's
+    out: Dict[str, Any] = {"rss_before_open_mb": current_rss_mb()}
+    start = time.perf_counter()
+    pack = HiQAPack.load(store, embed_model=embed)
+    out["open_s"] = time.perf_counter() - start
+    out["rss_after_open_mb"] = current_rss_mb()
+    out["nodes"] = pack.node_count
+    rankings, times = [], []
+    for question in questions:
+        start = time.perf_counter()
+        ranked = pack.retrieve(question)
+        times.append(time.perf_counter() - start)
+        rankings.append([[n.node.node_id, n.score] for n in ranked])
+    out["first_query_s"] = times[0]
+    rest = sorted(times[1:])
+    out["p50_ms"] = 1000 * statistics.median(rest)
+    out["p95_ms"] = 1000 * rest[int(0.95 * (len(rest) - 1))]
+    out["rss_after_queries_mb"] = current_rss_mb()
+    out["questions"] = len(questions)
+    rankings_file.write_text(json.dumps(rankings))
+    return out
+
+
+def compare_rankings(a: List[List[Any]], b: List[List[Any]]) -> Dict[str, int]:
+    """Questions ranked identically (ids and scores), differing only among equal scores, or otherwise."""
+    identical = ties = other = 0
+    for x, y in zip(a, b):
+        if x == y:
+            identical += 1
+        elif [s for _, s in x] == [s for _, s in y] and all(
+            {i for i, s in x if s == score} == {i for i, s in y if s == score} for score in {s for _, s in x}
+        ):
+            ties += 1
+        else:
+            other += 1
+    return {"identical": identical, "ties_only": ties, "different": other}
+
+
 # --------------------------------------------------------------------------- driver
 def child(kind: str, arg: str, store: str) -> Dict[str, Any]:
     cmd = [sys.executable, __file__, "--child", kind, arg, store]
@@ -669,6 +751,8 @@ def main() -> None:
     parser.add_argument("--financebench-parity", default=None,
                         help="a FinanceBench folder store (bench_product.py --store-dir .../defaults) to copy and compare")
     parser.add_argument("--bm25", type=int, nargs="*", default=[], help="sizes of the BM25-only memory measurement")
+    parser.add_argument("--financebench-default", action="store_true",
+                        help="FinanceBench through the default path (the embedded store) against the folder store")
     parser.add_argument("--embedded-dir", default=None, help="where the embedded stores are built (default: a temp dir)")
     parser.add_argument("--result-file", default=None, help="JSON file of the results (default: benchmarks/scale.json)")
     parser.add_argument("--child", nargs=3)
@@ -690,6 +774,10 @@ def main() -> None:
             result = run_embedded_replicated(int(arg), Path(store))
         elif kind == "open":
             result = run_open_and_query(int(arg), Path(store))
+        elif kind == "fbdefault":
+            result = run_financebench_default_build(arg, Path(store))
+        elif kind == "fbopen":
+            result = run_financebench_default_open(Path(store), Path(arg))
         else:
             result = run_synthetic(int(arg), Path(store))
         print(json.dumps(result))
@@ -717,6 +805,23 @@ def main() -> None:
                 print(n, "open", json.dumps(results["synthetic_open"][str(n)]), flush=True)
                 RESULT_FILE.write_text(json.dumps(results, indent=1))
                 shutil.rmtree(f"{tmp}/s{n}", ignore_errors=True)
+            if args.financebench_default:
+                work = Path(args.embedded_dir or tmp)
+                fb: Dict[str, Any] = {}
+                for label in ("default", "folder"):
+                    store = work / f"fb-{label}"
+                    shutil.rmtree(store, ignore_errors=True)
+                    fb[label] = child("fbdefault", label, str(store))
+                    print(label, json.dumps(fb[label]), flush=True)
+                    fb[f"{label}_open"] = child("fbopen", str(work / f"fb-{label}.rankings.json"), str(store))
+                    print(label, "open", json.dumps(fb[f"{label}_open"]), flush=True)
+                    results["financebench_default"] = fb
+                    RESULT_FILE.write_text(json.dumps(results, indent=1))
+                rankings = [work / f"fb-{label}.rankings.json" for label in ("default", "folder")]
+                if all(p.exists() for p in rankings):
+                    fb["rankings"] = compare_rankings(*(json.loads(p.read_text()) for p in rankings))
+                    print("rankings", fb["rankings"], flush=True)
+                RESULT_FILE.write_text(json.dumps(results, indent=1))
             if args.financebench_parity:
                 results["financebench_parity"] = child("parity", args.financebench_parity, f"{tmp}/fb-embedded")
                 print("parity", json.dumps(results["financebench_parity"]), flush=True)
