@@ -85,7 +85,8 @@ def hiqa_process(*argv: str) -> subprocess.Popen:
 
 
 def build_store(path: Path) -> Path:
-    result = hiqa("ingest", DEMO_DATA_DIR, "--store", path, "--quiet")
+    # The damage cases name the folder store's files (snapshots, CURRENT, the manifest).
+    result = hiqa("ingest", DEMO_DATA_DIR, "--store", path, "--quiet", "--store-format", "folder")
     assert result.code == 0, result
     return path
 

@@ -205,7 +205,7 @@ class FolderBackend:
     # -- writes ----------------------------------------------------------------------------
     def write_batch(
         self, documents: Sequence[Document], replaced: Sequence[str], nodes: Sequence[BaseNode],
-        hashes: Optional[Dict[str, str]] = None,
+        hashes: Optional[Dict[str, str]] = None, unit: bool = False,
     ) -> int:
         """Index one batch's ``nodes`` in place of the documents ``replaced``.
 
@@ -214,6 +214,7 @@ class FolderBackend:
             replaced: Ref doc ids of earlier versions to remove first.
             nodes: The batch's embedded nodes.
             hashes: Document hashes to record instead of the documents' own (a copy).
+            unit: The vectors are a store's unit rows (a copy into the pack's own vector store).
 
         Returns:
             The number of nodes removed.
@@ -223,7 +224,7 @@ class FolderBackend:
         prepare_nodes_for_store(self.index.vector_store, nodes)
         check_nodes_fit(self.index.vector_store, nodes)  # before the old versions are removed
         removed = sum(self.remove_document(ref_doc_id) for ref_doc_id in replaced)
-        insert_nodes(self.index, nodes)  # linear in the batch (LlamaIndex's is quadratic per document)
+        insert_nodes(self.index, nodes, unit=unit)  # linear in the batch (LlamaIndex's is quadratic per document)
         self.heading_vectors.add_nodes(nodes, self.embed_model)
         for doc in documents:
             self.index.docstore.set_document_hash(doc.doc_id, (hashes or {}).get(doc.doc_id, doc.hash))
@@ -285,7 +286,8 @@ class FolderBackend:
             for ref in hashes:
                 if ref in source.file_stats:
                     self.file_stats[ref] = source.file_stats[ref]
-            self.write_batch(documents, [], nodes, hashes=hashes)
+            # Unit rows kept bit for bit by the pack's own vector store (any other normalises).
+            self.write_batch(documents, [], nodes, hashes=hashes, unit=isinstance(self.index.vector_store, MatrixVectorStore))
 
     # -- routes ----------------------------------------------------------------------------
     def routes(self) -> Routes:
