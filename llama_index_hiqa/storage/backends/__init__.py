@@ -204,10 +204,12 @@ def open_backend(
         if vector_store is not None:
             raise ValueError("an embedded store brings its own vector store (MemmapVectorStore); pass no vector_store")
         from llama_index_hiqa.storage.backends.embedded import EmbeddedBackend
+        from llama_index_hiqa.storage.os_boundary import os_errors
 
-        return EmbeddedBackend.open(
-            store, merged, embed_model=embed_model, llm=llm, create=create, resolvers=resolvers
-        )
+        with os_errors(Path(store)):  # a path the system refuses, named, before any document is read
+            return EmbeddedBackend.open(
+                store, merged, embed_model=embed_model, llm=llm, create=create, resolvers=resolvers
+            )
     if kind == "database":
         if vector_store is not None:
             raise ValueError("a PostgreSQL store brings its own vector store (pgvector); pass no vector_store")

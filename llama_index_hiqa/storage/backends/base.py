@@ -205,13 +205,17 @@ class RouteCache:
         self._routes = None
 
 
-def copied_batches(source: Any, batch_documents: int = 8) -> Iterator[Tuple[List[Document], List[BaseNode], Dict[str, str]]]:
+def copied_batches(
+    source: Any, file_stats: Dict[str, List[int]], batch_documents: int = 8,
+) -> Iterator[Tuple[List[Document], List[BaseNode], Dict[str, str]]]:
     """A built store's nodes with their vectors, ``batch_documents`` documents at a time, in
     the order its docstore holds them (the order its routes break ties in), for a copy into
     another store that parses and embeds nothing again.
 
     Args:
         source: The backend copied (any store whose vector store gives its vectors back).
+        file_stats: The target's ``{ref_doc_id: [size, mtime_ns]}``, given each batch's
+            documents' file facts before the batch is yielded.
         batch_documents: Documents a batch.
 
     Yields:
@@ -238,6 +242,7 @@ def copied_batches(source: Any, batch_documents: int = 8) -> Iterator[Tuple[List
             })
             for ref in batch
         ]
+        file_stats.update({ref: source.file_stats[ref] for ref in batch if ref in source.file_stats})
         yield documents, nodes, {ref: docstore.get_document_hash(ref) or "" for ref in batch}
         for node in nodes:
             node.embedding = None

@@ -281,10 +281,7 @@ class EmbeddedBackend:
             batch_documents: Documents a transaction.
         """
         self._figure_source = source.location
-        for documents, nodes, hashes in copied_batches(source, batch_documents):
-            for ref in hashes:
-                if ref in source.file_stats:
-                    self.file_stats[ref] = source.file_stats[ref]
+        for documents, nodes, hashes in copied_batches(source, self.file_stats, batch_documents):
             self.write_batch(documents, [], nodes, hashes=hashes, unit=True)
 
     # -- save ------------------------------------------------------------------------------

@@ -282,12 +282,10 @@ class FolderBackend:
             batch_documents: Documents a batch.
         """
         self._figure_source = source.location
-        for documents, nodes, hashes in copied_batches(source, batch_documents):
-            for ref in hashes:
-                if ref in source.file_stats:
-                    self.file_stats[ref] = source.file_stats[ref]
-            # Unit rows kept bit for bit by the pack's own vector store (any other normalises).
-            self.write_batch(documents, [], nodes, hashes=hashes, unit=isinstance(self.index.vector_store, MatrixVectorStore))
+        # Unit rows kept bit for bit by the pack's own vector store (any other normalises).
+        unit = isinstance(self.index.vector_store, MatrixVectorStore)
+        for documents, nodes, hashes in copied_batches(source, self.file_stats, batch_documents):
+            self.write_batch(documents, [], nodes, hashes=hashes, unit=unit)
 
     # -- routes ----------------------------------------------------------------------------
     def routes(self) -> Routes:
