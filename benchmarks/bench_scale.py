@@ -512,6 +512,7 @@ def run_financebench_default_open(store: Path, rankings_file: Path) -> Dict[str,
     import llama_index_hiqa.retrievers.multi_route  # noqa: F401  (imports any first load pays)
     import llama_index_hiqa.storage.backends.embedded  # noqa: F401
     import llama_index_hiqa.storage.backends.folder  # noqa: F401
+    from llama_index_hiqa import schema
     from llama_index_hiqa.pack import HiQAPack
     from llama_index_hiqa.pack_config import default_embed_model
 
@@ -529,7 +530,8 @@ def run_financebench_default_open(store: Path, rankings_file: Path) -> Dict[str,
         start = time.perf_counter()
         ranked = pack.retrieve(question)
         times.append(time.perf_counter() - start)
-        rankings.append([[n.node.node_id, n.score] for n in ranked])
+        # Two ingestions give the same nodes other random ids: a node is its filing and position.
+        rankings.append([[f"{schema.get_document_id(n.node)}#{schema.get_position(n.node)}", n.score] for n in ranked])
     out["first_query_s"] = times[0]
     rest = sorted(times[1:])
     out["p50_ms"] = 1000 * statistics.median(rest)
@@ -538,6 +540,34 @@ def run_financebench_default_open(store: Path, rankings_file: Path) -> Dict[str,
     out["questions"] = len(questions)
     rankings_file.write_text(json.dumps(rankings))
     return out
+
+
+def run_financebench_bytes(store: Path) -> Dict[str, Any]:
+    """Bytes a node of an embedded store's committed nodes (read beside its writer, if any):
+    SQLite pages by table, the committed vector rows, the BM25 arrays, the nodes' own bytes."""
+    from llama_index_hiqa.retrievers.document_focus import heading_text
+    from llama_index_hiqa.storage.embedded import EmbeddedStore
+
+    embedded = EmbeddedStore.open(store)
+    db = embedded.db
+    own, paths, nodes = 0, set(), 0
+    for chunk in embedded.iter_nodes():
+        for node in chunk:
+            nodes += 1
+            own += len(node.get_content().encode("utf-8")) + len(json.dumps(node.metadata).encode("utf-8"))
+            paths.add((node.ref_doc_id, heading_text(node)))
+    page = db.scalar("PRAGMA page_size")
+    pages = db.scalar("PRAGMA page_count") * page
+    tables = dict(db.rows("SELECT name, sum(pgsize) FROM dbstat GROUP BY name"))
+    parts = embedded.size_bytes()
+    vectors = nodes * 4 * embedded.vectors.dim  # the rows committed (a batch in flight may have written more)
+    return {
+        "documents": len(embedded.documents()), "nodes": nodes, "own_bytes_per_node": own / nodes,
+        "database_pages_bytes": pages, "vector_bytes_committed": vectors, "bm25": parts["bm25"],
+        "heading_vector_rows": db.scalar("SELECT count(*) FROM heading_vectors"), "heading_paths": len(paths),
+        "by_table_per_node": {k: v / nodes for k, v in tables.items()},
+        "bytes_per_node": (pages + vectors + parts["bm25"]) / nodes,
+    }
 
 
 def compare_rankings(a: List[List[Any]], b: List[List[Any]]) -> Dict[str, int]:
@@ -727,6 +757,7 @@ def embedded_section(results: Dict[str, Any]) -> List[str]:
             f"alternately in one process (MiniLM query embedding and the document focus's heading vectors included; the "
             f"machine was heavily loaded).\n"
         )
+    parts += financebench_default_section(results.get("financebench_default") or {})
     bm25 = (results.get("bm25_only") or {})
     for n, r in sorted(bm25.items(), key=lambda kv: int(kv[0])):
         if "error" in r:
@@ -744,6 +775,84 @@ def embedded_section(results: Dict[str, Any]) -> List[str]:
     return parts
 
 
+def financebench_partial_lines(part: Dict[str, Any]) -> List[str]:
+    """Bytes a node of the committed part of a FinanceBench embedded store still being built
+    (``--financebench-bytes STORE``): what the default path stores for FinanceBench's real nodes."""
+    if not part:
+        return []
+    nodes, own = part["nodes"], part["own_bytes_per_node"]
+    tables = part.get("by_table_per_node") or {}
+    top = sorted(((k, v) for k, v in tables.items() if isinstance(v, (int, float)) and v >= 20), key=lambda kv: -kv[1])
+    return [
+        f"\n**(f) FinanceBench's real nodes in the default (embedded) store** ({part['documents']} of the 46 filings, "
+        f"{nodes:,} nodes: the batches committed when measured, `--financebench-bytes`): **{part['bytes_per_node']:,.0f} "
+        f"bytes a node** (SQLite pages {part['database_pages_bytes'] / nodes:,.0f}, float32 vectors "
+        f"{part['vector_bytes_committed'] / nodes:,.0f}, BM25 {part['bm25'] / nodes:,.0f}) against {own:,.0f} bytes of the "
+        f"nodes' own text and metadata: target ≤ 2 × own + the vector = {2 * own + 1536:,.0f}. Heading-path vectors: "
+        f"{part['heading_vector_rows']:,} rows for {nodes:,} nodes ({nodes / max(part['heading_vector_rows'], 1):.1f} nodes a "
+        f"row; one row a distinct heading path, shared by the filings that have it; {part['heading_paths']:,} distinct "
+        f"(filing, heading path) pairs, {nodes / max(part['heading_paths'], 1):.1f} nodes a pair). Largest parts, bytes "
+        f"a node: " + ", ".join(f"`{k}` {v:,.0f}" for k, v in top) + ".\n"
+    ]
+
+
+def financebench_default_section(fb: Dict[str, Any]) -> List[str]:
+    """(f) FinanceBench through the default path (the embedded store) against the folder store."""
+    default, folder = fb.get("default") or {}, fb.get("folder") or {}
+    if not default or "error" in default:
+        return financebench_partial_lines(fb.get("partial") or {})
+    rows = []
+    for label, built, opened in (
+        ("embedded (the default)", default, fb.get("default_open") or {}),
+        ("folder (`store_format=\"folder\"`)", folder, fb.get("folder_open") or {}),
+    ):
+        if not built or "error" in built:
+            if built:
+                rows.append([label, "failed: " + built["error"][:80]] + [""] * 7)
+            continue
+        nodes = built["nodes"]
+        vectors = (built.get("store_parts") or {}).get("vectors", 0)
+        cells = [
+            label, f"{built['build_s']:,.0f}", _mb(built["peak_rss_mb"]),
+            f"{built['store_bytes'] / nodes:,.0f} ({built['store_bytes'] / built['node_own_bytes']:.2f}×)",
+            f"{(built['store_bytes'] - vectors) / nodes:,.0f}" if vectors else "",
+        ]
+        if opened and "error" not in opened:
+            added = opened["rss_after_open_mb"] - opened["rss_before_open_mb"]
+            cells += [
+                f"{opened['open_s']:.2f}", f"{added:,.0f} ({1e6 * added / nodes:,.0f})",
+                f"{opened['first_query_s'] * 1000:,.0f}", f"{opened['p50_ms']:,.0f} / {opened['p95_ms']:,.0f}",
+            ]
+        else:
+            cells += ["not measured"] + [""] * 3
+        rows.append(cells)
+    nodes = default["nodes"]
+    own = default["node_own_bytes"] / nodes
+    parts = [
+        f"\n**(f) FinanceBench through the default path** (`HiQAPack.from_directory(pdfs, store=S)`, the defaults: "
+        f"the embedded store; against `store_format=\"folder\"`; {default['documents']} filings, {nodes:,} nodes; each "
+        f"build its own process, then a fresh process opens the store and asks the {fb.get('default_open', {}).get('questions', 86)} "
+        f"questions with the pack's default retriever, the packaged MiniLM loaded before the clock starts):\n",
+        markdown_table(
+            ["store", "build s", "peak RSS MB (build)", "bytes a node (× own)", "without vectors", "open s",
+             "RSS added by open MB (bytes a node)", "first question ms", "question p50 / p95 ms"], rows,
+        ),
+        f"\n- Bytes a node on FinanceBench's real nodes: {default['store_bytes'] / nodes:,.0f} against {own:,.0f} of "
+        f"the nodes' own text and metadata plus the 1,536-byte float32 vector (target ≤ 2 × own + vector = "
+        f"{2 * own + 1536:,.0f}). Heading-path vectors: {default.get('heading_vector_rows', 0):,} rows, one per distinct "
+        f"heading path ({default.get('heading_paths', 0):,} distinct (filing, heading path) pairs; the same path in "
+        f"two filings is one row), {nodes / max(default.get('heading_vector_rows', 1), 1):.1f} nodes a row.",
+    ]
+    ranks = fb.get("rankings")
+    if ranks:
+        parts.append(
+            f"- Rankings, default against folder store (two ingestions of the same filings, a node compared by its "
+            f"filing and position): {ranks['identical']} identical (ids and scores), {ranks['ties_only']} differing only among "
+            f"equal scores, {ranks['different']} otherwise."
+        )
+    return parts
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--financebench", action="store_true")
@@ -754,6 +863,8 @@ def main() -> None:
     parser.add_argument("--financebench-parity", default=None,
                         help="a FinanceBench folder store (bench_product.py --store-dir .../defaults) to copy and compare")
     parser.add_argument("--bm25", type=int, nargs="*", default=[], help="sizes of the BM25-only memory measurement")
+    parser.add_argument("--financebench-bytes", default=None,
+                        help="bytes a node of a FinanceBench embedded store (its committed part, if still building)")
     parser.add_argument("--financebench-default", action="store_true",
                         help="FinanceBench through the default path (the embedded store) against the folder store")
     parser.add_argument("--embedded-dir", default=None, help="where the embedded stores are built (default: a temp dir)")
@@ -779,6 +890,8 @@ def main() -> None:
             result = run_open_and_query(int(arg), Path(store))
         elif kind == "fbdefault":
             result = run_financebench_default_build(arg, Path(store))
+        elif kind == "fbbytes":
+            result = run_financebench_bytes(Path(store))
         elif kind == "fbopen":
             result = run_financebench_default_open(Path(store), Path(arg))
         else:
@@ -824,6 +937,10 @@ def main() -> None:
                 if all(p.exists() for p in rankings):
                     fb["rankings"] = compare_rankings(*(json.loads(p.read_text()) for p in rankings))
                     print("rankings", fb["rankings"], flush=True)
+                RESULT_FILE.write_text(json.dumps(results, indent=1))
+            if args.financebench_bytes:
+                results.setdefault("financebench_default", {})["partial"] = child("fbbytes", "-", args.financebench_bytes)
+                print("bytes", json.dumps(results["financebench_default"]["partial"]), flush=True)
                 RESULT_FILE.write_text(json.dumps(results, indent=1))
             if args.financebench_parity:
                 results["financebench_parity"] = child("parity", args.financebench_parity, f"{tmp}/fb-embedded")

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any, Dict, Iterator, List, Mapping, Optional
 
 from llama_index_hiqa.ingestion import parse_shard
-from llama_index_hiqa.storage.postgres import is_postgres_url, mask_url
+from llama_index_hiqa.storage.postgres import mask_url
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
@@ -116,23 +116,12 @@ def _say(message: str) -> None:
     print(f"hiqa: {message}", file=sys.stderr, flush=True)
 
 
-@contextlib.contextmanager
-def _store_writer(store: Any, settings: Mapping[str, Any]) -> Iterator[None]:
-    """Hold the store's writer lock from loading it to saving it (``store_writer``: the store
-    kind decides the lock), so a second writer waits and then loads what this one saved. A
-    store folder this command created and never saved into is removed again."""
-    from llama_index_hiqa.storage.backends import is_database, store_exists, store_writer
-    from llama_index_hiqa.storage.snapshots import LOCK_FILE
+def _store_writer(store: Any, settings: Mapping[str, Any]) -> Any:
+    """Hold the store's writer lock from loading it to saving it (``store_writer``), so a second
+    writer waits and then loads what this one saved."""
+    from llama_index_hiqa.storage.backends import store_writer
 
-    created = not is_database(store) and not Path(store).exists()
-    try:
-        with store_writer(store, settings, on_wait=_say):
-            yield
-    finally:
-        if created and not store_exists(store):
-            with contextlib.suppress(OSError):
-                (Path(store) / LOCK_FILE).unlink()
-                Path(store).rmdir()
+    return store_writer(store, settings, on_wait=_say)
 
 
 # A stage that runs longer than this is shown moving (one huge document is one batch, and
@@ -175,7 +164,7 @@ def _cmd_ingest(args: argparse.Namespace) -> int:
     if args.shard and args.sync:
         raise CLIError("--sync removes the documents whose files are gone, which a shard cannot tell apart from "
                        "another shard's: run the shards with --add, then --sync once without --shard")
-    store = args.store if is_postgres_url(args.store) else Path(args.store)
+    store = args.store
     settings = {
         "use_chunk_graph": args.graph, "use_segment_integration": args.segments, "ingest_workers": args.workers,
     }
@@ -297,13 +286,12 @@ def _cmd_migrate(args: argparse.Namespace) -> int:
     return 0
 
 
-def _existing_store(path: str) -> Any:
-    if is_postgres_url(path):
-        return path  # HiQAPack.load checks the database
-    store = Path(path)
-    if not store.exists():
-        raise CLIError(f"{store}: no such store; build one with `hiqa ingest DIR --store {store}`")
-    return store
+def _existing_store(path: str) -> str:
+    from llama_index_hiqa.storage.backends import location_exists
+
+    if not location_exists(path):  # a database is checked when it is opened
+        raise CLIError(f"{path}: no such store; build one with `hiqa ingest DIR --store {path}`")
+    return path
 
 
 def _cmd_ask(args: argparse.Namespace) -> int:

@@ -24,7 +24,7 @@ from llama_index_hiqa.demo import load_demo_documents
 from llama_index_hiqa.errors import InvalidSettingError, PackStoreError
 from llama_index_hiqa.pack import HiQAPack
 from llama_index_hiqa.storage.embedded import EmbeddedStore, is_embedded_store
-from llama_index_hiqa.storage.backends import holds_folder_store
+from llama_index_hiqa.storage.backends.folder import holds_folder_store
 from llama_index_hiqa.pack_aliases import EmbeddedHiQAPack
 from llama_index_hiqa.storage.memmap_vectors import MemmapVectorStore
 from llama_index_hiqa.storage.sqlite_kv import SQLiteDatabase, SQLiteDocumentStore, SQLiteKVStore

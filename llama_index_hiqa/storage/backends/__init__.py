@@ -11,8 +11,9 @@ vectors in a folder) and :class:`~llama_index_hiqa.storage.backends.postgres.Pos
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
-from typing import Any, Callable, ContextManager, Dict, Mapping, Optional
+from typing import Any, Callable, Dict, Iterator, Mapping, Optional
 
 from llama_index.core.base.embeddings.base import BaseEmbedding
 from llama_index.core.llms import LLM
@@ -37,25 +38,6 @@ def is_database(store: Any) -> bool:
     return is_postgres_url(store)
 
 
-def holds_folder_store(store: Any) -> bool:
-    """Whether the folder ``store`` holds a folder store (snapshots, or a store written before them).
-
-    Args:
-        store: A ``store`` argument.
-
-    Returns:
-        ``True`` when it holds one.
-    """
-    from llama_index_hiqa.storage.pack_files import CONFIG_FILENAME
-    from llama_index_hiqa.storage.snapshots import is_snapshot_store
-
-    try:
-        root = Path(store)
-    except TypeError:
-        return False
-    return is_snapshot_store(root) or (root / CONFIG_FILENAME).is_file()
-
-
 def store_kind(store: Any, settings: Mapping[str, Any], own_vector_store: bool = False) -> Optional[str]:
     """``"database"``, ``"embedded"``, ``"folder"`` or ``None`` (no store): the kind a store
     folder holds already, else the kind a new one gets (``HiQAPackConfig.new_store_format``).
@@ -73,6 +55,8 @@ def store_kind(store: Any, settings: Mapping[str, Any], own_vector_store: bool =
     if is_database(store):
         return "database"
     from llama_index_hiqa.storage.embedded import is_embedded_store
+
+    from llama_index_hiqa.storage.backends.folder import holds_folder_store
 
     if is_embedded_store(store):
         return "embedded"
@@ -98,44 +82,70 @@ def store_exists(store: Any) -> bool:
             return database.read_pack() is not None
         finally:
             database.dispose()
+    from llama_index_hiqa.storage.backends.folder import holds_folder_store
     from llama_index_hiqa.storage.embedded import is_embedded_store
 
     return is_embedded_store(store) or holds_folder_store(store)
 
 
-def store_writer(store: Any, settings: Mapping[str, Any], on_wait: Optional[Callable[[str], Any]] = None) -> ContextManager[Any]:
-    """The lock a writer holds from opening ``store`` to saving it, so a second writer (another
-    ``hiqa ingest --add``, ``hiqa delete``) waits and then reads what this one wrote. The folder
-    store is checked writable, with room for a new snapshot, before any work; a database
-    serialises its writers itself.
+def location_exists(store: Any) -> bool:
+    """Whether ``store`` names a place that may hold a store: a folder that exists, or a
+    database URL (whose pack is checked when it is opened).
+
+    Args:
+        store: A ``store`` argument.
+
+    Returns:
+        ``False`` for a folder that does not exist.
+    """
+    return is_database(store) or Path(store).exists()
+
+
+@contextlib.contextmanager
+def store_writer(store: Any, settings: Mapping[str, Any], on_wait: Optional[Callable[[str], Any]] = None) -> Iterator[None]:
+    """Hold the lock a writer holds from opening ``store`` to saving it, so a second writer
+    (another ``hiqa ingest --add``, ``hiqa delete``) waits and then reads what this one wrote. The
+    folder store is checked writable, with room for a new snapshot, before any work; a database
+    serialises its writers itself. A store folder created here and never saved into is removed
+    again.
 
     Args:
         store: A store folder or a ``postgresql://`` URL.
         settings: ``HiQAPackConfig`` fields of a new store (its kind decides the lock).
         on_wait: Told once when another writer holds the lock.
 
-    Returns:
-        The lock, a context manager.
+    Yields:
+        Nothing.
     """
-    import contextlib
-
     from llama_index_hiqa.figures import FIGURES_DIRNAME
-    from llama_index_hiqa.storage.snapshots import writer_lock
+    from llama_index_hiqa.storage.snapshots import LOCK_FILE, writer_lock
 
     kind = store_kind(store, settings)
     if kind == "database":
-        return contextlib.nullcontext()
+        yield
+        return
+    root = Path(store)
+    created = not root.exists()
     if kind == "embedded":
         # SQLite serialises the writes; the lock keeps a second `hiqa ingest --add` from
         # planning its upserts on what the first is about to change.
         from llama_index_hiqa.storage.embedded import DATABASE_FILENAME
 
-        return writer_lock(Path(store), on_wait=on_wait, legacy_marker=DATABASE_FILENAME, shared_dirs=(FIGURES_DIRNAME,))
-    from llama_index_hiqa.storage.backends.folder import check_writable
-    from llama_index_hiqa.storage.backends.folder import store_writer as folder_writer
+        lock = writer_lock(root, on_wait=on_wait, legacy_marker=DATABASE_FILENAME, shared_dirs=(FIGURES_DIRNAME,))
+    else:
+        from llama_index_hiqa.storage.backends.folder import check_writable
+        from llama_index_hiqa.storage.backends.folder import store_writer as folder_writer
 
-    check_writable(Path(store))
-    return folder_writer(Path(store), on_wait=on_wait)
+        check_writable(root)
+        lock = folder_writer(root, on_wait=on_wait)
+    try:
+        with lock:
+            yield
+    finally:
+        if created and not store_exists(root):
+            with contextlib.suppress(OSError):
+                (root / LOCK_FILE).unlink()
+                root.rmdir()
 
 
 def check_replaceable(store: Any) -> None:
@@ -231,6 +241,6 @@ def open_backend(
 
 
 __all__ = [
-    "Resolvers", "StoreBackend", "check_replaceable", "holds_folder_store", "is_database", "open_backend",
+    "Resolvers", "StoreBackend", "check_replaceable", "is_database", "location_exists", "open_backend",
     "store_exists", "store_kind", "store_writer",
 ]

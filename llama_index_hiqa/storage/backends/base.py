@@ -159,8 +159,8 @@ class StoreBackend(Protocol):
                 where it was opened).
 
         Returns:
-            The backend that holds the saved store from now on: this one, or, for a pack held
-            in memory and saved in another format, the store written.
+            The backend that holds the saved store from now on: this one, or, for a pack
+                held in memory and saved in another format, the store written.
         """
 
     def close(self) -> None:
@@ -219,8 +219,8 @@ def copied_batches(
         batch_documents: Documents a batch.
 
     Yields:
-        ``(documents, nodes, hashes)``: stand-in documents (id and ``schema.DOCUMENT_ID``), the
-        nodes with their stored vectors as embeddings, and the documents' recorded hashes.
+        ``(documents, nodes, hashes)``: stand-in documents (id and ``schema.DOCUMENT_ID``),
+            the nodes with their stored vectors as embeddings, and the documents' hashes.
     """
     from llama_index_hiqa import schema
 

@@ -377,10 +377,10 @@ class FolderBackend:
 
     def _save_embedded(self, payload: Mapping[str, Any], root: Path) -> Any:
         """The nodes and vectors copied as they are into a new embedded store at ``root``."""
-        from llama_index_hiqa.storage.backends import store_exists
         from llama_index_hiqa.storage.backends.embedded import EmbeddedBackend
+        from llama_index_hiqa.storage.embedded import is_embedded_store
 
-        if store_exists(root):
+        if is_embedded_store(root) or holds_folder_store(root):
             raise PackStoreError(
                 root, "holds a store already: load it (HiQAPack.load) and add documents to it, or save to a new folder"
             )
@@ -449,6 +449,24 @@ def write_pack(
         pack_files.write_config(folder, {**payload, "vector_store": vector_kind})
         name = snapshot_name(folder)
     return name
+
+
+def holds_folder_store(store: Any) -> bool:
+    """Whether the folder ``store`` holds a folder store (snapshots, or a store written before them).
+
+    Args:
+        store: A ``store`` argument.
+
+    Returns:
+        ``True`` when it holds one.
+    """
+    from llama_index_hiqa.storage.snapshots import is_snapshot_store
+
+    try:
+        root = Path(store)
+    except TypeError:
+        return False
+    return is_snapshot_store(root) or (root / pack_files.CONFIG_FILENAME).is_file()
 
 
 def store_writer(root: Path, on_wait: Optional[Any] = None) -> Any:
@@ -565,4 +583,4 @@ def _load_graph(
     return ChunkGraphRetriever(graph, **graph_retriever_settings(index, config, embed_model, llm, keywords))
 
 
-__all__ = ["FolderBackend", "check_writable", "open_folder", "store_writer", "write_pack"]
+__all__ = ["FolderBackend", "check_writable", "holds_folder_store", "open_folder", "store_writer", "write_pack"]
