@@ -281,8 +281,10 @@ class HiQAPack(PackIngestion, PackAnswering):
             config: The settings as an object; ``settings`` override its fields.
             **settings: :class:`HiQAPackConfig` fields, and ``store``: ``"postgresql://USER@HOST/DB"``
                 (that database's pack, created when it holds none; every ingested batch commits
-                there), or a folder (with ``store_format="embedded"``, an embedded store that
-                each batch commits to; else a folder store, written by :meth:`from_directory`).
+                there), or a folder: the store it holds, else a new embedded store that each
+                batch commits to (a folder store, written by :meth:`persist`, with
+                ``store_format="folder"``, the chunk graph or a ``vector_store``). Without a
+                store the pack is held in memory until its first ``persist(folder)``.
 
         Returns:
             The pack.

@@ -513,3 +513,19 @@ def test_the_fault_cases_that_apply_to_any_store_are_handled_on_the_embedded_sto
     item = next(c for c in fault_cases.CASES if c.name == name)
     handled, note = fault_cases.run_case(item, tmp_path, embedded_base_store)
     assert handled, f"{item.cause}: {name} was not handled on the embedded store"
+
+
+def test_opening_an_embedded_store_builds_no_text_splitter(tmp_path, monkeypatch):
+    from llama_index.core import Settings
+
+    store = tmp_path / "s"
+    HiQAPack.empty(embed_model=HashEmbedding(), store=str(store), **FAST).ingest(load_demo_documents()[:1])
+    # LlamaIndex's default splitter loads tiktoken's vocabulary (seconds): an open needs none.
+    monkeypatch.setattr(Settings, "_node_parser", None)
+    monkeypatch.setattr(Settings, "_transformations", None)
+    loaded = HiQAPack.load(store, embed_model=HashEmbedding())
+    assert loaded.retrieve(QUESTIONS[0])
+    assert Settings._node_parser is None
+    # A document inserted into the index itself still goes through Settings.transformations.
+    loaded.index.insert(Document(text="The NX-9999 regulator.\n\nIt delivers 2 A.", id_="extra"))
+    assert Settings._node_parser is not None and loaded.index.docstore.get_ref_doc_info("extra") is not None

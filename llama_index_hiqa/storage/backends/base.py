@@ -18,7 +18,7 @@ from llama_index.core import VectorStoreIndex
 from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.base.embeddings.base import BaseEmbedding
 from llama_index.core.llms import LLM
-from llama_index.core.schema import BaseNode, Document
+from llama_index.core.schema import BaseNode, Document, TransformComponent
 
 from llama_index_hiqa.pack_config import default_embed_model, keyword_extractor
 
@@ -205,6 +205,32 @@ class RouteCache:
         self._routes = None
 
 
+class SettingsTransformations(TransformComponent):
+    """``Settings.transformations``, looked up when a document is inserted into the index
+    (``index.insert``) rather than when the index is made.
+
+    A ``VectorStoreIndex`` made without transformations builds LlamaIndex's default splitter on
+    construction, which loads tiktoken's vocabulary: seconds on a busy machine, on every open of
+    a store whose ingestion never uses it (the pack parses with its own pipeline). Given this one
+    instead, the index behaves the same and an open costs milliseconds.
+    """
+
+    def __call__(self, nodes: Sequence[BaseNode], **kwargs: Any) -> Sequence[BaseNode]:
+        """Run ``Settings.transformations`` over ``nodes``.
+
+        Args:
+            nodes: The nodes (documents) inserted.
+            **kwargs: Passed on to each transformation.
+
+        Returns:
+            The transformed nodes.
+        """
+        from llama_index.core import Settings
+        from llama_index.core.ingestion import run_transformations
+
+        return run_transformations(list(nodes), Settings.transformations, **kwargs)
+
+
 def copied_batches(
     source: Any, file_stats: Dict[str, List[int]], batch_documents: int = 8,
 ) -> Iterator[Tuple[List[Document], List[BaseNode], Dict[str, str]]]:
@@ -267,4 +293,6 @@ def copied_vectors(source_vector_store: Any) -> Callable[[List[str]], List[Any]]
     )
 
 
-__all__ = ["Resolvers", "RouteCache", "Routes", "StoreBackend", "copied_batches", "copied_vectors"]
+__all__ = [
+    "Resolvers", "RouteCache", "Routes", "SettingsTransformations", "StoreBackend", "copied_batches", "copied_vectors",
+]

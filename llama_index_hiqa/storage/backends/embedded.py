@@ -31,7 +31,9 @@ from llama_index_hiqa.pack_config import HiQAPackConfig, model_identity, route_s
 from llama_index_hiqa.retrievers.bm25_route import BM25Route
 from llama_index_hiqa.retrievers.multi_route import MultiRouteConfig
 from llama_index_hiqa.storage.heading_vectors import SQLiteHeadingVectors
-from llama_index_hiqa.storage.backends.base import Resolvers, RouteCache, Routes, copied_batches
+from llama_index_hiqa.storage.backends.base import (
+    Resolvers, RouteCache, Routes, SettingsTransformations, copied_batches,
+)
 from llama_index_hiqa.storage.embedded import EmbeddedStore
 from llama_index_hiqa.storage.embedded_routes import EmbeddedMultiRouteRetriever
 
@@ -115,7 +117,10 @@ class EmbeddedBackend:
         # The index struct stays empty and in memory: the vector store returns its nodes, so no
         # list of every node id is kept or written.
         storage = StorageContext.from_defaults(vector_store=vectors, docstore=docstore, index_store=SimpleIndexStore())
-        index = VectorStoreIndex([], storage_context=storage, embed_model=embed_model, store_nodes_override=True)
+        index = VectorStoreIndex(
+            [], storage_context=storage, embed_model=embed_model, store_nodes_override=True,
+            transformations=[SettingsTransformations()],  # no splitter (tiktoken) built at open
+        )
         backend = cls(store, index, config, embed_model, resolvers)
         if record is None:
             backend._save_record()
