@@ -92,8 +92,15 @@ def build_store(path: Path) -> Path:
 
 
 def stored_documents(store: Path) -> set:
+    from llama_index_hiqa.storage.embedded import EmbeddedStore, is_embedded_store
     from llama_index_hiqa.storage.snapshots import current_snapshot
 
+    if is_embedded_store(store):  # a new store: the default format
+        embedded = EmbeddedStore.open(store)
+        try:
+            return set(embedded.documents())
+        finally:
+            embedded.close()
     return set(json.loads((current_snapshot(store) / "hiqa_pack.json").read_text())["documents"])
 
 

@@ -217,6 +217,12 @@ def open_backend(
         from llama_index_hiqa.storage.os_boundary import os_errors
 
         with os_errors(Path(store)):  # a path the system refuses, named, before any document is read
+            if create:
+                from llama_index_hiqa.storage.embedded import is_embedded_store
+                from llama_index_hiqa.storage.os_boundary import check_store_writable
+
+                if not is_embedded_store(store):  # a new store: writable, with room, before the work
+                    check_store_writable(Path(store))
             return EmbeddedBackend.open(
                 store, merged, embed_model=embed_model, llm=llm, create=create, resolvers=resolvers
             )
