@@ -8,7 +8,7 @@ component that needs them is first used.
 from __future__ import annotations
 
 import importlib
-from typing import Any, Dict
+from typing import TYPE_CHECKING, Any, Dict, List
 
 __version__ = "0.1.0"
 
@@ -28,6 +28,7 @@ _EXPORTS: Dict[str, str] = {
     "OfflineModelError": "llama_index_hiqa.errors",
     "LLMOutputError": "llama_index_hiqa.errors",
     "UnknownNodeError": "llama_index_hiqa.errors",
+    "UnserializedPartError": "llama_index_hiqa.errors",  # from_dict without a part to_dict leaves out
     #
     # -- HiQA Markdown formatter and layout parser
     "MarkdownFormatterParser": "llama_index_hiqa.parsers.markdown_formatter",
@@ -87,6 +88,7 @@ _EXPORTS: Dict[str, str] = {
     "InteractionGraphSettings": "llama_index_hiqa.retrievers.settings",
     "ChainSearchSettings": "llama_index_hiqa.retrievers.settings",
     "updated": "llama_index_hiqa.settings",
+    "SettingsModel": "llama_index_hiqa.settings",
     "PackStoreError": "llama_index_hiqa.errors",
     # -- drop-in: any LlamaIndex vector store, the demo data from an installed wheel
     "VectorStoreFeatureError": "llama_index_hiqa.errors",
@@ -95,6 +97,8 @@ _EXPORTS: Dict[str, str] = {
     "EmptyCorpusError": "llama_index_hiqa.errors",
     "StoreConflictError": "llama_index_hiqa.errors",
     "InvalidSettingError": "llama_index_hiqa.errors",
+    "InvalidQuestionError": "llama_index_hiqa.errors",
+    "question_text": "llama_index_hiqa.questions",
     "PathAccessError": "llama_index_hiqa.errors",
     #
     # -- real collections: stores, batch ingestion, reader errors
@@ -147,15 +151,181 @@ _EXPORTS: Dict[str, str] = {
 
 __all__ = sorted(_EXPORTS)
 
+if TYPE_CHECKING:
+    # The same names as real imports, for type checkers and IDEs (``import llama_index_hiqa``
+    # stays lazy at run time). ``X as X`` re-exports under mypy's ``--no-implicit-reexport``.
+    # tests/test_public_api.py fails when this block and _EXPORTS disagree and prints the
+    # block to paste.
+    from llama_index_hiqa.readers.pdf import PDFLayoutReader as PDFLayoutReader
+    from llama_index_hiqa.readers.titles import (
+        document_title as document_title,
+        CoverLine as CoverLine,
+    )
+    from llama_index_hiqa.embedding_cache import CachedEmbedding as CachedEmbedding
+    from llama_index_hiqa.errors import (
+        HiQAError as HiQAError,
+        DocumentReadError as DocumentReadError,
+        EncryptedDocumentError as EncryptedDocumentError,
+        CorruptDocumentError as CorruptDocumentError,
+        EmptyDocumentError as EmptyDocumentError,
+        UnsupportedDocumentError as UnsupportedDocumentError,
+        OfflineModelError as OfflineModelError,
+        LLMOutputError as LLMOutputError,
+        UnknownNodeError as UnknownNodeError,
+        UnserializedPartError as UnserializedPartError,
+        InvalidMetadataError as InvalidMetadataError,
+        RetrievalRouteError as RetrievalRouteError,
+        GraphBuildError as GraphBuildError,
+        RerankerError as RerankerError,
+        EvaluationInputError as EvaluationInputError,
+        PackStoreError as PackStoreError,
+        VectorStoreFeatureError as VectorStoreFeatureError,
+        EmptyCorpusError as EmptyCorpusError,
+        StoreConflictError as StoreConflictError,
+        InvalidSettingError as InvalidSettingError,
+        PathAccessError as PathAccessError,
+        UndecodableTextError as UndecodableTextError,
+        SkippedDocumentError as SkippedDocumentError,
+        IngestionWorkerError as IngestionWorkerError,
+        LLMConfigError as LLMConfigError,
+        UnknownEmbedBackendError as UnknownEmbedBackendError,
+    )
+    from llama_index_hiqa.parsers.markdown_formatter import (
+        MarkdownFormatterParser as MarkdownFormatterParser,
+        MarkdownCoverageWarning as MarkdownCoverageWarning,
+    )
+    from llama_index_hiqa.parsers.layout_markdown import (
+        LayoutMarkdownParser as LayoutMarkdownParser,
+    )
+    from llama_index_hiqa.parsers.line_number_segment import (
+        LineNumberSegmentParser as LineNumberSegmentParser,
+    )
+    from llama_index_hiqa.transforms.context_header import (
+        ContextHeaderTransform as ContextHeaderTransform,
+    )
+    from llama_index_hiqa.transforms.cascading_metadata import (
+        CascadingMetadataTransform as CascadingMetadataTransform,
+    )
+    from llama_index_hiqa.transforms.table_view import HCATableNode as HCATableNode
+    from llama_index_hiqa.transforms.critical_keywords import (
+        CriticalKeywordExtractor as CriticalKeywordExtractor,
+    )
+    from llama_index_hiqa.indexes.keyword_index import (
+        KeywordIndex as KeywordIndex,
+        normalize_keyword as normalize_keyword,
+    )
+    from llama_index_hiqa.retrievers.multi_route import (
+        MultiRouteRetriever as MultiRouteRetriever,
+        MultiRouteConfig as MultiRouteConfig,
+    )
+    from llama_index_hiqa.retrievers.document_focus import (
+        DocumentFocusRetriever as DocumentFocusRetriever,
+        DocumentFocusConfig as DocumentFocusConfig,
+        FocusChoice as FocusChoice,
+    )
+    from llama_index_hiqa.evaluation.cross_document import (
+        cross_document_questions as cross_document_questions,
+        CrossDocumentQuestion as CrossDocumentQuestion,
+    )
+    from llama_index_hiqa.retrievers.chunk_interaction_graph import (
+        ChunkInteractionGraph as ChunkInteractionGraph,
+    )
+    from llama_index_hiqa.retrievers.chunk_graph import ChunkGraphRetriever as ChunkGraphRetriever
+    from llama_index_hiqa.retrievers.chain_scorers import (
+        DefaultChainScorer as DefaultChainScorer,
+        TrainedChainScorer as TrainedChainScorer,
+    )
+    from llama_index_hiqa.retrievers.chain_training import (
+        chain_training_examples as chain_training_examples,
+        fit_chain_scorer as fit_chain_scorer,
+    )
+    from llama_index_hiqa.retrievers.chain_augmented import (
+        ChainAugmentedRetriever as ChainAugmentedRetriever,
+        ChainBudget as ChainBudget,
+    )
+    from llama_index_hiqa.postprocessors.segment_integration import (
+        SegmentIntegrationPostprocessor as SegmentIntegrationPostprocessor,
+    )
+    from llama_index_hiqa.evaluation.faithfulness import (
+        FaithfulnessScoreEvaluator as FaithfulnessScoreEvaluator,
+    )
+    from llama_index_hiqa.evaluation.runner import AblationRunner as AblationRunner
+    from llama_index_hiqa.pack import HiQAPack as HiQAPack
+    from llama_index_hiqa.pack_config import (
+        HiQAPackConfig as HiQAPackConfig,
+        PackKeywordSettings as PackKeywordSettings,
+    )
+    from llama_index_hiqa.transforms.keyword_settings import KeywordSettings as KeywordSettings
+    from llama_index_hiqa.retrievers.settings import (
+        MultiRouteSettings as MultiRouteSettings,
+        ChunkGraphSettings as ChunkGraphSettings,
+        InteractionGraphSettings as InteractionGraphSettings,
+        ChainSearchSettings as ChainSearchSettings,
+    )
+    from llama_index_hiqa.settings import updated as updated
+    from llama_index_hiqa.vector_store_access import index_nodes as index_nodes
+    from llama_index_hiqa.demo import demo_data_dir as demo_data_dir
+    from llama_index_hiqa.storage.vector_store import MatrixVectorStore as MatrixVectorStore
+    from llama_index_hiqa.storage.backends.base import StoreBackend as StoreBackend
+    from llama_index_hiqa.storage.backends.folder import FolderBackend as FolderBackend
+    from llama_index_hiqa.events import (
+        RouteFailedEvent as RouteFailedEvent,
+        MultiRouteRetrievalEndEvent as MultiRouteRetrievalEndEvent,
+        LLMCallFailedEvent as LLMCallFailedEvent,
+    )
+    from llama_index_hiqa.ingestion import IngestionReport as IngestionReport
+    from llama_index_hiqa.llm_spec import llm_from_spec as llm_from_spec
+    from llama_index_hiqa.llm_calls import LLMCallPolicy as LLMCallPolicy
+    from llama_index_hiqa.testing.openai_server import (
+        OpenAICompatibleServer as OpenAICompatibleServer,
+    )
+    from llama_index_hiqa.figures import (
+        save_figures as save_figures,
+        figures_for as figures_for,
+    )
+    from llama_index_hiqa.embedding_backends import ONNXEmbedding as ONNXEmbedding
+    from llama_index_hiqa.pack_aliases import (
+        EmbeddedHiQAPack as EmbeddedHiQAPack,
+        PostgresHiQAPack as PostgresHiQAPack,
+    )
+    from llama_index_hiqa.storage.backends.embedded import EmbeddedBackend as EmbeddedBackend
+    from llama_index_hiqa.storage.embedded_routes import (
+        EmbeddedMultiRouteRetriever as EmbeddedMultiRouteRetriever,
+    )
+    from llama_index_hiqa.storage.embedded import EmbeddedStore as EmbeddedStore
+    from llama_index_hiqa.storage.memmap_vectors import MemmapVectorStore as MemmapVectorStore
+    from llama_index_hiqa.storage.sqlite_kv import (
+        SQLiteKVStore as SQLiteKVStore,
+        SQLiteDocumentStore as SQLiteDocumentStore,
+    )
+    from llama_index_hiqa.storage.heading_vectors import (
+        HeadingVectors as HeadingVectors,
+        SQLiteHeadingVectors as SQLiteHeadingVectors,
+        PostgresHeadingVectors as PostgresHeadingVectors,
+    )
+    from llama_index_hiqa.storage.backends.postgres import PostgresBackend as PostgresBackend
+    from llama_index_hiqa.storage.postgres import (
+        PostgresStore as PostgresStore,
+        PostgresStoreSettings as PostgresStoreSettings,
+    )
+    from llama_index_hiqa.storage.pg_routes import (
+        PostgresMultiRouteRetriever as PostgresMultiRouteRetriever,
+    )
+    from llama_index_hiqa.storage.pg_graph import (
+        StoredChunkGraph as StoredChunkGraph,
+        StoredGraphRetriever as StoredGraphRetriever,
+    )
+else:
+    # Run time only: a type checker sees the imports above, so a misspelt name is an error
+    # for it rather than ``Any``.
+    def __getattr__(name: str) -> Any:
+        module = _EXPORTS.get(name)
+        if module is None:
+            raise AttributeError(f"module 'llama_index_hiqa' has no attribute {name!r}")
+        value = getattr(importlib.import_module(module), name)
+        globals()[name] = value
+        return value
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'llama_index_hiqa' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
 
-
-def __dir__() -> list:
+def __dir__() -> List[str]:
     return sorted(set(globals()) | set(__all__))

@@ -2,30 +2,37 @@
 and chat engines, and the citation of a node (document, section path, pages).
 
 With no LLM configured, an answer is the retrieved evidence under a notice — never an error;
-the chat engine answers each message the same way (there is no LLM to condense a history).
+the chat engine answers each message the same way (there is no LLM to condense a history),
+streamed or not, and every engine method ends: a stream yields the evidence as one piece.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Sequence, Union
+from typing import Any, AsyncGenerator, Callable, Dict, List, Optional, Sequence, Union
 
 from llama_index.core.base.base_query_engine import BaseQueryEngine
 from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.base.llms.types import ChatMessage, MessageRole
-from llama_index.core.base.response.schema import Response, StreamingResponse
+from llama_index.core.base.response.schema import AsyncStreamingResponse, Response, StreamingResponse
 from llama_index.core.bridge.pydantic import Field
+from llama_index.core.chat_engine import CondensePlusContextChatEngine
 from llama_index.core.chat_engine.types import (
     AgentChatResponse,
     BaseChatEngine,
     StreamingAgentChatResponse,
 )
-from llama_index.core.postprocessor.types import BaseNodePostprocessor
+from llama_index.core.chat_engine.utils import aresponse_gen_from_query_engine, response_gen_from_query_engine
 from llama_index.core.llms import LLM
+from llama_index.core.memory import BaseMemory, Memory
+from llama_index.core.postprocessor.types import BaseNodePostprocessor
 from llama_index.core.query_engine import CustomQueryEngine, RetrieverQueryEngine
 from llama_index.core.schema import BaseNode, NodeWithScore, QueryBundle
+from llama_index.core.tools import ToolOutput
 
 from llama_index_hiqa import schema
+from llama_index_hiqa.pack_arguments import check_pack_arguments
+from llama_index_hiqa.questions import CleanMessages, CleanQueries, question_bundle, question_text
 
 NO_LLM_NOTICE = (
     "No LLM is configured, so this answer is the retrieved evidence with its citations. "
@@ -105,8 +112,17 @@ def evidence_answer(nodes: Sequence[NodeWithScore], notice: str = NO_LLM_NOTICE)
 
 
 # --------------------------------------------------------------------------- engines
-class EvidenceQueryEngine(CustomQueryEngine):
-    """Query engine used when no LLM is set: retrieve, post-process, answer with cited evidence."""
+async def _one_piece(text: str) -> AsyncGenerator[str, None]:
+    """``text`` as an async token stream of one piece (the evidence answer is ready at once)."""
+    yield text
+
+
+class EvidenceQueryEngine(CleanQueries, CustomQueryEngine):
+    """Query engine used when no LLM is set: retrieve, post-process, answer with cited evidence.
+
+    Answers as LlamaIndex's ``RetrieverQueryEngine`` does with ``streaming``: ``query`` gives a
+    ``StreamingResponse`` and ``aquery`` an ``AsyncStreamingResponse``, the evidence as one piece.
+    """
 
     retriever: BaseRetriever
     node_postprocessors: List[BaseNodePostprocessor] = Field(default_factory=list)
@@ -114,11 +130,32 @@ class EvidenceQueryEngine(CustomQueryEngine):
         default=False, description="Answer with a StreamingResponse (the evidence as one chunk), like LLM engines."
     )
 
-    def _nodes(self, query: str) -> List[NodeWithScore]:
-        bundle = QueryBundle(query)
-        nodes = self.retriever.retrieve(bundle)
+    def retrieve(self, query_bundle: QueryBundle) -> List[NodeWithScore]:
+        """The evidence for a question: retrieved, then post-processed.
+
+        Args:
+            query_bundle: the question.
+
+        Returns:
+            The nodes, best first.
+        """
+        nodes = self.retriever.retrieve(query_bundle)
         for post in self.node_postprocessors:
-            nodes = post.postprocess_nodes(nodes, query_bundle=bundle)
+            nodes = post.postprocess_nodes(nodes, query_bundle=query_bundle)
+        return nodes
+
+    async def aretrieve(self, query_bundle: QueryBundle) -> List[NodeWithScore]:
+        """Async `retrieve` (the retriever's and post-processors' async paths).
+
+        Args:
+            query_bundle: the question.
+
+        Returns:
+            The nodes, best first.
+        """
+        nodes = await self.retriever.aretrieve(query_bundle)
+        for post in self.node_postprocessors:
+            nodes = await post.apostprocess_nodes(nodes, query_bundle=query_bundle)
         return nodes
 
     def custom_query(self, query_str: str) -> Union[Response, StreamingResponse]:
@@ -131,93 +168,167 @@ class EvidenceQueryEngine(CustomQueryEngine):
             A ``Response`` (a ``StreamingResponse`` when ``streaming``) with the evidence as
                 ``source_nodes``.
         """
-        nodes = self._nodes(query_str)
+        nodes = self.retrieve(QueryBundle(query_str))
         if self.streaming:
             return StreamingResponse(iter([evidence_answer(nodes)]), source_nodes=nodes, metadata={"llm": None})
         return Response(response=evidence_answer(nodes), source_nodes=nodes, metadata={"llm": None})
 
+    async def acustom_query(self, query_str: str) -> Union[Response, AsyncStreamingResponse]:
+        """Async `custom_query`.
 
-class EvidenceChatEngine(BaseChatEngine):
+        Args:
+            query_str: the question.
+
+        Returns:
+            A ``Response`` (an ``AsyncStreamingResponse`` when ``streaming``, as LlamaIndex's
+                engines give from ``aquery``) with the evidence as ``source_nodes``.
+        """
+        nodes = await self.aretrieve(QueryBundle(query_str))
+        answer = evidence_answer(nodes)
+        if self.streaming:
+            return AsyncStreamingResponse(_one_piece(answer), source_nodes=nodes, metadata={"llm": None})
+        return Response(response=answer, source_nodes=nodes, metadata={"llm": None})
+
+
+class PackQueryEngine(CleanQueries, RetrieverQueryEngine):
+    """LlamaIndex's ``RetrieverQueryEngine`` whose questions are cleaned first
+    (`questions`), so the LLM reads the text the retriever searched."""
+
+
+class PackChatEngine(CleanMessages, CondensePlusContextChatEngine):
+    """LlamaIndex's ``CondensePlusContextChatEngine`` whose messages are cleaned first
+    (`questions`)."""
+
+
+class EvidenceChatEngine(CleanMessages, BaseChatEngine):
     """Chat engine used when no LLM is set: every turn answers with the cited evidence for the
-    latest message (there is no LLM to condense the history into a question)."""
+    latest message (there is no LLM to condense the history into a question).
 
-    def __init__(self, query_engine: EvidenceQueryEngine) -> None:
+    The history is a LlamaIndex ``Memory`` written as ``CondensePlusContextChatEngine`` writes
+    it (the user's message, then the answer); the streamed turns finish their
+    ``StreamingAgentChatResponse`` through its own ``write_response_to_history`` before it is
+    returned (the answer is ready at once), so ``response_gen`` / ``async_response_gen()`` yield
+    the evidence and end.
+
+    Args:
+        query_engine: the evidence query engine that retrieves each turn's evidence.
+        memory: the chat memory (a new ``Memory`` when ``None``).
+        chat_history: the messages a new memory starts with.
+    """
+
+    def __init__(
+        self,
+        query_engine: EvidenceQueryEngine,
+        memory: Optional[BaseMemory] = None,
+        chat_history: Optional[List[ChatMessage]] = None,
+    ) -> None:
         self._query_engine = query_engine
-        self._history: List[ChatMessage] = []
+        self._memory = memory or Memory.from_defaults(chat_history=chat_history or [])
 
-    def _answer(self, message: str) -> Response:
-        response = self._query_engine.custom_query(message)
-        self._history += [
-            ChatMessage(role=MessageRole.USER, content=message),
-            ChatMessage(role=MessageRole.ASSISTANT, content=str(response)),
-        ]
-        return response
+    def _turn(self, message: str, chat_history: Optional[List[ChatMessage]]) -> QueryBundle:
+        if chat_history is not None:  # as LlamaIndex's chat engines: a given history replaces the memory's
+            self._memory.set(chat_history)
+        return QueryBundle(message)
+
+    @staticmethod
+    def _reply(message: str, nodes: List[NodeWithScore]) -> AgentChatResponse:
+        """The turn's answer, with the retrieval as its source (as LlamaIndex's context engines cite it)."""
+        answer = evidence_answer(nodes)
+        source = ToolOutput(tool_name="retriever", content=answer, raw_input={"message": message}, raw_output=answer)
+        return AgentChatResponse(response=answer, sources=[source], source_nodes=nodes)
 
     def chat(self, message: str, chat_history: Optional[List[ChatMessage]] = None) -> AgentChatResponse:
         """Answer the latest message with cited evidence.
 
         Args:
             message: the user's message (the question).
-            chat_history: ignored: with no LLM to condense it, the latest message is the question.
+            chat_history: replaces the memory's history (as in LlamaIndex's chat engines); with
+                no LLM to condense it, the latest message is the question.
 
         Returns:
             The answer and its source nodes.
         """
-        response = self._answer(message)
-        return AgentChatResponse(response=str(response), source_nodes=response.source_nodes)
+        reply = self._reply(message, self._query_engine.retrieve(self._turn(message, chat_history)))
+        self._memory.put_messages([
+            ChatMessage(role=MessageRole.USER, content=message),
+            ChatMessage(role=MessageRole.ASSISTANT, content=reply.response),
+        ])
+        return reply
+
+    async def achat(self, message: str, chat_history: Optional[List[ChatMessage]] = None) -> AgentChatResponse:
+        """Async `chat`.
+
+        Args:
+            message: the user's message (the question).
+            chat_history: replaces the memory's history; the latest message is the question.
+
+        Returns:
+            The answer and its source nodes.
+        """
+        reply = self._reply(message, await self._query_engine.aretrieve(self._turn(message, chat_history)))
+        await self._memory.aput_messages([
+            ChatMessage(role=MessageRole.USER, content=message),
+            ChatMessage(role=MessageRole.ASSISTANT, content=reply.response),
+        ])
+        return reply
 
     def stream_chat(
         self, message: str, chat_history: Optional[List[ChatMessage]] = None
     ) -> StreamingAgentChatResponse:
-        """Answer the latest message with cited evidence, as one streamed piece.
+        """Answer the latest message with cited evidence, streamed as one piece.
 
         Args:
             message: the user's message (the question).
-            chat_history: ignored: with no LLM to condense it, the latest message is the question.
+            chat_history: replaces the memory's history; the latest message is the question.
 
         Returns:
-            The answer and its source nodes.
+            A finished ``StreamingAgentChatResponse``: ``response_gen`` yields the answer and
+                ends; the memory holds the message and the answer.
         """
-        response = self._answer(message)
-        return StreamingAgentChatResponse(response=str(response), source_nodes=response.source_nodes)
-
-    async def achat(self, message: str, chat_history: Optional[List[ChatMessage]] = None) -> AgentChatResponse:
-        """Async :meth:`chat` (nothing to wait for).
-
-        Args:
-            message: the user's message (the question).
-            chat_history: ignored: with no LLM to condense it, the latest message is the question.
-
-        Returns:
-            The answer and its source nodes.
-        """
-        return self.chat(message, chat_history)
+        reply = self._reply(message, self._query_engine.retrieve(self._turn(message, chat_history)))
+        self._memory.put(ChatMessage(role=MessageRole.USER, content=message))
+        response = StreamingAgentChatResponse(
+            chat_stream=response_gen_from_query_engine(iter([reply.response])),
+            sources=reply.sources, source_nodes=reply.source_nodes,
+        )
+        response.write_response_to_history(self._memory)  # queues the piece, writes the memory, marks it done
+        return response
 
     async def astream_chat(
         self, message: str, chat_history: Optional[List[ChatMessage]] = None
     ) -> StreamingAgentChatResponse:
-        """Async :meth:`stream_chat` (nothing to wait for).
+        """Async [`stream_chat`][llama_index_hiqa.answers.EvidenceChatEngine.stream_chat].
 
         Args:
             message: the user's message (the question).
-            chat_history: ignored: with no LLM to condense it, the latest message is the question.
+            chat_history: replaces the memory's history; the latest message is the question.
 
         Returns:
-            The answer and its source nodes.
+            A finished ``StreamingAgentChatResponse``: ``async_response_gen()`` yields the
+                answer and ends; the memory holds the message and the answer.
         """
-        return self.stream_chat(message, chat_history)
+        reply = self._reply(message, await self._query_engine.aretrieve(self._turn(message, chat_history)))
+        await self._memory.aput(ChatMessage(role=MessageRole.USER, content=message))
+        response = StreamingAgentChatResponse(
+            achat_stream=aresponse_gen_from_query_engine(_one_piece(reply.response)),
+            sources=reply.sources, source_nodes=reply.source_nodes,
+        )
+        await response.awrite_response_to_history(self._memory)
+        return response
 
     def reset(self) -> None:
-        self._history = []
+        """Forget the conversation."""
+        self._memory.reset()
 
     @property
     def chat_history(self) -> List[ChatMessage]:
-        return list(self._history)
+        """The conversation so far (each turn: the user's message, then the answer)."""
+        return self._memory.get_all()
 
 
 # --------------------------------------------------------------------------- the pack's answers
 class PackAnswering:
-    """The answering half of :class:`~llama_index_hiqa.HiQAPack` (which inherits it): the
+    """The answering half of [`HiQAPack`][llama_index_hiqa.pack.HiQAPack] (which inherits it): the
     post-processors, query and chat engines and figures over the pack's retriever."""
 
     config: Any
@@ -251,8 +362,12 @@ class PackAnswering:
 
         Returns:
             The nodes, best first.
+
+        Raises:
+            InvalidQuestionError: ``question`` is not a string or is too long
+                (`question_text`).
         """
-        bundle = QueryBundle(question)
+        bundle = question_bundle(question)
         nodes = self.as_retriever().retrieve(bundle)
         for post in self.node_postprocessors():
             nodes = post.postprocess_nodes(nodes, query_bundle=bundle)
@@ -268,6 +383,7 @@ class PackAnswering:
         Returns:
             The query engine.
         """
+        check_pack_arguments(llm=llm)
         llm = llm or self.llm
         postprocessors = kwargs.pop("node_postprocessors", None) or self.node_postprocessors()
         if llm is None:
@@ -275,26 +391,31 @@ class PackAnswering:
                 retriever=self.as_retriever(), node_postprocessors=postprocessors,
                 streaming=bool(kwargs.get("streaming", False)),
             )
-        return RetrieverQueryEngine.from_args(
+        return PackQueryEngine.from_args(
             self.as_retriever(), llm=llm, node_postprocessors=postprocessors, **kwargs
         )
 
     def as_chat_engine(self, llm: Optional[LLM] = None, **kwargs: Any) -> BaseChatEngine:
         """``CondensePlusContextChatEngine`` over the pack's retriever; evidence-only without an LLM.
 
+        Every method (``chat``, ``achat``, ``stream_chat``, ``astream_chat``) ends and writes the
+        turn to the engine's memory, with or without an LLM.
+
         Args:
             llm: The LLM (the pack's when ``None``).
-            **kwargs: ``CondensePlusContextChatEngine.from_defaults`` options.
+            **kwargs: ``CondensePlusContextChatEngine.from_defaults`` options; without an LLM
+                only ``memory`` and ``chat_history`` apply (the others shape LLM prompts).
 
         Returns:
             The chat engine.
         """
+        check_pack_arguments(llm=llm)
         llm = llm or self.llm
         if llm is None:
-            return EvidenceChatEngine(self.as_query_engine())  # type: ignore[arg-type]
-        from llama_index.core.chat_engine import CondensePlusContextChatEngine
-
-        return CondensePlusContextChatEngine.from_defaults(
+            return EvidenceChatEngine(
+                self.as_query_engine(), memory=kwargs.get("memory"), chat_history=kwargs.get("chat_history"),  # type: ignore[arg-type]
+            )
+        return PackChatEngine.from_defaults(
             self.as_retriever(), llm=llm, node_postprocessors=self.node_postprocessors(), **kwargs
         )
 
@@ -304,20 +425,21 @@ class PackAnswering:
 
         Args:
             question: The question.
-            **kwargs: :meth:`as_query_engine` options.
+            **kwargs: [`as_query_engine`][llama_index_hiqa.answers.PackAnswering.as_query_engine] options.
 
         Returns:
             The response.
-        """
-        from llama_index_hiqa.text_repair import valid_unicode
 
-        return self.as_query_engine(**kwargs).query(valid_unicode(question))
+        Raises:
+            InvalidQuestionError: ``question`` is not a string or is too long.
+        """
+        return self.as_query_engine(**kwargs).query(question_text(question))
 
     def figures(self, response: Any) -> List[Dict[str, Any]]:
         """The figures that go with an answer (a response or its source nodes): figures it
         retrieved, then those on its cited pages and sections; each with document, page,
         section, caption, box and the image file saved in the store (see
-        :func:`llama_index_hiqa.figures.figures_for`).
+        [`llama_index_hiqa.figures.figures_for`][llama_index_hiqa.figures.figures_for]).
 
         Args:
             response: A response, or its source nodes.

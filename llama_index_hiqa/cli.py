@@ -3,7 +3,7 @@
 ``hiqa demo`` runs the pack on the bundled demo datasheets. ``hiqa eval`` runs the HiQA
 ablation (every variant the installed pack can build, every ranking metric) on a folder of
 documents and a questions JSONL. ``hiqa ingest DIR --store PATH`` builds a
-:class:`~llama_index_hiqa.HiQAPack` over a folder and persists it; ``hiqa ask "question"
+[`HiQAPack`][llama_index_hiqa.pack.HiQAPack] over a folder and persists it; ``hiqa ask "question"
 --store PATH`` loads it in a new process and answers with citations (``--json`` for scripts).
 On an existing store ``hiqa ingest`` needs ``--add`` (new and changed files replace
 their old versions, unchanged ones are skipped), ``--sync`` (as ``--add``, and the documents
@@ -31,10 +31,10 @@ import json
 import logging
 import sys
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, Mapping, Optional
+from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence
 
-from llama_index_hiqa.ingestion import parse_shard
-from llama_index_hiqa.storage.postgres import mask_url
+# No module-level import of LlamaIndex (seconds): `hiqa ingest` says what it does before the
+# first slow import. The store helpers are imported where they are used.
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
@@ -86,11 +86,11 @@ class CLIError(Exception):
 
 def llm_from_spec(spec: Optional[str], **settings: Any) -> Any:
     """``openai:MODEL`` / ``openai-compatible:MODEL`` -> a LlamaIndex LLM; ``None``/"none" -> None
-    (see :func:`llama_index_hiqa.llm_spec.llm_from_spec` for ``base_url``, ``context_window``).
+    (see [`llama_index_hiqa.llm_spec.llm_from_spec`][llama_index_hiqa.llm_spec.llm_from_spec] for ``base_url``, ``context_window``).
 
     Args:
         spec: the ``--llm`` value.
-        **settings: passed on to :func:`llama_index_hiqa.llm_spec.llm_from_spec`.
+        **settings: passed on to [`llama_index_hiqa.llm_spec.llm_from_spec`][llama_index_hiqa.llm_spec.llm_from_spec].
 
     Returns:
         The LLM, or ``None``.
@@ -156,11 +156,23 @@ def _stage_ticker(report: Any, started: float, quiet: bool, every: Optional[floa
 
 
 def _cmd_ingest(args: argparse.Namespace) -> int:
-    llm = _llm(args)
     folder = Path(args.dir)
     if not folder.is_dir():
         raise CLIError(f"{folder}: no such folder" if not folder.exists() else f"{folder}: is a file, not a folder")
+    if args.quiet:
+        from llama_index_hiqa.progress import quiet
+
+        with quiet():
+            return _ingest_folder(args, folder)
+    print(f"hiqa ingest: {folder}: loading the pack and its models ...", file=sys.stderr, flush=True)  # before any slow import
+    return _ingest_folder(args, folder)
+
+
+def _ingest_folder(args: argparse.Namespace, folder: Path) -> int:
+    from llama_index_hiqa.ingestion import parse_shard
+
     args.shard_range = parse_shard(args.shard) if args.shard else None  # a bad I/N fails before any work
+    llm = _llm(args)
     if args.shard and args.sync:
         raise CLIError("--sync removes the documents whose files are gone, which a shard cannot tell apart from "
                        "another shard's: run the shards with --add, then --sync once without --shard")
@@ -182,6 +194,7 @@ def _ingest(args: argparse.Namespace, llm: Any, folder: Path, store: Any, settin
     from llama_index_hiqa.pack import HiQAPack
     from llama_index_hiqa.settings import updated
     from llama_index_hiqa.storage.backends import check_replaceable, store_exists
+    from llama_index_hiqa.storage.pg_connection import mask_url
 
     exists = store_exists(store)
     if exists and not (args.add or args.rebuild or args.sync):
@@ -254,6 +267,7 @@ def _ingest(args: argparse.Namespace, llm: Any, folder: Path, store: Any, settin
 
 def _cmd_delete(args: argparse.Namespace) -> int:
     from llama_index_hiqa.pack import HiQAPack
+    from llama_index_hiqa.storage.pg_connection import mask_url
 
     store = _existing_store(args.store)
     with _store_writer(store, {}):
@@ -274,6 +288,7 @@ def _cmd_delete(args: argparse.Namespace) -> int:
 
 def _cmd_migrate(args: argparse.Namespace) -> int:
     from llama_index_hiqa.pack import HiQAPack
+    from llama_index_hiqa.storage.pg_connection import mask_url
 
     source = _existing_store(args.old)
     target = Path(args.new)
@@ -298,9 +313,9 @@ def _cmd_ask(args: argparse.Namespace) -> int:
     from llama_index_hiqa.figures import format_figure
     from llama_index_hiqa.pack import HiQAPack, citation, format_citation
 
-    from llama_index_hiqa.text_repair import valid_unicode
+    from llama_index_hiqa.questions import question_text
 
-    args.question = valid_unicode(args.question)  # a stray non-UTF-8 byte of the shell: U+FFFD
+    args.question = question_text(args.question)  # a stray byte of the shell: U+FFFD; too long: one line
     llm = _llm(args)
     store = _existing_store(args.store)
     settings = {"similarity_top_k": args.top_k} if args.top_k is not None else {}
@@ -360,8 +375,43 @@ def _positive_int(text: str) -> int:
     return value
 
 
+class _LazyChoices:
+    """An argparse ``choices`` read when first needed: the modules that define the choices
+    import LlamaIndex (seconds), which parsing ``hiqa ingest DIR`` must not wait for. Give the
+    argument a ``metavar`` (argparse lists the choices in the usage line otherwise) and
+    ``%(choices)s`` in its help.
+
+    Args:
+        load: returns the choices.
+    """
+
+    def __init__(self, load: Callable[[], Sequence[str]]) -> None:
+        self._load = load
+
+    def __contains__(self, value: object) -> bool:
+        return value in self._load()
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._load())
+
+
+class _CommandParser(argparse.ArgumentParser):
+    """An ``ArgumentParser`` whose ``description`` may be a function, called when the help is shown."""
+
+    def format_help(self) -> str:
+        if callable(self.description):
+            self.description = self.description()
+        return super().format_help()
+
+
+def _embed_backends() -> Sequence[str]:
+    from llama_index_hiqa.embedding_backends import EMBED_BACKENDS
+
+    return EMBED_BACKENDS
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _CommandParser(
         prog="hiqa", description="Question answering over many similar documents (LlamaIndex)."
     )
     sub = parser.add_subparsers(dest="command", required=True)
@@ -376,17 +426,22 @@ def _add_demo(sub: Any) -> None:
     demo.set_defaults(func=_cmd_demo)
 
 
-def _add_eval(sub: Any) -> None:
+def _variants() -> Any:
     from llama_index_hiqa.evaluation.runner import VARIANTS
 
+    return VARIANTS
+
+
+def _add_eval(sub: Any) -> None:
     ev = sub.add_parser(
         "eval",
         help="run the HiQA ablation (Log-Rank Index, Recall/Precision/MRR/nDCG/hit@k) on your documents",
-        description="Variants: " + "; ".join(f"{v.name} = {v.label}" for v in VARIANTS),
+        description=lambda: "Variants: " + "; ".join(f"{v.name} = {v.label}" for v in _variants()),
     )
     ev.add_argument("--docs", required=True, help="folder of .pdf/.html/.docx/.md/.txt documents")
     ev.add_argument("--questions", required=True, help="questions JSONL with gold evidence")
-    ev.add_argument("--variants", nargs="+", choices=[v.name for v in VARIANTS], help="default: all")
+    ev.add_argument("--variants", nargs="+", choices=_LazyChoices(lambda: [v.name for v in _variants()]),
+                    metavar="VARIANT", help="any of %(choices)s (default: all)")
     ev.add_argument("--out", default="hiqa_eval", help="folder for the JSON, Markdown and PNG results")
     ev.add_argument("--name", help="dataset name in the results (default: the folder name)")
     ev.add_argument("--gamma", type=float, default=1.0, help="γ of the Log-Rank Index")
@@ -426,8 +481,6 @@ def _add_ingest(sub: Any) -> None:
         "--checkpoint-minutes", type=float, default=5.0,
         help="save progress this often, so an interrupted run resumes with --add (default 5)",
     )
-    from llama_index_hiqa.embedding_backends import EMBED_BACKENDS
-
     ing.add_argument(
         "--shard", metavar="I/N",
         help="ingest only the I-th of N shards of the folder's files (split by a hash of each path): "
@@ -437,8 +490,8 @@ def _add_ingest(sub: Any) -> None:
         "--workers", type=_positive_int, default=1,
         help="processes that parse, augment and embed at once (default 1; at most the cores there are helps)",
     )
-    ing.add_argument("--embed-backend", choices=EMBED_BACKENDS,
-                     help="how the packaged embedding model runs (default: the pack's measured default)")
+    ing.add_argument("--embed-backend", choices=_LazyChoices(_embed_backends), metavar="BACKEND",
+                     help="how the packaged embedding model runs: %(choices)s (default: the pack's measured default)")
     ing.add_argument(
         "--store-format", choices=("folder", "embedded"), default=None,
         help="a new store's format: embedded (the default: SQLite and memory-mapped vectors, each batch commits, "
@@ -496,7 +549,6 @@ def main(argv: Optional[List[str]] = None) -> int:
     """
     from llama_index_hiqa.errors import HiQAError
     from llama_index_hiqa.llm_spec import describe_llm_error, is_llm_client_error
-    from llama_index_hiqa.storage.os_boundary import as_path_error
 
     args = build_parser().parse_args(argv)
     try:
@@ -505,6 +557,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         print(f"hiqa {args.command}: {exc}", file=sys.stderr)
         return 2
     except OSError as exc:  # the system refused a path (read-only, full disk, not a folder): one line
+        from llama_index_hiqa.storage.os_boundary import as_path_error  # imports LlamaIndex: only when needed
+
         print(f"hiqa {args.command}: {as_path_error(exc)}", file=sys.stderr)
         return 2
     # Only the LLM client's errors are handled (printed as one line); anything else re-raises.

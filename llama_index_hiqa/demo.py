@@ -5,14 +5,14 @@ Multi-Documents QA" (Chen et al.), §Introduction: "RAG degradation in
 indistinguishable multi-documents"): the package's ``demo_data`` (``examples/data`` in a
 checkout) holds ten datasheets of one fictional
 regulator family with identical chapters and sentences, and ``questions.jsonl`` asks about
-one part at a time. The demo reads them with :class:`~llama_index_hiqa.PDFLayoutReader`,
+one part at a time. The demo reads them with [`PDFLayoutReader`][llama_index_hiqa.readers.pdf.PDFLayoutReader],
 chunks, indexes with the offline embedding model, retrieves for every question and prints the
 evidence with document, page and section and whether the gold datasheet was found.
 
 The pipeline is three small functions so that later components swap in one at a time:
-:func:`build_nodes` (chunking: today ``SentenceSplitter``; later the layout parser and the
-cascading metadata), :func:`build_retriever` (today vector top-k; later the multi-route
-retriever) and :func:`load_demo_documents`.
+[`build_nodes`][llama_index_hiqa.demo.build_nodes] (chunking: today ``SentenceSplitter``; later the layout parser and the
+cascading metadata), [`build_retriever`][llama_index_hiqa.demo.build_retriever] (today vector top-k; later the multi-route
+retriever) and [`load_demo_documents`][llama_index_hiqa.demo.load_demo_documents].
 """
 
 from __future__ import annotations
@@ -180,7 +180,7 @@ def answer_questions(
         retriever: the retriever to ask.
 
     Returns:
-        One :class:`DemoAnswer` a question, in order.
+        One [`DemoAnswer`][llama_index_hiqa.demo.DemoAnswer] a question, in order.
     """
     answers = []
     for question in questions:
@@ -219,7 +219,7 @@ def demo_report(
         embed_model: the embedding model; ``None``: the packaged default.
 
     Returns:
-        A :class:`DemoReport`: the answers, counts of documents and nodes, seconds taken
+        A [`DemoReport`][llama_index_hiqa.demo.DemoReport]: the answers, counts of documents and nodes, seconds taken
             and the gold datasheet's figure when retrieved.
     """
     from llama_index_hiqa.defaults import resolve_embed_model

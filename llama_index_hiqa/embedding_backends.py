@@ -6,7 +6,7 @@ normalisation inside the graph, as the sentence-transformers pipeline of the mod
 for ``"onnx-int8"``, into its dynamic int8 quantisation (``onnxruntime.quantization``, with
 the settings of Hugging Face Optimum's ``AutoQuantizationConfig`` for the CPU at hand). Both
 are made once, locally, and kept beside the embedding cache (``HIQA_CACHE_DIR``); nothing is
-downloaded. :class:`ONNXEmbedding` runs a graph with ONNX Runtime behind the usual LlamaIndex
+downloaded. [`ONNXEmbedding`][llama_index_hiqa.embedding_backends.ONNXEmbedding] runs a graph with ONNX Runtime behind the usual LlamaIndex
 ``BaseEmbedding`` interface.
 
 Backends (``embed_backend`` of the pack, ``--embed-backend`` of ``hiqa ingest``):
@@ -35,6 +35,7 @@ from llama_index.core.base.embeddings.base import BaseEmbedding, Embedding
 from llama_index.core.bridge.pydantic import BaseModel, Field, PrivateAttr
 
 from llama_index_hiqa.errors import OfflineModelError
+from llama_index_hiqa.progress import status
 
 logger = logging.getLogger(__name__)
 
@@ -98,7 +99,7 @@ def select_int8_config(flags: Iterable[str], machine: Optional[str] = None) -> O
     ``avx512_vnni`` (or AVX-VNNI), ``avx512``, ``avx2``, ``arm64``.
 
     Args:
-        flags: the CPU's flags (:func:`cpu_flags`), any case.
+        flags: the CPU's flags ([`cpu_flags`][llama_index_hiqa.embedding_backends.cpu_flags]), any case.
         machine: the machine name (``"x86_64"``, ``"aarch64"``); ``None`` asks ``platform``.
 
     Returns:
@@ -242,7 +243,7 @@ def ensure_onnx_model(
     Args:
         model_path: the packaged weights' folder.
         backend: ``"onnx"`` (float32) or ``"onnx-int8"``.
-        int8_config: the int8 configuration for ``"onnx-int8"`` (:func:`select_int8_config`).
+        int8_config: the int8 configuration for ``"onnx-int8"`` ([`select_int8_config`][llama_index_hiqa.embedding_backends.select_int8_config]).
         cache_dir: the cache root; ``None``: the default cache folder.
 
     Returns:
@@ -263,7 +264,7 @@ def ensure_onnx_model(
     folder = export_dir(model_path, cache_dir)
     fp32 = folder / FP32_FILENAME
     if not fp32.exists():
-        logger.info("exporting %s to ONNX in %s (once)", model_path, folder)
+        status(f"first run: exporting the embedding model to ONNX in {folder} (once, about 20 s) ...")
         try:
             _publish(lambda tmp: _export_fp32(model_path, tmp), fp32)
         except OfflineModelError:
@@ -280,7 +281,7 @@ def ensure_onnx_model(
         )
     quantized = folder / f"model_int8_{int8_config}.onnx"
     if not quantized.exists():
-        logger.info("quantising %s to int8 (%s)", fp32, int8_config)
+        status(f"first run: quantising the embedding model to int8 ({int8_config}) in {folder} (once) ...")
         _publish(lambda tmp: _quantize(fp32, INT8_CONFIGS[int8_config], tmp), quantized)
     return quantized
 

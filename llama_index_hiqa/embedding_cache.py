@@ -22,12 +22,13 @@ import os
 import sqlite3
 import threading
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import Any, ClassVar, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 from llama_index.core.base.embeddings.base import BaseEmbedding, Embedding
 from llama_index.core.bridge.pydantic import Field, PrivateAttr
 
+from llama_index_hiqa.component_dict import PartsRoundTrip
 from llama_index_hiqa.defaults import portable_model_name, resolve_embed_model
 from llama_index_hiqa.local_cache import CACHE_DIR_ENV, content_hash, default_cache_dir
 
@@ -108,8 +109,18 @@ def _move_aside(path: Path) -> Optional[Path]:
     return aside
 
 
-class CachedEmbedding(BaseEmbedding):
+class CachedEmbedding(PartsRoundTrip, BaseEmbedding):
     """Wraps any LlamaIndex embedding model; computes only vectors it has not stored."""
+
+    part_names: ClassVar[Tuple[str, ...]] = ("inner",)  # not serialised: component_dict
+
+    def held_parts(self) -> Dict[str, Any]:
+        """The wrapped model (``from_dict(data, inner=...)`` takes it back).
+
+        Returns:
+            ``{"inner": the wrapped model}``.
+        """
+        return {"inner": self._inner}
 
     cache_path: str = Field(description="SQLite file holding the vectors.")
     model_id: str = Field(description="Identity of the wrapped model, part of every key.")

@@ -48,6 +48,20 @@ class UnknownEmbedBackendError(HiQAError, ValueError):
         super().__init__(f"embed backend {backend!r} is unknown; choose one of {list(known)}")
 
 
+class UnserializedPartError(HiQAError, ValueError):
+    """``from_dict`` was given a component's dictionary without a part that ``to_dict`` does
+    not serialise (an LLM client, an embedding model, a reranker, a tokenizer); ``component``
+    and ``part`` name them, and the message says how to pass the part back."""
+
+    def __init__(self, component: str, part: str, kind: str) -> None:
+        self.component = component
+        self.part = part
+        super().__init__(
+            f"{component}.from_dict: {part!r} (a {kind}) is not serialised by to_dict; "
+            f"pass it back: {component}.from_dict(data, {part}=...)"
+        )
+
+
 class LLMOutputError(HiQAError):
     """An LLM answer could not be used even after retries (malformed, truncated, empty)."""
 
@@ -129,6 +143,15 @@ class InvalidSettingError(HiQAError, ValueError):
         self.setting = setting
         self.reason = reason
         super().__init__(f"{setting}: {reason}")
+
+
+class InvalidQuestionError(HiQAError, ValueError):
+    """A question the pack cannot use: not a string, or longer than the stated limit
+    (``questions.MAX_QUESTION_CHARS``). ``reason`` says which."""
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+        super().__init__(f"question: {reason}")
 
 
 class PathAccessError(HiQAError):

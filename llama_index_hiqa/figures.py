@@ -5,18 +5,18 @@ HiQA answers with the images that go with the retrieved sections (HiQA paper, ap
 files with descriptions built from the image title and its surrounding text; appendix A.5
 "Image Augmentation"). Three steps:
 
-1. :func:`with_figure_nodes` (called by the parsers) adds one image node per figure the
+1. [`with_figure_nodes`][llama_index_hiqa.figures.with_figure_nodes] (called by the parsers) adds one image node per figure the
    reader found (``schema.IMAGES``: page, bounding box, caption): its text is the caption, it
    sits right after the text segment the caption belongs to, in that segment's section, and
    names the image file by content hash (and, for HTML/DOCX, ``schema.IMAGE_SOURCE``). Text segments keep tiling their document: an image
    node's character span is empty (``start == end``, where the figure sits) and it takes a
-   position between its neighbours. :class:`~llama_index_hiqa.CascadingMetadataTransform`
+   position between its neighbours. [`CascadingMetadataTransform`][llama_index_hiqa.transforms.cascading_metadata.CascadingMetadataTransform]
    embeds it by caption, heading cascade and surrounding text (appendix A.5).
-2. :func:`save_figures` writes the image files into a folder, one file per content hash
+2. [`save_figures`][llama_index_hiqa.figures.save_figures] writes the image files into a folder, one file per content hash
    (``<hash>.png``/``.jpg``), reading the bytes from the source files again (or copying them
    from an earlier store) so no image is held in memory or in node metadata;
-   :func:`figure_bytes` reads one figure's bytes the same way (for a multimodal LLM).
-3. :func:`figures_for` lists the figures on an answer's cited pages and sections.
+   [`figure_bytes`][llama_index_hiqa.figures.figure_bytes] reads one figure's bytes the same way (for a multimodal LLM).
+3. [`figures_for`][llama_index_hiqa.figures.figures_for] lists the figures on an answer's cited pages and sections.
 """
 
 from __future__ import annotations
@@ -57,7 +57,7 @@ def images_as_nodes_field() -> Any:
 def figure_entries(doc: BaseNode) -> List[Dict[str, Any]]:
     """The document's images that are figures.
 
-    Big enough, with a page, not repeated on :data:`MAX_FIGURE_PAGES` or more pages (logos,
+    Big enough, with a page, not repeated on [`MAX_FIGURE_PAGES`][llama_index_hiqa.figures.MAX_FIGURE_PAGES] or more pages (logos,
     running decorations).
 
     Args:
@@ -189,7 +189,7 @@ _PER_SEGMENT_KEYS = frozenset({
 # --------------------------------------------------------------------------- saving files
 @dataclass
 class FigureSaveReport:
-    """What :func:`save_figures` did: files written, already there, copied from an earlier
+    """What [`save_figures`][llama_index_hiqa.figures.save_figures] did: files written, already there, copied from an earlier
     store, and the ones it could not produce (``(file, reason)``)."""
 
     folder: Path
@@ -214,7 +214,7 @@ def save_figures(
     ``schema.IMAGES`` entries of documents). A file already in ``images_dir`` is kept; one in
     a ``previous_dirs`` folder (the store being replaced) is copied; otherwise the bytes are
     read again from the source PDF (``schema.FILE_PATH``, the image's PDF object, or its box
-    on the page rendered at :data:`RENDER_DPI`). Files are written atomically (temporary
+    on the page rendered at `RENDER_DPI`). Files are written atomically (temporary
     name, then rename). A figure whose source is gone is reported in ``missing``, never
     raised: the text index does not depend on it.
 
@@ -224,7 +224,7 @@ def save_figures(
         previous_dirs: image folders of the store being replaced, copied from first.
 
     Returns:
-        A :class:`FigureSaveReport`: files written, already there, copied, and missing with
+        A `FigureSaveReport`: files written, already there, copied, and missing with
             the reason.
     """
     folder = Path(images_dir)
@@ -441,7 +441,7 @@ def figures_for(
         images_dir: the store's image folder; ``None`` when the figures were not saved.
 
     Returns:
-        One :func:`figure_record` dict a figure, each figure once.
+        One `figure_record` dict a figure, each figure once.
     """
     nodes = [s.node if isinstance(s, NodeWithScore) else s for s in sources]
     found: Dict[str, BaseNode] = {}
@@ -481,7 +481,7 @@ def format_figure(record: Dict[str, Any]) -> str:
     ``"NX-2043 · p.1 · 3 Description · Figure 1. Typical application … · images/ab12.png"``.
 
     Args:
-        record: a :func:`figure_record` dict.
+        record: a `figure_record` dict.
 
     Returns:
         Title, page, section, caption and file joined by ``" · "``.

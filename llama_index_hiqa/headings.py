@@ -2,7 +2,7 @@
 
 Every component that reads headings asks this module, so that "ITEM 7A", "A.1 Scope" and
 "Appendix B Tables" mean the same number and title to the parsers, to the cascade of
-:class:`~llama_index_hiqa.CascadingMetadataTransform` and to the evaluation's baselines
+[`CascadingMetadataTransform`][llama_index_hiqa.transforms.cascading_metadata.CascadingMetadataTransform] and to the evaluation's baselines
 ("HiQA: A Hierarchical Contextual Augmentation RAG for Multi-Documents QA" (Chen et al.),
 §"Markdown Formatter" and §"Hierarchical Contextual Augmentor": a section is known by its
 number and title, and the path of those from the document title down is the cascade).
@@ -24,7 +24,7 @@ What it knows:
   Supplemental Cash Flow Information") in bold body type with no Item or decimal number; a
   parser that trusts only numbered or larger-type lines folds every statement into one long
   "Item 8" section, and a question about "the cash flow statement" cannot find its rows
-  (:func:`is_report_heading`; only emphasised or larger-type lines are candidates, since a
+  ([`is_report_heading`][llama_index_hiqa.headings.is_report_heading]; only emphasised or larger-type lines are candidates, since a
   statement's row labels are bold too).
 * **Inline markup** around heading text (``**Item 1. Busines** **<u>s.</u>**``, as
   pymupdf4llm writes a heading set in two styles) is removed first, re-joining a word cut
@@ -155,7 +155,7 @@ def _clean_title(title: str) -> str:
 
 
 def heading_from_text(text: str, level: int) -> Heading:
-    """The :class:`~llama_index_hiqa.schema.Heading` of a heading's text at a known depth.
+    """The [`Heading`][llama_index_hiqa.schema.Heading] of a heading's text at a known depth.
 
     ``("4.2 Electrical", 2)`` -> ``Heading("4.2", "Electrical", 2)``. The depth given wins over
     the one the number implies: it is where the document put the heading.

@@ -1,4 +1,4 @@
-"""Batch ingestion for :class:`~llama_index_hiqa.HiQAPack`: documents stream through the
+"""Batch ingestion for [`HiQAPack`][llama_index_hiqa.pack.HiQAPack]: documents stream through the
 pipeline a batch at a time, so memory depends on the batch and the index, not the collection.
 
 Each batch goes read → parse → cascade → keywords → embed → index, and is then dropped: only
@@ -40,6 +40,9 @@ class IngestionReport:
     seconds: Dict[str, float] = field(default_factory=lambda: {s: 0.0 for s in STAGES})
     node_ids: List[str] = field(default_factory=list)
     empty_documents: List[str] = field(default_factory=list)
+    # How many documents the run will see, when known before it starts (a folder's files):
+    # the total of the "indexing" progress bar.
+    documents_planned: Optional[int] = None
 
     # The stage running now (None between stages), its input size and start (time.monotonic()),
     # so a progress line can show a long stage moving inside one batch.
@@ -97,10 +100,15 @@ class IngestionReport:
 
 
 class TimedTransform(TransformComponent):
-    """A transformation that adds its wall time to an :class:`IngestionReport` stage."""
+    """A transformation that adds its wall time to an [`IngestionReport`][llama_index_hiqa.ingestion.IngestionReport] stage."""
 
     stage: str = Field(description="Stage name the time is booked under.")
     inner: TransformComponent = Field(description="The transformation that does the work.")
+    show_progress: bool = Field(
+        default=False,
+        description="Call the inner transformation with show_progress=True (its LlamaIndex bar, e.g. "
+        "'Generating embeddings'); the pipeline does not pass its own flag on.",
+    )
 
     _report: Optional[IngestionReport] = PrivateAttr(default=None)
 
@@ -117,6 +125,8 @@ class TimedTransform(TransformComponent):
         return self
 
     def __call__(self, nodes: Sequence[BaseNode], **kwargs: Any) -> Sequence[BaseNode]:
+        if self.show_progress:
+            kwargs.setdefault("show_progress", True)
         if self._report is None:
             return self.inner(nodes, **kwargs)
         with self._report.running(self.stage, len(nodes)):
@@ -132,6 +142,8 @@ class TimedTransform(TransformComponent):
         Returns:
             The inner transformation's nodes.
         """
+        if self.show_progress:
+            kwargs.setdefault("show_progress", True)
         start = time.perf_counter()
         try:
             return await self.inner.acall(nodes, **kwargs)

@@ -52,7 +52,7 @@ def ingestion_stages(
     One place for the pack's pipeline, in or out of process.
 
     Args:
-        config: the pack's :class:`~llama_index_hiqa.pack_config.HiQAPackConfig`.
+        config: the pack's [`HiQAPackConfig`][llama_index_hiqa.pack_config.HiQAPackConfig].
         llm: the LLM of the parser and the cascade; ``None`` for the no-LLM paths.
         embed_model: the embedding model; ``None`` leaves the embed stage out.
         keywords: the pack's keyword extractor; ``None`` builds the configuration's.
@@ -72,7 +72,7 @@ def ingestion_stages(
         stages.append(TimedTransform(stage="cascade", inner=cascade))
     stages.append(TimedTransform(stage="keywords", inner=keywords if keywords is not None else keyword_extractor(config)))
     if embed_model is not None:
-        stages.append(TimedTransform(stage="embed", inner=embed_model))
+        stages.append(TimedTransform(stage="embed", inner=embed_model, show_progress=config.show_progress))
     return stages
 
 
@@ -82,7 +82,7 @@ def run_stages(stages: Sequence[TimedTransform], documents: Batch, report: Inges
     No transformation cache: it would keep a copy of every batch's nodes per stage.
 
     Args:
-        stages: the stages from :func:`ingestion_stages`.
+        stages: the stages from [`ingestion_stages`][llama_index_hiqa.ingestion_workers.ingestion_stages].
         documents: the batch's documents.
         report: the ingestion report each stage's time is added to.
 
@@ -113,6 +113,10 @@ _WORKER: Dict[str, Any] = {}
 
 
 def _start_worker(config: Any, llm_blob: Optional[bytes], embed_blob: Optional[bytes], threads: int) -> None:
+    from llama_index_hiqa.progress import STATUS_LOGGER
+
+    # The main process said what loads; N workers would say it N times again.
+    logging.getLogger(STATUS_LOGGER).setLevel(logging.WARNING)
     os.environ[EMBED_THREADS_ENV] = str(threads)  # before any embedding session is built
     os.environ.setdefault("OMP_NUM_THREADS", str(threads))
     llm = pickle.loads(llm_blob) if llm_blob is not None else None
@@ -234,7 +238,7 @@ def batch_runner(
 
     Args:
         workers: number of processes; 1 or less runs in this process.
-        config: the pack's :class:`~llama_index_hiqa.pack_config.HiQAPackConfig`.
+        config: the pack's [`HiQAPackConfig`][llama_index_hiqa.pack_config.HiQAPackConfig].
         llm: the LLM of the parser and the cascade; ``None`` for the no-LLM paths.
         embed_model: the embedding model.
         report: the ingestion report stage times are added to.

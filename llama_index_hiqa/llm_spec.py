@@ -9,10 +9,10 @@ Two forms, both through ``llama-index-llms-openai``:
   llama.cpp server, gateways) through LlamaIndex's ``OpenAILike``, at ``base_url`` (or
   ``OPENAI_BASE_URL``); key from ``OPENAI_API_KEY`` when the server wants one.
 
-:func:`check_llm` asks the server once before a long run (its model list, else a one-token
+[`check_llm`][llama_index_hiqa.llm_spec.check_llm] asks the server once before a long run (its model list, else a one-token
 completion) so that a wrong URL, a refused connection, a rejected key or a model the server
-does not have is one clear :class:`~llama_index_hiqa.errors.LLMConfigError` rather than a
-traceback after the first document; :func:`describe_llm_error` words the same failures when
+does not have is one clear [`LLMConfigError`][llama_index_hiqa.errors.LLMConfigError] rather than a
+traceback after the first document; [`describe_llm_error`][llama_index_hiqa.llm_spec.describe_llm_error] words the same failures when
 they happen mid-run.
 """
 
@@ -53,7 +53,7 @@ def llm_from_spec(
         base_url: the server's URL (``http://HOST:PORT/v1``); ``None`` reads the environment
             variable, and ``openai`` then uses OpenAI's own.
         context_window: the model's context window in tokens (at least 256); ``None``: the
-            known window of an OpenAI model, else :data:`DEFAULT_CONTEXT_WINDOW`.
+            known window of an OpenAI model, else `DEFAULT_CONTEXT_WINDOW`.
         timeout_seconds: how long one request may take, in seconds.
         max_retries: retries of the ``openai`` client on a failed request.
 

@@ -9,21 +9,21 @@ pack's components into that default path and hands back ordinary LlamaIndex obje
     print(pack.run("What is the output voltage of the NX-2043?"))
     query_engine = pack.as_query_engine()              # / as_retriever() / as_chat_engine()
 
-Ingestion: :class:`~llama_index_hiqa.PDFLayoutReader` → parser
-(:class:`~llama_index_hiqa.MarkdownFormatterParser` when an LLM is set, else
-:class:`~llama_index_hiqa.LayoutMarkdownParser`) → :class:`~llama_index_hiqa.CascadingMetadataTransform`
-→ :class:`~llama_index_hiqa.CriticalKeywordExtractor`, run through LlamaIndex's
+Ingestion: [`PDFLayoutReader`][llama_index_hiqa.readers.pdf.PDFLayoutReader] → parser
+([`MarkdownFormatterParser`][llama_index_hiqa.parsers.markdown_formatter.MarkdownFormatterParser] when an LLM is set, else
+[`LayoutMarkdownParser`][llama_index_hiqa.parsers.layout_markdown.LayoutMarkdownParser]) → [`CascadingMetadataTransform`][llama_index_hiqa.transforms.cascading_metadata.CascadingMetadataTransform]
+→ [`CriticalKeywordExtractor`][llama_index_hiqa.transforms.critical_keywords.CriticalKeywordExtractor], run through LlamaIndex's
 ``IngestionPipeline`` → ``VectorStoreIndex`` (any vector store passed in; in memory by default).
-Retrieval: :class:`~llama_index_hiqa.MultiRouteRetriever` (vector + BM25 + critical keywords),
-optionally followed by :class:`~llama_index_hiqa.ChunkGraphRetriever` evidence chains (IIER) and
-:class:`~llama_index_hiqa.SegmentIntegrationPostprocessor` (TextRAG relevant segments).
+Retrieval: [`MultiRouteRetriever`][llama_index_hiqa.retrievers.multi_route.MultiRouteRetriever] (vector + BM25 + critical keywords),
+optionally followed by [`ChunkGraphRetriever`][llama_index_hiqa.retrievers.chunk_graph.ChunkGraphRetriever] evidence chains (IIER) and
+[`SegmentIntegrationPostprocessor`][llama_index_hiqa.postprocessors.segment_integration.SegmentIntegrationPostprocessor] (TextRAG relevant segments).
 Answering: LlamaIndex's response synthesis with the configured LLM; with no LLM the answer is
 the retrieved evidence with citations (document, section path, pages) and a notice — never an
 error.
 
 LlamaIndex deprecated ``BaseLlamaPack``; the familiar ``get_modules()`` / ``run()`` shape is
 kept without depending on it. Where the nodes live is the pack's store backend
-(:mod:`llama_index_hiqa.storage.backends`: a folder, an embedded database or PostgreSQL), which
+([`llama_index_hiqa.storage.backends`][llama_index_hiqa.storage.backends]: a folder, an embedded database or PostgreSQL), which
 the pack holds and asks for every read and write; ``persist(dir)`` / ``HiQAPack.load(dir)``
 save and load it, so a second process answers without re-ingesting.
 """
@@ -68,7 +68,7 @@ from llama_index_hiqa.pack_config import (  # noqa: F401  (HiQAPackConfig re-exp
     warn_inapplicable_settings,
 )
 from llama_index_hiqa.errors import EmptyCorpusError, UnknownNodeError
-from llama_index_hiqa.pack_arguments import check_pack_arguments
+from llama_index_hiqa.pack_arguments import check_location, check_pack_arguments
 from llama_index_hiqa.pack_ingest import PackIngestion
 from llama_index_hiqa.retrievers.chain_augmented import ChainAugmentedRetriever
 from llama_index_hiqa.retrievers.document_focus import DocumentFocusRetriever
@@ -90,16 +90,16 @@ RESOLVERS = Resolvers(
 class HiQAPack(PackIngestion, PackAnswering):
     """HiQA's default pipeline over a collection of look-alike documents.
 
-    Build with :meth:`from_directory`, :meth:`from_documents` or :meth:`load`; use
-    :meth:`run`, :meth:`as_query_engine`, :meth:`as_retriever`, :meth:`as_chat_engine`;
-    keep up to date with :meth:`ingest` / :meth:`add_documents` / :meth:`delete_document`
+    Build with [`from_directory`][llama_index_hiqa.pack.HiQAPack.from_directory], [`from_documents`][llama_index_hiqa.pack.HiQAPack.from_documents] or [`load`][llama_index_hiqa.pack.HiQAPack.load]; use
+    `run`, `as_query_engine`, [`as_retriever`][llama_index_hiqa.pack.HiQAPack.as_retriever], `as_chat_engine`;
+    keep up to date with `ingest` / `add_documents` / `delete_document`
     (re-ingesting a document replaces it; an unchanged one costs nothing); save with
-    :meth:`persist`, which never leaves a half-written store behind.
+    [`persist`][llama_index_hiqa.pack.HiQAPack.persist], which never leaves a half-written store behind.
 
-    Where the nodes live is :attr:`backend` (a
-    :class:`~llama_index_hiqa.storage.backends.base.StoreBackend`: the folder store, the
+    Where the nodes live is `backend` (a
+    [`StoreBackend`][llama_index_hiqa.storage.backends.base.StoreBackend]: the folder store, the
     embedded store or PostgreSQL). In the folder store what stays in memory at query time is
-    the docstore, the vectors (4 bytes a dimension in :class:`MatrixVectorStore`), the BM25
+    the docstore, the vectors (4 bytes a dimension in [`MatrixVectorStore`][llama_index_hiqa.storage.vector_store.MatrixVectorStore]), the BM25
     matrix and the keyword postings; documents and their layout facts are dropped once their
     batch is indexed.
 
@@ -108,7 +108,7 @@ class HiQAPack(PackIngestion, PackAnswering):
         config: The settings (with ``index``).
         llm: The LLM (``Settings.llm`` when set; none means the no-LLM paths).
         embed_model: The embedding model (``index``'s when ``None``).
-        backend: The store backend to hold instead of ``index`` (see :meth:`load`, :meth:`empty`).
+        backend: The store backend to hold instead of ``index`` (see [`load`][llama_index_hiqa.pack.HiQAPack.load], [`empty`][llama_index_hiqa.pack.HiQAPack.empty]).
     """
 
     def __init__(
@@ -155,7 +155,7 @@ class HiQAPack(PackIngestion, PackAnswering):
 
     @property
     def config(self) -> HiQAPackConfig:
-        """The settings, as the store keeps them (saved by :meth:`persist`)."""
+        """The settings, as the store keeps them (saved by [`persist`][llama_index_hiqa.pack.HiQAPack.persist])."""
         return self.backend.config
 
     @config.setter
@@ -163,7 +163,7 @@ class HiQAPack(PackIngestion, PackAnswering):
         """Replace the settings the backend keeps.
 
         Args:
-            value: the new settings (saved by :meth:`persist`).
+            value: the new settings (saved by [`persist`][llama_index_hiqa.pack.HiQAPack.persist]).
         """
         self.backend.config = value
 
@@ -204,13 +204,13 @@ class HiQAPack(PackIngestion, PackAnswering):
         """Read every .pdf/.html/.docx/.md/.txt file of a folder and build, a batch of files at a time
         (failures are logged, skipped and listed in ``read_failures``).
 
-        Raises :class:`~llama_index_hiqa.errors.EmptyCorpusError` when nothing is readable.
+        Raises [`EmptyCorpusError`][llama_index_hiqa.errors.EmptyCorpusError] when nothing is readable.
 
         Args:
             path: the folder to read.
             recursive: read its subfolders too.
-            **kwargs: passed on to :meth:`from_documents` (``llm``, ``embed_model``,
-                ``vector_store``, ``config`` and :class:`HiQAPackConfig` fields).
+            **kwargs: passed on to [`from_documents`][llama_index_hiqa.pack.HiQAPack.from_documents] (``llm``, ``embed_model``,
+                ``vector_store``, ``config`` and [`HiQAPackConfig`][llama_index_hiqa.pack_config.HiQAPackConfig] fields).
 
         Returns:
             The built pack; ``read_failures`` lists the files that could not be read.
@@ -218,6 +218,7 @@ class HiQAPack(PackIngestion, PackAnswering):
         Raises:
             EmptyCorpusError: when the folder does not exist or nothing in it is readable.
         """
+        check_location("path", path)
         folder = Path(path)
         if not folder.is_dir():
             raise EmptyCorpusError(folder, [f"{folder}: no such folder"])
@@ -240,7 +241,7 @@ class HiQAPack(PackIngestion, PackAnswering):
     ) -> "HiQAPack":
         """Parse, augment and index ``documents`` (any LlamaIndex Documents, a list or a
         generator; the reader's give page and heading facts). ``settings`` are
-        :class:`HiQAPackConfig` fields.
+        [`HiQAPackConfig`][llama_index_hiqa.pack_config.HiQAPackConfig] fields.
 
         Args:
             documents: the documents to index, a list or a generator.
@@ -249,7 +250,7 @@ class HiQAPack(PackIngestion, PackAnswering):
                 packaged MiniLM).
             vector_store: any LlamaIndex vector store (``None``: the folder store's, in memory).
             config: the settings (``None``: defaults, updated by ``settings``).
-            **settings: :class:`HiQAPackConfig` fields.
+            **settings: [`HiQAPackConfig`][llama_index_hiqa.pack_config.HiQAPackConfig] fields.
 
         Returns:
             The built pack.
@@ -272,17 +273,17 @@ class HiQAPack(PackIngestion, PackAnswering):
         config: Optional[HiQAPackConfig] = None,
         **settings: Any,
     ) -> "HiQAPack":
-        """A pack with no documents yet (fill it with :meth:`ingest`); settings are validated here.
+        """A pack with no documents yet (fill it with `ingest`); settings are validated here.
 
         Args:
             llm: The LLM (none: the no-LLM paths).
             embed_model: The embedding model (the packaged MiniLM when ``None``).
             vector_store: Any LlamaIndex vector store (the folder store's; in memory by default).
             config: The settings as an object; ``settings`` override its fields.
-            **settings: :class:`HiQAPackConfig` fields, and ``store``: ``"postgresql://USER@HOST/DB"``
+            **settings: [`HiQAPackConfig`][llama_index_hiqa.pack_config.HiQAPackConfig] fields, and ``store``: ``"postgresql://USER@HOST/DB"``
                 (that database's pack, created when it holds none; every ingested batch commits
                 there), or a folder: the store it holds, else a new embedded store that each
-                batch commits to (a folder store, written by :meth:`persist`, with
+                batch commits to (a folder store, written by `persist`, with
                 ``store_format="folder"``, the chunk graph or a ``vector_store``). Without a
                 store the pack is held in memory until its first ``persist(folder)``.
 
@@ -313,7 +314,7 @@ class HiQAPack(PackIngestion, PackAnswering):
             llm: The LLM.
             embed_model: The embedding model the store was built with (the packaged MiniLM by default).
             vector_store: The remote vector store a folder store was built on, given again.
-            **settings: :class:`HiQAPackConfig` fields overriding the stored ones in this process.
+            **settings: [`HiQAPackConfig`][llama_index_hiqa.pack_config.HiQAPackConfig] fields overriding the stored ones in this process.
 
         Returns:
             The pack.
@@ -322,7 +323,8 @@ class HiQAPack(PackIngestion, PackAnswering):
             PackStoreError: A missing, truncated or inconsistent file or table (named), checked
                 before anything is built on it.
         """
-        check_pack_arguments(llm=llm, embed_model=embed_model, vector_store=vector_store, store=persist_dir)
+        check_location("persist_dir", persist_dir)
+        check_pack_arguments(llm=llm, embed_model=embed_model, vector_store=vector_store)
         backend = open_backend(
             persist_dir, settings=settings, llm=llm, embed_model=embed_model, vector_store=vector_store,
             resolvers=RESOLVERS,
@@ -332,12 +334,12 @@ class HiQAPack(PackIngestion, PackAnswering):
     # -- routes (built by the backend, again after a write) --------------------------------
     @property
     def multi_route(self) -> BaseRetriever:
-        """The :class:`~llama_index_hiqa.MultiRouteRetriever` over the current nodes."""
+        """The [`MultiRouteRetriever`][llama_index_hiqa.retrievers.multi_route.MultiRouteRetriever] over the current nodes."""
         return self.backend.routes()[0]
 
     @property
     def graph(self) -> Any:
-        """The :class:`~llama_index_hiqa.ChunkGraphRetriever` (``None`` unless enabled)."""
+        """The [`ChunkGraphRetriever`][llama_index_hiqa.retrievers.chunk_graph.ChunkGraphRetriever] (``None`` unless enabled)."""
         return self.backend.routes()[1]
 
     def _keyword_extractor(self) -> Any:
@@ -386,8 +388,8 @@ class HiQAPack(PackIngestion, PackAnswering):
 
     def as_retriever(self, **kwargs: Any) -> BaseRetriever:
         """The multi-route retriever with its best document ranked again and listed first
-        (:class:`DocumentFocusRetriever`, ``document_focus={...}``), or, with the chunk graph on,
-        sharing its top k with the chunk-graph chains (:class:`ChainAugmentedRetriever`,
+        ([`DocumentFocusRetriever`][llama_index_hiqa.retrievers.document_focus.DocumentFocusRetriever], ``document_focus={...}``), or, with the chunk graph on,
+        sharing its top k with the chunk-graph chains ([`ChainAugmentedRetriever`][llama_index_hiqa.retrievers.chain_augmented.ChainAugmentedRetriever],
         ``chunk_graph={"head_share": ...}``).
 
         ``kwargs`` are MultiRouteConfig settings for this retriever only (e.g.
@@ -434,6 +436,8 @@ class HiQAPack(PackIngestion, PackAnswering):
         Returns:
             Where the store is (a folder, or the database URL with its password masked).
         """
+        if persist_dir is not None:
+            check_location("persist_dir", persist_dir)
         payload = {
             "config": self.config.model_dump(),
             "index_id": self.index.index_id,

@@ -1,7 +1,7 @@
 """``PostgresHiQAPack`` and ``EmbeddedHiQAPack``: the names earlier releases gave a pack on those stores.
 
-A pack on any store is a :class:`~llama_index_hiqa.HiQAPack` holding that store's backend
-(:mod:`llama_index_hiqa.storage.backends`); these names stay for code written against them:
+A pack on any store is a [`HiQAPack`][llama_index_hiqa.pack.HiQAPack] holding that store's backend
+([`llama_index_hiqa.storage.backends`][llama_index_hiqa.storage.backends]); these names stay for code written against them:
 ``PostgresHiQAPack.open(url)`` / ``EmbeddedHiQAPack.open(folder)`` open the store,
 ``from_pack`` copies a built pack into one, and ``isinstance(pack, PostgresHiQAPack)`` tells
 whether a pack's store is PostgreSQL. Neither is a class of its own any more.
@@ -19,7 +19,7 @@ from llama_index_hiqa.storage.backends.base import copied_vectors
 
 
 class _StoreKind(type):
-    """``isinstance(pack, Alias)``: a :class:`HiQAPack` whose backend is the alias's backend."""
+    """``isinstance(pack, Alias)``: a [`HiQAPack`][llama_index_hiqa.pack.HiQAPack] whose backend is the alias's backend."""
 
     def __instancecheck__(cls, instance: Any) -> bool:
         return isinstance(instance, HiQAPack) and isinstance(instance.backend, cls.backend_type())
@@ -29,8 +29,8 @@ class _StoreKind(type):
 
 
 class PostgresHiQAPack(metaclass=_StoreKind):
-    """A :class:`~llama_index_hiqa.HiQAPack` whose store is a PostgreSQL database
-    (:class:`~llama_index_hiqa.storage.backends.postgres.PostgresBackend`)."""
+    """A [`HiQAPack`][llama_index_hiqa.pack.HiQAPack] whose store is a PostgreSQL database
+    ([`PostgresBackend`][llama_index_hiqa.storage.backends.postgres.PostgresBackend])."""
 
     @staticmethod
     def backend_type() -> type:
@@ -51,8 +51,8 @@ class PostgresHiQAPack(metaclass=_StoreKind):
             llm: The LLM.
             embed_model: The embedding model the database was built with.
             create: Create the pack when the database holds none.
-            store_settings: :class:`~llama_index_hiqa.PostgresStoreSettings` (pools, timeouts, HNSW).
-            **settings: :class:`~llama_index_hiqa.HiQAPackConfig` fields of a new pack, or
+            store_settings: [`PostgresStoreSettings`][llama_index_hiqa.storage.postgres.PostgresStoreSettings] (pools, timeouts, HNSW).
+            **settings: [`HiQAPackConfig`][llama_index_hiqa.pack_config.HiQAPackConfig] fields of a new pack, or
                 query-time overrides of an existing one.
 
         Returns:
@@ -90,8 +90,8 @@ class PostgresHiQAPack(metaclass=_StoreKind):
 
 
 class EmbeddedHiQAPack(metaclass=_StoreKind):
-    """A :class:`~llama_index_hiqa.HiQAPack` whose store is an embedded SQLite + memory-mapped
-    folder (:class:`~llama_index_hiqa.storage.backends.embedded.EmbeddedBackend`)."""
+    """A [`HiQAPack`][llama_index_hiqa.pack.HiQAPack] whose store is an embedded SQLite + memory-mapped
+    folder ([`EmbeddedBackend`][llama_index_hiqa.storage.backends.embedded.EmbeddedBackend])."""
 
     @staticmethod
     def backend_type() -> type:
@@ -112,7 +112,7 @@ class EmbeddedHiQAPack(metaclass=_StoreKind):
             llm: The LLM.
             embed_model: The embedding model the store was built with.
             create: Create the store when the folder holds none.
-            **settings: :class:`~llama_index_hiqa.HiQAPackConfig` fields of a new pack, or
+            **settings: [`HiQAPackConfig`][llama_index_hiqa.pack_config.HiQAPackConfig] fields of a new pack, or
                 overrides for this process of an existing one.
 
         Returns:

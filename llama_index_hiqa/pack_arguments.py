@@ -4,7 +4,7 @@
 it — the LLM, the embedding model, the vector store, the store location, the documents — were
 used unchecked: ``llm="gpt-4"`` failed at the first question, ``vector_store="x"`` and
 ``store=123`` after a whole folder was ingested, ``add_documents(["text"])`` deep inside the
-pipeline. Each is an :class:`~llama_index_hiqa.errors.InvalidSettingError` naming the argument
+pipeline. Each is an [`InvalidSettingError`][llama_index_hiqa.errors.InvalidSettingError] naming the argument
 and what to pass instead.
 """
 
@@ -38,7 +38,7 @@ def check_pack_arguments(llm: Any = None, embed_model: Any = None, vector_store:
 
     Raises:
         InvalidSettingError: the first argument of the wrong type (names it; a model name given
-            as ``llm`` gets a hint to use :func:`~llama_index_hiqa.llm_spec.llm_from_spec`).
+            as ``llm`` gets a hint to use [`llm_from_spec`][llama_index_hiqa.llm_spec.llm_from_spec]).
     """
     if llm is not None and not isinstance(llm, LLM):
         hint = (
@@ -56,10 +56,22 @@ def check_pack_arguments(llm: Any = None, embed_model: Any = None, vector_store:
             f"expected a LlamaIndex vector store (e.g. MatrixVectorStore(), a QdrantVectorStore) or None, "
             f"got {_shown(vector_store)}",
         )
-    if store is not None and not isinstance(store, (str, os.PathLike)):
-        raise InvalidSettingError(
-            "store", f"expected a folder path or a postgresql:// URL, got {_shown(store)}"
-        )
+    if store is not None:
+        check_location("store", store)
+
+
+def check_location(name: str, value: Any) -> None:
+    """Check that a store location or a folder argument is a path (or a URL string).
+
+    Args:
+        name: the argument's name, for the error.
+        value: what was given.
+
+    Raises:
+        InvalidSettingError: ``value`` is not a string or a path.
+    """
+    if not isinstance(value, (str, os.PathLike)):
+        raise InvalidSettingError(name, f"expected a folder path or a postgresql:// URL, got {_shown(value)}")
 
 
 def checked_documents(documents: Iterable[Any]) -> Iterator[Document]:

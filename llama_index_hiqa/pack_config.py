@@ -13,20 +13,22 @@ import warnings
 from typing import Annotated, Any, Dict, List, Literal, Optional, Union
 
 from llama_index.core.base.embeddings.base import BaseEmbedding
-from llama_index.core.bridge.pydantic import BaseModel, ConfigDict, Field, model_validator
+from llama_index.core.bridge.pydantic import Field, model_validator
 from llama_index.core.llms import LLM
 
 from llama_index_hiqa.defaults import DEFAULT_EMBED_BACKEND, portable_model_name, resolve_embed_model, user_embed_model
 from llama_index_hiqa.embedding_backends import EmbedBackend
 from llama_index_hiqa.retrievers.settings import (
     DEFAULT_SIMILARITY_TOP_K,
+    MAX_TOP_K,
     ChunkGraphSettings,
     DocumentFocusConfig,
     FusionMode,
     MultiRouteConfig,
     MultiRouteSettings,
 )
-from llama_index_hiqa.transforms.keyword_settings import KeywordSettings
+from llama_index_hiqa.settings import SettingsModel
+from llama_index_hiqa.transforms.keyword_settings import MAX_NER_NODES, KeywordSettings
 
 logger = logging.getLogger(__name__)
 
@@ -34,18 +36,23 @@ logger = logging.getLogger(__name__)
 # fill the budget. The parsers accept at least 1; the pack's settings keep to useful sizes.
 MIN_SEGMENT_CHARS = 200
 MIN_SEGMENT_TOKENS = 32
+# Above these a "segment" is a whole long document (the embedding reads only its window) and a
+# batch holds more parsed documents than memory should.
+MAX_SEGMENT_CHARS = 1_000_000
+MAX_SEGMENT_TOKENS = 100_000
+MAX_INGEST_BATCH = 10_000
 
 
 class PackKeywordSettings(KeywordSettings):
-    """The pack's ``keywords`` part: :class:`~llama_index_hiqa.KeywordSettings` whose
+    """The pack's ``keywords`` part: [`KeywordSettings`][llama_index_hiqa.transforms.keyword_settings.KeywordSettings] whose
     ``ner_max_nodes`` follows the chunk graph unless set."""
 
-    ner_max_nodes: Union[Annotated[int, Field(ge=0)], Literal["auto"], None] = Field(
+    ner_max_nodes: Union[Annotated[int, Field(ge=0, le=MAX_NER_NODES)], Literal["auto"], None] = Field(
         default="auto",
         description="NER over the nodes' text at ingestion only when a call holds at most this many "
         "nodes (None: always). 'auto': 0 (NER reads document titles and questions, the rules read "
         "every node) unless use_chunk_graph is on, then None (IIER's keyword edges need the "
-        "entities of the text).",
+        "entities of the text). At most 10^9.",
     )
 
 
@@ -53,21 +60,20 @@ class PackKeywordSettings(KeywordSettings):
 _ROUTE_KEYS_AT_TOP = {"similarity_top_k": "similarity_top_k", "mode": "fusion_mode"}
 
 
-class HiQAPackConfig(BaseModel):
+class HiQAPackConfig(SettingsModel):
     """Settings of the default pipeline; saved with the pack and restored by ``load``.
 
     A tree of typed settings: the pipeline's switches at the top, one part per component
     (``keywords``, ``multi_route``, ``document_focus``, ``chunk_graph``), each knob in one place.
     Nested parts may be given as mappings (``multi_route={"alpha": 0.5}``); an unknown key or a
-    bad value fails here, named by its path (``multi_route.alpha``). A part given replaces the
+    bad value fails here as an `InvalidSettingError` named by
+    its path (``multi_route.alpha``) and saying the valid range; every number has a lower and an
+    upper bound, stated in its description. A part given replaces the
     stored part as a whole (``HiQAPack.load(dir, multi_route={...})``).
     """
 
-    # A misspelt setting is an error, not a silently ignored keyword.
-    model_config = ConfigDict(extra="forbid")
-
     similarity_top_k: int = Field(
-        default=DEFAULT_SIMILARITY_TOP_K, ge=1, description="Evidence nodes per question."
+        default=DEFAULT_SIMILARITY_TOP_K, ge=1, le=MAX_TOP_K, description=f"Evidence nodes per question (1 to {MAX_TOP_K})."
     )
     use_llm_formatter: bool = Field(
         default=True,
@@ -132,25 +138,27 @@ class HiQAPackConfig(BaseModel):
         "None), precision (shorter segments) or find_all (longer ones).",
     )
     max_segment_chars: Optional[int] = Field(
-        default=None, ge=MIN_SEGMENT_CHARS,
+        default=None, ge=MIN_SEGMENT_CHARS, le=MAX_SEGMENT_CHARS,
         description="Parser: split sections longer than this many characters (at least "
-        f"{MIN_SEGMENT_CHARS}: shorter parts would cut sentences; None: the parser's default, 4000).",
+        f"{MIN_SEGMENT_CHARS}: shorter parts would cut sentences; at most {MAX_SEGMENT_CHARS:,}; "
+        "None: the parser's default, 4000).",
     )
-    max_segment_tokens: Union[Annotated[int, Field(ge=MIN_SEGMENT_TOKENS)], Literal["auto"], None] = Field(
+    max_segment_tokens: Union[Annotated[int, Field(ge=MIN_SEGMENT_TOKENS, le=MAX_SEGMENT_TOKENS)], Literal["auto"], None] = Field(
         default="auto",
         description="Parser: bound every node's cascade header + text by this many tokens of the "
         "embedding model's tokenizer ('auto': the model's own window, e.g. 256 for MiniLM; None: "
         f"character limits only; at least {MIN_SEGMENT_TOKENS}, room for the cascade header and a "
-        "sentence). Longer segments are split, small ones of a section merged.",
+        f"sentence, at most {MAX_SEGMENT_TOKENS:,}). Longer segments are split, small ones of a section merged.",
     )
     show_progress: bool = Field(default=False, description="Progress bars during ingestion.")
     ingest_batch_size: int = Field(
-        default=8, ge=1,
-        description="Documents parsed, augmented and embedded together; peak memory grows with it.",
+        default=8, ge=1, le=MAX_INGEST_BATCH,
+        description="Documents parsed, augmented and embedded together; peak memory grows with it "
+        f"(1 to {MAX_INGEST_BATCH:,}).",
     )
     ingest_workers: int = Field(
         default=1, ge=1, le=256,
-        description="Processes that parse, augment and embed batches at once (1: this process). "
+        description="Processes that parse, augment and embed batches at once (1: this process; at most 256). "
         "The main process still reads the files and is the store's only writer; results are "
         "written in reading order. Scripts using more than 1 need an `if __name__ == \"__main__\":` guard.",
     )
@@ -210,7 +218,7 @@ class HiQAPackConfig(BaseModel):
         return data
 
     def route_config(self) -> MultiRouteConfig:
-        """The :class:`~llama_index_hiqa.MultiRouteConfig` of the pack's multi-route retriever.
+        """The [`MultiRouteConfig`][llama_index_hiqa.retrievers.multi_route.MultiRouteConfig] of the pack's multi-route retriever.
 
         Returns:
             ``multi_route`` with ``similarity_top_k`` and ``fusion_mode`` (as ``mode``).
@@ -236,7 +244,7 @@ def inapplicable_settings(config: HiQAPackConfig, llm: Optional[LLM]) -> List[st
     """The settings ``config`` holds that the pack will not use with ``llm``, each explained.
 
     Whether a parser setting applies depends on the LLM, which the configuration does not
-    know; the pack calls :func:`warn_inapplicable_settings` when it is built.
+    know; the pack calls [`warn_inapplicable_settings`][llama_index_hiqa.pack_config.warn_inapplicable_settings] when it is built.
 
     Args:
         config: The pack's settings.
@@ -265,7 +273,7 @@ def inapplicable_settings(config: HiQAPackConfig, llm: Optional[LLM]) -> List[st
 
 
 def warn_inapplicable_settings(config: HiQAPackConfig, llm: Optional[LLM]) -> None:
-    """A ``UserWarning`` (and a log line) for each of :func:`inapplicable_settings`.
+    """A ``UserWarning`` (and a log line) for each of [`inapplicable_settings`][llama_index_hiqa.pack_config.inapplicable_settings].
 
     Args:
         config: The pack's settings.
@@ -298,7 +306,7 @@ def default_embed_model(embed_model: Optional[BaseEmbedding], backend: Optional[
 
 def model_identity(embed_model: BaseEmbedding) -> str:
     """The name a store records for the model that embedded it, the same on every machine
-    (the packaged model's install path is cut: :func:`~llama_index_hiqa.defaults.portable_model_name`).
+    (the packaged model's install path is cut: [`portable_model_name`][llama_index_hiqa.defaults.portable_model_name]).
 
     Args:
         embed_model: the embedding model.

@@ -1,6 +1,6 @@
 """The pack's ingestion: documents in batches through the stages into its store backend.
 
-:class:`PackIngestion` holds the methods of :class:`~llama_index_hiqa.HiQAPack` that fill and
+[`PackIngestion`][llama_index_hiqa.pack_ingest.PackIngestion] holds the methods of [`HiQAPack`][llama_index_hiqa.pack.HiQAPack] that fill and
 update it (read → parse → cascade → keywords → embed → index, upserts by document hash, files
 left unread when their size and time are unchanged); each batch is written by the pack's store
 backend as one unit (``StoreBackend.write_batch``).
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Sized, Tuple, Union
 
 from llama_index.core.schema import BaseNode, Document
 
@@ -21,10 +21,12 @@ from llama_index_hiqa.ingestion import (
 )
 from llama_index_hiqa.ingestion_workers import batch_runner
 from llama_index_hiqa.pack_arguments import checked_documents
+from llama_index_hiqa.progress import status
+from llama_index_hiqa.readers.source_files import read_source_files
 
 
 class PackIngestion:
-    """The ingestion half of :class:`~llama_index_hiqa.HiQAPack` (which inherits it): every
+    """The ingestion half of [`HiQAPack`][llama_index_hiqa.pack.HiQAPack] (which inherits it): every
     method here reads and writes through ``self.backend``."""
 
     backend: Any
@@ -82,7 +84,15 @@ class PackIngestion:
             self.config.ingest_workers, self.config, self.llm, self.embed_model, report,
             keywords=self._keyword_extractor(),
         )
-        with self.backend.bulk_writes(), runner:  # PostgreSQL: HNSW built once after a load
+        from tqdm.auto import tqdm
+
+        # One bar over the whole run (the per-batch bars of LlamaIndex's stages restart each
+        # batch): documents indexed or found unchanged, with the run's ETA.
+        total = report.documents_planned
+        if total is None and isinstance(documents, Sized):  # a list of documents; a generator has no total
+            total = len(documents)
+        bar = tqdm(total=total, desc="indexing", unit="doc", disable=not self.config.show_progress)
+        with self.backend.bulk_writes(), runner, bar:  # PostgreSQL: HNSW built once after a load
             for fresh, nodes in runner(planned):
                 if fresh:
                     # Decided at write time: with workers, a document read twice may still be
@@ -96,6 +106,7 @@ class PackIngestion:
                     report.node_ids += [n.node_id for n in nodes]
                     self._invalidate()
                 del fresh, nodes  # the batch's documents and layout facts go here
+                bar.update(report.documents_seen - bar.n)
                 if progress is not None:
                     progress(report)
                 saver.maybe_save()
@@ -107,6 +118,10 @@ class PackIngestion:
         """The new and changed documents of each batch read (an empty list for a batch with
         none), the unchanged ones counted and left out."""
         for batch in batched(timed_iter(documents, report), batch_size or self.config.ingest_batch_size):
+            # Another reader's documents (SimpleDirectoryReader's pages) are planned as the files
+            # the segment parsers will read, under the files' stable ids: added again, they
+            # are unchanged rather than a second copy under new random ids.
+            batch = read_source_files(batch).documents
             new, changed, unchanged = upsert_plan(batch, self.backend.document_hash)
             report.documents_unchanged += unchanged
             report.empty_documents += [
@@ -140,7 +155,7 @@ class PackIngestion:
         self, path: Union[str, Path], recursive: bool = False, shard: Optional[Tuple[int, int]] = None,
         **ingest_kwargs: Any,
     ) -> IngestionReport:
-        """:meth:`ingest` every readable file of a folder. A file whose size and modification
+        """[`ingest`][llama_index_hiqa.pack_ingest.PackIngestion.ingest] every readable file of a folder. A file whose size and modification
         time are those it had when it was indexed is not even read; another with an unchanged
         document hash is read but costs no parsing or embedding. ``shard=(i, n)`` ingests only
         the i-th of n shards of the folder's files (split by a hash of each file's path, so
@@ -150,7 +165,7 @@ class PackIngestion:
             path: The folder.
             recursive: Read its subfolders too.
             shard: ``(i, n)``: only the i-th of n shards of the files.
-            **ingest_kwargs: :meth:`ingest`'s options.
+            **ingest_kwargs: [`ingest`][llama_index_hiqa.pack_ingest.PackIngestion.ingest]'s options.
 
         Returns:
             The ingestion report.
@@ -158,10 +173,19 @@ class PackIngestion:
         Raises:
             EmptyCorpusError: Nothing in the folder is readable.
         """
+        from llama_index_hiqa.readers._collection import plan_folder
+        from llama_index_hiqa.readers.pdf import SUPPORTED_SUFFIXES
+
         reader = self._reader(recursive)
-        unread: List[str] = []
         root = Path(path)
         resolved_root = root.resolve()  # once: every file's shard is its path below the folder
+        report = ingest_kwargs.pop("report", None) or IngestionReport()
+        if root.is_dir():  # else the reader raises its typed error for the path
+            # The reader lists the folder again as it reads; a listing costs little next to reading.
+            files = plan_folder(root, SUPPORTED_SUFFIXES, recursive, reader.follow_symlinks).files
+            status(f"reading {len(files)} file(s) from {root}" + (f" (shard {shard[0]}/{shard[1]})" if shard else ""))
+            if report.documents_planned is None and shard is None:
+                report.documents_planned = len(files)
 
         def unchanged(document_id: str, file: Path) -> bool:
             if shard is not None and not in_shard(Path(os.path.relpath(Path(file).resolve(), resolved_root)).as_posix(), shard):
@@ -170,12 +194,11 @@ class PackIngestion:
                 self.file_stats.get(document_id) == file_stat(file)
                 and self.backend.document_hash(document_id) is not None
             )
-            if same:
-                unread.append(document_id)
+            if same:  # counted as it is passed, so the progress lines and bar include it
+                report.documents_unchanged += 1
             return same
 
-        report = self.ingest(reader.lazy_load_data(root, skip=unchanged), **ingest_kwargs)
-        report.documents_unchanged += len(unread)
+        self.ingest(reader.lazy_load_data(root, skip=unchanged), report=report, **ingest_kwargs)
         self.read_failures = list(reader.failures)
         # A shard may hold no file of a small folder; the folder is empty only if it has no shard.
         if not self.node_count and (shard is None or reader.failures):

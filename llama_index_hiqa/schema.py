@@ -4,7 +4,7 @@ Every reader, parser, transform, retriever and postprocessor of the pack reads a
 node metadata through the constants and helpers below, never through string literals of
 its own.
 
-Document-level facts (written by :class:`~llama_index_hiqa.PDFLayoutReader`):
+Document-level facts (written by [`PDFLayoutReader`][llama_index_hiqa.readers.pdf.PDFLayoutReader]):
 
 ========================  ==============================================================
 ``DOCUMENT_ID``           stable id of the source document (file name without suffix)
@@ -17,9 +17,9 @@ Document-level facts (written by :class:`~llama_index_hiqa.PDFLayoutReader`):
                           bolder than the body text
 ``BODY_FONT_SIZE``        the most common font size of the document's body text
 ``IMAGES``                ``[{"page", "bbox", "caption", "char_offset", "xref", "file"}, ...]``;
-                          HTML/DOCX images add ``"source"`` (:data:`IMAGE_SOURCE`)
+                          HTML/DOCX images add ``"source"`` (`IMAGE_SOURCE`)
 ``SOURCE_FORMAT``         ``"pdf"``, ``"markdown"``, ``"text"``, ``"html"`` or ``"docx"``;
-                          HTML and DOCX have no pages (:func:`has_pages`): their one
+                          HTML and DOCX have no pages ([`has_pages`][llama_index_hiqa.schema.has_pages]): their one
                           page span covers the text and citations name the section path
 ``OCR_PAGES``             pages (from 0) whose text was recognised by OCR (no text layer)
 ========================  ==============================================================
@@ -60,14 +60,14 @@ Rendered views (written by the transforms, shown on purpose):
 
 Structured facts (``PAGE_SPANS``, ``LAYOUT_HEADINGS``, ``IMAGES``, ``OCR_PAGES``, ``HEADING_PATH``, the table
 labels, ``IMAGE_BBOX``, ``CRITICAL_KEYWORDS``) are stored as compact JSON strings
-(:data:`JSON_KEYS`): vector stores with flat metadata (Chroma, Milvus, LanceDB, DuckDB,
+(`JSON_KEYS`): vector stores with flat metadata (Chroma, Milvus, LanceDB, DuckDB,
 Pinecone, Weaviate, ...) accept only ``str``, ``int``, ``float`` and ``None`` values. Read and
 write them through the accessors below (``get_heading_path``, ``get_page_spans``,
 ``images_of``, ``ocr_pages_of``, ``get_table_labels``, ``get_critical_keywords``, ...), which also read the
 plain lists that stores written before this format hold.
 
 Every key of the first two tables is bookkeeping, hidden from both the embedding and the LLM view with
-:func:`hide_from_views`. Only the rendered views (``HEADING_CASCADE``, ``DOCUMENT_SUMMARY``,
+[`hide_from_views`][llama_index_hiqa.schema.hide_from_views]. Only the rendered views (``HEADING_CASCADE``, ``DOCUMENT_SUMMARY``,
 ``SECTION_SUMMARY``, written by the transforms) are shown, so what each view holds is
 decided in one place and read with LlamaIndex's own
 ``node.get_content(MetadataMode.EMBED)`` / ``MetadataMode.LLM``; ``node.text`` is never
@@ -133,8 +133,9 @@ CRITICAL_KEYWORDS = "critical_keywords"  # normalised keyword list, never embedd
 
 # --- retrieval provenance (written by retrievers/postprocessors) -----------------------
 ROUTE_SCORES = "route_scores"  # {"vector": .., "bm25": .., "keywords": ..}
-CHAIN_ID = "chain_id"
-CHAIN_HOP = "chain_hop"
+CHAIN_ID = "chain_id"  # the evidence chain's number in the results (0 first)
+CHAIN_HOP = "chain_hop"  # 0 for the chain's seed, then 1, 2, ... in traversal order
+CHAIN_SCORE = "chain_score"  # the chain walk's own score (seed cosine, then the scorer's)
 SEGMENT_NODE_IDS = "segment_node_ids"
 POSITION_START = "position_start"
 POSITION_END = "position_end"
@@ -183,6 +184,7 @@ BOOKKEEPING_KEYS: Tuple[str, ...] = (
     ROUTE_SCORES,
     CHAIN_ID,
     CHAIN_HOP,
+    CHAIN_SCORE,
     SEGMENT_NODE_IDS,
     POSITION_START,
     POSITION_END,
@@ -258,7 +260,7 @@ def read_json(metadata: Mapping[str, Any], key: str, owner: str = "?") -> Any:
 
     Args:
         metadata: the node's or document's metadata.
-        key: the structured fact to read (one of :data:`JSON_KEYS`).
+        key: the structured fact to read (one of `JSON_KEYS`).
         owner: the node id named in the error; ``"?"`` when the caller has none.
 
     Returns:
@@ -285,7 +287,7 @@ def write_json(metadata: Dict[str, Any], key: str, value: Any) -> None:
 
     Args:
         metadata: the metadata to write into (changed in place).
-        key: the structured fact (one of :data:`JSON_KEYS`).
+        key: the structured fact (one of `JSON_KEYS`).
         value: the list, dict or scalar to store.
     """
     metadata[key] = encode_json(value)
@@ -359,7 +361,7 @@ def source_node_info(doc: BaseNode) -> RelatedNodeInfo:
 
     Returns:
         A ``RelatedNodeInfo`` with the document's id, type, hash and metadata minus
-            :data:`DOCUMENT_ONLY_KEYS`.
+            `DOCUMENT_ONLY_KEYS`.
     """
     return RelatedNodeInfo(
         node_id=doc.node_id,
@@ -380,7 +382,7 @@ def without_document_only_facts(documents: Mapping[str, Document]) -> Dict[str, 
         documents: the documents by key.
 
     Returns:
-        The same keys mapped to copies whose metadata lacks :data:`DOCUMENT_ONLY_KEYS`.
+        The same keys mapped to copies whose metadata lacks `DOCUMENT_ONLY_KEYS`.
     """
     return {
         key: doc.model_copy(
@@ -396,7 +398,7 @@ def hide_from_views(node: BaseNode, keys: Iterable[str] = BOOKKEEPING_KEYS) -> N
     Args:
         node: the node to change in place.
         keys: the metadata keys to hide; by default every bookkeeping key
-            (:data:`BOOKKEEPING_KEYS`).
+            (`BOOKKEEPING_KEYS`).
     """
     for excluded in (node.excluded_embed_metadata_keys, node.excluded_llm_metadata_keys):
         for key in keys:
@@ -405,7 +407,7 @@ def hide_from_views(node: BaseNode, keys: Iterable[str] = BOOKKEEPING_KEYS) -> N
 
 
 def get_heading_path(node: BaseNode) -> List[Heading]:
-    """The node's heading path as typed :class:`Heading` tuples.
+    """The node's heading path as typed [`Heading`][llama_index_hiqa.schema.Heading] tuples.
 
     Args:
         node: the segment node.
@@ -428,7 +430,7 @@ def has_heading_path(node: BaseNode) -> bool:
         node: the segment node.
 
     Returns:
-        ``True`` when :data:`HEADING_PATH` holds at least one heading.
+        ``True`` when `HEADING_PATH` holds at least one heading.
 
     Raises:
         InvalidMetadataError: the stored path is a string that is not JSON.
@@ -477,7 +479,7 @@ def get_document_title(node: BaseNode) -> str:
 
 
 def get_position(node: BaseNode) -> Optional[int]:
-    """The node's order inside its document (:data:`POSITION`).
+    """The node's order inside its document (`POSITION`).
 
     Args:
         node: the segment node.
@@ -490,7 +492,7 @@ def get_position(node: BaseNode) -> Optional[int]:
 
 
 def get_char_span(node: BaseNode) -> Optional[Tuple[int, int]]:
-    """The node's span in its document's text (:data:`CHAR_START`, :data:`CHAR_END`).
+    """The node's span in its document's text (`CHAR_START`, `CHAR_END`).
 
     Args:
         node: the segment node.
@@ -520,7 +522,7 @@ def get_page_range(node: BaseNode) -> Optional[Tuple[int, int]]:
 
 
 def get_segment_kind(node: BaseNode) -> str:
-    """The node's kind (:data:`SEGMENT_KIND`).
+    """The node's kind (`SEGMENT_KIND`).
 
     Args:
         node: the segment node.
@@ -532,13 +534,13 @@ def get_segment_kind(node: BaseNode) -> str:
 
 
 def get_page_spans(node: BaseNode) -> List[PageSpan]:
-    """:data:`PAGE_SPANS` of a node's metadata as typed tuples.
+    """`PAGE_SPANS` of a node's metadata as typed tuples.
 
     Args:
         node: the document or node.
 
     Returns:
-        One :class:`PageSpan` ``(page, start, end)`` a page, in stored order; empty when
+        One `PageSpan` ``(page, start, end)`` a page, in stored order; empty when
             unknown.
 
     Raises:
@@ -548,13 +550,13 @@ def get_page_spans(node: BaseNode) -> List[PageSpan]:
 
 
 def page_spans_of(metadata: Mapping[str, Any]) -> List[PageSpan]:
-    """:data:`PAGE_SPANS` of a document's (or a node's) metadata as typed tuples.
+    """`PAGE_SPANS` of a document's (or a node's) metadata as typed tuples.
 
     Args:
         metadata: the metadata to read.
 
     Returns:
-        One :class:`PageSpan` ``(page, start, end)`` a page (pages from 0, end exclusive);
+        One `PageSpan` ``(page, start, end)`` a page (pages from 0, end exclusive);
             empty when unknown.
 
     Raises:
@@ -564,7 +566,7 @@ def page_spans_of(metadata: Mapping[str, Any]) -> List[PageSpan]:
 
 
 def set_page_spans(metadata: Dict[str, Any], spans: Sequence[Sequence[int]]) -> None:
-    """Store :data:`PAGE_SPANS` as a JSON string.
+    """Store `PAGE_SPANS` as a JSON string.
 
     Args:
         metadata: the document's metadata (changed in place).
@@ -574,7 +576,7 @@ def set_page_spans(metadata: Dict[str, Any], spans: Sequence[Sequence[int]]) -> 
 
 
 def layout_headings_of(metadata: Mapping[str, Any]) -> List[List[Any]]:
-    """:data:`LAYOUT_HEADINGS` of a document's metadata.
+    """`LAYOUT_HEADINGS` of a document's metadata.
 
     Args:
         metadata: the document's metadata.
@@ -590,7 +592,7 @@ def layout_headings_of(metadata: Mapping[str, Any]) -> List[List[Any]]:
 
 
 def set_layout_headings(metadata: Dict[str, Any], headings: Sequence[Sequence[Any]]) -> None:
-    """Store :data:`LAYOUT_HEADINGS` as a JSON string.
+    """Store `LAYOUT_HEADINGS` as a JSON string.
 
     Args:
         metadata: the document's metadata (changed in place).
@@ -600,7 +602,7 @@ def set_layout_headings(metadata: Dict[str, Any], headings: Sequence[Sequence[An
 
 
 def images_of(metadata: Mapping[str, Any]) -> List[Dict[str, Any]]:
-    """:data:`IMAGES` of a document's metadata.
+    """`IMAGES` of a document's metadata.
 
     Args:
         metadata: the document's metadata.
@@ -616,17 +618,17 @@ def images_of(metadata: Mapping[str, Any]) -> List[Dict[str, Any]]:
 
 
 def set_images(metadata: Dict[str, Any], images: Sequence[Mapping[str, Any]]) -> None:
-    """Store :data:`IMAGES` as a JSON string.
+    """Store `IMAGES` as a JSON string.
 
     Args:
         metadata: the document's metadata (changed in place).
-        images: one mapping an image (see :func:`images_of`).
+        images: one mapping an image (see [`images_of`][llama_index_hiqa.schema.images_of]).
     """
     write_json(metadata, IMAGES, [dict(e) for e in images])
 
 
 def get_image_bbox(node: BaseNode) -> Optional[List[float]]:
-    """An image node's box on its page (:data:`IMAGE_BBOX`).
+    """An image node's box on its page (`IMAGE_BBOX`).
 
     Args:
         node: the image node.
@@ -642,7 +644,7 @@ def get_image_bbox(node: BaseNode) -> Optional[List[float]]:
 
 
 def set_image_bbox(node: BaseNode, bbox: Sequence[float]) -> None:
-    """Store an image node's box (:data:`IMAGE_BBOX`) as a JSON string.
+    """Store an image node's box (`IMAGE_BBOX`) as a JSON string.
 
     Args:
         node: the image node (changed in place).
@@ -652,7 +654,7 @@ def set_image_bbox(node: BaseNode, bbox: Sequence[float]) -> None:
 
 
 def set_ocr_pages(metadata: Dict[str, Any], pages: Sequence[int]) -> None:
-    """Store :data:`OCR_PAGES`: the pages read by OCR.
+    """Store `OCR_PAGES`: the pages read by OCR.
 
     Args:
         metadata: the document's metadata (changed in place).
@@ -662,7 +664,7 @@ def set_ocr_pages(metadata: Dict[str, Any], pages: Sequence[int]) -> None:
 
 
 def ocr_pages_of(metadata: Mapping[str, Any]) -> List[int]:
-    """:data:`OCR_PAGES` of a document's metadata.
+    """`OCR_PAGES` of a document's metadata.
 
     Args:
         metadata: the document's metadata.
@@ -679,7 +681,7 @@ def ocr_pages_of(metadata: Mapping[str, Any]) -> List[int]:
 def has_pages(node: BaseNode) -> bool:
     """Whether the node's document has pages to cite.
 
-    HTML and DOCX have none; a node without :data:`SOURCE_FORMAT`, made elsewhere, is taken
+    HTML and DOCX have none; a node without `SOURCE_FORMAT`, made elsewhere, is taken
     to have them.
 
     Args:
@@ -728,8 +730,8 @@ def set_segment_facts(
 
     Args:
         node: the segment node (changed in place).
-        document_id: id of its document (:data:`DOCUMENT_ID`).
-        document_title: title of its document (:data:`DOCUMENT_TITLE`).
+        document_id: id of its document (`DOCUMENT_ID`).
+        document_title: title of its document (`DOCUMENT_TITLE`).
         position: its order inside the document, from 0.
         char_span: ``(start, end)`` in the document's text, end exclusive; ``None`` leaves
             it unset.
@@ -740,7 +742,7 @@ def set_segment_facts(
             leaves it unset.
 
     Raises:
-        ValueError: ``kind`` is not one of :data:`SEGMENT_KINDS`.
+        ValueError: ``kind`` is not one of `SEGMENT_KINDS`.
     """
     if kind not in SEGMENT_KINDS:
         raise ValueError(f"segment kind must be one of {SEGMENT_KINDS}, got {kind!r}")
@@ -817,7 +819,7 @@ def get_table_labels(node: BaseNode) -> Tuple[List[str], List[str]]:
 
 
 def get_critical_keywords(node: BaseNode) -> List[str]:
-    """The node's critical keywords (:data:`CRITICAL_KEYWORDS`).
+    """The node's critical keywords (`CRITICAL_KEYWORDS`).
 
     Args:
         node: the segment node.

@@ -1,7 +1,7 @@
 """The store follows the folder: documents whose files left it are removed (``hiqa ingest --sync``).
 
 ``hiqa ingest --add`` adds new files and replaces changed ones but cannot see a deleted file;
-its document stayed searchable and answers kept citing it. :func:`prune_missing` lists the
+its document stayed searchable and answers kept citing it. [`prune_missing`][llama_index_hiqa.store_sync.prune_missing] lists the
 folder the way the reader does (same document ids) and removes every indexed document that
 is not among them. A file still in the folder but unreadable this time keeps its indexed
 version: it was not removed, only not read.
@@ -19,7 +19,7 @@ def folder_document_ids(folder: Path, recursive: bool = False) -> Set[str]:
     """The document ids the reader gives the files of ``folder`` (read or not).
 
     A folder (or, with ``recursive``, a subfolder) that cannot be listed is a
-    :class:`~llama_index_hiqa.errors.PathAccessError`: its files are unknown, not gone, and
+    [`PathAccessError`][llama_index_hiqa.errors.PathAccessError]: its files are unknown, not gone, and
     taking them for gone would remove their documents.
 
     Args:
@@ -46,7 +46,7 @@ def folder_document_ids(folder: Path, recursive: bool = False) -> Set[str]:
 def prune_missing(pack: Any, folder: Path, recursive: bool = False) -> List[str]:
     """Remove from ``pack`` every document whose file is not in ``folder``; returns their ids.
     A folder that lists no document at all removes nothing (an
-    :class:`~llama_index_hiqa.errors.EmptyCorpusError`): emptying a store is ``--rebuild`` or
+    [`EmptyCorpusError`][llama_index_hiqa.errors.EmptyCorpusError]): emptying a store is ``--rebuild`` or
     ``hiqa delete``, never the side effect of an unmounted or mistyped folder.
 
     Args:

@@ -1,22 +1,22 @@
 """What the pack needs of a LlamaIndex vector store beyond ``VectorStoreIndex``'s interface:
 the collection's nodes, a document's deletion, and a write the store can take.
 
-**Nodes.** The BM25 and keyword routes of :class:`~llama_index_hiqa.MultiRouteRetriever`, the
-chunk graph of :class:`~llama_index_hiqa.ChunkGraphRetriever` and the gap filling of
-:class:`~llama_index_hiqa.SegmentIntegrationPostprocessor` read every node of the collection,
+**Nodes.** The BM25 and keyword routes of [`MultiRouteRetriever`][llama_index_hiqa.retrievers.multi_route.MultiRouteRetriever], the
+chunk graph of [`ChunkGraphRetriever`][llama_index_hiqa.retrievers.chunk_graph.ChunkGraphRetriever] and the gap filling of
+[`SegmentIntegrationPostprocessor`][llama_index_hiqa.postprocessors.segment_integration.SegmentIntegrationPostprocessor] read every node of the collection,
 not only the top k. A ``VectorStoreIndex`` keeps them in its docstore when the vector store
 keeps no text (``SimpleVectorStore``, FAISS) or when built with ``store_nodes_override=True``;
 over a store that keeps the text (Chroma, Qdrant, LanceDB, Milvus, DuckDB, pgvector, ...) the
-docstore stays empty and the nodes are only in the vector store. :func:`index_nodes` returns
+docstore stays empty and the nodes are only in the vector store. [`index_nodes`][llama_index_hiqa.vector_store_access.index_nodes] returns
 them from wherever they are: ``nodes=`` or ``docstore=`` given by the caller, else the index's
 docstore, else the vector store itself. Listing a store is not one call in LlamaIndex:
 ``get_nodes()`` with no argument is refused by Milvus and pgvector and capped by Qdrant (9,999
 points), so each of those has its lister below. A store that cannot list its nodes raises
-:class:`~llama_index_hiqa.errors.VectorStoreFeatureError` naming the store, the component and
+[`VectorStoreFeatureError`][llama_index_hiqa.errors.VectorStoreFeatureError] naming the store, the component and
 the argument to pass: a route is never switched off silently.
 
-**Deletion** (:func:`delete_ref_doc`) and **writes** (:func:`prepare_nodes_for_store`,
-:func:`check_nodes_fit`) go around two integrations' limits: LanceDB's delete quotes the id as a
+**Deletion** ([`delete_ref_doc`][llama_index_hiqa.vector_store_access.delete_ref_doc]) and **writes** ([`prepare_nodes_for_store`][llama_index_hiqa.vector_store_access.prepare_nodes_for_store],
+[`check_nodes_fit`][llama_index_hiqa.vector_store_access.check_nodes_fit]) go around two integrations' limits: LanceDB's delete quotes the id as a
 column name, and a LanceDB table keeps the metadata fields of its first write.
 """
 
@@ -29,7 +29,7 @@ from llama_index.core.storage.docstore import BaseDocumentStore, SimpleDocumentS
 from llama_index.core.vector_stores.types import MetadataFilters
 
 from llama_index_hiqa import schema
-from llama_index_hiqa.errors import VectorStoreFeatureError
+from llama_index_hiqa.errors import InvalidSettingError, VectorStoreFeatureError
 
 # Ids asked of a store per call when a store is listed by id (Milvus).
 _ID_BATCH = 1000
@@ -64,6 +64,27 @@ def index_nodes(
         return stored, index.docstore
     listed = list_vector_store_nodes(vector_store, component)
     return listed, _memory_docstore(listed)
+
+
+def one_node_source(component: str, index: Any, nodes: Any, docstore: Any) -> None:
+    """Check that a ``from_defaults`` got exactly one of ``index``, ``nodes``, ``docstore``
+    (LlamaIndex's ``BM25Retriever.from_defaults`` convention).
+
+    Args:
+        component: the constructor asking, named in the error.
+        index: a ``VectorStoreIndex`` or ``None``.
+        nodes: the nodes or ``None``.
+        docstore: a docstore or ``None``.
+
+    Raises:
+        InvalidSettingError: none or more than one was given.
+    """
+    given = [name for name, value in (("index", index), ("nodes", nodes), ("docstore", docstore)) if value is not None]
+    if len(given) != 1:
+        raise InvalidSettingError(
+            f"{component}(index=, nodes=, docstore=)",
+            f"pass exactly one of index, nodes or docstore (got {', '.join(given) or 'none'})",
+        )
 
 
 def list_vector_store_nodes(vector_store: Any, component: str) -> List[BaseNode]:

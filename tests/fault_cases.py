@@ -417,6 +417,278 @@ def _surrogate(tmp: Path, store: Path) -> bool:
     return result.code == 0 and "NX-2046" in result.out
 
 
+# --- 6. settings refused where they are written, whatever the entry point ---------------------
+def _refused(name: str, build: Callable[[Path, Path], object], path: str, said: str) -> None:
+    """A case: ``build`` raises one InvalidSettingError naming ``path`` and saying ``said``."""
+    def run(tmp: Path, store: Path) -> bool:
+        from llama_index_hiqa.errors import InvalidSettingError
+
+        try:
+            with cheap_models():
+                build(tmp, store)
+        except InvalidSettingError as exc:
+            return exc.setting == path and said in exc.reason
+        except Exception:  # noqa: BLE001 - any other error is the outcome being counted
+            return False
+        return False
+
+    case("bad setting", name)(run)
+
+
+def _from_directory(**settings: object) -> Callable[[Path, Path], object]:
+    def build(tmp: Path, store: Path) -> object:
+        from llama_index_hiqa.pack import HiQAPack
+
+        return HiQAPack.from_directory(DEMO_DATA_DIR, store=tmp / "new", **settings).retrieve(QUESTION)
+    return build
+
+
+def _load(**settings: object) -> Callable[[Path, Path], object]:
+    def build(tmp: Path, store: Path) -> object:
+        from llama_index_hiqa.pack import HiQAPack
+
+        return HiQAPack.load(store, **settings).retrieve(QUESTION)
+    return build
+
+
+def _demo_nodes() -> list:
+    from llama_index_hiqa.pack import HiQAPack
+
+    return HiQAPack.from_documents([_document()], embed_model=HashEmbedding(), keywords={"use_ner": False}).nodes
+
+
+def _document() -> object:
+    from llama_index.core.schema import Document
+
+    return Document(text="# NX-2046\n\n## Electrical\n\nMaximum output current 3 A.\n", id_="NX-2046")
+
+
+def _setting_cases() -> None:
+    from llama_index_hiqa.pack import HiQAPack
+    from llama_index_hiqa.retrievers.chunk_interaction_graph import ChunkInteractionGraph
+    from llama_index_hiqa.retrievers.multi_route import MultiRouteRetriever
+
+    for name, settings, path, said in [
+        ("multi_route beta=-5", {"multi_route": {"beta": -5}}, "multi_route.beta", ">= 0"),
+        ("multi_route bm25_language='klingon'", {"multi_route": {"bm25_language": "klingon"}},
+         "multi_route.bm25_language", "german"),
+        ("chunk_graph semantic_top_k=10**9", {"use_chunk_graph": True, "chunk_graph": {"semantic_top_k": 10**9}},
+         "chunk_graph.graph.semantic_top_k", "<= 100"),
+        ("multi_route route_weights={'vectr': 1}", {"multi_route": {"route_weights": {"vectr": 1.0}}},
+         "multi_route.route_weights['vectr']", "'vector'"),
+        ("multi_route alpha=nan", {"multi_route": {"alpha": float("nan")}}, "multi_route.alpha", "finite"),
+        ("multi_route candidates_per_route=10**12", {"multi_route": {"candidates_per_route": 10**12}},
+         "multi_route.candidates_per_route", "<= 100000"),
+        ("keywords ner_labels=['ORGG']", {"keywords": {"ner_labels": ["ORGG"]}}, "keywords.ner_labels", "PRODUCT"),
+        ("document_focus focus_documents=10**9", {"document_focus": {"focus_documents": 10**9}},
+         "document_focus.focus_documents", "<= 1000"),
+        ("chunk_graph max_hops=10**9", {"use_chunk_graph": True, "chunk_graph": {"max_hops": 10**9}},
+         "chunk_graph.search.max_hops", "<= 1000"),
+        ("ingest_batch_size=10**9", {"ingest_batch_size": 10**9}, "ingest_batch_size", "<= 10000"),
+    ]:
+        _refused(f"from_directory({name})", _from_directory(**settings), path, said)
+    _refused("load(similarity_top_k=10**6)", _load(similarity_top_k=10**6), "similarity_top_k", "<= 1000")
+    _refused("load(multi_route={'beta': 'high'})", _load(multi_route={"beta": "high"}), "multi_route.beta", "'auto'")
+    _refused("MultiRouteRetriever(candidates_per_route=0)",
+             lambda tmp, store: MultiRouteRetriever(nodes=_demo_nodes(), candidates_per_route=0),
+             "candidates_per_route", ">= 1")
+    _refused("from_directory(5)", lambda tmp, store: HiQAPack.from_directory(5), "path", "expected a folder path")
+    _refused("from_directory(store=123)", lambda tmp, store: HiQAPack.from_directory(DEMO_DATA_DIR, store=123), "store",
+             "expected a folder path")
+    _refused("load(None)", lambda tmp, store: HiQAPack.load(None), "persist_dir", "expected a folder path")
+    _refused("persist(123)", lambda tmp, store: _loaded(store).persist(123), "persist_dir", "expected a folder path")
+    _refused("as_query_engine(llm='gpt-4')", lambda tmp, store: _loaded(store).as_query_engine(llm="gpt-4"), "llm",
+             "llm_from_spec")
+    _refused("as_chat_engine(llm=5)", lambda tmp, store: _loaded(store).as_chat_engine(llm=5), "llm", "LlamaIndex LLM")
+    _refused("as_retriever(similarity_top_k=0)", lambda tmp, store: _loaded(store).as_retriever(similarity_top_k=0),
+             "similarity_top_k", ">= 1")
+    _refused("MultiRouteRetriever.with_settings(alpha=2)",
+             lambda tmp, store: _loaded(store).multi_route.with_settings(alpha=2), "alpha", "<= 1")
+    _refused("ChunkInteractionGraph.from_nodes(semantic_top_k=10**9)",
+             lambda tmp, store: ChunkInteractionGraph.from_nodes(_demo_nodes(), embed_model=HashEmbedding(),
+                                                                 semantic_top_k=10**9),
+             "semantic_top_k", "<= 100")
+
+
+_setting_cases()
+
+
+@case("bad setting", "hiqa ask --top-k 5000")
+def _cli_top_k(tmp: Path, store: Path) -> bool:
+    return hiqa("ask", QUESTION, "--store", store, "--top-k", "5000").one_line("similarity_top_k", "<= 1000")
+
+
+def _saved_setting(store: Path, part: str, settings: dict) -> None:
+    from llama_index_hiqa.storage.snapshots import current_snapshot
+
+    saved = current_snapshot(store) / "hiqa_pack.json"
+    payload = json.loads(saved.read_text())
+    payload["config"][part] = settings
+    saved.write_text(json.dumps(payload))
+
+
+@case("bad setting", "a saved beta=-5, then hiqa ask")
+def _saved_beta(tmp: Path, store: Path) -> bool:
+    _saved_setting(store, "multi_route", {"beta": -5})
+    return hiqa("ask", QUESTION, "--store", store).one_line("hiqa_pack.json", "multi_route.beta", ">= 0")
+
+
+@case("bad setting", "a saved bm25_language='klingon', then hiqa ask")
+def _saved_language(tmp: Path, store: Path) -> bool:
+    _saved_setting(store, "multi_route", {"bm25_language": "klingon"})
+    return hiqa("ask", QUESTION, "--store", store).one_line("hiqa_pack.json", "multi_route.bm25_language")
+
+
+# --- 7. questions through the Python API: answered, or one typed error --------------------------
+@contextlib.contextmanager
+def _log_records() -> Iterator[list]:
+    """Every record the pack logs meanwhile (DEBUG and up)."""
+    import logging
+
+    records: list = []
+    handler = logging.Handler(logging.DEBUG)
+    handler.emit = records.append  # type: ignore[method-assign]
+    root = logging.getLogger("llama_index_hiqa")
+    level, root.level = root.level, logging.DEBUG
+    root.addHandler(handler)
+    try:
+        yield records
+    finally:
+        root.removeHandler(handler)
+        root.setLevel(level)
+
+
+def _loaded(store: Path) -> object:
+    from llama_index_hiqa.pack import HiQAPack
+
+    return HiQAPack.load(store, embed_model=HashEmbedding())
+
+
+def _answered(nodes: object) -> bool:
+    """Nodes came back, none saying a route failed."""
+    from llama_index_hiqa import schema
+
+    return bool(nodes) and all(not n.node.metadata.get(schema.ROUTE_SCORES, {}).get("failed") for n in nodes)
+
+
+def _question_case(name: str, ask: Callable[[object], object], refused: bool = False, ner: bool = False) -> None:
+    """A question through an entry point of the pack: answered by every route with no warning,
+    or (``refused``) one InvalidQuestionError. ``ner``: the question goes through the packaged
+    spaCy NER model too (the store's own keyword settings), as it does by default."""
+    def run(tmp: Path, store: Path) -> bool:
+        import logging
+
+        from llama_index_hiqa.errors import HiQAError
+
+        with (contextlib.nullcontext() if ner else cheap_models()), _log_records() as records:
+            pack = _loaded(store)
+            try:
+                result = ask(pack)
+            except HiQAError as exc:
+                return refused and type(exc).__name__ == "InvalidQuestionError"
+            except Exception:  # noqa: BLE001 - a raw error is the outcome being counted
+                return False
+        quiet = not [r for r in records if r.levelno >= logging.WARNING]
+        nodes = getattr(result, "source_nodes", result)
+        return not refused and quiet and _answered(nodes)
+
+    case("odd question", name)(run)
+
+
+def _question_cases() -> None:
+    import asyncio
+
+    surrogate, control = "\ud83d NX-2046 maximum output current", "NX-2046\x00 maximum\x07 output\x1b current"
+    _question_case("retrieve() with a lone surrogate", lambda p: p.retrieve(surrogate), ner=True)
+    _question_case("retrieve() with NUL and control characters", lambda p: p.retrieve(control), ner=True)
+    _question_case("run() with a lone surrogate and NUL", lambda p: p.run(surrogate + "\x00"), ner=True)
+    _question_case("query engine with a lone surrogate", lambda p: p.as_query_engine().query(surrogate), ner=True)
+    _question_case("chat engine with NUL", lambda p: p.as_chat_engine().chat(control), ner=True)
+    _question_case("aretrieve() with control characters", lambda p: asyncio.run(p.as_retriever().aretrieve(control)),
+                   ner=True)
+    _question_case("MultiRouteRetriever.retrieve() with a lone surrogate", lambda p: p.multi_route.retrieve(surrogate),
+                   ner=True)
+    _question_case("retrieve() with a lone surrogate, rules-only keywords", lambda p: p.retrieve(surrogate))
+    _question_case("retrieve(None)", lambda p: p.retrieve(None), refused=True)
+    _question_case("full_ranking(None)", lambda p: p.multi_route.full_ranking(None), refused=True)
+    _question_case("question_keywords(3.5)", lambda p: p.multi_route.question_keywords(3.5), refused=True)
+    _question_case("retrieve(42)", lambda p: p.retrieve(42), refused=True)
+    _question_case("as_retriever().retrieve(b'bytes')", lambda p: p.as_retriever().retrieve(b"NX-2046"), refused=True)
+    _question_case("run() of 20,000 characters", lambda p: p.run("NX-2046 " * 2500), refused=True)
+    _question_case("chat engine, a message of 20,000 characters", lambda p: p.as_chat_engine().chat("x" * 20_000),
+                   refused=True)
+
+
+_question_cases()
+
+
+@case("odd question", "hiqa ask with 20,000 characters")
+def _cli_long(tmp: Path, store: Path) -> bool:
+    return hiqa("ask", "NX-2046 " * 2500, "--store", store).one_line("question", "10,000")
+
+
+@case("odd question", "hiqa ask with NUL and control characters")
+def _cli_control(tmp: Path, store: Path) -> bool:
+    result = hiqa("ask", "NX-2046\x00 maximum\x07 output current", "--store", store)
+    return result.code == 0 and "NX-2046" in result.out and "failed" not in result.err
+
+
+# --- 8. a route that fails: one line, and the answer says so ------------------------------------
+@case("degraded route", "keyword route raises: one WARNING line, stack at DEBUG, nodes name it")
+def _degraded(tmp: Path, store: Path) -> bool:
+    import logging
+
+    from llama_index_hiqa import schema
+    from llama_index_hiqa.retrievers.keyword_route import KeywordRoute
+
+    real = KeywordRoute.scores, KeywordRoute.scores_within
+
+    def broken(self: object, *args: object) -> dict:
+        raise RuntimeError("keyword index unreadable\n(second line)")
+
+    KeywordRoute.scores = KeywordRoute.scores_within = broken  # type: ignore[method-assign]
+    try:
+        with cheap_models(), _log_records() as records:
+            nodes = _loaded(store).retrieve(QUESTION)
+    finally:
+        KeywordRoute.scores, KeywordRoute.scores_within = real  # type: ignore[method-assign]
+    warned = [r for r in records if r.levelno >= logging.WARNING]
+    stacks = [r for r in records if r.exc_info]
+    return (
+        len(warned) == 1 and "keywords route failed" in warned[0].getMessage()
+        and "keyword index unreadable (second line)" in warned[0].getMessage() and not warned[0].exc_info
+        and len(stacks) == 1 and stacks[0].levelno == logging.DEBUG
+        and bool(nodes) and all(n.node.metadata[schema.ROUTE_SCORES].get("failed") == ["keywords"] for n in nodes)
+    )
+
+
+@case("degraded route", "every route raises: one typed error")
+def _all_routes(tmp: Path, store: Path) -> bool:
+    from llama_index_hiqa.errors import RetrievalRouteError
+    from llama_index_hiqa.retrievers.bm25_route import BM25Route
+    from llama_index_hiqa.retrievers.keyword_route import KeywordRoute
+    from llama_index_hiqa.retrievers.routes import VectorRoute
+
+    def broken(self: object, *args: object) -> dict:
+        raise RuntimeError("down")
+
+    classes = (KeywordRoute, BM25Route, VectorRoute)
+    real = [c.scores for c in classes]
+    for c in classes:
+        c.scores = broken  # type: ignore[method-assign]
+    try:
+        with cheap_models():
+            _loaded(store).retrieve(QUESTION)
+    except RetrievalRouteError as exc:
+        return set(exc.errors) == {"vector", "bm25", "keywords"}
+    except Exception:  # noqa: BLE001
+        return False
+    finally:
+        for c, method in zip(classes, real):
+            c.scores = method  # type: ignore[method-assign]
+    return False
+
+
 @case("damaged cache", "garbage embedding cache file")
 def _cache_garbage(tmp: Path, store: Path) -> bool:
     from llama_index_hiqa.embedding_cache import CachedEmbedding

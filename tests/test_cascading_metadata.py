@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import logging
 from typing import List
 
 import pytest
@@ -431,3 +432,33 @@ def test_combined_header_with_context_header_transform_in_either_order():
         lines, node = header_lines(order)
         assert lines == ["NX-2040 Datasheet > 4 Specifications", summary], order
         assert node.text.startswith("### 4.2 Electrical characteristics")
+
+
+def test_nodes_without_any_heading_warn_once_naming_the_fix(caplog):
+    """SentenceSplitter chunks of SimpleDirectoryReader pages: the cascade is the file name alone."""
+    pages = [Document(text=f"Page {i}. The regulator delivers 150 mA. " * 30, metadata={"file_name": "NX-2040.pdf"})
+             for i in range(2)]
+    chunks = SentenceSplitter(chunk_size=128, chunk_overlap=0).get_nodes_from_documents(pages)
+    assert len(chunks) > 2
+    transform = CascadingMetadataTransform()
+    log = "llama_index_hiqa.transforms.cascading_metadata"
+    with caplog.at_level(logging.WARNING, logger=log):
+        out = transform(chunks)
+        transform(chunks)
+    warnings = [r for r in caplog.records if r.name == log]
+    assert len(warnings) == 1  # once per transform, not per node or call
+    assert f"none of the {len(chunks)} nodes has a heading path" in warnings[0].getMessage()
+    assert "LayoutMarkdownParser()" in warnings[0].getMessage()
+    assert {n.metadata[schema.HEADING_CASCADE] for n in out} == {"NX-2040.pdf"}
+
+
+def test_no_heading_warning_when_a_node_has_a_path_or_a_segment_parser_looked(caplog):
+    with_path = TextNode(text="# 1 Intro\n\nText.", metadata={"file_name": "a.md"})
+    without = TextNode(text="Plain text.", metadata={"file_name": "b.txt"})
+    segment = TextNode(text="A passage.", metadata={schema.PARSE_PATH: "text"})  # a pack parser's
+    log = "llama_index_hiqa.transforms.cascading_metadata"
+    with caplog.at_level(logging.WARNING, logger=log):
+        CascadingMetadataTransform()([with_path, without])
+        CascadingMetadataTransform()([segment])
+        CascadingMetadataTransform(variant="none")([TextNode(text="Plain text.")])
+    assert not [r for r in caplog.records if r.name == log]

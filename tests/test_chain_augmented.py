@@ -4,7 +4,7 @@ import asyncio
 
 import pytest
 from llama_index.core.base.base_retriever import BaseRetriever
-from llama_index.core.bridge.pydantic import ValidationError
+from llama_index_hiqa.errors import InvalidSettingError
 from llama_index.core.schema import NodeWithScore, TextNode
 
 from llama_index_hiqa import ChainAugmentedRetriever, HiQAPackConfig
@@ -85,7 +85,7 @@ def test_chain_copy_of_a_node_is_kept_when_the_chain_lists_it_first():
 @pytest.mark.parametrize("settings, name", [({"head_share": 1.5}, "head_share"), ({"head_share": -0.1}, "head_share"),
                                             ({"top_k": 0}, "top_k"), ({"head_shares": 0.5}, "head_shares")])
 def test_bad_settings_fail_at_construction_naming_the_setting(settings, name):
-    with pytest.raises(ValidationError, match=name):
+    with pytest.raises(InvalidSettingError, match=name):
         ChainAugmentedRetriever(Fixed(FIRST), Fixed(CHAIN), **settings)
 
 

@@ -288,6 +288,32 @@ def test_two_hop_answer_is_found_through_the_keyword_edge_where_vector_top_k_mis
     assert "B" not in [n.node.node_id for n in control.retrieve(QueryBundle("q", embedding=Q_VEC))]
 
 
+def test_scores_fall_down_the_chain_order_so_sorting_by_score_keeps_it():
+    """A postprocessor that sorts or cuts by score keeps the traversal order; the walk's own
+    scores (which rise from a seed's cosine to a hop's scorer value) stay in CHAIN_SCORE."""
+    from llama_index.core.postprocessor import SimilarityPostprocessor
+
+    nodes = two_hop_corpus()
+    graph = ChunkInteractionGraph.from_nodes(nodes, semantic_top_k=2, min_similarity=0.95)
+    retriever = ChunkGraphRetriever(graph, nodes=nodes, keyword_fn=lambda q: ["zorblax"], max_nodes=4)
+    query = QueryBundle("Who founded the maker of Zorblax?", embedding=Q_VEC)
+    out = retriever.retrieve(query)
+    ids = [n.node.node_id for n in out]
+    assert ids[:2] == ["A", "B"]
+    assert [n.score for n in out] == [1.0, 0.5, 1 / 3, 0.25]
+    assert [n.node.node_id for n in sorted(out, key=lambda n: -n.score)] == ids
+    kept = SimilarityPostprocessor(similarity_cutoff=0.3).postprocess_nodes(out, query_bundle=query)
+    assert [n.node.node_id for n in kept] == ids[:3]
+    walk = [n.node.metadata[schema.CHAIN_SCORE] for n in out]
+    assert walk[0] == pytest.approx(float(graph.vectors[0] @ np.asarray(Q_VEC)), abs=1e-6)  # A's cosine
+    assert walk[1] > walk[0]  # the hop's scorer value: sorting by it would put B before A
+    assert schema.CHAIN_SCORE in out[0].node.excluded_llm_metadata_keys
+    merged = ChunkGraphRetriever(graph, nodes=nodes, keyword_fn=lambda q: ["zorblax"], max_nodes=4, merge_chains=True)
+    merged_out = merged.retrieve(query)
+    assert [n.score for n in merged_out] == [1 / (r + 1) for r in range(len(merged_out))]
+    assert merged_out[0].node.metadata[schema.CHAIN_SCORE] == max(walk[:2])
+
+
 def test_greedy_seed_cover_prefers_coverage_then_similarity():
     nodes = [
         make_node("both", unit(0, 1), doc="1", keywords=["paris", "london"]),
@@ -552,3 +578,30 @@ def test_chain_augmented_retriever_keeps_first_ranking_then_appends_new_chain_no
     retriever = ChainAugmentedRetriever(fixed(["a", "b", "c"]), fixed(["c", "d", "a", "e"]), head_share=1.0)
     assert [n.node.node_id for n in retriever.retrieve("q")] == ["a", "b", "c", "d", "e"]
     assert [n.node.node_id for n in asyncio.run(retriever.aretrieve("q"))] == ["a", "b", "c", "d", "e"]
+
+
+def test_from_defaults_builds_from_index_nodes_or_docstore():
+    """LlamaIndex's from_defaults shape: exactly one of index, nodes, docstore; similarity_top_k
+    is the chains' budget."""
+    from llama_index.core import VectorStoreIndex
+    from llama_index.core.embeddings import MockEmbedding
+    from llama_index.core.storage.docstore import SimpleDocumentStore
+
+    from llama_index_hiqa.errors import InvalidSettingError
+
+    settings = dict(graph_settings={"semantic_top_k": 2, "min_similarity": 0.95}, keyword_fn=lambda q: ["zorblax"])
+    query = QueryBundle("q", embedding=Q_VEC)
+    by_nodes = ChunkGraphRetriever.from_nodes(two_hop_corpus(), max_nodes=3, **settings)
+    expected = [n.node.node_id for n in by_nodes.retrieve(query)]
+    index = VectorStoreIndex(two_hop_corpus(), embed_model=MockEmbedding(embed_dim=DIM))
+    docstore = SimpleDocumentStore()
+    docstore.add_documents(two_hop_corpus())
+    for source in ({"nodes": two_hop_corpus()}, {"index": index}, {"docstore": docstore}):
+        retriever = ChunkGraphRetriever.from_defaults(**source, similarity_top_k=3, **settings)
+        assert retriever.settings.max_nodes == 3
+        assert [n.node.node_id for n in retriever.retrieve(query)] == expected, source
+    assert ChunkGraphRetriever.from_defaults(docstore=docstore, **settings).docstore is docstore
+    with pytest.raises(InvalidSettingError, match="exactly one"):
+        ChunkGraphRetriever.from_defaults(nodes=two_hop_corpus(), docstore=docstore)
+    with pytest.raises(GraphBuildError):
+        ChunkGraphRetriever.from_defaults(docstore=SimpleDocumentStore())

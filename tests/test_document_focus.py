@@ -4,7 +4,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from llama_index.core import Document, StorageContext, VectorStoreIndex
-from llama_index.core.bridge.pydantic import ValidationError
+from llama_index_hiqa.errors import InvalidSettingError
 from llama_index.core.schema import QueryBundle, TextNode
 
 from llama_index_hiqa import DocumentFocusRetriever, HiQAPack, MultiRouteRetriever, schema
@@ -251,9 +251,9 @@ def test_an_empty_question_returns_nothing():
 )
 def test_bad_settings_fail_at_construction_naming_the_setting(settings, name):
     multi, _, _ = _retrievers()
-    with pytest.raises(ValidationError, match=name):
+    with pytest.raises(InvalidSettingError, match=name):
         DocumentFocusRetriever(multi, **settings)
-    with pytest.raises(ValidationError, match=name):
+    with pytest.raises(InvalidSettingError, match=name):
         HiQAPack.empty(embed_model=HashingEmbedding(dim=16), document_focus=settings)
 
 

@@ -245,12 +245,11 @@ def hash_backends(monkeypatch):
 
 
 def test_pack_config_rejects_an_unknown_backend():
-    from pydantic import ValidationError
-
+    from llama_index_hiqa.errors import InvalidSettingError
     from llama_index_hiqa.pack import HiQAPackConfig
 
     assert HiQAPackConfig().embed_backend == defaults.DEFAULT_EMBED_BACKEND
-    with pytest.raises(ValidationError, match="embed_backend"):
+    with pytest.raises(InvalidSettingError, match="embed_backend"):
         HiQAPackConfig(embed_backend="cuda")
 
 

@@ -28,6 +28,7 @@ def test_the_suite_covers_every_cause():
     counts = Counter(c.cause for c in CASES)
     assert set(counts) == {
         "damaged store file", "unusable path", "concurrent writers", "removed files", "bad setting",
-        "odd question", "damaged cache",
+        "odd question", "damaged cache", "degraded route",
     }
-    assert counts["damaged store file"] >= 36 and len(CASES) >= 70
+    assert counts["damaged store file"] >= 36 and counts["bad setting"] >= 30 and counts["odd question"] >= 15
+    assert len(CASES) >= 100

@@ -8,11 +8,10 @@ import numpy as np
 import pytest
 from llama_index.core import VectorStoreIndex
 from llama_index.core.base.base_retriever import BaseRetriever
-from llama_index.core.bridge.pydantic import ValidationError
 from llama_index.core.schema import MetadataMode, NodeWithScore, QueryBundle, TextNode
 
 from llama_index_hiqa import schema
-from llama_index_hiqa.errors import RetrievalRouteError, UnknownNodeError
+from llama_index_hiqa.errors import InvalidSettingError, RetrievalRouteError, UnknownNodeError
 from llama_index_hiqa.retrievers import fusion
 from llama_index_hiqa.testing import HashingEmbedding, ScriptedLLM
 from llama_index_hiqa.retrievers.multi_route import MultiRouteConfig, MultiRouteRetriever
@@ -227,21 +226,29 @@ def test_vector_route_is_asked_for_candidates_without_touching_the_users_retriev
     assert user_retriever.similarity_top_k == 1
 
 
-def test_a_failing_route_is_logged_and_the_others_answer(caplog):
+def test_a_failing_route_is_one_warning_line_and_the_others_answer(caplog):
     nodes = make_nodes()
     retriever = MultiRouteRetriever(
-        vector_retriever=_Fixed(error=ConnectionError("vector store down")), nodes=nodes,
+        vector_retriever=_Fixed(error=ConnectionError("vector store down\nat 10.0.0.1")), nodes=nodes,
         keyword_extractor=CriticalKeywordExtractor(use_ner=False),
     )
-    with caplog.at_level(logging.ERROR):
+    route_log = "llama_index_hiqa.retrievers.routes"
+    with caplog.at_level(logging.WARNING):
         results = retriever.retrieve("OPT3004 quiescent current")
     assert ids(results)[0] == "opt3004"
-    assert "vector route failed" in caplog.text and "vector store down" in caplog.text
+    said = [r for r in caplog.records if r.name == route_log]
+    assert len(said) == 1 and said[0].levelno == logging.WARNING and said[0].exc_info is None
+    assert said[0].getMessage() == (
+        "MultiRouteRetriever: the vector route failed (ConnectionError: vector store down at 10.0.0.1); fusing the others"
+    )
+    assert "Traceback" not in caplog.text
     assert all(r.node.metadata[schema.ROUTE_SCORES]["failed"] == ["vector"] for r in results)
     caplog.clear()
-    with caplog.at_level(logging.ERROR):
+    with caplog.at_level(logging.DEBUG, logger=route_log):
         results = asyncio.run(retriever.aretrieve("OPT3004 quiescent current"))
-    assert ids(results)[0] == "opt3004" and "vector store down" in caplog.text
+    said = [r for r in caplog.records if r.name == route_log]
+    assert ids(results)[0] == "opt3004" and [r.levelno for r in said] == [logging.WARNING, logging.DEBUG]
+    assert said[1].exc_info is not None and "vector store down" in caplog.text  # the stack, at DEBUG
 
 
 def test_every_route_failing_raises_a_typed_error():
@@ -279,9 +286,9 @@ def test_unknown_node_ids_are_typed_errors():
 
 
 def test_unknown_settings_are_rejected():
-    with pytest.raises(ValidationError):
+    with pytest.raises(InvalidSettingError, match="alpah"):
         make_retriever(alpah=0.3)
-    with pytest.raises(ValidationError):
+    with pytest.raises(InvalidSettingError, match=r"^alpha: must be <= 1\.0 \(got 2\.0\)$"):
         MultiRouteConfig(alpha=2.0)
 
 
@@ -453,3 +460,36 @@ def test_concurrent_queries_on_one_retriever_keep_their_own_route_failures():
     assert all(e.route == "vector" and "ConnectionError" in e.error for e in failures)
     ends = [e for e in handler.events if isinstance(e, MultiRouteRetrievalEndEvent)]
     assert len(ends) == 16 and sum(bool(e.failed_routes) for e in ends) == 4
+
+
+def test_from_defaults_takes_exactly_one_of_index_nodes_docstore():
+    """LlamaIndex's BM25Retriever.from_defaults shape: index, nodes or docstore, one of them."""
+    from llama_index.core.storage.docstore import SimpleDocumentStore
+
+    from llama_index_hiqa import DocumentFocusRetriever
+    from llama_index_hiqa.errors import InvalidSettingError
+
+    extractor = CriticalKeywordExtractor(use_ner=False, include_document_keywords=False)
+    by_index, index = make_retriever(similarity_top_k=2)
+    from_index = MultiRouteRetriever.from_defaults(index=index, similarity_top_k=2, keyword_extractor=extractor)
+    question = "OPT3004 quiescent current"
+    assert ids(from_index.retrieve(question)) == ids(by_index.retrieve(question))
+    assert from_index.config.similarity_top_k == 2
+
+    # Nodes alone: BM25 and keywords over them; the vector route is the one passed (here none).
+    lexical = MultiRouteRetriever.from_defaults(nodes=make_nodes(), similarity_top_k=1, keyword_extractor=extractor)
+    assert ids(lexical.retrieve(question)) == ["opt3004"]
+    assert lexical.retrieve(question)[0].node.metadata[schema.ROUTE_SCORES]["vector"] is None
+    docstore = SimpleDocumentStore()
+    docstore.add_documents(make_nodes())
+    stored = MultiRouteRetriever.from_defaults(docstore=docstore, similarity_top_k=1, keyword_extractor=extractor)
+    assert ids(stored.retrieve(question)) == ["opt3004"]
+
+    focus = DocumentFocusRetriever.from_defaults(index=index, similarity_top_k=3, keyword_extractor=extractor,
+                                                 heading_weight=0.5)
+    assert focus.config.heading_weight == 0.5 and focus.multi_route.config.similarity_top_k == 3
+    assert ids(focus.retrieve(question))[0] == "opt3004"
+
+    for bad in ({}, {"index": index, "nodes": make_nodes()}):
+        with pytest.raises(InvalidSettingError, match="exactly one of index, nodes or docstore"):
+            MultiRouteRetriever.from_defaults(**bad)

@@ -132,3 +132,21 @@ def test_readme_snippets_run(tmp_path, monkeypatch, server):
         # pack treats a Settings.llm as the user's choice, so it must not see that stand-in.
         monkeypatch.setattr(Settings, "_llm", None)
     assert ran >= 10
+
+
+def test_readme_links_work_off_the_repository():
+    """PyPI shows the README without the repository around it: every link is absolute, and a
+    link into the repository (pyproject's ``Repository`` URL) names a file of this checkout."""
+    import tomllib
+
+    urls = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]["urls"]
+    files = urls["Repository"].rstrip("/") + "/blob/main/"
+    links = re.findall(r"\]\(([^)\s]+)\)", README.read_text(encoding="utf-8"))
+    assert links
+    relative = [link for link in links if not link.startswith(("https://", "http://"))]
+    assert not relative, f"relative links break on PyPI: {relative}"
+    missing = [
+        link for link in links
+        if link.startswith(files) and not (ROOT / link[len(files):].split("#")[0]).exists()
+    ]
+    assert not missing, missing

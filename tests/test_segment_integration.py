@@ -498,10 +498,14 @@ def test_from_index_fills_gaps_from_the_index_docstore():
     assert out[0].node.text == doc.text[1600:2200]
 
 
-def test_reranker_setting_serialises():
-    rse = SegmentIntegrationPostprocessor(reranker=PickyReranker(top_n=3))
+def test_reranker_is_a_part_passed_back_to_from_dict():
+    # A reranker may hold an API key (CohereRerank): to_dict records its class only.
+    reranker = PickyReranker(top_n=3)
+    rse = SegmentIntegrationPostprocessor(reranker=reranker, max_length=4)
     data = rse.to_dict()
-    assert data["reranker"]["top_n"] == 3
+    assert data["reranker"] == {"class_name": "PickyReranker", "not_serialised": True}
+    again = SegmentIntegrationPostprocessor.from_dict(data, reranker=reranker)
+    assert again.reranker is reranker and again.max_length == 4
 
 
 def test_query_engine_prompt_gets_whole_segments_with_header():

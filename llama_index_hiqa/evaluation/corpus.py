@@ -1,9 +1,9 @@
 """Evaluation corpora: documents plus questions with gold evidence.
 
-A :class:`Corpus` is what :class:`~llama_index_hiqa.evaluation.runner.AblationRunner` scores;
-:func:`folder_corpus` builds one from a folder of PDF/Markdown/text files and a questions
+A [`Corpus`][llama_index_hiqa.evaluation.corpus.Corpus] is what [`AblationRunner`][llama_index_hiqa.evaluation.runner.AblationRunner] scores;
+[`folder_corpus`][llama_index_hiqa.evaluation.corpus.folder_corpus] builds one from a folder of PDF/Markdown/text files and a questions
 JSONL (``hiqa eval --docs DIR --questions FILE``). Other corpora (the public benchmarks) are
-built by their own loaders with :func:`document` and :func:`documents_from_pages`.
+built by their own loaders with [`document`][llama_index_hiqa.evaluation.corpus.document] and [`documents_from_pages`][llama_index_hiqa.evaluation.corpus.documents_from_pages].
 """
 
 from __future__ import annotations
@@ -91,7 +91,7 @@ def documents_from_pages(pages: Sequence[Dict[str, Any]]) -> List[Document]:
 def folder_corpus(docs_dir: Path, questions_file: Path, name: Optional[str] = None) -> Corpus:
     """A corpus from a folder of PDF/Markdown/text files and a questions JSONL.
 
-    The JSONL format is described in :mod:`~llama_index_hiqa.evaluation.datasets`.
+    The JSONL format is described in [`datasets`][llama_index_hiqa.evaluation.datasets].
 
     Args:
         docs_dir: the documents' folder.
@@ -99,7 +99,7 @@ def folder_corpus(docs_dir: Path, questions_file: Path, name: Optional[str] = No
         name: the corpus's name; ``None``: the folder's name.
 
     Returns:
-        The :class:`Corpus`.
+        The [`Corpus`][llama_index_hiqa.evaluation.corpus.Corpus].
 
     Raises:
         EvaluationInputError: the folder is missing or has no documents.

@@ -69,7 +69,7 @@ class CrossDocumentQuestion(BaseModel):
     node_ids: Dict[str, List[str]] = Field(description="Each document's nodes under that heading.")
 
     def to_eval_question(self, question_id: str) -> EvalQuestion:
-        """As an :class:`~llama_index_hiqa.evaluation.datasets.EvalQuestion`.
+        """As an `EvalQuestion`.
 
         One gold document per document, the section as the heading.
 
@@ -232,7 +232,7 @@ def cross_document_questions(
         seed: seed of the random choice of documents and sections.
         min_period_gap: the fewest years between two filings of one company compared by a
             question.
-        rules: the generator rules to run (a subset of :data:`RULES`).
+        rules: the generator rules to run (a subset of `RULES`).
 
     Returns:
         The questions, rule by rule.

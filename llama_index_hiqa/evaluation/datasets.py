@@ -1,9 +1,9 @@
 """Question sets with gold evidence: one format for ``hiqa eval`` and every benchmark.
 
-A dataset is a list of :class:`EvalQuestion`, each naming its gold evidence as
-:class:`GoldEvidence` items: a document and, where known, a page (from 0), a passage id,
+A dataset is a list of `EvalQuestion`, each naming its gold evidence as
+[`GoldEvidence`][llama_index_hiqa.evaluation.datasets.GoldEvidence] items: a document and, where known, a page (from 0), a passage id,
 a section heading, or an evidence text. The pack reads its own JSONL format (the demo's
-``questions.jsonl``) and a folder of documents (:func:`load_documents_folder`)::
+``questions.jsonl``) and a folder of documents ([`load_documents_folder`][llama_index_hiqa.evaluation.datasets.load_documents_folder])::
 
     {"id": "q1", "question": "...", "answer": "...",
      "gold": [{"document_id": "NX-2040", "section": "4 Specifications", "page": 1}]}

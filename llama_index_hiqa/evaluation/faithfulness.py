@@ -103,7 +103,7 @@ class FaithfulnessScoreEvaluator(BaseEvaluator):
         embed_model: any LlamaIndex embedding (default: ``Settings.embed_model`` if set, else
             the packaged all-MiniLM-L6-v2 behind the on-disk cache).
 
-    Settings come as a :class:`FaithfulnessSettings` or as keyword overrides of its fields.
+    Settings come as a `FaithfulnessSettings` or as keyword overrides of its fields.
     """
 
     def __init__(
@@ -149,7 +149,7 @@ class FaithfulnessScoreEvaluator(BaseEvaluator):
             **kwargs: ignored (``BaseEvaluator``'s signature).
 
         Returns:
-            A :class:`FaithfulnessResult`: ``score`` = F, its ``band``, ``passing`` only when
+            A `FaithfulnessResult`: ``score`` = F, its ``band``, ``passing`` only when
                 grounded, and the §IV companion scores.
 
         Raises:

@@ -13,14 +13,14 @@ Precision@k, MRR, nDCG@k, hit rate (= page-hit@k for page gold), all-gold@k and 
 
 Everything here is a pure function over numpy arrays: the caller gives, for one query, the
 1-based rank of the best unit matching each gold item (``gold_ranks``), the ranks of every
-relevant unit (``relevant_ranks``) and N. :func:`score_ranking` derives them from a full
+relevant unit (``relevant_ranks``) and N. [`score_ranking`][llama_index_hiqa.evaluation.metrics.score_ranking] derives them from a full
 score vector with the gold matching rules below.
 
 Gold matching rules
 -------------------
 The variants being compared cut the same documents differently (256-token chunks, whole
 chapters, merged segments), so gold is never "a node id of variant A"; a unit is relevant to
-a :class:`~llama_index_hiqa.evaluation.datasets.GoldEvidence` item by the first rule that
+a [`GoldEvidence`][llama_index_hiqa.evaluation.datasets.GoldEvidence] item by the first rule that
 applies, in this order:
 
 1. **passage / node id** (``passage_id`` set): the unit's node id equals it, or the unit's
@@ -99,7 +99,7 @@ def log_rank_index(gold_ranks: Sequence[float], n_candidates: int, gamma: float 
     Args:
         gold_ranks: the best rank (from 1) of each gold item (at least one).
         n_candidates: N, the number of units ranked.
-        gamma: γ > 0 of :func:`log_rank_score`.
+        gamma: γ > 0 of [`log_rank_score`][llama_index_hiqa.evaluation.metrics.log_rank_score].
 
     Returns:
         The index, between 0 and 1.
@@ -415,7 +415,7 @@ def query_ranking(
     unit_docs: Optional[Sequence[Optional[str]]] = None,
     gold_docs: Sequence[Optional[str]] = (),
 ) -> QueryRanking:
-    """Combine per-unit ranks with the relevance matrix of :func:`relevance_matrix`.
+    """Combine per-unit ranks with the relevance matrix of [`relevance_matrix`][llama_index_hiqa.evaluation.metrics.relevance_matrix].
 
     Args:
         unit_ranks: the rank (from 1) of every unit.
@@ -424,7 +424,7 @@ def query_ranking(
         gold_docs: the gold documents whose best unit ranks are wanted.
 
     Returns:
-        A :class:`QueryRanking`: best rank per gold item, ranks of every relevant unit, the
+        A [`QueryRanking`][llama_index_hiqa.evaluation.metrics.QueryRanking]: best rank per gold item, ranks of every relevant unit, the
             number of units and best rank per gold document.
     """
     gold_ranks: List[Optional[int]] = []
@@ -476,7 +476,7 @@ def mean_metrics(per_query: Sequence[Dict[str, float]]) -> Dict[str, float]:
     """Average each metric over queries (the dataset-level figure).
 
     Args:
-        per_query: one :func:`query_metrics` dict a query, all with the same keys.
+        per_query: one [`query_metrics`][llama_index_hiqa.evaluation.metrics.query_metrics] dict a query, all with the same keys.
 
     Returns:
         Metric name -> mean; empty for no queries.
@@ -506,7 +506,7 @@ def score_ranking(
         min_text_overlap: for text gold, the share of word 5-grams a unit must hold.
 
     Returns:
-        Metric name -> value, as :func:`query_metrics`.
+        Metric name -> value, as [`query_metrics`][llama_index_hiqa.evaluation.metrics.query_metrics].
 
     Raises:
         ValueError: ``scores`` and ``units`` differ in length.

@@ -1,4 +1,4 @@
-"""Ablation results: one :class:`VariantResult` per variant, the :class:`AblationResult`
+"""Ablation results: one [`VariantResult`][llama_index_hiqa.evaluation.report.VariantResult] per variant, the `AblationResult`
 table (HiQA Table 2 columns: the Log-Rank Index mean/max/min/std, plus the usual ranking
 metrics), saved as JSON and Markdown, and plotted when matplotlib is installed."""
 
@@ -47,7 +47,7 @@ class AblationResult:
             name: the variant's name.
 
         Returns:
-            Its :class:`VariantResult`.
+            Its [`VariantResult`][llama_index_hiqa.evaluation.report.VariantResult].
 
         Raises:
             KeyError: no variant has that name.

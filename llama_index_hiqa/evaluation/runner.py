@@ -1,9 +1,9 @@
 """The HiQA ablation on your own documents: every variant, every ranking metric, one table.
 
 HiQA §Ablation (Table 2) compares the full method with variants that drop one piece at a
-time; :class:`AblationRunner` builds those variants from the pack's components on any corpus
-(a folder of documents plus a questions file, or any :class:`~llama_index_hiqa.evaluation.corpus.Corpus`) and scores each
-with :mod:`llama_index_hiqa.evaluation.metrics` (Log-Rank Index over *all* N units, Recall@k,
+time; [`AblationRunner`][llama_index_hiqa.evaluation.runner.AblationRunner] builds those variants from the pack's components on any corpus
+(a folder of documents plus a questions file, or any [`Corpus`][llama_index_hiqa.evaluation.corpus.Corpus]) and scores each
+with [`llama_index_hiqa.evaluation.metrics`][llama_index_hiqa.evaluation.metrics] (Log-Rank Index over *all* N units, Recall@k,
 Precision@k, MRR, nDCG@k, hit rate, doc-hit):
 
 ==========================  ==================================================================
@@ -33,7 +33,7 @@ every unit, RRF over the two full rankings; retrievers that return a short list 
 graph, segment integration) rank their units first, in their order, and the remaining units
 follow in the order of the variant they extend.
 
-Re-runs are fast: vectors come from the shared on-disk cache (:class:`CachedEmbedding`), so
+Re-runs are fast: vectors come from the shared on-disk cache ([`CachedEmbedding`][llama_index_hiqa.embedding_cache.CachedEmbedding]), so
 only text no run has embedded before costs CPU; ``max_new_embeddings`` skips (and reports) a
 variant that would embed more than that budget.
 """
@@ -148,7 +148,7 @@ class AblationRunner(BaseModel):
             variants: the variant names to run; ``None`` runs all.
 
         Returns:
-            An :class:`AblationResult` with one result a variant.
+            An `AblationResult` with one result a variant.
 
         Raises:
             EvaluationInputError: ``variants`` names an unknown variant.

@@ -6,7 +6,7 @@ yields a full score vector per question: exact cosine over all unit vectors, BM2
 every unit (the multi-route retriever's BM25 route), reciprocal rank fusion over the two full
 rankings; retrievers that return a short list (chunk graph, segment integration) rank their
 units first, in their order, and the remaining units follow in the order of the variant they
-extend. A :class:`_Workspace` memoises unit sets, vectors and score matrices across variants
+extend. A [`_Workspace`][llama_index_hiqa.evaluation.variants._Workspace] memoises unit sets, vectors and score matrices across variants
 of one run.
 """
 
@@ -52,7 +52,7 @@ def rrf_scores(*score_matrices: np.ndarray, k: float = fusion.RRF_K) -> np.ndarr
     """Reciprocal rank fusion of full rankings, one row per question.
 
     Every unit gets ``Σ 1/(k + rank)``
-    (:func:`~llama_index_hiqa.retrievers.fusion.reciprocal_rank_fusion`).
+    ([`reciprocal_rank_fusion`][llama_index_hiqa.retrievers.fusion.reciprocal_rank_fusion]).
 
     Args:
         *score_matrices: one ``(questions, units)`` score matrix a route, same shape.

@@ -5,7 +5,7 @@ IIER chunk graph's keyword edges ("Leveraging Inter-Chunk Interactions for Enhan
 Large Language Model-Based Question Answering" (IIER, Guo et al.) §3.1) count matches with.
 
 The keywords themselves are extracted by
-:class:`~llama_index_hiqa.transforms.critical_keywords.CriticalKeywordExtractor` into
+[`CriticalKeywordExtractor`][llama_index_hiqa.transforms.critical_keywords.CriticalKeywordExtractor] into
 ``schema.CRITICAL_KEYWORDS``; this module reads them and imports nothing but ``schema``, so
 retrievers and stores use it without the transform.
 """
@@ -149,7 +149,7 @@ class KeywordIndex:
 
         Args:
             node_id: The node's id.
-            keyword: The keyword, already in :func:`normalize_keyword` form.
+            keyword: The keyword, already in [`normalize_keyword`][llama_index_hiqa.indexes.keyword_index.normalize_keyword] form.
 
         Returns:
             True when the node holds it.
@@ -201,7 +201,7 @@ class KeywordIndex:
 
     @classmethod
     def from_persist_dir(cls, persist_dir: Union[str, Path]) -> "KeywordIndex":
-        """Load an index :meth:`persist` saved.
+        """Load an index [`persist`][llama_index_hiqa.indexes.keyword_index.KeywordIndex.persist] saved.
 
         Args:
             persist_dir: The folder holding ``keyword_index.json``.

@@ -1,11 +1,11 @@
 """Shared helpers of the two HiQA segment parsers (HiQA paper, §Markdown Formatter).
 
-Both :class:`~llama_index_hiqa.parsers.layout_markdown.LayoutMarkdownParser` and
-:class:`~llama_index_hiqa.parsers.markdown_formatter.MarkdownFormatterParser` end the same
+Both [`LayoutMarkdownParser`][llama_index_hiqa.parsers.layout_markdown.LayoutMarkdownParser] and
+[`MarkdownFormatterParser`][llama_index_hiqa.parsers.markdown_formatter.MarkdownFormatterParser] end the same
 way: Markdown text is cut at its headings into *segments* (one per chapter of any depth),
 tables become segments of their own inside their chapter, long segments are sub-split, and
 every piece becomes a node carrying the shared schema facts. This module holds that common
-part; what a heading is and what its number says is :mod:`llama_index_hiqa.headings`.
+part; what a heading is and what its number says is [`llama_index_hiqa.headings`][llama_index_hiqa.headings].
 """
 
 from __future__ import annotations
@@ -15,11 +15,13 @@ import re
 from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
+from llama_index.core.bridge.pydantic import Field
 from llama_index.core.node_parser import NodeParser
 from llama_index.core.schema import BaseNode, Document, NodeRelationship, TextNode
 
 from llama_index_hiqa import schema
 from llama_index_hiqa.headings import HeadingNumber, clean_inline, iter_lines, markdown_headings
+from llama_index_hiqa.readers.source_files import SourceReading, has_layout_facts, read_source_files
 
 _TABLE_LINE_RE = re.compile(r"^\s*\|.*\|\s*$")
 _TABLE_SEP_RE = re.compile(r"^\s*\|?\s*:?-{2,}:?\s*(\|\s*:?-{2,}:?\s*)*\|?\s*$")
@@ -29,11 +31,40 @@ _CAPTION_RE = re.compile(r"^(table|tab\.)\s*[\dA-Z][\w.\-]*\b", re.I)
 class SegmentNodeParser(NodeParser):
     """Base of the pack's segment parsers (layout, LLM formatter, line-number sectioning).
 
+    Documents of another reader (``SimpleDirectoryReader``'s pages or raw PDF text) are read
+    again from the file they name (``read_source_files``), so a parser dropped into an app in
+    place of ``SentenceSplitter`` cuts the segments it cuts from ``PDFLayoutReader`` documents.
+
     LlamaIndex's post-processing (ids, relationships, metadata inheritance) runs on the nodes
     without the document-only facts (a filing's layout facts would be copied into every node),
     and the exact character spans the parsers know are restored after it: the base class finds
     spans again by text search, which a repeated sentence fools.
     """
+
+    read_source_files: bool = Field(
+        default=True,
+        description=(
+            "Documents without layout facts (SimpleDirectoryReader's) whose file_path names a "
+            "PDF, HTML, DOCX, Markdown or text file are read again with PDFLayoutReader, once "
+            "per file, giving the segments and document ids of PDFLayoutReader's documents. "
+            "False: their text is cut as it is."
+        ),
+    )
+
+    def source_documents(self, nodes: Sequence[BaseNode]) -> SourceReading:
+        """The documents to cut: ``nodes`` as documents, files read again (``read_source_files``).
+
+        Args:
+            nodes: the documents (or nodes) given to the parser.
+
+        Returns:
+            The documents (or nodes) in order, and those without layout facts left as given.
+        """
+        documents = list(nodes)  # a node stays what it is; each parser reads it as it did
+        if not self.read_source_files:
+            without = [doc for doc in documents if not has_layout_facts(doc)]
+            return SourceReading(documents, without, {d.doc_id: "read_source_files=False" for d in without})
+        return read_source_files(documents)
 
     def _postprocess_parsed_nodes(
         self, nodes: List[BaseNode], parent_doc_map: Dict[str, Document]
@@ -65,7 +96,7 @@ class LevelResolver:
 
         Args:
             parsed: the heading's number, title, implied level and family
-                (:func:`~llama_index_hiqa.headings.parse_heading_number`).
+                ([`parse_heading_number`][llama_index_hiqa.headings.parse_heading_number]).
             style: its style rank (Markdown ``#`` count; larger = smaller type).
 
         Returns:
@@ -217,7 +248,7 @@ def find_tables(
         text: the whole Markdown text.
         start: start of the region searched.
         end: end of the region searched (exclusive).
-        all_lines: :func:`~llama_index_hiqa.headings.iter_lines` of ``text`` when the caller
+        all_lines: [`iter_lines`][llama_index_hiqa.headings.iter_lines] of ``text`` when the caller
             has them; ``None`` computes them.
 
     Returns:
@@ -430,6 +461,23 @@ def _sub_split(
     return out
 
 
+def as_document(node: BaseNode) -> Document:
+    """A node given to a parser as a ``Document`` (a ``Document`` as it is).
+
+    Args:
+        node: the document or node.
+
+    Returns:
+        The document: same text, metadata, id and hidden keys.
+    """
+    if isinstance(node, Document):
+        return node
+    doc = Document(text=node.get_content(), metadata=dict(node.metadata), id_=node.node_id)
+    doc.excluded_embed_metadata_keys = list(node.excluded_embed_metadata_keys)
+    doc.excluded_llm_metadata_keys = list(node.excluded_llm_metadata_keys)
+    return doc
+
+
 def document_title(doc: Document) -> str:
     """A document's title: our key, else the file name, else its id.
 
@@ -535,7 +583,7 @@ def finish_nodes(nodes: List[TextNode]) -> List[TextNode]:
 
     Our character spans come back (LlamaIndex re-derives them by string search and cannot
     find LLM-rewritten text), no document-only fact comes back with the document metadata it
-    merges into every node (pass it :func:`schema.without_document_only_facts` of the parent
+    merges into every node (pass it [`schema.without_document_only_facts`][llama_index_hiqa.schema.without_document_only_facts] of the parent
     map so none does), and the neighbours' metadata copies are dropped.
 
     Args:

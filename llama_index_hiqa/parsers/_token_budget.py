@@ -5,7 +5,7 @@ special tokens included) and silently drops the rest; HiQA's cascade header (§H
 Contextual Augmentor) is embedded in front of the text and spends part of that window. A
 chapter segment of 3,000 characters is therefore embedded by its first ~900 characters only,
 while a financial statement whose bold row labels were taken for headings becomes hundreds of
-two-line segments that carry no context. :func:`fit_pieces_to_window` evens this out, after
+two-line segments that carry no context. [`fit_pieces_to_window`][llama_index_hiqa.parsers._token_budget.fit_pieces_to_window] evens this out, after
 the heading cut and before the nodes are made:
 
 1. **split** every text piece whose header + text exceeds the window, at paragraph, then
@@ -21,7 +21,7 @@ pieces, never drop or repeat a character.
 Tables are embedded by their labels, not their cells (HiQA appendix A.4, B.1: cascade, title,
 "Columns: ...", "Rows: ..."), so a table's cost is that view: a financial statement's sixty
 row labels run to 600 word pieces, of which the model reads the first 256.
-:func:`split_table_piece` cuts such a table between rows into parts whose view fits; every
+[`split_table_piece`][llama_index_hiqa.parsers._token_budget.split_table_piece] cuts such a table between rows into parts whose view fits; every
 part keeps the table's title, column labels and cascade, lists only its own rows, and a later
 part carries the table's Markdown header lines (``schema.TABLE_HEADER``), repeated in its LLM
 view. Table parts are never merged.
@@ -190,7 +190,7 @@ def table_view_tokens(count: TokenCounter, title: str, columns: Sequence[str], r
     """Tokens of a table's embedding view without its cascade.
 
     Title, ``Columns: a; b`` and ``Rows: r1; r2`` lines (the view
-    :class:`~llama_index_hiqa.transforms.cascading_metadata.HCATableNode` renders), each label
+    [`HCATableNode`][llama_index_hiqa.transforms.cascading_metadata.HCATableNode] renders), each label
     counted with its ``; `` separator.
 
     Args:
@@ -276,7 +276,7 @@ def cascade_header_counter(
 ) -> Callable[[Path], int]:
     """Tokens of the cascade header ``title > 1 Chapter > 1.2 Section`` of a heading path.
 
-    The label format of :class:`~llama_index_hiqa.schema.Heading`, cached per path, plus the
+    The label format of [`Heading`][llama_index_hiqa.schema.Heading], cached per path, plus the
     blank line between header and text.
 
     Args:

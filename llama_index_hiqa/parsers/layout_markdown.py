@@ -3,7 +3,7 @@
 The HiQA paper (§Markdown Formatter, Algorithm 1) has an LLM rewrite each document as
 Markdown whose every chapter is a numbered heading, then cuts it into *segments*, one per
 chapter. This parser produces the same segments with no LLM, from what
-:class:`~llama_index_hiqa.PDFLayoutReader` provides: pymupdf4llm's Markdown headings and
+[`PDFLayoutReader`][llama_index_hiqa.readers.pdf.PDFLayoutReader] provides: pymupdf4llm's Markdown headings and
 tables plus the font size/weight of candidate heading lines (``schema.LAYOUT_HEADINGS``),
 corrected by numbering patterns (``1``, ``1.2``, ``1.2.3``, ``A.1``, ``Chapter 3``, and SEC
 filings' ``Part II``, ``Item 7.``, ``Item 7A.``) to get true heading levels. Running
@@ -11,8 +11,14 @@ headers/footers and table-of-contents pages never become headings. Markdown file
 by their ``#`` headings (the rule of LlamaIndex's ``MarkdownNodeParser``, with character
 offsets kept).
 
+Documents of another reader carry no layout facts: ``SimpleDirectoryReader``'s pages (or a
+PDF's raw bytes) are replaced by the file their ``file_path`` names, read again with
+``PDFLayoutReader`` once per file (``read_source_files``, `source_files`),
+so the parser gives the nodes it gives for ``PDFLayoutReader``'s documents; a document it cannot
+read again and that yields no heading is reported in one warning per parser.
+
 It is the default of the pack when no LLM is configured and the fallback of
-:class:`~llama_index_hiqa.parsers.markdown_formatter.MarkdownFormatterParser` for a window
+[`MarkdownFormatterParser`][llama_index_hiqa.parsers.markdown_formatter.MarkdownFormatterParser] for a window
 whose LLM output cannot be used.
 
 Nodes tile the document: node text is exactly ``document.text[CHAR_START:CHAR_END]`` and the
@@ -29,12 +35,13 @@ import bisect
 import logging
 import re
 from collections import Counter
-from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple
+from typing import Any, Callable, ClassVar, Dict, List, Optional, Sequence, Set, Tuple
 
 from llama_index.core.bridge.pydantic import Field, PrivateAttr
 from llama_index.core.schema import BaseNode, Document, TextNode
 from llama_index.core.utils import get_tqdm_iterable
 
+from llama_index_hiqa.component_dict import PartsRoundTrip
 from llama_index_hiqa import schema
 from llama_index_hiqa.figures import images_as_nodes_field, with_figure_nodes
 from llama_index_hiqa.headings import (
@@ -46,6 +53,7 @@ from llama_index_hiqa.headings import (
 )
 from llama_index_hiqa.parsers._markdown_segments import (
     SegmentNodeParser,
+    as_document,
     HeadingMark,
     LevelResolver,
     Piece,
@@ -76,8 +84,18 @@ def _norm_running(line: str) -> str:
     return re.sub(r"\d+", "#", clean_inline(line.replace("|", " ")).lower()).strip()
 
 
-class LayoutMarkdownParser(SegmentNodeParser):
+class LayoutMarkdownParser(PartsRoundTrip, SegmentNodeParser):
     """One node per chapter segment (tables as their own nodes) from layout Markdown."""
+
+    part_names: ClassVar[Tuple[str, ...]] = ("tokenizer",)  # not serialised: component_dict
+
+    def held_parts(self) -> Dict[str, Any]:
+        """The tokenizer (``from_dict(data, tokenizer=...)`` takes it back).
+
+        Returns:
+            ``{"tokenizer": the tokenizer or None}``.
+        """
+        return {"tokenizer": self._tokenizer}
 
     max_segment_chars: Optional[int] = Field(
         default=4000, ge=1,
@@ -123,6 +141,7 @@ class LayoutMarkdownParser(SegmentNodeParser):
     )
 
     _tokenizer: Optional[Callable[[str], Sequence]] = PrivateAttr(default=None)
+    _warned_headless: bool = PrivateAttr(default=False)
 
     def __init__(self, tokenizer: Optional[Callable[[str], Sequence]] = None, **data: Any) -> None:
         """``tokenizer``: the embedding model's (text -> tokens), for ``max_segment_tokens``."""
@@ -138,9 +157,29 @@ class LayoutMarkdownParser(SegmentNodeParser):
     def _parse_nodes(
         self, nodes: Sequence[BaseNode], show_progress: bool = False, **kwargs: Any
     ) -> List[BaseNode]:
+        reading = self.source_documents(nodes)
+        unread = {doc.doc_id for doc in reading.unread}
         out: List[BaseNode] = []
-        for node in get_tqdm_iterable(nodes, show_progress, "Parsing layout segments"):
-            out.extend(self.parse_document(_as_document(node)))
+        headless: List[Document] = []
+        for doc in get_tqdm_iterable(reading.documents, show_progress, "Parsing layout segments"):
+            doc = as_document(doc)
+            doc_nodes = self.parse_document(doc)
+            if doc.doc_id in unread and doc_nodes and not any(schema.has_heading_path(n) for n in doc_nodes):
+                headless.append(doc)
+            out.extend(doc_nodes)
+        if headless and not self._warned_headless:
+            # Once per parser: an ingestion calls it batch after batch with the same cause.
+            self._warned_headless = True
+            first = headless[0]
+            logger.warning(
+                "LayoutMarkdownParser: %d document(s) without layout facts gave segments with no "
+                "heading (first: %s, not read again: %s); each is cut by size alone and its "
+                "cascade holds only its file name. Read the files with "
+                "PDFLayoutReader().load_data(...), or give the documents a file_path naming the "
+                "file (read_source_files=True reads it again).",
+                len(headless), first.metadata.get(schema.FILE_NAME) or first.doc_id,
+                reading.reasons.get(first.doc_id, "?"),
+            )
         return out
 
 
@@ -394,15 +433,6 @@ def plausible_heading(text: str) -> bool:
     if not parsed.number and len(words) >= 8 and sum(w[0].islower() for w in words) > 0.6 * len(words):
         return False
     return True
-
-
-def _as_document(node: BaseNode) -> Document:
-    if isinstance(node, Document):
-        return node
-    doc = Document(text=node.get_content(), metadata=dict(node.metadata), id_=node.node_id)
-    doc.excluded_embed_metadata_keys = list(node.excluded_embed_metadata_keys)
-    doc.excluded_llm_metadata_keys = list(node.excluded_llm_metadata_keys)
-    return doc
 
 
 def _default_parse_path(doc: Document) -> str:

@@ -29,7 +29,7 @@ from __future__ import annotations
 import logging
 import re
 from dataclasses import dataclass, replace
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, ClassVar, Dict, List, Optional, Sequence, Tuple
 
 from llama_index.core.async_utils import asyncio_run, run_jobs
 from llama_index.core.bridge.pydantic import BaseModel, Field, PrivateAttr, field_validator
@@ -37,6 +37,7 @@ from llama_index.core.llms import LLM
 from llama_index.core.prompts import PromptTemplate
 from llama_index.core.schema import BaseNode, NodeRelationship, TextNode
 
+from llama_index_hiqa.component_dict import PartsRoundTrip
 from llama_index_hiqa import schema
 from llama_index_hiqa.figures import images_as_nodes_field, with_figure_nodes
 from llama_index_hiqa.defaults import resolve_llm
@@ -197,7 +198,7 @@ def number_lines(text: str, spans: Sequence[Tuple[int, int]], lo: int, hi: int) 
 
     Args:
         text: the document's text.
-        spans: its line spans (:func:`split_lines`).
+        spans: its line spans ([`split_lines`][llama_index_hiqa.parsers.line_number_segment.split_lines]).
         lo: the first line shown.
         hi: the line after the last one shown.
 
@@ -275,7 +276,7 @@ def merge_short_sections(
 
     Args:
         sections: the sections, partitioning the lines.
-        spans: the line spans (:func:`split_lines`).
+        spans: the line spans ([`split_lines`][llama_index_hiqa.parsers.line_number_segment.split_lines]).
         min_chars: the shortest section kept on its own, in characters.
 
     Returns:
@@ -367,7 +368,7 @@ def chunk_section(
     when one lies in its second half, so chunks rarely start mid-sentence.
 
     Args:
-        spans: the line spans (:func:`split_lines`).
+        spans: the line spans ([`split_lines`][llama_index_hiqa.parsers.line_number_segment.split_lines]).
         section: the section to chunk.
         chunk_chars: the longest chunk, in characters (a single longer line is one chunk).
         text: the document's text, to tell real line ends from wrap points; ``None`` treats
@@ -397,12 +398,14 @@ def chunk_section(
 # --- the parser ---------------------------------------------------------------------------
 
 
-class LineNumberSegmentParser(SegmentNodeParser):
+class LineNumberSegmentParser(PartsRoundTrip, SegmentNodeParser):
     """One node per semantic section (or per chunk of a section), sectioned by an LLM.
 
     >>> parser = LineNumberSegmentParser(llm=llm)              # any LlamaIndex LLM
     >>> nodes = parser.get_nodes_from_documents(documents)     # or in an IngestionPipeline
     """
+
+    part_names: ClassVar[Tuple[str, ...]] = ("llm",)  # not serialised: component_dict
 
     llm: Optional[LLM] = Field(
         default=None, exclude=True, description="LLM that sections; None: Settings.llm."
@@ -460,7 +463,7 @@ class LineNumberSegmentParser(SegmentNodeParser):
     async def _aparse_nodes(
         self, nodes: Sequence[BaseNode], show_progress: bool = False, **kwargs: Any
     ) -> List[BaseNode]:
-        docs = list(nodes)
+        docs = self.source_documents(nodes).documents
         sections = await self.asection_documents(docs, show_progress=show_progress)
         out: List[BaseNode] = []
         for doc, secs in zip(docs, sections):
@@ -484,7 +487,7 @@ class LineNumberSegmentParser(SegmentNodeParser):
     async def asection_documents(
         self, documents: Sequence[BaseNode], show_progress: bool = False
     ) -> List[List[Section]]:
-        """Async :meth:`section_documents`: the LLM's windows run concurrently.
+        """Async [`section_documents`][llama_index_hiqa.parsers.line_number_segment.LineNumberSegmentParser.section_documents]: the LLM's windows run concurrently.
 
         A document too short for the LLM (or with no LLM) is one section; a window whose answer
         failed is one section named by its line range.

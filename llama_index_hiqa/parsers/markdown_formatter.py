@@ -15,10 +15,10 @@ seams; window borders are moved to the nearest line break so that no line is cut
 Every window's answer is checked against its source (share of the source's words found in
 the output; share of output words not in the source; a kept tail; Markdown rather than JSON
 or a one-line blob). A failing answer, an LLM error or a timeout is retried with backoff,
-then the window falls back to :class:`LayoutMarkdownParser` on the window's own text, and the
+then the window falls back to [`LayoutMarkdownParser`][llama_index_hiqa.parsers.layout_markdown.LayoutMarkdownParser] on the window's own text, and the
 nodes say which path produced them (``schema.PARSE_PATH``: ``"llm"`` or
 ``"layout_fallback"``). The document's word coverage is kept on every node
-(``schema.COVERAGE``) and a :class:`MarkdownCoverageWarning` is raised below a threshold.
+(``schema.COVERAGE``) and a [`MarkdownCoverageWarning`][llama_index_hiqa.parsers.markdown_formatter.MarkdownCoverageWarning] is raised below a threshold.
 With no LLM (none given and no ``Settings.llm``) the layout parser does the whole job.
 
 >>> from llama_index_hiqa import MarkdownFormatterParser
@@ -37,13 +37,14 @@ import re
 import warnings
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any, List, Optional, Sequence, Tuple
+from typing import Any, ClassVar, Dict, List, Optional, Sequence, Tuple
 
 from llama_index.core.async_utils import asyncio_run, run_jobs
 from llama_index.core.bridge.pydantic import Field, PrivateAttr
 from llama_index.core.llms import LLM
 from llama_index.core.schema import BaseNode, Document, TextNode
 
+from llama_index_hiqa.component_dict import PartsRoundTrip
 from llama_index_hiqa import schema
 from llama_index_hiqa.figures import images_as_nodes_field, with_figure_nodes
 from llama_index_hiqa.defaults import resolve_llm
@@ -54,13 +55,14 @@ from llama_index_hiqa.llm_calls import (
 from llama_index_hiqa.headings import markdown_headings, parse_heading_number
 from llama_index_hiqa.parsers._markdown_segments import (
     SegmentNodeParser,
+    as_document,
     HeadingMark,
     LevelResolver,
     build_pieces,
     drop_title_marks,
     pieces_to_nodes,
 )
-from llama_index_hiqa.parsers.layout_markdown import LayoutMarkdownParser, _as_document
+from llama_index_hiqa.parsers.layout_markdown import LayoutMarkdownParser
 
 logger = logging.getLogger(__name__)
 
@@ -232,7 +234,7 @@ def check_window(
         context: more text heading numbers may come from (the padding, the previous window).
 
     Returns:
-        A :class:`WindowCheck`: whether it passes, coverage, novelty and the reason it failed.
+        A [`WindowCheck`][llama_index_hiqa.parsers.markdown_formatter.WindowCheck]: whether it passes, coverage, novelty and the reason it failed.
     """
     src, out = _words(source), _words(output)
     if not src:
@@ -262,8 +264,42 @@ def check_window(
     return WindowCheck(True, coverage, novelty)
 
 
-class MarkdownFormatterParser(SegmentNodeParser):
+class MarkdownFormatterParser(PartsRoundTrip, SegmentNodeParser):
     """One node per chapter segment of LLM-formatted Markdown (HiQA Markdown Formatter)."""
+
+    part_names: ClassVar[Tuple[str, ...]] = ("llm",)  # not serialised: component_dict
+
+    def to_dict(self, **kwargs: Any) -> Dict[str, Any]:
+        """``PartsRoundTrip.to_dict`` with the layout parser's own (its tokenizer recorded).
+
+        Args:
+            **kwargs: passed to ``BaseComponent.to_dict``.
+
+        Returns:
+            The dictionary.
+        """
+        data = super().to_dict(**kwargs)
+        data["layout_parser"] = self.layout_parser.to_dict(**kwargs)
+        return data
+
+    @classmethod
+    def from_dict(cls, data: Dict[str, Any], **kwargs: Any) -> "MarkdownFormatterParser":
+        """The parser again, its layout parser from its own dictionary.
+
+        Args:
+            data: ``to_dict``'s dictionary.
+            **kwargs: the parts (``llm=...``, ``layout_parser=...``) and settings to override.
+
+        Returns:
+            The parser.
+
+        Raises:
+            UnserializedPartError: a part that was set is not passed back.
+        """
+        nested = data.get("layout_parser")
+        if isinstance(nested, dict) and "layout_parser" not in kwargs:
+            kwargs["layout_parser"] = LayoutMarkdownParser.from_dict(nested)
+        return super().from_dict(data, **kwargs)
 
     window_words: int = Field(
         default=2000,
@@ -342,7 +378,7 @@ class MarkdownFormatterParser(SegmentNodeParser):
     ) -> List[BaseNode]:
         if self._llm is None:
             return self._layout_only(nodes, show_progress)
-        jobs = [self.aformat_document(_as_document(n)) for n in nodes]
+        jobs = [self.aformat_document(as_document(doc)) for doc in self.source_documents(nodes).documents]
         results = await run_jobs(
             jobs, show_progress=show_progress, workers=self.num_workers,
             desc="Formatting documents as Markdown",
@@ -352,7 +388,7 @@ class MarkdownFormatterParser(SegmentNodeParser):
 
     def _layout_only(self, nodes: Sequence[BaseNode], show_progress: bool) -> List[BaseNode]:
         parser = self.layout_parser.model_copy(
-            update={"max_segment_chars": self.max_segment_chars,
+            update={"max_segment_chars": self.max_segment_chars, "read_source_files": self.read_source_files,
                     "tables_as_nodes": self.tables_as_nodes, "images_as_nodes": self.images_as_nodes}
         )
         return parser._parse_nodes(nodes, show_progress=show_progress)
@@ -464,7 +500,7 @@ class MarkdownFormatterParser(SegmentNodeParser):
     async def aformat_document(self, doc: Document) -> List[TextNode]:
         """Format one document window by window (sequentially) and cut it into nodes.
 
-        A window whose answer fails the checks falls back to :class:`LayoutMarkdownParser` on
+        A window whose answer fails the checks falls back to [`LayoutMarkdownParser`][llama_index_hiqa.parsers.layout_markdown.LayoutMarkdownParser] on
         the window's own text (parse path ``"layout_fallback"``).
 
         Args:
@@ -485,7 +521,7 @@ class MarkdownFormatterParser(SegmentNodeParser):
         return self._nodes_from_results(doc, results)
 
     def format_document(self, doc: Document) -> List[TextNode]:
-        """Synchronous :meth:`aformat_document`; the layout parser's nodes without an LLM.
+        """Synchronous [`aformat_document`][llama_index_hiqa.parsers.markdown_formatter.MarkdownFormatterParser.aformat_document]; the layout parser's nodes without an LLM.
 
         Args:
             doc: the document.

@@ -5,7 +5,7 @@ segment extraction: the candidate chunks of the best documents are laid out run 
 segment could bridge filled from a docstore), and each chosen segment becomes one node whose
 text is its chunks joined in document order (overlap kept once) under a header saying which
 document and section it is from. The selection between the two is
-:func:`~llama_index_hiqa.postprocessors.segment_selection.select_segments`.
+[`select_segments`][llama_index_hiqa.postprocessors.segment_selection.select_segments].
 """
 
 from __future__ import annotations
@@ -182,8 +182,8 @@ def segment_node(
         value: The segment's value (the node's score).
         source: Where the relevance came from (``schema.SEGMENT_RELEVANCE``).
         filled: Whether gaps were filled from a docstore (``schema.SEGMENT_FILL``).
-        separator: See :func:`join_members`.
-        min_overlap_chars: See :func:`join_members`.
+        separator: See [`join_members`][llama_index_hiqa.postprocessors.segment_assembly.join_members].
+        min_overlap_chars: See [`join_members`][llama_index_hiqa.postprocessors.segment_assembly.join_members].
 
     Returns:
         The segment node with its score.

@@ -2,7 +2,7 @@
 
 TextRAG Parts 3 and 4 (Pei Ma's TextRAG blog post (2024), "Reranking" and "Chunks Integration"),
 whose public reference is dsRAG's relevant segment extraction (RSE). Placed after any
-retriever, :class:`SegmentIntegrationPostprocessor` turns ten scattered chunks into the two
+retriever, [`SegmentIntegrationPostprocessor`][llama_index_hiqa.postprocessors.segment_integration.SegmentIntegrationPostprocessor] turns ten scattered chunks into the two
 or three passages where the answer lives, each whole, in reading order, with a header saying
 which document and section it is from:
 
@@ -25,7 +25,7 @@ which document and section it is from:
    max-heap re-examines only the starts a new segment invalidated, so a thousand candidates
    take milliseconds (``benchmarks/bench_segment_integration.py``).
 4. **Fill-in**: chunks inside a segment that were not retrieved are fetched from a docstore
-   (``docstore=`` or :meth:`from_index`) by (document id, position) through a lookup built
+   (``docstore=`` or `from_index`) by (document id, position) through a lookup built
    once, lazily. Without a docstore a segment can only hold retrieved chunks (a missing
    position ends it) and its node says so (``schema.SEGMENT_FILL``).
 5. **Output**: one ``NodeWithScore`` per segment, score = segment value, best first; text
@@ -39,7 +39,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
-from typing import Any, Dict, Iterable, List, Literal, Optional, Sequence, Tuple
+from typing import Any, ClassVar, Dict, Iterable, List, Literal, Optional, Sequence, Tuple
 
 import numpy as np
 from llama_index.core.base.embeddings.base import BaseEmbedding
@@ -53,6 +53,7 @@ from llama_index.core.schema import (
 )
 from llama_index.core.storage.docstore.types import BaseDocumentStore
 
+from llama_index_hiqa.component_dict import PartsRoundTrip
 from llama_index_hiqa import schema
 from llama_index_hiqa.vector_store_access import index_nodes
 from llama_index_hiqa.errors import RerankerError, UnknownNodeError
@@ -130,7 +131,7 @@ UNRETRIEVED_RANK = 1000  # dsRAG's rank for chunks the reranker did not return
 # --- the postprocessor ---------------------------------------------------------------
 
 
-class SegmentIntegrationPostprocessor(BaseNodePostprocessor):
+class SegmentIntegrationPostprocessor(PartsRoundTrip, BaseNodePostprocessor):
     """Rerank retrieved chunks, then return the best contiguous segments of each document.
 
     Drop it into any query engine after the retriever::
@@ -142,6 +143,8 @@ class SegmentIntegrationPostprocessor(BaseNodePostprocessor):
     selects the others (explicit settings override the preset's). Cohere's reranker comes in
     as LlamaIndex's own postprocessor: ``reranker=CohereRerank(api_key=..., top_n=50)``.
     """
+
+    part_names: ClassVar[Tuple[str, ...]] = ("reranker", "embed_model", "docstore")  # not serialised: component_dict
 
     # Unknown settings fail at construction (a misspelt or removed one, e.g. the former
     # cohere_api_key, would otherwise be ignored and rerank nothing).
@@ -248,7 +251,7 @@ class SegmentIntegrationPostprocessor(BaseNodePostprocessor):
 
         They are read from the index's docstore or, over a store that keeps the text (Chroma,
         Qdrant, pgvector, ...), from the nodes listed from the vector store
-        (:mod:`llama_index_hiqa.vector_store_access`).
+        (`llama_index_hiqa.vector_store_access`).
 
         Args:
             index: A LlamaIndex ``VectorStoreIndex`` (or anything with a docstore).
@@ -312,7 +315,7 @@ class SegmentIntegrationPostprocessor(BaseNodePostprocessor):
         """How the reranker is called: a reranker is a remote service or a model of the
         user's (network, quota, parse errors of any type), so a failure ranks by the incoming
         scores (or the embedding cosine) and loses no chunk, unless the user asked for
-        :class:`~llama_index_hiqa.errors.RerankerError`."""
+        [`RerankerError`][llama_index_hiqa.errors.RerankerError]."""
 
         def incoming_scores(_error: BaseException) -> Tuple[str, List[Optional[float]]]:
             if all(n.score is not None for n in nodes):
@@ -442,7 +445,7 @@ def calibration(source: str, settings: Any) -> Tuple[Optional[Tuple[float, float
 
     Returns:
         ``(score_range or None, (a, b))``; a reranker is looked up by its class name
-            in :data:`CALIBRATION`.
+            in [`CALIBRATION`][llama_index_hiqa.postprocessors.segment_integration.CALIBRATION].
     """
     key = source
     if source == "reranker" and settings.reranker is not None:

@@ -5,9 +5,9 @@ TextRAG Part 3 turns each chunk's relevance into a value — ``exp(-rank / decay
 relevance − irrelevant_chunk_penalty``, scaled by the chunk's length over a reference length —
 and Part 4 picks the best runs of consecutive chunks: each at most ``max_length`` chunks,
 together at most ``overall_max_length``, each worth at least ``minimum_value``, never
-overlapping, best first. :func:`select_segments` does this with prefix sums and a lazy
+overlapping, best first. [`select_segments`][llama_index_hiqa.postprocessors.segment_selection.select_segments] does this with prefix sums and a lazy
 max-heap instead of the reference's exhaustive search; a hypothesis test checks it against
-that search. :class:`~llama_index_hiqa.SegmentIntegrationPostprocessor` wraps it.
+that search. [`SegmentIntegrationPostprocessor`][llama_index_hiqa.postprocessors.segment_integration.SegmentIntegrationPostprocessor] wraps it.
 """
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ def chunk_values(
         irrelevant_chunk_penalty: subtracted from every value.
         decay_rate: the rank decay.
         lengths: each chunk's length (``None``: no length adjustment).
-        reference_length: the length below which a chunk weighs 1 (:func:`length_factors`).
+        reference_length: the length below which a chunk weighs 1 ([`length_factors`][llama_index_hiqa.postprocessors.segment_selection.length_factors]).
 
     Returns:
         One value per chunk.

@@ -1,6 +1,6 @@
 """Which files a folder or list load reads, and the document id each one gets.
 
-The rules, stated for users on :class:`~llama_index_hiqa.readers.pdf.PDFLayoutReader`:
+The rules, stated for users on [`PDFLayoutReader`][llama_index_hiqa.readers.pdf.PDFLayoutReader]:
 
 * A folder is walked in sorted path order, its subfolders too when ``recursive``; only files
   with a supported suffix count.
@@ -54,7 +54,7 @@ def plan_folder(folder: Path, suffixes: Sequence[str], recursive: bool, follow_s
         follow_symlinks: whether a symlink whose target lies outside the folder is followed.
 
     Returns:
-        A :class:`LoadPlan`: the files with their ids, and the paths skipped (an unlistable
+        A [`LoadPlan`][llama_index_hiqa.readers._collection.LoadPlan]: the files with their ids, and the paths skipped (an unlistable
             folder, a broken or outside symlink) as ``SkippedDocumentError``.
     """
     root = folder.resolve()
@@ -105,7 +105,7 @@ def plan_paths(paths: Sequence[Union[str, Path]]) -> LoadPlan:
         paths: the files, in the caller's order.
 
     Returns:
-        A :class:`LoadPlan` keeping the caller's order; ids relative to the deepest folder
+        A [`LoadPlan`][llama_index_hiqa.readers._collection.LoadPlan] keeping the caller's order; ids relative to the deepest folder
             holding every file when stems collide.
     """
     unique = list(dict.fromkeys(Path(p) for p in paths))

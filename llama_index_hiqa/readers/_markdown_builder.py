@@ -5,7 +5,7 @@ Formatter) works on Markdown whose chapters are headings and whose tables are Ma
 tables with their caption above them. Formats that state their structure (HTML ``h1``-``h6``,
 DOCX heading styles) are written straight into that shape here, so the segment parsers read
 them exactly as they read a ``.md`` file: ``#`` lines are the headings, ``|`` blocks the
-tables. :class:`MarkdownBuilder` keeps the character offsets of headings and images while
+tables. [`MarkdownBuilder`][llama_index_hiqa.readers._markdown_builder.MarkdownBuilder] keeps the character offsets of headings and images while
 the text is built, so no offset has to be searched for afterwards.
 """
 
@@ -186,7 +186,7 @@ class MarkdownBuilder:
             source_format: ``schema.FORMAT_HTML`` or ``schema.FORMAT_DOCX``.
 
         Returns:
-            A :class:`Parsed` with one page span over the whole text, the headings and images.
+            A [`Parsed`][llama_index_hiqa.readers._markdown_builder.Parsed] with one page span over the whole text, the headings and images.
         """
         text = self.text
         # An image after the last block points just past the text: keep it inside.

@@ -1,4 +1,4 @@
-"""The figures of a PDF for :class:`~llama_index_hiqa.readers.pdf.PDFLayoutReader`: where each
+"""The figures of a PDF for [`PDFLayoutReader`][llama_index_hiqa.readers.pdf.PDFLayoutReader]: where each
 image is, its caption, where in the text it sits and the file it is saved under.
 """
 

@@ -25,7 +25,7 @@ def read_pages(path: Path, pdf: Any, truncated: bool) -> List[_PageLines]:
     Args:
         path: the file, named in errors.
         pdf: the open PyMuPDF document.
-        truncated: whether the file lacks its end-of-file marker (:func:`lacks_eof_marker`).
+        truncated: whether the file lacks its end-of-file marker ([`lacks_eof_marker`][llama_index_hiqa.readers._pdf_integrity.lacks_eof_marker]).
 
     Returns:
         One page's lines a page, in order.

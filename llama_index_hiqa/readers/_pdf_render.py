@@ -1,4 +1,4 @@
-"""PDF pages to Markdown for :class:`~llama_index_hiqa.readers.pdf.PDFLayoutReader`: running
+"""PDF pages to Markdown for [`PDFLayoutReader`][llama_index_hiqa.readers.pdf.PDFLayoutReader]: running
 headers and footers, heading candidates by font size, the fast engine (lines and ruled tables
 in reading order) and the pymupdf4llm engines.
 
@@ -68,7 +68,7 @@ def is_running(settings: Any, line: "_Line", page: "_PageLines", running: set) -
         settings: The reader (its layout settings).
         line: The line.
         page: Its page.
-        running: The texts :func:`running_lines` found.
+        running: The texts [`running_lines`][llama_index_hiqa.readers._pdf_render.running_lines] found.
 
     Returns:
         True for a running line.

@@ -6,7 +6,7 @@ leaves undefined), which keeps every byte of legacy Western European text. A UTF
 a few stray legacy bytes (more valid multi-byte UTF-8 sequences than invalid bytes, as after
 pasting from an old file) stays UTF-8, only the stray bytes read as Windows-1252: decoding the
 whole file as Windows-1252 would turn each of its UTF-8 characters into mojibake ("CafÃ©").
-What is refused, with :class:`~llama_index_hiqa.errors.UndecodableTextError`:
+What is refused, with [`UndecodableTextError`][llama_index_hiqa.errors.UndecodableTextError]:
 
 * the signature of a known binary format (a PNG renamed ``.txt``, a PDF renamed ``.md``);
 * NUL bytes (no text encoding other than UTF-16/32 has them, and those need a byte-order mark);

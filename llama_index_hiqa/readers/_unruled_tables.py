@@ -10,13 +10,13 @@ This finds them from the page's words alone (one ``get_text("words")`` call, no 
 character analysis), at near plain-text speed:
 
 1. words are grouped into visual rows (vertical overlap) and each row into cells at gaps
-   wider than a space (:data:`CELL_GAP`);
+   wider than a space ([`CELL_GAP`][llama_index_hiqa.readers._unruled_tables.CELL_GAP]);
 2. a *data row* has a label cell on the left and at least one value cell (a number, "$ 1,234",
-   "(5,001)", "12.5%", "—") to its right; a table is a run of at least :data:`MIN_DATA_ROWS` data
+   "(5,001)", "12.5%", "—") to its right; a table is a run of at least [`MIN_DATA_ROWS`][llama_index_hiqa.readers._unruled_tables.MIN_DATA_ROWS] data
    rows, with short label-only rows ("Current assets:") allowed between them;
 3. its columns are the overlapping x-ranges of the non-label cells of its data rows (numbers of
    one column overlap, numbers of two columns do not), kept when at least two rows use them;
-4. up to :data:`MAX_HEADER_ROWS` short rows right above it whose cells sit over the columns
+4. up to [`MAX_HEADER_ROWS`][llama_index_hiqa.readers._unruled_tables.MAX_HEADER_ROWS] short rows right above it whose cells sit over the columns
    are its header ("2018 2017", "Min Typ Max Unit"), stacked rows joined per column.
 
 The Markdown keeps the row labels, the column headers and every value; the line above the

@@ -42,7 +42,7 @@ def read_docx(path: Path, max_heading_chars: int = 160) -> Parsed:
             characters.
 
     Returns:
-        The :class:`~llama_index_hiqa.readers._markdown_builder.Parsed` document.
+        The [`Parsed`][llama_index_hiqa.readers._markdown_builder.Parsed] document.
 
     Raises:
         MissingExtraError: python-docx is not installed (names the ``docx`` extra).

@@ -55,7 +55,7 @@ def read_html(path: Path, max_heading_chars: int = 160) -> Parsed:
             characters.
 
     Returns:
-        The :class:`~llama_index_hiqa.readers._markdown_builder.Parsed` document.
+        The [`Parsed`][llama_index_hiqa.readers._markdown_builder.Parsed] document.
 
     Raises:
         MissingExtraError: the ``html`` extra is not installed (names the package).

@@ -15,7 +15,7 @@ against milliseconds for a text layer.
 What OCR boxes say about layout: a box's height follows the type size only roughly
 (descenders, padding; measured on the demo datasheets: body 10 pt lines give boxes of
 11.5-15 pt), so a line counts as larger type only when its box is clearly taller than the
-page's median line (:data:`LARGE_LINE_RATIO`); a short line numbered like a heading
+page's median line ([`LARGE_LINE_RATIO`][llama_index_hiqa.readers.ocr.LARGE_LINE_RATIO]); a short line numbered like a heading
 ("4.1 Absolute maximum ratings", "Item 7") or titled like a statement is marked bold, which
 makes it a heading candidate whose level the segment parser takes from its numbering.
 """
@@ -252,7 +252,7 @@ def is_scan_image(bbox: Sequence[float], page: _PageLines) -> bool:
         page: the page's lines and size.
 
     Returns:
-        ``True`` when the image covers at least :data:`SCAN_COVER_SHARE` of the page.
+        ``True`` when the image covers at least [`SCAN_COVER_SHARE`][llama_index_hiqa.readers.ocr.SCAN_COVER_SHARE] of the page.
     """
     area = max(page.width * page.height, 1.0)
     return (bbox[2] - bbox[0]) * (bbox[3] - bbox[1]) / area >= SCAN_COVER_SHARE

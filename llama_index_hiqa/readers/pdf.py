@@ -4,13 +4,13 @@ HiQA ("HiQA: A Hierarchical Contextual Augmentation RAG for
 Multi-Documents QA" (Chen et al.), §Markdown Formatter) starts from documents whose chapter
 structure is visible: headings, tables with their titles, images with their captions. This
 reader keeps what later stages need to recover that structure, without showing any of it to
-the embedding model or the LLM (every key is hidden with :func:`schema.hide_from_views`):
+the embedding model or the LLM (every key is hidden with [`schema.hide_from_views`][llama_index_hiqa.schema.hide_from_views]):
 
 * ``Document.text``: the file as Markdown, page after page joined with ``"\\n\\n"``: headings as
   ``#`` lines, tables as Markdown tables (their caption is the line above them), running
   headers/footers removed. ``.md``/``.txt`` files are kept as they are; HTML and DOCX files
   are written into the same Markdown from their own heading levels and tables
-  (:mod:`~llama_index_hiqa.readers.html_reader`, :mod:`~llama_index_hiqa.readers.docx_reader`).
+  ([`html_reader`][llama_index_hiqa.readers.html_reader], [`docx_reader`][llama_index_hiqa.readers.docx_reader]).
 * ``PAGE_SPANS``: ``[[page, char_start, char_end], ...]`` (pages from 0), contiguous and
   covering ``Document.text``, so any character span maps back to its pages.
 * ``LAYOUT_HEADINGS``: ``[[char_start, char_end, font_size, bold], ...]`` for the lines of
@@ -18,7 +18,7 @@ the embedding model or the LLM (every key is hidden with :func:`schema.hide_from
   included); ``BODY_FONT_SIZE``: the most common font size of the text. For ``.md`` files the
   ``#`` lines are the headings (font size 0.0 = unknown, bold ``True``).
 * ``IMAGES``: ``[{"page", "bbox", "caption", "char_offset", "xref", "file"}, ...]``: ``file``
-  is the name the image is saved under by content hash (:func:`llama_index_hiqa.figures.save_figures`).
+  is the name the image is saved under by content hash ([`llama_index_hiqa.figures.save_figures`][llama_index_hiqa.figures.save_figures]).
 
 Three engines (``engine=``), chosen by measured pages per second (``benchmarks/bench_reader.py``,
 section "PDF reader speed" of ``benchmarks/RESULTS.md``):
@@ -93,18 +93,18 @@ class PDFLayoutReader(BasePydanticReader):
     ``load_data(path)`` takes a file, a folder (every supported file in it, sorted) or a list
     of paths; ``lazy_load_data`` takes the same and yields one ``Document`` at a time, so a
     caller can ingest a large folder in batches. A single bad file passed directly raises its
-    typed :class:`~llama_index_hiqa.errors.DocumentReadError`; in a folder or a list the reader
-    logs a warning (``log_skipped``), records the file once in :attr:`failures` and goes on.
+    typed [`DocumentReadError`][llama_index_hiqa.errors.DocumentReadError]; in a folder or a list the reader
+    logs a warning (``log_skipped``), records the file once in [`failures`][llama_index_hiqa.readers.pdf.PDFLayoutReader.failures] and goes on.
 
     Bad files: a PDF that is cut short or whose damage MuPDF had to repair with loss (no
     ``%%EOF`` end marker, pages it could not read, fewer pages than the file declares) raises
-    :class:`~llama_index_hiqa.errors.CorruptDocumentError`; "no extractable text" is kept for
+    [`CorruptDocumentError`][llama_index_hiqa.errors.CorruptDocumentError]; "no extractable text" is kept for
     intact PDFs without a text layer. A ``.txt``/``.md`` file holding binary data raises
-    :class:`~llama_index_hiqa.errors.UndecodableTextError`.
+    [`UndecodableTextError`][llama_index_hiqa.errors.UndecodableTextError].
 
     Folders: symlinks whose target lies outside the folder are not followed unless
-    ``follow_symlinks`` (each is a :class:`~llama_index_hiqa.errors.SkippedDocumentError` in
-    :attr:`failures`, as is a broken symlink); symlinks inside it are followed, and a file
+    ``follow_symlinks`` (each is a [`SkippedDocumentError`][llama_index_hiqa.errors.SkippedDocumentError] in
+    [`failures`][llama_index_hiqa.readers.pdf.PDFLayoutReader.failures], as is a broken symlink); symlinks inside it are followed, and a file
     reachable by several paths (symlinks, hard links) is read once, under its path without
     symlinks when there is one.
 
@@ -217,7 +217,7 @@ class PDFLayoutReader(BasePydanticReader):
             extra_info: Metadata added to every document.
 
         Returns:
-            One ``Document`` per readable file; the others are in :attr:`failures`.
+            One ``Document`` per readable file; the others are in [`failures`][llama_index_hiqa.readers.pdf.PDFLayoutReader.failures].
         """
         return list(self.lazy_load_data(file_path, extra_info))
 
@@ -229,7 +229,7 @@ class PDFLayoutReader(BasePydanticReader):
     ) -> Iterator[Document]:
         """Yield the documents of ``load_data`` one file at a time (one parsed file in memory).
 
-        :attr:`failures` is reset when iteration starts and is complete once it ends.
+        [`failures`][llama_index_hiqa.readers.pdf.PDFLayoutReader.failures] is reset when iteration starts and is complete once it ends.
 
         Args:
             file_path: A file, a folder or a list of files.
@@ -242,7 +242,7 @@ class PDFLayoutReader(BasePydanticReader):
 
         Raises:
             DocumentReadError: For a single file that cannot be read (a folder's failures are
-                recorded in :attr:`failures` instead).
+                recorded in [`failures`][llama_index_hiqa.readers.pdf.PDFLayoutReader.failures] instead).
         """
         self._failures = {}
         if isinstance(file_path, (str, Path)) and not Path(file_path).is_dir():

@@ -3,7 +3,7 @@
 HiQA's segment parsers ("HiQA: A Hierarchical Contextual Augmentation RAG for Multi-Documents
 QA", §Markdown Formatter) read Markdown chapters by their ``#`` headings; a ``.md`` file
 already is that shape, so its ``#`` lines are recorded as layout headings (size unknown,
-bold) and nothing is rewritten. Bytes are decoded by :func:`~llama_index_hiqa.readers._text_decode.decode_text`.
+bold) and nothing is rewritten. Bytes are decoded by [`decode_text`][llama_index_hiqa.readers._text_decode.decode_text].
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ def read_text_file(path: Path) -> Parsed:
         path: the ``.md``/``.markdown``/``.txt`` file.
 
     Returns:
-        The :class:`~llama_index_hiqa.readers._markdown_builder.Parsed` document (source
+        The [`Parsed`][llama_index_hiqa.readers._markdown_builder.Parsed] document (source
             format Markdown or text).
 
     Raises:

@@ -7,7 +7,7 @@ belongs to. The PDF's metadata title and the first heading are often useless for
 filings carry their accession number ("0001018724-18-000005") or an editor's file name as
 metadata title, and their first heading is "UNITED STATES SECURITIES AND EXCHANGE COMMISSION".
 
-:func:`document_title` reads, in order of trust:
+[`document_title`][llama_index_hiqa.readers.titles.document_title] reads, in order of trust:
 
 1. **the cover facts of a filing**: the registrant's name (the line above "(Exact name of
    registrant as specified in its charter)"), the form ("FORM 10-K") and the period ("For the
@@ -254,7 +254,7 @@ def document_title(lines: Sequence[CoverLine], metadata_title: str = "", file_st
         file_stem: the file name without suffix (``""`` for none).
 
     Returns:
-        The title, at most :data:`MAX_TITLE_CHARS` characters.
+        The title, at most `MAX_TITLE_CHARS` characters.
     """
     facts = cover_facts(lines)
     from_file = file_name_title(file_stem)

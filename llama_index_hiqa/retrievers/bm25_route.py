@@ -88,7 +88,7 @@ class BM25Route:
 
     @classmethod
     def build_from_chunks(cls, chunks: Iterable[Sequence[BaseNode]], language: str = "en") -> "BM25Route":
-        """What :meth:`build` builds (the default tokenizer), from nodes given a chunk at a
+        """What [`build`][llama_index_hiqa.retrievers.bm25_route.BM25Route.build] builds (the default tokenizer), from nodes given a chunk at a
         time: only the token ids of every node are held at once, never every node or text.
         The scores are those of ``build`` over the same nodes in the same order (the same
         tokens, stemmer and statistics; only the numbering of the vocabulary may differ, which
@@ -205,7 +205,7 @@ class BM25Route:
     name = "bm25"
 
     def scores(self, query: QueryBundle, n: int) -> Dict[str, float]:
-        """The route's best ``n`` for ``query`` (:meth:`top`).
+        """The route's best ``n`` for ``query`` ([`top`][llama_index_hiqa.retrievers.bm25_route.BM25Route.top]).
 
         Args:
             query: the question.
@@ -217,7 +217,7 @@ class BM25Route:
         return self.top(query.query_str, n)
 
     async def ascores(self, query: QueryBundle, n: int) -> Dict[str, float]:
-        """:meth:`scores` in a worker thread.
+        """[`scores`][llama_index_hiqa.retrievers.bm25_route.BM25Route.scores] in a worker thread.
 
         Args:
             query: the question.
@@ -229,7 +229,7 @@ class BM25Route:
         return await asyncio.to_thread(self.scores, query, n)
 
     def scores_within(self, query: QueryBundle, node_ids: Sequence[str]) -> Dict[str, float]:
-        """The positive BM25 scores of ``node_ids`` (:meth:`scores_of`).
+        """The positive BM25 scores of ``node_ids`` ([`scores_of`][llama_index_hiqa.retrievers.bm25_route.BM25Route.scores_of]).
 
         Args:
             query: the question.
@@ -260,11 +260,11 @@ class BM25Route:
 
     @classmethod
     def load(cls, path: Path, tokenizer: Optional[Callable[[str], List[str]]] = None, mmap: bool = False) -> "BM25Route":
-        """What :meth:`persist` wrote; ``mmap``: the score arrays mapped from disk, not read
+        """What [`persist`][llama_index_hiqa.retrievers.bm25_route.BM25Route.persist] wrote; ``mmap``: the score arrays mapped from disk, not read
         into memory (bm25s's own option).
 
         Args:
-            path: the folder :meth:`persist` wrote.
+            path: the folder [`persist`][llama_index_hiqa.retrievers.bm25_route.BM25Route.persist] wrote.
             tokenizer: the tokenizer the route was built with (``None``: the default).
             mmap: map the score arrays from disk.
 

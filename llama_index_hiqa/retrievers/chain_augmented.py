@@ -7,7 +7,7 @@ first retriever (HiQA's multi-route retriever in the pack) answers single-hop qu
 
 Appending the chain nodes after the first retriever's whole top-k leaves the first k nodes a
 reader (or an LLM with a k-node context) sees unchanged, so the chains cannot bring the second
-hop into them. :func:`share_budget` shares the top-k budget instead: the first retriever's
+hop into them. `share_budget` shares the top-k budget instead: the first retriever's
 best ``ceil(head_share * k)`` nodes, then the chain nodes they did not already hold until k
 nodes are listed, then the rest of both lists (nothing retrieved is dropped).
 """
@@ -21,6 +21,7 @@ from typing import Any, List, Optional
 from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.schema import NodeWithScore, QueryBundle
 
+from llama_index_hiqa.questions import CleanQuestions
 from llama_index_hiqa.retrievers.settings import DEFAULT_HEAD_SHARE, ChainBudget  # noqa: F401 (re-exported)
 
 
@@ -63,14 +64,14 @@ def share_budget(
     return out
 
 
-class ChainAugmentedRetriever(BaseRetriever):
+class ChainAugmentedRetriever(CleanQuestions, BaseRetriever):
     """``first``'s best nodes and the ``graph`` retriever's chain nodes in one top-k budget.
 
-    Both run on every question (concurrently in ``aretrieve``); see :func:`share_budget`::
+    Both run on every question (concurrently in ``aretrieve``); see `share_budget`::
 
         retriever = ChainAugmentedRetriever(multi_route_retriever, chunk_graph_retriever, head_share=0.2)
 
-    Settings are :class:`ChainBudget` fields, validated here (a bad value is a pydantic
+    Settings are [`ChainBudget`][llama_index_hiqa.retrievers.settings.ChainBudget] fields, validated here (a bad value is a pydantic
     ``ValidationError`` naming the setting).
     """
 

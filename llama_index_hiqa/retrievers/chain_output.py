@@ -2,10 +2,16 @@
 
 IIER ("Leveraging Inter-Chunk Interactions for Enhanced Retrieval in Large Language
 Model-Based Question Answering" (IIER, Guo et al.) §3.2) returns the chains in traversal
-order so the LLM reads the reasoning path. :func:`chain_results` fills the node budget hop by
+order so the LLM reads the reasoning path. [`chain_results`][llama_index_hiqa.retrievers.chain_output.chain_results] fills the node budget hop by
 hop across chains (every seed first, then every chain's first hop, ...) so one long chain
 cannot crowd out the other seeds, then lists the nodes chain by chain, each a copy tagged
 with ``schema.CHAIN_ID`` / ``schema.CHAIN_HOP`` (or the chain merged into one node).
+
+The returned score is the rank's, ``1 / (rank + 1)``: it falls down the list, so a
+postprocessor that sorts or cuts by score (``SimilarityPostprocessor``, a reranker's fallback)
+keeps the chain order. The walk's own scores (a seed's cosine, then the chain scorer's value of
+each hop) do not fall along a chain and are not comparable between seeds and hops; each node
+keeps its own in ``schema.CHAIN_SCORE``.
 """
 
 from __future__ import annotations
@@ -58,7 +64,7 @@ def chain_results(
         merge: one merged node per chain instead of its nodes.
 
     Returns:
-        The results, chain by chain in traversal order.
+        The results, chain by chain in traversal order, scored by rank ([`rank_score`][llama_index_hiqa.retrievers.chain_output.rank_score]).
     """
     results: List[NodeWithScore] = []
     for c, chain in enumerate(budgeted(chains, budget)):
@@ -78,13 +84,28 @@ def chain_results(
             )
             node.metadata[schema.CHAIN_ID] = c
             node.metadata[schema.CHAIN_HOP] = hop
-            schema.hide_from_views(node, (schema.CHAIN_ID, schema.CHAIN_HOP))
+            node.metadata[schema.CHAIN_SCORE] = score
+            schema.hide_from_views(node, (schema.CHAIN_ID, schema.CHAIN_HOP, schema.CHAIN_SCORE))
             members.append(NodeWithScore(node=node, score=score))
         if merge:
             results.append(merge_chain(c, members))
         else:
             results.extend(members)
+    for rank, result in enumerate(results):
+        result.score = rank_score(rank)
     return results
+
+
+def rank_score(rank: int) -> float:
+    """The score of the ``rank``-th result (0 first): ``1 / (rank + 1)``, falling with rank.
+
+    Args:
+        rank: the place in the results.
+
+    Returns:
+        The score.
+    """
+    return 1.0 / (rank + 1)
 
 
 def merge_chain(chain_id: int, members: List[NodeWithScore]) -> NodeWithScore:
@@ -95,17 +116,19 @@ def merge_chain(chain_id: int, members: List[NodeWithScore]) -> NodeWithScore:
         members: the chain's results.
 
     Returns:
-        The merged node, scored by the chain's best score.
+        The merged node, scored by the chain's best walk score (also its ``CHAIN_SCORE``).
     """
     first = members[0].node
+    best = max(m.score or 0.0 for m in members)
     text = "\n\n".join(m.node.get_content(MetadataMode.NONE) for m in members)
     node = TextNode(
         text=text,
         metadata={
             schema.CHAIN_ID: chain_id,
+            schema.CHAIN_SCORE: best,
             schema.SEGMENT_NODE_IDS: [m.node.node_id for m in members],
             schema.DOCUMENT_ID: schema.get_document_id(first),
         },
     )
-    schema.hide_from_views(node, (schema.CHAIN_ID, schema.SEGMENT_NODE_IDS, schema.DOCUMENT_ID))
-    return NodeWithScore(node=node, score=max(m.score or 0.0 for m in members))
+    schema.hide_from_views(node, (schema.CHAIN_ID, schema.CHAIN_SCORE, schema.SEGMENT_NODE_IDS, schema.DOCUMENT_ID))
+    return NodeWithScore(node=node, score=best)

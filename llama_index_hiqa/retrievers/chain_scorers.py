@@ -1,6 +1,6 @@
 """Scorers for the IIER evidence-chain walk (IIER paper §3.2, eq. 1-4).
 
-At every hop the :class:`~llama_index_hiqa.retrievers.chunk_graph.ChunkGraphRetriever` scores
+At every hop the [`ChunkGraphRetriever`][llama_index_hiqa.retrievers.chunk_graph.ChunkGraphRetriever] scores
 each neighbour of the current chain node and extends the chain with the best one. The paper
 scores with a fine-tuned RoBERTa encoder of (query, path, neighbour) plus a 2-layer MLP over
 the edge weights ``(W_struc, W_sim, W_keyword)``. On a CPU in minutes we cannot fine-tune an
@@ -21,8 +21,8 @@ index  feature
 8      hop index / max hops
 =====  ===============================================================================
 
-* :class:`DefaultChainScorer` — training-free: a documented weighted sum of the features.
-* :class:`TrainedChainScorer` — a 2-layer MLP (numpy, no extra dependency) over the same
+* [`DefaultChainScorer`][llama_index_hiqa.retrievers.chain_scorers.DefaultChainScorer] — training-free: a documented weighted sum of the features.
+* [`TrainedChainScorer`][llama_index_hiqa.retrievers.chain_scorers.TrainedChainScorer] — a 2-layer MLP (numpy, no extra dependency) over the same
   features, fitted with IIER's shortest-path labels (see ``ChunkGraphRetriever.fit``),
   saved to and loaded from JSON.
 """
@@ -241,7 +241,7 @@ class TrainedChainScorer(ChainScorer):
 
     @classmethod
     def load(cls, path: Union[str, Path]) -> "TrainedChainScorer":
-        """A scorer :meth:`save` wrote.
+        """A scorer [`save`][llama_index_hiqa.retrievers.chain_scorers.TrainedChainScorer.save] wrote.
 
         Args:
             path: the JSON file.

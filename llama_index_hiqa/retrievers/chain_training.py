@@ -1,12 +1,12 @@
-"""Training the evidence-chain scorer of :class:`~llama_index_hiqa.ChunkGraphRetriever`.
+"""Training the evidence-chain scorer of [`ChunkGraphRetriever`][llama_index_hiqa.retrievers.chunk_graph.ChunkGraphRetriever].
 
 "Leveraging Inter-Chunk Interactions for Enhanced Retrieval in Large Language Model-Based
 Question Answering" (IIER, Guo et al.) §3.2 trains the scorer that picks each hop with
 shortest-path supervision: for a question and its gold chunks, the graph path between gold
 chunks is walked step by step, and at each step the next node on the path is a positive, the
-other neighbours negatives. :func:`chain_training_examples` builds those feature rows with
-the retriever's own seeds and feature function, :func:`fit_chain_scorer` fits a
-:class:`~llama_index_hiqa.retrievers.chain_scorers.TrainedChainScorer` on them and hands it to
+other neighbours negatives. [`chain_training_examples`][llama_index_hiqa.retrievers.chain_training.chain_training_examples] builds those feature rows with
+the retriever's own seeds and feature function, [`fit_chain_scorer`][llama_index_hiqa.retrievers.chain_training.fit_chain_scorer] fits a
+[`TrainedChainScorer`][llama_index_hiqa.retrievers.chain_scorers.TrainedChainScorer] on them and hands it to
 the retriever.
 """
 
@@ -99,7 +99,7 @@ def fit_chain_scorer(
     gold_evidence: Sequence[Sequence[str]],
     scorer: Optional[TrainedChainScorer] = None,
 ) -> TrainedChainScorer:
-    """Fit a :class:`TrainedChainScorer` on questions and their gold chunk ids and set it as
+    """Fit a [`TrainedChainScorer`][llama_index_hiqa.retrievers.chain_scorers.TrainedChainScorer] on questions and their gold chunk ids and set it as
     the retriever's scorer.
 
     Args:
@@ -112,7 +112,7 @@ def fit_chain_scorer(
         The fitted scorer.
 
     Raises:
-        ValueError: when no training example was found (:func:`chain_training_examples`).
+        ValueError: when no training example was found ([`chain_training_examples`][llama_index_hiqa.retrievers.chain_training.chain_training_examples]).
     """
     x, y = chain_training_examples(retriever, questions, gold_evidence)
     fitted = (scorer or TrainedChainScorer()).fit(x, y)

@@ -10,11 +10,11 @@ by selecting seed chunks that greedily cover the question's keywords (prompt A.1
 from each seed up to L = 5 hops, each hop moving to the neighbour a scorer rates best; the
 chains are returned in traversal order so the LLM reads the reasoning path.
 
-* :class:`~llama_index_hiqa.retrievers.chunk_interaction_graph.ChunkInteractionGraph` — the
+* [`ChunkInteractionGraph`][llama_index_hiqa.retrievers.chunk_interaction_graph.ChunkInteractionGraph] — the
   graph (its own module; importable from here too).
-* :class:`ChunkGraphRetriever` — a LlamaIndex ``BaseRetriever`` (drops into any query engine)
+* [`ChunkGraphRetriever`][llama_index_hiqa.retrievers.chunk_graph.ChunkGraphRetriever] — a LlamaIndex ``BaseRetriever`` (drops into any query engine)
   with a training-free scorer by default; a trained one is fitted by
-  :func:`~llama_index_hiqa.retrievers.chain_training.fit_chain_scorer`, beside the scorers.
+  [`fit_chain_scorer`][llama_index_hiqa.retrievers.chain_training.fit_chain_scorer], beside the scorers.
 
 Keywords are read from ``schema.CRITICAL_KEYWORDS`` in node metadata (written by the
 ``CriticalKeywordExtractor`` transform); for nodes without them, and for the question when no
@@ -35,8 +35,9 @@ from llama_index.core.retrievers import BaseRetriever
 from llama_index.core.schema import BaseNode, NodeWithScore, QueryBundle
 from llama_index.core.storage.docstore import BaseDocumentStore
 
+from llama_index_hiqa.questions import CleanQuestions
 from llama_index_hiqa import schema
-from llama_index_hiqa.vector_store_access import index_nodes
+from llama_index_hiqa.vector_store_access import index_nodes, one_node_source
 from llama_index_hiqa.defaults import resolve_embed_model, resolve_llm
 from llama_index_hiqa.errors import GraphBuildError, LLMOutputError, UnknownNodeError
 from llama_index_hiqa.retrievers.settings import ChainSearchSettings  # noqa: F401 (re-exported)
@@ -71,8 +72,8 @@ QUESTION_KEYWORDS_PROMPT = QUERY_KEYWORD_PROMPT
 # --- the retriever -------------------------------------------------------------------
 
 
-class ChunkGraphRetriever(BaseRetriever):
-    """IIER evidence-chain retriever over a :class:`ChunkInteractionGraph`.
+class ChunkGraphRetriever(CleanQuestions, BaseRetriever):
+    """IIER evidence-chain retriever over a [`ChunkInteractionGraph`][llama_index_hiqa.retrievers.chunk_interaction_graph.ChunkInteractionGraph].
 
     >>> retriever = ChunkGraphRetriever.from_nodes(nodes, max_nodes=10)
     >>> query_engine = RetrieverQueryEngine.from_args(retriever)
@@ -131,7 +132,7 @@ class ChunkGraphRetriever(BaseRetriever):
             nodes: the chunks.
             embed_model: the embedding model (chunks without ``node.embedding``, and questions).
             keyword_fn: text -> keywords (chunks and questions).
-            graph_settings: :class:`ChunkInteractionGraph` settings.
+            graph_settings: [`ChunkInteractionGraph`][llama_index_hiqa.retrievers.chunk_interaction_graph.ChunkInteractionGraph] settings.
             show_progress: show progress bars.
             **kwargs: the retriever's other settings.
 
@@ -152,13 +153,13 @@ class ChunkGraphRetriever(BaseRetriever):
     def from_index(cls, index: Any, show_progress: bool = False, **kwargs: Any) -> "ChunkGraphRetriever":
         """Build over the nodes of a ``VectorStoreIndex``: text from its docstore or, over a
         store that keeps the text (Chroma, Qdrant, pgvector, ...), from the vector store
-        (:mod:`llama_index_hiqa.vector_store_access`); vectors from the vector store where it returns
+        (`llama_index_hiqa.vector_store_access`); vectors from the vector store where it returns
         them, else the index's embed model recomputes them.
 
         Args:
             index: the ``VectorStoreIndex``.
             show_progress: show progress bars.
-            **kwargs: passed on to :meth:`from_nodes`.
+            **kwargs: passed on to [`from_nodes`][llama_index_hiqa.retrievers.chunk_graph.ChunkGraphRetriever.from_nodes].
 
         Returns:
             The retriever.
@@ -167,18 +168,65 @@ class ChunkGraphRetriever(BaseRetriever):
             GraphBuildError: when the index holds no nodes.
         """
         listed, docstore = index_nodes(index, "ChunkGraphRetriever")
+        kwargs.setdefault("embed_model", getattr(index, "_embed_model", None))
+        return cls._over_docstore(listed, docstore, index.vector_store, show_progress, **kwargs)
+
+    @classmethod
+    def from_defaults(
+        cls,
+        index: Any = None,
+        nodes: Optional[Sequence[BaseNode]] = None,
+        docstore: Optional[BaseDocumentStore] = None,
+        similarity_top_k: Optional[int] = None,
+        show_progress: bool = False,
+        **kwargs: Any,
+    ) -> "ChunkGraphRetriever":
+        """LlamaIndex's ``from_defaults`` shape (as ``BM25Retriever.from_defaults``): exactly one
+        of ``index`` ([`from_index`][llama_index_hiqa.retrievers.chunk_graph.ChunkGraphRetriever.from_index]), ``nodes`` ([`from_nodes`][llama_index_hiqa.retrievers.chunk_graph.ChunkGraphRetriever.from_nodes]) or ``docstore`` (the
+        graph over its nodes, text read from it by id).
+
+        Args:
+            index: a ``VectorStoreIndex`` (any vector store).
+            nodes: the chunks.
+            docstore: a docstore holding the chunks.
+            similarity_top_k: nodes returned per question (``max_nodes``, the chains' budget).
+            show_progress: show progress bars.
+            **kwargs: passed on to [`from_nodes`][llama_index_hiqa.retrievers.chunk_graph.ChunkGraphRetriever.from_nodes].
+
+        Returns:
+            The retriever.
+
+        Raises:
+            InvalidSettingError: not exactly one of ``index``, ``nodes``, ``docstore``.
+            GraphBuildError: the index or docstore holds no nodes.
+        """
+        one_node_source("ChunkGraphRetriever.from_defaults", index, nodes, docstore)
+        if similarity_top_k is not None:
+            kwargs["max_nodes"] = similarity_top_k
+        if index is not None:
+            return cls.from_index(index, show_progress=show_progress, **kwargs)
+        if docstore is not None:
+            return cls._over_docstore(list(docstore.docs.values()), docstore, None, show_progress, **kwargs)
+        return cls.from_nodes(nodes, show_progress=show_progress, **kwargs)
+
+    @classmethod
+    def _over_docstore(
+        cls, listed: Sequence[BaseNode], docstore: BaseDocumentStore, vector_store: Any,
+        show_progress: bool, **kwargs: Any,
+    ) -> "ChunkGraphRetriever":
+        # Copies: the graph build writes vectors and keywords into the nodes it is given, and
+        # the docstore's own nodes stay as they were stored.
         nodes = [n.model_copy() for n in listed]
         if not nodes:
             raise GraphBuildError("the index holds no nodes")
         for node in nodes:
-            if node.embedding is None:
+            if node.embedding is None and vector_store is not None:
                 try:
-                    node.embedding = index.vector_store.get(node.node_id)
+                    node.embedding = vector_store.get(node.node_id)
                 # Safe: a store without get() (or without this id) raises its own error type;
                 # the node's vector is then computed by the embed model below, nothing is lost.
                 except Exception as exc:  # noqa: BLE001
                     logger.debug("vector store gave no vector for %s (%s); embedding it", node.node_id, exc)
-        kwargs.setdefault("embed_model", getattr(index, "_embed_model", None))
         retriever = cls.from_nodes(nodes, show_progress=show_progress, **kwargs)
         retriever.docstore, retriever._nodes = docstore, {}
         return retriever
@@ -223,7 +271,7 @@ class ChunkGraphRetriever(BaseRetriever):
         return self._keywords_from_llm_answer(question, answer)
 
     async def aquestion_keywords(self, question: str) -> Set[str]:
-        """As :meth:`question_keywords`, with the LLM called asynchronously.
+        """As [`question_keywords`][llama_index_hiqa.retrievers.chunk_graph.ChunkGraphRetriever.question_keywords], with the LLM called asynchronously.
 
         Args:
             question: The question.

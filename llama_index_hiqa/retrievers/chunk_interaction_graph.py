@@ -7,14 +7,14 @@ semantic (each chunk to its top-k most similar chunks, weight = cosine; k = 5 in
 keyword (chunks sharing more than two keywords, weight = size of the intersection; document
 titles are not keywords).
 
-:class:`ChunkInteractionGraph` builds it with a blocked matrix top-k and a sparse keyword
+[`ChunkInteractionGraph`][llama_index_hiqa.retrievers.chunk_interaction_graph.ChunkInteractionGraph] builds it with a blocked matrix top-k and a sparse keyword
 co-occurrence product (no all-pairs Python loop), extends it incrementally
-(:meth:`~ChunkInteractionGraph.add_nodes`), drops chunks (:meth:`~ChunkInteractionGraph.without_nodes`)
+([`add_nodes`][llama_index_hiqa.retrievers.chunk_interaction_graph.ChunkInteractionGraph.add_nodes]), drops chunks ([`without_nodes`][llama_index_hiqa.retrievers.chunk_interaction_graph.ChunkInteractionGraph.without_nodes])
 and saves it as rows (``node_records`` / ``edge_records`` / ``from_records``: a folder's files
 with ``persist`` / ``load``, or the PostgreSQL store's tables). Text stays
 in the docstore; the graph keeps ids, document/position, keywords and the embedding matrix,
-and answers by node id or by row (the row of a node in :attr:`node_ids` / :attr:`vectors`),
-which is what the evidence-chain search of :mod:`llama_index_hiqa.retrievers.chunk_graph`
+and answers by node id or by row (the row of a node in `node_ids` / `vectors`),
+which is what the evidence-chain search of [`llama_index_hiqa.retrievers.chunk_graph`][llama_index_hiqa.retrievers.chunk_graph]
 walks on.
 """
 
@@ -131,7 +131,7 @@ class ChunkInteractionGraph(InteractionGraphSettings):
         show_progress: bool = False,
         **settings: Any,
     ) -> "ChunkInteractionGraph":
-        """Build the graph over ``nodes`` (see :meth:`add_nodes`).
+        """Build the graph over ``nodes`` (see [`add_nodes`][llama_index_hiqa.retrievers.chunk_interaction_graph.ChunkInteractionGraph.add_nodes]).
 
         Args:
             nodes: the chunks.
@@ -431,7 +431,7 @@ class ChunkInteractionGraph(InteractionGraphSettings):
     @property
     def knn(self) -> Tuple[np.ndarray, np.ndarray]:
         """Every row's semantic top-k (rows, cosines; -1 / -inf where fewer exist): what
-        :meth:`add_nodes` updates incrementally."""
+        [`add_nodes`][llama_index_hiqa.retrievers.chunk_interaction_graph.ChunkInteractionGraph.add_nodes] updates incrementally."""
         return self._knn_ids, self._knn_sims
 
     @classmethod
@@ -445,8 +445,8 @@ class ChunkInteractionGraph(InteractionGraphSettings):
         knn_ids: np.ndarray,
         knn_sims: np.ndarray,
     ) -> "ChunkInteractionGraph":
-        """The graph saved as :meth:`node_records`, :meth:`edge_records`, :attr:`vectors`
-        (unit rows) and :attr:`knn`, nothing recomputed (``graph_records.from_records``).
+        """The graph saved as [`node_records`][llama_index_hiqa.retrievers.chunk_interaction_graph.ChunkInteractionGraph.node_records], [`edge_records`][llama_index_hiqa.retrievers.chunk_interaction_graph.ChunkInteractionGraph.edge_records], [`vectors`][llama_index_hiqa.retrievers.chunk_interaction_graph.ChunkInteractionGraph.vectors]
+        (unit rows) and [`knn`][llama_index_hiqa.retrievers.chunk_interaction_graph.ChunkInteractionGraph.knn], nothing recomputed (``graph_records.from_records``).
 
         Args:
             settings: the graph's settings.
@@ -472,7 +472,7 @@ class ChunkInteractionGraph(InteractionGraphSettings):
 
     @classmethod
     def load(cls, persist_dir: Union[str, Path]) -> "ChunkInteractionGraph":
-        """The graph :meth:`persist` wrote.
+        """The graph [`persist`][llama_index_hiqa.retrievers.chunk_interaction_graph.ChunkInteractionGraph.persist] wrote.
 
         Args:
             persist_dir: the folder.

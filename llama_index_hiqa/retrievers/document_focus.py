@@ -28,7 +28,7 @@ then lists one node per page before a second node of any page, so the top k show
 A question can be about several documents ("3M's capital expenditure in FY2018 and FY2022",
 "which of the NX-2041 and NX-2044 ..."). How many documents are ranked this way, and how
 they share the first places, is chosen per question from the question's title keywords and
-the multi-route ranking (:mod:`~llama_index_hiqa.retrievers.focus_share`);
+the multi-route ranking ([`focus_share`][llama_index_hiqa.retrievers.focus_share]);
 ``focus_documents`` caps it. The focused documents' nodes come first, then the multi-route
 ranking's other results.
 """
@@ -46,8 +46,10 @@ from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.base.embeddings.base import BaseEmbedding
 from llama_index.core.schema import BaseNode, NodeWithScore, QueryBundle
 
+from llama_index_hiqa.questions import CleanQuestions, question_bundle
 from llama_index_hiqa import schema
 from llama_index_hiqa.retrievers import focus_share
+from llama_index_hiqa.retrievers.multi_route import MultiRouteRetriever
 from llama_index_hiqa.retrievers.settings import BM25, KEYWORDS, VECTOR, DocumentFocusConfig  # noqa: F401 (re-exported)
 from llama_index_hiqa.settings import updated
 
@@ -258,8 +260,20 @@ def one_per_page_first(ranked: Sequence[str], page_of: Mapping[str, Any]) -> Lis
     return first + rest
 
 
+def failed_routes(results: Sequence[NodeWithScore]) -> List[str]:
+    """The routes that failed on the question ``results`` answer (``ROUTE_SCORES["failed"]``).
+
+    Args:
+        results: a multi-route retriever's results.
+
+    Returns:
+        The route names, sorted; empty when every route answered.
+    """
+    return sorted({r for hit in results for r in hit.node.metadata.get(schema.ROUTE_SCORES, {}).get("failed", ())})
+
+
 # -- retriever ---------------------------------------------------------------------------
-class DocumentFocusRetriever(BaseRetriever):
+class DocumentFocusRetriever(CleanQuestions, BaseRetriever):
     """A multi-route retriever's best document(s) ranked again node by node, listed first.
 
     Put it where the multi-route retriever was::
@@ -267,15 +281,15 @@ class DocumentFocusRetriever(BaseRetriever):
         retriever = DocumentFocusRetriever(multi_route, embed_model=embed_model)
         nodes = retriever.retrieve("What is the FY2018 capital expenditure of 3M?")
 
-    ``multi_route`` is a :class:`~llama_index_hiqa.MultiRouteRetriever` (it answers which
+    ``multi_route`` is a [`MultiRouteRetriever`][llama_index_hiqa.retrievers.multi_route.MultiRouteRetriever] (it answers which
     document and scores that document's nodes); ``embed_model`` embeds the question once for
     both and the heading paths (kept in memory after their first use; an embedding model with
     a content-hash cache keeps them across processes). ``heading_vectors`` (the pack passes
-    its store's, :mod:`~llama_index_hiqa.storage.heading_vectors`) answers ``lookup(texts) ->
+    its store's, `heading_vectors`) answers ``lookup(texts) ->
     {text: unit vector}`` with the heading vectors computed at ingestion, and, for a database
-    store, ``node_facts(ids)`` with what :func:`focus_facts` keeps of each node, so the first
+    store, ``node_facts(ids)`` with what `focus_facts` keeps of each node, so the first
     question about a document embeds none of its headings and reads none of its nodes. Settings are
-    :class:`DocumentFocusConfig` fields, validated here. Each returned node carries the
+    [`DocumentFocusConfig`][llama_index_hiqa.retrievers.settings.DocumentFocusConfig] fields, validated here. Each returned node carries the
     focus scores in ``metadata["route_scores"]`` next to the routes' own.
     """
 
@@ -297,6 +311,47 @@ class DocumentFocusRetriever(BaseRetriever):
         # document's nodes only the first time a question lands on it.
         self._facts: Dict[str, _NodeFacts] = {}
         super().__init__(callback_manager=getattr(multi_route, "callback_manager", None))
+
+    @classmethod
+    def from_defaults(
+        cls,
+        index: Any = None,
+        nodes: Optional[Sequence[BaseNode]] = None,
+        docstore: Any = None,
+        vector_retriever: Any = None,
+        embed_model: Optional[BaseEmbedding] = None,
+        similarity_top_k: Optional[int] = None,
+        **settings: Any,
+    ) -> "DocumentFocusRetriever":
+        """LlamaIndex's ``from_defaults`` shape: a
+        [`MultiRouteRetriever.from_defaults`][llama_index_hiqa.retrievers.multi_route.MultiRouteRetriever.from_defaults]
+        over exactly one of ``index``, ``nodes`` or ``docstore``, focused.
+
+        Args:
+            index: a ``VectorStoreIndex`` (any vector store); its embed model embeds the
+                question and the heading paths unless ``embed_model`` is given.
+            nodes: the nodes to retrieve from.
+            docstore: a docstore holding them.
+            vector_retriever: the vector route for ``nodes`` / ``docstore``.
+            embed_model: embeds the question and the heading paths.
+            similarity_top_k: nodes returned per query.
+            **settings: [`DocumentFocusConfig`][llama_index_hiqa.retrievers.settings.DocumentFocusConfig] fields; the others go to the multi-route
+                retriever.
+
+        Returns:
+            The retriever.
+
+        Raises:
+            InvalidSettingError: not exactly one of ``index``, ``nodes``, ``docstore``.
+        """
+        focus = {key: settings.pop(key) for key in list(settings) if key in DocumentFocusConfig.model_fields}
+        multi_route = MultiRouteRetriever.from_defaults(
+            index=index, nodes=nodes, docstore=docstore, vector_retriever=vector_retriever,
+            similarity_top_k=similarity_top_k, **settings,
+        )
+        if embed_model is None and index is not None:
+            embed_model = getattr(index, "_embed_model", None)
+        return cls(multi_route, embed_model=embed_model, **focus)
 
     @property
     def similarity_top_k(self) -> int:
@@ -371,31 +426,38 @@ class DocumentFocusRetriever(BaseRetriever):
             ids.extend(self.multi_route.document_node_ids(document_id))
         return self._rank_groups(query, {"": ids}).get("", [])
 
-    def rank_documents(self, query: QueryBundle, document_ids: Sequence[str]) -> Dict[str, List[Tuple[str, float, Dict[str, Any]]]]:
-        """Each document's nodes ranked on its own (as :meth:`rank_document` ranks one), with
+    def rank_documents(
+        self, query: QueryBundle, document_ids: Sequence[str], failed: Sequence[str] = ()
+    ) -> Dict[str, List[Tuple[str, float, Dict[str, Any]]]]:
+        """Each document's nodes ranked on its own (as [`rank_document`][llama_index_hiqa.retrievers.document_focus.DocumentFocusRetriever.rank_document] ranks one), with
         every route, the stored facts and the heading vectors asked once for all of them.
 
         Args:
             query: the question, embedded.
             document_ids: the documents.
+            failed: routes that failed on this question (not asked again).
 
         Returns:
             Document id -> its ranking, for the documents with nodes and at most
                 ``max_document_nodes`` of them.
         """
-        return self._rank_groups(query, {d: self.multi_route.document_node_ids(d) for d in document_ids})
+        return self._rank_groups(query, {d: self.multi_route.document_node_ids(d) for d in document_ids}, failed)
 
-    def _rank_groups(self, query: QueryBundle, groups: Mapping[str, List[str]]) -> Dict[str, List[Tuple[str, float, Dict[str, Any]]]]:
+    def _rank_groups(
+        self, query: QueryBundle, groups: Mapping[str, List[str]], failed: Sequence[str] = ()
+    ) -> Dict[str, List[Tuple[str, float, Dict[str, Any]]]]:
         """Each group of node ids ranked on its own; the routes asked once over their union.
         A node's route scores do not depend on which other nodes are asked with it (collection-wide
-        statistics), and the normalisation is per group, so a group ranks as if asked alone."""
+        statistics), and the normalisation is per group, so a group ranks as if asked alone.
+        The routes in ``failed`` (they failed on this question) are not asked again."""
         groups = {g: ids for g, ids in groups.items() if ids and len(ids) <= self.config.max_document_nodes}
         if not groups:
             return {}
         facts = self._node_facts([i for ids in groups.values() for i in ids])
         groups = {g: [i for i in ids if i in facts] for g, ids in groups.items()}
         union = list(dict.fromkeys(i for ids in groups.values() for i in ids))
-        routes = self.multi_route.scores_within(query, union)
+        ask = self.multi_route.scores_within
+        routes = ask(query, union, failed) if failed else ask(query, union)  # a duck-typed retriever may take two
         heading = self._heading_similarity(query, facts)
         named = self._heading_words(query, facts)
         return {g: self._ranked(ids, facts, routes, heading, named) for g, ids in groups.items() if ids}
@@ -454,14 +516,14 @@ class DocumentFocusRetriever(BaseRetriever):
 
     def choose(self, query: QueryBundle, head: Sequence[NodeWithScore]) -> "FocusChoice":
         """The documents this question is about and which document each of the first places
-        goes to (:mod:`~llama_index_hiqa.retrievers.focus_share`).
+        goes to ([`focus_share`][llama_index_hiqa.retrievers.focus_share]).
 
         Args:
             query: the question, embedded.
             head: the multi-route retriever's first results.
 
         Returns:
-            The :class:`FocusChoice`.
+            The [`FocusChoice`][llama_index_hiqa.retrievers.document_focus.FocusChoice].
         """
         first, head_documents = self._best_document(head)
         if first is None:
@@ -487,7 +549,7 @@ class DocumentFocusRetriever(BaseRetriever):
         """The focused documents' nodes, sharing the first places: ``(node_id, score, route
         scores)``, best first; ``[]`` when nothing can be ranked again."""
         choice = self.choose(query, head)
-        rankings = self.rank_documents(query, choice.documents)
+        rankings = self.rank_documents(query, choice.documents, failed_routes(head))
         if not rankings:
             return []
         documents = [d for d in choice.documents if d in rankings]
@@ -504,7 +566,9 @@ class DocumentFocusRetriever(BaseRetriever):
         if not ranked:
             return head
         keep = ranked if limit is None else ranked[:limit]
-        focused = self.multi_route.results_for([(i, s) for i, s, _ in keep], {i: r for i, _, r in keep})
+        failed = failed_routes(head)  # the focused nodes say which routes failed, as the head's do
+        rows = {i: ({**r, "failed": failed} if failed else r) for i, _, r in keep}
+        focused = self.multi_route.results_for([(i, s) for i, s, _ in keep], rows)
         seen = {hit.node.node_id for hit in focused}
         out = focused + [hit for hit in head if hit.node.node_id not in seen]
         return out if limit is None else out[:limit]
@@ -524,7 +588,7 @@ class DocumentFocusRetriever(BaseRetriever):
         return await asyncio.to_thread(self._combine, query, head, self.similarity_top_k)
 
     def full_ranking(self, query: Any) -> List[str]:
-        """Every node id, best first, as :meth:`retrieve` orders them: the focused
+        """Every node id, best first, as `retrieve` orders them: the focused
         document's nodes, then the multi-route retriever's full ranking of the others.
 
         Args:
@@ -533,7 +597,7 @@ class DocumentFocusRetriever(BaseRetriever):
         Returns:
             Every node id, best first.
         """
-        bundle = self._embedded(QueryBundle(query) if isinstance(query, str) else query)
+        bundle = self._embedded(question_bundle(query))
         if not (bundle.query_str or "").strip():
             return self.multi_route.full_ranking(bundle)
         rest = self.multi_route.full_ranking(bundle)
@@ -546,7 +610,7 @@ class DocumentFocusRetriever(BaseRetriever):
 
 
 class FocusChoice(NamedTuple):
-    """What :meth:`DocumentFocusRetriever.choose` decided for one question."""
+    """What [`DocumentFocusRetriever.choose`][llama_index_hiqa.retrievers.document_focus.DocumentFocusRetriever.choose] decided for one question."""
 
     documents: List[str]  # focused documents, best first
     pattern: List[str]  # the document of each of the first places

@@ -7,8 +7,8 @@ then ranks that document's pages. Some questions are about several documents at 
 * **the question names several of them.** "Compare 3M's capital expenditure in FY2018 and
   FY2022", "3M or Boeing in 2022", "which of the NX-2041 and NX-2044 ...": the question's
   keywords that are also title keywords, or title names it writes with a capital
-  (:func:`names_written`; its *facets*), hold two values of one kind — two names,
-  or two periods. :func:`named_documents` adds, for each value the best document does not
+  ([`names_written`][llama_index_hiqa.retrievers.focus_share.names_written]; its *facets*), hold two values of one kind — two names,
+  or two periods. [`named_documents`][llama_index_hiqa.retrievers.focus_share.named_documents] adds, for each value the best document does not
   cover, the best document whose title holds that value and everything else the best
   document's title matched (the same company for a second year, the same year for a second
   company). A period counts as covered when at least half of the best document's nodes among the
@@ -18,11 +18,11 @@ then ranks that document's pages. Some questions are about several documents at 
   mentions another product is not about it.
 * **the question does not tell the documents apart.** When another document is among the
   multi-route ranking's top k and its title matches every facet the best document's title
-  matches (:func:`tied_documents`), the routes chose between them by text alone — for
+  matches ([`tied_documents`][llama_index_hiqa.retrievers.focus_share.tied_documents]), the routes chose between them by text alone — for
   look-alike documents, noise. Those documents are focused too (the retriever leaves out a
   document seen only at the lowest score of a full top k: the cut through a tie is arbitrary).
 
-The first k nodes are then shared (:func:`slot_pattern`, :func:`share_slots`): documents the
+The first k nodes are then shared ([`slot_pattern`][llama_index_hiqa.retrievers.focus_share.slot_pattern], [`share_slots`][llama_index_hiqa.retrievers.focus_share.share_slots]): documents the
 question names take turns (each is asked about); a tied document gets one place, the place of
 its first node in the multi-route ranking, and the best document keeps the others (the
 runner-up's best evidence is shown once; a document the routes ranked below the top k, or a
@@ -111,7 +111,7 @@ def named_documents(
 ) -> List[str]:
     """The documents besides ``first`` that the question names (see the module docstring).
 
-    ``facets``: :func:`question_facets`; ``title_keywords``: document id -> its title's
+    ``facets``: [`question_facets`][llama_index_hiqa.retrievers.focus_share.question_facets]; ``title_keywords``: document id -> its title's
     keywords (every document of the collection); ``first_nodes_keywords``: the keywords of
     each of ``first``'s nodes among the multi-route top k (its best evidence; a period at
     least half of them hold counts as covered); ``order``: document ids best first (the multi-route ranking's
@@ -249,7 +249,7 @@ def share_slots(rankings: Mapping[str, Sequence[str]], pattern: Sequence[str], d
 
     Args:
         rankings: document id -> its node ids, best first.
-        pattern: the document of each of the first places (:func:`slot_pattern`).
+        pattern: the document of each of the first places ([`slot_pattern`][llama_index_hiqa.retrievers.focus_share.slot_pattern]).
         documents: the focused documents, best first.
 
     Returns:

@@ -2,7 +2,7 @@
 
 The Log-Rank Index ("Log-Rank Index", HiQA: A Hierarchical Contextual Augmentation RAG for
 Multi-Documents QA (Chen et al.), §Evaluation) needs the rank of every unit, where retrieval
-returns a top k. :func:`full_ranking` ranks in two stages, as retrieval itself works: first
+returns a top k. [`full_ranking`][llama_index_hiqa.retrievers.full_ranking.full_ranking] ranks in two stages, as retrieval itself works: first
 the fused candidates exactly as ``retrieve`` orders them (so its first ``top_k`` are what
 ``retrieve`` returns), then every other node, fused over the whole collection.
 """
@@ -14,6 +14,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
 from llama_index.core.schema import QueryBundle
 
 from llama_index_hiqa.errors import UnknownNodeError
+from llama_index_hiqa.questions import question_bundle
 from llama_index_hiqa.retrievers.routes import BM25, KEYWORDS, VECTOR, RouteScores, RouteSet
 
 
@@ -21,7 +22,7 @@ def full_ranking(retriever: Any, query: Union[str, QueryBundle]) -> List[str]:
     """Every node id of ``retriever``'s collection, best first.
 
     Args:
-        retriever: a :class:`~llama_index_hiqa.MultiRouteRetriever` holding its nodes.
+        retriever: a [`MultiRouteRetriever`][llama_index_hiqa.retrievers.multi_route.MultiRouteRetriever] holding its nodes.
         query: the question.
 
     Returns:
@@ -32,7 +33,7 @@ def full_ranking(retriever: Any, query: Union[str, QueryBundle]) -> List[str]:
     Raises:
         ValueError: the retriever holds no nodes.
     """
-    bundle = QueryBundle(query) if isinstance(query, str) else query
+    bundle = question_bundle(query)
     nodes = retriever.collection.nodes
     if not nodes:
         raise ValueError("full_ranking needs the retriever's nodes (pass nodes or a docstore)")
@@ -63,7 +64,7 @@ def full_ranking(retriever: Any, query: Union[str, QueryBundle]) -> List[str]:
 
 
 def rank_of(retriever: Any, query: Union[str, QueryBundle], node_ids: Sequence[str]) -> Dict[str, int]:
-    """The 1-based rank of each of ``node_ids`` in :func:`full_ranking`.
+    """The 1-based rank of each of ``node_ids`` in [`full_ranking`][llama_index_hiqa.retrievers.full_ranking.full_ranking].
 
     Args:
         retriever: the multi-route retriever.
@@ -85,13 +86,13 @@ def rank_of(retriever: Any, query: Union[str, QueryBundle], node_ids: Sequence[s
 
 
 class FullRanking:
-    """The evaluation's methods of :class:`~llama_index_hiqa.MultiRouteRetriever`: every node
+    """The evaluation's methods of [`MultiRouteRetriever`][llama_index_hiqa.retrievers.multi_route.MultiRouteRetriever]: every node
     ranked, and the routes' scores apart from their fusion (re-fused under other settings
     without asking the routes again). Needs ``route_set()``, ``fuse_scores``, ``collection``,
     ``bm25_route`` and ``config`` of the class it is mixed into."""
 
     def route_scores(self, query: Union[str, QueryBundle]) -> Dict[str, Dict[str, float]]:
-        """Each route's candidates for ``query`` before fusion; :meth:`fuse` ranks them.
+        """Each route's candidates for ``query`` before fusion; [`fuse`][llama_index_hiqa.retrievers.full_ranking.FullRanking.fuse] ranks them.
 
         Args:
             query: the question.
@@ -100,15 +101,15 @@ class FullRanking:
             ``{"vector": {id: cosine}, "bm25": {id: score}, "keywords": {id: |C|}}`` (``|C|``
                 with this retriever's title weight).
         """
-        bundle = QueryBundle(query) if isinstance(query, str) else query
+        bundle = question_bundle(query)
         scores = self.route_set().ask(bundle, self.config.candidates_per_route, {}, concurrent=False)  # type: ignore[attr-defined]
         return {name: dict(scores[name]) for name in (VECTOR, BM25, KEYWORDS)}
 
     def fuse(self, scores: Mapping[str, Mapping[str, float]], top_k: Optional[int] = None) -> List[str]:
-        """Node ids ranked by this retriever's fusion of :meth:`route_scores` output.
+        """Node ids ranked by this retriever's fusion of [`route_scores`][llama_index_hiqa.retrievers.full_ranking.FullRanking.route_scores] output.
 
         Args:
-            scores: what :meth:`route_scores` returned.
+            scores: what [`route_scores`][llama_index_hiqa.retrievers.full_ranking.FullRanking.route_scores] returned.
             top_k: how many (``None``: every candidate).
 
         Returns:
@@ -119,7 +120,7 @@ class FullRanking:
 
     def full_ranking(self, query: Union[str, QueryBundle]) -> List[str]:
         """Every indexed node id, best first; ``full_ranking(q)[:top_k]`` is what ``retrieve``
-        returns (see :func:`full_ranking`).
+        returns (see [`full_ranking`][llama_index_hiqa.retrievers.full_ranking.FullRanking.full_ranking]).
 
         Args:
             query: the question.
@@ -130,7 +131,7 @@ class FullRanking:
         return full_ranking(self, query)
 
     def rank_of(self, query: Union[str, QueryBundle], node_ids: Sequence[str]) -> Dict[str, int]:
-        """The 1-based rank of each of ``node_ids`` in :meth:`full_ranking` (see :func:`rank_of`).
+        """The 1-based rank of each of ``node_ids`` in [`full_ranking`][llama_index_hiqa.retrievers.full_ranking.FullRanking.full_ranking] (see [`rank_of`][llama_index_hiqa.retrievers.full_ranking.FullRanking.rank_of]).
 
         Args:
             query: the question.

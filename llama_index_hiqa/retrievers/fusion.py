@@ -1,6 +1,6 @@
 """Score fusion for multi-route retrieval: pure functions over ``{node_id: score}`` maps.
 
-* :func:`hiqa_fusion` — HiQA formula (2) ("HiQA: A Hierarchical Contextual Augmentation RAG for
+* `hiqa_fusion` — HiQA formula (2) ("HiQA: A Hierarchical Contextual Augmentation RAG for
 Multi-Documents QA" (Chen et al.), §Multi-Route Retriever):
   ``score = α·v + (1−α)·r + β·log(1+|C|)``, with the vector score ``v`` and the BM25 score ``r``
   min-max normalised per query over the candidates their route returned (the best candidate
@@ -8,16 +8,16 @@ Multi-Documents QA" (Chen et al.), §Multi-Route Retriever):
   candidates all score the same gives them 1). The paper does not say how ``v`` and ``r`` are
   brought to one scale; raw BM25 scores are unbounded, so without normalisation ``α`` would
   mean nothing.
-* :func:`auto_beta` — β tied to ``|D| / average pages`` as the paper describes (see there).
-* :func:`reciprocal_rank_fusion` — weighted RRF, ``Σ_route w_route / (k + rank)`` with rank
+* [`auto_beta`][llama_index_hiqa.retrievers.fusion.auto_beta] — β tied to ``|D| / average pages`` as the paper describes (see there).
+* [`reciprocal_rank_fusion`][llama_index_hiqa.retrievers.fusion.reciprocal_rank_fusion] — weighted RRF, ``Σ_route w_route / (k + rank)`` with rank
   from 1 and ``k = 60`` (Cormack et al. 2009; seed hybrid paper §III.B). Unlike LlamaIndex's
   ``QueryFusionRetriever`` in ``reciprocal_rerank`` mode, which ignores ``retriever_weights``
   (run-llama/llama_index#21444), the weights here apply.
-* :func:`relative_score_fusion` and :func:`dist_based_score_fusion` — exactly as LlamaIndex's
+* [`relative_score_fusion`][llama_index_hiqa.retrievers.fusion.relative_score_fusion] and [`dist_based_score_fusion`][llama_index_hiqa.retrievers.fusion.dist_based_score_fusion] — exactly as LlamaIndex's
   ``QueryFusionRetriever`` defines them: per route min-max (or mean ± 3·std) scaling, times the
   route weight, summed over routes.
 
-Every function returns ``{node_id: fused_score}``; :func:`rank_ids` orders it (ties broken by
+Every function returns ``{node_id: fused_score}``; [`rank_ids`][llama_index_hiqa.retrievers.fusion.rank_ids] orders it (ties broken by
 node id, so results are deterministic).
 """
 
@@ -261,7 +261,7 @@ def fuse_routes(
         vector: ``{node id: cosine}`` of the vector route.
         bm25: ``{node id: BM25 score}``.
         counts: ``{node id: |C|}`` of the keyword route.
-        mode: ``"hiqa"`` (:func:`hiqa_fusion`), ``"rrf"``, ``"relative_score"`` or
+        mode: ``"hiqa"`` (`hiqa_fusion`), ``"rrf"``, ``"relative_score"`` or
             ``"dist_based_score"``.
         alpha: HiQA α.
         beta: HiQA β (resolved, not ``"auto"``).

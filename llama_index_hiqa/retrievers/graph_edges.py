@@ -4,8 +4,8 @@
 Question Answering" (IIER, Guo et al.) §3.1: structural edges (consecutive chunks of one
 document, weight 1), semantic edges (each chunk to its top-k most similar chunks, weight =
 cosine) and keyword edges (chunks sharing at least T keywords, weight = how many; T chosen per
-collection by :func:`resolve_keyword_threshold`). Each function updates the edges of a
-:class:`~llama_index_hiqa.retrievers.chunk_interaction_graph.ChunkInteractionGraph` (its rows:
+collection by [`resolve_keyword_threshold`][llama_index_hiqa.retrievers.graph_edges.resolve_keyword_threshold]). Each function updates the edges of a
+[`ChunkInteractionGraph`][llama_index_hiqa.retrievers.chunk_interaction_graph.ChunkInteractionGraph] (its rows:
 ids, documents, positions, keywords, unit vectors) after rows were added: blocked matrix
 products for the top-k, a sparse keyword co-occurrence product (no all-pairs Python loop).
 """
@@ -314,7 +314,7 @@ def _top_k_rows(
     """Column indices and cosines of the k most similar columns of every row, best first.
 
     ``mat`` is the float32 product of ``vectors[row0:...]`` and ``vectors[col0:...]``; it
-    only picks the candidates: the entries within :data:`_CANDIDATE_MARGIN` of each row's
+    only picks the candidates: the entries within [`_CANDIDATE_MARGIN`][llama_index_hiqa.retrievers.graph_edges._CANDIDATE_MARGIN] of each row's
     k-th largest. The candidates are then ranked on their cosine recomputed pair by pair in
     float64 (rounded to float32), which is the same whichever block computed the pair, so an
     incremental build ranks near-ties as a rebuild does; equal cosines go to the lower column.

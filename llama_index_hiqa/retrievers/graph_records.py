@@ -1,10 +1,10 @@
 """The Chunk-Interaction Graph as rows: one record format for every store.
 
-A :class:`~llama_index_hiqa.retrievers.chunk_interaction_graph.ChunkInteractionGraph` is saved
+A [`ChunkInteractionGraph`][llama_index_hiqa.retrievers.chunk_interaction_graph.ChunkInteractionGraph] is saved
 as node records (id, document, position, title and edge keywords), edge records (the three
 weights of IIER's §3.1 per linked pair: "Leveraging Inter-Chunk Interactions for Enhanced
 Retrieval in Large Language Model-Based Question Answering", Guo et al.), its unit vectors and
-every row's semantic top-k: a folder's two files (:func:`persist` / :func:`load`) or the
+every row's semantic top-k: a folder's two files ([`persist`][llama_index_hiqa.retrievers.graph_records.persist] / [`load`][llama_index_hiqa.retrievers.graph_records.load]) or the
 PostgreSQL store's tables. Loading recomputes nothing.
 """
 
@@ -125,7 +125,7 @@ def persist(graph: Any, persist_dir: Union[str, Path]) -> None:
 
 
 def load(cls: Any, persist_dir: Union[str, Path]) -> Any:
-    """The graph :func:`persist` wrote.
+    """The graph [`persist`][llama_index_hiqa.retrievers.graph_records.persist] wrote.
 
     The graph class is ``cls``.
 

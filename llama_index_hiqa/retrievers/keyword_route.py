@@ -4,9 +4,9 @@ HiQA ("HiQA: A Hierarchical Contextual Augmentation RAG for Multi-Documents QA" 
 §Multi-Route Retriever) adds ``β·log(1 + |C|)`` to a node's score, ``|C|`` the number of the
 question's critical keywords the node holds. Here a keyword of the node's document title
 counts ``document_keyword_weight`` times, and the question's keywords include the document
-names it abbreviates (:mod:`~llama_index_hiqa.retrievers.title_match`).
+names it abbreviates ([`title_match`][llama_index_hiqa.retrievers.title_match]).
 
-:class:`KeywordRoute` answers from a :class:`~llama_index_hiqa.KeywordIndex` in memory; the
+[`KeywordRoute`][llama_index_hiqa.retrievers.keyword_route.KeywordRoute] answers from a [`KeywordIndex`][llama_index_hiqa.indexes.keyword_index.KeywordIndex] in memory; the
 embedded store's and PostgreSQL's subclasses answer the same counts from their databases.
 """
 
@@ -28,12 +28,12 @@ Names = Mapping[str, Tuple[Tuple[str, ...], ...]]
 
 
 class KeywordRoute:
-    """The critical-keyword route over a :class:`~llama_index_hiqa.KeywordIndex`.
+    """The critical-keyword route over a [`KeywordIndex`][llama_index_hiqa.indexes.keyword_index.KeywordIndex].
 
     Args:
         extractor: extracts the question's keywords (and the titles').
         index: node id -> its critical keywords, inverted.
-        config: the retriever's :class:`~llama_index_hiqa.MultiRouteConfig` (the title weight
+        config: the retriever's [`MultiRouteConfig`][llama_index_hiqa.retrievers.multi_route.MultiRouteConfig] (the title weight
             and the two title-matching rules are read from it).
         title_keywords: node id -> its document title's keywords (for the title weight).
         names: the collection's document names (``title_match.document_names``).
@@ -185,7 +185,7 @@ class KeywordRoute:
         return RouteScores(self.counts(normalized), keywords=keywords)
 
     async def ascores(self, query: QueryBundle, n: int = 0) -> RouteScores:
-        """:meth:`scores` in a worker thread.
+        """[`scores`][llama_index_hiqa.retrievers.keyword_route.KeywordRoute.scores] in a worker thread.
 
         Args:
             query: the question.

@@ -12,24 +12,25 @@ character-level information" and re-ranks with formula (2)::
 * **bm25** — ``llama-index-retrievers-bm25``'s ``BM25Retriever`` over the embedding view
   (``MetadataMode.EMBED``, so the heading cascade is searchable), or bm25s with a tokenizer
   of your own; its zero-score padding is dropped;
-* **keywords** — critical keywords (CNED, :class:`~llama_index_hiqa.CriticalKeywordExtractor`)
+* **keywords** — critical keywords (CNED, [`CriticalKeywordExtractor`][llama_index_hiqa.transforms.critical_keywords.CriticalKeywordExtractor])
   of the query matched against each node's keyword set through an inverted index; ``|C|`` is
   the number of the query's keywords a node holds.
 
-Fusion modes: ``"hiqa"`` (formula 2, see :mod:`~llama_index_hiqa.retrievers.fusion` for the
+Fusion modes: ``"hiqa"`` (formula 2, see [`fusion`][llama_index_hiqa.retrievers.fusion] for the
 normalisation and ``beta="auto"``), ``"rrf"`` (weighted reciprocal rank fusion, k = 60, seed
 hybrid paper §III.B), ``"relative_score"`` and ``"dist_based_score"`` (as LlamaIndex defines
 them). Each returned node carries ``metadata[schema.ROUTE_SCORES]`` =
 ``{"vector": .., "bm25": .., "keywords": |C|, "fused": ..}`` (raw route scores, ``None`` where
 a route did not return the node), hidden from the embedding and LLM views.
 
-A route that raises is logged (with its traceback) and skipped; the others still answer. What
+A route that raises is logged in one WARNING line naming it and the cause (its traceback at
+DEBUG) and skipped; the others still answer. What
 failed travels with that query alone: ``ROUTE_SCORES["failed"]`` of each returned node lists
-the failed routes, and a :class:`~llama_index_hiqa.events.RouteFailedEvent` per failure and a
-:class:`~llama_index_hiqa.events.MultiRouteRetrievalEndEvent` per query go through
+the failed routes, and a [`RouteFailedEvent`][llama_index_hiqa.events.RouteFailedEvent] per failure and a
+[`MultiRouteRetrievalEndEvent`][llama_index_hiqa.events.MultiRouteRetrievalEndEvent] per query go through
 LlamaIndex's instrumentation dispatcher, so concurrent queries on one shared retriever never
 see each other's failures. Only when every route fails does retrieval raise
-:class:`~llama_index_hiqa.errors.RetrievalRouteError`.
+[`RetrievalRouteError`][llama_index_hiqa.errors.RetrievalRouteError].
 """
 
 from __future__ import annotations
@@ -48,6 +49,7 @@ from llama_index.core.indices.vector_store.base import VectorStoreIndex
 from llama_index.core.schema import BaseNode, NodeWithScore, QueryBundle
 from llama_index.core.storage.docstore.types import BaseDocumentStore
 
+from llama_index_hiqa.questions import CleanQuestions, question_bundle
 from llama_index_hiqa import schema
 from llama_index_hiqa.errors import RetrievalRouteError
 from llama_index_hiqa.events import MultiRouteRetrievalEndEvent
@@ -64,7 +66,7 @@ from llama_index_hiqa.retrievers.settings import (  # noqa: F401 (re-exported: t
 from llama_index_hiqa.settings import updated
 from llama_index_hiqa.indexes.keyword_index import KeywordIndex
 from llama_index_hiqa.transforms.critical_keywords import CriticalKeywordExtractor
-from llama_index_hiqa.vector_store_access import index_nodes
+from llama_index_hiqa.vector_store_access import index_nodes, one_node_source
 
 __all__ = ["MultiRouteConfig", "MultiRouteRetriever", "RouteParts", "VECTOR", "BM25", "KEYWORDS", "ROUTES"]
 
@@ -73,7 +75,7 @@ dispatcher = instrument.get_dispatcher(__name__)
 
 
 
-class MultiRouteRetriever(DocumentScope, FullRanking, BaseRetriever):
+class MultiRouteRetriever(CleanQuestions, DocumentScope, FullRanking, BaseRetriever):
     """Vector + BM25 + critical-keyword retrieval fused by HiQA's formula or rank fusion.
 
     Put it where your vector retriever was::
@@ -87,7 +89,7 @@ class MultiRouteRetriever(DocumentScope, FullRanking, BaseRetriever):
     ``schema.CRITICAL_KEYWORDS`` get them from ``keyword_extractor`` at construction.
 
     It composes a collection and three route objects (``RouteParts``: built from the nodes, or
-    a store's) and ranks their scores with :func:`~llama_index_hiqa.retrievers.fusion.fuse_routes`.
+    a store's) and ranks their scores with [`fuse_routes`][llama_index_hiqa.retrievers.fusion.fuse_routes].
     """
 
     def __init__(
@@ -126,7 +128,7 @@ class MultiRouteRetriever(DocumentScope, FullRanking, BaseRetriever):
             index: the vector index.
             nodes: the indexed nodes; default: ``docstore`` when given, else the index's docstore,
                 else the nodes listed from a vector store that keeps the text (Chroma, Qdrant, ...).
-            **kwargs: :class:`MultiRouteConfig` settings and constructor arguments.
+            **kwargs: [`MultiRouteConfig`][llama_index_hiqa.retrievers.settings.MultiRouteConfig] settings and constructor arguments.
 
         Returns:
             The retriever.
@@ -140,12 +142,50 @@ class MultiRouteRetriever(DocumentScope, FullRanking, BaseRetriever):
             nodes, docstore = index_nodes(index, "MultiRouteRetriever", docstore=docstore)
         return cls(vector_retriever=vector, nodes=nodes, docstore=docstore, config=config, **kwargs)
 
+    @classmethod
+    def from_defaults(
+        cls,
+        index: Optional[VectorStoreIndex] = None,
+        nodes: Optional[Sequence[BaseNode]] = None,
+        docstore: Optional[BaseDocumentStore] = None,
+        vector_retriever: Optional[BaseRetriever] = None,
+        similarity_top_k: Optional[int] = None,
+        **kwargs: Any,
+    ) -> "MultiRouteRetriever":
+        """LlamaIndex's ``from_defaults`` shape (as ``BM25Retriever.from_defaults``): exactly one
+        of ``index``, ``nodes`` or ``docstore``.
+
+        With ``index`` it is [`from_index`][llama_index_hiqa.retrievers.multi_route.MultiRouteRetriever.from_index]; with ``nodes`` or ``docstore`` the BM25 and
+        keyword routes run over them and the vector route is ``vector_retriever`` (off when
+        ``None``).
+
+        Args:
+            index: a ``VectorStoreIndex`` (any vector store).
+            nodes: the nodes to retrieve from.
+            docstore: a docstore holding them (result nodes are read from it by id).
+            vector_retriever: the vector route for ``nodes`` / ``docstore``.
+            similarity_top_k: nodes returned per query (default [`MultiRouteConfig`][llama_index_hiqa.retrievers.settings.MultiRouteConfig]'s).
+            **kwargs: other [`MultiRouteConfig`][llama_index_hiqa.retrievers.settings.MultiRouteConfig] settings and constructor arguments.
+
+        Returns:
+            The retriever.
+
+        Raises:
+            InvalidSettingError: not exactly one of ``index``, ``nodes``, ``docstore``.
+        """
+        one_node_source("MultiRouteRetriever.from_defaults", index, nodes, docstore)
+        if similarity_top_k is not None:
+            kwargs["similarity_top_k"] = similarity_top_k
+        if index is not None:
+            return cls.from_index(index, **kwargs)
+        return cls(vector_retriever=vector_retriever, nodes=nodes, docstore=docstore, **kwargs)
+
     def with_settings(self, **settings: Any) -> "MultiRouteRetriever":
         """The same indexes under other settings (``similarity_top_k``, ``mode``, ``alpha``, ...):
         nothing is re-indexed unless a route that was off is switched on.
 
         Args:
-            **settings: :class:`MultiRouteConfig` fields.
+            **settings: [`MultiRouteConfig`][llama_index_hiqa.retrievers.settings.MultiRouteConfig] fields.
 
         Returns:
             A new retriever sharing this one's indexes.
@@ -159,7 +199,7 @@ class MultiRouteRetriever(DocumentScope, FullRanking, BaseRetriever):
     # -- what the retriever holds ------------------------------------------------------------
     @property
     def collection(self) -> NodeCollection:
-        """The retriever's nodes (:class:`~llama_index_hiqa.retrievers.node_collection.NodeCollection`)."""
+        """The retriever's nodes ([`NodeCollection`][llama_index_hiqa.retrievers.node_collection.NodeCollection])."""
         return self._parts.collection
 
     @property
@@ -220,8 +260,7 @@ class MultiRouteRetriever(DocumentScope, FullRanking, BaseRetriever):
         Returns:
             The normalised keywords, once each.
         """
-        bundle = QueryBundle(query) if isinstance(query, str) else query
-        return self._parts.keywords.question_keywords(bundle)[1]
+        return self._parts.keywords.question_keywords(question_bundle(query))[1]
 
     # -- β --------------------------------------------------------------------------------------
     def _resolve_beta(self) -> float:
@@ -275,7 +314,7 @@ class MultiRouteRetriever(DocumentScope, FullRanking, BaseRetriever):
         Args:
             ranked: ``[(node id, score), ...]`` in result order.
             route_scores: node id -> its route scores.
-            known_nodes: nodes already at hand (the others are read by :meth:`nodes_by_id`).
+            known_nodes: nodes already at hand (the others are read by `nodes_by_id`).
 
         Returns:
             The results (``route_parts.node_results``).
@@ -333,7 +372,7 @@ class MultiRouteRetriever(DocumentScope, FullRanking, BaseRetriever):
 
         The vector store and docstore persist with your index as usual
         (``index.storage_context.persist``); the custom BM25 tokenizer, if any, is code and is
-        passed again to :meth:`from_persist_dir`.
+        passed again to [`from_persist_dir`][llama_index_hiqa.retrievers.multi_route.MultiRouteRetriever.from_persist_dir].
 
         Args:
             persist_dir: the folder (created when missing).
@@ -351,10 +390,10 @@ class MultiRouteRetriever(DocumentScope, FullRanking, BaseRetriever):
         bm25_tokenizer: Optional[Callable[[str], List[str]]] = None,
         **kwargs: Any,
     ) -> "MultiRouteRetriever":
-        """Load what :meth:`persist` wrote; nodes come from ``nodes``, ``docstore`` or ``index``.
+        """Load what [`persist`][llama_index_hiqa.retrievers.multi_route.MultiRouteRetriever.persist] wrote; nodes come from ``nodes``, ``docstore`` or ``index``.
 
         Args:
-            persist_dir: the folder :meth:`persist` wrote.
+            persist_dir: the folder [`persist`][llama_index_hiqa.retrievers.multi_route.MultiRouteRetriever.persist] wrote.
             vector_retriever: the vector route's retriever (default: ``index.as_retriever``).
             nodes: the indexed nodes.
             docstore: the docstore holding them.

@@ -1,7 +1,7 @@
 """The multi-route retriever's collection: its nodes by id, by document, and its shape.
 
-What the document focus asks of the retriever besides scores (:meth:`NodeCollection.nodes_by_id`,
-:meth:`NodeCollection.document_node_ids`) and what ``beta="auto"`` needs (the number of
+What the document focus asks of the retriever besides scores ([`NodeCollection.nodes_by_id`][llama_index_hiqa.retrievers.node_collection.NodeCollection.nodes_by_id],
+[`NodeCollection.document_node_ids`][llama_index_hiqa.retrievers.node_collection.NodeCollection.document_node_ids]) and what ``beta="auto"`` needs (the number of
 documents and their average pages, HiQA ("HiQA: A Hierarchical Contextual Augmentation RAG for
 Multi-Documents QA" (Chen et al.), §Multi-Route Retriever): more, shorter documents call for a
 larger β). The embedded store and PostgreSQL read the same facts from their databases.
@@ -15,6 +15,7 @@ from llama_index.core.schema import BaseNode, QueryBundle
 from llama_index.core.storage.docstore.types import BaseDocumentStore
 
 from llama_index_hiqa import schema
+from llama_index_hiqa.questions import question_bundle
 
 
 def collection_shape(nodes: Sequence[BaseNode]) -> Tuple[int, float]:
@@ -72,7 +73,7 @@ class NodeCollection:
     Args:
         nodes: node id -> node, in collection order.
         document_titles: document id -> title of every document.
-        shape: ``(|D|, average pages)`` (:func:`collection_shape`).
+        shape: ``(|D|, average pages)`` (`collection_shape`).
     """
 
     def __init__(
@@ -144,7 +145,7 @@ class NodeCollection:
 
 
 class DocumentScope:
-    """The document focus's methods of :class:`~llama_index_hiqa.MultiRouteRetriever`: one
+    """The document focus's methods of [`MultiRouteRetriever`][llama_index_hiqa.retrievers.multi_route.MultiRouteRetriever]: one
     document's node ids, nodes by id, and every route's scores of exactly given nodes. Needs
     ``collection`` and ``route_set()`` of the class it is mixed into."""
 
@@ -170,16 +171,19 @@ class DocumentScope:
         """
         return self.collection.document_node_ids(document_id)  # type: ignore[attr-defined]
 
-    def scores_within(self, query: Union[str, QueryBundle], node_ids: Sequence[str]) -> Dict[str, Dict[str, float]]:
+    def scores_within(
+        self, query: Union[str, QueryBundle], node_ids: Sequence[str], skip: Sequence[str] = ()
+    ) -> Dict[str, Dict[str, float]]:
         """Each route's scores of exactly ``node_ids`` for ``query`` (not only of the routes'
         collection-wide candidates).
 
         Args:
             query: the question.
             node_ids: the nodes to score (e.g. one document's).
+            skip: routes not to ask (they failed on this question already).
 
         Returns:
             ``{"vector": {id: cosine}, "bm25": {id: score}, "keywords": {id: |C|}}``.
         """
-        bundle = QueryBundle(query) if isinstance(query, str) else query
-        return self.route_set().scores_within(bundle, node_ids)  # type: ignore[attr-defined]
+        bundle = question_bundle(query)
+        return self.route_set().scores_within(bundle, node_ids, skip)  # type: ignore[attr-defined]

@@ -1,12 +1,12 @@
 """What a multi-route retriever is made of: a collection and three routes, per store.
 
-:class:`RouteParts` is the folder store's: the nodes in memory (or their ids over a docstore),
-the vector route over any LlamaIndex retriever, bm25s, and a :class:`~llama_index_hiqa.KeywordIndex`.
-The embedded store (:mod:`~llama_index_hiqa.storage.embedded_routes`) and PostgreSQL
-(:mod:`~llama_index_hiqa.storage.pg_routes`) subclass it with parts that read their database;
-:class:`~llama_index_hiqa.MultiRouteRetriever` composes whichever it is given. Also here: the
-node results of a ranking (:func:`node_results`) and the persisted indexes (:func:`persist`,
-:func:`load_arguments`).
+[`RouteParts`][llama_index_hiqa.retrievers.route_parts.RouteParts] is the folder store's: the nodes in memory (or their ids over a docstore),
+the vector route over any LlamaIndex retriever, bm25s, and a [`KeywordIndex`][llama_index_hiqa.indexes.keyword_index.KeywordIndex].
+The embedded store (`embedded_routes`) and PostgreSQL
+(`pg_routes`) subclass it with parts that read their database;
+[`MultiRouteRetriever`][llama_index_hiqa.retrievers.multi_route.MultiRouteRetriever] composes whichever it is given. Also here: the
+node results of a ranking ([`node_results`][llama_index_hiqa.retrievers.route_parts.node_results]) and the persisted indexes ([`persist`][llama_index_hiqa.retrievers.route_parts.persist],
+[`load_arguments`][llama_index_hiqa.retrievers.route_parts.load_arguments]).
 """
 
 from __future__ import annotations
@@ -71,7 +71,7 @@ class RouteParts:
         """The folder store's parts: every route built from the nodes (or given, prebuilt).
 
         Args:
-            config: the retriever's :class:`~llama_index_hiqa.MultiRouteConfig`.
+            config: the retriever's [`MultiRouteConfig`][llama_index_hiqa.retrievers.multi_route.MultiRouteConfig].
             extractor: the keyword extractor (fills nodes without critical keywords).
             vector_retriever: the vector retriever, or ``None``.
             nodes: the indexed nodes (default: every node of ``docstore``).
@@ -160,7 +160,7 @@ class RouteParts:
 
 
 def check_known(collection: NodeCollection, node_ids: Sequence[str], what: str) -> None:
-    """Raise :class:`~llama_index_hiqa.errors.UnknownNodeError` when an index names node ids
+    """Raise [`UnknownNodeError`][llama_index_hiqa.errors.UnknownNodeError] when an index names node ids
     the collection does not hold (a stale index); nothing to check without nodes.
 
     Args:
@@ -267,12 +267,12 @@ def load_arguments(
     bm25_tokenizer: Optional[Callable[[str], List[str]]],
     kwargs: Dict[str, Any],
 ) -> Dict[str, Any]:
-    """The constructor arguments of the retriever :func:`persist` wrote (see
+    """The constructor arguments of the retriever [`persist`][llama_index_hiqa.retrievers.route_parts.persist] wrote (see
     ``MultiRouteRetriever.from_persist_dir``).
 
     Args:
         config_type: the settings class (``MultiRouteConfig``).
-        persist_dir: the folder :func:`persist` wrote.
+        persist_dir: the folder [`persist`][llama_index_hiqa.retrievers.route_parts.persist] wrote.
         vector_retriever: the vector route's retriever.
         nodes: the indexed nodes.
         docstore: the docstore holding them.

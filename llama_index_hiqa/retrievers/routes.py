@@ -2,16 +2,16 @@
 
 HiQA ("HiQA: A Hierarchical Contextual Augmentation RAG for Multi-Documents QA" (Chen et al.),
 §Multi-Route Retriever) retrieves by three routes (vector, BM25, critical keywords) and fuses
-their scores. Each route is an object with the :class:`Route` interface: the best ``n`` nodes
+their scores. Each route is an object with the [`Route`][llama_index_hiqa.retrievers.routes.Route] interface: the best ``n`` nodes
 for a question as ``{node id: score}``, an async twin, and the scores of given nodes (the
-document focus). A :class:`RouteSet` asks every route of a question at once and records which
+document focus). A [`RouteSet`][llama_index_hiqa.retrievers.routes.RouteSet] asks every route of a question at once and records which
 failed; a store that answers every route in one round trip (PostgreSQL) gives its own set.
 
-Implementations: :class:`VectorRoute` (any LlamaIndex retriever, scores read as cosines),
-:class:`~llama_index_hiqa.retrievers.bm25_route.BM25Route` (bm25s), and
-:class:`~llama_index_hiqa.retrievers.keyword_route.KeywordRoute` (critical keywords); the
-embedded store's are in :mod:`~llama_index_hiqa.storage.embedded_routes`, PostgreSQL's in
-:mod:`~llama_index_hiqa.storage.pg_routes`.
+Implementations: [`VectorRoute`][llama_index_hiqa.retrievers.routes.VectorRoute] (any LlamaIndex retriever, scores read as cosines),
+`BM25Route` (bm25s), and
+[`KeywordRoute`][llama_index_hiqa.retrievers.keyword_route.KeywordRoute] (critical keywords); the
+embedded store's are in `embedded_routes`, PostgreSQL's in
+`pg_routes`.
 """
 
 from __future__ import annotations
@@ -69,7 +69,7 @@ class Route(Protocol):
         ...
 
     async def ascores(self, query: QueryBundle, n: int) -> Dict[str, float]:
-        """:meth:`scores` without blocking the event loop.
+        """[`scores`][llama_index_hiqa.retrievers.routes.Route.scores] without blocking the event loop.
 
         Args:
             query: the question.
@@ -99,7 +99,7 @@ class VectorRoute:
     Args:
         retriever: the vector retriever (``index.as_retriever``, any vector store).
         nodes: id -> node of the collection (for the restriction by documents, see
-            :func:`~llama_index_hiqa.retrievers.store_vectors.scores_of_nodes`).
+            `scores_of_nodes`).
         scale: how to read the store's scores as cosines (``store_vectors.cosine_scale``).
         keep_nodes: keep the returned nodes with the scores (``False`` for a store that returns
             id-only stand-ins).
@@ -139,7 +139,7 @@ class VectorRoute:
         return self._collect(with_top_k(self.retriever, n).retrieve(query))
 
     async def ascores(self, query: QueryBundle, n: int) -> RouteScores:
-        """:meth:`scores` through the retriever's own async path.
+        """[`scores`][llama_index_hiqa.retrievers.routes.VectorRoute.scores] through the retriever's own async path.
 
         Args:
             query: the question.
@@ -170,8 +170,8 @@ class VectorRoute:
 
 
 class RouteSet:
-    """The routes of a retriever, asked together; a route that raises is logged, reported
-    (:class:`~llama_index_hiqa.events.RouteFailedEvent`) and answers nothing, the others
+    """The routes of a retriever, asked together; a route that raises is logged in one line, reported
+    ([`RouteFailedEvent`][llama_index_hiqa.events.RouteFailedEvent]) and answers nothing, the others
     still answer.
 
     Args:
@@ -216,7 +216,7 @@ class RouteSet:
             return {name: future.result() for name, future in futures.items()}
 
     async def aask(self, query: QueryBundle, n: int, errors: Dict[str, BaseException]) -> Dict[str, RouteScores]:
-        """:meth:`ask` concurrently on the event loop (each route's ``ascores``).
+        """[`ask`][llama_index_hiqa.retrievers.routes.RouteSet.ask] concurrently on the event loop (each route's ``ascores``).
 
         Args:
             query: the question.
@@ -240,18 +240,26 @@ class RouteSet:
         answers = await asyncio.gather(*(guarded(name, route) for name, route in self.routes.items()))
         return dict(zip(self.routes, answers))
 
-    def scores_within(self, query: QueryBundle, node_ids: Sequence[str]) -> Dict[str, Dict[str, float]]:
+    def scores_within(
+        self, query: QueryBundle, node_ids: Sequence[str], skip: Sequence[str] = ()
+    ) -> Dict[str, Dict[str, float]]:
         """Each route's scores of exactly ``node_ids`` (the document focus).
 
         Args:
             query: the question.
             node_ids: the nodes to score.
+            skip: routes not to ask (they already failed on this question, and said so).
 
         Returns:
-            Route name -> ``{node id: score}`` (empty for a route that is off).
+            Route name -> ``{node id: score}`` (empty for a route that is off or failed: a
+                failure is logged and reported as in `ask`).
         """
+        text, errors = query.query_str or "", {}  # the question's failures go with its results
         return {
-            name: (route.scores_within(query, node_ids) if route is not None and node_ids else {})
+            name: (
+                self.guarded(name, lambda r=route: r.scores_within(query, node_ids), errors, text, empty={})
+                if route is not None and node_ids and name not in skip else {}
+            )
             for name, route in self.routes.items()
         }
 
@@ -264,7 +272,7 @@ class RouteSet:
             func: the call.
             errors: route name -> error, filled on failure.
             query: the question text (for the event).
-            empty: what a failure returns (default: an empty :class:`RouteScores`).
+            empty: what a failure returns (default: an empty [`RouteScores`][llama_index_hiqa.retrievers.routes.RouteScores]).
 
         Returns:
             What ``func`` returned, or ``empty``.
@@ -277,7 +285,8 @@ class RouteSet:
 
 
 def route_failed(name: str, exc: BaseException, errors: Dict[str, BaseException], query: str) -> None:
-    """Log a route's failure, record it in ``errors`` and send a ``RouteFailedEvent``.
+    """Log a route's failure (one WARNING line naming the route and the cause, the traceback at
+    DEBUG), record it in ``errors`` and send a ``RouteFailedEvent``.
 
     Args:
         name: the route's name.
@@ -285,6 +294,12 @@ def route_failed(name: str, exc: BaseException, errors: Dict[str, BaseException]
         errors: route name -> error of this question.
         query: the question text.
     """
-    logger.error("MultiRouteRetriever: the %s route failed; fusing the others", name, exc_info=exc)
+    # One line a question (a served app must not fill its log with stacks); the stack at DEBUG.
+    cause = " ".join(f"{type(exc).__name__}: {exc}".split())
+    logger.warning(
+        "MultiRouteRetriever: the %s route failed (%s); fusing the others",
+        name, cause if len(cause) <= 300 else cause[:297] + "...",
+    )
+    logger.debug("MultiRouteRetriever: the %s route's traceback", name, exc_info=exc)
     errors[name] = exc
     dispatcher.event(RouteFailedEvent(query=query, route=name, error=f"{type(exc).__name__}: {exc}"))

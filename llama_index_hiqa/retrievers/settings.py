@@ -1,5 +1,5 @@
 """The settings of the retrievers, in one light module (pydantic only): the typed parts of
-:class:`~llama_index_hiqa.HiQAPackConfig` and the configs the retrievers validate.
+[`HiQAPackConfig`][llama_index_hiqa.pack_config.HiQAPackConfig] and the configs the retrievers validate.
 
 The retrievers re-export their own config (``from llama_index_hiqa.retrievers.multi_route
 import MultiRouteConfig`` still works); the pack's configuration imports them from here without
@@ -10,9 +10,10 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Dict, Literal, Optional, Union
 
-from llama_index.core.bridge.pydantic import BaseModel, ConfigDict, Field, model_validator
+from llama_index.core.bridge.pydantic import BaseModel, Field, field_validator, model_validator
 
 from llama_index_hiqa.retrievers.fusion import RRF_K
+from llama_index_hiqa.settings import SettingsModel
 
 # How many nodes a question gets, everywhere a default is needed: the pack's
 # similarity_top_k, a MultiRouteRetriever built on its own, the evidence-chain budget.
@@ -30,23 +31,57 @@ FusionMode = Literal["hiqa", "rrf", "relative_score", "dist_based_score"]
 # gains nothing over it, so the smallest head that keeps rank 1 is kept.
 DEFAULT_HEAD_SHARE = 0.2
 
+# Upper bounds of the settings (each stated in its field's description): far above any useful
+# value, low enough that no setting within them makes a question or a build exhaust memory.
+MAX_TOP_K = 1000  # nodes per question: an answer's evidence, not the collection
+MAX_CANDIDATES = 100_000  # candidates a route contributes before fusion
+MAX_WEIGHT = 100.0  # a weight or a bonus on the 0..1 scale of the normalised scores
+MAX_COUNT = 1_000_000_000  # a count threshold (nodes, chunks); above it means "always"
+MAX_SEMANTIC_TOP_K = 100  # neighbours per chunk the graph keeps (n x k similarities in memory)
+RouteName = Literal["vector", "bm25", "keywords"]
+
+
+def bm25_stopword_language(value: str) -> str:
+    """``value`` when bm25s (the library that tokenizes the BM25 route) knows its stop words.
+
+    Args:
+        value: a language name or code (``"en"``, ``"german"``, ``"fr"``, ...).
+
+    Returns:
+        ``value``.
+
+    Raises:
+        ValueError: bm25s has no stop words for it; the message lists the names it has.
+    """
+    import bm25s
+    from bm25s import stopwords
+
+    try:
+        bm25s.tokenize(["probe"], stopwords=value, show_progress=False)
+    except ValueError:
+        known = sorted(name[len("STOPWORDS_"):].lower() for name in dir(stopwords) if name.startswith("STOPWORDS_"))
+        raise ValueError(
+            f"bm25s has no stop words for {value!r}; choose one of {', '.join(known)} "
+            "(or a two-letter code such as de, fr, es)"
+        ) from None
+    return value
+
 
 # -- the multi-route retriever -------------------------------------------------------------
-class MultiRouteSettings(BaseModel):
-    """How :class:`~llama_index_hiqa.MultiRouteRetriever` asks its routes and fuses them.
+class MultiRouteSettings(SettingsModel):
+    """How [`MultiRouteRetriever`][llama_index_hiqa.retrievers.multi_route.MultiRouteRetriever] asks its routes and fuses them.
 
-    Every setting of :class:`MultiRouteConfig` but the answer size and the fusion mode: the
+    Every setting of [`MultiRouteConfig`][llama_index_hiqa.retrievers.settings.MultiRouteConfig] but the answer size and the fusion mode: the
     pack's ``multi_route`` part (``HiQAPackConfig.similarity_top_k`` and ``fusion_mode`` are the
     other two).
     """
 
-    model_config = ConfigDict(extra="forbid")
-
     candidates_per_route: int = Field(
         default=100,
         ge=1,
+        le=MAX_CANDIDATES,
         description="Candidates each route contributes before fusion (well above top_k, so a "
-        "node ranked low by one route can be lifted by the others).",
+        f"node ranked low by one route can be lifted by the others); 1 to {MAX_CANDIDATES:,}.",
     )
     alpha: float = Field(
         default=0.7,
@@ -55,16 +90,17 @@ class MultiRouteSettings(BaseModel):
         description="HiQA α: weight of the vector score against BM25. The paper raises α for "
         "well-structured collections (heading cascade in the embedding), lowers it otherwise.",
     )
-    beta: Union[float, Literal["auto"]] = Field(
+    beta: Union[Annotated[float, Field(ge=0.0, le=MAX_WEIGHT)], Literal["auto"]] = Field(
         default="auto",
-        description="HiQA β: weight of the keyword bonus log(1+|C|). 'auto' ties it to "
+        description="HiQA β: weight of the keyword bonus log(1+|C|), 0 to 100. 'auto' ties it to "
         "|documents| / average pages (fusion.auto_beta): more, shorter documents -> larger β.",
     )
     document_keyword_weight: float = Field(
         default=2.0,
         ge=0.0,
+        le=MAX_WEIGHT,
         description="How much a matched keyword counts in |C| when it is in the node's document "
-        "title (1.0: the paper's plain count). The title says what the whole document is "
+        "title (1.0: the paper's plain count; 0 to 100). The title says what the whole document is "
         "(3M 2018 10-K); the same year in the text is often a comparative figure of a later filing.",
     )
     match_name_abbreviations: bool = Field(
@@ -79,23 +115,36 @@ class MultiRouteSettings(BaseModel):
         "document titles: a report of a year carries the previous years as comparatives, so "
         "'FY2022 and FY2021' is the FY2022 report. Every year still counts in the text.",
     )
-    beta_min: float = Field(default=0.5, ge=0.0, description="β for beta='auto' as |D|/pages -> 0.")
-    beta_max: float = Field(default=2.0, ge=0.0, description="β for beta='auto' as |D|/pages -> ∞.")
-    route_weights: Dict[str, float] = Field(
+    beta_min: float = Field(default=0.5, ge=0.0, le=MAX_WEIGHT, description="β for beta='auto' as |D|/pages -> 0 (0 to 100).")
+    beta_max: float = Field(default=2.0, ge=0.0, le=MAX_WEIGHT, description="β for beta='auto' as |D|/pages -> ∞ (0 to 100).")
+    route_weights: Dict[RouteName, Annotated[float, Field(ge=0.0, le=MAX_WEIGHT)]] = Field(
         default_factory=lambda: {VECTOR: 1.0, BM25: 1.0, KEYWORDS: 1.0},
-        description="Per-route weights of the 'rrf', 'relative_score' and 'dist_based_score' modes.",
+        description="Per-route weights (vector, bm25, keywords; 0 to 100) of the 'rrf', 'relative_score' "
+        "and 'dist_based_score' modes.",
     )
-    rrf_k: float = Field(default=RRF_K, gt=0, description="k of reciprocal rank fusion.")
+    rrf_k: float = Field(default=RRF_K, gt=0, le=1_000_000, description="k of reciprocal rank fusion (0 < k <= 1,000,000).")
     use_bm25: bool = Field(default=True, description="Ask the BM25 route.")
     use_keywords: bool = Field(default=True, description="Ask the critical-keyword route.")
-    bm25_language: str = Field(default="en", description="Stop-word language of the default BM25 tokenizer.")
+    bm25_language: str = Field(
+        default="en",
+        description="Stop-word language of the default BM25 tokenizer: a language bm25s has stop words "
+        "for (en, en_plus, german, dutch, french, spanish, portuguese, italian, russian, swedish, "
+        "norwegian, chinese, turkish, korean, danish, or their two-letter codes).",
+    )
+
+    @field_validator("bm25_language")
+    @classmethod
+    def _known_bm25_language(cls, value: str) -> str:
+        return bm25_stopword_language(value)
 
 
 class MultiRouteConfig(MultiRouteSettings):
-    """Settings of :class:`~llama_index_hiqa.MultiRouteRetriever` (persisted with it): its
-    :class:`MultiRouteSettings` plus the answer size and the fusion mode."""
+    """Settings of [`MultiRouteRetriever`][llama_index_hiqa.retrievers.multi_route.MultiRouteRetriever] (persisted with it): its
+    [`MultiRouteSettings`][llama_index_hiqa.retrievers.settings.MultiRouteSettings] plus the answer size and the fusion mode."""
 
-    similarity_top_k: int = Field(default=DEFAULT_SIMILARITY_TOP_K, ge=1, description="Nodes returned per query.")
+    similarity_top_k: int = Field(
+        default=DEFAULT_SIMILARITY_TOP_K, ge=1, le=MAX_TOP_K, description=f"Nodes returned per query (1 to {MAX_TOP_K})."
+    )
     mode: FusionMode = Field(
         default="hiqa",
         description="'hiqa' (formula 2), 'rrf' (weighted reciprocal rank, k=60), "
@@ -104,19 +153,18 @@ class MultiRouteConfig(MultiRouteSettings):
 
 
 # -- the document focus --------------------------------------------------------------------
-class DocumentFocusConfig(BaseModel):
-    """Settings of :class:`DocumentFocusRetriever`.
+class DocumentFocusConfig(SettingsModel):
+    """Settings of [`DocumentFocusRetriever`][llama_index_hiqa.retrievers.document_focus.DocumentFocusRetriever].
 
     The weights are on the scale of the min-max normalised vector/BM25 mix (0..1). They were
     chosen on FinanceBench's development questions (benchmarks/RESULTS.md says so).
     """
 
-    model_config = ConfigDict(extra="forbid")
-
     focus_documents: Optional[int] = Field(
         default=None,
         ge=0,
-        description="At most this many documents are ranked again node by node and share the "
+        le=MAX_TOP_K,
+        description="At most this many documents (up to 1000) are ranked again node by node and share the "
         "first places. None: as many as the question needs (the documents it names, or those "
         "its words do not tell apart; focus_share.py); 1: the best document alone; 0: off, "
         "the multi-route ranking as it is.",
@@ -124,19 +172,22 @@ class DocumentFocusConfig(BaseModel):
     heading_weight: float = Field(
         default=0.2,
         ge=0.0,
-        description="Weight of the question's cosine similarity to the node's heading path "
+        le=MAX_WEIGHT,
+        description="Weight (0 to 100) of the question's cosine similarity to the node's heading path "
         "(titles only, no document title), min-max normalised inside the document.",
     )
     heading_words_weight: float = Field(
         default=0.2,
         ge=0.0,
-        description="Weight of the share of a heading's words that the question names (0..1, "
+        le=MAX_WEIGHT,
+        description="Weight (0 to 100) of the share of a heading's words that the question names (0..1, "
         "stemmed, stop words left out, the best of the node's heading levels).",
     )
     table_weight: float = Field(
         default=0.2,
         ge=0.0,
-        description="Bonus of a table-like node: a table segment, or text whose share of "
+        le=MAX_WEIGHT,
+        description="Bonus (0 to 100) of a table-like node: a table segment, or text whose share of "
         "number tokens is at least table_number_share.",
     )
     table_number_share: float = Field(
@@ -153,8 +204,9 @@ class DocumentFocusConfig(BaseModel):
     max_document_nodes: int = Field(
         default=20_000,
         ge=1,
+        le=MAX_COUNT,
         description="Documents with more nodes are not ranked again (cost limit): the "
-        "multi-route ranking is returned as it is.",
+        "multi-route ranking is returned as it is (1 to 10^9).",
     )
 
     @property
@@ -167,29 +219,30 @@ class DocumentFocusConfig(BaseModel):
 
 
 # -- the chunk graph -----------------------------------------------------------------------
-class InteractionGraphSettings(BaseModel):
-    """How :class:`~llama_index_hiqa.ChunkInteractionGraph` links chunks (IIER §3.1); the
+class InteractionGraphSettings(SettingsModel):
+    """How [`ChunkInteractionGraph`][llama_index_hiqa.retrievers.chunk_interaction_graph.ChunkInteractionGraph] links chunks (IIER §3.1); the
     graph's own fields."""
 
-    model_config = ConfigDict(extra="forbid")
-
     semantic_top_k: int = Field(
-        default=5, ge=0, description="Semantic edges from each chunk to its k most similar chunks (paper: 5)."
+        default=5, ge=0, le=MAX_SEMANTIC_TOP_K,
+        description="Semantic edges from each chunk to its k most similar chunks (paper: 5; 0 to "
+        f"{MAX_SEMANTIC_TOP_K}: the graph keeps k neighbours of every chunk in memory).",
     )
     min_similarity: float = Field(
         default=0.0, ge=-1.0, le=1.0, description="Semantic edges below this cosine are not added."
     )
-    keyword_threshold: Union[Annotated[int, Field(ge=1)], Literal["auto"]] = Field(
+    keyword_threshold: Union[Annotated[int, Field(ge=1, le=MAX_TOP_K)], Literal["auto"]] = Field(
         default="auto",
         description="Keyword edge when two chunks share at least this many keywords (paper: more "
-        "than two, T = 3). 'auto': the smallest T whose keyword edges average at most "
+        "than two, T = 3; 1 to 1000). 'auto': the smallest T whose keyword edges average at most "
         "max_keyword_degree per chunk, read from the collection's own shared-keyword counts.",
     )
     max_keyword_degree: float = Field(
         default=20.0,
         gt=0,
+        le=MAX_CANDIDATES,
         description="For keyword_threshold='auto': most keyword edges per chunk on average (4x the "
-        "paper's 5 semantic neighbours), so keyword edges link bridge entities without "
+        "paper's 5 semantic neighbours; at most 100,000), so keyword edges link bridge entities without "
         "flooding the walk.",
     )
     max_keyword_fraction: float = Field(
@@ -197,8 +250,9 @@ class InteractionGraphSettings(BaseModel):
         description="Keywords found in more than this fraction of the chunks are too common to link chunks.",
     )
     min_common_count: int = Field(
-        default=20, ge=0,
-        description="...but a keyword is only ever 'too common' above this many chunks (small corpora).",
+        default=20, ge=0, le=MAX_COUNT,
+        description="...but a keyword is only ever 'too common' above this many chunks (small corpora; "
+        "0 to 10^9).",
     )
     title_mentions: bool = Field(
         default=True,
@@ -207,28 +261,26 @@ class InteractionGraphSettings(BaseModel):
         "of one document, as IIER argues; False: the paper's keyword edges only.",
     )
     block_size: int = Field(
-        default=1024, ge=1,
-        description="Most rows per block of the top-k similarity product (also capped at ~4M "
-        "similarities per block, which bounds the build's memory).",
+        default=1024, ge=1, le=MAX_CANDIDATES,
+        description="Most rows per block of the top-k similarity product (1 to 100,000; also capped "
+        "at ~4M similarities per block, which bounds the build's memory).",
     )
 
 
-class ChainSearchSettings(BaseModel):
+class ChainSearchSettings(SettingsModel):
     """Settings of the evidence-chain search (IIER §3.2, §4.3) of
-    :class:`~llama_index_hiqa.ChunkGraphRetriever`."""
+    [`ChunkGraphRetriever`][llama_index_hiqa.retrievers.chunk_graph.ChunkGraphRetriever]."""
 
-    model_config = ConfigDict(extra="forbid")
-
-    max_hops: int = Field(default=5, ge=1, description="Hops per chain after the seed (paper: path length 5).")
+    max_hops: int = Field(default=5, ge=1, le=MAX_TOP_K, description="Hops per chain after the seed (paper: path length 5; 1 to 1000).")
     max_nodes: int = Field(
-        default=DEFAULT_SIMILARITY_TOP_K, ge=1,
-        description="Budget: total nodes returned over all chains (by default the top k of a question).",
+        default=DEFAULT_SIMILARITY_TOP_K, ge=1, le=MAX_TOP_K,
+        description="Budget: total nodes returned over all chains (by default the top k of a question; 1 to 1000).",
     )
-    max_seeds: int = Field(default=5, ge=1, description="At most this many seeds (chains) per question.")
+    max_seeds: int = Field(default=5, ge=1, le=MAX_TOP_K, description="At most this many seeds (chains) per question (1 to 1000).")
     vector_seeds: int = Field(
-        default=1, ge=0,
+        default=1, ge=0, le=MAX_TOP_K,
         description="Top vector hits added as seeds after the keyword seeds (paper: only when no "
-        "keyword matches; 1 keeps the best dense hit even when keywords mislead).",
+        "keyword matches; 1 keeps the best dense hit even when keywords mislead; 0 to 1000).",
     )
     title_keywords_for_seeds: bool = Field(
         default=True,
@@ -236,9 +288,9 @@ class ChainSearchSettings(BaseModel):
         "(titles are excluded from keyword edges only, as the paper argues for graph density).",
     )
     max_candidates_per_keyword: int = Field(
-        default=100, ge=1,
-        description="Seed candidates per question keyword: a keyword in more chunks contributes "
-        "only its chunks most similar to the question.",
+        default=100, ge=1, le=MAX_CANDIDATES,
+        description="Seed candidates per question keyword (1 to 100,000): a keyword in more chunks "
+        "contributes only its chunks most similar to the question.",
     )
     merge_chains: bool = Field(default=False, description="Return each chain as one merged node.")
     fill_budget: bool = Field(
@@ -248,10 +300,8 @@ class ChainSearchSettings(BaseModel):
     )
 
 
-class ChainBudget(BaseModel):
+class ChainBudget(SettingsModel):
     """How the first retriever's ranking and the chain nodes share the top-k budget."""
-
-    model_config = ConfigDict(extra="forbid")
 
     head_share: float = Field(
         default=DEFAULT_HEAD_SHARE,
@@ -264,22 +314,21 @@ class ChainBudget(BaseModel):
     top_k: Optional[int] = Field(
         default=None,
         ge=1,
-        description="The budget k; None: as many nodes as the first retriever returned.",
+        le=MAX_TOP_K,
+        description="The budget k (1 to 1000); None: as many nodes as the first retriever returned.",
     )
 
 
 _PARTS = {"graph": InteractionGraphSettings, "search": ChainSearchSettings, "budget": ChainBudget}
 
 
-class ChunkGraphSettings(BaseModel):
+class ChunkGraphSettings(SettingsModel):
     """The pack's chunk-graph settings, one part per component that receives them.
 
     A flat mapping is accepted too (``{"max_hops": 3, "keyword_threshold": 2}``, the form saved
     by earlier releases): each key goes to the part that declares it; a key no part declares
     stays at the top and fails, named ``chunk_graph.<key>``.
     """
-
-    model_config = ConfigDict(extra="forbid")
 
     graph: InteractionGraphSettings = Field(
         default_factory=InteractionGraphSettings,

@@ -6,14 +6,14 @@ store and ``SimpleVectorStore`` return them. LlamaIndex's integrations do not ag
 scale: Chroma returns ``exp(−distance)`` of its collection's space (squared L2 by default),
 LanceDB ``exp(−_distance)``, FAISS and Milvus the raw inner product or squared L2 of their
 index. Min-max normalisation is not invariant under ``exp``, so the same vectors would rank
-differently per store. :func:`cosine_scale` maps each store's score back to the cosine of
+differently per store. [`cosine_scale`][llama_index_hiqa.retrievers.store_vectors.cosine_scale] maps each store's score back to the cosine of
 unit vectors (the pack's embeddings are normalised), so a node ranks the same whichever store
 holds it, within the store's approximate-search error.
 
 The second difference is restriction: the document focus asks for the vector scores of
 exactly one document's nodes. ``VectorStoreQuery.node_ids`` is honoured by the pack's store,
 ``SimpleVectorStore``, Qdrant, Milvus and pgvector, and silently ignored by Chroma, LanceDB,
-DuckDB and FAISS. :func:`scores_of_nodes` checks what came back and, for a store that
+DuckDB and FAISS. `scores_of_nodes` checks what came back and, for a store that
 ignored the ids, asks again with a metadata filter on the nodes' ``ref_doc_id`` (which every
 integration stores flat), or, for a store without filters (FAISS), over the whole collection;
 it returns the restriction that worked, so the caller asks that way from then on.

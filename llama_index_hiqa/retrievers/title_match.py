@@ -6,12 +6,12 @@ a question names its document escape an exact match:
 
 * **the name abbreviated or written apart.** A title's "American Express Company" gives the
   keyword ``americanexpress``; a question says "AMEX". "Johnson & Johnson" is asked about as
-  "JnJ", and "Best Buy's" can escape the entity recogniser. :func:`names_in_question` finds
+  "JnJ", and "Best Buy's" can escape the entity recogniser. [`names_in_question`][llama_index_hiqa.retrievers.title_match.names_in_question] finds
   a document name in a question when a capitalised token is made of prefixes of the name's
   words in order (``abbreviates``), or when the name's words stand together in it.
 * **several periods.** A yearly report also reports the previous years as comparatives, so
   a question about "FY2022 and FY2021" is answered by the FY2022 report: only the latest of
-  several years named is matched against titles (:func:`latest_year_only`); every year still
+  several years named is matched against titles ([`latest_year_only`][llama_index_hiqa.retrievers.title_match.latest_year_only]); every year still
   counts in the text.
 
 Pure functions over strings, so each rule can be checked on its own.
@@ -117,13 +117,13 @@ def abbreviates(token: str, words: Tuple[str, ...]) -> bool:
 
 
 def names_in_question(question: str, names: Names) -> List[str]:
-    """The name keywords of ``names`` (see :func:`document_names`) that ``question`` refers
+    """The name keywords of ``names`` (see [`document_names`][llama_index_hiqa.retrievers.title_match.document_names]) that ``question`` refers
     to by an abbreviation written with at least two capitals ("AMEX", "JnJ") or by the
     name's words side by side in any case ("best buy's").
 
     Args:
         question: the question text.
-        names: name keyword -> its spellings (:func:`document_names`).
+        names: name keyword -> its spellings ([`document_names`][llama_index_hiqa.retrievers.title_match.document_names]).
 
     Returns:
         The name keywords, each once.
@@ -170,7 +170,7 @@ def title_keyword_sets(extractor: Any, titles: Sequence[str]) -> Dict[str, froze
     """Each title -> its normalised keywords, from one extraction over ``titles``.
 
     Args:
-        extractor: the :class:`~llama_index_hiqa.CriticalKeywordExtractor` of the keyword route.
+        extractor: the [`CriticalKeywordExtractor`][llama_index_hiqa.transforms.critical_keywords.CriticalKeywordExtractor] of the keyword route.
         titles: document titles (each once).
 
     Returns:
@@ -188,7 +188,7 @@ def title_facts(
     """From one extraction over the titles of ``titles`` (any key -> its document title, e.g.
     node id or ``ref_doc_id``): key -> its title's keywords, for ``document_keyword_weight``
     (only when ``per_key``; keys whose title has no keyword left out), and the collection's
-    names (:func:`document_names`).
+    names ([`document_names`][llama_index_hiqa.retrievers.title_match.document_names]).
 
     Args:
         extractor: the keyword route's extractor.
@@ -208,7 +208,7 @@ def question_keywords(
     extractor: Any, question: Optional[str], names: Names, match_abbreviations: bool
 ) -> Tuple[List[str], List[str]]:
     """The question's keywords, with the document names it abbreviates or spells apart
-    (:func:`names_in_question`), and their normalised forms, once each.
+    ([`names_in_question`][llama_index_hiqa.retrievers.title_match.names_in_question]), and their normalised forms, once each.
 
     Args:
         extractor: the keyword route's extractor (``extract_query``).
@@ -230,7 +230,7 @@ def question_keywords(
 
 def title_wanted(keywords: Iterable[str], latest_year: bool) -> frozenset:
     """The normalised question keywords matched against document titles: with
-    ``latest_year``, every year but the latest left out (:func:`latest_year_only`).
+    ``latest_year``, every year but the latest left out ([`latest_year_only`][llama_index_hiqa.retrievers.title_match.latest_year_only]).
 
     Args:
         keywords: the question's normalised keywords.

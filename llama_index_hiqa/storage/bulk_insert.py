@@ -3,7 +3,7 @@
 LlamaIndex's ``VectorStoreIndex.insert_nodes`` writes the docstore one node at a time
 (``docstore.add_documents([node])``), and each call reads the node's document record, appends
 the node id and serialises the whole record again: one document of n nodes costs O(n²)
-(52 of 52.6 s in ``RefDocInfo.to_dict`` for a 4,196-node document). :func:`insert_nodes`
+(52 of 52.6 s in ``RefDocInfo.to_dict`` for a 4,196-node document). [`insert_nodes`][llama_index_hiqa.storage.bulk_insert.insert_nodes]
 does the same three writes — vector store, index struct, docstore — once per batch, building
 each document's record once, the way a database does a bulk load.
 """

@@ -1,6 +1,6 @@
 """The embedded store: one SQLite file and one memory-mapped matrix in a folder.
 
-A folder store (:mod:`~llama_index_hiqa.storage.backends.folder`) loads the whole collection into
+A folder store ([`folder`][llama_index_hiqa.storage.backends.folder]) loads the whole collection into
 memory and writes it whole on every save. The embedded store keeps it on disk and reads what a
 question needs::
 
@@ -124,7 +124,7 @@ class EmbeddedStore:
         return store
 
     def check(self, query_dim: Optional[int] = None) -> None:
-        """What opening can check cheaply, as a :class:`PackStoreError` naming the file: the
+        """What opening can check cheaply, as a [`PackStoreError`][llama_index_hiqa.errors.PackStoreError] naming the file: the
         vector file holds every committed row, and ``query_dim`` (the query model's) is the
         stored vectors' dimension.
 
@@ -156,7 +156,7 @@ class EmbeddedStore:
 
     # -- the pack's record -------------------------------------------------------------
     def read_pack(self) -> Optional[Dict[str, Any]]:
-        """``{"config", "embed_model"}`` saved by :meth:`save_pack`, or ``None``."""
+        """``{"config", "embed_model"}`` saved by [`save_pack`][llama_index_hiqa.storage.embedded.EmbeddedStore.save_pack], or ``None``."""
         raw = self.db.get_meta("pack")
         if raw is None:
             return None

@@ -1,9 +1,9 @@
 """The multi-route retriever's parts on the embedded store: the same routes, read from disk.
 
-:class:`EmbeddedMultiRouteRetriever` is :class:`~llama_index_hiqa.MultiRouteRetriever`
-composed of :class:`EmbeddedRouteParts`: node ids, titles, the collection's shape and the
+[`EmbeddedMultiRouteRetriever`][llama_index_hiqa.storage.embedded_routes.EmbeddedMultiRouteRetriever] is [`MultiRouteRetriever`][llama_index_hiqa.retrievers.multi_route.MultiRouteRetriever]
+composed of `EmbeddedRouteParts`: node ids, titles, the collection's shape and the
 keyword postings read from the SQLite database of an
-:class:`~llama_index_hiqa.storage.embedded.EmbeddedStore`, vectors from its memory-mapped
+[`EmbeddedStore`][llama_index_hiqa.storage.embedded.EmbeddedStore], vectors from its memory-mapped
 matrix, BM25 from bm25s arrays mapped from disk. The scores are those of the folder store's
 retriever over the same nodes (HiQA's Multi-Route Retriever, "HiQA: A Hierarchical Contextual
 Augmentation RAG for Multi-Documents QA" (Chen et al.)).
@@ -59,7 +59,7 @@ class _StoredNodes(Mapping):
 
 
 class _StoredKeywords(KeywordIndex):
-    """The keyword postings of the database, as :class:`KeywordIndex` answers them."""
+    """The keyword postings of the database, as [`KeywordIndex`][llama_index_hiqa.indexes.keyword_index.KeywordIndex] answers them."""
 
     def __init__(self, store: EmbeddedStore) -> None:
         super().__init__()
@@ -81,7 +81,7 @@ class _StoredKeywords(KeywordIndex):
 
 
 class EmbeddedCollection(NodeCollection):
-    """The collection of an :class:`EmbeddedStore`: ids, shape and one document's nodes read
+    """The collection of an [`EmbeddedStore`][llama_index_hiqa.storage.embedded.EmbeddedStore]: ids, shape and one document's nodes read
     from the database (no list of every node in memory)."""
 
     def __init__(self, store: EmbeddedStore) -> None:
@@ -127,7 +127,7 @@ class EmbeddedKeywordRoute(KeywordRoute):
             self.names = title_match.document_names(by_title)
 
     def counts(self, normalized: Sequence[str]) -> Dict[str, float]:
-        """``|C|`` per node holding any of ``normalized`` (see :meth:`KeywordRoute.counts`).
+        """``|C|`` per node holding any of ``normalized`` (see [`KeywordRoute.counts`][llama_index_hiqa.retrievers.keyword_route.KeywordRoute.counts]).
 
         Args:
             normalized: the question's normalised keywords.
@@ -198,16 +198,16 @@ class EmbeddedRouteParts(RouteParts):
 
 
 class EmbeddedMultiRouteRetriever(MultiRouteRetriever):
-    """:class:`~llama_index_hiqa.MultiRouteRetriever` over an :class:`EmbeddedStore`: the same
+    """[`MultiRouteRetriever`][llama_index_hiqa.retrievers.multi_route.MultiRouteRetriever] over an [`EmbeddedStore`][llama_index_hiqa.storage.embedded.EmbeddedStore]: the same
     routes and fusion, with the node-wide facts (ids, titles, shape, keyword postings) read from
-    the database instead of from every node in memory (:class:`EmbeddedRouteParts`).
+    the database instead of from every node in memory (`EmbeddedRouteParts`).
 
     Args:
         store: the embedded store.
         vector_retriever: the vector retriever over the store's matrix.
         bm25_route: the BM25 route of the store's current generation, or ``None``.
         keyword_extractor: the keyword extractor (default: ``CriticalKeywordExtractor()``).
-        **settings: :class:`~llama_index_hiqa.MultiRouteConfig` fields.
+        **settings: [`MultiRouteConfig`][llama_index_hiqa.retrievers.multi_route.MultiRouteConfig] fields.
     """
 
     def __init__(

@@ -1,6 +1,6 @@
 """Heading-path vectors computed at ingestion and kept with the store.
 
-The document focus (:class:`~llama_index_hiqa.DocumentFocusRetriever`) scores every node of a
+The document focus ([`DocumentFocusRetriever`][llama_index_hiqa.retrievers.document_focus.DocumentFocusRetriever]) scores every node of a
 focused document by the question's similarity to the node's heading path alone (HiQA's
 hierarchical metadata, "HiQA: A Hierarchical Contextual Augmentation RAG for Multi-Documents
 QA", §3.2). Embedded at question time, the first question about a document paid for embedding
@@ -9,10 +9,10 @@ Here each batch's new heading paths are embedded when the batch is written and s
 it, keyed by a hash of the heading text, so a question reads them instead:
 
 * the folder store keeps them in memory and writes ``heading_vectors.npz`` into each snapshot
-  (:class:`HeadingVectors`);
-* the embedded store in its SQLite file (:class:`SQLiteHeadingVectors`), in the batch's
+  ([`HeadingVectors`][llama_index_hiqa.storage.heading_vectors.HeadingVectors]);
+* the embedded store in its SQLite file ([`SQLiteHeadingVectors`][llama_index_hiqa.storage.heading_vectors.SQLiteHeadingVectors]), in the batch's
   transaction;
-* PostgreSQL in ``hiqa_heading_vectors`` (:class:`PostgresHeadingVectors`), in the batch's
+* PostgreSQL in ``hiqa_heading_vectors`` ([`PostgresHeadingVectors`][llama_index_hiqa.storage.heading_vectors.PostgresHeadingVectors]), in the batch's
   transaction.
 
 The two database stores also keep what the focus reads of each node (its heading labels,
@@ -75,7 +75,7 @@ def batch_headings(nodes: Iterable[BaseNode]) -> Dict[str, str]:
         nodes: Segment nodes with heading paths.
 
     Returns:
-        The heading texts by :func:`heading_hash`.
+        The heading texts by [`heading_hash`][llama_index_hiqa.storage.heading_vectors.heading_hash].
     """
     texts = sorted({t for t in (heading_text(n) for n in nodes) if t})
     return {heading_hash(t): t for t in texts}
@@ -167,7 +167,7 @@ class HeadingVectors(_Source):
             folder: the snapshot folder (its manifest has checked the file already).
 
         Returns:
-            A :class:`HeadingVectors`, empty when the snapshot has no heading vectors.
+            A [`HeadingVectors`][llama_index_hiqa.storage.heading_vectors.HeadingVectors], empty when the snapshot has no heading vectors.
         """
         path = Path(folder) / FILENAME
         if not path.is_file():

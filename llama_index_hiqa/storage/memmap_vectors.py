@@ -1,11 +1,11 @@
 """A LlamaIndex vector store whose float32 matrix stays on disk, memory-mapped.
 
-:class:`~llama_index_hiqa.MatrixVectorStore` keeps the matrix in memory and writes it whole on
-every save. :class:`MemmapVectorStore` appends each batch's unit vectors to one raw float32 file
+[`MatrixVectorStore`][llama_index_hiqa.storage.vector_store.MatrixVectorStore] keeps the matrix in memory and writes it whole on
+every save. [`MemmapVectorStore`][llama_index_hiqa.storage.memmap_vectors.MemmapVectorStore] appends each batch's unit vectors to one raw float32 file
 (``vectors.f32``, one row a node) and maps it read-only for queries, so opening a store costs
 no reading and the operating system keeps in memory only the pages queries touch (as page
 cache it can drop). Which row holds which node lives in an SQLite table beside it
-(:class:`~llama_index_hiqa.storage.sqlite_kv.SQLiteDatabase`), written in the caller's
+(`SQLiteDatabase`), written in the caller's
 transaction: the rows of a batch are written and flushed to the file first, then the table
 commits, so a process killed at any instant leaves the rows of the last commit (bytes past
 them are overwritten by the next writer). Deleted rows are masked, not moved.

@@ -2,9 +2,9 @@
 
 A read-only store, a full disk, a file where a folder is expected or a path under ``/proc``
 raise ``OSError`` deep inside LlamaIndex, NumPy or SQLite, often after a whole folder was
-ingested. :func:`os_errors` turns such an error into a
-:class:`~llama_index_hiqa.errors.PathAccessError` that says what to do, and
-:func:`check_store_writable` finds the commonest cases before any document is read
+ingested. [`os_errors`][llama_index_hiqa.storage.os_boundary.os_errors] turns such an error into a
+[`PathAccessError`][llama_index_hiqa.errors.PathAccessError] that says what to do, and
+[`check_store_writable`][llama_index_hiqa.storage.os_boundary.check_store_writable] finds the commonest cases before any document is read
 (the same "check, then do the expensive work" order a database uses for its data directory).
 """
 
@@ -27,7 +27,7 @@ MIN_FREE_BYTES = 16 * 1024 * 1024
 
 
 def as_path_error(exc: OSError, path: Any = None) -> PathAccessError:
-    """``exc`` as a :class:`PathAccessError` naming the file the system named (else ``path``).
+    """``exc`` as a [`PathAccessError`][llama_index_hiqa.errors.PathAccessError] naming the file the system named (else ``path``).
 
     Args:
         exc: the system's error.
@@ -42,7 +42,7 @@ def as_path_error(exc: OSError, path: Any = None) -> PathAccessError:
 
 @contextlib.contextmanager
 def os_errors(path: Any) -> Iterator[None]:
-    """Run the block; an ``OSError`` leaves it as a :class:`PathAccessError`.
+    """Run the block; an ``OSError`` leaves it as a [`PathAccessError`][llama_index_hiqa.errors.PathAccessError].
 
     The error names ``path`` (the store, what the user chose) and the file the system refused
     inside it. The pack's own errors pass unchanged.
@@ -79,7 +79,7 @@ def check_store_writable(root: Path, current: Optional[Path] = None) -> None:
 
     A file is created and removed in it (the only test that catches read-only mounts,
     ``/proc`` and missing rights alike, also for root), and the disk must have room for a copy
-    of the ``current`` snapshot plus :data:`MIN_FREE_BYTES`.
+    of the ``current`` snapshot plus [`MIN_FREE_BYTES`][llama_index_hiqa.storage.os_boundary.MIN_FREE_BYTES].
 
     Args:
         root: the store folder (when missing, the nearest existing folder above it is tested).

@@ -1,6 +1,6 @@
-"""The files of a persisted :class:`~llama_index_hiqa.HiQAPack`, written and checked.
+"""The files of a persisted [`HiQAPack`][llama_index_hiqa.pack.HiQAPack], written and checked.
 
-One snapshot folder (see :mod:`llama_index_hiqa.storage.snapshots`) holds::
+One snapshot folder (see [`llama_index_hiqa.storage.snapshots`][llama_index_hiqa.storage.snapshots]) holds::
 
     hiqa_pack.json      settings, model identity, documents, and a manifest of every other
                         file with its size and SHA-256 (written last)
@@ -14,7 +14,7 @@ One snapshot folder (see :mod:`llama_index_hiqa.storage.snapshots`) holds::
 Every read is checked before it is trusted: a file that is missing, truncated or changed since
 it was written (manifest), that does not parse, or whose contents disagree with the docstore
 (BM25 or keyword ids, vector ids, an embedding dimension that the query model does not give)
-raises :class:`~llama_index_hiqa.errors.PackStoreError` naming the file and what to do.
+raises [`PackStoreError`][llama_index_hiqa.errors.PackStoreError] naming the file and what to do.
 """
 
 from __future__ import annotations

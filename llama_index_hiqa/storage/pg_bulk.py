@@ -1,16 +1,16 @@
 """The PostgreSQL store's rows, written in bulk: COPY inside the caller's transaction.
 
-A batch of nodes goes into every table of :mod:`~llama_index_hiqa.storage.postgres` with one
+A batch of nodes goes into every table of [`postgres`][llama_index_hiqa.storage.postgres] with one
 ``COPY`` per table (the vectors in COPY's binary format, so no float is printed as text), the
 BM25 postings as narrow rows keyed by integer term id and node row, and each term's document
 frequency kept in ``hiqa_terms``. Everything runs on the connection of the caller's
 transaction, so a batch commits whole or not at all.
 
 The HNSW index is the one structure a bulk load is better off without: pgvector builds it
-from a full table far faster than it inserts into it row by row. :func:`bulk_load` drops it
+from a full table far faster than it inserts into it row by row. [`bulk_load`][llama_index_hiqa.storage.pg_bulk.bulk_load] drops it
 when a load starts on an empty vector table and builds it once at the end; a process killed
 in between leaves committed batches without the index (queries then scan exactly), and the
-next writer rebuilds it (:func:`ensure_vector_index`).
+next writer rebuilds it ([`ensure_vector_index`][llama_index_hiqa.storage.pg_bulk.ensure_vector_index]).
 """
 
 from __future__ import annotations
@@ -146,7 +146,7 @@ def vector_copy_data(vector_store: Any, nodes: Sequence[BaseNode]) -> io.BytesIO
         nodes: the nodes, embedded.
 
     Returns:
-        :func:`vector_copy_rows` of them.
+        [`vector_copy_rows`][llama_index_hiqa.storage.pg_bulk.vector_copy_rows] of them.
     """
     from llama_index.core.vector_stores.utils import node_to_metadata_dict
 
@@ -169,7 +169,7 @@ def docstore_rows(
         docstore: the pack's docstore (its collection names).
         ref_doc_ids_and_hashes: ``(ref_doc_id, doc_hash)`` of the batch's documents.
         nodes: the batch's nodes.
-        stored: each node's docstore JSON (:func:`stored_json`).
+        stored: each node's docstore JSON ([`stored_json`][llama_index_hiqa.storage.pg_bulk.stored_json]).
 
     Returns:
         The rows, in the order consecutive puts would write them.
@@ -191,10 +191,10 @@ def docstore_rows(
 
 
 def kv_copy_data(rows: Sequence[Tuple[str, str, Any]]) -> io.StringIO:
-    """Docstore rows as COPY text for :func:`upsert_kv`.
+    """Docstore rows as COPY text for [`upsert_kv`][llama_index_hiqa.storage.pg_bulk.upsert_kv].
 
     Args:
-        rows: ``(key, namespace, value)`` rows (a value a :class:`JSONText` or JSON-able).
+        rows: ``(key, namespace, value)`` rows (a value a [`JSONText`][llama_index_hiqa.storage.pg_bulk.JSONText] or JSON-able).
 
     Returns:
         The COPY data.
@@ -232,8 +232,8 @@ def insert_nodes(conn: Any, vector_data: io.BytesIO, fields: Sequence[str], coun
 
     Args:
         conn: the writer's connection (in its transaction).
-        vector_data: the vector table's rows (:func:`vector_copy_data`).
-        fields: each node's :func:`node_fields`.
+        vector_data: the vector table's rows ([`vector_copy_data`][llama_index_hiqa.storage.pg_bulk.vector_copy_data]).
+        fields: each node's [`node_fields`][llama_index_hiqa.storage.pg_bulk.node_fields].
         counts: each node's BM25 term counts.
         lengths: each node's BM25 length (tokens).
     """
@@ -281,7 +281,7 @@ def _term_ids(conn: Any, counts: Sequence[Counter]) -> Dict[str, int]:
 
 
 def upsert_kv(conn: Any, table: str, data: io.StringIO) -> None:
-    """The docstore's rows (:func:`kv_copy_data`), replacing a row with the same key and
+    """The docstore's rows ([`kv_copy_data`][llama_index_hiqa.storage.pg_bulk.kv_copy_data]), replacing a row with the same key and
     namespace (as ``PostgresKVStore.put_all`` does): COPY into a staging table, then one
     INSERT ... ON CONFLICT.
 

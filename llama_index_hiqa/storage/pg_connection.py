@@ -1,12 +1,12 @@
 """The connection to a PostgreSQL store: pools, session settings, timeouts and failures a user can act on.
 
-:class:`PostgresConnection` holds SQLAlchemy pools per process: one for writes and LlamaIndex's
+`PostgresConnection` holds SQLAlchemy pools per process: one for writes and LlamaIndex's
 stores and one for the routes' synchronous reads (psycopg2, the driver LlamaIndex's Postgres
 stores are written for; autocommit, one round trip a statement), and one for asynchronous
 retrieval (asyncpg), with connect and statement timeouts; every failure a user can cause (a
 malformed URL, an unreachable server, wrong credentials, a missing database or pgvector
-extension) is raised as :class:`~llama_index_hiqa.errors.PackStoreError` naming the URL with its
-password masked. :class:`~llama_index_hiqa.storage.postgres.PostgresStore` is built on it.
+extension) is raised as [`PackStoreError`][llama_index_hiqa.errors.PackStoreError] naming the URL with its
+password masked. [`PostgresStore`][llama_index_hiqa.storage.postgres.PostgresStore] is built on it.
 """
 
 from __future__ import annotations
@@ -89,7 +89,7 @@ class PostgresConnection:
     """The pools and session settings of one database URL, and its failures as one line each.
 
     Args:
-        url: A ``postgresql://`` URL (its password is never shown: see :func:`mask_url`).
+        url: A ``postgresql://`` URL (its password is never shown: see [`mask_url`][llama_index_hiqa.storage.pg_connection.mask_url]).
         settings: Pools, timeouts and HNSW settings.
 
     Raises:
@@ -119,7 +119,7 @@ class PostgresConnection:
 
     def error(self, reason: str) -> PackStoreError:
         """A PackStoreError about this database, on one line (``reason`` holds no password:
-        driver messages pass through :meth:`_scrub` first).
+        driver messages pass through [`_scrub`][llama_index_hiqa.storage.pg_connection.PostgresConnection._scrub] first).
 
         Args:
             reason: What is wrong.
@@ -336,7 +336,7 @@ class PostgresConnection:
             return [tuple(r) for r in conn.execute(text(sql), params)]
 
     async def arows(self, sql: str, _settings: Optional[Dict[str, str]] = None, **params: Any) -> List[Tuple[Any, ...]]:
-        """:meth:`rows` on the asyncpg pool of the running event loop.
+        """`rows` on the asyncpg pool of the running event loop.
 
         Args:
             sql: The statement, with ``:name`` parameters.

@@ -10,13 +10,13 @@ a copy in memory, as with the folder store. The database makes that copy durable
   position, edge keywords, title keywords, semantic top-k); ``hiqa_graph`` — the graph's
   settings, its resolved keyword threshold and a generation. The vectors are read from the
   vector table; nothing is recomputed when a process loads the graph.
-* A writer updates the graph in the transaction of its batch (:meth:`StoredChunkGraph.sync`,
-  run by :meth:`PostgresStore.write` / ``delete`` after the routes' rows): added chunks by
-  :meth:`ChunkInteractionGraph.add_nodes`, removed ones by
-  :meth:`ChunkInteractionGraph.without_nodes` (a rebuild over the rest, as the folder store
+* A writer updates the graph in the transaction of its batch ([`StoredChunkGraph.sync`][llama_index_hiqa.storage.pg_graph.StoredChunkGraph.sync],
+  run by [`PostgresStore.write`][llama_index_hiqa.storage.postgres.PostgresStore.write] / ``delete`` after the routes' rows): added chunks by
+  [`ChunkInteractionGraph.add_nodes`][llama_index_hiqa.retrievers.chunk_interaction_graph.ChunkInteractionGraph.add_nodes], removed ones by
+  [`ChunkInteractionGraph.without_nodes`][llama_index_hiqa.retrievers.chunk_interaction_graph.ChunkInteractionGraph.without_nodes] (a rebuild over the rest, as the folder store
   rebuilds), and only the rows that changed are rewritten (all of them after a removal, whose
   rows are renumbered). The batch and its graph commit together or not at all.
-* Other processes notice a new generation within :data:`GRAPH_TTL_S` and reload.
+* Other processes notice a new generation within `GRAPH_TTL_S` and reload.
 """
 
 from __future__ import annotations
@@ -69,7 +69,7 @@ GRAPH_NODES_TABLE = graph_nodes_table()
 class StoredChunkGraph:
     """One process's copy of a PostgreSQL pack's chunk graph, in step with its tables.
 
-    ``settings`` are the :class:`ChunkInteractionGraph` settings of a new graph (a stored
+    ``settings`` are the [`ChunkInteractionGraph`][llama_index_hiqa.retrievers.chunk_interaction_graph.ChunkInteractionGraph] settings of a new graph (a stored
     graph keeps those it was built with); ``keyword_fn`` and ``embed_model`` serve chunks
     without keywords or vectors, as in the folder store's build.
     """
@@ -89,7 +89,7 @@ class StoredChunkGraph:
 
     # -- reading ----------------------------------------------------------------------
     def current(self) -> ChunkInteractionGraph:
-        """The graph as last committed (re-checked at most every :data:`GRAPH_TTL_S`)."""
+        """The graph as last committed (re-checked at most every `GRAPH_TTL_S`)."""
         if self.graph is None or time.monotonic() - self._checked_at > GRAPH_TTL_S:
             from sqlalchemy.exc import SQLAlchemyError
 
@@ -156,16 +156,16 @@ class StoredChunkGraph:
         """A chain retriever over this graph, as last committed.
 
         Args:
-            **kwargs: :class:`ChunkGraphRetriever` settings.
+            **kwargs: [`ChunkGraphRetriever`][llama_index_hiqa.retrievers.chunk_graph.ChunkGraphRetriever] settings.
 
         Returns:
-            The :class:`StoredGraphRetriever`.
+            The [`StoredGraphRetriever`][llama_index_hiqa.storage.pg_graph.StoredGraphRetriever].
         """
         return StoredGraphRetriever(self, **kwargs)
 
 
 class StoredGraphRetriever(ChunkGraphRetriever):
-    """:class:`ChunkGraphRetriever` over a :class:`StoredChunkGraph`: each search walks the
+    """[`ChunkGraphRetriever`][llama_index_hiqa.retrievers.chunk_graph.ChunkGraphRetriever] over a [`StoredChunkGraph`][llama_index_hiqa.storage.pg_graph.StoredChunkGraph]: each search walks the
     graph as last committed by any process."""
 
     def __init__(self, stored: StoredChunkGraph, **kwargs: Any) -> None:

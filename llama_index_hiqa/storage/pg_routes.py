@@ -1,20 +1,20 @@
 """The multi-route retriever served by PostgreSQL: every route one query, nothing in memory.
 
-:class:`PostgresMultiRouteRetriever` is HiQA's Multi-Route Retriever ("HiQA: A Hierarchical
+[`PostgresMultiRouteRetriever`][llama_index_hiqa.storage.pg_routes.PostgresMultiRouteRetriever] is HiQA's Multi-Route Retriever ("HiQA: A Hierarchical
 Contextual Augmentation RAG for Multi-Documents QA" (Chen et al.), §Multi-Route Retriever)
-with the routes answered by the database of :class:`~llama_index_hiqa.storage.postgres.PostgresStore`:
+with the routes answered by the database of [`PostgresStore`][llama_index_hiqa.storage.postgres.PostgresStore]:
 
 * vector — pgvector's HNSW index of LlamaIndex's ``PGVectorStore`` table (cosine);
 * BM25 — Okapi BM25 over the stored term statistics (``pg_schema.ROUTES_SQL``);
 * critical keywords — ``|C|`` per node from the GIN-indexed ``text[]`` column.
 
-Each route is an object of the :class:`~llama_index_hiqa.retrievers.routes.Route` interface
-that can answer alone (:class:`PostgresBM25Route`, :class:`PostgresKeywordRoute`, the vector
-route over ``PGVectorStore``); :class:`PostgresRouteSet` asks a question's three routes in one
+Each route is an object of the [`Route`][llama_index_hiqa.retrievers.routes.Route] interface
+that can answer alone ([`PostgresBM25Route`][llama_index_hiqa.storage.pg_routes.PostgresBM25Route], [`PostgresKeywordRoute`][llama_index_hiqa.storage.pg_routes.PostgresKeywordRoute], the vector
+route over ``PGVectorStore``); [`PostgresRouteSet`][llama_index_hiqa.storage.pg_routes.PostgresRouteSet] asks a question's three routes in one
 SQL statement (``ROUTES_SQL``, one round trip), and the scores of every node of a document for
-the document focus in another (``WITHIN_SQL``). :class:`PostgresMultiRouteRetriever` is the
-ordinary :class:`~llama_index_hiqa.MultiRouteRetriever` composed of these parts
-(:class:`PostgresRouteParts`): fusion, score normalisation and the per-node route scores are
+the document focus in another (``WITHIN_SQL``). [`PostgresMultiRouteRetriever`][llama_index_hiqa.storage.pg_routes.PostgresMultiRouteRetriever] is the
+ordinary [`MultiRouteRetriever`][llama_index_hiqa.retrievers.multi_route.MultiRouteRetriever] composed of these parts
+(`PostgresRouteParts`): fusion, score normalisation and the per-node route scores are
 its own; a failing statement fails every route at once (one database answers them all). What
 another process commits is seen by the next query; the collection's shape and titles are
 re-read every few seconds. ``aretrieve`` sends the same statement on the asyncpg pool.
@@ -97,7 +97,7 @@ def _by_route(rows: Sequence[Tuple[str, str, float]]) -> Dict[str, RouteScores]:
 
 
 class PostgresCollection(NodeCollection):
-    """The collection of a :class:`PostgresStore`: ids, one document's nodes, the shape and the
+    """The collection of a [`PostgresStore`][llama_index_hiqa.storage.postgres.PostgresStore]: ids, one document's nodes, the shape and the
     titles read from the database (the shape and titles at most every ``SHAPE_TTL_S``)."""
 
     def __init__(self, store: PostgresStore) -> None:
@@ -203,7 +203,7 @@ class PostgresBM25Route:
         return _by_route(self.store.rows(ROUTES_SQL, **_params(None, terms, [], [], 0.0, n)))[BM25]
 
     async def ascores(self, query: QueryBundle, n: int) -> Dict[str, float]:
-        """:meth:`scores` on the asyncpg pool.
+        """[`scores`][llama_index_hiqa.storage.pg_routes.PostgresBM25Route.scores] on the asyncpg pool.
 
         Args:
             query: the question.
@@ -303,7 +303,7 @@ class PostgresRouteSet(RouteSet):
     nodes in another (``WITHIN_SQL``); a failing statement fails every route.
 
     Args:
-        parts: the retriever's :class:`PostgresRouteParts`.
+        parts: the retriever's `PostgresRouteParts`.
         bm25: the BM25 route when on.
         keywords: the keyword route when on.
     """
@@ -373,7 +373,7 @@ class PostgresRouteSet(RouteSet):
             return self._failed(exc, errors, query.query_str or "")
 
     async def aask(self, query: QueryBundle, n: int, errors: Dict[str, BaseException]) -> Dict[str, RouteScores]:
-        """:meth:`ask` on the asyncpg pool (the embedding and keywords off the event loop).
+        """[`ask`][llama_index_hiqa.storage.pg_routes.PostgresRouteSet.ask] on the asyncpg pool (the embedding and keywords off the event loop).
 
         Args:
             query: the question.
@@ -389,12 +389,15 @@ class PostgresRouteSet(RouteSet):
         except Exception as exc:  # noqa: BLE001
             return self._failed(exc, errors, query.query_str or "")
 
-    def scores_within(self, query: QueryBundle, node_ids: Sequence[str]) -> Dict[str, Dict[str, float]]:
+    def scores_within(
+        self, query: QueryBundle, node_ids: Sequence[str], skip: Sequence[str] = ()
+    ) -> Dict[str, Dict[str, float]]:
         """Every route's scores of ``node_ids`` in one statement (see ``RouteSet.scores_within``).
 
         Args:
             query: the question.
             node_ids: the nodes to score.
+            skip: routes not to ask (one statement answers every route: accepted, not used).
 
         Returns:
             Route name -> (node id -> score).
@@ -405,7 +408,7 @@ class PostgresRouteSet(RouteSet):
 
 
 class PostgresRouteParts(RouteParts):
-    """The collection and routes of a :class:`PostgresStore` (nothing held in memory)."""
+    """The collection and routes of a [`PostgresStore`][llama_index_hiqa.storage.postgres.PostgresStore] (nothing held in memory)."""
 
     @classmethod
     def open(
@@ -460,19 +463,19 @@ class PostgresRouteParts(RouteParts):
 
 
 class PostgresMultiRouteRetriever(MultiRouteRetriever):
-    """:class:`~llama_index_hiqa.MultiRouteRetriever` whose routes are SQL queries on a
-    :class:`PostgresStore` (:class:`PostgresRouteParts`) and whose vector route is a
+    """[`MultiRouteRetriever`][llama_index_hiqa.retrievers.multi_route.MultiRouteRetriever] whose routes are SQL queries on a
+    [`PostgresStore`][llama_index_hiqa.storage.postgres.PostgresStore] (`PostgresRouteParts`) and whose vector route is a
     ``PGVectorStore`` retriever. Build it with the same settings as the in-memory retriever.
 
     Args:
         store: the PostgreSQL store.
         vector_retriever: the ``PGVectorStore`` retriever.
         keyword_extractor: the keyword extractor (default: ``CriticalKeywordExtractor()``).
-        config: :class:`~llama_index_hiqa.MultiRouteConfig`.
+        config: [`MultiRouteConfig`][llama_index_hiqa.retrievers.multi_route.MultiRouteConfig].
         callback_manager: LlamaIndex's callback manager.
         verbose: LlamaIndex's verbose flag.
         ef_search: the HNSW ``ef_search`` of the statements (at least the store's).
-        **settings: :class:`~llama_index_hiqa.MultiRouteConfig` fields.
+        **settings: [`MultiRouteConfig`][llama_index_hiqa.retrievers.multi_route.MultiRouteConfig] fields.
     """
 
     def __init__(

@@ -1,6 +1,6 @@
 """The PostgreSQL store's tables, the routes' queries, and the rows a write puts in them.
 
-See :mod:`llama_index_hiqa.storage.postgres` for what each table holds and why writes are one
+See [`llama_index_hiqa.storage.postgres`][llama_index_hiqa.storage.postgres] for what each table holds and why writes are one
 transaction. BM25 is Okapi BM25 as bm25s scores it ("lucene" method: IDF
 log(1 + (N - df + 0.5) / (df + 0.5)), term component tf / (tf + k1 (1 - b + b dl / avgdl)),
 k1 = 1.5, b = 0.75) over the tokens ``BM25Retriever`` indexes, computed by one SQL query over

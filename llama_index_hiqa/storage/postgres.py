@@ -30,7 +30,7 @@ the same transaction as the pack's tables; reads go through LlamaIndex's classes
 An ingested batch, ``add_documents`` or ``delete_document`` is one transaction, the chunk
 graph's rows included (writers are serialised by an advisory lock): a process killed at any
 instant leaves the previous state, and other processes see the change when it commits. A batch
-is written with one ``COPY`` per table (:mod:`~llama_index_hiqa.storage.pg_bulk`); a load into
+is written with one ``COPY`` per table ([`pg_bulk`][llama_index_hiqa.storage.pg_bulk]); a load into
 an empty vector table builds the HNSW index once at its end (``PostgresStore.bulk_load``).
 
 **BM25** is Okapi BM25 over stored term statistics, computed by one SQL query with bm25s's
@@ -38,7 +38,7 @@ defaults (Lucene IDF, k1 = 1.5, b = 0.75) over the same tokens (``BM25Retriever`
 tokenizer, stop words and Snowball stemmer), so it ranks as the in-memory route does.
 
 Connection handling (pools, timeouts, failures named with the password masked) is
-:class:`~llama_index_hiqa.storage.pg_connection.PostgresConnection`, which the store holds.
+`PostgresConnection`, which the store holds.
 """
 
 from __future__ import annotations
@@ -106,7 +106,7 @@ class DocumentRecord:
 
 @dataclass
 class PreparedWrite:
-    """A batch as :meth:`PostgresStore.prepare` leaves it for :meth:`PostgresStore.commit`:
+    """A batch as [`PostgresStore.prepare`][llama_index_hiqa.storage.postgres.PostgresStore.prepare] leaves it for [`PostgresStore.commit`][llama_index_hiqa.storage.postgres.PostgresStore.commit]:
     everything that does not wait for the database (which assigns row numbers and term ids)."""
 
     docstore: Any
@@ -120,7 +120,7 @@ class PreparedWrite:
 
 class PostgresStore:
     """One pack's database: schema, transactional writes and the routes' queries, over a
-    :class:`~llama_index_hiqa.storage.pg_connection.PostgresConnection`.
+    `PostgresConnection`.
 
     Args:
         url: A ``postgresql://`` URL.
@@ -137,12 +137,12 @@ class PostgresStore:
     async_engine = property(lambda self: self.connection.async_engine, doc="The asyncpg pool of this event loop.")
 
     def connect(self) -> "PostgresStore":
-        """:meth:`PostgresConnection.connect`; returns this store."""
+        """`PostgresConnection.connect`; returns this store."""
         self.connection.connect()
         return self
 
     def error(self, reason: str) -> Any:
-        """A PackStoreError about this database (:meth:`PostgresConnection.error`).
+        """A PackStoreError about this database (`PostgresConnection.error`).
 
         Args:
             reason: what is wrong.
@@ -164,7 +164,7 @@ class PostgresStore:
         return self.connection.describe_failure(exc)
 
     def scalar(self, sql: str, **params: Any) -> Any:
-        """:meth:`PostgresConnection.scalar`.
+        """`PostgresConnection.scalar`.
 
         Args:
             sql: the statement, with ``:name`` parameters.
@@ -176,7 +176,7 @@ class PostgresStore:
         return self.connection.scalar(sql, **params)
 
     def rows(self, sql: str, _settings: Optional[Dict[str, str]] = None, **params: Any) -> List[Tuple[Any, ...]]:
-        """:meth:`PostgresConnection.rows`.
+        """`PostgresConnection.rows`.
 
         Args:
             sql: the statement, with ``:name`` parameters.
@@ -189,7 +189,7 @@ class PostgresStore:
         return self.connection.rows(sql, _settings, **params)
 
     async def arows(self, sql: str, _settings: Optional[Dict[str, str]] = None, **params: Any) -> List[Tuple[Any, ...]]:
-        """:meth:`PostgresConnection.arows`.
+        """`PostgresConnection.arows`.
 
         Args:
             sql: the statement, with ``:name`` parameters.
@@ -294,7 +294,7 @@ class PostgresStore:
             )
 
     def upgrade(self, record: Dict[str, Any]) -> None:
-        """Bring a database written by an earlier release to :data:`STORE_FORMAT` (format 2's
+        """Bring a database written by an earlier release to `STORE_FORMAT` (format 2's
         text postings become format 3's integer rows), in one transaction.
 
         Args:
@@ -413,7 +413,7 @@ class PostgresStore:
         transaction; returns the number of nodes removed. ``keywords`` maps node id to its
         (critical keywords, title keywords), normalised; ``then(connection)`` writes more in
         the same transaction (the chunk graph) once the routes' rows are in. The same as
-        :meth:`commit` of :meth:`prepare`.
+        [`commit`][llama_index_hiqa.storage.postgres.PostgresStore.commit] of [`prepare`][llama_index_hiqa.storage.postgres.PostgresStore.prepare].
 
         Args:
             vector_store: the pack's ``PGVectorStore``.
@@ -452,7 +452,7 @@ class PostgresStore:
             tokenizer: the BM25 tokenizer (``None``: the default).
 
         Returns:
-            The prepared write, for :meth:`commit`.
+            The prepared write, for [`commit`][llama_index_hiqa.storage.postgres.PostgresStore.commit].
         """
         nodes = [n for d in documents for n in d.nodes]
         stored = [stored_json(n) for n in nodes]
@@ -467,10 +467,10 @@ class PostgresStore:
         )
 
     def commit(self, prepared: "PreparedWrite", remove_ref_doc_ids: Iterable[str] = (), then: Optional[Callable[[Any], None]] = None) -> int:
-        """Write a batch that :meth:`prepare` made, in one transaction (see :meth:`write`).
+        """Write a batch that [`prepare`][llama_index_hiqa.storage.postgres.PostgresStore.prepare] made, in one transaction (see [`write`][llama_index_hiqa.storage.postgres.PostgresStore.write]).
 
         Args:
-            prepared: what :meth:`prepare` returned.
+            prepared: what [`prepare`][llama_index_hiqa.storage.postgres.PostgresStore.prepare] returned.
             remove_ref_doc_ids: documents to remove.
             then: called with the connection before the commit.
 
@@ -497,7 +497,7 @@ class PostgresStore:
         return removed
 
     def delete(self, docstore: Any, ref_doc_ids: Sequence[str], then: Optional[Callable[[Any], None]] = None) -> int:
-        """Remove documents from every route in one transaction (``then`` as in :meth:`write`).
+        """Remove documents from every route in one transaction (``then`` as in [`write`][llama_index_hiqa.storage.postgres.PostgresStore.write]).
 
         Args:
             docstore: the pack's docstore.

@@ -14,7 +14,7 @@ disk, renames the folder to ``snapshot-<n>`` and only then replaces ``CURRENT`` 
 ``os.replace`` (atomic on POSIX and Windows). A process killed at any instant therefore leaves
 ``CURRENT`` naming a complete snapshot, the previous one or the new one; half-written staging
 folders are removed by the next writer. Two writers are serialised by an advisory lock
-(:func:`writer_lock`), held by the command line from loading the store to switching
+([`writer_lock`][llama_index_hiqa.storage.snapshots.writer_lock]), held by the command line from loading the store to switching
 ``CURRENT``; a library caller that loads, changes and saves without it is stopped by an
 optimistic check (``CURRENT`` must still name the snapshot it loaded), never silently
 dropping the other writer's documents.
@@ -55,7 +55,7 @@ def is_snapshot_name(name: str) -> bool:
 
 
 def snapshot_name(staging: Path) -> str:
-    """The name the staging folder of :func:`write_snapshot` will have once current.
+    """The name the staging folder of [`write_snapshot`][llama_index_hiqa.storage.snapshots.write_snapshot] will have once current.
 
     Args:
         staging: the staging folder.
@@ -68,7 +68,7 @@ def snapshot_name(staging: Path) -> str:
 
 
 def is_snapshot_store(root: Path) -> bool:
-    """Whether ``root`` is a store folder written by :func:`write_snapshot`.
+    """Whether ``root`` is a store folder written by [`write_snapshot`][llama_index_hiqa.storage.snapshots.write_snapshot].
 
     Args:
         root: the store folder.
@@ -173,7 +173,7 @@ def writer_lock(
     E.g. from loading the store to switching ``CURRENT`` to the new snapshot, so that two
     writers (two ``hiqa ingest --add`` runs) are serialised and the second one loads what the
     first saved. Re-entrant within a thread. ``root`` is created when missing (after the same
-    check :func:`write_snapshot` makes that it is not a folder of the user's).
+    check [`write_snapshot`][llama_index_hiqa.storage.snapshots.write_snapshot] makes that it is not a folder of the user's).
 
     Args:
         root: the store folder.
@@ -283,7 +283,7 @@ def write_snapshot(
         expected_current: the snapshot the writer loaded. When ``CURRENT`` names another one by
             the time the lock is taken, another writer saved in between and saving now would
             drop its documents (an optimistic check, for library callers that load and save
-            without holding :func:`writer_lock` throughout); ``None`` skips the check.
+            without holding [`writer_lock`][llama_index_hiqa.storage.snapshots.writer_lock] throughout); ``None`` skips the check.
 
     Yields:
         The staging folder to write the snapshot's files into.

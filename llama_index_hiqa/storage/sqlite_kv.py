@@ -2,16 +2,16 @@
 
 LlamaIndex's ``SimpleDocumentStore`` keeps every node in memory as a dict of its JSON and
 writes them all to one file on every save; its ``KVDocumentStore`` keeps the same records in any
-:class:`~llama_index.core.storage.kvstore.types.BaseKVStore`. :class:`SQLiteKVStore` is such a
+`BaseKVStore`. [`SQLiteKVStore`][llama_index_hiqa.storage.sqlite_kv.SQLiteKVStore] is such a
 store over the standard library's ``sqlite3``: one table ``(collection, key) -> value``, values
 as JSON compressed with zlib against a dictionary of the JSON LlamaIndex writes for every node
 (its field names, templates and relationship keys, which are most of a small node's bytes),
 kept in the file itself so a store always reads back with the dictionary it was written with.
-:class:`SQLiteDocumentStore` is LlamaIndex's ``KVDocumentStore`` over it: ``add_documents``,
+[`SQLiteDocumentStore`][llama_index_hiqa.storage.sqlite_kv.SQLiteDocumentStore] is LlamaIndex's ``KVDocumentStore`` over it: ``add_documents``,
 ``get_node``, ``get_ref_doc_info``, ``delete_ref_doc`` and the document hashes behave as
 LlamaIndex defines them, and only the records a caller asks for are read.
 
-Writes run in the caller's transaction when one is open (:meth:`SQLiteDatabase.transaction`),
+Writes run in the caller's transaction when one is open ([`SQLiteDatabase.transaction`][llama_index_hiqa.storage.sqlite_kv.SQLiteDatabase.transaction]),
 so a batch of nodes, their vectors and their keyword postings commit together or not at all
 (SQLite's write-ahead log: a process killed at any instant leaves the last committed state).
 """
@@ -44,7 +44,7 @@ class SQLiteDatabase:
     """One SQLite file shared by the parts of a store, with nested transactions.
 
     The connection is shared by threads (the multi-route retriever runs its routes in a
-    thread pool) behind one lock; :meth:`transaction` opens ``BEGIN IMMEDIATE`` at the
+    thread pool) behind one lock; [`transaction`][llama_index_hiqa.storage.sqlite_kv.SQLiteDatabase.transaction] opens ``BEGIN IMMEDIATE`` at the
     outermost level, so the writer's lock is taken before anything is read for the write.
     """
 
@@ -92,7 +92,7 @@ class SQLiteDatabase:
     @contextlib.contextmanager
     def transaction(self) -> Iterator["SQLiteDatabase"]:
         """Everything written inside commits together, or nothing (an exception rolls back
-        and calls what :meth:`on_rollback` registered, so caches drop what was undone)."""
+        and calls what [`on_rollback`][llama_index_hiqa.storage.sqlite_kv.SQLiteDatabase.on_rollback] registered, so caches drop what was undone)."""
         with self.lock:
             outer = self._depth == 0
             if outer:
@@ -183,7 +183,7 @@ class SQLiteDatabase:
 
         Args:
             sql: the query, ``{}`` where the ``IN (...)`` placeholders go.
-            values: the values of the ``IN`` list (any number: batches of :data:`SQL_BATCH`).
+            values: the values of the ``IN`` list (any number: batches of [`SQL_BATCH`][llama_index_hiqa.storage.sqlite_kv.SQL_BATCH]).
             params: parameters before the ``IN`` list.
 
         Returns:
@@ -242,7 +242,7 @@ def _default_zdict() -> bytes:
 
 
 class SQLiteKVStore(BaseKVStore):
-    """LlamaIndex's key-value store interface over a table of a :class:`SQLiteDatabase`."""
+    """LlamaIndex's key-value store interface over a table of a `SQLiteDatabase`."""
 
     def __init__(
         self, database: SQLiteDatabase, table: str = "kv", compression_level: int = 6, cache_size: int = 4096
@@ -331,7 +331,7 @@ class SQLiteKVStore(BaseKVStore):
         self.put_all([(key, val)], collection=collection)
 
     async def aput(self, key: str, val: dict, collection: str = DEFAULT_COLLECTION) -> None:
-        """Async :meth:`put`.
+        """Async [`put`][llama_index_hiqa.storage.sqlite_kv.SQLiteKVStore.put].
 
         Args:
             key: the key.
@@ -358,7 +358,7 @@ class SQLiteKVStore(BaseKVStore):
     async def aput_all(
         self, kv_pairs: List[Tuple[str, dict]], collection: str = DEFAULT_COLLECTION, batch_size: int = DEFAULT_BATCH_SIZE
     ) -> None:
-        """Async :meth:`put_all`.
+        """Async [`put_all`][llama_index_hiqa.storage.sqlite_kv.SQLiteKVStore.put_all].
 
         Args:
             kv_pairs: ``(key, record)`` pairs.
@@ -380,7 +380,7 @@ class SQLiteKVStore(BaseKVStore):
         return self.get_many([key], collection).get(key)
 
     async def aget(self, key: str, collection: str = DEFAULT_COLLECTION) -> Optional[dict]:
-        """Async :meth:`get`.
+        """Async [`get`][llama_index_hiqa.storage.sqlite_kv.SQLiteKVStore.get].
 
         Args:
             key: the key.
@@ -413,7 +413,7 @@ class SQLiteKVStore(BaseKVStore):
         return found
 
     def get_all(self, collection: str = DEFAULT_COLLECTION) -> Dict[str, dict]:
-        """Every record of ``collection`` (all in memory: see :meth:`iter_values`).
+        """Every record of ``collection`` (all in memory: see [`iter_values`][llama_index_hiqa.storage.sqlite_kv.SQLiteKVStore.iter_values]).
 
         Args:
             collection: the collection (LlamaIndex's namespace), by default its default one.
@@ -447,7 +447,7 @@ class SQLiteKVStore(BaseKVStore):
             last = rows[-1][0]
 
     async def aget_all(self, collection: str = DEFAULT_COLLECTION) -> Dict[str, dict]:
-        """Async :meth:`get_all`.
+        """Async [`get_all`][llama_index_hiqa.storage.sqlite_kv.SQLiteKVStore.get_all].
 
         Args:
             collection: the collection (LlamaIndex's namespace), by default its default one.
@@ -474,7 +474,7 @@ class SQLiteKVStore(BaseKVStore):
         return cursor.rowcount > 0
 
     async def adelete(self, key: str, collection: str = DEFAULT_COLLECTION) -> bool:
-        """Async :meth:`delete`.
+        """Async [`delete`][llama_index_hiqa.storage.sqlite_kv.SQLiteKVStore.delete].
 
         Args:
             key: the key.
@@ -487,9 +487,9 @@ class SQLiteKVStore(BaseKVStore):
 
 
 class SQLiteDocumentStore(KVDocumentStore):
-    """LlamaIndex's ``KVDocumentStore`` over :class:`SQLiteKVStore`: a docstore that reads only
+    """LlamaIndex's ``KVDocumentStore`` over [`SQLiteKVStore`][llama_index_hiqa.storage.sqlite_kv.SQLiteKVStore]: a docstore that reads only
     the nodes asked for. ``docs`` still reads every node (LlamaIndex's contract); prefer
-    :meth:`iter_nodes` over a large store."""
+    [`iter_nodes`][llama_index_hiqa.storage.sqlite_kv.SQLiteDocumentStore.iter_nodes] over a large store."""
 
     def __init__(self, kvstore: SQLiteKVStore, namespace: Optional[str] = None, batch_size: int = DEFAULT_BATCH_SIZE) -> None:
         super().__init__(kvstore, namespace=namespace, batch_size=batch_size)

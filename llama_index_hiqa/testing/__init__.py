@@ -9,7 +9,7 @@ failing or slow LLM, and counts calls and prompt tokens so benchmarks can report
 completions, SSE streaming, usage, ``/models``) and injects the faults of a real server (429
 with ``Retry-After``, 500, a reply slower than the client's timeout, truncated JSON, an empty
 ``choices`` list), so the real ``llama-index-llms-openai`` client path can be tested; see
-:mod:`llama_index_hiqa.testing.openai_server`.
+[`llama_index_hiqa.testing.openai_server`][llama_index_hiqa.testing.openai_server].
 
 >>> from llama_index_hiqa.testing import ScriptedLLM
 >>> llm = ScriptedLLM(responses=["# 1 Intro", TimeoutError("slow"), "not markdown"])
@@ -24,12 +24,13 @@ from __future__ import annotations
 from typing import Any
 
 from llama_index_hiqa.testing.hashing_embedding import HashingEmbedding
+from llama_index_hiqa.testing.page_reader import PDFPageReader
 from llama_index_hiqa.testing.scripted_llm import ScriptedLLM
 from llama_index_hiqa.testing.scripts import Answer, Script, count_tokens, next_scripted_answer
 
 __all__ = [
     "Answer", "Script", "count_tokens", "next_scripted_answer", "ScriptedLLM", "HashingEmbedding",
-    "OpenAICompatibleServer", "Fault", "FAULT_KINDS", "ServerStats",
+    "PDFPageReader", "OpenAICompatibleServer", "Fault", "FAULT_KINDS", "ServerStats",
 ]
 
 

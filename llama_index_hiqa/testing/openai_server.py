@@ -16,7 +16,7 @@ the faults a real server produces:
 ``"empty_choice"``        200 with ``"choices": []``
 ========================  ==================================================================
 
-Faults come from the script (a :class:`Fault` in place of an answer), from ``faults=`` (used
+Faults come from the script (a [`Fault`][llama_index_hiqa.testing.openai_server.Fault] in place of an answer), from ``faults=`` (used
 first, one per request) or at random with ``fault_rate`` (which requests fail is drawn with
 ``seed``, so runs repeat; the kinds of ``fault_kinds`` take turns)::
 
@@ -49,7 +49,7 @@ FAULT_KINDS = ("rate_limit", "server_error", "slow", "truncated_json", "empty_ch
 
 @dataclass(frozen=True)
 class Fault:
-    """One injected fault (one of :data:`FAULT_KINDS`) in place of an answer."""
+    """One injected fault (one of [`FAULT_KINDS`][llama_index_hiqa.testing.openai_server.FAULT_KINDS]) in place of an answer."""
 
     kind: str
 

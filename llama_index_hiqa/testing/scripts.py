@@ -1,8 +1,8 @@
 """Scripts of answers: what a scripted LLM or the scripted OpenAI-compatible server says next.
 
 A script is a list of answers used in order (an exception in the list is raised in its turn),
-or a function of the prompt. Shared by :class:`~llama_index_hiqa.testing.ScriptedLLM` and
-:class:`~llama_index_hiqa.testing.OpenAICompatibleServer`, so both play a script the same way.
+or a function of the prompt. Shared by [`ScriptedLLM`][llama_index_hiqa.testing.ScriptedLLM] and
+[`OpenAICompatibleServer`][llama_index_hiqa.testing.OpenAICompatibleServer], so both play a script the same way.
 """
 
 from __future__ import annotations

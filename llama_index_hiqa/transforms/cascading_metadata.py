@@ -38,12 +38,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any, Dict, List, Literal, Optional, Sequence, Tuple
+from typing import Any, ClassVar, Dict, List, Literal, Optional, Sequence, Tuple
 
 from llama_index.core.bridge.pydantic import Field, PrivateAttr
 from llama_index.core.llms import LLM
 from llama_index.core.schema import BaseNode, MetadataMode, TextNode, TransformComponent
 
+from llama_index_hiqa.component_dict import PartsRoundTrip
 from llama_index_hiqa import schema
 from llama_index_hiqa.headings import clean_inline, heading_key, markdown_heading, parse_heading_number
 from llama_index_hiqa.llm_calls import acall_llm, call_llm
@@ -123,7 +124,7 @@ def shorten_cascade(levels: Sequence[str], separator: str, max_chars: int) -> st
 # --- the transform -------------------------------------------------------------------
 
 
-class CascadingMetadataTransform(TransformComponent):
+class CascadingMetadataTransform(PartsRoundTrip, TransformComponent):
     """Adds the heading cascade (HiQA HCA) to the embedding and LLM views of every node.
 
     >>> from llama_index.core.ingestion import IngestionPipeline
@@ -131,6 +132,8 @@ class CascadingMetadataTransform(TransformComponent):
     >>> pipeline = IngestionPipeline(
     ...     transformations=[MarkdownNodeParser(), CascadingMetadataTransform()])
     """
+
+    part_names: ClassVar[Tuple[str, ...]] = ("multimodal_llm",)  # not serialised: component_dict
 
     variant: Variant = Field(
         default="cascade",
@@ -197,6 +200,7 @@ class CascadingMetadataTransform(TransformComponent):
     show_progress: bool = Field(default=False, description="Show a progress bar.")
 
     _descriptions: Dict[str, str] = PrivateAttr(default_factory=dict)
+    _warned_no_headings: bool = PrivateAttr(default=False)
 
     @classmethod
     def class_name(cls) -> str:
@@ -224,7 +228,7 @@ class CascadingMetadataTransform(TransformComponent):
             **kwargs: ``show_progress`` overrides the setting.
 
         Returns:
-            The nodes with the cascade in their views (tables as :class:`HCATableNode`).
+            The nodes with the cascade in their views (tables as [`HCATableNode`][llama_index_hiqa.transforms.table_view.HCATableNode]).
         """
         nodes = list(nodes)
         descriptions: Dict[int, str] = {}
@@ -249,6 +253,10 @@ class CascadingMetadataTransform(TransformComponent):
         from llama_index.core.utils import get_tqdm_iterable
 
         paths = heading_paths(nodes, self.title_from_first_heading)
+        # Nodes of the pack's segment parsers (PARSE_PATH) had their headings looked for: text
+        # without any (Wikipedia passages) is no mistake of the pipeline's.
+        if nodes and self.variant != "none" and not any(paths) and not any(schema.PARSE_PATH in n.metadata for n in nodes):
+            self._warn_no_headings(nodes)
         out: List[BaseNode] = []
         for index, node in enumerate(
             get_tqdm_iterable(nodes, show_progress, "Cascading metadata")
@@ -264,6 +272,21 @@ class CascadingMetadataTransform(TransformComponent):
             self._render(node, path, nodes, index, descriptions.get(index))
             out.append(node)
         return out
+
+    def _warn_no_headings(self, nodes: List[BaseNode]) -> None:
+        """One warning per transform (an ingestion calls it batch after batch with one cause):
+        with no heading anywhere the cascade is the document title alone."""
+        if self._warned_no_headings:
+            return
+        self._warned_no_headings = True
+        logger.warning(
+            "CascadingMetadataTransform: none of the %d nodes has a heading path, so each "
+            "cascade is only its document title (%r). Cut the documents into segments first: "
+            "LayoutMarkdownParser() in place of the splitter (it reads the PDFs the documents' "
+            "file_path names), MarkdownNodeParser() for Markdown, or read the files with "
+            "PDFLayoutReader().",
+            len(nodes), schema.get_document_title(nodes[0]),
+        )
 
     # -- the views ----------------------------------------------------------------------
 
@@ -348,7 +371,7 @@ class CascadingMetadataTransform(TransformComponent):
         return is_image(node)
 
     def _as_view_node(self, node: BaseNode) -> BaseNode:
-        """Tables become :class:`HCATableNode` (same id, text, metadata) so their embed view
+        """Tables become [`HCATableNode`][llama_index_hiqa.transforms.table_view.HCATableNode] (same id, text, metadata) so their embed view
         can leave out the cells; everything else is returned as is."""
         if type(node) is HCATableNode and (self.variant == "none" or not self.augment_tables):
             return TextNode.model_validate(node.model_dump())  # back to the plain view

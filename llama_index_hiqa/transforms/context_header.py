@@ -41,7 +41,7 @@ import logging
 import sqlite3
 import threading
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, ClassVar, Dict, List, Optional, Sequence, Tuple
 
 from llama_index.core.async_utils import asyncio_run, run_jobs
 from llama_index.core.bridge.pydantic import Field, PrivateAttr
@@ -49,6 +49,7 @@ from llama_index.core.llms import LLM
 from llama_index.core.prompts import PromptTemplate
 from llama_index.core.schema import BaseNode, MetadataMode, TransformComponent
 
+from llama_index_hiqa.component_dict import PartsRoundTrip
 from llama_index_hiqa import schema
 from llama_index_hiqa.defaults import resolve_llm
 from llama_index_hiqa.embedding_cache import content_hash, default_cache_dir
@@ -202,12 +203,14 @@ class _HeaderCache:
                 self._conn.commit()
 
 
-class ContextHeaderTransform(TransformComponent):
+class ContextHeaderTransform(PartsRoundTrip, TransformComponent):
     """Adds an LLM document title/summary and section summaries to the embedding view.
 
     >>> pipeline = IngestionPipeline(transformations=[
     ...     LineNumberSegmentParser(llm=llm), ContextHeaderTransform(llm=llm), embed_model])
     """
+
+    part_names: ClassVar[Tuple[str, ...]] = ("llm",)  # not serialised: component_dict
 
     llm: Optional[LLM] = Field(
         default=None, exclude=True, description="LLM that writes the header; None: Settings.llm."
@@ -272,7 +275,7 @@ class ContextHeaderTransform(TransformComponent):
 
         Per document first (its title when missing, then the summary that names it), then per
         section, the LLM calls running concurrently. A call that fails after all retries leaves
-        its header out (counted in :attr:`failures`). Without an LLM the nodes are returned
+        its header out (counted in [`failures`][llama_index_hiqa.transforms.context_header.ContextHeaderTransform.failures]). Without an LLM the nodes are returned
         unchanged, with a warning.
 
         Args:

@@ -10,9 +10,9 @@ graph reuses both for its keyword edges ("Leveraging Inter-Chunk Interactions fo
 in Large Language Model-Based Question Answering" (IIER, Guo et al.)
 §3.1, optional LLM prompt of its appendix A.2).
 
-What counts as a critical keyword (all normalised by :func:`normalize_keyword`):
+What counts as a critical keyword (all normalised by [`normalize_keyword`][llama_index_hiqa.indexes.keyword_index.normalize_keyword]):
 
-* named entities from the local spaCy model (:func:`~llama_index_hiqa.defaults.load_ner_model`)
+* named entities from the local spaCy model ([`load_ner_model`][llama_index_hiqa.defaults.load_ner_model])
   of the labels in ``ner_labels`` (organisations, products, people, places, laws, ...);
 * identifier-like tokens the NER model misses — measured: the packaged model tags none of
   ``ADC12QJ1600-SP``, ``TPS7A4700`` or ``iPhone 15`` usefully. We match them with regular
@@ -33,8 +33,8 @@ At ingestion the keywords go into ``node.metadata[schema.CRITICAL_KEYWORDS]`` (h
 the embedding and the LLM view); with ``include_document_keywords`` the keywords of the
 node's document title are added to every node of that document, so a chunk deep inside a
 filing still matches "3M" and "2018". The inverted index keyword -> node ids used at query
-time, :class:`~llama_index_hiqa.indexes.keyword_index.KeywordIndex`, and the matching form
-:func:`~llama_index_hiqa.indexes.keyword_index.normalize_keyword` live in their own module.
+time, [`KeywordIndex`][llama_index_hiqa.indexes.keyword_index.KeywordIndex], and the matching form
+[`normalize_keyword`][llama_index_hiqa.indexes.keyword_index.normalize_keyword] live in their own module.
 """
 
 from __future__ import annotations
@@ -44,12 +44,13 @@ import asyncio
 import json
 import logging
 import re
-from typing import Any, Dict, Iterable, List, Optional, Sequence
+from typing import Any, ClassVar, Dict, Iterable, List, Optional, Sequence, Tuple
 
 from llama_index.core.bridge.pydantic import Field, PrivateAttr
 from llama_index.core.llms import LLM
 from llama_index.core.schema import BaseNode, MetadataMode, TransformComponent
 
+from llama_index_hiqa.component_dict import PartsRoundTrip
 from llama_index_hiqa import schema
 from llama_index_hiqa.defaults import load_ner_model
 from llama_index_hiqa.errors import LLMOutputError
@@ -187,7 +188,7 @@ def parse_keyword_list(answer: str, *, strict: bool = False) -> List[str]:
 
     ``strict`` says what happens then: ``False`` (the extractor at ingestion) returns ``[]``
     so the NER/rule keywords stand alone; ``True`` (the chunk graph's question prompt, which
-    has a fallback of its own) raises :class:`~llama_index_hiqa.errors.LLMOutputError`.
+    has a fallback of its own) raises [`LLMOutputError`][llama_index_hiqa.errors.LLMOutputError].
 
     Args:
         answer: The LLM's answer.
@@ -226,15 +227,17 @@ def parse_keyword_list(answer: str, *, strict: bool = False) -> List[str]:
     return []
 
 
-class CriticalKeywordExtractor(TransformComponent, KeywordSettings):
+class CriticalKeywordExtractor(PartsRoundTrip, TransformComponent, KeywordSettings):
     """Extracts HiQA's critical keywords (NER + identifier rules + expert keywords [+ LLM]).
 
     Use it in an ``IngestionPipeline`` (writes ``schema.CRITICAL_KEYWORDS``), call
-    :meth:`extract` on any text and :meth:`extract_query` on a question. Every keyword is
-    returned in its :func:`normalize_keyword` form, unique, in order of first appearance.
-    Its settings are the :class:`~llama_index_hiqa.KeywordSettings` fields (validated, an
+    [`extract`][llama_index_hiqa.transforms.critical_keywords.CriticalKeywordExtractor.extract] on any text and [`extract_query`][llama_index_hiqa.transforms.critical_keywords.CriticalKeywordExtractor.extract_query] on a question. Every keyword is
+    returned in its [`normalize_keyword`][llama_index_hiqa.indexes.keyword_index.normalize_keyword] form, unique, in order of first appearance.
+    Its settings are the [`KeywordSettings`][llama_index_hiqa.transforms.keyword_settings.KeywordSettings] fields (validated, an
     unknown one refused), plus an optional ``llm`` and ``show_progress``.
     """
+
+    part_names: ClassVar[Tuple[str, ...]] = ("llm",)  # not serialised: component_dict
 
     llm: Optional[LLM] = Field(
         default=None,
@@ -331,7 +334,7 @@ class CriticalKeywordExtractor(TransformComponent, KeywordSettings):
             text: Any text.
 
         Returns:
-            Its keywords in :func:`normalize_keyword` form, unique, in order of first appearance.
+            Its keywords in [`normalize_keyword`][llama_index_hiqa.indexes.keyword_index.normalize_keyword] form, unique, in order of first appearance.
         """
         keywords = self._extract_many([text or ""])[0]
         if self.llm is not None and (text or "").strip():
@@ -345,7 +348,7 @@ class CriticalKeywordExtractor(TransformComponent, KeywordSettings):
             question: The question.
 
         Returns:
-            Its keywords in :func:`normalize_keyword` form, unique, in order of first appearance.
+            Its keywords in [`normalize_keyword`][llama_index_hiqa.indexes.keyword_index.normalize_keyword] form, unique, in order of first appearance.
         """
         keywords = self._extract_many([question or ""])[0]
         if self.llm is not None and (question or "").strip():
@@ -418,7 +421,7 @@ class CriticalKeywordExtractor(TransformComponent, KeywordSettings):
         return nodes
 
     async def acall(self, nodes: Sequence[BaseNode], **kwargs: Any) -> Sequence[BaseNode]:
-        """As :meth:`__call__`, with the LLM calls (if any) run concurrently.
+        """As `__call__`, with the LLM calls (if any) run concurrently.
 
         Args:
             nodes: The nodes.

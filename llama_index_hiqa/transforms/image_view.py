@@ -3,7 +3,7 @@ appendix A.5).
 
 "HiQA: A Hierarchical Contextual Augmentation RAG for Multi-Documents QA" (Chen et al.): an
 image node's view holds its caption, the description a multimodal LLM gives of it (asked once
-per image hash, through the one LLM-call policy of :mod:`llama_index_hiqa.llm_calls`) and the
+per image hash, through the one LLM-call policy of [`llama_index_hiqa.llm_calls`][llama_index_hiqa.llm_calls]) and the
 text of the nearest non-image nodes of its document.
 """
 
@@ -50,7 +50,7 @@ def image_bytes(node: BaseNode) -> Optional[bytes]:
     Args:
         node: An ``ImageNode`` (``image``/``image_path``), a multimodal node
             (``image_resource``) or a reader's figure node (read again from its source file
-            with :func:`~llama_index_hiqa.figures.figure_bytes`).
+            with [`figure_bytes`][llama_index_hiqa.figures.figure_bytes]).
 
     Returns:
         The bytes, or ``None`` when it has none (an unreadable file is logged).

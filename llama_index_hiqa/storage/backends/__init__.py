@@ -1,11 +1,11 @@
-"""Store backends: the objects :class:`~llama_index_hiqa.HiQAPack` holds for the place its nodes live.
+"""Store backends: the objects [`HiQAPack`][llama_index_hiqa.pack.HiQAPack] holds for the place its nodes live.
 
-Each implements :class:`~llama_index_hiqa.storage.backends.base.StoreBackend`:
-:class:`~llama_index_hiqa.storage.backends.folder.FolderBackend` (in memory, saved as snapshots of
+Each implements [`StoreBackend`][llama_index_hiqa.storage.backends.base.StoreBackend]:
+[`FolderBackend`][llama_index_hiqa.storage.backends.folder.FolderBackend] (in memory, saved as snapshots of
 a folder; any LlamaIndex vector store),
-:class:`~llama_index_hiqa.storage.backends.embedded.EmbeddedBackend` (SQLite and memory-mapped
-vectors in a folder) and :class:`~llama_index_hiqa.storage.backends.postgres.PostgresBackend`.
-:func:`open_backend` picks one for a ``store`` argument. The leaf stores they are built on
+[`EmbeddedBackend`][llama_index_hiqa.storage.backends.embedded.EmbeddedBackend] (SQLite and memory-mapped
+vectors in a folder) and [`PostgresBackend`][llama_index_hiqa.storage.backends.postgres.PostgresBackend].
+[`open_backend`][llama_index_hiqa.storage.backends.open_backend] picks one for a ``store`` argument. The leaf stores they are built on
 (``storage/*.py``) never import a backend, and no backend imports the pack.
 """
 

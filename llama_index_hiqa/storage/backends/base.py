@@ -1,7 +1,7 @@
-"""The store interface: what :class:`~llama_index_hiqa.HiQAPack` asks of the place its nodes live.
+"""The store interface: what [`HiQAPack`][llama_index_hiqa.pack.HiQAPack] asks of the place its nodes live.
 
 A backend is one object per store (the folder store, the embedded store, PostgreSQL) that the
-pack holds and talks to only through :class:`StoreBackend`; the pack never asks which one it
+pack holds and talks to only through [`StoreBackend`][llama_index_hiqa.storage.backends.base.StoreBackend]; the pack never asks which one it
 holds. Writing a batch, removing a document and saving are each one unit of the store (a kill at
 any instant leaves the previous state readable); the routes are answered where the data is, with
 the same scores on every backend.
@@ -32,7 +32,7 @@ class Resolvers:
     (``keyword_extractor(config)``), the same at ingestion and at query time.
 
     The pack gives its backends its own (one place to configure or replace them for every
-    store); the defaults are :mod:`llama_index_hiqa.pack_config`'s.
+    store); the defaults are [`llama_index_hiqa.pack_config`][llama_index_hiqa.pack_config]'s.
     """
 
     embed_model: Callable[..., BaseEmbedding] = default_embed_model
@@ -52,8 +52,8 @@ class StoreBackend(Protocol):
             document focus reads, written with each batch so no question embeds them.
         llm: The LLM of the routes that ask one (the chunk graph's question keywords); the
             pack sets its own.
-        commits_batches: Whether each :meth:`write_batch` is committed to the store as it is
-            made (a checkpoint then saves nothing more), or kept in memory until :meth:`save`.
+        commits_batches: Whether each `write_batch` is committed to the store as it is
+            made (a checkpoint then saves nothing more), or kept in memory until `save`.
     """
 
     index: VectorStoreIndex
@@ -136,7 +136,7 @@ class StoreBackend(Protocol):
         """
 
     def routes(self) -> Routes:
-        """The retrievers over what is stored under :attr:`config`, built once and again only
+        """The retrievers over what is stored under `config`, built once and again only
         after a write.
 
         Returns:
@@ -145,12 +145,12 @@ class StoreBackend(Protocol):
         """
 
     def bulk_writes(self) -> ContextManager[Any]:
-        """A context around a run of :meth:`write_batch` calls (an ingestion)."""
+        """A context around a run of [`write_batch`][llama_index_hiqa.storage.backends.base.StoreBackend.write_batch] calls (an ingestion)."""
 
     def save(self, payload: Mapping[str, Any], location: Any = None) -> "StoreBackend":
         """Save the pack's settings and ingestion state once, with the store (and whatever its
         batches did not commit: the folder store's nodes and indexes, the embedded store's BM25
-        index), without building a retriever; :meth:`open` reads them back.
+        index), without building a retriever; [`open`][llama_index_hiqa.storage.backends.base.StoreBackend.open] reads them back.
 
         Args:
             payload: ``config`` (the settings), ``embed_model``, ``index_id``, ``documents``,

@@ -2,13 +2,13 @@
 
 ``HiQAPack.from_directory(folder, store=S, store_format="embedded")``, ``HiQAPack.empty(store=S,
 store_format="embedded")`` and ``HiQAPack.load(S)`` of such a store hold an
-:class:`EmbeddedBackend` (:mod:`~llama_index_hiqa.storage.embedded` describes the files).
+[`EmbeddedBackend`][llama_index_hiqa.storage.backends.embedded.EmbeddedBackend] ([`embedded`][llama_index_hiqa.storage.embedded] describes the files).
 Parsing and embedding are the pack's own; what differs is where the results go and what stays
 in memory: each ingested batch and each removed document is one SQLite transaction, and
-questions are answered by :class:`~llama_index_hiqa.storage.embedded_routes.EmbeddedMultiRouteRetriever`,
+questions are answered by [`EmbeddedMultiRouteRetriever`][llama_index_hiqa.storage.embedded_routes.EmbeddedMultiRouteRetriever],
 which reads nodes, keyword postings and the collection's shape from the database, vectors from
 the memory-mapped matrix, and BM25 from bm25s arrays mapped from disk. The scores are those of
-the folder store's :class:`~llama_index_hiqa.MultiRouteRetriever` over the same nodes.
+the folder store's [`MultiRouteRetriever`][llama_index_hiqa.retrievers.multi_route.MultiRouteRetriever] over the same nodes.
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ class EmbeddedBackend:
     """The embedded store (see the module docstring), one SQLite transaction a write.
 
     Args:
-        store: The opened :class:`~llama_index_hiqa.storage.embedded.EmbeddedStore`.
+        store: The opened [`EmbeddedStore`][llama_index_hiqa.storage.embedded.EmbeddedStore].
         index: The index over its docstore and memory-mapped vectors.
         config: The pack's settings.
         embed_model: The embedding model of the questions.
@@ -138,7 +138,7 @@ class EmbeddedBackend:
 
     @property
     def address(self) -> Path:
-        """The store folder, as :meth:`HiQAPack.persist` reports it."""
+        """The store folder, as `HiQAPack.persist` reports it."""
         return self.store.root
 
     # -- reads -----------------------------------------------------------------------------

@@ -1,7 +1,7 @@
 """The folder store: the collection in memory, saved as crash-safe snapshots of a folder.
 
-:class:`FolderBackend` is the store of a pack built in memory (any LlamaIndex vector store, the
-pack's :class:`~llama_index_hiqa.MatrixVectorStore` by default) and of ``HiQAPack.load(folder)``.
+[`FolderBackend`][llama_index_hiqa.storage.backends.folder.FolderBackend] is the store of a pack built in memory (any LlamaIndex vector store, the
+pack's [`MatrixVectorStore`][llama_index_hiqa.storage.vector_store.MatrixVectorStore] by default) and of ``HiQAPack.load(folder)``.
 A snapshot holds the docstore and vector store (``pack_files.write_index``), the BM25 and keyword
 indexes (``MultiRouteRetriever.persist``), the chunk graph when there is one and the pack's
 settings and ingestion state (``hiqa_pack.json``, the one place the settings are read back
@@ -9,7 +9,7 @@ from); figure files live beside the snapshots, shared by all of them. Writing go
 ``snapshots.write_snapshot``, so a process killed at any instant leaves the previous snapshot
 the one that loads; reading checks every file before anything is built on it
 (``pack_files.StoreFiles``) and names the one that is missing, truncated or inconsistent in a
-:class:`~llama_index_hiqa.errors.PackStoreError`.
+[`PackStoreError`][llama_index_hiqa.errors.PackStoreError].
 """
 
 from __future__ import annotations
@@ -93,16 +93,16 @@ class FolderBackend:
         vector_store: Optional[BasePydanticVectorStore] = None, llm: Optional[LLM] = None,
         resolvers: Resolvers = Resolvers(), location: Optional[Path] = None,
     ) -> "FolderBackend":
-        """A new, empty store in memory (saved by :meth:`save`).
+        """A new, empty store in memory (saved by [`save`][llama_index_hiqa.storage.backends.folder.FolderBackend.save]).
 
         Args:
             config: The pack's settings.
             embed_model: The embedding model (the packaged MiniLM when ``None``).
-            vector_store: Any LlamaIndex vector store (a :class:`MatrixVectorStore` when ``None``).
+            vector_store: Any LlamaIndex vector store (a [`MatrixVectorStore`][llama_index_hiqa.storage.vector_store.MatrixVectorStore] when ``None``).
             llm: The chunk graph's LLM.
             resolvers: How the embedding model and keyword extractor are made from the settings.
             location: The folder store it is saved into (checked writable now, before any work);
-                ``None``: the folder its first :meth:`save` is given.
+                ``None``: the folder its first `save` is given.
 
         Returns:
             The backend.
@@ -131,7 +131,7 @@ class FolderBackend:
             settings: ``HiQAPackConfig`` fields overriding the stored ones for this process.
             embed_model: The model the store was built with (the packaged MiniLM when ``None``).
             llm: The chunk graph's LLM.
-            create: Unused: a folder store is created by its first :meth:`save`.
+            create: Unused: a folder store is created by its first [`save`][llama_index_hiqa.storage.backends.folder.FolderBackend.save].
             vector_store: The remote vector store the pack was built on, given again.
             resolvers: How the embedding model and keyword extractor are made from the settings.
 
@@ -178,7 +178,7 @@ class FolderBackend:
 
     @property
     def address(self) -> Optional[Path]:
-        """The store folder, as :meth:`HiQAPack.persist` reports it (``None`` until saved)."""
+        """The store folder, as `HiQAPack.persist` reports it (``None`` until saved)."""
         return self._location
 
     # -- reads -----------------------------------------------------------------------------
@@ -292,7 +292,7 @@ class FolderBackend:
         """The multi-route retriever (BM25 in memory) and the chunk graph over the nodes.
 
         Returns:
-            ``(multi_route, graph)``, the routes read back by :meth:`open` until a write.
+            ``(multi_route, graph)``, the routes read back by [`open`][llama_index_hiqa.storage.backends.folder.FolderBackend.open] until a write.
         """
         return self._routes.get(lambda: self._build_routes(self.config, self.llm))
 
@@ -392,7 +392,7 @@ class FolderBackend:
         return target.save(payload)
 
     def close(self) -> None:
-        """Nothing to release: the folder is read whole at :meth:`open` and written whole by :meth:`save`."""
+        """Nothing to release: the folder is read whole at [`open`][llama_index_hiqa.storage.backends.folder.FolderBackend.open] and written whole by [`save`][llama_index_hiqa.storage.backends.folder.FolderBackend.save]."""
 
 
 # --------------------------------------------------------------------------- the files
@@ -412,9 +412,9 @@ def write_pack(
     ``previous_store`` (a pack loaded from another folder) are copied from there.
 
     ``expected_snapshot``: the snapshot the pack was loaded from; another one current now is a
-    :class:`~llama_index_hiqa.errors.StoreConflictError`. An ``OSError`` (read-only folder,
+    [`StoreConflictError`][llama_index_hiqa.errors.StoreConflictError]. An ``OSError`` (read-only folder,
     full disk) leaves the previous snapshot current and is raised as a
-    :class:`~llama_index_hiqa.errors.PathAccessError` naming the path.
+    [`PathAccessError`][llama_index_hiqa.errors.PathAccessError] naming the path.
 
     Args:
         root: The store folder.
@@ -488,8 +488,8 @@ def store_writer(root: Path, on_wait: Optional[Any] = None) -> Any:
 
 def check_writable(root: Path) -> None:
     """Before any work: ``root`` is a store folder (or missing, or empty), can be written and
-    has room for a new snapshot — a :class:`~llama_index_hiqa.errors.PackStoreError` or
-    :class:`~llama_index_hiqa.errors.PathAccessError` naming it otherwise.
+    has room for a new snapshot — a [`PackStoreError`][llama_index_hiqa.errors.PackStoreError] or
+    [`PathAccessError`][llama_index_hiqa.errors.PathAccessError] naming it otherwise.
 
     Args:
         root: The store folder.

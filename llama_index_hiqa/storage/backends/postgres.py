@@ -1,14 +1,14 @@
 """The PostgreSQL store: the same pack, its indexes in one database instead of a folder.
 
 ``HiQAPack.from_directory(folder, store="postgresql://...")``, ``HiQAPack.load(url)`` and
-``hiqa ingest/ask --store postgresql://...`` hold a :class:`PostgresBackend`. Ingestion, parsing
+``hiqa ingest/ask --store postgresql://...`` hold a [`PostgresBackend`][llama_index_hiqa.storage.backends.postgres.PostgresBackend]. Ingestion, parsing
 and embedding are the pack's own; only where the results go differs: each ingested batch and
 each removed document is one transaction of
-:class:`~llama_index_hiqa.storage.postgres.PostgresStore`, and questions are answered by
-:class:`~llama_index_hiqa.storage.pg_routes.PostgresMultiRouteRetriever` with no node held in
+[`PostgresStore`][llama_index_hiqa.storage.postgres.PostgresStore], and questions are answered by
+[`PostgresMultiRouteRetriever`][llama_index_hiqa.storage.pg_routes.PostgresMultiRouteRetriever] with no node held in
 memory. Any number of processes may answer from the same database. With
 ``use_chunk_graph=True`` the IIER chunk graph is kept in the database too and walked from a copy
-in each process (:mod:`~llama_index_hiqa.storage.pg_graph`), updated in each write's transaction.
+in each process ([`pg_graph`][llama_index_hiqa.storage.pg_graph]), updated in each write's transaction.
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ class PostgresBackend:
     """The PostgreSQL store (see the module docstring), one transaction a write.
 
     Args:
-        store: The connected :class:`~llama_index_hiqa.storage.postgres.PostgresStore`.
+        store: The connected [`PostgresStore`][llama_index_hiqa.storage.postgres.PostgresStore].
         index: The index over its pgvector table and docstore.
         config: The pack's settings.
         embed_model: The embedding model of the questions.
@@ -87,7 +87,7 @@ class PostgresBackend:
             settings: ``HiQAPackConfig`` fields of a new pack, or query-time overrides of an
                 existing one.
             embed_model: The embedding model (the packaged MiniLM when ``None``).
-            llm: The chunk graph's LLM (the pack sets its own as :attr:`llm`).
+            llm: The chunk graph's LLM (the pack sets its own as `llm`).
             create: Create the pack when the database holds none.
             store_settings: Connection and HNSW settings.
             resolvers: How the embedding model and keyword extractor are made from the settings.
@@ -141,7 +141,7 @@ class PostgresBackend:
 
     @property
     def location(self) -> None:
-        """``None``: a database store has no folder (its URL is :attr:`address`)."""
+        """``None``: a database store has no folder (its URL is `address`)."""
         return None
 
     @property
@@ -206,8 +206,8 @@ class PostgresBackend:
     @contextlib.contextmanager
     def bulk_writes(self) -> Iterator[None]:
         """Many batches: each batch's transaction commits on a thread of its own while the
-        next batch is prepared (:class:`WriteBehind`); into an empty store, the HNSW index is
-        built once after the last batch (:meth:`PostgresStore.bulk_load`) and the planner's
+        next batch is prepared (`WriteBehind`); into an empty store, the HNSW index is
+        built once after the last batch ([`PostgresStore.bulk_load`][llama_index_hiqa.storage.postgres.PostgresStore.bulk_load]) and the planner's
         statistics refreshed. A failed commit is raised by the next write or read, or on
         leaving."""
         with self.store.bulk_load() as deferred:
@@ -229,7 +229,7 @@ class PostgresBackend:
             behind.close()
 
     def wait_for_writes(self) -> None:
-        """Wait for the batch committing behind, if any (inside :meth:`bulk_writes`).
+        """Wait for the batch committing behind, if any (inside [`bulk_writes`][llama_index_hiqa.storage.backends.postgres.PostgresBackend.bulk_writes]).
 
         Raises:
             PackStoreError: its commit failed (nothing of it was written).
