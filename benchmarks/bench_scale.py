@@ -898,30 +898,20 @@ def main() -> None:
     args = parser.parse_args()
     if args.child:
         kind, arg, store = args.child
-        if kind == "financebench":
-            result = run_financebench(Path(store))
-        elif kind == "load":
-            result = run_load_and_query(Path(store))
-        elif kind == "embedded":
-            result = run_synthetic_embedded(int(arg), Path(store))
-        elif kind == "parity":
-            result = run_financebench_parity(Path(arg), Path(store))
-        elif kind == "bm25":
-            result = run_bm25_only(int(arg), Path(store))
-        elif kind == "replicated":
-            result = run_embedded_replicated(int(arg), Path(store))
-        elif kind == "open":
-            result = run_open_and_query(int(arg), Path(store))
-        elif kind == "fbdefault":
-            result = run_financebench_default_build(arg, Path(store))
-        elif kind == "openonly":
-            result = run_open_only(Path(store))
-        elif kind == "fbbytes":
-            result = run_financebench_bytes(Path(store))
-        elif kind == "fbopen":
-            result = run_financebench_default_open(Path(store), Path(arg))
-        else:
-            result = run_synthetic(int(arg), Path(store))
+        runs = {
+            "financebench": lambda: run_financebench(Path(store)),
+            "load": lambda: run_load_and_query(Path(store)),
+            "embedded": lambda: run_synthetic_embedded(int(arg), Path(store)),
+            "parity": lambda: run_financebench_parity(Path(arg), Path(store)),
+            "bm25": lambda: run_bm25_only(int(arg), Path(store)),
+            "replicated": lambda: run_embedded_replicated(int(arg), Path(store)),
+            "open": lambda: run_open_and_query(int(arg), Path(store)),
+            "fbdefault": lambda: run_financebench_default_build(arg, Path(store)),
+            "openonly": lambda: run_open_only(Path(store)),
+            "fbbytes": lambda: run_financebench_bytes(Path(store)),
+            "fbopen": lambda: run_financebench_default_open(Path(store), Path(arg)),
+        }
+        result = runs.get(kind, lambda: run_synthetic(int(arg), Path(store)))()
         print(json.dumps(result))
         return
     global RESULT_FILE
