@@ -8,7 +8,10 @@ synthetic collections (section "Scale" of RESULTS.md).
     Each part runs in its own process so peak RSS is its own.
 (b) ``--synthetic 10000 100000``: generated Markdown collections (50 sections a document) with
     a fast deterministic embedding and rules-only keywords, to show how the pack's own overhead
-    grows with the number of nodes.
+    grows with the number of nodes (the folder store; ``--embedded``: the default, embedded store).
+(f) ``--financebench-default``: ``HiQAPack.from_directory(pdfs, store=S)`` with the defaults (the
+    embedded store) against ``store_format="folder"``: build time and peak RSS, a fresh process's
+    open time and resident memory, every question's ranking compared, bytes a node.
 
     python benchmarks/bench_scale.py --financebench --synthetic 10000 100000
 """
@@ -85,7 +88,7 @@ def run_financebench(store: Path) -> Dict[str, Any]:
     questions = [q.question for q in load_financebench_questions()][:40]
     out: Dict[str, Any] = {}
     start = time.perf_counter()
-    pack = HiQAPack.empty()
+    pack = HiQAPack.empty(store_format="folder")  # the folder store, as measured before the embedded default
     report = pack.add_directory(FINANCEBENCH_PDFS)
     out["ingest_wall_s"] = time.perf_counter() - start
     out["stages_s"] = dict(report.seconds)
@@ -208,7 +211,7 @@ def run_synthetic(n_nodes: int, store: Path) -> Dict[str, Any]:
     from llama_index_hiqa.pack import HiQAPack
 
     start = time.perf_counter()
-    pack = HiQAPack.empty(embed_model=fast_embedding(), **SYNTHETIC_SETTINGS)
+    pack = HiQAPack.empty(embed_model=fast_embedding(), store_format="folder", **SYNTHETIC_SETTINGS)
     report = pack.ingest(synthetic_documents(n_nodes))
     out: Dict[str, Any] = {"ingest_wall_s": time.perf_counter() - start, "stages_s": dict(report.seconds)}
     out["nodes"] = len(pack.index.docstore.docs)
@@ -228,7 +231,7 @@ def run_synthetic_embedded(n_nodes: int, store: Path) -> Dict[str, Any]:
     from llama_index_hiqa.pack import HiQAPack
 
     start = time.perf_counter()
-    pack = HiQAPack.empty(embed_model=fast_embedding(), store=str(store), store_format="embedded", **SYNTHETIC_SETTINGS)
+    pack = HiQAPack.empty(embed_model=fast_embedding(), store=str(store), **SYNTHETIC_SETTINGS)  # the default: embedded
     report = pack.ingest(synthetic_documents(n_nodes))
     out: Dict[str, Any] = {"ingest_wall_s": time.perf_counter() - start, "stages_s": dict(report.seconds)}
     out["nodes"] = pack.node_count
@@ -471,6 +474,136 @@ def current_rss_mb(field: str = "VmRSS:") -> float:
     return float("nan")
 
 
+# --------------------------------------------------------------------------- (f) the default path
+def run_financebench_default_build(store_format: str, store: Path) -> Dict[str, Any]:
+    """``HiQAPack.from_directory(pdfs, store=S)`` with the defaults (``store_format`` ``"default"``:
+    what a user gets, the embedded store) or ``store_format="folder"``: build time, peak RSS, and
+    the store's bytes a node against the nodes' own bytes and the float32 vector."""
+    from llama_index_hiqa.pack import HiQAPack
+
+    settings = {} if store_format == "default" else {"store_format": store_format}
+    start = time.perf_counter()
+    pack = HiQAPack.from_directory(FINANCEBENCH_PDFS, store=str(store), **settings)
+    out: Dict[str, Any] = {"build_s": time.perf_counter() - start, "peak_rss_mb": peak_rss_mb()}
+    out["store_format"] = pack.config.store_format
+    out["nodes"] = pack.node_count
+    out["documents"] = len(pack.document_ids)
+    out["store_bytes"] = dir_bytes(store)
+    own, heading_paths = 0, set()
+    from llama_index_hiqa.retrievers.document_focus import heading_text
+
+    chunks = pack.store.iter_nodes() if pack.store is not None else [list(pack.index.docstore.docs.values())]
+    for chunk in chunks:
+        for node in chunk:
+            own += len(node.get_content().encode("utf-8")) + len(json.dumps(node.metadata).encode("utf-8"))
+            heading_paths.add((node.ref_doc_id, heading_text(node)))
+    out["node_own_bytes"] = own
+    out["heading_paths"] = len(heading_paths)  # distinct (document, heading path) pairs
+    if pack.store is not None:
+        out["store_parts"] = pack.store.size_bytes()
+        out["heading_vector_rows"] = pack.store.db.scalar("SELECT count(*) FROM heading_vectors")
+    return out
+
+
+def run_financebench_default_open(store: Path, rankings_file: Path) -> Dict[str, Any]:
+    """A fresh process: open the store, resident memory before the first question, then every
+    FinanceBench question with the pack's default retriever (rankings written for comparison)."""
+    from shared_data import load_financebench_questions
+
+    import llama_index_hiqa.retrievers.multi_route  # noqa: F401  (imports any first load pays)
+    import llama_index_hiqa.storage.backends.embedded  # noqa: F401
+    import llama_index_hiqa.storage.backends.folder  # noqa: F401
+    from llama_index_hiqa import schema
+    from llama_index_hiqa.pack import HiQAPack
+    from llama_index_hiqa.pack_config import default_embed_model
+
+    questions = [q.question for q in load_financebench_questions()]
+    embed = default_embed_model(None)
+    embed.get_query_embedding("warm-up")  # the model's load is not the store's
+    out: Dict[str, Any] = {"rss_before_open_mb": current_rss_mb()}
+    start = time.perf_counter()
+    pack = HiQAPack.load(store, embed_model=embed)
+    out["open_s"] = time.perf_counter() - start
+    out["rss_after_open_mb"] = current_rss_mb()
+    out["nodes"] = pack.node_count
+    rankings, times = [], []
+    for question in questions:
+        start = time.perf_counter()
+        ranked = pack.retrieve(question)
+        times.append(time.perf_counter() - start)
+        # Two ingestions give the same nodes other random ids: a node is its filing and position.
+        rankings.append([[f"{schema.get_document_id(n.node)}#{schema.get_position(n.node)}", n.score] for n in ranked])
+    out["first_query_s"] = times[0]
+    rest = sorted(times[1:])
+    out["p50_ms"] = 1000 * statistics.median(rest)
+    out["p95_ms"] = 1000 * rest[int(0.95 * (len(rest) - 1))]
+    out["rss_after_queries_mb"] = current_rss_mb()
+    out["questions"] = len(questions)
+    rankings_file.write_text(json.dumps(rankings))
+    return out
+
+
+def run_financebench_bytes(store: Path) -> Dict[str, Any]:
+    """Bytes a node of an embedded store's committed nodes (read beside its writer, if any):
+    SQLite pages by table, the committed vector rows, the BM25 arrays, the nodes' own bytes."""
+    from llama_index_hiqa.retrievers.document_focus import heading_text
+    from llama_index_hiqa.storage.embedded import EmbeddedStore
+
+    embedded = EmbeddedStore.open(store)
+    db = embedded.db
+    own, paths, nodes = 0, set(), 0
+    for chunk in embedded.iter_nodes():
+        for node in chunk:
+            nodes += 1
+            own += len(node.get_content().encode("utf-8")) + len(json.dumps(node.metadata).encode("utf-8"))
+            paths.add((node.ref_doc_id, heading_text(node)))
+    page = db.scalar("PRAGMA page_size")
+    pages = db.scalar("PRAGMA page_count") * page
+    tables = dict(db.rows("SELECT name, sum(pgsize) FROM dbstat GROUP BY name"))
+    parts = embedded.size_bytes()
+    vectors = nodes * 4 * embedded.vectors.dim  # the rows committed (a batch in flight may have written more)
+    return {
+        "documents": len(embedded.documents()), "nodes": nodes, "own_bytes_per_node": own / nodes,
+        "database_pages_bytes": pages, "vector_bytes_committed": vectors, "bm25": parts["bm25"],
+        "heading_vector_rows": db.scalar("SELECT count(*) FROM heading_vectors"), "heading_paths": len(paths),
+        "by_table_per_node": {k: v / nodes for k, v in tables.items()},
+        "bytes_per_node": (pages + vectors + parts["bm25"]) / nodes,
+    }
+
+
+def run_open_only(store: Path) -> Dict[str, Any]:
+    """A fresh process opening a store (the packaged model loaded first): open time and the
+    resident memory the open adds, before any question."""
+    import llama_index_hiqa.retrievers.multi_route  # noqa: F401  (imports any first load pays)
+    import llama_index_hiqa.storage.backends.embedded  # noqa: F401
+    from llama_index_hiqa.pack import HiQAPack
+    from llama_index_hiqa.pack_config import default_embed_model
+
+    embed = default_embed_model(None)
+    embed.get_query_embedding("warm-up")
+    before = current_rss_mb()
+    start = time.perf_counter()
+    pack = HiQAPack.load(store, embed_model=embed)
+    out = {"open_s": time.perf_counter() - start, "rss_added_mb": current_rss_mb() - before}
+    out["nodes"] = pack.node_count
+    return out
+
+
+def compare_rankings(a: List[List[Any]], b: List[List[Any]]) -> Dict[str, int]:
+    """Questions ranked identically (ids and scores), differing only among equal scores, or otherwise."""
+    identical = ties = other = 0
+    for x, y in zip(a, b):
+        if x == y:
+            identical += 1
+        elif [s for _, s in x] == [s for _, s in y] and all(
+            {i for i, s in x if s == score} == {i for i, s in y if s == score} for score in {s for _, s in x}
+        ):
+            ties += 1
+        else:
+            other += 1
+    return {"identical": identical, "ties_only": ties, "different": other}
+
+
 # --------------------------------------------------------------------------- driver
 def child(kind: str, arg: str, store: str) -> Dict[str, Any]:
     cmd = [sys.executable, __file__, "--child", kind, arg, store]
@@ -643,6 +776,7 @@ def embedded_section(results: Dict[str, Any]) -> List[str]:
             f"alternately in one process (MiniLM query embedding and the document focus's heading vectors included; the "
             f"machine was heavily loaded).\n"
         )
+    parts += financebench_default_section(results.get("financebench_default") or {})
     bm25 = (results.get("bm25_only") or {})
     for n, r in sorted(bm25.items(), key=lambda kv: int(kv[0])):
         if "error" in r:
@@ -660,6 +794,90 @@ def embedded_section(results: Dict[str, Any]) -> List[str]:
     return parts
 
 
+def financebench_partial_lines(part: Dict[str, Any]) -> List[str]:
+    """Bytes a node of the committed part of a FinanceBench embedded store still being built
+    (``--financebench-bytes STORE``): what the default path stores for FinanceBench's real nodes."""
+    if not part:
+        return []
+    nodes, own = part["nodes"], part["own_bytes_per_node"]
+    tables = part.get("by_table_per_node") or {}
+    top = sorted(((k, v) for k, v in tables.items() if isinstance(v, (int, float)) and v >= 20), key=lambda kv: -kv[1])
+    return [
+        f"\n**(f) FinanceBench's real nodes in the default (embedded) store** ({part['documents']} of the 46 filings, "
+        f"{nodes:,} nodes: the batches committed when measured, `--financebench-bytes`): **{part['bytes_per_node']:,.0f} "
+        f"bytes a node** (SQLite pages {part['database_pages_bytes'] / nodes:,.0f}, float32 vectors "
+        f"{part['vector_bytes_committed'] / nodes:,.0f}, BM25 {part['bm25'] / nodes:,.0f}) against {own:,.0f} bytes of the "
+        f"nodes' own text and metadata: target ≤ 2 × own + the vector = {2 * own + 1536:,.0f}. Heading-path vectors: "
+        f"{part['heading_vector_rows']:,} rows for {nodes:,} nodes ({nodes / max(part['heading_vector_rows'], 1):.1f} nodes a "
+        f"row; one row a distinct heading path, shared by the filings that have it; {part['heading_paths']:,} distinct "
+        f"(filing, heading path) pairs, {nodes / max(part['heading_paths'], 1):.1f} nodes a pair). Largest parts, bytes "
+        f"a node: " + ", ".join(f"`{k}` {v:,.0f}" for k, v in top) + "."
+        + (
+            f" A fresh process opens it in {part['open']['open_s']:.2f} s adding {part['open']['rss_added_mb']:.1f} MB "
+            f"({part['open']['rss_added_mb'] * 1048576 / part['open']['nodes']:,.0f} bytes a node) before the first question."
+            if part.get("open") and "error" not in part["open"] else ""
+        )
+        + "\n"
+    ]
+
+
+def financebench_default_section(fb: Dict[str, Any]) -> List[str]:
+    """(f) FinanceBench through the default path (the embedded store) against the folder store."""
+    default, folder = fb.get("default") or {}, fb.get("folder") or {}
+    if not default or "error" in default:
+        return financebench_partial_lines(fb.get("partial") or {})
+    rows = []
+    for label, built, opened in (
+        ("embedded (the default)", default, fb.get("default_open") or {}),
+        ("folder (`store_format=\"folder\"`)", folder, fb.get("folder_open") or {}),
+    ):
+        if not built or "error" in built:
+            if built:
+                rows.append([label, "failed: " + built["error"][:80]] + [""] * 7)
+            continue
+        nodes = built["nodes"]
+        vectors = (built.get("store_parts") or {}).get("vectors", 0)
+        cells = [
+            label, f"{built['build_s']:,.0f}", _mb(built["peak_rss_mb"]),
+            f"{built['store_bytes'] / nodes:,.0f} ({built['store_bytes'] / built['node_own_bytes']:.2f}×)",
+            f"{(built['store_bytes'] - vectors) / nodes:,.0f}" if vectors else "",
+        ]
+        if opened and "error" not in opened:
+            added = opened["rss_after_open_mb"] - opened["rss_before_open_mb"]
+            cells += [
+                f"{opened['open_s']:.2f}", f"{added:,.0f} ({1e6 * added / nodes:,.0f})",
+                f"{opened['first_query_s'] * 1000:,.0f}", f"{opened['p50_ms']:,.0f} / {opened['p95_ms']:,.0f}",
+            ]
+        else:
+            cells += ["not measured"] + [""] * 3
+        rows.append(cells)
+    nodes = default["nodes"]
+    own = default["node_own_bytes"] / nodes
+    parts = [
+        f"\n**(f) FinanceBench through the default path** (`HiQAPack.from_directory(pdfs, store=S)`, the defaults: "
+        f"the embedded store; against `store_format=\"folder\"`; {default['documents']} filings, {nodes:,} nodes; each "
+        f"build its own process, then a fresh process opens the store and asks the {fb.get('default_open', {}).get('questions', 86)} "
+        f"questions with the pack's default retriever, the packaged MiniLM loaded before the clock starts):\n",
+        markdown_table(
+            ["store", "build s", "peak RSS MB (build)", "bytes a node (× own)", "without vectors", "open s",
+             "RSS added by open MB (bytes a node)", "first question ms", "question p50 / p95 ms"], rows,
+        ),
+        f"\n- Bytes a node on FinanceBench's real nodes: {default['store_bytes'] / nodes:,.0f} against {own:,.0f} of "
+        f"the nodes' own text and metadata plus the 1,536-byte float32 vector (target ≤ 2 × own + vector = "
+        f"{2 * own + 1536:,.0f}). Heading-path vectors: {default.get('heading_vector_rows', 0):,} rows, one per distinct "
+        f"heading path ({default.get('heading_paths', 0):,} distinct (filing, heading path) pairs; the same path in "
+        f"two filings is one row), {nodes / max(default.get('heading_vector_rows', 1), 1):.1f} nodes a row.",
+    ]
+    ranks = fb.get("rankings")
+    if ranks:
+        parts.append(
+            f"- Rankings, default against folder store (two ingestions of the same filings, a node compared by its "
+            f"filing and position): {ranks['identical']} identical (ids and scores), {ranks['ties_only']} differing only among "
+            f"equal scores, {ranks['different']} otherwise."
+        )
+    return parts
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--financebench", action="store_true")
@@ -670,6 +888,10 @@ def main() -> None:
     parser.add_argument("--financebench-parity", default=None,
                         help="a FinanceBench folder store (bench_product.py --store-dir .../defaults) to copy and compare")
     parser.add_argument("--bm25", type=int, nargs="*", default=[], help="sizes of the BM25-only memory measurement")
+    parser.add_argument("--financebench-bytes", default=None,
+                        help="bytes a node of a FinanceBench embedded store (its committed part, if still building)")
+    parser.add_argument("--financebench-default", action="store_true",
+                        help="FinanceBench through the default path (the embedded store) against the folder store")
     parser.add_argument("--embedded-dir", default=None, help="where the embedded stores are built (default: a temp dir)")
     parser.add_argument("--result-file", default=None, help="JSON file of the results (default: benchmarks/scale.json)")
     parser.add_argument("--child", nargs=3)
@@ -677,22 +899,20 @@ def main() -> None:
     args = parser.parse_args()
     if args.child:
         kind, arg, store = args.child
-        if kind == "financebench":
-            result = run_financebench(Path(store))
-        elif kind == "load":
-            result = run_load_and_query(Path(store))
-        elif kind == "embedded":
-            result = run_synthetic_embedded(int(arg), Path(store))
-        elif kind == "parity":
-            result = run_financebench_parity(Path(arg), Path(store))
-        elif kind == "bm25":
-            result = run_bm25_only(int(arg), Path(store))
-        elif kind == "replicated":
-            result = run_embedded_replicated(int(arg), Path(store))
-        elif kind == "open":
-            result = run_open_and_query(int(arg), Path(store))
-        else:
-            result = run_synthetic(int(arg), Path(store))
+        runs = {
+            "financebench": lambda: run_financebench(Path(store)),
+            "load": lambda: run_load_and_query(Path(store)),
+            "embedded": lambda: run_synthetic_embedded(int(arg), Path(store)),
+            "parity": lambda: run_financebench_parity(Path(arg), Path(store)),
+            "bm25": lambda: run_bm25_only(int(arg), Path(store)),
+            "replicated": lambda: run_embedded_replicated(int(arg), Path(store)),
+            "open": lambda: run_open_and_query(int(arg), Path(store)),
+            "fbdefault": lambda: run_financebench_default_build(arg, Path(store)),
+            "openonly": lambda: run_open_only(Path(store)),
+            "fbbytes": lambda: run_financebench_bytes(Path(store)),
+            "fbopen": lambda: run_financebench_default_open(Path(store), Path(arg)),
+        }
+        result = runs.get(kind, lambda: run_synthetic(int(arg), Path(store)))()
         print(json.dumps(result))
         return
     global RESULT_FILE
@@ -718,6 +938,29 @@ def main() -> None:
                 print(n, "open", json.dumps(results["synthetic_open"][str(n)]), flush=True)
                 RESULT_FILE.write_text(json.dumps(results, indent=1))
                 shutil.rmtree(f"{tmp}/s{n}", ignore_errors=True)
+            if args.financebench_default:
+                work = Path(args.embedded_dir or tmp)
+                fb: Dict[str, Any] = {}
+                for label in ("default", "folder"):
+                    store = work / f"fb-{label}"
+                    shutil.rmtree(store, ignore_errors=True)
+                    fb[label] = child("fbdefault", label, str(store))
+                    print(label, json.dumps(fb[label]), flush=True)
+                    fb[f"{label}_open"] = child("fbopen", str(work / f"fb-{label}.rankings.json"), str(store))
+                    print(label, "open", json.dumps(fb[f"{label}_open"]), flush=True)
+                    results["financebench_default"] = fb
+                    RESULT_FILE.write_text(json.dumps(results, indent=1))
+                rankings = [work / f"fb-{label}.rankings.json" for label in ("default", "folder")]
+                if all(p.exists() for p in rankings):
+                    fb["rankings"] = compare_rankings(*(json.loads(p.read_text()) for p in rankings))
+                    print("rankings", fb["rankings"], flush=True)
+                RESULT_FILE.write_text(json.dumps(results, indent=1))
+            if args.financebench_bytes:
+                partial = child("fbbytes", "-", args.financebench_bytes)
+                partial["open"] = child("openonly", "-", args.financebench_bytes)
+                results.setdefault("financebench_default", {})["partial"] = partial
+                print("bytes", json.dumps(results["financebench_default"]["partial"]), flush=True)
+                RESULT_FILE.write_text(json.dumps(results, indent=1))
             if args.financebench_parity:
                 results["financebench_parity"] = child("parity", args.financebench_parity, f"{tmp}/fb-embedded")
                 print("parity", json.dumps(results["financebench_parity"]), flush=True)

@@ -8,8 +8,10 @@ documents and a questions JSONL. ``hiqa ingest DIR --store PATH`` builds a
 On an existing store ``hiqa ingest`` needs ``--add`` (new and changed files replace
 their old versions, unchanged ones are skipped), ``--sync`` (as ``--add``, and the documents
 whose files left the folder are removed and listed) or ``--rebuild``; it never overwrites
-silently. ``hiqa delete DOC --store PATH`` removes documents. Writers of one folder store are
-serialised: each holds the store's lock from loading it to saving the new snapshot.
+silently. ``hiqa delete DOC --store PATH`` removes documents. A new store is the embedded store (SQLite
+and memory-mapped vectors) unless ``--store-format folder`` (or ``--graph``) asks for the folder
+store; ``hiqa migrate OLD NEW`` copies a store into the other format. Writers of one store are
+serialised: each holds the store's lock from loading it to saving it.
 ``--store postgresql://USER@HOST/DB`` keeps the pack in PostgreSQL instead (each batch commits as
 it is indexed; ``hiqa ask`` in any process on any machine answers from it).
 ``--llm openai:gpt-4o-mini`` selects an OpenAI model, ``--llm openai-compatible:MODEL
@@ -29,7 +31,7 @@ import json
 import logging
 import sys
 from pathlib import Path
-from typing import Any, Callable, Iterator, List, Optional, Sequence
+from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence
 
 # No module-level import of LlamaIndex (seconds): `hiqa ingest` says what it does before the
 # first slow import. The store helpers are imported where they are used.
@@ -110,62 +112,16 @@ def _llm(args: argparse.Namespace) -> Any:
     return llm
 
 
-def _store_exists(store: Path) -> bool:
-    from llama_index_hiqa.storage.pack_files import CONFIG_FILENAME
-    from llama_index_hiqa.storage.snapshots import is_snapshot_store
-
-    return is_snapshot_store(store) or (store / CONFIG_FILENAME).is_file() or _is_embedded(store)
-
-
-def _is_embedded(store: Any) -> bool:
-    from llama_index_hiqa.storage.embedded import is_embedded_store
-
-    return is_embedded_store(store)
-
-
-def _database_exists(url: str) -> bool:
-    from llama_index_hiqa.storage.postgres import PostgresStore
-
-    store = PostgresStore(url).connect()
-    try:
-        return store.read_pack() is not None
-    finally:
-        store.dispose()
-
-
 def _say(message: str) -> None:
     print(f"hiqa: {message}", file=sys.stderr, flush=True)
 
 
-@contextlib.contextmanager
-def _folder_writer(store: Path, embedded: bool = False) -> Iterator[None]:
-    """Hold the folder store's writer lock from loading it to saving it, so a second writer
-    (another `hiqa ingest --add` or `delete`) waits and then loads what this one
-    saved; the store must be writable, with room for a new snapshot, before any work starts.
-    A store folder this command created and never saved into is removed again."""
-    from llama_index_hiqa.storage.backends.folder import check_writable, store_writer
-    from llama_index_hiqa.storage.snapshots import LOCK_FILE
+def _store_writer(store: Any, settings: Mapping[str, Any]) -> Any:
+    """Hold the store's writer lock from loading it to saving it (``store_writer``), so a second
+    writer waits and then loads what this one saved."""
+    from llama_index_hiqa.storage.backends import store_writer
 
-    created = not store.exists()
-    if embedded or _is_embedded(store):
-        # SQLite serialises the writes; the lock keeps a second `hiqa ingest --add` from
-        # planning its upserts on what the first is about to change.
-        from llama_index_hiqa.figures import FIGURES_DIRNAME
-        from llama_index_hiqa.storage.embedded import DATABASE_FILENAME
-        from llama_index_hiqa.storage.snapshots import writer_lock
-
-        writer = writer_lock(store, on_wait=_say, legacy_marker=DATABASE_FILENAME, shared_dirs=(FIGURES_DIRNAME,))
-    else:
-        check_writable(store)
-        writer = store_writer(store, on_wait=_say)
-    try:
-        with writer:
-            yield
-    finally:
-        if created and not _store_exists(store):
-            with contextlib.suppress(OSError):
-                (store / LOCK_FILE).unlink()
-                store.rmdir()
+    return store_writer(store, settings, on_wait=_say)
 
 
 # A stage that runs longer than this is shown moving (one huge document is one batch, and
@@ -214,62 +170,53 @@ def _cmd_ingest(args: argparse.Namespace) -> int:
 
 def _ingest_folder(args: argparse.Namespace, folder: Path) -> int:
     from llama_index_hiqa.ingestion import parse_shard
-    from llama_index_hiqa.storage.pg_connection import is_postgres_url, mask_url
 
     args.shard_range = parse_shard(args.shard) if args.shard else None  # a bad I/N fails before any work
     llm = _llm(args)
-    database = is_postgres_url(args.store)
     if args.shard and args.sync:
         raise CLIError("--sync removes the documents whose files are gone, which a shard cannot tell apart from "
                        "another shard's: run the shards with --add, then --sync once without --shard")
-    if database:
-        if args.rebuild:
-            raise CLIError(f"{mask_url(args.store)}: --rebuild replaces a folder store; for a database, ingest into a new one")
-        return _ingest(args, llm, folder, args.store, database=True)
-    store = Path(args.store)
-    embedded = args.store_format == "embedded" or _is_embedded(store)
-    if embedded and args.rebuild and _is_embedded(store):
-        raise CLIError(f"{store}: --rebuild replaces a folder store; for an embedded store, ingest into a new folder")
-    with _folder_writer(store, embedded=embedded):
-        return _ingest(args, llm, folder, store, database=False)
+    store = args.store
+    settings = {
+        "use_chunk_graph": args.graph, "use_segment_integration": args.segments, "ingest_workers": args.workers,
+    }
+    if args.embed_backend:
+        settings["embed_backend"] = args.embed_backend
+    if args.store_format:
+        settings["store_format"] = args.store_format
+    with _store_writer(store, settings):
+        return _ingest(args, llm, folder, store, settings)
 
 
-def _ingest(args: argparse.Namespace, llm: Any, folder: Path, store: Any, database: bool) -> int:
+def _ingest(args: argparse.Namespace, llm: Any, folder: Path, store: Any, settings: Dict[str, Any]) -> int:
     import time
 
     from llama_index_hiqa.pack import HiQAPack
     from llama_index_hiqa.settings import updated
+    from llama_index_hiqa.storage.backends import check_replaceable, store_exists
     from llama_index_hiqa.storage.pg_connection import mask_url
 
-    exists = _database_exists(store) if database else _store_exists(store)
+    exists = store_exists(store)
     if exists and not (args.add or args.rebuild or args.sync):
         raise CLIError(
             f"{mask_url(store)} already holds a store: pass --add to add new and changed files to it "
             f"(unchanged files are skipped), --sync to also remove the documents whose files are gone, "
             f"or --rebuild to replace it"
         )
-    settings = {
-        "use_chunk_graph": args.graph, "use_segment_integration": args.segments, "ingest_workers": args.workers,
-    }
-    if args.embed_backend:
-        settings["embed_backend"] = args.embed_backend
-    embedded = not database and (getattr(args, "store_format", "folder") == "embedded" or _is_embedded(store))
-    if (database or embedded) and not exists:  # every batch commits to the store as it is indexed
-        extra = {"store_format": "embedded"} if embedded else {}
-        pack = HiQAPack.empty(llm=llm, store=str(store) if embedded else store, **settings, **extra)
-        mode = "built"
-    elif exists and (args.add or args.sync):
+    if exists and args.rebuild:
+        check_replaceable(store)
+    if exists and (args.add or args.sync):
         pack = HiQAPack.load(store, llm=llm)
         if args.embed_backend and args.embed_backend != pack.config.embed_backend:
             raise CLIError(
-                f"{store} was embedded with --embed-backend {pack.config.embed_backend}; adding "
+                f"{mask_url(store)} was embedded with --embed-backend {pack.config.embed_backend}; adding "
                 f"{args.embed_backend} vectors would mix two models (use --rebuild to change it)"
             )
         # Workers are this run's choice (this machine's cores), not the store's.
         pack.config = updated(pack.config, ingest_workers=args.workers)
         mode = "synced" if args.sync else "added to"
-    else:
-        pack = HiQAPack.empty(llm=llm, **settings)
+    else:  # a new store (a rebuilt folder store is switched to when it is saved, whole)
+        pack = HiQAPack.empty(llm=llm, store=str(store), **settings)
         mode = "rebuilt" if exists else "built"
     started = time.monotonic()
 
@@ -278,9 +225,10 @@ def _ingest(args: argparse.Namespace, llm: Any, folder: Path, store: Any, databa
             print(f"[{time.monotonic() - started:7.1f}s] {report.documents_seen} file(s): {report.summary()}",
                   file=sys.stderr, flush=True)
 
-    # Checkpoints make an interrupted run resumable with --add; a rebuild keeps the old
-    # store until it is complete, so it checkpoints only into a new store.
-    checkpoint = None if (exists and args.rebuild) or database or embedded else (lambda: pack.persist(store))
+    # Checkpoints make an interrupted run resumable with --add, where batches are not committed
+    # as they go; a rebuild keeps the old store until it is complete, so it checkpoints only
+    # into a new store.
+    checkpoint = None if pack.backend.commits_batches or (exists and args.rebuild) else pack.persist
     # The command prints each skipped file once below; the reader's own warning would repeat it.
     reader_log = logging.getLogger("llama_index_hiqa.readers")
     level = reader_log.level
@@ -306,10 +254,9 @@ def _ingest(args: argparse.Namespace, llm: Any, folder: Path, store: Any, databa
         removed = prune_missing(pack, folder, recursive=args.recursive)
         for document_id in removed:
             print(f"removed {document_id} (its file is no longer in {folder})", file=sys.stderr)
-    if not database:
-        start = time.perf_counter()
-        pack.persist(store)
-        report.add_time("persist", time.perf_counter() - start)
+    start = time.perf_counter()
+    pack.persist()
+    report.add_time("persist", time.perf_counter() - start)
     gone = f", {len(removed)} removed" if args.sync and exists else ""
     print(
         f"{mode} {mask_url(store)}: {len(pack.document_ids)} document(s), {pack.node_count} nodes "
@@ -320,10 +267,10 @@ def _ingest(args: argparse.Namespace, llm: Any, folder: Path, store: Any, databa
 
 def _cmd_delete(args: argparse.Namespace) -> int:
     from llama_index_hiqa.pack import HiQAPack
-    from llama_index_hiqa.storage.pg_connection import is_postgres_url, mask_url
+    from llama_index_hiqa.storage.pg_connection import mask_url
 
     store = _existing_store(args.store)
-    with contextlib.nullcontext() if is_postgres_url(args.store) else _folder_writer(store):
+    with _store_writer(store, {}):
         pack = HiQAPack.load(store)
         known = set(pack.document_ids)
         missing = [d for d in args.documents if d not in known]
@@ -331,8 +278,7 @@ def _cmd_delete(args: argparse.Namespace) -> int:
             shown = ", ".join(sorted(known)[:10]) + (" ..." if len(known) > 10 else "")
             raise CLIError(f"{mask_url(store)} holds no document {', '.join(map(repr, missing))}; it holds: {shown}")
         nodes = sum(pack.delete_document(d) for d in args.documents)
-        if not is_postgres_url(args.store):
-            pack.persist(store)
+        pack.persist()
     print(
         f"removed {', '.join(args.documents)} from {mask_url(store)} ({nodes} nodes); "
         f"{len(pack.document_ids)} document(s) left"
@@ -340,15 +286,27 @@ def _cmd_delete(args: argparse.Namespace) -> int:
     return 0
 
 
-def _existing_store(path: str) -> Any:
-    from llama_index_hiqa.storage.pg_connection import is_postgres_url
+def _cmd_migrate(args: argparse.Namespace) -> int:
+    from llama_index_hiqa.pack import HiQAPack
+    from llama_index_hiqa.storage.pg_connection import mask_url
 
-    if is_postgres_url(path):
-        return path  # HiQAPack.load checks the database
-    store = Path(path)
-    if not store.exists():
-        raise CLIError(f"{store}: no such store; build one with `hiqa ingest DIR --store {store}`")
-    return store
+    source = _existing_store(args.old)
+    target = Path(args.new)
+    pack = HiQAPack.load(source)
+    copied = pack.copy_to(target, store_format=args.store_format)
+    print(
+        f"migrated {mask_url(source)} ({pack.config.store_format or 'folder'}) to {target} "
+        f"({copied.config.store_format}): {len(copied.document_ids)} document(s), {copied.node_count} nodes"
+    )
+    return 0
+
+
+def _existing_store(path: str) -> str:
+    from llama_index_hiqa.storage.backends import location_exists
+
+    if not location_exists(path):  # a database is checked when it is opened
+        raise CLIError(f"{path}: no such store; build one with `hiqa ingest DIR --store {path}`")
+    return path
 
 
 def _cmd_ask(args: argparse.Namespace) -> int:
@@ -457,7 +415,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="hiqa", description="Question answering over many similar documents (LlamaIndex)."
     )
     sub = parser.add_subparsers(dest="command", required=True)
-    for add in (_add_demo, _add_eval, _add_ingest, _add_delete, _add_ask):
+    for add in (_add_demo, _add_eval, _add_ingest, _add_delete, _add_migrate, _add_ask):
         add(sub)
     return parser
 
@@ -535,9 +493,10 @@ def _add_ingest(sub: Any) -> None:
     ing.add_argument("--embed-backend", choices=_LazyChoices(_embed_backends), metavar="BACKEND",
                      help="how the packaged embedding model runs: %(choices)s (default: the pack's measured default)")
     ing.add_argument(
-        "--store-format", choices=("folder", "embedded"), default="folder",
-        help="a new store's format: folder (snapshots, loaded into memory) or embedded (SQLite and memory-mapped "
-        "vectors: each batch commits, a loaded store reads only what a question needs)",
+        "--store-format", choices=("folder", "embedded"), default=None,
+        help="a new store's format: embedded (the default: SQLite and memory-mapped vectors, each batch commits, "
+        "a loaded store reads only what a question needs) or folder (snapshots, loaded into memory; the default "
+        "with --graph)",
     )
     ing.set_defaults(func=_cmd_ingest)
 
@@ -547,6 +506,20 @@ def _add_delete(sub: Any) -> None:
     rm.add_argument("documents", nargs="+", metavar="DOC", help="document id(s) as `hiqa ingest` listed them")
     rm.add_argument("--store", required=True, help="folder or postgresql://USER@HOST/DB URL written by `hiqa ingest`")
     rm.set_defaults(func=_cmd_delete)
+
+
+def _add_migrate(sub: Any) -> None:
+    mig = sub.add_parser(
+        "migrate", help="copy a store into a new folder in the other format (its nodes and vectors as they are: "
+        "the same rankings, nothing parsed or embedded again)",
+    )
+    mig.add_argument("old", help="the store: a folder (either format) or postgresql://USER@HOST/DB")
+    mig.add_argument("new", help="the new store's folder (missing or empty)")
+    mig.add_argument(
+        "--store-format", choices=("folder", "embedded"), default=None,
+        help="the new store's format (default: embedded, or folder for an embedded store)",
+    )
+    mig.set_defaults(func=_cmd_migrate)
 
 
 def _add_ask(sub: Any) -> None:

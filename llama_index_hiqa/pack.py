@@ -72,7 +72,7 @@ from llama_index_hiqa.pack_arguments import check_location, check_pack_arguments
 from llama_index_hiqa.pack_ingest import PackIngestion
 from llama_index_hiqa.retrievers.chain_augmented import ChainAugmentedRetriever
 from llama_index_hiqa.retrievers.document_focus import DocumentFocusRetriever
-from llama_index_hiqa.storage.backends import Resolvers, StoreBackend, open_backend, store_kind
+from llama_index_hiqa.storage.backends import Resolvers, StoreBackend, open_backend
 from llama_index_hiqa.storage.backends.folder import FolderBackend
 
 logger = logging.getLogger(__name__)
@@ -125,7 +125,7 @@ class HiQAPack(PackIngestion, PackAnswering):
                 raise TypeError("HiQAPack needs an index or a store backend (or use HiQAPack.empty())")
             backend = FolderBackend(index, config or HiQAPackConfig(), embed_model, llm=llm, resolvers=RESOLVERS)
         self.backend = backend
-        self.llm = resolve_llm(llm)
+        self.llm = resolve_llm(llm)  # the backend's routes ask it (the chunk graph's keywords)
         warn_inapplicable_settings(self.config, self.llm)
         self.embed_model = backend.embed_model
         self.read_failures: List[Any] = []
@@ -133,6 +133,21 @@ class HiQAPack(PackIngestion, PackAnswering):
         self._postprocessors: Optional[List[BaseNodePostprocessor]] = None
 
     # -- what the backend holds ----------------------------------------------------------
+    @property
+    def llm(self) -> Optional[LLM]:
+        """The LLM (``None``: the no-LLM paths); the store backend's routes ask the same one."""
+        return self.backend.llm
+
+    @llm.setter
+    def llm(self, value: Optional[LLM]) -> None:
+        """Replace the LLM, for answering and for the routes that ask one.
+
+        Args:
+            value: The LLM, or ``None``.
+        """
+        self.backend.llm = value
+        self._invalidate()
+
     @property
     def index(self) -> VectorStoreIndex:
         """The LlamaIndex ``VectorStoreIndex`` (docstore and vector store) of the stored nodes."""
@@ -207,19 +222,11 @@ class HiQAPack(PackIngestion, PackAnswering):
         folder = Path(path)
         if not folder.is_dir():
             raise EmptyCorpusError(folder, [f"{folder}: no such folder"])
-        progress, store = kwargs.pop("progress", None), kwargs.get("store")
-        check_pack_arguments(store=store)
-        kind = store_kind(store, kwargs)
-        if kind == "folder":  # fail before the work
-            from llama_index_hiqa.storage.backends.folder import check_writable
-
-            check_writable(Path(store))
-        pack = cls.empty(**kwargs)
+        progress = kwargs.pop("progress", None)
+        pack = cls.empty(**kwargs)  # a store location is checked before the work
         pack.add_directory(folder, recursive=recursive, progress=progress)
-        if kind == "folder":
-            pack.persist(store)
-        elif kind == "embedded":
-            pack.persist()  # the batches are committed; this saves the BM25 index for the next process
+        if pack.backend.address is not None:
+            pack.persist()  # what the batches did not commit (the backend knows what that is)
         return pack
 
     @classmethod
@@ -275,8 +282,10 @@ class HiQAPack(PackIngestion, PackAnswering):
             config: The settings as an object; ``settings`` override its fields.
             **settings: [`HiQAPackConfig`][llama_index_hiqa.pack_config.HiQAPackConfig] fields, and ``store``: ``"postgresql://USER@HOST/DB"``
                 (that database's pack, created when it holds none; every ingested batch commits
-                there), or a folder (with ``store_format="embedded"``, an embedded store that
-                each batch commits to; else a folder store, written by [`from_directory`][llama_index_hiqa.pack.HiQAPack.from_directory]).
+                there), or a folder: the store it holds, else a new embedded store that each
+                batch commits to (a folder store, written by `persist`, with
+                ``store_format="folder"``, the chunk graph or a ``vector_store``). Without a
+                store the pack is held in memory until its first ``persist(folder)``.
 
         Returns:
             The pack.
@@ -326,12 +335,12 @@ class HiQAPack(PackIngestion, PackAnswering):
     @property
     def multi_route(self) -> BaseRetriever:
         """The [`MultiRouteRetriever`][llama_index_hiqa.retrievers.multi_route.MultiRouteRetriever] over the current nodes."""
-        return self.backend.routes(self.config, self.llm)[0]
+        return self.backend.routes()[0]
 
     @property
     def graph(self) -> Any:
         """The [`ChunkGraphRetriever`][llama_index_hiqa.retrievers.chunk_graph.ChunkGraphRetriever] (``None`` unless enabled)."""
-        return self.backend.routes(self.config, self.llm)[1]
+        return self.backend.routes()[1]
 
     def _keyword_extractor(self) -> Any:
         return RESOLVERS.keyword_extractor(self.config)
@@ -392,7 +401,7 @@ class HiQAPack(PackIngestion, PackAnswering):
         Returns:
             The retriever (the same one on every call without ``kwargs``, until the index changes).
         """
-        routes = self.backend.routes(self.config, self.llm)
+        routes = self.backend.routes()
         if not kwargs and self._retriever is not None and self._retriever[0] is routes:
             return self._retriever[1]
         multi_route, graph = routes
@@ -414,10 +423,12 @@ class HiQAPack(PackIngestion, PackAnswering):
     def persist(self, persist_dir: Union[str, Path, None] = None) -> Any:
         """Save the settings and ingestion state with the store, once.
 
-        A folder store is saved into a new snapshot of the folder, switched to atomically (a
-        process killed at any instant leaves the previous store loadable); the embedded and
-        PostgreSQL stores committed every batch already and save the settings (and the
-        embedded store's BM25 index).
+        A pack held in memory is saved, the first time, as a new embedded store in
+        ``persist_dir`` (``store_format="folder"``, the chunk graph or a vector store of its own:
+        a folder store), which the pack then holds. A folder store is saved into a new snapshot
+        of the folder, switched to atomically (a process killed at any instant leaves the
+        previous store loadable); the embedded and PostgreSQL stores committed every batch
+        already and save the settings (and the embedded store's BM25 index).
 
         Args:
             persist_dir: The store folder (``None``: the store the pack was loaded from or saved to).
@@ -435,7 +446,44 @@ class HiQAPack(PackIngestion, PackAnswering):
             "documents": self.document_ids,
             "file_stats": self.file_stats,
         }
-        return self.backend.save(payload, persist_dir)
+        saved = self.backend.save(payload, persist_dir)
+        if saved is not self.backend:  # a pack in memory, saved as a store of another kind
+            saved.llm = self.backend.llm
+            self.backend = saved
+            self.embed_model = saved.embed_model
+            self._invalidate()
+        return saved.address
+
+    def copy_to(self, location: Union[str, Path], store_format: Optional[str] = None) -> "HiQAPack":
+        """Copy this pack's store into a new store folder of another format (``hiqa migrate``):
+        its nodes and vectors as they are, in the order it holds them, so the copy ranks as
+        this pack does; nothing is parsed or embedded again.
+
+        Args:
+            location: The new store's folder (missing or empty).
+            store_format: ``"embedded"`` or ``"folder"`` (``None``: embedded, or folder when this
+                pack's store is embedded).
+
+        Returns:
+            The pack of the new store, saved.
+
+        Raises:
+            PackStoreError: ``location`` holds a store already.
+        """
+        from llama_index_hiqa.errors import PackStoreError
+        from llama_index_hiqa.storage.backends import store_exists
+
+        if store_exists(location):
+            raise PackStoreError(Path(location), "holds a store already: copy into a new folder")
+        target_format = store_format or ("folder" if self.config.store_format == "embedded" else "embedded")
+        backend = open_backend(
+            str(location), config=self.config, settings={"store_format": target_format}, llm=self.llm,
+            embed_model=self.embed_model, create=True, resolvers=RESOLVERS,
+        )
+        backend.copy_from(self.backend)  # type: ignore[attr-defined]
+        copy = type(self)(llm=self.llm, backend=backend)
+        copy.persist()
+        return copy
 
     def close(self) -> None:
         """Release the store's files, locks and connections (the pack is unusable afterwards)."""

@@ -84,7 +84,7 @@ class PostgresHiQAPack(metaclass=_StoreKind):
         target = PostgresHiQAPack.open(
             url, llm=pack.llm, embed_model=pack.embed_model, create=True, **pack.config.model_dump(), **kwargs
         )
-        target.backend.copy_from(pack, batch_documents)  # type: ignore[attr-defined]
+        target.backend.copy_from(pack.backend, batch_documents)  # type: ignore[attr-defined]
         target._invalidate()
         return target
 
@@ -143,7 +143,7 @@ class EmbeddedHiQAPack(metaclass=_StoreKind):
         target = EmbeddedHiQAPack.open(
             root, llm=pack.llm, embed_model=pack.embed_model, create=True, **{**pack.config.model_dump(), **settings}
         )
-        target.backend.copy_from(pack, batch_documents)  # type: ignore[attr-defined]
+        target.backend.copy_from(pack.backend, batch_documents)  # type: ignore[attr-defined]
         target._invalidate()
         target.persist()
         return target

@@ -168,12 +168,29 @@ class HiQAPackConfig(SettingsModel):
         "given: torch, onnx (same vectors, faster) or onnx-int8 (fastest, vectors drift slightly).",
     )
 
-    store_format: Literal["folder", "embedded"] = Field(
-        default="folder",
-        description="What a store folder holds: 'folder' (snapshots of the whole collection, "
-        "loaded into memory) or 'embedded' (an SQLite database and a memory-mapped vector matrix: "
-        "each batch commits as it is indexed, a loaded store reads only what a question needs).",
+    store_format: Optional[Literal["folder", "embedded"]] = Field(
+        default=None,
+        description="What a new store folder holds: 'embedded' (an SQLite database and a "
+        "memory-mapped vector matrix: each batch commits as it is indexed, a loaded store reads "
+        "only what a question needs) or 'folder' (snapshots of the whole collection, loaded into "
+        "memory). None: embedded, unless use_chunk_graph is on or a vector_store is given (both "
+        "kept by the folder store only).",
     )
+
+    def new_store_format(self, own_vector_store: bool = False) -> Literal["folder", "embedded"]:
+        """The format a new store folder is written in: ``store_format`` when set, else the
+        embedded store, unless the chunk graph is on or the pack was given a vector store of its
+        own (both kept by the folder store only).
+
+        Args:
+            own_vector_store: The pack holds a LlamaIndex vector store the caller gave it.
+
+        Returns:
+            ``"embedded"`` or ``"folder"``.
+        """
+        if self.store_format is not None:
+            return self.store_format
+        return "folder" if self.use_chunk_graph or own_vector_store else "embedded"
 
     @model_validator(mode="before")
     @classmethod

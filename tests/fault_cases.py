@@ -85,14 +85,22 @@ def hiqa_process(*argv: str) -> subprocess.Popen:
 
 
 def build_store(path: Path) -> Path:
-    result = hiqa("ingest", DEMO_DATA_DIR, "--store", path, "--quiet")
+    # The damage cases name the folder store's files (snapshots, CURRENT, the manifest).
+    result = hiqa("ingest", DEMO_DATA_DIR, "--store", path, "--quiet", "--store-format", "folder")
     assert result.code == 0, result
     return path
 
 
 def stored_documents(store: Path) -> set:
+    from llama_index_hiqa.storage.embedded import EmbeddedStore, is_embedded_store
     from llama_index_hiqa.storage.snapshots import current_snapshot
 
+    if is_embedded_store(store):  # a new store: the default format
+        embedded = EmbeddedStore.open(store)
+        try:
+            return set(embedded.documents())
+        finally:
+            embedded.close()
     return set(json.loads((current_snapshot(store) / "hiqa_pack.json").read_text())["documents"])
 
 

@@ -16,6 +16,8 @@ from llama_index_hiqa.settings import updated
 from llama_index_hiqa.demo import DEMO_DATA_DIR
 from llama_index_hiqa.pack import NO_LLM_NOTICE
 from llama_index_hiqa.storage import pack_files
+from llama_index_hiqa.storage.backends.folder import holds_folder_store
+from llama_index_hiqa.storage.embedded import is_embedded_store
 from llama_index_hiqa.storage.snapshots import current_snapshot
 from tests.pack_helpers import HashEmbedding
 
@@ -47,16 +49,38 @@ def store(tmp_path_factory):
     return path
 
 
-def test_ingest_writes_a_store(store, capsys):
+def test_ingest_writes_an_embedded_store_by_default(store, capsys):
+    assert is_embedded_store(store) and not holds_folder_store(store)
+    assert any(p.name.startswith("bm25-") for p in store.iterdir())  # saved for the next process
+
+
+def test_ingest_writes_a_folder_store_when_asked(tmp_path):
+    store = tmp_path / "folder"
+    assert cli.main(["ingest", str(DEMO_DATA_DIR), "--store", str(store), "--store-format", "folder", "--quiet"]) == 0
     snapshot = current_snapshot(store)
     assert (snapshot / pack_files.CONFIG_FILENAME).is_file()
     assert (snapshot / pack_files.MULTI_ROUTE_DIRNAME).is_dir()
     assert "docstore.json" in os.listdir(snapshot)
 
 
+def test_migrate_converts_a_store_both_ways(store, tmp_path, capsys):
+    question = "What is the maximum output current of the NX-2046?"
+    assert cli.main(["migrate", str(store), str(tmp_path / "folder")]) == 0
+    assert "migrated" in capsys.readouterr().out and holds_folder_store(tmp_path / "folder")
+    assert cli.main(["migrate", str(tmp_path / "folder"), str(tmp_path / "embedded")]) == 0
+    assert is_embedded_store(tmp_path / "embedded")
+    answers = []
+    for path in (store, tmp_path / "folder", tmp_path / "embedded"):
+        capsys.readouterr()
+        assert cli.main(["ask", question, "--store", str(path), "--json"]) == 0
+        answers.append(json.loads(capsys.readouterr().out)["sources"])
+    assert answers[0] == answers[1] == answers[2]
+    assert cli.main(["migrate", str(store), str(tmp_path / "embedded")]) == 2  # a store is there already
+
+
 def test_ingest_on_an_existing_store_needs_add_or_rebuild(tmp_path, capsys):
     store = tmp_path / "s"
-    base = ["ingest", str(DEMO_DATA_DIR), "--store", str(store), "--quiet"]
+    base = ["ingest", str(DEMO_DATA_DIR), "--store", str(store), "--quiet", "--store-format", "folder"]
     assert cli.main(base) == 0
     first = current_snapshot(store)
     capsys.readouterr()
@@ -136,7 +160,7 @@ def test_entry_point_in_a_new_process(tmp_path):
     help_out = subprocess.run(
         [sys.executable, "-m", "llama_index_hiqa.cli", "--help"], capture_output=True, text=True, env=env
     )
-    assert all(cmd in help_out.stdout for cmd in ("ingest", "ask", "eval", "demo"))
+    assert all(cmd in help_out.stdout for cmd in ("ingest", "ask", "eval", "demo", "migrate"))
 
 
 def test_ask_with_an_llm_prints_the_answer_then_the_sources(store, monkeypatch, capsys):

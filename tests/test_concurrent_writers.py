@@ -50,7 +50,7 @@ def test_two_concurrent_add_runs_keep_both_documents(tmp_path, run):
     first = _folder(tmp_path / "one", [f"bravo{run}", "charlie"])
     second = _folder(tmp_path / "two", [f"delta{run}", "echo"])
     store = tmp_path / "store"
-    done = _cli("ingest", str(base), "--store", str(store), "--quiet")
+    done = _cli("ingest", str(base), "--store", str(store), "--quiet", "--store-format", "folder")
     assert done.wait(timeout=300) == 0, done.stderr.read()
     writers = [_cli("ingest", str(f), "--store", str(store), "--add", "--quiet") for f in (first, second)]
     for writer in writers:
@@ -71,7 +71,7 @@ def cheap(monkeypatch):
 
 def test_saving_over_a_store_changed_since_loading_is_refused(tmp_path, cheap):
     store = tmp_path / "store"
-    HiQAPack.from_directory(_folder(tmp_path / "base", ["alpha"]), store=store)
+    HiQAPack.from_directory(_folder(tmp_path / "base", ["alpha"]), store=store, store_format="folder")
     one, two = HiQAPack.load(store), HiQAPack.load(store)
     one.add_directory(_folder(tmp_path / "one", ["bravo"]))
     one.persist(store)
@@ -88,7 +88,7 @@ def test_saving_over_a_store_changed_since_loading_is_refused(tmp_path, cheap):
 
 def test_a_pack_saves_repeatedly_over_its_own_store(tmp_path, cheap):
     store = tmp_path / "store"
-    pack = HiQAPack.from_directory(_folder(tmp_path / "base", ["alpha"]), store=store)
+    pack = HiQAPack.from_directory(_folder(tmp_path / "base", ["alpha"]), store=store, store_format="folder")
     pack = HiQAPack.load(store)
     for name in ("bravo", "charlie"):
         pack.add_directory(_folder(tmp_path / name, [name]))

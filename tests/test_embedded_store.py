@@ -24,6 +24,7 @@ from llama_index_hiqa.demo import load_demo_documents
 from llama_index_hiqa.errors import InvalidSettingError, PackStoreError
 from llama_index_hiqa.pack import HiQAPack
 from llama_index_hiqa.storage.embedded import EmbeddedStore, is_embedded_store
+from llama_index_hiqa.storage.backends.folder import holds_folder_store
 from llama_index_hiqa.pack_aliases import EmbeddedHiQAPack
 from llama_index_hiqa.storage.memmap_vectors import MemmapVectorStore
 from llama_index_hiqa.storage.sqlite_kv import SQLiteDatabase, SQLiteDocumentStore, SQLiteKVStore
@@ -201,7 +202,7 @@ def packs(tmp_path_factory):
     """The demo datasheets on the folder store (saved and loaded) and on the embedded store,
     ingested and copied from the folder store."""
     base = tmp_path_factory.mktemp("stores")
-    built = HiQAPack.from_documents(load_demo_documents(), embed_model=HashEmbedding(), **FAST)
+    built = HiQAPack.from_documents(load_demo_documents(), embed_model=HashEmbedding(), store_format="folder", **FAST)
     built.persist(base / "folder")
     folder = HiQAPack.load(base / "folder", embed_model=HashEmbedding())
     embedded = HiQAPack.empty(embed_model=HashEmbedding(), store=str(base / "ingested"), store_format="embedded", **FAST)
@@ -264,9 +265,52 @@ def test_deleting_and_replacing_a_document_ranks_as_the_folder_pack(tmp_path):
     assert reloaded.ingest(load_demo_documents()).documents_unchanged == len(documents) - 2
 
 
+def _ranked(pack, question):
+    return [(r.node.node_id, r.score) for r in pack.retrieve(question)]
+
+
+def test_a_new_store_is_the_embedded_store_unless_the_folder_store_is_asked_for(tmp_path):
+    documents = load_demo_documents()
+    given = HiQAPack.empty(embed_model=HashEmbedding(), store=str(tmp_path / "given"), **FAST)
+    assert is_embedded_store(tmp_path / "given") and given.backend.commits_batches
+    # In memory until the first persist, which writes an embedded store the pack then holds.
+    pack = HiQAPack.from_documents(documents[:3], embed_model=HashEmbedding(), **FAST)
+    assert not pack.backend.commits_batches and pack.store_path is None
+    before = {q: _ranked(pack, q) for q in QUESTIONS}
+    assert pack.persist(tmp_path / "saved") == tmp_path / "saved"
+    assert is_embedded_store(tmp_path / "saved") and pack.backend.commits_batches
+    assert {q: _ranked(pack, q) for q in QUESTIONS} == before
+    pack.ingest(documents[3:4])  # committed as it is indexed: no persist needed
+    assert HiQAPack.load(tmp_path / "saved", embed_model=HashEmbedding()).node_count == pack.node_count
+    # Asked for, the folder store; the chunk graph (kept by it alone) makes it the default.
+    HiQAPack.from_documents(documents[:2], embed_model=HashEmbedding(), store_format="folder", **FAST).persist(tmp_path / "f")
+    assert holds_folder_store(tmp_path / "f") and not is_embedded_store(tmp_path / "f")
+    graph = HiQAPack.empty(embed_model=HashEmbedding(), store=str(tmp_path / "g"), use_chunk_graph=True, **FAST)
+    assert not graph.backend.commits_batches and graph.config.new_store_format() == "folder"
+    # A pack persisted over a folder that holds a store already is refused (nothing is mixed).
+    with pytest.raises(PackStoreError, match="holds a store already"):
+        HiQAPack.from_documents(documents[:1], embed_model=HashEmbedding(), **FAST).persist(tmp_path / "saved")
+
+
+def test_a_store_migrates_into_the_other_format_with_the_same_rankings(tmp_path):
+    built = HiQAPack.from_documents(load_demo_documents(), embed_model=HashEmbedding(), store_format="folder", **FAST)
+    built.persist(tmp_path / "folder")
+    folder = HiQAPack.load(tmp_path / "folder", embed_model=HashEmbedding())
+    embedded = folder.copy_to(tmp_path / "embedded")
+    assert is_embedded_store(tmp_path / "embedded") and embedded.config.store_format == "embedded"
+    back = HiQAPack.load(tmp_path / "embedded", embed_model=HashEmbedding()).copy_to(tmp_path / "back")
+    assert holds_folder_store(tmp_path / "back") and back.config.store_format == "folder"
+    again = HiQAPack.load(tmp_path / "back", embed_model=HashEmbedding())
+    for question in QUESTIONS:
+        expected = _ranked(folder, question)
+        assert _ranked(embedded, question) == expected
+        assert _ranked(again, question) == expected
+    assert again.file_stats == folder.file_stats and again.document_ids == folder.document_ids
+    with pytest.raises(PackStoreError, match="holds a store already"):
+        folder.copy_to(tmp_path / "embedded")
+
+
 def test_what_the_embedded_store_refuses_is_a_typed_error(tmp_path):
-    with pytest.raises(InvalidSettingError, match="store=FOLDER"):
-        HiQAPack.empty(embed_model=HashEmbedding(), store_format="embedded")
     with pytest.raises(InvalidSettingError, match="use_chunk_graph"):
         HiQAPack.empty(embed_model=HashEmbedding(), store=str(tmp_path / "g"), store_format="embedded", use_chunk_graph=True)
     (tmp_path / "busy").mkdir()
@@ -388,7 +432,9 @@ def test_opening_a_store_costs_little_memory_and_time(tmp_path):
                           ingest_batch_size=20, **FAST)
     pack.ingest(synthetic_documents(4000))
     pack.persist()
-    folder = HiQAPack.from_documents(synthetic_documents(4000), embed_model=HashEmbedding(), ingest_batch_size=20, **FAST)
+    folder = HiQAPack.from_documents(
+        synthetic_documents(4000), embed_model=HashEmbedding(), ingest_batch_size=20, store_format="folder", **FAST
+    )
     folder.persist(tmp_path / "f")
     figures = {}
     for kind, path in (("embedded", store), ("folder", tmp_path / "f")):
@@ -467,3 +513,19 @@ def test_the_fault_cases_that_apply_to_any_store_are_handled_on_the_embedded_sto
     item = next(c for c in fault_cases.CASES if c.name == name)
     handled, note = fault_cases.run_case(item, tmp_path, embedded_base_store)
     assert handled, f"{item.cause}: {name} was not handled on the embedded store"
+
+
+def test_opening_an_embedded_store_builds_no_text_splitter(tmp_path, monkeypatch):
+    from llama_index.core import Settings
+
+    store = tmp_path / "s"
+    HiQAPack.empty(embed_model=HashEmbedding(), store=str(store), **FAST).ingest(load_demo_documents()[:1])
+    # LlamaIndex's default splitter loads tiktoken's vocabulary (seconds): an open needs none.
+    monkeypatch.setattr(Settings, "_node_parser", None)
+    monkeypatch.setattr(Settings, "_transformations", None)
+    loaded = HiQAPack.load(store, embed_model=HashEmbedding())
+    assert loaded.retrieve(QUESTIONS[0])
+    assert Settings._node_parser is None
+    # A document inserted into the index itself still goes through Settings.transformations.
+    loaded.index.insert(Document(text="The NX-9999 regulator.\n\nIt delivers 2 A.", id_="extra"))
+    assert Settings._node_parser is not None and loaded.index.docstore.get_ref_doc_info("extra") is not None

@@ -82,7 +82,7 @@ def _check_stored(source, headings, model):
 
 def test_folder_store_keeps_heading_vectors_and_questions_embed_none(tmp_path, documents, embedded_texts):
     model = HashEmbedding()
-    pack = HiQAPack.from_documents(documents, embed_model=model, **FAST)
+    pack = HiQAPack.from_documents(documents, embed_model=model, store_format="folder", **FAST)
     headings = _headings(pack.nodes)
     _check_stored(pack.heading_vectors, headings, model)
     assert len(pack.heading_vectors) == len(headings)
@@ -100,7 +100,7 @@ def test_folder_store_keeps_heading_vectors_and_questions_embed_none(tmp_path, d
 
 
 def test_folder_store_built_before_loads_and_embeds_at_the_question(tmp_path, documents, embedded_texts):
-    pack = HiQAPack.from_documents(documents, embed_model=HashEmbedding(), **FAST)
+    pack = HiQAPack.from_documents(documents, embed_model=HashEmbedding(), store_format="folder", **FAST)
     expected = _ranking(pack.as_retriever())
     pack.heading_vectors = HeadingVectors()  # what a store of an earlier release holds
     pack.persist(tmp_path / "old")
@@ -113,7 +113,7 @@ def test_folder_store_built_before_loads_and_embeds_at_the_question(tmp_path, do
 
 
 def test_heading_vectors_of_another_model_are_not_used(tmp_path, documents):
-    pack = HiQAPack.from_documents(documents, embed_model=HashEmbedding(), **FAST)
+    pack = HiQAPack.from_documents(documents, embed_model=HashEmbedding(), store_format="folder", **FAST)
     pack.persist(tmp_path / "store")
 
     class Other(HashEmbedding):

@@ -278,7 +278,7 @@ def test_a_changed_document_replaces_its_old_nodes(documents):
 
 def test_interrupted_ingestion_resumes_from_its_checkpoint(documents, tmp_path):
     store = tmp_path / "store"
-    pack = HiQAPack.empty(embed_model=HashEmbedding(), ingest_batch_size=2, **FAST)
+    pack = HiQAPack.empty(embed_model=HashEmbedding(), ingest_batch_size=2, store_format="folder", **FAST)
 
     class Interrupt(Exception):
         pass

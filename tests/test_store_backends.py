@@ -64,7 +64,9 @@ def test_the_compatibility_names_are_not_classes_to_build():
 
 def test_route_settings_are_read_back_from_the_pack_settings_alone(tmp_path):
     store = tmp_path / "store"
-    built = HiQAPack.from_documents(load_demo_documents()[:3], embed_model=HashEmbedding(), similarity_top_k=3, **FAST)
+    built = HiQAPack.from_documents(
+        load_demo_documents()[:3], embed_model=HashEmbedding(), similarity_top_k=3, store_format="folder", **FAST
+    )
     built.persist(store)
     # The copy the route indexes carry (older stores have it too) says otherwise: it is not read.
     routes_file = current_snapshot(store) / "multi_route" / "multi_route.json"

@@ -223,15 +223,36 @@ def persist(retriever: Any, persist_dir: Any) -> None:
         retriever: the multi-route retriever.
         persist_dir: the folder (created when missing).
     """
+    persist_indexes(
+        persist_dir, retriever.bm25_route, retriever.keyword_index, retriever.config, retriever.keyword_extractor,
+        custom_tokenizer=retriever._parts.bm25_tokenizer is not None,
+    )
+
+
+def persist_indexes(
+    persist_dir: Any, bm25_route: Any, keyword_index: Any, config: Any, keyword_extractor: Any,
+    custom_tokenizer: bool = False,
+) -> None:
+    """Write a BM25 index, a keyword index and the settings in the layout
+    ``MultiRouteRetriever.from_persist_dir`` reads, without building a retriever on them.
+
+    Args:
+        persist_dir: the folder (created when missing).
+        bm25_route: the BM25 route (``None``: the route is off).
+        keyword_index: the keyword postings.
+        config: the retriever's ``MultiRouteConfig``.
+        keyword_extractor: the critical-keyword extractor (its settings are saved).
+        custom_tokenizer: the BM25 index was built with a custom tokenizer.
+    """
     path = Path(persist_dir)
     path.mkdir(parents=True, exist_ok=True)
-    if retriever.bm25_route is not None:
-        retriever.bm25_route.persist(path / BM25_DIRNAME)
-    retriever.keyword_index.persist(path)
+    if bm25_route is not None:
+        bm25_route.persist(path / BM25_DIRNAME)
+    keyword_index.persist(path)
     payload = {
-        "config": retriever.config.model_dump(),
-        "keyword_extractor": retriever.keyword_extractor.model_dump(exclude={"llm"}),
-        "custom_tokenizer": retriever._parts.bm25_tokenizer is not None,
+        "config": config.model_dump(),
+        "keyword_extractor": keyword_extractor.model_dump(exclude={"llm"}),
+        "custom_tokenizer": custom_tokenizer,
     }
     (path / CONFIG_FILENAME).write_text(json.dumps(payload, indent=2), encoding="utf-8")
 

@@ -39,6 +39,7 @@ MAX_WEIGHT = 100.0  # a weight or a bonus on the 0..1 scale of the normalised sc
 MAX_COUNT = 1_000_000_000  # a count threshold (nodes, chunks); above it means "always"
 MAX_SEMANTIC_TOP_K = 100  # neighbours per chunk the graph keeps (n x k similarities in memory)
 RouteName = Literal["vector", "bm25", "keywords"]
+DEFAULT_BM25_LANGUAGE = "en"
 
 
 def bm25_stopword_language(value: str) -> str:
@@ -53,6 +54,10 @@ def bm25_stopword_language(value: str) -> str:
     Raises:
         ValueError: bm25s has no stop words for it; the message lists the names it has.
     """
+    # The default needs no probe: bm25s always has English stop words, and the probe imports
+    # bm25s and scipy (about 1.2 s), which opening a store with default settings must not pay.
+    if value == DEFAULT_BM25_LANGUAGE:
+        return value
     import bm25s
     from bm25s import stopwords
 
@@ -126,7 +131,7 @@ class MultiRouteSettings(SettingsModel):
     use_bm25: bool = Field(default=True, description="Ask the BM25 route.")
     use_keywords: bool = Field(default=True, description="Ask the critical-keyword route.")
     bm25_language: str = Field(
-        default="en",
+        default=DEFAULT_BM25_LANGUAGE,
         description="Stop-word language of the default BM25 tokenizer: a language bm25s has stop words "
         "for (en, en_plus, german, dutch, french, spanish, portuguese, italian, russian, swedish, "
         "norwegian, chinese, turkish, korean, danish, or their two-letter codes).",

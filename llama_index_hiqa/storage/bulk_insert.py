@@ -17,7 +17,7 @@ from llama_index.core.storage.docstore.types import RefDocInfo
 from llama_index.core.storage.docstore.utils import doc_to_json
 
 
-def insert_nodes(index: Any, nodes: Sequence[BaseNode]) -> None:
+def insert_nodes(index: Any, nodes: Sequence[BaseNode], unit: bool = False) -> None:
     """What ``index.insert_nodes(nodes)`` does for nodes that already carry their embeddings.
 
     With one docstore write per batch.
@@ -25,11 +25,13 @@ def insert_nodes(index: Any, nodes: Sequence[BaseNode]) -> None:
     Args:
         index: the ``VectorStoreIndex``.
         nodes: the nodes, each with its embedding.
+        unit: the embeddings are a store's unit vectors, copied (the pack's own vector stores
+            keep them bit for bit).
     """
     if not nodes:
         return
     embedded = index._get_node_with_embedding(nodes)  # a no-op for nodes embedded by the pipeline
-    new_ids = index._vector_store.add(embedded)
+    new_ids = index._vector_store.add(embedded, unit=True) if unit else index._vector_store.add(embedded)
     # As LlamaIndex does: every node goes to the docstore when the vector store keeps no text
     # (or the pack asks for it), else only image and index nodes.
     keep_all = not index._vector_store.stores_text or index._store_nodes_override

@@ -76,11 +76,13 @@ class MatrixVectorStore(BasePydanticVectorStore):
         return list(self._ids)
 
     # -- writes ---------------------------------------------------------------------------
-    def add(self, nodes: Sequence[BaseNode], **add_kwargs: Any) -> List[str]:
+    def add(self, nodes: Sequence[BaseNode], unit: bool = False, **add_kwargs: Any) -> List[str]:
         """Store the nodes' embeddings as unit vectors; a node id stored already is overwritten.
 
         Args:
             nodes: the nodes, each with an embedding of the store's dimension.
+            unit: ``True`` when they are unit vectors of a store already (a copy), kept bit for
+                bit (normalising them again may change the last bit of a score).
             **add_kwargs: ignored (LlamaIndex's signature).
 
         Returns:
@@ -95,7 +97,8 @@ class MatrixVectorStore(BasePydanticVectorStore):
         vectors = embedding_rows(nodes, "MatrixVectorStore")
         if len(self._ids):
             check_dimension(vectors, self.dim, "MatrixVectorStore")
-        vectors = _unit_rows(vectors)
+        if not unit:
+            vectors = _unit_rows(vectors)
         new_rows: List[np.ndarray] = []
         for node, vector in zip(nodes, vectors):
             row = self._row.get(node.node_id)

@@ -11,13 +11,14 @@ vectors in a folder) and [`PostgresBackend`][llama_index_hiqa.storage.backends.p
 
 from __future__ import annotations
 
-from typing import Any, Dict, Mapping, Optional
+import contextlib
+from pathlib import Path
+from typing import Any, Callable, Dict, Iterator, Mapping, Optional
 
 from llama_index.core.base.embeddings.base import BaseEmbedding
 from llama_index.core.llms import LLM
 from llama_index.core.vector_stores.types import BasePydanticVectorStore
 
-from llama_index_hiqa.errors import InvalidSettingError
 from llama_index_hiqa.pack_config import HiQAPackConfig
 from llama_index_hiqa.settings import updated
 from llama_index_hiqa.storage.backends.base import Resolvers, StoreBackend
@@ -37,13 +38,14 @@ def is_database(store: Any) -> bool:
     return is_postgres_url(store)
 
 
-def store_kind(store: Any, settings: Mapping[str, Any]) -> Optional[str]:
-    """``"database"``, ``"embedded"`` (asked for, or the folder holds one already), ``"folder"``
-    or ``None`` (no store).
+def store_kind(store: Any, settings: Mapping[str, Any], own_vector_store: bool = False) -> Optional[str]:
+    """``"database"``, ``"embedded"``, ``"folder"`` or ``None`` (no store): the kind a store
+    folder holds already, else the kind a new one gets (``HiQAPackConfig.new_store_format``).
 
     Args:
         store: A ``store`` argument.
-        settings: ``HiQAPackConfig`` fields (``store_format``).
+        settings: ``HiQAPackConfig`` fields (``store_format``, ``use_chunk_graph``).
+        own_vector_store: The caller gave the pack a LlamaIndex vector store of its own.
 
     Returns:
         The kind.
@@ -54,9 +56,119 @@ def store_kind(store: Any, settings: Mapping[str, Any]) -> Optional[str]:
         return "database"
     from llama_index_hiqa.storage.embedded import is_embedded_store
 
-    if settings.get("store_format") == "embedded" or is_embedded_store(store):
+    from llama_index_hiqa.storage.backends.folder import holds_folder_store
+
+    if is_embedded_store(store):
         return "embedded"
-    return "folder"
+    if holds_folder_store(store):
+        return "folder"
+    return HiQAPackConfig(**settings).new_store_format(own_vector_store)
+
+
+def store_exists(store: Any) -> bool:
+    """Whether ``store`` (a folder or a ``postgresql://`` URL) holds a store already.
+
+    Args:
+        store: A ``store`` argument.
+
+    Returns:
+        ``True`` when a store is there (a database: one holding a pack).
+    """
+    if is_database(store):
+        from llama_index_hiqa.storage.postgres import PostgresStore
+
+        database = PostgresStore(str(store)).connect()
+        try:
+            return database.read_pack() is not None
+        finally:
+            database.dispose()
+    from llama_index_hiqa.storage.backends.folder import holds_folder_store
+    from llama_index_hiqa.storage.embedded import is_embedded_store
+
+    return is_embedded_store(store) or holds_folder_store(store)
+
+
+def location_exists(store: Any) -> bool:
+    """Whether ``store`` names a place that may hold a store: a folder that exists, or a
+    database URL (whose pack is checked when it is opened).
+
+    Args:
+        store: A ``store`` argument.
+
+    Returns:
+        ``False`` for a folder that does not exist.
+    """
+    return is_database(store) or Path(store).exists()
+
+
+@contextlib.contextmanager
+def store_writer(store: Any, settings: Mapping[str, Any], on_wait: Optional[Callable[[str], Any]] = None) -> Iterator[None]:
+    """Hold the lock a writer holds from opening ``store`` to saving it, so a second writer
+    (another ``hiqa ingest --add``, ``hiqa delete``) waits and then reads what this one wrote. The
+    folder store is checked writable, with room for a new snapshot, before any work; a database
+    serialises its writers itself. A store folder created here and never saved into is removed
+    again.
+
+    Args:
+        store: A store folder or a ``postgresql://`` URL.
+        settings: ``HiQAPackConfig`` fields of a new store (its kind decides the lock).
+        on_wait: Told once when another writer holds the lock.
+
+    Yields:
+        Nothing.
+    """
+    from llama_index_hiqa.figures import FIGURES_DIRNAME
+    from llama_index_hiqa.storage.snapshots import LOCK_FILE, writer_lock
+
+    kind = store_kind(store, settings)
+    if kind == "database":
+        yield
+        return
+    root = Path(store)
+    created = not root.exists()
+    if kind == "embedded":
+        # SQLite serialises the writes; the lock keeps a second `hiqa ingest --add` from
+        # planning its upserts on what the first is about to change.
+        from llama_index_hiqa.storage.embedded import DATABASE_FILENAME
+
+        lock = writer_lock(root, on_wait=on_wait, legacy_marker=DATABASE_FILENAME, shared_dirs=(FIGURES_DIRNAME,))
+    else:
+        from llama_index_hiqa.storage.backends.folder import check_writable
+        from llama_index_hiqa.storage.backends.folder import store_writer as folder_writer
+
+        check_writable(root)
+        lock = folder_writer(root, on_wait=on_wait)
+    try:
+        with lock:
+            yield
+    finally:
+        if created and not store_exists(root):
+            with contextlib.suppress(OSError):
+                (root / LOCK_FILE).unlink()
+                root.rmdir()
+
+
+def check_replaceable(store: Any) -> None:
+    """Before a rebuild: only a folder store is replaced whole (a new snapshot, switched to
+    atomically); an embedded store or a database is rebuilt into a new location.
+
+    Args:
+        store: A store folder or a ``postgresql://`` URL holding a store.
+
+    Raises:
+        PackStoreError: ``store`` is an embedded store or a database.
+    """
+    from llama_index_hiqa.errors import PackStoreError
+
+    kind = store_kind(store, {"store_format": "folder"})
+    if kind != "folder":
+        from llama_index_hiqa.storage.pg_connection import mask_url
+
+        raise PackStoreError(
+            mask_url(str(store)) if kind == "database" else Path(store),
+            f"a rebuild replaces a folder store; this {kind} store is rebuilt by ingesting into a new "
+            f"{'database' if kind == 'database' else 'folder'}",
+        )
 
 
 def open_backend(
@@ -80,34 +192,40 @@ def open_backend(
         llm: The pack's LLM (the chunk graph's question keywords).
         embed_model: The embedding model (the packaged MiniLM when ``None``).
         vector_store: Any LlamaIndex vector store, for the folder store only.
-        create: Create the store (a folder store is created in memory and written by its first save).
+        create: Create the store (a folder store is created in memory and written by its first
+            save; a pack with no store is held in memory and written, in the format
+            ``HiQAPackConfig.new_store_format`` gives, by its first ``persist(folder)``).
         resolvers: How the embedding model and keyword extractor are made from the settings.
 
     Returns:
         The backend.
 
     Raises:
-        InvalidSettingError: ``store_format="embedded"`` without a store folder.
         ValueError: A ``vector_store`` with a store that brings its own.
         PackStoreError: The store cannot be opened (named in the error).
     """
     settings = dict(settings or {})
     merged: Dict[str, Any] = {**(config.model_dump() if config is not None else {}), **settings}
-    kind = store_kind(store, merged) if create else ("database" if is_database(store) else None)
-    if create and kind is None and settings.get("store_format", getattr(config, "store_format", None)) == "embedded":
-        raise InvalidSettingError("store_format", "an embedded store lives in a folder: pass store=FOLDER with it")
-    if not create and kind is None:
-        from llama_index_hiqa.storage.embedded import is_embedded_store
-
-        kind = "embedded" if is_embedded_store(store) else "folder"
+    if create:
+        kind = store_kind(store, merged, own_vector_store=vector_store is not None)
+    else:
+        kind = store_kind(store, {"store_format": "folder"})
     if kind == "embedded":
         if vector_store is not None:
             raise ValueError("an embedded store brings its own vector store (MemmapVectorStore); pass no vector_store")
         from llama_index_hiqa.storage.backends.embedded import EmbeddedBackend
+        from llama_index_hiqa.storage.os_boundary import os_errors
 
-        return EmbeddedBackend.open(
-            store, merged, embed_model=embed_model, llm=llm, create=create, resolvers=resolvers
-        )
+        with os_errors(Path(store)):  # a path the system refuses, named, before any document is read
+            if create:
+                from llama_index_hiqa.storage.embedded import is_embedded_store
+                from llama_index_hiqa.storage.os_boundary import check_store_writable
+
+                if not is_embedded_store(store):  # a new store: writable, with room, before the work
+                    check_store_writable(Path(store))
+            return EmbeddedBackend.open(
+                store, merged, embed_model=embed_model, llm=llm, create=create, resolvers=resolvers
+            )
     if kind == "database":
         if vector_store is not None:
             raise ValueError("a PostgreSQL store brings its own vector store (pgvector); pass no vector_store")
@@ -118,13 +236,17 @@ def open_backend(
         )
     from llama_index_hiqa.storage.backends.folder import FolderBackend
 
-    if create:  # in memory: from_directory writes the folder once it has read the documents
+    if create:  # in memory: written by the pack's first persist (into store, when given)
         return FolderBackend.create(
-            updated(config, settings, model_class=HiQAPackConfig), embed_model, vector_store, llm, resolvers
+            updated(config, settings, model_class=HiQAPackConfig), embed_model, vector_store, llm, resolvers,
+            location=None if store is None else Path(store),
         )
     return FolderBackend.open(
         store, settings, embed_model=embed_model, llm=llm, vector_store=vector_store, resolvers=resolvers
     )
 
 
-__all__ = ["Resolvers", "StoreBackend", "is_database", "open_backend", "store_kind"]
+__all__ = [
+    "Resolvers", "StoreBackend", "check_replaceable", "is_database", "location_exists", "open_backend",
+    "store_exists", "store_kind", "store_writer",
+]

@@ -10,13 +10,15 @@ the same scores on every backend.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, ContextManager, Dict, List, Mapping, Optional, Protocol, Sequence, Tuple, runtime_checkable
+from typing import (
+    Any, Callable, ContextManager, Dict, Iterator, List, Mapping, Optional, Protocol, Sequence, Tuple, runtime_checkable,
+)
 
 from llama_index.core import VectorStoreIndex
 from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.base.embeddings.base import BaseEmbedding
 from llama_index.core.llms import LLM
-from llama_index.core.schema import BaseNode, Document
+from llama_index.core.schema import BaseNode, Document, TransformComponent
 
 from llama_index_hiqa.pack_config import default_embed_model, keyword_extractor
 
@@ -48,6 +50,10 @@ class StoreBackend(Protocol):
         file_stats: ``{ref_doc_id: [size, mtime_ns]}`` of the files the documents were read from.
         heading_vectors: The heading-path vectors (and, in a database, the per-node facts) the
             document focus reads, written with each batch so no question embeds them.
+        llm: The LLM of the routes that ask one (the chunk graph's question keywords); the
+            pack sets its own.
+        commits_batches: Whether each `write_batch` is committed to the store as it is
+            made (a checkpoint then saves nothing more), or kept in memory until `save`.
     """
 
     index: VectorStoreIndex
@@ -55,6 +61,8 @@ class StoreBackend(Protocol):
     embed_model: BaseEmbedding
     file_stats: Dict[str, List[int]]
     heading_vectors: Any
+    llm: Optional[LLM]
+    commits_batches: bool
 
     @classmethod
     def open(
@@ -81,7 +89,12 @@ class StoreBackend(Protocol):
 
     @property
     def location(self) -> Any:
-        """Where the store lives: a folder, a masked database URL, or ``None`` (in memory)."""
+        """The store folder (``None`` in memory and for a database)."""
+
+    @property
+    def address(self) -> Any:
+        """Where the store is, as ``persist`` reports it: the folder, the database URL with its
+        password masked, or ``None`` (in memory, never saved)."""
 
     def documents(self) -> Dict[str, str]:
         """``{schema.DOCUMENT_ID: ref_doc_id}`` from the per-document records (no node is read)."""
@@ -122,12 +135,9 @@ class StoreBackend(Protocol):
             The number of nodes removed.
         """
 
-    def routes(self, config: Any, llm: Optional[LLM]) -> Routes:
-        """The retrievers over what is stored, built once and again only after a write.
-
-        Args:
-            config: The pack's ``HiQAPackConfig``.
-            llm: The pack's LLM (the chunk graph's question keywords), or ``None``.
+    def routes(self) -> Routes:
+        """The retrievers over what is stored under `config`, built once and again only
+        after a write.
 
         Returns:
             ``(multi_route, graph)``: the multi-route retriever and the chunk-graph retriever
@@ -137,9 +147,10 @@ class StoreBackend(Protocol):
     def bulk_writes(self) -> ContextManager[Any]:
         """A context around a run of [`write_batch`][llama_index_hiqa.storage.backends.base.StoreBackend.write_batch] calls (an ingestion)."""
 
-    def save(self, payload: Mapping[str, Any], location: Any = None) -> Any:
-        """Save the pack's settings and ingestion state once, with the store; [`open`][llama_index_hiqa.storage.backends.base.StoreBackend.open] reads
-        them back.
+    def save(self, payload: Mapping[str, Any], location: Any = None) -> "StoreBackend":
+        """Save the pack's settings and ingestion state once, with the store (and whatever its
+        batches did not commit: the folder store's nodes and indexes, the embedded store's BM25
+        index), without building a retriever; [`open`][llama_index_hiqa.storage.backends.base.StoreBackend.open] reads them back.
 
         Args:
             payload: ``config`` (the settings), ``embed_model``, ``index_id``, ``documents``,
@@ -148,7 +159,8 @@ class StoreBackend(Protocol):
                 where it was opened).
 
         Returns:
-            The location saved to.
+            The backend that holds the saved store from now on: this one, or, for a pack
+                held in memory and saved in another format, the store written.
         """
 
     def close(self) -> None:
@@ -193,6 +205,75 @@ class RouteCache:
         self._routes = None
 
 
+class SettingsTransformations(TransformComponent):
+    """``Settings.transformations``, looked up when a document is inserted into the index
+    (``index.insert``) rather than when the index is made.
+
+    A ``VectorStoreIndex`` made without transformations builds LlamaIndex's default splitter on
+    construction, which loads tiktoken's vocabulary: seconds on a busy machine, on every open of
+    a store whose ingestion never uses it (the pack parses with its own pipeline). Given this one
+    instead, the index behaves the same and an open costs milliseconds.
+    """
+
+    def __call__(self, nodes: Sequence[BaseNode], **kwargs: Any) -> Sequence[BaseNode]:
+        """Run ``Settings.transformations`` over ``nodes``.
+
+        Args:
+            nodes: The nodes (documents) inserted.
+            **kwargs: Passed on to each transformation.
+
+        Returns:
+            The transformed nodes.
+        """
+        from llama_index.core import Settings
+        from llama_index.core.ingestion import run_transformations
+
+        return run_transformations(list(nodes), Settings.transformations, **kwargs)
+
+
+def copied_batches(
+    source: Any, file_stats: Dict[str, List[int]], batch_documents: int = 8,
+) -> Iterator[Tuple[List[Document], List[BaseNode], Dict[str, str]]]:
+    """A built store's nodes with their vectors, ``batch_documents`` documents at a time, in
+    the order its docstore holds them (the order its routes break ties in), for a copy into
+    another store that parses and embeds nothing again.
+
+    Args:
+        source: The backend copied (any store whose vector store gives its vectors back).
+        file_stats: The target's ``{ref_doc_id: [size, mtime_ns]}``, given each batch's
+            documents' file facts before the batch is yielded.
+        batch_documents: Documents a batch.
+
+    Yields:
+        ``(documents, nodes, hashes)``: stand-in documents (id and ``schema.DOCUMENT_ID``),
+            the nodes with their stored vectors as embeddings, and the documents' hashes.
+    """
+    from llama_index_hiqa import schema
+
+    vectors_of = copied_vectors(source.index.vector_store)
+    docstore = source.index.docstore
+    infos = docstore.get_all_ref_doc_info() or {}
+    by_ref: Dict[str, List[BaseNode]] = {}
+    for node in docstore.docs.values():
+        by_ref.setdefault(node.ref_doc_id or "", []).append(node)
+    refs = list(by_ref)
+    for start in range(0, len(refs), batch_documents):
+        batch = refs[start:start + batch_documents]
+        nodes = [n for ref in batch for n in by_ref[ref]]
+        for node, vector in zip(nodes, vectors_of([n.node_id for n in nodes])):
+            node.embedding = [float(v) for v in vector]
+        documents = [
+            Document(id_=ref, text="", metadata={
+                schema.DOCUMENT_ID: (infos[ref].metadata if ref in infos else {}).get(schema.DOCUMENT_ID, ref)
+            })
+            for ref in batch
+        ]
+        file_stats.update({ref: source.file_stats[ref] for ref in batch if ref in source.file_stats})
+        yield documents, nodes, {ref: docstore.get_document_hash(ref) or "" for ref in batch}
+        for node in nodes:
+            node.embedding = None
+
+
 def copied_vectors(source_vector_store: Any) -> Callable[[List[str]], List[Any]]:
     """How a copy between stores reads vectors back from ``source_vector_store`` (raises
     ``ValueError`` when it cannot: the copy re-embeds nothing).
@@ -212,4 +293,6 @@ def copied_vectors(source_vector_store: Any) -> Callable[[List[str]], List[Any]]
     )
 
 
-__all__ = ["Resolvers", "RouteCache", "Routes", "StoreBackend", "copied_vectors"]
+__all__ = [
+    "Resolvers", "RouteCache", "Routes", "SettingsTransformations", "StoreBackend", "copied_batches", "copied_vectors",
+]

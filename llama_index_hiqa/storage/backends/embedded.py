@@ -32,7 +32,9 @@ from llama_index_hiqa.pack_config import HiQAPackConfig, model_identity, route_s
 from llama_index_hiqa.retrievers.bm25_route import BM25Route
 from llama_index_hiqa.retrievers.multi_route import MultiRouteConfig
 from llama_index_hiqa.storage.heading_vectors import SQLiteHeadingVectors
-from llama_index_hiqa.storage.backends.base import Resolvers, RouteCache, Routes, copied_vectors
+from llama_index_hiqa.storage.backends.base import (
+    Resolvers, RouteCache, Routes, SettingsTransformations, copied_batches,
+)
 from llama_index_hiqa.storage.embedded import EmbeddedStore
 from llama_index_hiqa.storage.embedded_bm25 import merge_when_due, open_bm25_route
 from llama_index_hiqa.storage.embedded_routes import EmbeddedMultiRouteRetriever
@@ -62,6 +64,7 @@ class EmbeddedBackend:
         self.embed_model = embed_model
         self.file_stats: Dict[str, List[int]] = store.file_stats()
         self.heading_vectors = SQLiteHeadingVectors(store.db)  # the focus's, computed at ingestion
+        self.llm: Optional[LLM] = None  # no route of this store asks one
         self._routes = RouteCache()
         self._figure_source: Optional[Path] = None  # a copied pack's store, whose figure files are copied
 
@@ -116,11 +119,16 @@ class EmbeddedBackend:
         # The index struct stays empty and in memory: the vector store returns its nodes, so no
         # list of every node id is kept or written.
         storage = StorageContext.from_defaults(vector_store=vectors, docstore=docstore, index_store=SimpleIndexStore())
-        index = VectorStoreIndex([], storage_context=storage, embed_model=embed_model, store_nodes_override=True)
+        index = VectorStoreIndex(
+            [], storage_context=storage, embed_model=embed_model, store_nodes_override=True,
+            transformations=[SettingsTransformations()],  # no splitter (tiktoken) built at open
+        )
         backend = cls(store, index, config, embed_model, resolvers)
         if record is None:
             backend._save_record()
         return backend
+
+    commits_batches = True  # each batch is its own transaction
 
     @property
     def location(self) -> Path:
@@ -129,6 +137,11 @@ class EmbeddedBackend:
 
     def _save_record(self) -> None:
         self.store.save_pack({"config": self.config.model_dump(), "embed_model": model_identity(self.embed_model)})
+
+    @property
+    def address(self) -> Path:
+        """The store folder, as `HiQAPack.persist` reports it."""
+        return self.store.root
 
     # -- reads -----------------------------------------------------------------------------
     def documents(self) -> Dict[str, str]:
@@ -151,17 +164,13 @@ class EmbeddedBackend:
         return self.index.docstore.get_document_hash(ref_doc_id)
 
     # -- routes ----------------------------------------------------------------------------
-    def routes(self, config: HiQAPackConfig, llm: Optional[LLM]) -> Routes:
+    def routes(self) -> Routes:
         """The multi-route retriever over the database, the vectors and the saved BM25 arrays.
-
-        Args:
-            config: The pack's settings.
-            llm: Unused (no chunk graph on this store).
 
         Returns:
             ``(multi_route, None)``.
         """
-        return self._routes.get(lambda: self._build_routes(config))
+        return self._routes.get(lambda: self._build_routes(self.config))
 
     def _build_routes(self, config: HiQAPackConfig) -> Routes:
         routes = route_settings(config)
@@ -264,39 +273,18 @@ class EmbeddedBackend:
         again), in the order the pack holds them, so the copy ranks as the pack does.
 
         Args:
-            source: The pack copied (any store whose vector store gives its vectors back).
+            source: The backend of the pack copied (any store whose vector store gives its
+                vectors back).
             batch_documents: Documents a transaction.
         """
-        vectors_of = copied_vectors(source.index.vector_store)
-        self._figure_source = source.store_path
-        docstore = source.index.docstore
-        infos = docstore.get_all_ref_doc_info() or {}
-        by_ref: Dict[str, List[BaseNode]] = {}
-        for node in docstore.docs.values():  # insertion order: the order the pack's routes break ties in
-            by_ref.setdefault(node.ref_doc_id or "", []).append(node)
-        refs = list(by_ref)
-        for start in range(0, len(refs), batch_documents):
-            batch = refs[start:start + batch_documents]
-            nodes = [n for ref in batch for n in by_ref[ref]]
-            for node, vector in zip(nodes, vectors_of([n.node_id for n in nodes])):
-                node.embedding = [float(v) for v in vector]
-            documents = [
-                Document(id_=ref, text="", metadata={schema.DOCUMENT_ID: (infos[ref].metadata if ref in infos else {}).get(schema.DOCUMENT_ID, ref)})
-                for ref in batch
-            ]
-            for ref in batch:
-                if ref in source.file_stats:
-                    self.file_stats[ref] = source.file_stats[ref]
-            self.write_batch(
-                documents, [], nodes, hashes={ref: docstore.get_document_hash(ref) or "" for ref in batch}, unit=True
-            )
-            for node in nodes:
-                node.embedding = None
+        self._figure_source = source.location
+        for documents, nodes, hashes in copied_batches(source, self.file_stats, batch_documents):
+            self.write_batch(documents, [], nodes, hashes=hashes, unit=True)
 
     # -- save ------------------------------------------------------------------------------
-    def save(self, payload: Mapping[str, Any], location: Any = None) -> Path:
-        """Save the settings and the BM25 index for the next process; the nodes, vectors and
-        postings committed with each batch already.
+    def save(self, payload: Mapping[str, Any], location: Any = None) -> "EmbeddedBackend":
+        """Save the settings and the BM25 index for the next process (no retriever is built);
+        the nodes, vectors and postings committed with each batch already.
 
         Args:
             payload: The pack's settings (``config``) and ``embed_model``; the ingestion state
@@ -304,7 +292,7 @@ class EmbeddedBackend:
             location: ``None`` or this store's folder.
 
         Returns:
-            The store folder.
+            This backend.
 
         Raises:
             PackStoreError: ``location`` is another folder.
@@ -314,14 +302,14 @@ class EmbeddedBackend:
                 Path(location), f"this pack's store is the embedded store {self.store.root}; it is saved there"
             )
         self.store.save_pack({"config": payload["config"], "embed_model": payload["embed_model"]})
-        if self.node_count():
-            multi_route, _ = self.routes(self.config, None)
-            # Segments grown past the merge policy become one base here, not at a question;
-            # the next question opens it.
-            if merge_when_due(self.store, multi_route.bm25_route) is not None:
+        if self.node_count() and route_settings(self.config).get("use_bm25", True):
+            # Opening the route saves the segment of the nodes added since for the next
+            # process; segments grown past the merge policy become one base here, not at a
+            # question (the next question opens it).
+            if merge_when_due(self.store, self._bm25_route(self.config)) is not None:
                 self._routes.clear()
         self.store.db.checkpoint()
-        return self.store.root
+        return self
 
     def close(self) -> None:
         """Close the database."""

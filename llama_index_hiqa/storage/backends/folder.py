@@ -18,7 +18,7 @@ import contextlib
 import logging
 import os
 from pathlib import Path
-from typing import Any, ContextManager, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Callable, ContextManager, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from llama_index.core import StorageContext, VectorStoreIndex
 from llama_index.core.base.base_retriever import BaseRetriever
@@ -38,7 +38,7 @@ from llama_index_hiqa.pack_config import (
 )
 from llama_index_hiqa.storage import pack_files
 from llama_index_hiqa.storage.heading_vectors import HeadingVectors
-from llama_index_hiqa.storage.backends.base import Resolvers, RouteCache, Routes
+from llama_index_hiqa.storage.backends.base import Resolvers, RouteCache, Routes, copied_batches
 from llama_index_hiqa.storage.vector_store import MatrixVectorStore
 from llama_index_hiqa.vector_store_access import check_nodes_fit, delete_ref_doc, prepare_nodes_for_store
 
@@ -55,7 +55,7 @@ class FolderBackend:
         location: The store folder it was loaded from or saved to (``None``: never saved).
         snapshot: The snapshot of ``location`` loaded (a save over another one is a conflict).
         file_stats: ``{ref_doc_id: [size, mtime_ns]}`` of the files read.
-        llm: The chunk graph's LLM (for routes a save builds before any question).
+        llm: The chunk graph's LLM.
         resolvers: How the keyword extractor is made from the settings.
         heading_vectors: The heading-path vectors the document focus reads (computed at ingestion).
     """
@@ -80,17 +80,18 @@ class FolderBackend:
         self._location = location
         self._snapshot = snapshot
         self._routes = RouteCache()
-        self._llm = llm  # the routes' LLM, for routes built by a save
+        self.llm = llm  # the chunk graph's LLM (the pack sets its own)
         self._resolve = resolvers
         # Kept up to date by each write, so a batch does not rebuild it from every node.
         self._keyword_index: Any = None
+        self._figure_source: Optional[Path] = None  # a copied store, whose figure files are copied
 
     # -- open ------------------------------------------------------------------------------
     @classmethod
     def create(
         cls, config: HiQAPackConfig, embed_model: Optional[BaseEmbedding] = None,
         vector_store: Optional[BasePydanticVectorStore] = None, llm: Optional[LLM] = None,
-        resolvers: Resolvers = Resolvers(),
+        resolvers: Resolvers = Resolvers(), location: Optional[Path] = None,
     ) -> "FolderBackend":
         """A new, empty store in memory (saved by [`save`][llama_index_hiqa.storage.backends.folder.FolderBackend.save]).
 
@@ -100,16 +101,22 @@ class FolderBackend:
             vector_store: Any LlamaIndex vector store (a [`MatrixVectorStore`][llama_index_hiqa.storage.vector_store.MatrixVectorStore] when ``None``).
             llm: The chunk graph's LLM.
             resolvers: How the embedding model and keyword extractor are made from the settings.
+            location: The folder store it is saved into (checked writable now, before any work);
+                ``None``: the folder its first `save` is given.
 
         Returns:
             The backend.
         """
+        if location is not None:
+            check_writable(location)
         embed_model = resolvers.embed_model(embed_model, config.embed_backend)
         storage = StorageContext.from_defaults(vector_store=vector_store or MatrixVectorStore())
         # The BM25 and keyword routes and segment integration read the nodes from the
         # docstore, also when the vector store keeps its own copy of the text.
         index = VectorStoreIndex([], storage_context=storage, embed_model=embed_model, store_nodes_override=True)
-        return cls(index, config, embed_model, llm=llm, resolvers=resolvers)
+        backend = cls(index, config, embed_model, llm=llm, resolvers=resolvers)
+        backend._location = location
+        return backend
 
     @classmethod
     def open(
@@ -162,9 +169,16 @@ class FolderBackend:
         backend._routes.put((multi_route, graph))
         return backend
 
+    commits_batches = False  # a batch goes into memory: only a save writes the store
+
     @property
     def location(self) -> Optional[Path]:
         """The store folder (``None`` until the pack is first saved)."""
+        return self._location
+
+    @property
+    def address(self) -> Optional[Path]:
+        """The store folder, as `HiQAPack.persist` reports it (``None`` until saved)."""
         return self._location
 
     # -- reads -----------------------------------------------------------------------------
@@ -189,13 +203,18 @@ class FolderBackend:
         return self.index.docstore.get_document_hash(ref_doc_id)
 
     # -- writes ----------------------------------------------------------------------------
-    def write_batch(self, documents: Sequence[Document], replaced: Sequence[str], nodes: Sequence[BaseNode]) -> int:
+    def write_batch(
+        self, documents: Sequence[Document], replaced: Sequence[str], nodes: Sequence[BaseNode],
+        hashes: Optional[Dict[str, str]] = None, unit: bool = False,
+    ) -> int:
         """Index one batch's ``nodes`` in place of the documents ``replaced``.
 
         Args:
             documents: The batch's documents (their hashes are recorded).
             replaced: Ref doc ids of earlier versions to remove first.
             nodes: The batch's embedded nodes.
+            hashes: Document hashes to record instead of the documents' own (a copy).
+            unit: The vectors are a store's unit rows (a copy into the pack's own vector store).
 
         Returns:
             The number of nodes removed.
@@ -205,10 +224,10 @@ class FolderBackend:
         prepare_nodes_for_store(self.index.vector_store, nodes)
         check_nodes_fit(self.index.vector_store, nodes)  # before the old versions are removed
         removed = sum(self.remove_document(ref_doc_id) for ref_doc_id in replaced)
-        insert_nodes(self.index, nodes)  # linear in the batch (LlamaIndex's is quadratic per document)
+        insert_nodes(self.index, nodes, unit=unit)  # linear in the batch (LlamaIndex's is quadratic per document)
         self.heading_vectors.add_nodes(nodes, self.embed_model)
         for doc in documents:
-            self.index.docstore.set_document_hash(doc.doc_id, doc.hash)
+            self.index.docstore.set_document_hash(doc.doc_id, (hashes or {}).get(doc.doc_id, doc.hash))
         if self._keyword_index is not None:
             for node in nodes:
                 self._keyword_index.add(node.node_id, schema.get_critical_keywords(node))
@@ -253,33 +272,64 @@ class FolderBackend:
         """Nothing to prepare: each batch goes into memory."""
         return contextlib.nullcontext()
 
-    # -- routes ----------------------------------------------------------------------------
-    def routes(self, config: HiQAPackConfig, llm: Optional[LLM]) -> Routes:
-        """The multi-route retriever (BM25 in memory) and the chunk graph over the nodes.
+    def copy_from(self, source: Any, batch_documents: int = 8) -> None:
+        """Copy a built store's nodes and vectors as they are (nothing is parsed or embedded
+        again), in the order it holds them, so the copy ranks as it does.
 
         Args:
-            config: The pack's settings.
-            llm: The chunk graph's LLM.
+            source: The backend of the pack copied (any store whose vector store gives its
+                vectors back).
+            batch_documents: Documents a batch.
+        """
+        self._figure_source = source.location
+        # Unit rows kept bit for bit by the pack's own vector store (any other normalises).
+        unit = isinstance(self.index.vector_store, MatrixVectorStore)
+        for documents, nodes, hashes in copied_batches(source, self.file_stats, batch_documents):
+            self.write_batch(documents, [], nodes, hashes=hashes, unit=unit)
+
+    # -- routes ----------------------------------------------------------------------------
+    def routes(self) -> Routes:
+        """The multi-route retriever (BM25 in memory) and the chunk graph over the nodes.
 
         Returns:
             ``(multi_route, graph)``, the routes read back by [`open`][llama_index_hiqa.storage.backends.folder.FolderBackend.open] until a write.
         """
-        self._llm = llm
-        return self._routes.get(lambda: self._build_routes(config, llm))
+        return self._routes.get(lambda: self._build_routes(self.config, self.llm))
+
+    def _keyword_index_now(self, nodes: Sequence[BaseNode]) -> Any:
+        from llama_index_hiqa.indexes.keyword_index import KeywordIndex
+
+        if self._keyword_index is None:
+            self._keyword_index = KeywordIndex.from_nodes(nodes)
+        return self._keyword_index
 
     def _build_routes(self, config: HiQAPackConfig, llm: Optional[LLM]) -> Routes:
         from llama_index_hiqa.retrievers.multi_route import MultiRouteRetriever
-        from llama_index_hiqa.indexes.keyword_index import KeywordIndex
 
         nodes = list(self.index.docstore.docs.values())
-        if self._keyword_index is None:
-            self._keyword_index = KeywordIndex.from_nodes(nodes)
         multi_route = MultiRouteRetriever.from_index(
             self.index, nodes=nodes, docstore=self.index.docstore, keyword_extractor=self._resolve.keyword_extractor(config),
-            keyword_index=self._keyword_index, **route_settings(config),
+            keyword_index=self._keyword_index_now(nodes), **route_settings(config),
         )
         graph = self._build_graph(config, llm) if config.use_chunk_graph and nodes else None
         return multi_route, graph
+
+    def _write_routes(self, folder: Path) -> Optional[BaseRetriever]:
+        """Write the BM25 and keyword indexes (the retriever's when it is built, else the
+        indexes alone: a save builds no retriever) and return the chunk graph to save."""
+        current = self._routes.current
+        if current is not None:
+            current[0].persist(folder)
+            return current[1]
+        from llama_index_hiqa.retrievers.bm25_route import BM25Route
+        from llama_index_hiqa.retrievers.multi_route import MultiRouteConfig
+        from llama_index_hiqa.retrievers.route_parts import persist_indexes
+
+        config = MultiRouteConfig(**route_settings(self.config))
+        nodes = list(self.index.docstore.docs.values())
+        bm25 = BM25Route.build(nodes, None, config.bm25_language) if config.use_bm25 and nodes else None
+        persist_indexes(folder, bm25, self._keyword_index_now(nodes), config, self._resolve.keyword_extractor(self.config))
+        return self._build_graph(self.config, self.llm) if self.config.use_chunk_graph and nodes else None
 
     def _build_graph(self, config: HiQAPackConfig, llm: Optional[LLM]) -> BaseRetriever:
         from llama_index_hiqa.retrievers.chunk_graph import ChunkGraphRetriever
@@ -292,33 +342,54 @@ class FolderBackend:
         )
 
     # -- save ------------------------------------------------------------------------------
-    def save(self, payload: Mapping[str, Any], location: Any = None) -> Path:
-        """Save everything into a new snapshot of the store folder and switch to it atomically.
+    def save(self, payload: Mapping[str, Any], location: Any = None) -> Any:
+        """Save everything into a new snapshot of the store folder and switch to it atomically;
+        a pack never saved, whose settings ask for the embedded store
+        (``HiQAPackConfig.new_store_format``), is copied into a new embedded store instead.
 
         Args:
             payload: The pack's settings and ingestion state (written once, in ``hiqa_pack.json``).
             location: The store folder (``None``: the one it was loaded from or saved to).
 
         Returns:
-            The store folder.
+            The backend holding the saved store: this one, or the embedded store written.
 
         Raises:
             StoreConflictError: Another writer saved over the snapshot this pack loaded.
             PathAccessError: The folder cannot be written (the previous snapshot stays current).
+            PackStoreError: The embedded store is asked for in a folder holding a store already.
         """
         if location is None and self._location is None:
             raise ValueError("this pack was never saved: pass the folder to save it to")
         root = Path(location if location is not None else self._location)
-        multi_route, graph = self.routes(self.config, self._llm)
+        own_vectors = not isinstance(self.index.vector_store, MatrixVectorStore)
+        if self._location is None and self.config.new_store_format(own_vectors) == "embedded":
+            return self._save_embedded(payload, root)
         # Saving over the store this pack was loaded from: it must still be the snapshot loaded.
         same = self._location is not None and os.path.realpath(self._location) == os.path.realpath(root)
         self._snapshot = write_pack(
-            root, index=self.index, multi_route=multi_route, graph=graph, payload=payload,
-            previous_store=self._location, expected_snapshot=self._snapshot if same else None,
+            root, index=self.index, write_routes=self._write_routes, payload=payload,
+            previous_store=self._figure_source if self._figure_source is not None else self._location, expected_snapshot=self._snapshot if same else None,
             heading_vectors=self.heading_vectors,
         )
         self._location = root
-        return root
+        return self
+
+    def _save_embedded(self, payload: Mapping[str, Any], root: Path) -> Any:
+        """The nodes and vectors copied as they are into a new embedded store at ``root``."""
+        from llama_index_hiqa.storage.backends.embedded import EmbeddedBackend
+        from llama_index_hiqa.storage.embedded import is_embedded_store
+
+        if is_embedded_store(root) or holds_folder_store(root):
+            raise PackStoreError(
+                root, "holds a store already: load it (HiQAPack.load) and add documents to it, or save to a new folder"
+            )
+        target = EmbeddedBackend.open(
+            root, {**self.config.model_dump(), "store_format": "embedded"}, embed_model=self.embed_model,
+            llm=self.llm, create=True, resolvers=self._resolve,
+        )
+        target.copy_from(self)
+        return target.save(payload)
 
     def close(self) -> None:
         """Nothing to release: the folder is read whole at [`open`][llama_index_hiqa.storage.backends.folder.FolderBackend.open] and written whole by [`save`][llama_index_hiqa.storage.backends.folder.FolderBackend.save]."""
@@ -329,15 +400,14 @@ def write_pack(
     root: Path,
     *,
     index: VectorStoreIndex,
-    multi_route: Any,
-    graph: Any,
+    write_routes: Callable[[Path], Any],
     payload: Mapping[str, Any],
     previous_store: Optional[Path] = None,
     expected_snapshot: Optional[str] = None,
     heading_vectors: Any = None,
 ) -> str:
-    """A new snapshot of ``root`` holding ``index``, the routes, the graph (when not
-    ``None``) and ``payload`` (the pack's configuration and facts, with the vector store's
+    """A new snapshot of ``root`` holding ``index``, the route indexes and the chunk graph
+    (``write_routes``) and ``payload`` (the pack's configuration and facts, with the vector store's
     kind added), switched to atomically; returns its name. Figures already saved in
     ``previous_store`` (a pack loaded from another folder) are copied from there.
 
@@ -349,8 +419,8 @@ def write_pack(
     Args:
         root: The store folder.
         index: The index saved (docstore and vector store).
-        multi_route: The multi-route retriever whose BM25 and keyword indexes are saved.
-        graph: The chunk-graph retriever, or ``None``.
+        write_routes: Writes the BM25 and keyword indexes into the folder it is given and
+            returns the chunk-graph retriever to save (``None``: none).
         payload: The pack's settings and ingestion state.
         previous_store: The store folder the pack was loaded from (its figures are copied).
         expected_snapshot: The snapshot the pack was loaded from.
@@ -370,7 +440,7 @@ def write_pack(
         vector_kind = pack_files.write_index(index, folder)
         # The route indexes in the retriever's own format; the settings the pack reads back are
         # those of hiqa_pack.json alone (open_folder), whatever multi_route.json repeats.
-        multi_route.persist(folder / pack_files.MULTI_ROUTE_DIRNAME)
+        graph = write_routes(folder / pack_files.MULTI_ROUTE_DIRNAME)
         if heading_vectors is not None:
             heading_vectors.save(folder)
         if graph is not None:
@@ -379,6 +449,24 @@ def write_pack(
         pack_files.write_config(folder, {**payload, "vector_store": vector_kind})
         name = snapshot_name(folder)
     return name
+
+
+def holds_folder_store(store: Any) -> bool:
+    """Whether the folder ``store`` holds a folder store (snapshots, or a store written before them).
+
+    Args:
+        store: A ``store`` argument.
+
+    Returns:
+        ``True`` when it holds one.
+    """
+    from llama_index_hiqa.storage.snapshots import is_snapshot_store
+
+    try:
+        root = Path(store)
+    except TypeError:
+        return False
+    return is_snapshot_store(root) or (root / pack_files.CONFIG_FILENAME).is_file()
 
 
 def store_writer(root: Path, on_wait: Optional[Any] = None) -> Any:
@@ -449,7 +537,9 @@ def open_folder(persist_dir: Path, settings: Optional[Mapping[str, Any]] = None)
         raise PackStoreError(files.config_file, f"holds invalid settings ({exc})") from exc
     # The caller's settings are checked on their own: a bad argument is the caller's error
     # (a ValidationError naming the setting), not the store's.
-    return files, HiQAPackConfig(**{**stored, **(settings or {})})
+    # A folder store is saved as one again (``store_format`` was not recorded before the
+    # embedded store became the default).
+    return files, HiQAPackConfig(**{**stored, **(settings or {}), "store_format": "folder"})
 
 
 def _load_multi_route(files: Any, index: VectorStoreIndex, config: HiQAPackConfig, keywords: Any) -> BaseRetriever:
@@ -493,4 +583,4 @@ def _load_graph(
     return ChunkGraphRetriever(graph, **graph_retriever_settings(index, config, embed_model, llm, keywords))
 
 
-__all__ = ["FolderBackend", "check_writable", "open_folder", "store_writer", "write_pack"]
+__all__ = ["FolderBackend", "check_writable", "holds_folder_store", "open_folder", "store_writer", "write_pack"]

@@ -70,6 +70,7 @@ class PostgresBackend:
                 store, config.chunk_graph.graph.model_dump(), keyword_fn=resolvers.keyword_extractor(config).extract_query,
                 embed_model=embed_model,
             )
+        self.llm: Optional[LLM] = None  # the chunk graph's (the pack sets its own)
         self._routes = RouteCache()
         self._behind: Optional[WriteBehind] = None  # inside bulk_writes: one batch committing
 
@@ -86,7 +87,7 @@ class PostgresBackend:
             settings: ``HiQAPackConfig`` fields of a new pack, or query-time overrides of an
                 existing one.
             embed_model: The embedding model (the packaged MiniLM when ``None``).
-            llm: Unused here (the chunk graph's LLM is given to [`routes`][llama_index_hiqa.storage.backends.postgres.PostgresBackend.routes]).
+            llm: The chunk graph's LLM (the pack sets its own as `llm`).
             create: Create the pack when the database holds none.
             store_settings: Connection and HNSW settings.
             resolvers: How the embedding model and keyword extractor are made from the settings.
@@ -136,10 +137,17 @@ class PostgresBackend:
             )
         return cls(store, index, config, embed_model, resolvers)
 
+    commits_batches = True  # each batch is its own transaction (committed behind in bulk_writes)
+
     @property
     def location(self) -> None:
-        """``None``: a database store has no folder (its URL is ``store.masked_url``)."""
+        """``None``: a database store has no folder (its URL is `address`)."""
         return None
+
+    @property
+    def address(self) -> str:
+        """The database URL, its password masked."""
+        return self.store.masked_url
 
     # -- reads -----------------------------------------------------------------------------
     def documents(self) -> Dict[str, str]:
@@ -166,18 +174,14 @@ class PostgresBackend:
         return self.index.docstore.get_document_hash(ref_doc_id)
 
     # -- routes ----------------------------------------------------------------------------
-    def routes(self, config: HiQAPackConfig, llm: Optional[LLM]) -> Routes:
+    def routes(self) -> Routes:
         """The routes answered in SQL (BM25 over stored term statistics, keywords over the
         postings, vectors by HNSW) and the stored chunk graph.
-
-        Args:
-            config: The pack's settings.
-            llm: The chunk graph's LLM.
 
         Returns:
             ``(multi_route, graph)``.
         """
-        return self._routes.get(lambda: self._build_routes(config, llm))
+        return self._routes.get(lambda: self._build_routes(self.config, self.llm))
 
     def _build_routes(self, config: HiQAPackConfig, llm: Optional[LLM]) -> Routes:
         from llama_index_hiqa.retrievers.multi_route import MultiRouteConfig
@@ -323,7 +327,7 @@ class PostgresBackend:
         """Copy a built pack's nodes and vectors as they are (nothing is parsed or embedded again).
 
         Args:
-            source: The pack copied (e.g. ``HiQAPack.load(folder)``).
+            source: The backend of the pack copied (e.g. ``HiQAPack.load(folder).backend``).
             batch_documents: Documents a transaction.
         """
         vectors_of = copied_vectors(source.index.vector_store)
@@ -347,7 +351,7 @@ class PostgresBackend:
         self.store.analyze()
 
     # -- save ------------------------------------------------------------------------------
-    def save(self, payload: Mapping[str, Any], location: Any = None) -> str:
+    def save(self, payload: Mapping[str, Any], location: Any = None) -> "PostgresBackend":
         """Save the settings; the indexes need nothing, every write committed already.
 
         Args:
@@ -356,7 +360,7 @@ class PostgresBackend:
                 is not supported: build the folder store from the documents).
 
         Returns:
-            The database URL, its password masked.
+            This backend.
 
         Raises:
             PackStoreError: ``location`` is another store.
@@ -365,7 +369,7 @@ class PostgresBackend:
             raise self.store.error(f"is a PostgreSQL pack; it cannot be persisted to {location}")
         self.wait_for_writes()
         self.store.save_config(dict(payload["config"]))
-        return self.store.masked_url
+        return self
 
     def close(self) -> None:
         """Close the connection pools (after the batch committing behind, if any)."""
