@@ -351,7 +351,9 @@ def test_store_remembers_its_backend_and_warns_when_queried_with_another(hash_ba
     from llama_index_hiqa.storage.pack_files import CONFIG_FILENAME
     from llama_index_hiqa.storage.snapshots import current_snapshot
 
-    pack = HiQAPack.from_documents(load_demo_documents()[:2], embed_backend="onnx", keywords={"use_ner": False})
+    pack = HiQAPack.from_documents(
+        load_demo_documents()[:2], embed_backend="onnx", keywords={"use_ner": False}, store_format="folder"
+    )
     assert hash_backends == ["onnx"]
     store = pack.persist(tmp_path / "store")
     config_file = current_snapshot(store) / CONFIG_FILENAME
@@ -385,7 +387,8 @@ def test_cli_ingest_embed_backend_reaches_the_store(hash_backends, tmp_path, mon
         pack_module, "keyword_extractor", lambda c: real(updated(c, keywords={"use_ner": False}))
     )
     store = tmp_path / "s"
-    args = ["ingest", str(DEMO_DATA_DIR), "--store", str(store), "--quiet", "--embed-backend", "onnx-int8"]
+    args = ["ingest", str(DEMO_DATA_DIR), "--store", str(store), "--store-format", "folder", "--quiet",
+            "--embed-backend", "onnx-int8"]
     assert cli.main(args) == 0
     assert hash_backends == ["onnx-int8"]
     from llama_index_hiqa.storage.pack_files import CONFIG_FILENAME

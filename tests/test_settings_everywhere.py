@@ -243,21 +243,32 @@ def test_on_the_real_path_a_bad_setting_is_refused_before_any_model_loads_and_th
     assert nodes and nodes[0].node.metadata["route_scores"]["vector"] is not None
 
 
-def test_settings_saved_in_a_store_are_checked_when_it_loads_naming_the_file_and_the_key(stores, tmp_path):
+def test_settings_saved_in_a_store_are_checked_when_it_loads_naming_the_file_and_the_key(tmp_path):
     import json
-    import shutil
 
+    from llama_index_hiqa.storage.embedded import EmbeddedStore
     from llama_index_hiqa.storage.snapshots import current_snapshot
 
-    store = tmp_path / "store"
-    shutil.copytree(stores["plain"], store)
-    saved = current_snapshot(store) / "hiqa_pack.json"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        folder = _pack(store_format="folder").persist(tmp_path / "folder")
+        embedded = _pack().persist(tmp_path / "embedded")
+    saved = current_snapshot(folder) / "hiqa_pack.json"
     payload = json.loads(saved.read_text())
     payload["config"]["multi_route"] = {"beta": -5}
     saved.write_text(json.dumps(payload))
     with pytest.raises(PackStoreError) as caught:
-        HiQAPack.load(store, embed_model=HashEmbedding())
+        HiQAPack.load(folder, embed_model=HashEmbedding())
     assert "hiqa_pack.json" in str(caught.value) and "multi_route.beta: must be >= 0.0" in str(caught.value)
+
+    store = EmbeddedStore.open(embedded)
+    record = json.loads(store.db.get_meta("pack"))
+    record["config"]["multi_route"] = {"beta": -5}
+    store.save_pack(record)
+    store.close()
+    with pytest.raises(PackStoreError) as caught:
+        HiQAPack.load(embedded, embed_model=HashEmbedding())
+    assert "multi_route.beta: must be >= 0.0" in str(caught.value)
 
 
 def test_a_settings_model_used_alone_names_its_own_keys():

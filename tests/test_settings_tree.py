@@ -130,7 +130,7 @@ def test_the_pack_builds_its_components_from_the_typed_parts():
 
 # --- saved settings of earlier releases --------------------------------------------------------
 def test_the_previous_release_default_settings_load_as_the_defaults():
-    assert HiQAPackConfig(**OLD_DEFAULTS) == HiQAPackConfig(embed_backend="onnx")
+    assert HiQAPackConfig(**OLD_DEFAULTS) == HiQAPackConfig(embed_backend="onnx", store_format="folder")
 
 
 def test_the_previous_release_nested_settings_load_with_their_meaning():
@@ -152,7 +152,8 @@ def test_the_previous_release_nested_settings_load_with_their_meaning():
 def test_a_store_saved_with_the_previous_release_settings_loads(tmp_path):
     store = tmp_path / "store"
     docs = [Document(text="# NX-2040\n\n## Output\n\nThe output current is 150 mA.", id_="a")]
-    HiQAPack.from_documents(docs, embed_model=HashEmbedding(), keywords={"use_ner": False}).persist(store)
+    # the previous release wrote folder stores
+    HiQAPack.from_documents(docs, embed_model=HashEmbedding(), keywords={"use_ner": False}, store_format="folder").persist(store)
     config_file = next(store.rglob("hiqa_pack.json"))
     payload = json.loads(config_file.read_text())
     payload["config"] = {**OLD_DEFAULTS, "keywords": {"use_ner": False}, "multi_route": {"alpha": 0.5}}

@@ -230,6 +230,10 @@ class EmbeddedStore:
         rows = self.db.rows("SELECT ref_doc_id, file_stat FROM documents WHERE file_stat IS NOT NULL")
         return {ref: [int(v) for v in json.loads(stat)] for ref, stat in rows}
 
+    def document_titles(self) -> Dict[str, str]:
+        """``schema.DOCUMENT_ID`` -> title of every document with a title (one row a document)."""
+        return dict(self.db.rows("SELECT document_id, title FROM documents WHERE title != '' ORDER BY rowid"))
+
     def titles(self) -> List[Tuple[str, str]]:
         """``(ref_doc_id, title)`` of every document with a title, in ingestion order."""
         return self.db.rows("SELECT ref_doc_id, title FROM documents WHERE title != '' ORDER BY rowid")

@@ -85,7 +85,7 @@ class EmbeddedCollection(NodeCollection):
     from the database (no list of every node in memory)."""
 
     def __init__(self, store: EmbeddedStore) -> None:
-        super().__init__(_StoredNodes(store), {}, store.collection_shape())
+        super().__init__(_StoredNodes(store), store.document_titles(), store.collection_shape())
         self._store = store
 
     def nodes_by_id(self, node_ids: Sequence[str]) -> Dict[str, BaseNode]:
