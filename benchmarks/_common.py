@@ -29,7 +29,7 @@ from llama_index.core.node_parser import SentenceSplitter  # noqa: E402
 from llama_index.core.schema import TextNode  # noqa: E402
 
 from llama_index_hiqa import schema  # noqa: E402
-from llama_index_hiqa.embedding_cache import CachedEmbedding  # noqa: E402
+from llama_index_hiqa.models.embedding_cache import CachedEmbedding  # noqa: E402
 import shared_data as datasets  # noqa: E402
 
 DEMO_DIR = ROOT / "examples" / "data"

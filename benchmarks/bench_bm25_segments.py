@@ -83,9 +83,9 @@ def full_rebuild(store: Any) -> tuple:
 
 
 def run(store_path: Path, n_questions: int = 100) -> Dict[str, Any]:
-    from llama_index_hiqa.pack import HiQAPack
+    from llama_index_hiqa.pack.hiqa_pack import HiQAPack
     from llama_index_hiqa.retrievers.bm25_segments import SegmentedBM25Route
-    from llama_index_hiqa.storage.embedded_bm25 import open_bm25_route
+    from llama_index_hiqa.storage.backends.embedded_bm25 import open_bm25_route
 
     pack = HiQAPack.load(store_path, embed_model=fast_embedding())
     store = pack.store

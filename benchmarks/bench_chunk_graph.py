@@ -72,7 +72,7 @@ def passage_nodes(name: str) -> List[TextNode]:
 
 
 def keyword_cache_path(name: str) -> Path:
-    from llama_index_hiqa.embedding_cache import default_cache_dir
+    from llama_index_hiqa.models.embedding_cache import default_cache_dir
 
     return default_cache_dir() / f"bench_chunk_graph_keywords_{name}.json"
 
@@ -82,7 +82,7 @@ def add_keywords(nodes: List[TextNode], name: str) -> str:
 
     NER over ~3k passages costs minutes on a shared CPU: results are cached on disk by the
     hash of the passage text (same extractor, same text, same keywords)."""
-    from llama_index_hiqa.embedding_cache import content_hash
+    from llama_index_hiqa.models.embedding_cache import content_hash
 
     path = keyword_cache_path(name)
     cache = json.loads(path.read_text()) if path.exists() else {}

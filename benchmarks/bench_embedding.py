@@ -40,8 +40,8 @@ from typing import Any, Dict, List, Sequence
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks import _common, _results  # noqa: E402
-from llama_index_hiqa.defaults import DEFAULT_EMBED_BACKEND, build_packaged_embed_model  # noqa: E402
-from llama_index_hiqa.embedding_backends import EMBED_BACKENDS, cpu_flags, select_int8_config  # noqa: E402
+from llama_index_hiqa.models.defaults import DEFAULT_EMBED_BACKEND, build_packaged_embed_model  # noqa: E402
+from llama_index_hiqa.models.embedding_backends import EMBED_BACKENDS, cpu_flags, select_int8_config  # noqa: E402
 import shared_data as datasets  # noqa: E402
 
 OUT = Path(__file__).with_name("embedding_backends.json")
@@ -141,7 +141,7 @@ def run_drift(n_texts: int = 256) -> Dict[str, Any]:
 _RSS_CODE = """
 import json, resource, sys
 texts = json.load(open({texts!r}))
-from llama_index_hiqa.defaults import build_packaged_embed_model
+from llama_index_hiqa.models.defaults import build_packaged_embed_model
 before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 model = build_packaged_embed_model({backend!r}, embed_batch_size={batch})
 model.get_text_embedding_batch(texts)
@@ -169,7 +169,7 @@ def run_rss(n_texts: int = 256) -> Dict[str, Any]:
 
 # --------------------------------------------------------------------------- quality
 def _cached(backend: str):
-    from llama_index_hiqa.embedding_cache import CachedEmbedding
+    from llama_index_hiqa.models.embedding_cache import CachedEmbedding
 
     return CachedEmbedding(build_packaged_embed_model(backend, embed_batch_size=BATCH))
 
@@ -216,7 +216,7 @@ def _score_financebench(pack, questions) -> Dict[str, float]:
 def run_financebench(backends: Sequence[str], which: str) -> Dict[str, Any]:
     from llama_index.core import VectorStoreIndex
 
-    from llama_index_hiqa.pack import HiQAPack
+    from llama_index_hiqa.pack.hiqa_pack import HiQAPack
 
     folder = datasets.financebench_dir()
     companies = _financebench_subset(which)

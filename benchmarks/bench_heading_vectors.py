@@ -50,8 +50,8 @@ _INNER: List[Any] = []
 
 def fresh_model(work: Path, name: str) -> Any:
     """The packaged model behind an empty vector cache of its own (one ONNX session shared)."""
-    from llama_index_hiqa.embedding_cache import CachedEmbedding
-    from llama_index_hiqa.pack_config import default_embed_model
+    from llama_index_hiqa.models.embedding_cache import CachedEmbedding
+    from llama_index_hiqa.pack.config import default_embed_model
 
     if not _INNER:
         _INNER.append(default_embed_model(None).inner)
@@ -84,9 +84,9 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
     import shared_data as datasets  # benchmarks/ is on the path (_common)
 
     from llama_index_hiqa import HiQAPack
-    from llama_index_hiqa.pack_aliases import EmbeddedHiQAPack
-    from llama_index_hiqa.storage.heading_vectors import batch_headings
-    from llama_index_hiqa.pack_aliases import PostgresHiQAPack
+    from llama_index_hiqa.pack.aliases import EmbeddedHiQAPack
+    from llama_index_hiqa.storage.backends.heading_vectors import batch_headings
+    from llama_index_hiqa.pack.aliases import PostgresHiQAPack
 
     root = _common.require_shared_data("FinanceBench, stored heading vectors")
     if root is None:

@@ -81,7 +81,7 @@ def measure(variant: str, wheel: Path, tmp: Path) -> Dict[str, object]:
     size = du_mib(venv)
     torch_ok = _run([python, "-c", "import torch"], cwd=tmp).returncode == 0
     nvidia = sum(1 for p in (venv / "lib").glob("python3*/site-packages/nvidia*") if p.is_dir())
-    default = _run([python, "-c", "from llama_index_hiqa.defaults import packaged_embed_model as p; m = p(); "
+    default = _run([python, "-c", "from llama_index_hiqa.models.defaults import packaged_embed_model as p; m = p(); "
                     "print(type(m).__name__, m.model_name, len(m.get_text_embedding('hello')))"], cwd=tmp)
     packages = _run([python, "-m", "pip", "list", "--format=freeze"], cwd=tmp).stdout.count("\n")
     shutil.rmtree(venv)

@@ -7,7 +7,7 @@ default concurrency save over serial formatting, and does any source text get lo
 of the requests fail (429 with Retry-After, 500, a reply slower than the client's timeout,
 truncated JSON, an empty choice)?
 
-Set-up: :class:`~llama_index_hiqa.openai_test_server.OpenAICompatibleServer` on 127.0.0.1,
+Set-up: :class:`~llama_index_hiqa.testing.openai_server.OpenAICompatibleServer` on 127.0.0.1,
 200 ms latency per request, 10% faults drawn with a fixed seed, answering every window with
 the window itself (a perfect formatter: the figures are the pack's and the client's overhead
 plus the latency, not a model's speed). The LLM is built exactly as ``hiqa ingest --llm
@@ -43,8 +43,8 @@ from llama_index.core.ingestion import IngestionPipeline  # noqa: E402
 
 from llama_index_hiqa import HiQAPack, MarkdownFormatterParser, schema  # noqa: E402
 from llama_index_hiqa.demo import load_demo_documents  # noqa: E402
-from llama_index_hiqa.llm_spec import llm_from_spec  # noqa: E402
-from llama_index_hiqa.openai_test_server import OpenAICompatibleServer  # noqa: E402
+from llama_index_hiqa.models.llm_spec import llm_from_spec  # noqa: E402
+from llama_index_hiqa.testing.openai_server import OpenAICompatibleServer  # noqa: E402
 from llama_index_hiqa.parsers.markdown_formatter import window_from_prompt  # noqa: E402
 
 LATENCY = 0.2

@@ -337,7 +337,7 @@ def synthetic_nodes(n: int, rng: np.random.Generator) -> Tuple[List[TextNode], n
 
 
 def run_speed(sizes=(1_000, 10_000, 50_000), n_queries: int = 30) -> Dict[int, Dict[str, float]]:
-    from llama_index_hiqa.defaults import packaged_embed_model
+    from llama_index_hiqa.models.defaults import packaged_embed_model
 
     import torch
 

@@ -145,7 +145,7 @@ def graph_curve(pack, texts: List[str], golds: List[List[str]], firsts) -> List[
 
 
 def run_dataset(name: str) -> Dict:
-    from llama_index_hiqa.pack import HiQAPack
+    from llama_index_hiqa.pack.hiqa_pack import HiQAPack
 
     corpus = multihop_corpus(name)
     texts = [q.question for q in corpus.questions]
@@ -234,7 +234,7 @@ def run_dataset(name: str) -> Dict:
 def run_demo() -> Dict:
     from llama_index_hiqa.demo import DEMO_DATA_DIR, answer_questions, load_demo_documents
     from llama_index_hiqa.evaluation.datasets import load_questions_jsonl
-    from llama_index_hiqa.pack import HiQAPack
+    from llama_index_hiqa.pack.hiqa_pack import HiQAPack
 
     questions = load_questions_jsonl(DEMO_DATA_DIR / "questions.jsonl")
     documents = load_demo_documents()

@@ -1,7 +1,7 @@
 """The torch-free ONNX graph against the torch.onnx.export graph it replaced: same vectors?
 
 The default embedding used to be exported with ``torch.onnx.export`` on first use; the wheel now
-ships a graph written without PyTorch (llama_index_hiqa/minilm_onnx.py). Caches and stores hold
+ships a graph written without PyTorch (llama_index_hiqa/models/minilm_onnx.py). Caches and stores hold
 vectors of the old graph under the same model identity, so this measures, on FinanceBench
 passages (the pieces ``bench_embedding.py`` embeds), the largest absolute difference between
 the two graphs' vectors, each graph's cosine to PyTorch's (sentence-transformers) on a subset,
@@ -28,9 +28,9 @@ sys.path.insert(0, str(ROOT))
 
 from benchmarks._results import markdown_table, write_section  # noqa: E402
 from benchmarks.bench_embedding import financebench_passages  # noqa: E402
-from llama_index_hiqa import defaults  # noqa: E402
+from llama_index_hiqa.models import defaults  # noqa: E402
 from llama_index_hiqa import embedding_backends as eb  # noqa: E402
-from llama_index_hiqa.minilm_onnx import ONNX_OPSET, build_from_folder  # noqa: E402
+from llama_index_hiqa.models.minilm_onnx import ONNX_OPSET, build_from_folder  # noqa: E402
 
 
 def export_with_torch(model_path: Path, out_file: Path) -> None:

@@ -55,7 +55,7 @@ def main() -> None:
     from llama_index.core.retrievers import QueryFusionRetriever
     from llama_index.retrievers.bm25 import BM25Retriever
 
-    from llama_index_hiqa.pack import HiQAPack
+    from llama_index_hiqa.pack.hiqa_pack import HiQAPack
     from llama_index_hiqa.testing import ScriptedLLM
 
     embed = _common.embed_model()
@@ -102,7 +102,7 @@ def main() -> None:
         size = sum(p.stat().st_size for p in store.rglob("*") if p.is_file())
         code = (
             "import json, time; t = time.perf_counter(); c = time.process_time()\n"
-            "from llama_index_hiqa.pack import HiQAPack\n"
+            "from llama_index_hiqa.pack.hiqa_pack import HiQAPack\n"
             f"pack = HiQAPack.load({str(store)!r}); loaded = time.perf_counter() - t\n"
             f"ids = [n.node.node_id for n in pack.retrieve({questions[0].question!r})]\n"
             "print(json.dumps({'load': loaded, 'total': time.perf_counter() - t, 'cpu': time.process_time() - c, 'ids': ids}))\n"

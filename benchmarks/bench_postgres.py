@@ -202,7 +202,7 @@ def financebench_recall(local: Any, pg: Any, questions: Sequence[Any], k: int = 
 def run_financebench(args: argparse.Namespace) -> Dict[str, Any]:
     from llama_index_hiqa import HiQAPack
     import shared_data as datasets  # benchmarks/ is on the path (_common)
-    from llama_index_hiqa.pack_aliases import PostgresHiQAPack
+    from llama_index_hiqa.pack.aliases import PostgresHiQAPack
 
     root = _common.require_shared_data("FinanceBench on the PostgreSQL store")
     if root is None:

@@ -40,7 +40,7 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
     from llama_index_hiqa import HiQAPack
     from llama_index_hiqa.retrievers.chunk_interaction_graph import ChunkInteractionGraph
     from llama_index_hiqa.storage.pack_files import CHUNK_GRAPH_DIRNAME, CONFIG_FILENAME
-    from llama_index_hiqa.pack_aliases import PostgresHiQAPack
+    from llama_index_hiqa.pack.aliases import PostgresHiQAPack
     from llama_index_hiqa.storage.snapshots import snapshot_for_reading
 
     n, embed = args.nodes, bp._fast_embedding()

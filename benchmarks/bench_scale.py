@@ -83,7 +83,7 @@ def query_latencies(pack: Any, questions: List[str]) -> Dict[str, float]:
 # --------------------------------------------------------------------------- (a) FinanceBench
 def run_financebench(store: Path) -> Dict[str, Any]:
     from shared_data import load_financebench_questions
-    from llama_index_hiqa.pack import HiQAPack
+    from llama_index_hiqa.pack.hiqa_pack import HiQAPack
 
     questions = [q.question for q in load_financebench_questions()][:40]
     out: Dict[str, Any] = {}
@@ -108,7 +108,7 @@ def run_financebench(store: Path) -> Dict[str, Any]:
     # a sample of the node texts, uncached, and scale to every node.
     from llama_index.core.schema import MetadataMode
 
-    from llama_index_hiqa.defaults import resolve_embed_model
+    from llama_index_hiqa.models.defaults import resolve_embed_model
 
     model = resolve_embed_model()
     texts = [n.get_content(metadata_mode=MetadataMode.EMBED) for n in list(pack.index.docstore.docs.values())[:512]]
@@ -141,7 +141,7 @@ def run_financebench(store: Path) -> Dict[str, Any]:
 
 def run_load_and_query(store: Path) -> Dict[str, Any]:
     from shared_data import load_financebench_questions
-    from llama_index_hiqa.pack import HiQAPack
+    from llama_index_hiqa.pack.hiqa_pack import HiQAPack
 
     questions = [q.question for q in load_financebench_questions()][:40]
     start = time.perf_counter()
@@ -208,7 +208,7 @@ def synthetic_questions(n_nodes: int) -> List[str]:
 
 
 def run_synthetic(n_nodes: int, store: Path) -> Dict[str, Any]:
-    from llama_index_hiqa.pack import HiQAPack
+    from llama_index_hiqa.pack.hiqa_pack import HiQAPack
 
     start = time.perf_counter()
     pack = HiQAPack.empty(embed_model=fast_embedding(), store_format="folder", **SYNTHETIC_SETTINGS)
@@ -228,7 +228,7 @@ def run_synthetic(n_nodes: int, store: Path) -> Dict[str, Any]:
 
 def run_synthetic_embedded(n_nodes: int, store: Path) -> Dict[str, Any]:
     """The same collection into the embedded store (every batch committed as it is indexed)."""
-    from llama_index_hiqa.pack import HiQAPack
+    from llama_index_hiqa.pack.hiqa_pack import HiQAPack
 
     start = time.perf_counter()
     pack = HiQAPack.empty(embed_model=fast_embedding(), store=str(store), **SYNTHETIC_SETTINGS)  # the default: embedded
@@ -269,7 +269,7 @@ def replicated_batches(n_nodes: int, batch_documents: int = 50, first_document: 
     from llama_index.core.storage.docstore.utils import doc_to_json, json_to_doc
 
     from llama_index_hiqa import schema
-    from llama_index_hiqa.pack import HiQAPack
+    from llama_index_hiqa.pack.hiqa_pack import HiQAPack
 
     template = HiQAPack.empty(embed_model=fast_embedding(), **SYNTHETIC_SETTINGS)
     template.ingest(synthetic_documents(TEMPLATE_DOCUMENTS * SECTIONS_PER_DOC))
@@ -303,7 +303,7 @@ def replicated_batches(n_nodes: int, batch_documents: int = 50, first_document: 
 def run_embedded_replicated(n_nodes: int, store: Path) -> Dict[str, Any]:
     """The embedded store fed by :func:`replicated_batches` through the pack's own batch write
     (``EmbeddedBackend.write_batch``: one transaction a batch)."""
-    from llama_index_hiqa.pack import HiQAPack
+    from llama_index_hiqa.pack.hiqa_pack import HiQAPack
 
     pack = HiQAPack.empty(embed_model=fast_embedding(), store=str(store), store_format="embedded", **SYNTHETIC_SETTINGS)
     out: Dict[str, Any] = {"replicated": True}
@@ -389,8 +389,8 @@ def run_financebench_parity(folder_store: Path, target: Path) -> Dict[str, Any]:
     scores must be identical, so the product path's figures are the folder store's."""
     from shared_data import load_financebench_questions
 
-    from llama_index_hiqa.pack import HiQAPack
-    from llama_index_hiqa.pack_aliases import EmbeddedHiQAPack
+    from llama_index_hiqa.pack.hiqa_pack import HiQAPack
+    from llama_index_hiqa.pack.aliases import EmbeddedHiQAPack
 
     questions = [q.question for q in load_financebench_questions()]
     start = time.perf_counter()
@@ -423,7 +423,7 @@ def run_financebench_parity(folder_store: Path, target: Path) -> Dict[str, Any]:
 def run_open_and_query(n_nodes: int, store: Path) -> Dict[str, Any]:
     """A fresh process opening a synthetic store and answering: open time, resident memory
     added by opening and by answering, latency."""
-    from llama_index_hiqa.pack import HiQAPack
+    from llama_index_hiqa.pack.hiqa_pack import HiQAPack
 
     # What any store's first load imports or builds once a process (the settings check, the
     # PostgreSQL URL check, LlamaIndex's default splitter): measured apart, not the store's cost.
@@ -479,7 +479,7 @@ def run_financebench_default_build(store_format: str, store: Path) -> Dict[str, 
     """``HiQAPack.from_directory(pdfs, store=S)`` with the defaults (``store_format`` ``"default"``:
     what a user gets, the embedded store) or ``store_format="folder"``: build time, peak RSS, and
     the store's bytes a node against the nodes' own bytes and the float32 vector."""
-    from llama_index_hiqa.pack import HiQAPack
+    from llama_index_hiqa.pack.hiqa_pack import HiQAPack
 
     settings = {} if store_format == "default" else {"store_format": store_format}
     start = time.perf_counter()
@@ -514,8 +514,8 @@ def run_financebench_default_open(store: Path, rankings_file: Path) -> Dict[str,
     import llama_index_hiqa.storage.backends.embedded  # noqa: F401
     import llama_index_hiqa.storage.backends.folder  # noqa: F401
     from llama_index_hiqa import schema
-    from llama_index_hiqa.pack import HiQAPack
-    from llama_index_hiqa.pack_config import default_embed_model
+    from llama_index_hiqa.pack.hiqa_pack import HiQAPack
+    from llama_index_hiqa.pack.config import default_embed_model
 
     questions = [q.question for q in load_financebench_questions()]
     embed = default_embed_model(None)
@@ -576,8 +576,8 @@ def run_open_only(store: Path) -> Dict[str, Any]:
     resident memory the open adds, before any question."""
     import llama_index_hiqa.retrievers.multi_route  # noqa: F401  (imports any first load pays)
     import llama_index_hiqa.storage.backends.embedded  # noqa: F401
-    from llama_index_hiqa.pack import HiQAPack
-    from llama_index_hiqa.pack_config import default_embed_model
+    from llama_index_hiqa.pack.hiqa_pack import HiQAPack
+    from llama_index_hiqa.pack.config import default_embed_model
 
     embed = default_embed_model(None)
     embed.get_query_embedding("warm-up")

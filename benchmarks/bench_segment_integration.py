@@ -173,7 +173,7 @@ def _auto_retriever(nodes: Sequence[TextNode], max_new: int = 5000) -> str:
     """vector when at most ``max_new`` chunk vectors are missing from the shared cache."""
     from llama_index.core.schema import MetadataMode
 
-    from llama_index_hiqa.embedding_cache import content_hash
+    from llama_index_hiqa.models.embedding_cache import content_hash
 
     model = _common.embed_model()
     keys = [content_hash(model.model_id, "text", n.get_content(MetadataMode.EMBED)) for n in nodes]

@@ -68,7 +68,7 @@ def build(pdfs: List[Path], workers: int, batch_size: int) -> Dict[str, Any]:
     import numpy as np
 
     from llama_index_hiqa import CachedEmbedding, HiQAPack, schema
-    from llama_index_hiqa.defaults import packaged_embed_model
+    from llama_index_hiqa.models.defaults import packaged_embed_model
 
     folder = Path(tempfile.mkdtemp(prefix="bench_workers_docs_"))
     for pdf in pdfs:

@@ -18,7 +18,7 @@ _EXPORTS: Dict[str, str] = {
     "PDFLayoutReader": "llama_index_hiqa.readers.pdf",
     "document_title": "llama_index_hiqa.readers.titles",  # a title from cover, metadata, file name
     "CoverLine": "llama_index_hiqa.readers.titles",
-    "CachedEmbedding": "llama_index_hiqa.embedding_cache",
+    "CachedEmbedding": "llama_index_hiqa.models.embedding_cache",
     "HiQAError": "llama_index_hiqa.errors",
     "DocumentReadError": "llama_index_hiqa.errors",
     "EncryptedDocumentError": "llama_index_hiqa.errors",
@@ -78,10 +78,10 @@ _EXPORTS: Dict[str, str] = {
     "AblationRunner": "llama_index_hiqa.evaluation.runner",
     #
     # -- the pack
-    "HiQAPack": "llama_index_hiqa.pack",
-    "HiQAPackConfig": "llama_index_hiqa.pack_config",
+    "HiQAPack": "llama_index_hiqa.pack.hiqa_pack",
+    "HiQAPackConfig": "llama_index_hiqa.pack.config",
     # -- one typed settings tree: the parts of HiQAPackConfig and the helper that updates them
-    "PackKeywordSettings": "llama_index_hiqa.pack_config",
+    "PackKeywordSettings": "llama_index_hiqa.pack.config",
     "KeywordSettings": "llama_index_hiqa.transforms.keyword_settings",
     "MultiRouteSettings": "llama_index_hiqa.retrievers.settings",
     "ChunkGraphSettings": "llama_index_hiqa.retrievers.settings",
@@ -92,7 +92,7 @@ _EXPORTS: Dict[str, str] = {
     "PackStoreError": "llama_index_hiqa.errors",
     # -- drop-in: any LlamaIndex vector store, the demo data from an installed wheel
     "VectorStoreFeatureError": "llama_index_hiqa.errors",
-    "index_nodes": "llama_index_hiqa.vector_store_access",
+    "index_nodes": "llama_index_hiqa.storage.vector_store_access",
     "demo_data_dir": "llama_index_hiqa.demo",
     "EmptyCorpusError": "llama_index_hiqa.errors",
     "StoreConflictError": "llama_index_hiqa.errors",
@@ -107,46 +107,46 @@ _EXPORTS: Dict[str, str] = {
     "FolderBackend": "llama_index_hiqa.storage.backends.folder",
     "RouteFailedEvent": "llama_index_hiqa.events",
     "MultiRouteRetrievalEndEvent": "llama_index_hiqa.events",
-    "IngestionReport": "llama_index_hiqa.ingestion",
+    "IngestionReport": "llama_index_hiqa.pack.ingestion",
     "UndecodableTextError": "llama_index_hiqa.errors",
     "SkippedDocumentError": "llama_index_hiqa.errors",
     "IngestionWorkerError": "llama_index_hiqa.errors",
     #
     # -- LLMs over HTTP, streaming, figures
-    "llm_from_spec": "llama_index_hiqa.llm_spec",
+    "llm_from_spec": "llama_index_hiqa.models.llm_spec",
     "LLMConfigError": "llama_index_hiqa.errors",
-    "LLMCallPolicy": "llama_index_hiqa.llm_calls",
+    "LLMCallPolicy": "llama_index_hiqa.models.llm_calls",
     "LLMCallFailedEvent": "llama_index_hiqa.events",
     "OpenAICompatibleServer": "llama_index_hiqa.testing.openai_server",
     "save_figures": "llama_index_hiqa.figures",
     "figures_for": "llama_index_hiqa.figures",
     #
     # -- embedding backends: ONNX / int8 builds of the packaged MiniLM
-    "ONNXEmbedding": "llama_index_hiqa.embedding_backends",
+    "ONNXEmbedding": "llama_index_hiqa.models.embedding_backends",
     "UnknownEmbedBackendError": "llama_index_hiqa.errors",
     #
     # -- embedded store: SQLite docstore and postings, memory-mapped vectors
-    "EmbeddedHiQAPack": "llama_index_hiqa.pack_aliases",
+    "EmbeddedHiQAPack": "llama_index_hiqa.pack.aliases",
     "EmbeddedBackend": "llama_index_hiqa.storage.backends.embedded",
-    "EmbeddedMultiRouteRetriever": "llama_index_hiqa.storage.embedded_routes",
+    "EmbeddedMultiRouteRetriever": "llama_index_hiqa.storage.backends.embedded_routes",
     "EmbeddedStore": "llama_index_hiqa.storage.embedded",
     "MemmapVectorStore": "llama_index_hiqa.storage.memmap_vectors",
     "SQLiteKVStore": "llama_index_hiqa.storage.sqlite_kv",
     "SQLiteDocumentStore": "llama_index_hiqa.storage.sqlite_kv",
     #
     # -- the document focus's heading-path vectors, stored at ingestion by every store
-    "HeadingVectors": "llama_index_hiqa.storage.heading_vectors",
-    "SQLiteHeadingVectors": "llama_index_hiqa.storage.heading_vectors",
-    "PostgresHeadingVectors": "llama_index_hiqa.storage.heading_vectors",
+    "HeadingVectors": "llama_index_hiqa.storage.backends.heading_vectors",
+    "SQLiteHeadingVectors": "llama_index_hiqa.storage.backends.heading_vectors",
+    "PostgresHeadingVectors": "llama_index_hiqa.storage.backends.heading_vectors",
     #
     # -- PostgreSQL store (pip install llama-index-hiqa[postgres])
-    "PostgresHiQAPack": "llama_index_hiqa.pack_aliases",
+    "PostgresHiQAPack": "llama_index_hiqa.pack.aliases",
     "PostgresBackend": "llama_index_hiqa.storage.backends.postgres",
     "PostgresStore": "llama_index_hiqa.storage.postgres",
     "PostgresStoreSettings": "llama_index_hiqa.storage.postgres",
-    "PostgresMultiRouteRetriever": "llama_index_hiqa.storage.pg_routes",
-    "StoredChunkGraph": "llama_index_hiqa.storage.pg_graph",
-    "StoredGraphRetriever": "llama_index_hiqa.storage.pg_graph",
+    "PostgresMultiRouteRetriever": "llama_index_hiqa.storage.backends.pg_routes",
+    "StoredChunkGraph": "llama_index_hiqa.storage.backends.pg_graph",
+    "StoredGraphRetriever": "llama_index_hiqa.storage.backends.pg_graph",
 }
 
 __all__ = sorted(_EXPORTS)
@@ -161,7 +161,7 @@ if TYPE_CHECKING:
         document_title as document_title,
         CoverLine as CoverLine,
     )
-    from llama_index_hiqa.embedding_cache import CachedEmbedding as CachedEmbedding
+    from llama_index_hiqa.models.embedding_cache import CachedEmbedding as CachedEmbedding
     from llama_index_hiqa.errors import (
         HiQAError as HiQAError,
         DocumentReadError as DocumentReadError,
@@ -251,8 +251,8 @@ if TYPE_CHECKING:
         FaithfulnessScoreEvaluator as FaithfulnessScoreEvaluator,
     )
     from llama_index_hiqa.evaluation.runner import AblationRunner as AblationRunner
-    from llama_index_hiqa.pack import HiQAPack as HiQAPack
-    from llama_index_hiqa.pack_config import (
+    from llama_index_hiqa.pack.hiqa_pack import HiQAPack as HiQAPack
+    from llama_index_hiqa.pack.config import (
         HiQAPackConfig as HiQAPackConfig,
         PackKeywordSettings as PackKeywordSettings,
     )
@@ -267,7 +267,7 @@ if TYPE_CHECKING:
         updated as updated,
         SettingsModel as SettingsModel,
     )
-    from llama_index_hiqa.vector_store_access import index_nodes as index_nodes
+    from llama_index_hiqa.storage.vector_store_access import index_nodes as index_nodes
     from llama_index_hiqa.demo import demo_data_dir as demo_data_dir
     from llama_index_hiqa.questions import question_text as question_text
     from llama_index_hiqa.storage.vector_store import MatrixVectorStore as MatrixVectorStore
@@ -278,9 +278,9 @@ if TYPE_CHECKING:
         MultiRouteRetrievalEndEvent as MultiRouteRetrievalEndEvent,
         LLMCallFailedEvent as LLMCallFailedEvent,
     )
-    from llama_index_hiqa.ingestion import IngestionReport as IngestionReport
-    from llama_index_hiqa.llm_spec import llm_from_spec as llm_from_spec
-    from llama_index_hiqa.llm_calls import LLMCallPolicy as LLMCallPolicy
+    from llama_index_hiqa.pack.ingestion import IngestionReport as IngestionReport
+    from llama_index_hiqa.models.llm_spec import llm_from_spec as llm_from_spec
+    from llama_index_hiqa.models.llm_calls import LLMCallPolicy as LLMCallPolicy
     from llama_index_hiqa.testing.openai_server import (
         OpenAICompatibleServer as OpenAICompatibleServer,
     )
@@ -288,13 +288,13 @@ if TYPE_CHECKING:
         save_figures as save_figures,
         figures_for as figures_for,
     )
-    from llama_index_hiqa.embedding_backends import ONNXEmbedding as ONNXEmbedding
-    from llama_index_hiqa.pack_aliases import (
+    from llama_index_hiqa.models.embedding_backends import ONNXEmbedding as ONNXEmbedding
+    from llama_index_hiqa.pack.aliases import (
         EmbeddedHiQAPack as EmbeddedHiQAPack,
         PostgresHiQAPack as PostgresHiQAPack,
     )
     from llama_index_hiqa.storage.backends.embedded import EmbeddedBackend as EmbeddedBackend
-    from llama_index_hiqa.storage.embedded_routes import (
+    from llama_index_hiqa.storage.backends.embedded_routes import (
         EmbeddedMultiRouteRetriever as EmbeddedMultiRouteRetriever,
     )
     from llama_index_hiqa.storage.embedded import EmbeddedStore as EmbeddedStore
@@ -303,7 +303,7 @@ if TYPE_CHECKING:
         SQLiteKVStore as SQLiteKVStore,
         SQLiteDocumentStore as SQLiteDocumentStore,
     )
-    from llama_index_hiqa.storage.heading_vectors import (
+    from llama_index_hiqa.storage.backends.heading_vectors import (
         HeadingVectors as HeadingVectors,
         SQLiteHeadingVectors as SQLiteHeadingVectors,
         PostgresHeadingVectors as PostgresHeadingVectors,
@@ -313,10 +313,10 @@ if TYPE_CHECKING:
         PostgresStore as PostgresStore,
         PostgresStoreSettings as PostgresStoreSettings,
     )
-    from llama_index_hiqa.storage.pg_routes import (
+    from llama_index_hiqa.storage.backends.pg_routes import (
         PostgresMultiRouteRetriever as PostgresMultiRouteRetriever,
     )
-    from llama_index_hiqa.storage.pg_graph import (
+    from llama_index_hiqa.storage.backends.pg_graph import (
         StoredChunkGraph as StoredChunkGraph,
         StoredGraphRetriever as StoredGraphRetriever,
     )

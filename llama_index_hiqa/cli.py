@@ -3,7 +3,7 @@
 ``hiqa demo`` runs the pack on the bundled demo datasheets. ``hiqa eval`` runs the HiQA
 ablation (every variant the installed pack can build, every ranking metric) on a folder of
 documents and a questions JSONL. ``hiqa ingest DIR --store PATH`` builds a
-[`HiQAPack`][llama_index_hiqa.pack.HiQAPack] over a folder and persists it; ``hiqa ask "question"
+[`HiQAPack`][llama_index_hiqa.pack.hiqa_pack.HiQAPack] over a folder and persists it; ``hiqa ask "question"
 --store PATH`` loads it in a new process and answers with citations (``--json`` for scripts).
 On an existing store ``hiqa ingest`` needs ``--add`` (new and changed files replace
 their old versions, unchanged ones are skipped), ``--sync`` (as ``--add``, and the documents
@@ -86,23 +86,23 @@ class CLIError(Exception):
 
 def llm_from_spec(spec: Optional[str], **settings: Any) -> Any:
     """``openai:MODEL`` / ``openai-compatible:MODEL`` -> a LlamaIndex LLM; ``None``/"none" -> None
-    (see [`llama_index_hiqa.llm_spec.llm_from_spec`][llama_index_hiqa.llm_spec.llm_from_spec] for ``base_url``, ``context_window``).
+    (see [`llama_index_hiqa.models.llm_spec.llm_from_spec`][llama_index_hiqa.models.llm_spec.llm_from_spec] for ``base_url``, ``context_window``).
 
     Args:
         spec: the ``--llm`` value.
-        **settings: passed on to [`llama_index_hiqa.llm_spec.llm_from_spec`][llama_index_hiqa.llm_spec.llm_from_spec].
+        **settings: passed on to [`llama_index_hiqa.models.llm_spec.llm_from_spec`][llama_index_hiqa.models.llm_spec.llm_from_spec].
 
     Returns:
         The LLM, or ``None``.
     """
-    from llama_index_hiqa.llm_spec import llm_from_spec as build
+    from llama_index_hiqa.models.llm_spec import llm_from_spec as build
 
     return build(spec, **settings)
 
 
 def _llm(args: argparse.Namespace) -> Any:
     """The LLM the command line names, checked against its server once before any work."""
-    from llama_index_hiqa.llm_spec import check_llm
+    from llama_index_hiqa.models.llm_spec import check_llm
 
     settings = {k: v for k, v in (("base_url", args.llm_base_url), ("context_window", args.llm_context_window),
                                   ("timeout_seconds", args.llm_timeout)) if v is not None}
@@ -169,7 +169,7 @@ def _cmd_ingest(args: argparse.Namespace) -> int:
 
 
 def _ingest_folder(args: argparse.Namespace, folder: Path) -> int:
-    from llama_index_hiqa.ingestion import parse_shard
+    from llama_index_hiqa.pack.ingestion import parse_shard
 
     args.shard_range = parse_shard(args.shard) if args.shard else None  # a bad I/N fails before any work
     llm = _llm(args)
@@ -191,7 +191,7 @@ def _ingest_folder(args: argparse.Namespace, folder: Path) -> int:
 def _ingest(args: argparse.Namespace, llm: Any, folder: Path, store: Any, settings: Dict[str, Any]) -> int:
     import time
 
-    from llama_index_hiqa.pack import HiQAPack
+    from llama_index_hiqa.pack.hiqa_pack import HiQAPack
     from llama_index_hiqa.settings import updated
     from llama_index_hiqa.storage.backends import check_replaceable, store_exists
     from llama_index_hiqa.storage.pg_connection import mask_url
@@ -233,7 +233,7 @@ def _ingest(args: argparse.Namespace, llm: Any, folder: Path, store: Any, settin
     reader_log = logging.getLogger("llama_index_hiqa.readers")
     level = reader_log.level
     reader_log.setLevel(logging.ERROR)
-    from llama_index_hiqa.ingestion import IngestionReport
+    from llama_index_hiqa.pack.ingestion import IngestionReport
 
     running = IngestionReport()
     try:
@@ -249,7 +249,7 @@ def _ingest(args: argparse.Namespace, llm: Any, folder: Path, store: Any, settin
         print(f"skipped {failure}", file=sys.stderr)
     removed: List[str] = []
     if args.sync and exists:
-        from llama_index_hiqa.store_sync import prune_missing
+        from llama_index_hiqa.pack.store_sync import prune_missing
 
         removed = prune_missing(pack, folder, recursive=args.recursive)
         for document_id in removed:
@@ -266,7 +266,7 @@ def _ingest(args: argparse.Namespace, llm: Any, folder: Path, store: Any, settin
 
 
 def _cmd_delete(args: argparse.Namespace) -> int:
-    from llama_index_hiqa.pack import HiQAPack
+    from llama_index_hiqa.pack.hiqa_pack import HiQAPack
     from llama_index_hiqa.storage.pg_connection import mask_url
 
     store = _existing_store(args.store)
@@ -287,7 +287,7 @@ def _cmd_delete(args: argparse.Namespace) -> int:
 
 
 def _cmd_migrate(args: argparse.Namespace) -> int:
-    from llama_index_hiqa.pack import HiQAPack
+    from llama_index_hiqa.pack.hiqa_pack import HiQAPack
     from llama_index_hiqa.storage.pg_connection import mask_url
 
     source = _existing_store(args.old)
@@ -311,7 +311,7 @@ def _existing_store(path: str) -> str:
 
 def _cmd_ask(args: argparse.Namespace) -> int:
     from llama_index_hiqa.figures import format_figure
-    from llama_index_hiqa.pack import HiQAPack, citation, format_citation
+    from llama_index_hiqa.pack.hiqa_pack import HiQAPack, citation, format_citation
 
     from llama_index_hiqa.questions import question_text
 
@@ -405,7 +405,7 @@ class _CommandParser(argparse.ArgumentParser):
 
 
 def _embed_backends() -> Sequence[str]:
-    from llama_index_hiqa.embedding_backends import EMBED_BACKENDS
+    from llama_index_hiqa.models.embedding_backends import EMBED_BACKENDS
 
     return EMBED_BACKENDS
 
@@ -548,7 +548,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         The exit status: the subcommand's (0 by default), 2 after a user error.
     """
     from llama_index_hiqa.errors import HiQAError
-    from llama_index_hiqa.llm_spec import describe_llm_error, is_llm_client_error
+    from llama_index_hiqa.models.llm_spec import describe_llm_error, is_llm_client_error
 
     args = build_parser().parse_args(argv)
     try:

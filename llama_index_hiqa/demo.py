@@ -159,7 +159,7 @@ def build_retriever(
 
     paths = sorted({n.metadata[schema.FILE_PATH] for n in nodes if n.metadata.get(schema.FILE_PATH)})
     if paths:
-        from llama_index_hiqa.pack import HiQAPack
+        from llama_index_hiqa.pack.hiqa_pack import HiQAPack
         from llama_index_hiqa.readers.pdf import PDFLayoutReader
 
         documents = PDFLayoutReader().load_data(paths)
@@ -222,7 +222,7 @@ def demo_report(
         A [`DemoReport`][llama_index_hiqa.demo.DemoReport]: the answers, counts of documents and nodes, seconds taken
             and the gold datasheet's figure when retrieved.
     """
-    from llama_index_hiqa.defaults import resolve_embed_model
+    from llama_index_hiqa.models.defaults import resolve_embed_model
 
     started = time.perf_counter()
     documents = load_demo_documents(data_dir)

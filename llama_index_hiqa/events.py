@@ -38,7 +38,7 @@ class MultiRouteRetrievalEndEvent(BaseEvent):
 
 
 class LLMCallFailedEvent(BaseEvent):
-    """One attempt of an LLM call made under [`LLMCallPolicy`][llama_index_hiqa.llm_calls.LLMCallPolicy]
+    """One attempt of an LLM call made under [`LLMCallPolicy`][llama_index_hiqa.models.llm_calls.LLMCallPolicy]
     failed: it is retried (``retry_in_seconds`` set) or, on the last attempt, the component
     takes its documented fallback or raises its typed error."""
 

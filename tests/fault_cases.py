@@ -381,7 +381,7 @@ def _setting_case(name: str, build: Callable[[], object], named: str) -> None:
 def _bad_settings() -> None:
     from llama_index.core.schema import Document
 
-    from llama_index_hiqa.pack import HiQAPack, HiQAPackConfig
+    from llama_index_hiqa.pack.hiqa_pack import HiQAPack, HiQAPackConfig
 
     for key, value in [
         ("max_segment_chars", -10), ("max_segment_chars", 0), ("max_segment_tokens", 0), ("max_segment_tokens", -1),
@@ -401,7 +401,7 @@ _bad_settings()
 
 @case("bad setting", "load(similarity_top_k=0) blames the argument")
 def _load_setting(tmp: Path, store: Path) -> bool:
-    from llama_index_hiqa.pack import HiQAPack
+    from llama_index_hiqa.pack.hiqa_pack import HiQAPack
 
     try:
         with cheap_models():
@@ -437,7 +437,7 @@ def _refused(name: str, build: Callable[[Path, Path], object], path: str, said: 
 
 def _from_directory(**settings: object) -> Callable[[Path, Path], object]:
     def build(tmp: Path, store: Path) -> object:
-        from llama_index_hiqa.pack import HiQAPack
+        from llama_index_hiqa.pack.hiqa_pack import HiQAPack
 
         return HiQAPack.from_directory(DEMO_DATA_DIR, store=tmp / "new", **settings).retrieve(QUESTION)
     return build
@@ -445,14 +445,14 @@ def _from_directory(**settings: object) -> Callable[[Path, Path], object]:
 
 def _load(**settings: object) -> Callable[[Path, Path], object]:
     def build(tmp: Path, store: Path) -> object:
-        from llama_index_hiqa.pack import HiQAPack
+        from llama_index_hiqa.pack.hiqa_pack import HiQAPack
 
         return HiQAPack.load(store, **settings).retrieve(QUESTION)
     return build
 
 
 def _demo_nodes() -> list:
-    from llama_index_hiqa.pack import HiQAPack
+    from llama_index_hiqa.pack.hiqa_pack import HiQAPack
 
     return HiQAPack.from_documents([_document()], embed_model=HashEmbedding(), keywords={"use_ner": False}).nodes
 
@@ -464,7 +464,7 @@ def _document() -> object:
 
 
 def _setting_cases() -> None:
-    from llama_index_hiqa.pack import HiQAPack
+    from llama_index_hiqa.pack.hiqa_pack import HiQAPack
     from llama_index_hiqa.retrievers.chunk_interaction_graph import ChunkInteractionGraph
     from llama_index_hiqa.retrievers.multi_route import MultiRouteRetriever
 
@@ -559,7 +559,7 @@ def _log_records() -> Iterator[list]:
 
 
 def _loaded(store: Path) -> object:
-    from llama_index_hiqa.pack import HiQAPack
+    from llama_index_hiqa.pack.hiqa_pack import HiQAPack
 
     return HiQAPack.load(store, embed_model=HashEmbedding())
 
@@ -691,7 +691,7 @@ def _all_routes(tmp: Path, store: Path) -> bool:
 
 @case("damaged cache", "garbage embedding cache file")
 def _cache_garbage(tmp: Path, store: Path) -> bool:
-    from llama_index_hiqa.embedding_cache import CachedEmbedding
+    from llama_index_hiqa.models.embedding_cache import CachedEmbedding
 
     path = tmp / "embeddings.sqlite"
     path.write_bytes(os.urandom(8192))

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from llama_index_hiqa.embedding_cache import CachedEmbedding
+from llama_index_hiqa.models.embedding_cache import CachedEmbedding
 from tests.pack_helpers import HashEmbedding
 
 
@@ -63,7 +63,7 @@ def test_a_damaged_cache_is_moved_aside_and_rebuilt(tmp_path, damage, caplog):
     path.write_bytes(
         {"garbage": os.urandom(4096), "truncated": data[: len(data) // 3], "empty-header": b"\0" * 100 + data[100:]}[damage]
     )
-    with caplog.at_level(logging.WARNING, logger="llama_index_hiqa.embedding_cache"):
+    with caplog.at_level(logging.WARNING, logger="llama_index_hiqa.models.embedding_cache"):
         cache = _cache(path)
         vectors = cache.get_text_embedding_batch(["alpha", "charlie"])
     assert vectors == HashEmbedding().get_text_embedding_batch(["alpha", "charlie"])
@@ -77,7 +77,7 @@ def test_a_read_only_cache_is_read_and_not_written(tmp_path, caplog):
     folder.mkdir()
     path = folder / "embeddings.sqlite"
     _filled(path)
-    with read_only_folder(folder), caplog.at_level(logging.WARNING, logger="llama_index_hiqa.embedding_cache"):
+    with read_only_folder(folder), caplog.at_level(logging.WARNING, logger="llama_index_hiqa.models.embedding_cache"):
         cache = _cache(path)
         calls_before = cache.inner.calls
         vectors = cache.get_text_embedding_batch(["alpha", "delta"])
@@ -92,7 +92,7 @@ def test_a_read_only_cache_is_read_and_not_written(tmp_path, caplog):
 def test_a_cache_that_cannot_be_created_is_bypassed(tmp_path, caplog):
     blocker = tmp_path / "file"
     blocker.write_text("a file where the cache folder should be")
-    with caplog.at_level(logging.WARNING, logger="llama_index_hiqa.embedding_cache"):
+    with caplog.at_level(logging.WARNING, logger="llama_index_hiqa.models.embedding_cache"):
         cache = _cache(blocker / "embeddings.sqlite")
         assert cache.get_text_embedding("alpha") == HashEmbedding().get_text_embedding("alpha")
     assert "cannot be used" in caplog.text and cache.cached_count() == 0
@@ -101,7 +101,7 @@ def test_a_cache_that_cannot_be_created_is_bypassed(tmp_path, caplog):
 def test_a_cache_failing_in_use_is_bypassed(tmp_path, caplog):
     cache = _cache(tmp_path / "embeddings.sqlite")
     cache._conn.close()  # any sqlite error from now on
-    with caplog.at_level(logging.WARNING, logger="llama_index_hiqa.embedding_cache"):
+    with caplog.at_level(logging.WARNING, logger="llama_index_hiqa.models.embedding_cache"):
         assert cache.get_text_embedding("alpha") == HashEmbedding().get_text_embedding("alpha")
         assert cache.get_text_embedding("bravo") == HashEmbedding().get_text_embedding("bravo")
     assert caplog.text.count("bypassed") == 1

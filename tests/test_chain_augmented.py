@@ -106,7 +106,7 @@ def test_pack_config_sends_each_flat_chunk_graph_key_to_its_receiver():
 
 def test_pack_sends_graph_search_and_budget_settings_where_they_act():
     from llama_index_hiqa.demo import load_demo_documents
-    from llama_index_hiqa.pack import HiQAPack
+    from llama_index_hiqa.pack.hiqa_pack import HiQAPack
     from tests.pack_helpers import HashEmbedding
 
     pack = HiQAPack.from_documents(
@@ -123,7 +123,7 @@ def test_pack_sends_graph_search_and_budget_settings_where_they_act():
 
 
 def test_node_text_ner_is_on_with_the_chunk_graph_unless_the_user_sets_it():
-    from llama_index_hiqa.pack_config import keyword_extractor
+    from llama_index_hiqa.pack.config import keyword_extractor
 
     assert keyword_extractor(HiQAPackConfig()).ner_max_nodes == 0
     assert keyword_extractor(HiQAPackConfig(use_chunk_graph=True)).ner_max_nodes is None
@@ -148,7 +148,7 @@ def _bridge_corpus():
 
 
 def test_a_two_hop_question_gets_both_pages_in_the_first_k_through_the_title_mention_on_the_product_path():
-    from llama_index_hiqa.pack import HiQAPack
+    from llama_index_hiqa.pack.hiqa_pack import HiQAPack
     from tests.pack_helpers import HashEmbedding
 
     question = "Who was the founder of the maker of the Zorblax?"

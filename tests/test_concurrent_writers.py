@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from llama_index_hiqa import pack as pack_module
+from llama_index_hiqa.pack import hiqa_pack as pack_module
 from llama_index_hiqa.settings import updated
 from llama_index_hiqa.errors import StoreConflictError
-from llama_index_hiqa.pack import HiQAPack
+from llama_index_hiqa.pack.hiqa_pack import HiQAPack
 from llama_index_hiqa.storage.snapshots import current_snapshot
 from tests.pack_helpers import HashEmbedding
 

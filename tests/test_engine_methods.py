@@ -20,7 +20,7 @@ from llama_index.core.base.llms.types import ChatMessage, MessageRole
 from llama_index.core.base.response.schema import AsyncStreamingResponse, StreamingResponse
 
 from llama_index_hiqa import HiQAPack, schema
-from llama_index_hiqa.answers import NO_LLM_NOTICE
+from llama_index_hiqa.pack.answers import NO_LLM_NOTICE
 from llama_index_hiqa.demo import load_demo_documents
 from llama_index_hiqa.testing import ScriptedLLM
 from llama_index_hiqa.testing.openai_server import OpenAICompatibleServer

@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 
 from llama_index_hiqa.demo import load_demo_documents
-from llama_index_hiqa.pack import HiQAPack
+from llama_index_hiqa.pack.hiqa_pack import HiQAPack
 from llama_index_hiqa.retrievers.document_focus import DocumentFocusRetriever, embed_headings
-from llama_index_hiqa.storage.heading_vectors import FILENAME, HeadingVectors, batch_headings
+from llama_index_hiqa.storage.backends.heading_vectors import FILENAME, HeadingVectors, batch_headings
 from tests.pack_helpers import HashEmbedding
 
 FAST = {"keywords": {"use_ner": False}}

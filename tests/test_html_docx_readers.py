@@ -13,11 +13,11 @@ import pytest
 from llama_index.core.schema import MetadataMode
 
 from llama_index_hiqa import schema
-from llama_index_hiqa.answers import citation, format_citation
+from llama_index_hiqa.pack.answers import citation, format_citation
 from llama_index_hiqa.errors import MissingExtraError
 from llama_index_hiqa.figures import figure_bytes, save_figures
-from llama_index_hiqa.openai_test_server import OpenAICompatibleServer
-from llama_index_hiqa.pack import HiQAPack
+from llama_index_hiqa.testing.openai_server import OpenAICompatibleServer
+from llama_index_hiqa.pack.hiqa_pack import HiQAPack
 from llama_index_hiqa.parsers.layout_markdown import LayoutMarkdownParser
 from llama_index_hiqa.readers.pdf import PDFLayoutReader
 from llama_index_hiqa.transforms.cascading_metadata import CascadingMetadataTransform
@@ -251,7 +251,7 @@ def test_pack_describes_pdf_figures_with_its_llm(tmp_path):
 
 
 def test_describe_figures_without_an_llm_says_so(corpus, caplog):
-    with caplog.at_level("WARNING", logger="llama_index_hiqa.pack"):
+    with caplog.at_level("WARNING", logger="llama_index_hiqa.pack.hiqa_pack"):
         pack = HiQAPack.from_directory(corpus, embed_model=HashEmbedding(), keywords={"use_ner": False},
                                        describe_figures=True)
     assert "describe_figures is set but the pack has no LLM" in caplog.text

@@ -136,9 +136,9 @@ def test_no_store_module_imports_the_pack():
     """Stores are what the pack holds: no module of ``storage`` (leaf stores or backends)
     imports ``pack`` or anything that imports it."""
     graph = import_graph()
-    above = {f"{PACKAGE}.pack"}
+    above = {m for m in graph if m.startswith(f"{PACKAGE}.pack.") and m != f"{PACKAGE}.pack.config"}
     changed = True
-    while changed:  # every module that reaches pack.py
+    while changed:  # every module that reaches the pack
         reaching = {m for m, targets in graph.items() if targets & above} - above
         changed = bool(reaching)
         above |= reaching
@@ -150,31 +150,28 @@ def test_no_store_module_imports_the_pack():
 # The layers of docs/architecture.md, lowest first: a module may import its own layer and the
 # ones before it. Each entry is a module or a package prefix; the longest match decides.
 LAYERS: List[Tuple[str, Tuple[str, ...]]] = [
-    ("foundation", ("schema", "errors", "events", "local_cache", "headings", "settings", "figures", "text_repair",
+    # The package root holds the foundation (the vocabulary every layer imports) and, at the
+    # other end, the two front ends; every other layer is a folder.
+    ("foundation", ("schema", "errors", "events", "headings", "settings", "figures", "text_repair",
                     "progress", "component_dict", "questions")),
-    ("models", ("minilm_onnx", "embedding_backends", "defaults", "embedding_cache", "llm_calls", "llm_spec")),
+    ("models", ("models",)),
     ("indexes", ("indexes",)),
     ("readers", ("readers",)),
     ("parsers", ("parsers",)),
     ("transforms", ("transforms",)),
-    ("stores", (
-        "storage", "vector_store_access",
-    )),
+    ("stores", ("storage",)),
     ("retrievers", ("retrievers",)),
     ("postprocessors", ("postprocessors",)),
     ("evaluation", ("evaluation",)),
-    ("configuration", ("pack_config",)),
-    ("store backends", (
-        "storage.backends", "storage.pg_routes", "storage.embedded_routes", "storage.embedded_bm25", "storage.pg_graph",
-        "storage.heading_vectors",
-    )),
-    ("pack", (
-        "pack", "pack_ingest", "answers", "pack_arguments", "pack_aliases", "ingestion",
-        "ingestion_workers", "store_sync",
-    )),
+    # The pack's settings: the store backends build and store them, so they sit below the
+    # backends although they live with the pack (``pack/__init__`` imports nothing).
+    ("configuration", ("pack.config",)),
+    ("store backends", ("storage.backends",)),
+    ("pack", ("pack",)),
     ("front ends", ("cli", "demo")),
 ]
-TOOLS = ("testing", "openai_test_server")  # test tools: may import only the foundation
+TOOLS = ("testing",)  # test tools: may import only the foundation
+
 
 # Imports that go against the layer order today (a ratchet: the list may only shrink).
 KNOWN_UPWARD: Set[Tuple[str, str]] = set()

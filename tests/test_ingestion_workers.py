@@ -16,7 +16,7 @@ from llama_index.core.bridge.pydantic import PrivateAttr
 
 from llama_index_hiqa import HiQAPack, IngestionWorkerError, InvalidSettingError, schema
 from llama_index_hiqa.demo import DEMO_DATA_DIR
-from llama_index_hiqa.ingestion_workers import picklable
+from llama_index_hiqa.pack.workers import picklable
 from tests.pack_helpers import HashEmbedding
 
 
@@ -74,7 +74,7 @@ class LockedEmbedding(HashEmbedding):
 def test_an_embedding_model_that_cannot_be_pickled_embeds_in_the_main_process(one_process_pack, caplog):
     locked = LockedEmbedding()
     assert picklable(locked) is None
-    with caplog.at_level(logging.WARNING, logger="llama_index_hiqa.ingestion_workers"):
+    with caplog.at_level(logging.WARNING, logger="llama_index_hiqa.pack.workers"):
         pack = _build(DEMO_DATA_DIR, workers=2, embed_model=locked)
     assert "cannot be sent to worker processes" in caplog.text
     assert _snapshot(pack) == _snapshot(one_process_pack)
@@ -109,7 +109,7 @@ def test_worker_count_is_validated_when_the_pack_is_built():
 from hypothesis import given, settings, strategies as st  # noqa: E402
 
 from llama_index_hiqa import cli  # noqa: E402
-from llama_index_hiqa.ingestion import in_shard, parse_shard  # noqa: E402
+from llama_index_hiqa.pack.ingestion import in_shard, parse_shard  # noqa: E402
 
 paths = st.lists(st.text(alphabet="abcdefghij/._-0123456789", min_size=1, max_size=30), unique=True, max_size=40)
 

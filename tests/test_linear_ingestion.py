@@ -11,9 +11,9 @@ import pytest
 from llama_index.core.schema import Document
 from llama_index.core.storage.docstore.types import RefDocInfo
 
-from llama_index_hiqa import pack as pack_module
-from llama_index_hiqa.ingestion import IngestionReport
-from llama_index_hiqa.pack import HiQAPack
+from llama_index_hiqa.pack import hiqa_pack as pack_module
+from llama_index_hiqa.pack.ingestion import IngestionReport
+from llama_index_hiqa.pack.hiqa_pack import HiQAPack
 from tests.pack_helpers import HashEmbedding
 
 

@@ -1,6 +1,6 @@
 import asyncio
 
-from llama_index_hiqa.llm_calls import call_with_retries, with_timeout
+from llama_index_hiqa.models.llm_calls import call_with_retries, with_timeout
 
 
 async def test_retries_until_an_attempt_succeeds():
@@ -46,7 +46,7 @@ def test_retry_after_is_read_in_seconds_milliseconds_and_http_dates():
     from email.utils import formatdate
     import time
 
-    from llama_index_hiqa.llm_calls import retry_after_seconds
+    from llama_index_hiqa.models.llm_calls import retry_after_seconds
 
     assert retry_after_seconds(_HTTPError({"retry-after": "2"})) == 2.0
     assert retry_after_seconds(_HTTPError({"retry-after-ms": "250", "retry-after": "9"})) == 0.25
@@ -57,7 +57,7 @@ def test_retry_after_is_read_in_seconds_milliseconds_and_http_dates():
 
 
 def test_retry_delay_waits_as_long_as_the_server_asks_within_a_cap():
-    from llama_index_hiqa.llm_calls import MAX_RETRY_AFTER_SECONDS, retry_delay
+    from llama_index_hiqa.models.llm_calls import MAX_RETRY_AFTER_SECONDS, retry_delay
 
     assert retry_delay(ValueError("x"), 2, 0.5) == 2.0  # backoff · 2^attempt
     assert retry_delay(_HTTPError({"retry-after": "3"}), 0, 0.5) == 3.0  # the server's wait wins
@@ -95,7 +95,7 @@ import pytest  # noqa: E402
 
 from llama_index_hiqa.errors import LLMOutputError, RerankerError  # noqa: E402
 from llama_index_hiqa.events import LLMCallFailedEvent  # noqa: E402
-from llama_index_hiqa.llm_calls import LLMCallPolicy, acall_llm, call_llm  # noqa: E402
+from llama_index_hiqa.models.llm_calls import LLMCallPolicy, acall_llm, call_llm  # noqa: E402
 from llama_index_hiqa.testing import OpenAICompatibleServer, ScriptedLLM  # noqa: E402
 
 
@@ -164,7 +164,7 @@ def test_malformed_output_falls_back_with_one_warning_and_loses_nothing(mode, ca
     llm = ScriptedLLM(["not a list " * 40] * 3)
     kept = ["rule keyword"]  # what the component had before asking: the fallback returns it whole
     policy = LLMCallPolicy(max_retries=2, retry_backoff_seconds=0)
-    with caplog.at_level(logging.WARNING, logger="llama_index_hiqa.llm_calls"), llm_call_events() as events:
+    with caplog.at_level(logging.WARNING, logger="llama_index_hiqa.models.llm_calls"), llm_call_events() as events:
         if mode == "sync":
             got = call_llm(
                 lambda: kept + _keywords(llm.complete("q").text), what="keyword prompt",

@@ -14,11 +14,11 @@ import pytest
 from llama_index.core.schema import Document, TextNode
 
 from llama_index_hiqa import cli, schema
-from llama_index_hiqa import pack as pack_module
+from llama_index_hiqa.pack import hiqa_pack as pack_module
 from llama_index_hiqa.demo import DEMO_DATA_DIR, load_demo_documents
 from llama_index_hiqa.errors import LLMConfigError
-from llama_index_hiqa.llm_spec import check_llm, llm_from_spec
-from llama_index_hiqa.openai_test_server import FAULT_KINDS, Fault, OpenAICompatibleServer
+from llama_index_hiqa.models.llm_spec import check_llm, llm_from_spec
+from llama_index_hiqa.testing.openai_server import FAULT_KINDS, Fault, OpenAICompatibleServer
 from llama_index_hiqa.parsers.markdown_formatter import MarkdownFormatterParser, window_from_prompt
 from tests.pack_helpers import HashEmbedding
 

@@ -349,7 +349,7 @@ def test_keywords_are_extracted_for_nodes_that_lack_them():
 
 @pytest.mark.slow
 def test_identifier_case_with_the_real_embedding_model():
-    from llama_index_hiqa.defaults import resolve_embed_model
+    from llama_index_hiqa.models.defaults import resolve_embed_model
 
     texts = {
         "OPT3001": "OPT3001 ambient light sensor. The supply current is 1.8 uA typical at 3.3 V.",

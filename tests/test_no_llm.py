@@ -12,7 +12,7 @@ from llama_index.llms.openai import OpenAI
 from llama_index.llms.openai_like import OpenAILike
 
 from llama_index_hiqa import HiQAPack, MarkdownFormatterParser, defaults, demo_data_dir
-from llama_index_hiqa.answers import NO_LLM_NOTICE
+from llama_index_hiqa.pack.answers import NO_LLM_NOTICE
 from llama_index_hiqa.testing import ScriptedLLM
 from tests.pack_helpers import HashEmbedding
 
@@ -27,7 +27,7 @@ def _fresh_notice(monkeypatch):
 def test_settings_llm_none_is_no_llm(caplog):
     Settings.llm = None  # LlamaIndex installs a MockLLM here
     assert type(Settings._llm) is MockLLM
-    with caplog.at_level(logging.WARNING, logger="llama_index_hiqa.defaults"):
+    with caplog.at_level(logging.WARNING, logger="llama_index_hiqa.models.defaults"):
         assert defaults.resolve_llm() is None
         assert defaults.resolve_llm() is None
         assert MarkdownFormatterParser()._llm is None

@@ -14,7 +14,7 @@ from llama_index.core.schema import Document
 from llama_index_hiqa import schema
 from llama_index_hiqa.demo import DEMO_DATA_DIR, load_demo_documents
 from llama_index_hiqa.errors import EmptyCorpusError, PackStoreError, UnknownNodeError
-from llama_index_hiqa.pack import NO_LLM_NOTICE, HiQAPack, HiQAPackConfig, format_citation
+from llama_index_hiqa.pack.hiqa_pack import NO_LLM_NOTICE, HiQAPack, HiQAPackConfig, format_citation
 from llama_index_hiqa.testing import ScriptedLLM
 from tests.pack_helpers import HashEmbedding
 
@@ -126,7 +126,7 @@ def test_persist_then_load_in_a_new_process_answers_the_same(pack, tmp_path):
     code = (
         "import json, sys\n"
         "from tests.pack_helpers import HashEmbedding\n"
-        "from llama_index_hiqa.pack import HiQAPack\n"
+        "from llama_index_hiqa.pack.hiqa_pack import HiQAPack\n"
         f"pack = HiQAPack.load({str(store)!r}, embed_model=HashEmbedding())\n"
         f"r = pack.run({QUESTION!r})\n"
         "print(json.dumps({'ids': [n.node.node_id for n in r.source_nodes], 'text': str(r)}))\n"
@@ -229,7 +229,7 @@ def test_documented_presets_are_accepted():
 
 
 def test_the_pack_runs_ner_over_titles_and_questions_not_node_text_whatever_the_batch():
-    from llama_index_hiqa.pack_config import keyword_extractor as _keyword_extractor
+    from llama_index_hiqa.pack.config import keyword_extractor as _keyword_extractor
 
     assert _keyword_extractor(HiQAPackConfig())._ner_on_text(1) is False
     assert _keyword_extractor(HiQAPackConfig(keywords={"ner_max_nodes": None}))._ner_on_text(10**6) is True

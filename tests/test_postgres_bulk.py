@@ -19,7 +19,7 @@ from llama_index.core.schema import MetadataMode  # noqa: E402
 
 from llama_index_hiqa import schema  # noqa: E402
 from llama_index_hiqa.errors import PackStoreError  # noqa: E402
-from llama_index_hiqa.pack import HiQAPack  # noqa: E402
+from llama_index_hiqa.pack.hiqa_pack import HiQAPack  # noqa: E402
 from llama_index_hiqa.storage import pg_bulk  # noqa: E402
 from llama_index_hiqa.storage.pg_bulk import BULK_LOCK, VECTOR_INDEX  # noqa: E402
 from llama_index_hiqa.storage.pg_schema import BM25Tokenizer  # noqa: E402
@@ -313,7 +313,7 @@ def test_a_question_costs_a_fixed_number_of_statements(built, monkeypatch):
     node fails here)."""
     from sqlalchemy import event
 
-    from llama_index_hiqa.storage import pg_routes
+    from llama_index_hiqa.storage.backends import pg_routes
 
     monkeypatch.setattr(pg_routes, "SHAPE_TTL_S", 1e9)  # the shape and titles, re-read every few seconds: once
     pack = HiQAPack.load(built, embed_model=HashEmbedding())

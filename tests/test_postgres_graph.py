@@ -12,10 +12,10 @@ pytest.importorskip("llama_index.vector_stores.postgres")
 
 from llama_index_hiqa import schema  # noqa: E402
 from llama_index_hiqa.demo import load_demo_documents  # noqa: E402
-from llama_index_hiqa.pack import HiQAPack  # noqa: E402
+from llama_index_hiqa.pack.hiqa_pack import HiQAPack  # noqa: E402
 from llama_index_hiqa.retrievers.chain_augmented import ChainAugmentedRetriever  # noqa: E402
-from llama_index_hiqa.storage import pg_graph  # noqa: E402
-from llama_index_hiqa.pack_aliases import PostgresHiQAPack  # noqa: E402
+from llama_index_hiqa.storage.backends import pg_graph  # noqa: E402
+from llama_index_hiqa.pack.aliases import PostgresHiQAPack  # noqa: E402
 from tests.pack_helpers import HashEmbedding  # noqa: E402
 from tests.test_postgres_store import FAST, QUESTIONS, _assert_same_ranking, _keys  # noqa: E402
 

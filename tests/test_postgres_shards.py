@@ -22,7 +22,7 @@ pytest.importorskip("llama_index.vector_stores.postgres")
 
 from llama_index_hiqa import schema  # noqa: E402
 from llama_index_hiqa.demo import DEMO_DATA_DIR  # noqa: E402
-from llama_index_hiqa.pack import HiQAPack  # noqa: E402
+from llama_index_hiqa.pack.hiqa_pack import HiQAPack  # noqa: E402
 from tests.pack_helpers import HashEmbedding  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -38,7 +38,7 @@ QUESTIONS = [
 WRITER = """
 import sys
 from llama_index_hiqa.demo import DEMO_DATA_DIR
-from llama_index_hiqa.pack import HiQAPack
+from llama_index_hiqa.pack.hiqa_pack import HiQAPack
 from tests.pack_helpers import HashEmbedding
 
 url, shard, graph = sys.argv[1], sys.argv[2], sys.argv[3] == "graph"

@@ -26,11 +26,11 @@ from llama_index.core.schema import Document  # noqa: E402
 
 from llama_index_hiqa import cli, schema  # noqa: E402
 from llama_index_hiqa.settings import updated  # noqa: E402
-from llama_index_hiqa import pack as pack_module  # noqa: E402
+from llama_index_hiqa.pack import hiqa_pack as pack_module  # noqa: E402
 from llama_index_hiqa.demo import DEMO_DATA_DIR, load_demo_documents  # noqa: E402
 from llama_index_hiqa.errors import PackStoreError, UnknownNodeError  # noqa: E402
-from llama_index_hiqa.pack import HiQAPack  # noqa: E402
-from llama_index_hiqa.pack_aliases import PostgresHiQAPack  # noqa: E402
+from llama_index_hiqa.pack.hiqa_pack import HiQAPack  # noqa: E402
+from llama_index_hiqa.pack.aliases import PostgresHiQAPack  # noqa: E402
 from llama_index_hiqa.storage.postgres import PostgresStore, mask_url  # noqa: E402
 from tests.pack_helpers import HashEmbedding  # noqa: E402
 
@@ -97,7 +97,7 @@ def _run(code: str, **kwargs) -> subprocess.Popen:
 
 ASK = """
 import json, sys
-from llama_index_hiqa.pack import HiQAPack
+from llama_index_hiqa.pack.hiqa_pack import HiQAPack
 from tests.pack_helpers import HashEmbedding
 pack = HiQAPack.load({url!r}, embed_model=HashEmbedding())
 out = [[(h.node.metadata["document_id"], h.node.metadata["position"]) for h in pack.retrieve(q)] for q in {questions!r}]
@@ -211,7 +211,7 @@ def test_add_replace_delete_and_unchanged_reingestion(url, documents):
 KILLED_INGEST = """
 import sys, time
 from llama_index_hiqa.demo import load_demo_documents
-from llama_index_hiqa.pack import HiQAPack
+from llama_index_hiqa.pack.hiqa_pack import HiQAPack
 from llama_index_hiqa.storage import postgres
 from tests.pack_helpers import HashEmbedding
 

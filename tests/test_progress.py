@@ -88,7 +88,7 @@ def test_without_show_progress_only_the_status_lines_show(two_datasheets, capsys
 
 
 def test_model_loads_are_announced_and_quiet_silences_them_inside_its_block(monkeypatch, capsys):
-    from llama_index_hiqa import defaults
+    from llama_index_hiqa.models import defaults
 
     monkeypatch.setattr(defaults, "build_packaged_embed_model", lambda backend, batch: HashEmbedding())
     line = f"{progress.STATUS_PREFIX}loading the embedding model all-MiniLM-L6-v2 (onnx) ...\n"

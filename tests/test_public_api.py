@@ -120,7 +120,7 @@ def test_a_users_type_error_is_reported(tmp_path, mypy_cache):
     )
     revealed = {line.split(":")[1]: line.split("Revealed type is ")[1] for line in out.splitlines()
                 if "Revealed type is" in line}
-    assert revealed["4"] == '"llama_index_hiqa.pack.HiQAPack"', out
+    assert revealed["4"] == '"llama_index_hiqa.pack.hiqa_pack.HiQAPack"', out
     assert revealed["5"].endswith('-> llama_index_hiqa.retrievers.multi_route.MultiRouteRetriever"'), out
     assert revealed["6"] == '"llama_index_hiqa.retrievers.settings.MultiRouteSettings"', out
     assert revealed["7"].endswith('-> llama_index_hiqa.retrievers.chunk_graph.ChunkGraphRetriever"'), out

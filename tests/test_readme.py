@@ -27,7 +27,7 @@ from llama_index.core import settings as llama_settings
 from llama_index.core.llms import MockLLM
 from llama_index.core.llms.utils import resolve_llm as real_resolve
 
-from llama_index_hiqa import pack as pack_module
+from llama_index_hiqa.pack import hiqa_pack as pack_module
 from llama_index_hiqa.demo import DEMO_DATA_DIR
 from llama_index_hiqa.testing import HashingEmbedding
 

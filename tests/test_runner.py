@@ -122,7 +122,7 @@ def test_runner_end_to_end_on_a_demo_corpus(tmp_path, demo_folder):
 
 
 def test_rerun_uses_the_disk_cache(tmp_path, demo_folder):
-    from llama_index_hiqa.embedding_cache import CachedEmbedding
+    from llama_index_hiqa.models.embedding_cache import CachedEmbedding
 
     docs, questions = demo_folder
     inner = HashingEmbedding()

@@ -12,9 +12,9 @@ from hypothesis import HealthCheck, given, settings as hsettings, strategies as 
 from llama_index.core.schema import Document
 from pydantic import ValidationError
 
-from llama_index_hiqa import pack as pack_module
+from llama_index_hiqa.pack import hiqa_pack as pack_module
 from llama_index_hiqa.errors import InvalidSettingError
-from llama_index_hiqa.pack import HiQAPack, HiQAPackConfig
+from llama_index_hiqa.pack.hiqa_pack import HiQAPack, HiQAPackConfig
 from llama_index_hiqa.parsers._markdown_segments import _split_table, _sub_split
 from llama_index_hiqa.parsers.layout_markdown import LayoutMarkdownParser
 from llama_index_hiqa.retrievers.chain_augmented import ChainBudget

@@ -19,7 +19,7 @@ from pydantic import BaseModel
 
 from llama_index_hiqa.demo import DEMO_DATA_DIR
 from llama_index_hiqa.errors import InvalidSettingError, PackStoreError
-from llama_index_hiqa.pack import HiQAPack, HiQAPackConfig
+from llama_index_hiqa.pack.hiqa_pack import HiQAPack, HiQAPackConfig
 from llama_index_hiqa.retrievers.chunk_interaction_graph import ChunkInteractionGraph
 from llama_index_hiqa.settings import SettingsModel
 from tests.pack_helpers import HashEmbedding

@@ -29,8 +29,8 @@ from llama_index_hiqa import (
     PackKeywordSettings,
     updated,
 )
-from llama_index_hiqa.pack import HiQAPack
-from llama_index_hiqa.pack_config import inapplicable_settings, keyword_extractor, route_settings
+from llama_index_hiqa.pack.hiqa_pack import HiQAPack
+from llama_index_hiqa.pack.config import inapplicable_settings, keyword_extractor, route_settings
 from llama_index_hiqa.retrievers.settings import DEFAULT_SIMILARITY_TOP_K
 from llama_index_hiqa.testing import ScriptedLLM
 from tests.pack_helpers import HashEmbedding
@@ -242,7 +242,7 @@ def test_the_merge_idiom_is_gone_from_the_package():
 
 def test_the_pack_configuration_stays_light_to_import():
     code = (
-        "import sys, llama_index_hiqa.pack_config as c; c.HiQAPackConfig(use_chunk_graph=True);"
+        "import sys, llama_index_hiqa.pack.config as c; c.HiQAPackConfig(use_chunk_graph=True);"
         "print(sorted(m for m in ('torch', 'spacy', 'networkx', 'bm25s', 'fitz') if m in sys.modules))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

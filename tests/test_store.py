@@ -15,10 +15,10 @@ import pytest
 from llama_index.core.schema import Document
 
 from llama_index_hiqa import cli, schema
-from llama_index_hiqa import pack as pack_module
+from llama_index_hiqa.pack import hiqa_pack as pack_module
 from llama_index_hiqa.demo import load_demo_documents
 from llama_index_hiqa.errors import PackStoreError
-from llama_index_hiqa.pack import HiQAPack
+from llama_index_hiqa.pack.hiqa_pack import HiQAPack
 from llama_index_hiqa.storage import pack_files
 from llama_index_hiqa.storage.snapshots import CURRENT_FILE, current_snapshot
 from tests.pack_helpers import HashEmbedding

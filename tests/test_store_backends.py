@@ -10,8 +10,8 @@ import pytest
 
 from llama_index_hiqa import schema
 from llama_index_hiqa.demo import load_demo_documents
-from llama_index_hiqa.pack import HiQAPack
-from llama_index_hiqa.pack_aliases import EmbeddedHiQAPack, PostgresHiQAPack
+from llama_index_hiqa.pack.hiqa_pack import HiQAPack
+from llama_index_hiqa.pack.aliases import EmbeddedHiQAPack, PostgresHiQAPack
 from llama_index_hiqa.storage.backends import StoreBackend
 from llama_index_hiqa.storage.backends.embedded import EmbeddedBackend
 from llama_index_hiqa.storage.backends.folder import FolderBackend

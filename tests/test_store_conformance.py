@@ -41,7 +41,7 @@ from llama_index_hiqa import (
     schema,
 )
 from llama_index_hiqa.evaluation.datasets import load_questions_jsonl
-from llama_index_hiqa.vector_store_access import index_nodes
+from llama_index_hiqa.storage.vector_store_access import index_nodes
 from llama_index_hiqa.testing import ScriptedLLM
 from tests.pack_helpers import HashEmbedding
 from tests.vector_stores import IN_MEMORY_KINDS, STORE_KINDS, available, close_store, open_store
@@ -332,7 +332,7 @@ def test_pack_on_the_store_ranks_persists_loads_updates_and_deletes(
 
 def _store_nodes(pack):
     """The nodes the vector store itself holds (the docstore's for stores without text)."""
-    from llama_index_hiqa.vector_store_access import list_vector_store_nodes
+    from llama_index_hiqa.storage.vector_store_access import list_vector_store_nodes
 
     vector_store = pack.index.vector_store
     if vector_store.stores_text:
@@ -357,7 +357,7 @@ def test_a_write_lancedb_would_refuse_is_refused_before_anything_changes(tmp_pat
     field is refused before the document it replaces is removed."""
     from llama_index.core.schema import TextNode
 
-    from llama_index_hiqa.vector_store_access import check_nodes_fit
+    from llama_index_hiqa.storage.vector_store_access import check_nodes_fit
 
     store = open_store("lancedb", tmp_path, DIM)
     check_nodes_fit(store, [TextNode(text="x", metadata={"a": "1"})])  # no table yet: any fields

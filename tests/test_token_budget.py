@@ -115,7 +115,7 @@ class _FakeCached:
 
 
 def test_embedding_tokenizer_reads_window_and_tokenizer_also_behind_the_cache():
-    from llama_index_hiqa.defaults import embedding_tokenizer
+    from llama_index_hiqa.models.defaults import embedding_tokenizer
 
     tokenizer, window = embedding_tokenizer(_FakeCached())
     assert window == 96 and tokenizer("a b") == ["[CLS]", "a", "b", "[SEP]"]
@@ -124,7 +124,7 @@ def test_embedding_tokenizer_reads_window_and_tokenizer_also_behind_the_cache():
 
 
 def test_pack_parser_uses_the_embedding_window_unless_disabled():
-    from llama_index_hiqa.pack_config import HiQAPackConfig, build_parser as _parser
+    from llama_index_hiqa.pack.config import HiQAPackConfig, build_parser as _parser
 
     auto = _parser(HiQAPackConfig(), None, _FakeCached())
     assert auto.max_segment_tokens == 96 and auto._tokenizer is not None

@@ -153,7 +153,7 @@ def test_the_core_runs_without_torch(torch_free, tmp_path):
 
     import numpy as np
 
-    from llama_index_hiqa import defaults
+    from llama_index_hiqa.models import defaults
 
     python = torch_free / "bin" / "python"
     script = (
@@ -163,7 +163,7 @@ def test_the_core_runs_without_torch(torch_free, tmp_path):
         "from llama_index_hiqa.testing import HashingEmbedding\n"
         "Settings.embed_model = HashingEmbedding()\n"
         + _readme_quickstart()
-        + "from llama_index_hiqa.defaults import packaged_embed_model\n"
+        + "from llama_index_hiqa.models.defaults import packaged_embed_model\n"
         "model = packaged_embed_model()\n"
         f"vectors = model.get_text_embedding_batch({TEXTS_TO_EMBED!r})\n"
         "assert 'torch' not in sys.modules and 'transformers' not in sys.modules\n"
@@ -184,7 +184,7 @@ def test_the_core_runs_without_torch(torch_free, tmp_path):
 
 def test_the_torch_backend_names_its_extra_where_torch_is_missing(torch_free, tmp_path):
     python = torch_free / "bin" / "python"
-    ran = _run(str(python), "-c", "from llama_index_hiqa.defaults import packaged_embed_model\n"
+    ran = _run(str(python), "-c", "from llama_index_hiqa.models.defaults import packaged_embed_model\n"
                "packaged_embed_model(backend='torch')", cwd=tmp_path)
     assert ran.returncode != 0
     assert "OfflineModelError" in ran.stderr and 'pip install "llama-index-hiqa[torch]"' in ran.stderr

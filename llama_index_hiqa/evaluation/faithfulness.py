@@ -120,7 +120,7 @@ class FaithfulnessScoreEvaluator(BaseEvaluator):
     @property
     def embed_model(self) -> BaseEmbedding:
         if self._embed_model is None:  # resolved lazily: importing stays light
-            from llama_index_hiqa.embedding_cache import CachedEmbedding
+            from llama_index_hiqa.models.embedding_cache import CachedEmbedding
 
             self._embed_model = CachedEmbedding.from_defaults()
         return self._embed_model

@@ -33,7 +33,7 @@ every unit, RRF over the two full rankings; retrievers that return a short list 
 graph, segment integration) rank their units first, in their order, and the remaining units
 follow in the order of the variant they extend.
 
-Re-runs are fast: vectors come from the shared on-disk cache ([`CachedEmbedding`][llama_index_hiqa.embedding_cache.CachedEmbedding]), so
+Re-runs are fast: vectors come from the shared on-disk cache ([`CachedEmbedding`][llama_index_hiqa.models.embedding_cache.CachedEmbedding]), so
 only text no run has embedded before costs CPU; ``max_new_embeddings`` skips (and reports) a
 variant that would embed more than that budget.
 """
@@ -125,7 +125,7 @@ class AblationRunner(BaseModel):
     @property
     def embed_model(self) -> BaseEmbedding:
         if self._embed_model is None:
-            from llama_index_hiqa.embedding_cache import CachedEmbedding
+            from llama_index_hiqa.models.embedding_cache import CachedEmbedding
 
             self._embed_model = CachedEmbedding.from_defaults()
         return self._embed_model
@@ -297,7 +297,7 @@ class AblationRunner(BaseModel):
 
 def _uncached_count(model: BaseEmbedding, texts: Sequence[str]) -> int:
     """How many texts the on-disk cache does not hold (0 check impossible: assume all)."""
-    from llama_index_hiqa.embedding_cache import CachedEmbedding, content_hash
+    from llama_index_hiqa.models.embedding_cache import CachedEmbedding, content_hash
 
     if not isinstance(model, CachedEmbedding):
         return len(texts)

@@ -40,9 +40,9 @@ from llama_index.core.schema import BaseNode, NodeRelationship, TextNode
 from llama_index_hiqa.component_dict import PartsRoundTrip
 from llama_index_hiqa import schema
 from llama_index_hiqa.figures import images_as_nodes_field, with_figure_nodes
-from llama_index_hiqa.defaults import resolve_llm
+from llama_index_hiqa.models.defaults import resolve_llm
 from llama_index_hiqa.errors import LLMOutputError
-from llama_index_hiqa.llm_calls import LLMCallPolicy, acall_llm, max_retries_field, retry_backoff_field, timeout_field
+from llama_index_hiqa.models.llm_calls import LLMCallPolicy, acall_llm, max_retries_field, retry_backoff_field, timeout_field
 from llama_index_hiqa.parsers._markdown_segments import SegmentNodeParser
 
 logger = logging.getLogger(__name__)

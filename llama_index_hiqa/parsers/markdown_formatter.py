@@ -47,9 +47,9 @@ from llama_index.core.schema import BaseNode, Document, TextNode
 from llama_index_hiqa.component_dict import PartsRoundTrip
 from llama_index_hiqa import schema
 from llama_index_hiqa.figures import images_as_nodes_field, with_figure_nodes
-from llama_index_hiqa.defaults import resolve_llm
+from llama_index_hiqa.models.defaults import resolve_llm
 from llama_index_hiqa.errors import LLMOutputError
-from llama_index_hiqa.llm_calls import (
+from llama_index_hiqa.models.llm_calls import (
     LLMCallPolicy, max_retries_field, report_failed_attempt, retry_backoff_field, timeout_field, with_timeout,
 )
 from llama_index_hiqa.headings import markdown_headings, parse_heading_number

@@ -55,9 +55,9 @@ from llama_index.core.storage.docstore.types import BaseDocumentStore
 
 from llama_index_hiqa.component_dict import PartsRoundTrip
 from llama_index_hiqa import schema
-from llama_index_hiqa.vector_store_access import index_nodes
+from llama_index_hiqa.storage.vector_store_access import index_nodes
 from llama_index_hiqa.errors import RerankerError, UnknownNodeError
-from llama_index_hiqa.llm_calls import acall_llm, call_llm
+from llama_index_hiqa.models.llm_calls import acall_llm, call_llm
 from llama_index_hiqa.postprocessors.segment_assembly import (  # noqa: F401 (FILL_* re-exported)
     FILL_DOCSTORE,
     FILL_RETRIEVED_ONLY,
@@ -251,7 +251,7 @@ class SegmentIntegrationPostprocessor(PartsRoundTrip, BaseNodePostprocessor):
 
         They are read from the index's docstore or, over a store that keeps the text (Chroma,
         Qdrant, pgvector, ...), from the nodes listed from the vector store
-        (`llama_index_hiqa.vector_store_access`).
+        (`llama_index_hiqa.storage.vector_store_access`).
 
         Args:
             index: A LlamaIndex ``VectorStoreIndex`` (or anything with a docstore).
@@ -333,7 +333,7 @@ class SegmentIntegrationPostprocessor(PartsRoundTrip, BaseNodePostprocessor):
         )
 
     def _embed(self) -> BaseEmbedding:
-        from llama_index_hiqa.defaults import resolve_embed_model
+        from llama_index_hiqa.models.defaults import resolve_embed_model
 
         return resolve_embed_model(self.embed_model)
 

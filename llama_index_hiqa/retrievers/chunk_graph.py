@@ -37,11 +37,11 @@ from llama_index.core.storage.docstore import BaseDocumentStore
 
 from llama_index_hiqa.questions import CleanQuestions
 from llama_index_hiqa import schema
-from llama_index_hiqa.vector_store_access import index_nodes, one_node_source
-from llama_index_hiqa.defaults import resolve_embed_model, resolve_llm
+from llama_index_hiqa.storage.vector_store_access import index_nodes, one_node_source
+from llama_index_hiqa.models.defaults import resolve_embed_model, resolve_llm
 from llama_index_hiqa.errors import GraphBuildError, LLMOutputError, UnknownNodeError
 from llama_index_hiqa.retrievers.settings import ChainSearchSettings  # noqa: F401 (re-exported)
-from llama_index_hiqa.llm_calls import acall_llm, call_llm
+from llama_index_hiqa.models.llm_calls import acall_llm, call_llm
 from llama_index_hiqa.retrievers.chain_output import chain_results
 from llama_index_hiqa.retrievers.chain_scorers import N_FEATURES, ChainScorer, DefaultChainScorer
 from llama_index_hiqa.retrievers.chunk_interaction_graph import (  # noqa: F401 (re-exported)
@@ -153,7 +153,7 @@ class ChunkGraphRetriever(CleanQuestions, BaseRetriever):
     def from_index(cls, index: Any, show_progress: bool = False, **kwargs: Any) -> "ChunkGraphRetriever":
         """Build over the nodes of a ``VectorStoreIndex``: text from its docstore or, over a
         store that keeps the text (Chroma, Qdrant, pgvector, ...), from the vector store
-        (`llama_index_hiqa.vector_store_access`); vectors from the vector store where it returns
+        (`llama_index_hiqa.storage.vector_store_access`); vectors from the vector store where it returns
         them, else the index's embed model recomputes them.
 
         Args:

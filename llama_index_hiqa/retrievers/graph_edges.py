@@ -22,7 +22,7 @@ import numpy as np
 from llama_index.core.base.embeddings.base import BaseEmbedding
 from llama_index.core.schema import BaseNode, MetadataMode
 
-from llama_index_hiqa.defaults import resolve_embed_model
+from llama_index_hiqa.models.defaults import resolve_embed_model
 from llama_index_hiqa.errors import GraphBuildError
 
 # Edge attribute names (one edge per node pair; a weight of 0 means "no such interaction").

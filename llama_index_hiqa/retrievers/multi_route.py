@@ -66,7 +66,7 @@ from llama_index_hiqa.retrievers.settings import (  # noqa: F401 (re-exported: t
 from llama_index_hiqa.settings import updated
 from llama_index_hiqa.indexes.keyword_index import KeywordIndex
 from llama_index_hiqa.transforms.critical_keywords import CriticalKeywordExtractor
-from llama_index_hiqa.vector_store_access import index_nodes, one_node_source
+from llama_index_hiqa.storage.vector_store_access import index_nodes, one_node_source
 
 __all__ = ["MultiRouteConfig", "MultiRouteRetriever", "RouteParts", "VECTOR", "BM25", "KEYWORDS", "ROUTES"]
 

@@ -1,5 +1,5 @@
 """The settings of the retrievers, in one light module (pydantic only): the typed parts of
-[`HiQAPackConfig`][llama_index_hiqa.pack_config.HiQAPackConfig] and the configs the retrievers validate.
+[`HiQAPackConfig`][llama_index_hiqa.pack.config.HiQAPackConfig] and the configs the retrievers validate.
 
 The retrievers re-export their own config (``from llama_index_hiqa.retrievers.multi_route
 import MultiRouteConfig`` still works); the pack's configuration imports them from here without

@@ -1,4 +1,4 @@
-"""The files of a persisted [`HiQAPack`][llama_index_hiqa.pack.HiQAPack], written and checked.
+"""The files of a persisted [`HiQAPack`][llama_index_hiqa.pack.hiqa_pack.HiQAPack], written and checked.
 
 One snapshot folder (see [`llama_index_hiqa.storage.snapshots`][llama_index_hiqa.storage.snapshots]) holds::
 

@@ -5,7 +5,7 @@ bytes a dimension instead of 4), a copy of every node's metadata beside it, and 
 of them to NumPy on every query. At a million 384-dimensional nodes that is about 10 GB of
 lists and a second per query. [`MatrixVectorStore`][llama_index_hiqa.storage.vector_store.MatrixVectorStore] keeps unit vectors in one contiguous
 ``float32`` matrix (1.5 KB a node at 384 dimensions), answers a query with one matrix-vector
-product, and persists to one ``.npz`` file. It is what [`HiQAPack`][llama_index_hiqa.pack.HiQAPack]
+product, and persists to one ``.npz`` file. It is what [`HiQAPack`][llama_index_hiqa.pack.hiqa_pack.HiQAPack]
 uses when no vector store is given; any other LlamaIndex vector store can be passed instead.
 
 Exact cosine search, like ``SimpleVectorStore``: for collections past a few million nodes

@@ -47,7 +47,7 @@ from llama_index.core.schema import BaseNode, MetadataMode, TextNode, TransformC
 from llama_index_hiqa.component_dict import PartsRoundTrip
 from llama_index_hiqa import schema
 from llama_index_hiqa.headings import clean_inline, heading_key, markdown_heading, parse_heading_number
-from llama_index_hiqa.llm_calls import acall_llm, call_llm
+from llama_index_hiqa.models.llm_calls import acall_llm, call_llm
 from llama_index_hiqa.parsers._token_budget import MAX_TABLE_ROWS
 from llama_index_hiqa.schema import Heading
 # The parts of HCA, each in its own module; their public names are re-exported here, where

@@ -51,10 +51,10 @@ from llama_index.core.schema import BaseNode, MetadataMode, TransformComponent
 
 from llama_index_hiqa.component_dict import PartsRoundTrip
 from llama_index_hiqa import schema
-from llama_index_hiqa.defaults import resolve_llm
-from llama_index_hiqa.embedding_cache import content_hash, default_cache_dir
+from llama_index_hiqa.models.defaults import resolve_llm
+from llama_index_hiqa.models.embedding_cache import content_hash, default_cache_dir
 from llama_index_hiqa.errors import LLMOutputError
-from llama_index_hiqa.llm_calls import LLMCallPolicy, acall_llm, max_retries_field, retry_backoff_field, timeout_field
+from llama_index_hiqa.models.llm_calls import LLMCallPolicy, acall_llm, max_retries_field, retry_backoff_field, timeout_field
 
 logger = logging.getLogger(__name__)
 

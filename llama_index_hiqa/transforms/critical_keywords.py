@@ -12,7 +12,7 @@ in Large Language Model-Based Question Answering" (IIER, Guo et al.)
 
 What counts as a critical keyword (all normalised by [`normalize_keyword`][llama_index_hiqa.indexes.keyword_index.normalize_keyword]):
 
-* named entities from the local spaCy model ([`load_ner_model`][llama_index_hiqa.defaults.load_ner_model])
+* named entities from the local spaCy model ([`load_ner_model`][llama_index_hiqa.models.defaults.load_ner_model])
   of the labels in ``ner_labels`` (organisations, products, people, places, laws, ...);
 * identifier-like tokens the NER model misses — measured: the packaged model tags none of
   ``ADC12QJ1600-SP``, ``TPS7A4700`` or ``iPhone 15`` usefully. We match them with regular
@@ -52,13 +52,13 @@ from llama_index.core.schema import BaseNode, MetadataMode, TransformComponent
 
 from llama_index_hiqa.component_dict import PartsRoundTrip
 from llama_index_hiqa import schema
-from llama_index_hiqa.defaults import load_ner_model
+from llama_index_hiqa.models.defaults import load_ner_model
 from llama_index_hiqa.errors import LLMOutputError
 from llama_index_hiqa.transforms.keyword_settings import DEFAULT_NER_LABELS, KeywordSettings  # noqa: F401 (re-exported)
 # The matching form and the inverted index live with the index; imported here, where they
 # were first, so `from ...critical_keywords import KeywordIndex, normalize_keyword` still works.
 from llama_index_hiqa.indexes.keyword_index import KeywordIndex, normalize_keyword  # noqa: F401
-from llama_index_hiqa.llm_calls import acall_llm, call_llm
+from llama_index_hiqa.models.llm_calls import acall_llm, call_llm
 
 logger = logging.getLogger(__name__)
 

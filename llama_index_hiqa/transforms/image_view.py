@@ -3,7 +3,7 @@ appendix A.5).
 
 "HiQA: A Hierarchical Contextual Augmentation RAG for Multi-Documents QA" (Chen et al.): an
 image node's view holds its caption, the description a multimodal LLM gives of it (asked once
-per image hash, through the one LLM-call policy of [`llama_index_hiqa.llm_calls`][llama_index_hiqa.llm_calls]) and the
+per image hash, through the one LLM-call policy of [`llama_index_hiqa.models.llm_calls`][llama_index_hiqa.models.llm_calls]) and the
 text of the nearest non-image nodes of its document.
 """
 

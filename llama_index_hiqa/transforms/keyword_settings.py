@@ -1,6 +1,6 @@
 """The settings of [`CriticalKeywordExtractor`][llama_index_hiqa.transforms.critical_keywords.CriticalKeywordExtractor], in a light module
 (pydantic only): the extractor's fields and the ``keywords`` part of
-[`HiQAPackConfig`][llama_index_hiqa.pack_config.HiQAPackConfig].
+[`HiQAPackConfig`][llama_index_hiqa.pack.config.HiQAPackConfig].
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ def ner_model_labels() -> Optional[Tuple[str, ...]]:
     Returns:
         The labels, or ``None`` when the model is not installed (nothing to check against).
     """
-    from llama_index_hiqa.defaults import NER_MODEL_NAME
+    from llama_index_hiqa.models.defaults import NER_MODEL_NAME
 
     spec = importlib.util.find_spec(NER_MODEL_NAME)
     if spec is None or spec.origin is None:

@@ -1,4 +1,4 @@
-"""Store backends: the objects [`HiQAPack`][llama_index_hiqa.pack.HiQAPack] holds for the place its nodes live.
+"""Store backends: the objects [`HiQAPack`][llama_index_hiqa.pack.hiqa_pack.HiQAPack] holds for the place its nodes live.
 
 Each implements [`StoreBackend`][llama_index_hiqa.storage.backends.base.StoreBackend]:
 [`FolderBackend`][llama_index_hiqa.storage.backends.folder.FolderBackend] (in memory, saved as snapshots of
@@ -19,7 +19,7 @@ from llama_index.core.base.embeddings.base import BaseEmbedding
 from llama_index.core.llms import LLM
 from llama_index.core.vector_stores.types import BasePydanticVectorStore
 
-from llama_index_hiqa.pack_config import HiQAPackConfig
+from llama_index_hiqa.pack.config import HiQAPackConfig
 from llama_index_hiqa.settings import updated
 from llama_index_hiqa.storage.backends.base import Resolvers, StoreBackend
 

@@ -1,4 +1,4 @@
-"""The store interface: what [`HiQAPack`][llama_index_hiqa.pack.HiQAPack] asks of the place its nodes live.
+"""The store interface: what [`HiQAPack`][llama_index_hiqa.pack.hiqa_pack.HiQAPack] asks of the place its nodes live.
 
 A backend is one object per store (the folder store, the embedded store, PostgreSQL) that the
 pack holds and talks to only through [`StoreBackend`][llama_index_hiqa.storage.backends.base.StoreBackend]; the pack never asks which one it
@@ -20,7 +20,7 @@ from llama_index.core.base.embeddings.base import BaseEmbedding
 from llama_index.core.llms import LLM
 from llama_index.core.schema import BaseNode, Document, TransformComponent
 
-from llama_index_hiqa.pack_config import default_embed_model, keyword_extractor
+from llama_index_hiqa.pack.config import default_embed_model, keyword_extractor
 
 Routes = Tuple[BaseRetriever, Optional[BaseRetriever]]  # (multi-route retriever, chunk-graph retriever or None)
 
@@ -32,7 +32,7 @@ class Resolvers:
     (``keyword_extractor(config)``), the same at ingestion and at query time.
 
     The pack gives its backends its own (one place to configure or replace them for every
-    store); the defaults are [`llama_index_hiqa.pack_config`][llama_index_hiqa.pack_config]'s.
+    store); the defaults are [`llama_index_hiqa.pack.config`][llama_index_hiqa.pack.config]'s.
     """
 
     embed_model: Callable[..., BaseEmbedding] = default_embed_model

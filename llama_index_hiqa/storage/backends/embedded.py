@@ -5,7 +5,7 @@ store_format="embedded")`` and ``HiQAPack.load(S)`` of such a store hold an
 [`EmbeddedBackend`][llama_index_hiqa.storage.backends.embedded.EmbeddedBackend] ([`embedded`][llama_index_hiqa.storage.embedded] describes the files).
 Parsing and embedding are the pack's own; what differs is where the results go and what stays
 in memory: each ingested batch and each removed document is one SQLite transaction, and
-questions are answered by [`EmbeddedMultiRouteRetriever`][llama_index_hiqa.storage.embedded_routes.EmbeddedMultiRouteRetriever],
+questions are answered by [`EmbeddedMultiRouteRetriever`][llama_index_hiqa.storage.backends.embedded_routes.EmbeddedMultiRouteRetriever],
 which reads nodes, keyword postings and the collection's shape from the database, vectors from
 the memory-mapped matrix, and BM25 from bm25s arrays mapped from disk (plus segments of the
 nodes added since, ``storage/embedded_bm25.py``). The scores are those of the folder store's
@@ -28,16 +28,16 @@ from llama_index.core.storage.index_store import SimpleIndexStore
 
 from llama_index_hiqa import schema
 from llama_index_hiqa.errors import InvalidSettingError, PackStoreError
-from llama_index_hiqa.pack_config import HiQAPackConfig, model_identity, route_settings, same_model
+from llama_index_hiqa.pack.config import HiQAPackConfig, model_identity, route_settings, same_model
 from llama_index_hiqa.retrievers.bm25_route import BM25Route
 from llama_index_hiqa.retrievers.multi_route import MultiRouteConfig
-from llama_index_hiqa.storage.heading_vectors import SQLiteHeadingVectors
+from llama_index_hiqa.storage.backends.heading_vectors import SQLiteHeadingVectors
 from llama_index_hiqa.storage.backends.base import (
     Resolvers, RouteCache, Routes, SettingsTransformations, copied_batches,
 )
 from llama_index_hiqa.storage.embedded import EmbeddedStore
-from llama_index_hiqa.storage.embedded_bm25 import merge_when_due, open_bm25_route
-from llama_index_hiqa.storage.embedded_routes import EmbeddedMultiRouteRetriever
+from llama_index_hiqa.storage.backends.embedded_bm25 import merge_when_due, open_bm25_route
+from llama_index_hiqa.storage.backends.embedded_routes import EmbeddedMultiRouteRetriever
 
 logger = logging.getLogger(__name__)
 
@@ -213,7 +213,7 @@ class EmbeddedBackend:
             The number of nodes removed.
         """
         from llama_index_hiqa.storage.bulk_insert import add_to_docstore
-        from llama_index_hiqa.vector_store_access import check_nodes_fit, prepare_nodes_for_store
+        from llama_index_hiqa.storage.vector_store_access import check_nodes_fit, prepare_nodes_for_store
 
         vectors = self.store.vectors
         prepare_nodes_for_store(vectors, nodes)

@@ -29,7 +29,7 @@ from llama_index.core.vector_stores.types import BasePydanticVectorStore
 
 from llama_index_hiqa import schema
 from llama_index_hiqa.errors import PackStoreError, VectorStoreFeatureError
-from llama_index_hiqa.pack_config import (
+from llama_index_hiqa.pack.config import (
     HiQAPackConfig,
     graph_retriever_settings,
     model_identity,
@@ -37,10 +37,10 @@ from llama_index_hiqa.pack_config import (
     same_model,
 )
 from llama_index_hiqa.storage import pack_files
-from llama_index_hiqa.storage.heading_vectors import HeadingVectors
+from llama_index_hiqa.storage.backends.heading_vectors import HeadingVectors
 from llama_index_hiqa.storage.backends.base import Resolvers, RouteCache, Routes, copied_batches
 from llama_index_hiqa.storage.vector_store import MatrixVectorStore
-from llama_index_hiqa.vector_store_access import check_nodes_fit, delete_ref_doc, prepare_nodes_for_store
+from llama_index_hiqa.storage.vector_store_access import check_nodes_fit, delete_ref_doc, prepare_nodes_for_store
 
 logger = logging.getLogger(__name__)
 

@@ -5,10 +5,10 @@
 and embedding are the pack's own; only where the results go differs: each ingested batch and
 each removed document is one transaction of
 [`PostgresStore`][llama_index_hiqa.storage.postgres.PostgresStore], and questions are answered by
-[`PostgresMultiRouteRetriever`][llama_index_hiqa.storage.pg_routes.PostgresMultiRouteRetriever] with no node held in
+[`PostgresMultiRouteRetriever`][llama_index_hiqa.storage.backends.pg_routes.PostgresMultiRouteRetriever] with no node held in
 memory. Any number of processes may answer from the same database. With
 ``use_chunk_graph=True`` the IIER chunk graph is kept in the database too and walked from a copy
-in each process ([`pg_graph`][llama_index_hiqa.storage.pg_graph]), updated in each write's transaction.
+in each process ([`pg_graph`][llama_index_hiqa.storage.backends.pg_graph]), updated in each write's transaction.
 """
 
 from __future__ import annotations
@@ -27,14 +27,14 @@ from llama_index.core.schema import BaseNode, Document
 from llama_index.core.storage.index_store import SimpleIndexStore
 
 from llama_index_hiqa import schema
-from llama_index_hiqa.pack_config import (
+from llama_index_hiqa.pack.config import (
     HiQAPackConfig,
     graph_retriever_settings,
     model_identity,
     route_settings,
     same_model,
 )
-from llama_index_hiqa.storage.heading_vectors import PostgresHeadingVectors
+from llama_index_hiqa.storage.backends.heading_vectors import PostgresHeadingVectors
 from llama_index_hiqa.storage.backends.base import Resolvers, RouteCache, Routes, copied_vectors
 from llama_index_hiqa.storage.postgres import DocumentRecord, PostgresStore, PostgresStoreSettings
 from llama_index_hiqa.indexes.keyword_index import normalize_keyword
@@ -64,7 +64,7 @@ class PostgresBackend:
         self.heading_vectors = PostgresHeadingVectors(store)  # the focus's, computed at ingestion
         self.stored_graph: Any = None  # StoredChunkGraph when use_chunk_graph
         if config.use_chunk_graph:
-            from llama_index_hiqa.storage.pg_graph import StoredChunkGraph
+            from llama_index_hiqa.storage.backends.pg_graph import StoredChunkGraph
 
             self.stored_graph = StoredChunkGraph(
                 store, config.chunk_graph.graph.model_dump(), keyword_fn=resolvers.keyword_extractor(config).extract_query,
@@ -185,7 +185,7 @@ class PostgresBackend:
 
     def _build_routes(self, config: HiQAPackConfig, llm: Optional[LLM]) -> Routes:
         from llama_index_hiqa.retrievers.multi_route import MultiRouteConfig
-        from llama_index_hiqa.storage.pg_routes import PostgresMultiRouteRetriever
+        from llama_index_hiqa.storage.backends.pg_routes import PostgresMultiRouteRetriever
 
         routes = route_settings(config)
         candidates = int(routes.get("candidates_per_route", MultiRouteConfig().candidates_per_route))

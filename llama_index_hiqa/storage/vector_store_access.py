@@ -7,7 +7,7 @@ chunk graph of [`ChunkGraphRetriever`][llama_index_hiqa.retrievers.chunk_graph.C
 not only the top k. A ``VectorStoreIndex`` keeps them in its docstore when the vector store
 keeps no text (``SimpleVectorStore``, FAISS) or when built with ``store_nodes_override=True``;
 over a store that keeps the text (Chroma, Qdrant, LanceDB, Milvus, DuckDB, pgvector, ...) the
-docstore stays empty and the nodes are only in the vector store. [`index_nodes`][llama_index_hiqa.vector_store_access.index_nodes] returns
+docstore stays empty and the nodes are only in the vector store. [`index_nodes`][llama_index_hiqa.storage.vector_store_access.index_nodes] returns
 them from wherever they are: ``nodes=`` or ``docstore=`` given by the caller, else the index's
 docstore, else the vector store itself. Listing a store is not one call in LlamaIndex:
 ``get_nodes()`` with no argument is refused by Milvus and pgvector and capped by Qdrant (9,999
@@ -15,8 +15,8 @@ points), so each of those has its lister below. A store that cannot list its nod
 [`VectorStoreFeatureError`][llama_index_hiqa.errors.VectorStoreFeatureError] naming the store, the component and
 the argument to pass: a route is never switched off silently.
 
-**Deletion** ([`delete_ref_doc`][llama_index_hiqa.vector_store_access.delete_ref_doc]) and **writes** ([`prepare_nodes_for_store`][llama_index_hiqa.vector_store_access.prepare_nodes_for_store],
-[`check_nodes_fit`][llama_index_hiqa.vector_store_access.check_nodes_fit]) go around two integrations' limits: LanceDB's delete quotes the id as a
+**Deletion** ([`delete_ref_doc`][llama_index_hiqa.storage.vector_store_access.delete_ref_doc]) and **writes** ([`prepare_nodes_for_store`][llama_index_hiqa.storage.vector_store_access.prepare_nodes_for_store],
+[`check_nodes_fit`][llama_index_hiqa.storage.vector_store_access.check_nodes_fit]) go around two integrations' limits: LanceDB's delete quotes the id as a
 column name, and a LanceDB table keeps the metadata fields of its first write.
 """
 

@@ -31,7 +31,7 @@ from llama_index.core.schema import BaseNode, NodeWithScore, QueryBundle
 from llama_index.core.tools import ToolOutput
 
 from llama_index_hiqa import schema
-from llama_index_hiqa.pack_arguments import check_pack_arguments
+from llama_index_hiqa.pack.arguments import check_pack_arguments
 from llama_index_hiqa.questions import CleanMessages, CleanQueries, question_bundle, question_text
 
 NO_LLM_NOTICE = (
@@ -297,7 +297,7 @@ class EvidenceChatEngine(CleanMessages, BaseChatEngine):
     async def astream_chat(
         self, message: str, chat_history: Optional[List[ChatMessage]] = None
     ) -> StreamingAgentChatResponse:
-        """Async [`stream_chat`][llama_index_hiqa.answers.EvidenceChatEngine.stream_chat].
+        """Async [`stream_chat`][llama_index_hiqa.pack.answers.EvidenceChatEngine.stream_chat].
 
         Args:
             message: the user's message (the question).
@@ -328,7 +328,7 @@ class EvidenceChatEngine(CleanMessages, BaseChatEngine):
 
 # --------------------------------------------------------------------------- the pack's answers
 class PackAnswering:
-    """The answering half of [`HiQAPack`][llama_index_hiqa.pack.HiQAPack] (which inherits it): the
+    """The answering half of [`HiQAPack`][llama_index_hiqa.pack.hiqa_pack.HiQAPack] (which inherits it): the
     post-processors, query and chat engines and figures over the pack's retriever."""
 
     config: Any
@@ -425,7 +425,7 @@ class PackAnswering:
 
         Args:
             question: The question.
-            **kwargs: [`as_query_engine`][llama_index_hiqa.answers.PackAnswering.as_query_engine] options.
+            **kwargs: [`as_query_engine`][llama_index_hiqa.pack.answers.PackAnswering.as_query_engine] options.
 
         Returns:
             The response.

@@ -35,9 +35,9 @@ from llama_index.core.llms import LLM
 from llama_index.core.schema import BaseNode, Document
 
 from llama_index_hiqa import schema
-from llama_index_hiqa.embedding_backends import EMBED_THREADS_ENV
+from llama_index_hiqa.models.embedding_backends import EMBED_THREADS_ENV
 from llama_index_hiqa.errors import IngestionWorkerError
-from llama_index_hiqa.ingestion import IngestionReport, TimedTransform
+from llama_index_hiqa.pack.ingestion import IngestionReport, TimedTransform
 
 logger = logging.getLogger(__name__)
 
@@ -52,7 +52,7 @@ def ingestion_stages(
     One place for the pack's pipeline, in or out of process.
 
     Args:
-        config: the pack's [`HiQAPackConfig`][llama_index_hiqa.pack_config.HiQAPackConfig].
+        config: the pack's [`HiQAPackConfig`][llama_index_hiqa.pack.config.HiQAPackConfig].
         llm: the LLM of the parser and the cascade; ``None`` for the no-LLM paths.
         embed_model: the embedding model; ``None`` leaves the embed stage out.
         keywords: the pack's keyword extractor; ``None`` builds the configuration's.
@@ -60,7 +60,7 @@ def ingestion_stages(
     Returns:
         The stages in order, each a ``TimedTransform``.
     """
-    from llama_index_hiqa.pack_config import build_parser, keyword_extractor
+    from llama_index_hiqa.pack.config import build_parser, keyword_extractor
     from llama_index_hiqa.transforms.cascading_metadata import CascadingMetadataTransform
 
     stages = [TimedTransform(stage="parse", inner=build_parser(config, llm, embed_model))]
@@ -82,7 +82,7 @@ def run_stages(stages: Sequence[TimedTransform], documents: Batch, report: Inges
     No transformation cache: it would keep a copy of every batch's nodes per stage.
 
     Args:
-        stages: the stages from [`ingestion_stages`][llama_index_hiqa.ingestion_workers.ingestion_stages].
+        stages: the stages from [`ingestion_stages`][llama_index_hiqa.pack.workers.ingestion_stages].
         documents: the batch's documents.
         report: the ingestion report each stage's time is added to.
 
@@ -238,7 +238,7 @@ def batch_runner(
 
     Args:
         workers: number of processes; 1 or less runs in this process.
-        config: the pack's [`HiQAPackConfig`][llama_index_hiqa.pack_config.HiQAPackConfig].
+        config: the pack's [`HiQAPackConfig`][llama_index_hiqa.pack.config.HiQAPackConfig].
         llm: the LLM of the parser and the cascade; ``None`` for the no-LLM paths.
         embed_model: the embedding model.
         report: the ingestion report stage times are added to.

@@ -16,8 +16,8 @@ from llama_index.core.base.embeddings.base import BaseEmbedding
 from llama_index.core.bridge.pydantic import Field, model_validator
 from llama_index.core.llms import LLM
 
-from llama_index_hiqa.defaults import DEFAULT_EMBED_BACKEND, portable_model_name, resolve_embed_model, user_embed_model
-from llama_index_hiqa.embedding_backends import EmbedBackend
+from llama_index_hiqa.models.defaults import DEFAULT_EMBED_BACKEND, portable_model_name, resolve_embed_model, user_embed_model
+from llama_index_hiqa.models.embedding_backends import EmbedBackend
 from llama_index_hiqa.retrievers.settings import (
     DEFAULT_SIMILARITY_TOP_K,
     MAX_TOP_K,
@@ -244,7 +244,7 @@ def inapplicable_settings(config: HiQAPackConfig, llm: Optional[LLM]) -> List[st
     """The settings ``config`` holds that the pack will not use with ``llm``, each explained.
 
     Whether a parser setting applies depends on the LLM, which the configuration does not
-    know; the pack calls [`warn_inapplicable_settings`][llama_index_hiqa.pack_config.warn_inapplicable_settings] when it is built.
+    know; the pack calls [`warn_inapplicable_settings`][llama_index_hiqa.pack.config.warn_inapplicable_settings] when it is built.
 
     Args:
         config: The pack's settings.
@@ -273,7 +273,7 @@ def inapplicable_settings(config: HiQAPackConfig, llm: Optional[LLM]) -> List[st
 
 
 def warn_inapplicable_settings(config: HiQAPackConfig, llm: Optional[LLM]) -> None:
-    """A ``UserWarning`` (and a log line) for each of [`inapplicable_settings`][llama_index_hiqa.pack_config.inapplicable_settings].
+    """A ``UserWarning`` (and a log line) for each of [`inapplicable_settings`][llama_index_hiqa.pack.config.inapplicable_settings].
 
     Args:
         config: The pack's settings.
@@ -299,14 +299,14 @@ def default_embed_model(embed_model: Optional[BaseEmbedding], backend: Optional[
         return embed_model
     if user_embed_model() is not None:
         return resolve_embed_model()
-    from llama_index_hiqa.embedding_cache import CachedEmbedding
+    from llama_index_hiqa.models.embedding_cache import CachedEmbedding
 
     return CachedEmbedding.from_defaults(backend=backend)
 
 
 def model_identity(embed_model: BaseEmbedding) -> str:
     """The name a store records for the model that embedded it, the same on every machine
-    (the packaged model's install path is cut: [`portable_model_name`][llama_index_hiqa.defaults.portable_model_name]).
+    (the packaged model's install path is cut: [`portable_model_name`][llama_index_hiqa.models.defaults.portable_model_name]).
 
     Args:
         embed_model: the embedding model.
@@ -345,7 +345,7 @@ def build_parser(config: HiQAPackConfig, llm: Optional[LLM], embed_model: Option
     Returns:
         The parser.
     """
-    from llama_index_hiqa.defaults import embedding_tokenizer
+    from llama_index_hiqa.models.defaults import embedding_tokenizer
     from llama_index_hiqa.parsers.layout_markdown import LayoutMarkdownParser
 
     layout_kwargs: Dict[str, Any] = {} if config.max_segment_chars is None else {"max_segment_chars": config.max_segment_chars}

@@ -29,8 +29,8 @@ from llama_index.core.base.embeddings.base import BaseEmbedding, Embedding
 from llama_index.core.bridge.pydantic import Field, PrivateAttr
 
 from llama_index_hiqa.component_dict import PartsRoundTrip
-from llama_index_hiqa.defaults import portable_model_name, resolve_embed_model
-from llama_index_hiqa.local_cache import CACHE_DIR_ENV, content_hash, default_cache_dir
+from llama_index_hiqa.models.defaults import portable_model_name, resolve_embed_model
+from llama_index_hiqa.models.local_cache import CACHE_DIR_ENV, content_hash, default_cache_dir
 
 __all__ = ["CachedEmbedding", "CACHE_DIR_ENV", "content_hash", "default_cache_dir", "open_cache"]
 logger = logging.getLogger(__name__)

@@ -1,6 +1,6 @@
 """The pack's ingestion: documents in batches through the stages into its store backend.
 
-[`PackIngestion`][llama_index_hiqa.pack_ingest.PackIngestion] holds the methods of [`HiQAPack`][llama_index_hiqa.pack.HiQAPack] that fill and
+[`PackIngestion`][llama_index_hiqa.pack.ingest.PackIngestion] holds the methods of [`HiQAPack`][llama_index_hiqa.pack.hiqa_pack.HiQAPack] that fill and
 update it (read → parse → cascade → keywords → embed → index, upserts by document hash, files
 left unread when their size and time are unchanged); each batch is written by the pack's store
 backend as one unit (``StoreBackend.write_batch``).
@@ -16,17 +16,17 @@ from llama_index.core.schema import BaseNode, Document
 
 from llama_index_hiqa import schema
 from llama_index_hiqa.errors import EmptyCorpusError, UnknownNodeError
-from llama_index_hiqa.ingestion import (
+from llama_index_hiqa.pack.ingestion import (
     Checkpointer, IngestionReport, batched, file_stat, in_shard, timed_iter, upsert_plan,
 )
-from llama_index_hiqa.ingestion_workers import batch_runner
-from llama_index_hiqa.pack_arguments import checked_documents
+from llama_index_hiqa.pack.workers import batch_runner
+from llama_index_hiqa.pack.arguments import checked_documents
 from llama_index_hiqa.progress import status
 from llama_index_hiqa.readers.source_files import read_source_files
 
 
 class PackIngestion:
-    """The ingestion half of [`HiQAPack`][llama_index_hiqa.pack.HiQAPack] (which inherits it): every
+    """The ingestion half of [`HiQAPack`][llama_index_hiqa.pack.hiqa_pack.HiQAPack] (which inherits it): every
     method here reads and writes through ``self.backend``."""
 
     backend: Any
@@ -155,7 +155,7 @@ class PackIngestion:
         self, path: Union[str, Path], recursive: bool = False, shard: Optional[Tuple[int, int]] = None,
         **ingest_kwargs: Any,
     ) -> IngestionReport:
-        """[`ingest`][llama_index_hiqa.pack_ingest.PackIngestion.ingest] every readable file of a folder. A file whose size and modification
+        """[`ingest`][llama_index_hiqa.pack.ingest.PackIngestion.ingest] every readable file of a folder. A file whose size and modification
         time are those it had when it was indexed is not even read; another with an unchanged
         document hash is read but costs no parsing or embedding. ``shard=(i, n)`` ingests only
         the i-th of n shards of the folder's files (split by a hash of each file's path, so
@@ -165,7 +165,7 @@ class PackIngestion:
             path: The folder.
             recursive: Read its subfolders too.
             shard: ``(i, n)``: only the i-th of n shards of the files.
-            **ingest_kwargs: [`ingest`][llama_index_hiqa.pack_ingest.PackIngestion.ingest]'s options.
+            **ingest_kwargs: [`ingest`][llama_index_hiqa.pack.ingest.PackIngestion.ingest]'s options.
 
         Returns:
             The ingestion report.

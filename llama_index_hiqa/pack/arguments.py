@@ -38,7 +38,7 @@ def check_pack_arguments(llm: Any = None, embed_model: Any = None, vector_store:
 
     Raises:
         InvalidSettingError: the first argument of the wrong type (names it; a model name given
-            as ``llm`` gets a hint to use [`llm_from_spec`][llama_index_hiqa.llm_spec.llm_from_spec]).
+            as ``llm`` gets a hint to use [`llm_from_spec`][llama_index_hiqa.models.llm_spec.llm_from_spec]).
     """
     if llm is not None and not isinstance(llm, LLM):
         hint = (

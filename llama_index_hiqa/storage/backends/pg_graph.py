@@ -10,7 +10,7 @@ a copy in memory, as with the folder store. The database makes that copy durable
   position, edge keywords, title keywords, semantic top-k); ``hiqa_graph`` — the graph's
   settings, its resolved keyword threshold and a generation. The vectors are read from the
   vector table; nothing is recomputed when a process loads the graph.
-* A writer updates the graph in the transaction of its batch ([`StoredChunkGraph.sync`][llama_index_hiqa.storage.pg_graph.StoredChunkGraph.sync],
+* A writer updates the graph in the transaction of its batch ([`StoredChunkGraph.sync`][llama_index_hiqa.storage.backends.pg_graph.StoredChunkGraph.sync],
   run by [`PostgresStore.write`][llama_index_hiqa.storage.postgres.PostgresStore.write] / ``delete`` after the routes' rows): added chunks by
   [`ChunkInteractionGraph.add_nodes`][llama_index_hiqa.retrievers.chunk_interaction_graph.ChunkInteractionGraph.add_nodes], removed ones by
   [`ChunkInteractionGraph.without_nodes`][llama_index_hiqa.retrievers.chunk_interaction_graph.ChunkInteractionGraph.without_nodes] (a rebuild over the rest, as the folder store
@@ -159,13 +159,13 @@ class StoredChunkGraph:
             **kwargs: [`ChunkGraphRetriever`][llama_index_hiqa.retrievers.chunk_graph.ChunkGraphRetriever] settings.
 
         Returns:
-            The [`StoredGraphRetriever`][llama_index_hiqa.storage.pg_graph.StoredGraphRetriever].
+            The [`StoredGraphRetriever`][llama_index_hiqa.storage.backends.pg_graph.StoredGraphRetriever].
         """
         return StoredGraphRetriever(self, **kwargs)
 
 
 class StoredGraphRetriever(ChunkGraphRetriever):
-    """[`ChunkGraphRetriever`][llama_index_hiqa.retrievers.chunk_graph.ChunkGraphRetriever] over a [`StoredChunkGraph`][llama_index_hiqa.storage.pg_graph.StoredChunkGraph]: each search walks the
+    """[`ChunkGraphRetriever`][llama_index_hiqa.retrievers.chunk_graph.ChunkGraphRetriever] over a [`StoredChunkGraph`][llama_index_hiqa.storage.backends.pg_graph.StoredChunkGraph]: each search walks the
     graph as last committed by any process."""
 
     def __init__(self, stored: StoredChunkGraph, **kwargs: Any) -> None:

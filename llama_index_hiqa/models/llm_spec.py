@@ -9,10 +9,10 @@ Two forms, both through ``llama-index-llms-openai``:
   llama.cpp server, gateways) through LlamaIndex's ``OpenAILike``, at ``base_url`` (or
   ``OPENAI_BASE_URL``); key from ``OPENAI_API_KEY`` when the server wants one.
 
-[`check_llm`][llama_index_hiqa.llm_spec.check_llm] asks the server once before a long run (its model list, else a one-token
+[`check_llm`][llama_index_hiqa.models.llm_spec.check_llm] asks the server once before a long run (its model list, else a one-token
 completion) so that a wrong URL, a refused connection, a rejected key or a model the server
 does not have is one clear [`LLMConfigError`][llama_index_hiqa.errors.LLMConfigError] rather than a
-traceback after the first document; [`describe_llm_error`][llama_index_hiqa.llm_spec.describe_llm_error] words the same failures when
+traceback after the first document; [`describe_llm_error`][llama_index_hiqa.models.llm_spec.describe_llm_error] words the same failures when
 they happen mid-run.
 """
 

@@ -1,7 +1,7 @@
 """The store follows the folder: documents whose files left it are removed (``hiqa ingest --sync``).
 
 ``hiqa ingest --add`` adds new files and replaces changed ones but cannot see a deleted file;
-its document stayed searchable and answers kept citing it. [`prune_missing`][llama_index_hiqa.store_sync.prune_missing] lists the
+its document stayed searchable and answers kept citing it. [`prune_missing`][llama_index_hiqa.pack.store_sync.prune_missing] lists the
 folder the way the reader does (same document ids) and removes every indexed document that
 is not among them. A file still in the folder but unreadable this time keeps its indexed
 version: it was not removed, only not read.

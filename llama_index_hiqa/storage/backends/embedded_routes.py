@@ -1,6 +1,6 @@
 """The multi-route retriever's parts on the embedded store: the same routes, read from disk.
 
-[`EmbeddedMultiRouteRetriever`][llama_index_hiqa.storage.embedded_routes.EmbeddedMultiRouteRetriever] is [`MultiRouteRetriever`][llama_index_hiqa.retrievers.multi_route.MultiRouteRetriever]
+[`EmbeddedMultiRouteRetriever`][llama_index_hiqa.storage.backends.embedded_routes.EmbeddedMultiRouteRetriever] is [`MultiRouteRetriever`][llama_index_hiqa.retrievers.multi_route.MultiRouteRetriever]
 composed of `EmbeddedRouteParts`: node ids, titles, the collection's shape and the
 keyword postings read from the SQLite database of an
 [`EmbeddedStore`][llama_index_hiqa.storage.embedded.EmbeddedStore], vectors from its memory-mapped

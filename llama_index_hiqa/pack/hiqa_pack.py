@@ -49,7 +49,7 @@ from llama_index.core.vector_stores.types import BasePydanticVectorStore
 
 from llama_index_hiqa import schema
 # The no-LLM engines and citations live in answers.py; re-exported here, where they were first.
-from llama_index_hiqa.answers import (  # noqa: F401
+from llama_index_hiqa.pack.answers import (  # noqa: F401
     EVIDENCE_SNIPPET_CHARS,
     NO_LLM_NOTICE,
     EvidenceChatEngine,
@@ -59,8 +59,8 @@ from llama_index_hiqa.answers import (  # noqa: F401
     evidence_answer,
     format_citation,
 )
-from llama_index_hiqa.defaults import resolve_llm
-from llama_index_hiqa.pack_config import (  # noqa: F401  (HiQAPackConfig re-exported: it was defined here)
+from llama_index_hiqa.models.defaults import resolve_llm
+from llama_index_hiqa.pack.config import (  # noqa: F401  (HiQAPackConfig re-exported: it was defined here)
     HiQAPackConfig,
     default_embed_model,
     keyword_extractor,
@@ -68,8 +68,8 @@ from llama_index_hiqa.pack_config import (  # noqa: F401  (HiQAPackConfig re-exp
     warn_inapplicable_settings,
 )
 from llama_index_hiqa.errors import EmptyCorpusError, UnknownNodeError
-from llama_index_hiqa.pack_arguments import check_location, check_pack_arguments
-from llama_index_hiqa.pack_ingest import PackIngestion
+from llama_index_hiqa.pack.arguments import check_location, check_pack_arguments
+from llama_index_hiqa.pack.ingest import PackIngestion
 from llama_index_hiqa.retrievers.chain_augmented import ChainAugmentedRetriever
 from llama_index_hiqa.retrievers.document_focus import DocumentFocusRetriever
 from llama_index_hiqa.storage.backends import Resolvers, StoreBackend, open_backend
@@ -90,11 +90,11 @@ RESOLVERS = Resolvers(
 class HiQAPack(PackIngestion, PackAnswering):
     """HiQA's default pipeline over a collection of look-alike documents.
 
-    Build with [`from_directory`][llama_index_hiqa.pack.HiQAPack.from_directory], [`from_documents`][llama_index_hiqa.pack.HiQAPack.from_documents] or [`load`][llama_index_hiqa.pack.HiQAPack.load]; use
-    `run`, `as_query_engine`, [`as_retriever`][llama_index_hiqa.pack.HiQAPack.as_retriever], `as_chat_engine`;
+    Build with [`from_directory`][llama_index_hiqa.pack.hiqa_pack.HiQAPack.from_directory], [`from_documents`][llama_index_hiqa.pack.hiqa_pack.HiQAPack.from_documents] or [`load`][llama_index_hiqa.pack.hiqa_pack.HiQAPack.load]; use
+    `run`, `as_query_engine`, [`as_retriever`][llama_index_hiqa.pack.hiqa_pack.HiQAPack.as_retriever], `as_chat_engine`;
     keep up to date with `ingest` / `add_documents` / `delete_document`
     (re-ingesting a document replaces it; an unchanged one costs nothing); save with
-    [`persist`][llama_index_hiqa.pack.HiQAPack.persist], which never leaves a half-written store behind.
+    [`persist`][llama_index_hiqa.pack.hiqa_pack.HiQAPack.persist], which never leaves a half-written store behind.
 
     Where the nodes live is `backend` (a
     [`StoreBackend`][llama_index_hiqa.storage.backends.base.StoreBackend]: the folder store, the
@@ -108,7 +108,7 @@ class HiQAPack(PackIngestion, PackAnswering):
         config: The settings (with ``index``).
         llm: The LLM (``Settings.llm`` when set; none means the no-LLM paths).
         embed_model: The embedding model (``index``'s when ``None``).
-        backend: The store backend to hold instead of ``index`` (see [`load`][llama_index_hiqa.pack.HiQAPack.load], [`empty`][llama_index_hiqa.pack.HiQAPack.empty]).
+        backend: The store backend to hold instead of ``index`` (see [`load`][llama_index_hiqa.pack.hiqa_pack.HiQAPack.load], [`empty`][llama_index_hiqa.pack.hiqa_pack.HiQAPack.empty]).
     """
 
     def __init__(
@@ -155,7 +155,7 @@ class HiQAPack(PackIngestion, PackAnswering):
 
     @property
     def config(self) -> HiQAPackConfig:
-        """The settings, as the store keeps them (saved by [`persist`][llama_index_hiqa.pack.HiQAPack.persist])."""
+        """The settings, as the store keeps them (saved by [`persist`][llama_index_hiqa.pack.hiqa_pack.HiQAPack.persist])."""
         return self.backend.config
 
     @config.setter
@@ -163,7 +163,7 @@ class HiQAPack(PackIngestion, PackAnswering):
         """Replace the settings the backend keeps.
 
         Args:
-            value: the new settings (saved by [`persist`][llama_index_hiqa.pack.HiQAPack.persist]).
+            value: the new settings (saved by [`persist`][llama_index_hiqa.pack.hiqa_pack.HiQAPack.persist]).
         """
         self.backend.config = value
 
@@ -209,8 +209,8 @@ class HiQAPack(PackIngestion, PackAnswering):
         Args:
             path: the folder to read.
             recursive: read its subfolders too.
-            **kwargs: passed on to [`from_documents`][llama_index_hiqa.pack.HiQAPack.from_documents] (``llm``, ``embed_model``,
-                ``vector_store``, ``config`` and [`HiQAPackConfig`][llama_index_hiqa.pack_config.HiQAPackConfig] fields).
+            **kwargs: passed on to [`from_documents`][llama_index_hiqa.pack.hiqa_pack.HiQAPack.from_documents] (``llm``, ``embed_model``,
+                ``vector_store``, ``config`` and [`HiQAPackConfig`][llama_index_hiqa.pack.config.HiQAPackConfig] fields).
 
         Returns:
             The built pack; ``read_failures`` lists the files that could not be read.
@@ -241,7 +241,7 @@ class HiQAPack(PackIngestion, PackAnswering):
     ) -> "HiQAPack":
         """Parse, augment and index ``documents`` (any LlamaIndex Documents, a list or a
         generator; the reader's give page and heading facts). ``settings`` are
-        [`HiQAPackConfig`][llama_index_hiqa.pack_config.HiQAPackConfig] fields.
+        [`HiQAPackConfig`][llama_index_hiqa.pack.config.HiQAPackConfig] fields.
 
         Args:
             documents: the documents to index, a list or a generator.
@@ -250,7 +250,7 @@ class HiQAPack(PackIngestion, PackAnswering):
                 packaged MiniLM).
             vector_store: any LlamaIndex vector store (``None``: the folder store's, in memory).
             config: the settings (``None``: defaults, updated by ``settings``).
-            **settings: [`HiQAPackConfig`][llama_index_hiqa.pack_config.HiQAPackConfig] fields.
+            **settings: [`HiQAPackConfig`][llama_index_hiqa.pack.config.HiQAPackConfig] fields.
 
         Returns:
             The built pack.
@@ -280,7 +280,7 @@ class HiQAPack(PackIngestion, PackAnswering):
             embed_model: The embedding model (the packaged MiniLM when ``None``).
             vector_store: Any LlamaIndex vector store (the folder store's; in memory by default).
             config: The settings as an object; ``settings`` override its fields.
-            **settings: [`HiQAPackConfig`][llama_index_hiqa.pack_config.HiQAPackConfig] fields, and ``store``: ``"postgresql://USER@HOST/DB"``
+            **settings: [`HiQAPackConfig`][llama_index_hiqa.pack.config.HiQAPackConfig] fields, and ``store``: ``"postgresql://USER@HOST/DB"``
                 (that database's pack, created when it holds none; every ingested batch commits
                 there), or a folder: the store it holds, else a new embedded store that each
                 batch commits to (a folder store, written by `persist`, with
@@ -314,7 +314,7 @@ class HiQAPack(PackIngestion, PackAnswering):
             llm: The LLM.
             embed_model: The embedding model the store was built with (the packaged MiniLM by default).
             vector_store: The remote vector store a folder store was built on, given again.
-            **settings: [`HiQAPackConfig`][llama_index_hiqa.pack_config.HiQAPackConfig] fields overriding the stored ones in this process.
+            **settings: [`HiQAPackConfig`][llama_index_hiqa.pack.config.HiQAPackConfig] fields overriding the stored ones in this process.
 
         Returns:
             The pack.

@@ -1,4 +1,4 @@
-"""Batch ingestion for [`HiQAPack`][llama_index_hiqa.pack.HiQAPack]: documents stream through the
+"""Batch ingestion for [`HiQAPack`][llama_index_hiqa.pack.hiqa_pack.HiQAPack]: documents stream through the
 pipeline a batch at a time, so memory depends on the batch and the index, not the collection.
 
 Each batch goes read → parse → cascade → keywords → embed → index, and is then dropped: only
@@ -100,7 +100,7 @@ class IngestionReport:
 
 
 class TimedTransform(TransformComponent):
-    """A transformation that adds its wall time to an [`IngestionReport`][llama_index_hiqa.ingestion.IngestionReport] stage."""
+    """A transformation that adds its wall time to an [`IngestionReport`][llama_index_hiqa.pack.ingestion.IngestionReport] stage."""
 
     stage: str = Field(description="Stage name the time is booked under.")
     inner: TransformComponent = Field(description="The transformation that does the work.")

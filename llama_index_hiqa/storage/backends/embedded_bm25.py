@@ -5,7 +5,7 @@ saved index (the store rows past the last one it holds: rows are never reused) a
 into a new segment, saved beside the base, and the nodes removed since are masked; the scores
 are those of one index over the live nodes
 ([`SegmentedBM25Route`][llama_index_hiqa.retrievers.bm25_segments.SegmentedBM25Route]). Opening therefore
-costs time in proportion to what was added, not to the collection. [`merge_when_due`][llama_index_hiqa.storage.embedded_bm25.merge_when_due]
+costs time in proportion to what was added, not to the collection. [`merge_when_due`][llama_index_hiqa.storage.backends.embedded_bm25.merge_when_due]
 folds the segments into a new base when they have grown (at ``persist()``).
 """
 

@@ -6,11 +6,11 @@ asks (``Retry-After``), and when every attempt failed takes the component's docu
 [`LLMCallFailedEvent`][llama_index_hiqa.events.LLMCallFailedEvent] per failed attempt through LlamaIndex's
 instrumentation dispatcher. Sync and async callers go through the same rules:
 
-* [`LLMCallPolicy`][llama_index_hiqa.llm_calls.LLMCallPolicy] holds the limits (retries, first backoff, time limit);
-* [`call_llm`][llama_index_hiqa.llm_calls.call_llm] / [`acall_llm`][llama_index_hiqa.llm_calls.acall_llm] make one guarded call: ``make_call`` makes one attempt
+* [`LLMCallPolicy`][llama_index_hiqa.models.llm_calls.LLMCallPolicy] holds the limits (retries, first backoff, time limit);
+* [`call_llm`][llama_index_hiqa.models.llm_calls.call_llm] / [`acall_llm`][llama_index_hiqa.models.llm_calls.acall_llm] make one guarded call: ``make_call`` makes one attempt
   (the LLM call and any check of its answer: raising retries), ``fallback`` answers when every
   attempt failed;
-* [`call_with_retries`][llama_index_hiqa.llm_calls.call_with_retries] is the bare async retry loop (an answer or the last error) for
+* [`call_with_retries`][llama_index_hiqa.models.llm_calls.call_with_retries] is the bare async retry loop (an answer or the last error) for
   callers that keep their own bookkeeping.
 
 Used by the TextRAG sectioning and context headers, the HiQA Markdown formatter, the
@@ -178,7 +178,7 @@ def retry_delay(error: BaseException, attempt: int, backoff_seconds: float) -> f
 
     Returns:
         ``backoff_seconds · 2^attempt``, or the server's ``Retry-After`` when it asks for
-            longer (capped at [`MAX_RETRY_AFTER_SECONDS`][llama_index_hiqa.llm_calls.MAX_RETRY_AFTER_SECONDS]).
+            longer (capped at [`MAX_RETRY_AFTER_SECONDS`][llama_index_hiqa.models.llm_calls.MAX_RETRY_AFTER_SECONDS]).
     """
     delay = backoff_seconds * (2**attempt)
     asked = retry_after_seconds(error)
@@ -379,7 +379,7 @@ async def acall_llm(
     policy: LLMCallPolicy = SINGLE_ATTEMPT,
     error_type: ErrorType = None,
 ) -> Union[T, F]:
-    """One guarded async LLM call under ``policy``; as [`call_llm`][llama_index_hiqa.llm_calls.call_llm].
+    """One guarded async LLM call under ``policy``; as [`call_llm`][llama_index_hiqa.models.llm_calls.call_llm].
 
     Args:
         make_call: Makes one fresh attempt (a coroutine): the LLM call and any check of its
@@ -411,14 +411,14 @@ async def call_with_retries(
     backoff_seconds: float,
     timeout_seconds: Optional[float],
 ) -> Tuple[Optional[T], Optional[BaseException]]:
-    """The retry loop of [`acall_llm`][llama_index_hiqa.llm_calls.acall_llm] without its fallback, for callers that keep their
+    """The retry loop of [`acall_llm`][llama_index_hiqa.models.llm_calls.acall_llm] without its fallback, for callers that keep their
     own bookkeeping of failures.
 
     Args:
         make_call: Makes one fresh attempt (the LLM call and any validation of its answer:
             raising retries).
         max_retries: Retries after the first attempt.
-        backoff_seconds: First wait before a retry (see [`retry_delay`][llama_index_hiqa.llm_calls.retry_delay]).
+        backoff_seconds: First wait before a retry (see [`retry_delay`][llama_index_hiqa.models.llm_calls.retry_delay]).
         timeout_seconds: Time limit of one attempt (``None`` or 0: none).
 
     Returns:

@@ -1,6 +1,6 @@
 """``PostgresHiQAPack`` and ``EmbeddedHiQAPack``: the names earlier releases gave a pack on those stores.
 
-A pack on any store is a [`HiQAPack`][llama_index_hiqa.pack.HiQAPack] holding that store's backend
+A pack on any store is a [`HiQAPack`][llama_index_hiqa.pack.hiqa_pack.HiQAPack] holding that store's backend
 ([`llama_index_hiqa.storage.backends`][llama_index_hiqa.storage.backends]); these names stay for code written against them:
 ``PostgresHiQAPack.open(url)`` / ``EmbeddedHiQAPack.open(folder)`` open the store,
 ``from_pack`` copies a built pack into one, and ``isinstance(pack, PostgresHiQAPack)`` tells
@@ -14,12 +14,12 @@ from typing import Any, Optional
 from llama_index.core.base.embeddings.base import BaseEmbedding
 from llama_index.core.llms import LLM
 
-from llama_index_hiqa.pack import RESOLVERS, HiQAPack
+from llama_index_hiqa.pack.hiqa_pack import RESOLVERS, HiQAPack
 from llama_index_hiqa.storage.backends.base import copied_vectors
 
 
 class _StoreKind(type):
-    """``isinstance(pack, Alias)``: a [`HiQAPack`][llama_index_hiqa.pack.HiQAPack] whose backend is the alias's backend."""
+    """``isinstance(pack, Alias)``: a [`HiQAPack`][llama_index_hiqa.pack.hiqa_pack.HiQAPack] whose backend is the alias's backend."""
 
     def __instancecheck__(cls, instance: Any) -> bool:
         return isinstance(instance, HiQAPack) and isinstance(instance.backend, cls.backend_type())
@@ -29,7 +29,7 @@ class _StoreKind(type):
 
 
 class PostgresHiQAPack(metaclass=_StoreKind):
-    """A [`HiQAPack`][llama_index_hiqa.pack.HiQAPack] whose store is a PostgreSQL database
+    """A [`HiQAPack`][llama_index_hiqa.pack.hiqa_pack.HiQAPack] whose store is a PostgreSQL database
     ([`PostgresBackend`][llama_index_hiqa.storage.backends.postgres.PostgresBackend])."""
 
     @staticmethod
@@ -52,7 +52,7 @@ class PostgresHiQAPack(metaclass=_StoreKind):
             embed_model: The embedding model the database was built with.
             create: Create the pack when the database holds none.
             store_settings: [`PostgresStoreSettings`][llama_index_hiqa.storage.postgres.PostgresStoreSettings] (pools, timeouts, HNSW).
-            **settings: [`HiQAPackConfig`][llama_index_hiqa.pack_config.HiQAPackConfig] fields of a new pack, or
+            **settings: [`HiQAPackConfig`][llama_index_hiqa.pack.config.HiQAPackConfig] fields of a new pack, or
                 query-time overrides of an existing one.
 
         Returns:
@@ -90,7 +90,7 @@ class PostgresHiQAPack(metaclass=_StoreKind):
 
 
 class EmbeddedHiQAPack(metaclass=_StoreKind):
-    """A [`HiQAPack`][llama_index_hiqa.pack.HiQAPack] whose store is an embedded SQLite + memory-mapped
+    """A [`HiQAPack`][llama_index_hiqa.pack.hiqa_pack.HiQAPack] whose store is an embedded SQLite + memory-mapped
     folder ([`EmbeddedBackend`][llama_index_hiqa.storage.backends.embedded.EmbeddedBackend])."""
 
     @staticmethod
@@ -112,7 +112,7 @@ class EmbeddedHiQAPack(metaclass=_StoreKind):
             llm: The LLM.
             embed_model: The embedding model the store was built with.
             create: Create the store when the folder holds none.
-            **settings: [`HiQAPackConfig`][llama_index_hiqa.pack_config.HiQAPackConfig] fields of a new pack, or
+            **settings: [`HiQAPackConfig`][llama_index_hiqa.pack.config.HiQAPackConfig] fields of a new pack, or
                 overrides for this process of an existing one.
 
         Returns:

