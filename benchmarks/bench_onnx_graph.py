@@ -29,7 +29,7 @@ sys.path.insert(0, str(ROOT))
 from benchmarks._results import markdown_table, write_section  # noqa: E402
 from benchmarks.bench_embedding import financebench_passages  # noqa: E402
 from llama_index_hiqa.models import defaults  # noqa: E402
-from llama_index_hiqa import embedding_backends as eb  # noqa: E402
+from llama_index_hiqa.models import embedding_backends as eb  # noqa: E402
 from llama_index_hiqa.models.minilm_onnx import ONNX_OPSET, build_from_folder  # noqa: E402
 
 

@@ -295,7 +295,7 @@ def retrieval_only(name: str, store_dir: Path):
 
 
 def run_variant(name: str, questions, pdf_dir: Path, store_dir: Path, reuse: bool) -> Dict[str, Any]:
-    from llama_index_hiqa.retrievers.document_focus import DocumentFocusConfig, DocumentFocusRetriever
+    from llama_index_hiqa.retrievers.document_focus import DocumentFocusSettings, DocumentFocusRetriever
 
     if name in RETRIEVAL_ONLY:
         pack, multi, timing = retrieval_only(name, store_dir)
@@ -305,7 +305,7 @@ def run_variant(name: str, questions, pdf_dir: Path, store_dir: Path, reuse: boo
     # What pack.as_retriever() returns (the chunk graph is off in these variants).
     focus = {**pack.config.document_focus.model_dump(), **VARIANTS[name].get("document_focus", {})}
     retriever = multi
-    if DocumentFocusConfig(**focus).enabled:
+    if DocumentFocusSettings(**focus).enabled:
         retriever = DocumentFocusRetriever(multi, embed_model=pack.embed_model, **focus)
     nodes = pack.nodes
     t0 = time.perf_counter()

@@ -49,10 +49,10 @@ _EXPORTS: Dict[str, str] = {
     "KeywordIndex": "llama_index_hiqa.indexes.keyword_index",
     "normalize_keyword": "llama_index_hiqa.indexes.keyword_index",
     "MultiRouteRetriever": "llama_index_hiqa.retrievers.multi_route",
-    "MultiRouteConfig": "llama_index_hiqa.retrievers.multi_route",
+    "MultiRouteSettings": "llama_index_hiqa.retrievers.multi_route",
     "RetrievalRouteError": "llama_index_hiqa.errors",
     "DocumentFocusRetriever": "llama_index_hiqa.retrievers.document_focus",
-    "DocumentFocusConfig": "llama_index_hiqa.retrievers.document_focus",
+    "DocumentFocusSettings": "llama_index_hiqa.retrievers.document_focus",
     "FocusChoice": "llama_index_hiqa.retrievers.document_focus",
     "cross_document_questions": "llama_index_hiqa.evaluation.cross_document",
     "CrossDocumentQuestion": "llama_index_hiqa.evaluation.cross_document",
@@ -79,11 +79,11 @@ _EXPORTS: Dict[str, str] = {
     #
     # -- the pack
     "HiQAPack": "llama_index_hiqa.pack.hiqa_pack",
-    "HiQAPackConfig": "llama_index_hiqa.pack.config",
-    # -- one typed settings tree: the parts of HiQAPackConfig and the helper that updates them
+    "HiQAPackSettings": "llama_index_hiqa.pack.config",
+    # -- one typed settings tree: the parts of HiQAPackSettings and the helper that updates them
     "PackKeywordSettings": "llama_index_hiqa.pack.config",
     "KeywordSettings": "llama_index_hiqa.transforms.keyword_settings",
-    "MultiRouteSettings": "llama_index_hiqa.retrievers.settings",
+    "RouteFusionSettings": "llama_index_hiqa.retrievers.settings",
     "ChunkGraphSettings": "llama_index_hiqa.retrievers.settings",
     "InteractionGraphSettings": "llama_index_hiqa.retrievers.settings",
     "ChainSearchSettings": "llama_index_hiqa.retrievers.settings",
@@ -217,11 +217,11 @@ if TYPE_CHECKING:
     )
     from llama_index_hiqa.retrievers.multi_route import (
         MultiRouteRetriever as MultiRouteRetriever,
-        MultiRouteConfig as MultiRouteConfig,
+        MultiRouteSettings as MultiRouteSettings,
     )
     from llama_index_hiqa.retrievers.document_focus import (
         DocumentFocusRetriever as DocumentFocusRetriever,
-        DocumentFocusConfig as DocumentFocusConfig,
+        DocumentFocusSettings as DocumentFocusSettings,
         FocusChoice as FocusChoice,
     )
     from llama_index_hiqa.evaluation.cross_document import (
@@ -253,12 +253,12 @@ if TYPE_CHECKING:
     from llama_index_hiqa.evaluation.runner import AblationRunner as AblationRunner
     from llama_index_hiqa.pack.hiqa_pack import HiQAPack as HiQAPack
     from llama_index_hiqa.pack.config import (
-        HiQAPackConfig as HiQAPackConfig,
+        HiQAPackSettings as HiQAPackSettings,
         PackKeywordSettings as PackKeywordSettings,
     )
     from llama_index_hiqa.transforms.keyword_settings import KeywordSettings as KeywordSettings
     from llama_index_hiqa.retrievers.settings import (
-        MultiRouteSettings as MultiRouteSettings,
+        RouteFusionSettings as RouteFusionSettings,
         ChunkGraphSettings as ChunkGraphSettings,
         InteractionGraphSettings as InteractionGraphSettings,
         ChainSearchSettings as ChainSearchSettings,

@@ -1,7 +1,7 @@
 """The settings models of the package: one base that refuses a bad value where it is written
 ([`SettingsModel`][llama_index_hiqa.settings.SettingsModel]), and one way to change a settings model ([`updated`][llama_index_hiqa.settings.updated]).
 
-Every settings model of the package (the [`HiQAPackConfig`][llama_index_hiqa.pack.config.HiQAPackConfig] tree and the
+Every settings model of the package (the [`HiQAPackSettings`][llama_index_hiqa.pack.config.HiQAPackSettings] tree and the
 component configs it holds) is immutable in practice: a component or a call that needs other
 settings builds a new, validated model from the old one and the changes, here.
 """

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import sys
 
-from llama_index_hiqa import cli, pack as pack_module
+from llama_index_hiqa import cli
+from llama_index_hiqa.pack import hiqa_pack as pack_module
 from llama_index_hiqa.settings import updated
 from tests.pack_helpers import HashEmbedding
 

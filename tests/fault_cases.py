@@ -24,7 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator, List, Optional, Tuple
 
-from llama_index_hiqa import cli, pack as pack_module
+from llama_index_hiqa import cli
+from llama_index_hiqa.pack import hiqa_pack as pack_module
 from llama_index_hiqa.settings import updated
 from llama_index_hiqa.demo import DEMO_DATA_DIR
 from tests.pack_helpers import HashEmbedding
@@ -381,16 +382,16 @@ def _setting_case(name: str, build: Callable[[], object], named: str) -> None:
 def _bad_settings() -> None:
     from llama_index.core.schema import Document
 
-    from llama_index_hiqa.pack.hiqa_pack import HiQAPack, HiQAPackConfig
+    from llama_index_hiqa.pack.hiqa_pack import HiQAPack, HiQAPackSettings
 
     for key, value in [
         ("max_segment_chars", -10), ("max_segment_chars", 0), ("max_segment_tokens", 0), ("max_segment_tokens", -1),
         ("similarity_top_k", 0), ("ingest_batch_size", 0),
     ]:
-        _setting_case(f"{key}={value}", lambda k=key, v=value: HiQAPackConfig(**{k: v}), key)
-    _setting_case("keywords expert_keywords='NX'", lambda: HiQAPackConfig(keywords={"expert_keywords": "NX"}), "expert_keywords")
+        _setting_case(f"{key}={value}", lambda k=key, v=value: HiQAPackSettings(**{k: v}), key)
+    _setting_case("keywords expert_keywords='NX'", lambda: HiQAPackSettings(keywords={"expert_keywords": "NX"}), "expert_keywords")
     _setting_case("chunk_graph keyword_threshold='sometimes'",
-                  lambda: HiQAPackConfig(chunk_graph={"keyword_threshold": "sometimes"}), "keyword_threshold")
+                  lambda: HiQAPackSettings(chunk_graph={"keyword_threshold": "sometimes"}), "keyword_threshold")
     for key, value in [("llm", "gpt-4"), ("vector_store", "x"), ("store", 123)]:
         _setting_case(f"{key}={value!r}", lambda k=key, v=value: HiQAPack.empty(**{k: v}), key)
     _setting_case("add_documents(['text'])", lambda: HiQAPack.empty().add_documents(["text"]), "documents[0]")

@@ -7,7 +7,7 @@ from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index_hiqa.errors import InvalidSettingError
 from llama_index.core.schema import NodeWithScore, TextNode
 
-from llama_index_hiqa import ChainAugmentedRetriever, HiQAPackConfig
+from llama_index_hiqa import ChainAugmentedRetriever, HiQAPackSettings
 from llama_index_hiqa import ChainBudget
 from llama_index_hiqa.retrievers.chain_augmented import share_budget
 
@@ -90,16 +90,16 @@ def test_bad_settings_fail_at_construction_naming_the_setting(settings, name):
 
 
 def test_pack_config_accepts_the_budget_setting_and_names_a_bad_one():
-    assert HiQAPackConfig(chunk_graph={"head_share": 0.6}).chunk_graph.budget.head_share == 0.6
+    assert HiQAPackSettings(chunk_graph={"head_share": 0.6}).chunk_graph.budget.head_share == 0.6
     with pytest.raises(ValueError, match="head_share"):
-        HiQAPackConfig(chunk_graph={"head_share": 2})
+        HiQAPackSettings(chunk_graph={"head_share": 2})
 
 
 def test_pack_config_sends_each_flat_chunk_graph_key_to_its_receiver():
-    config = HiQAPackConfig(chunk_graph={"keyword_threshold": 2, "max_nodes": 7, "head_share": 0.3})
+    config = HiQAPackSettings(chunk_graph={"keyword_threshold": 2, "max_nodes": 7, "head_share": 0.3})
     parts = config.chunk_graph
     assert (parts.graph.keyword_threshold, parts.search.max_nodes, parts.budget.head_share) == (2, 7, 0.3)
-    assert parts == HiQAPackConfig(
+    assert parts == HiQAPackSettings(
         chunk_graph={"graph": {"keyword_threshold": 2}, "search": {"max_nodes": 7}, "budget": {"head_share": 0.3}}
     ).chunk_graph
 
@@ -125,9 +125,9 @@ def test_pack_sends_graph_search_and_budget_settings_where_they_act():
 def test_node_text_ner_is_on_with_the_chunk_graph_unless_the_user_sets_it():
     from llama_index_hiqa.pack.config import keyword_extractor
 
-    assert keyword_extractor(HiQAPackConfig()).ner_max_nodes == 0
-    assert keyword_extractor(HiQAPackConfig(use_chunk_graph=True)).ner_max_nodes is None
-    assert keyword_extractor(HiQAPackConfig(use_chunk_graph=True, keywords={"ner_max_nodes": 0})).ner_max_nodes == 0
+    assert keyword_extractor(HiQAPackSettings()).ner_max_nodes == 0
+    assert keyword_extractor(HiQAPackSettings(use_chunk_graph=True)).ner_max_nodes is None
+    assert keyword_extractor(HiQAPackSettings(use_chunk_graph=True, keywords={"ner_max_nodes": 0})).ner_max_nodes == 0
 
 
 def _bridge_corpus():

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from llama_index_hiqa import cli, pack as pack_module
+from llama_index_hiqa import cli
+from llama_index_hiqa.pack import hiqa_pack as pack_module
 from llama_index_hiqa.settings import updated
 from llama_index_hiqa.demo import DEMO_DATA_DIR
 from llama_index_hiqa.pack.hiqa_pack import NO_LLM_NOTICE

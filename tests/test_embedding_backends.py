@@ -11,7 +11,7 @@ from llama_index.core.base.embeddings.base import BaseEmbedding
 
 from llama_index_hiqa.models import defaults
 from llama_index_hiqa.settings import updated
-from llama_index_hiqa import embedding_backends as eb
+from llama_index_hiqa.models import embedding_backends as eb
 from llama_index_hiqa.errors import OfflineModelError, UnknownEmbedBackendError
 
 X86_VNNI = "processor\t: 0\nflags\t\t: fpu sse2 avx avx2 avx512f avx512bw avx512_vnni\n\nprocessor\t: 1\nflags\t\t: fpu avx2\n"
@@ -336,11 +336,11 @@ def hash_backends(monkeypatch):
 
 def test_pack_config_rejects_an_unknown_backend():
     from llama_index_hiqa.errors import InvalidSettingError
-    from llama_index_hiqa.pack.hiqa_pack import HiQAPackConfig
+    from llama_index_hiqa.pack.hiqa_pack import HiQAPackSettings
 
-    assert HiQAPackConfig().embed_backend == defaults.DEFAULT_EMBED_BACKEND
+    assert HiQAPackSettings().embed_backend == defaults.DEFAULT_EMBED_BACKEND
     with pytest.raises(InvalidSettingError, match="embed_backend"):
-        HiQAPackConfig(embed_backend="cuda")
+        HiQAPackSettings(embed_backend="cuda")
 
 
 def test_store_remembers_its_backend_and_warns_when_queried_with_another(hash_backends, tmp_path, caplog):

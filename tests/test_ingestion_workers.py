@@ -1,4 +1,4 @@
-"""Ingestion with worker processes (``HiQAPackConfig.ingest_workers``): the store ends with the
+"""Ingestion with worker processes (``HiQAPackSettings.ingest_workers``): the store ends with the
 same nodes, in the same order and with the same vectors as with one process; what cannot be
 sent to a worker stays in the main process; a worker that dies is a typed error naming its
 files, and the batches written before it are kept."""

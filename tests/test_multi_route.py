@@ -14,7 +14,7 @@ from llama_index_hiqa import schema
 from llama_index_hiqa.errors import InvalidSettingError, RetrievalRouteError, UnknownNodeError
 from llama_index_hiqa.retrievers import fusion
 from llama_index_hiqa.testing import HashingEmbedding, ScriptedLLM
-from llama_index_hiqa.retrievers.multi_route import MultiRouteConfig, MultiRouteRetriever
+from llama_index_hiqa.retrievers.multi_route import MultiRouteSettings, MultiRouteRetriever
 from llama_index_hiqa.transforms.critical_keywords import CriticalKeywordExtractor, KeywordIndex
 
 
@@ -289,7 +289,7 @@ def test_unknown_settings_are_rejected():
     with pytest.raises(InvalidSettingError, match="alpah"):
         make_retriever(alpah=0.3)
     with pytest.raises(InvalidSettingError, match=r"^alpha: must be <= 1\.0 \(got 2\.0\)$"):
-        MultiRouteConfig(alpha=2.0)
+        MultiRouteSettings(alpha=2.0)
 
 
 @pytest.mark.parametrize("mode", ["hiqa", "rrf", "relative_score", "dist_based_score"])

@@ -11,7 +11,8 @@ from llama_index.core.llms import MockLLM
 from llama_index.llms.openai import OpenAI
 from llama_index.llms.openai_like import OpenAILike
 
-from llama_index_hiqa import HiQAPack, MarkdownFormatterParser, defaults, demo_data_dir
+from llama_index_hiqa import HiQAPack, MarkdownFormatterParser, demo_data_dir
+from llama_index_hiqa.models import defaults
 from llama_index_hiqa.pack.answers import NO_LLM_NOTICE
 from llama_index_hiqa.testing import ScriptedLLM
 from tests.pack_helpers import HashEmbedding

@@ -14,7 +14,7 @@ from llama_index.core.schema import Document
 from llama_index_hiqa import schema
 from llama_index_hiqa.demo import DEMO_DATA_DIR, load_demo_documents
 from llama_index_hiqa.errors import EmptyCorpusError, PackStoreError, UnknownNodeError
-from llama_index_hiqa.pack.hiqa_pack import NO_LLM_NOTICE, HiQAPack, HiQAPackConfig, format_citation
+from llama_index_hiqa.pack.hiqa_pack import NO_LLM_NOTICE, HiQAPack, HiQAPackSettings, format_citation
 from llama_index_hiqa.testing import ScriptedLLM
 from tests.pack_helpers import HashEmbedding
 
@@ -198,10 +198,10 @@ def test_bad_input_gets_typed_errors(tmp_path):
 
 
 def test_config_round_trips_and_validates():
-    config = HiQAPackConfig(similarity_top_k=3, use_chunk_graph=True)
-    assert HiQAPackConfig(**json.loads(config.model_dump_json())) == config
+    config = HiQAPackSettings(similarity_top_k=3, use_chunk_graph=True)
+    assert HiQAPackSettings(**json.loads(config.model_dump_json())) == config
     with pytest.raises(ValueError):
-        HiQAPackConfig(similarity_top_k=0)
+        HiQAPackSettings(similarity_top_k=0)
     with pytest.raises(ValueError):
         HiQAPack.from_documents([Document(text="x")], similarity_topk=3)  # typo is an error
 
@@ -220,19 +220,19 @@ def test_config_round_trips_and_validates():
 )
 def test_every_nested_setting_is_checked_when_the_config_is_built(settings, named):
     with pytest.raises(ValueError, match=named):
-        HiQAPackConfig(**settings)
+        HiQAPackSettings(**settings)
 
 
 def test_documented_presets_are_accepted():
     for preset in ("balanced", "precision", "find_all"):
-        assert HiQAPackConfig(segment_preset=preset, use_segment_integration=True).segment_preset == preset
+        assert HiQAPackSettings(segment_preset=preset, use_segment_integration=True).segment_preset == preset
 
 
 def test_the_pack_runs_ner_over_titles_and_questions_not_node_text_whatever_the_batch():
     from llama_index_hiqa.pack.config import keyword_extractor as _keyword_extractor
 
-    assert _keyword_extractor(HiQAPackConfig())._ner_on_text(1) is False
-    assert _keyword_extractor(HiQAPackConfig(keywords={"ner_max_nodes": None}))._ner_on_text(10**6) is True
+    assert _keyword_extractor(HiQAPackSettings())._ner_on_text(1) is False
+    assert _keyword_extractor(HiQAPackSettings(keywords={"ner_max_nodes": None}))._ner_on_text(10**6) is True
 
 
 def test_the_unruled_table_setting_reaches_the_reader():

@@ -84,12 +84,12 @@ follow_imports = silent
 """
 
 USER_APP = """\
-from llama_index_hiqa import ChunkGraphRetriever, HiQAPack, HiQAPackConfig, MultiRouteRetriever
+from llama_index_hiqa import ChunkGraphRetriever, HiQAPack, HiQAPackSettings, MultiRouteRetriever
 
 pack: HiQAPack = HiQAPack.from_directory("manuals")
 reveal_type(pack)
 reveal_type(MultiRouteRetriever.from_index)
-reveal_type(HiQAPackConfig().multi_route)
+reveal_type(HiQAPackSettings().multi_route)
 reveal_type(ChunkGraphRetriever)
 """
 
@@ -122,7 +122,7 @@ def test_a_users_type_error_is_reported(tmp_path, mypy_cache):
                 if "Revealed type is" in line}
     assert revealed["4"] == '"llama_index_hiqa.pack.hiqa_pack.HiQAPack"', out
     assert revealed["5"].endswith('-> llama_index_hiqa.retrievers.multi_route.MultiRouteRetriever"'), out
-    assert revealed["6"] == '"llama_index_hiqa.retrievers.settings.MultiRouteSettings"', out
+    assert revealed["6"] == '"llama_index_hiqa.retrievers.settings.RouteFusionSettings"', out
     assert revealed["7"].endswith('-> llama_index_hiqa.retrievers.chunk_graph.ChunkGraphRetriever"'), out
     assert 'user_app.py:8: error: Argument 1 to "run"' in out and 'expected "str"' in out, out
     assert 'user_app.py:9: error: Module "llama_index_hiqa" has no attribute "HiQAPak"' in out, out

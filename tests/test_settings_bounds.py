@@ -14,7 +14,7 @@ from pydantic import ValidationError
 
 from llama_index_hiqa.pack import hiqa_pack as pack_module
 from llama_index_hiqa.errors import InvalidSettingError
-from llama_index_hiqa.pack.hiqa_pack import HiQAPack, HiQAPackConfig
+from llama_index_hiqa.pack.hiqa_pack import HiQAPack, HiQAPackSettings
 from llama_index_hiqa.parsers._markdown_segments import _split_table, _sub_split
 from llama_index_hiqa.parsers.layout_markdown import LayoutMarkdownParser
 from llama_index_hiqa.retrievers.chain_augmented import ChainBudget
@@ -58,7 +58,7 @@ def _rules_only(monkeypatch):
 )
 def test_out_of_range_settings_fail_at_construction_naming_themselves(settings, named):
     with pytest.raises(InvalidSettingError) as caught:
-        HiQAPackConfig(**settings)
+        HiQAPackSettings(**settings)
     assert caught.value.setting == named
 
 
@@ -158,7 +158,7 @@ _GRAPH_FIELDS = [(ChunkInteractionGraph, "keyword_threshold"), (ChunkInteraction
                  (ChainSearchSettings, "max_hops"), (ChainSearchSettings, "max_nodes"), (ChainBudget, "head_share")]
 
 configs = st.fixed_dictionaries(
-    {name: _field_strategy(HiQAPackConfig, name) for name in _PACK_FIELDS},
+    {name: _field_strategy(HiQAPackSettings, name) for name in _PACK_FIELDS},
     optional={"chunk_graph": st.fixed_dictionaries({}, optional={
         name: _field_strategy(model, name) for model, name in _GRAPH_FIELDS
     })},

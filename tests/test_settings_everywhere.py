@@ -1,4 +1,4 @@
-"""Nothing accepted that fails later: every setting of the HiQAPackConfig tree is bounded where
+"""Nothing accepted that fails later: every setting of the HiQAPackSettings tree is bounded where
 it is declared, and any value of any setting is either refused at construction (one
 InvalidSettingError naming its path) or works at the first question on the demo store, under a
 memory cap (a property test drawing values in and far out of every declared range)."""
@@ -19,7 +19,7 @@ from pydantic import BaseModel
 
 from llama_index_hiqa.demo import DEMO_DATA_DIR
 from llama_index_hiqa.errors import InvalidSettingError, PackStoreError
-from llama_index_hiqa.pack.hiqa_pack import HiQAPack, HiQAPackConfig
+from llama_index_hiqa.pack.hiqa_pack import HiQAPack, HiQAPackSettings
 from llama_index_hiqa.retrievers.chunk_interaction_graph import ChunkInteractionGraph
 from llama_index_hiqa.settings import SettingsModel
 from tests.pack_helpers import HashEmbedding
@@ -35,7 +35,7 @@ def _part(annotation: Any) -> Any:
     return None
 
 
-def leaves(model: Any = HiQAPackConfig, prefix: Tuple[str, ...] = ()) -> List[Tuple[Tuple[str, ...], Any]]:
+def leaves(model: Any = HiQAPackSettings, prefix: Tuple[str, ...] = ()) -> List[Tuple[Tuple[str, ...], Any]]:
     """Every setting of the tree: ``(path, FieldInfo)``."""
     found = []
     for name, info in model.model_fields.items():
@@ -174,7 +174,7 @@ _INGESTION = {"use_llm_formatter", "use_cascade", "describe_figures", "detect_un
               "embed_backend", "store_format"}
 
 
-def first_question(path: Tuple[str, ...], config: HiQAPackConfig, stores: Dict[str, Any], tmp: Any) -> list:
+def first_question(path: Tuple[str, ...], config: HiQAPackSettings, stores: Dict[str, Any], tmp: Any) -> list:
     """The first question under the accepted ``config`` (the setting at ``path`` changed)."""
     top = path[0]
     given = {top: getattr(config, top)}
@@ -199,7 +199,7 @@ def test_any_value_of_any_setting_is_refused_where_given_or_works_at_the_first_q
     path, value = drawn
     name = ".".join(path)
     try:
-        config = HiQAPackConfig(**nested(path, value))
+        config = HiQAPackSettings(**nested(path, value))
     except InvalidSettingError as exc:
         assert exc.setting.startswith(name) or exc.setting == path[0], (name, value, exc)
         return
@@ -272,10 +272,10 @@ def test_settings_saved_in_a_store_are_checked_when_it_loads_naming_the_file_and
 
 
 def test_a_settings_model_used_alone_names_its_own_keys():
-    from llama_index_hiqa import ChainSearchSettings, MultiRouteConfig
+    from llama_index_hiqa import ChainSearchSettings, MultiRouteSettings
 
     with pytest.raises(InvalidSettingError, match=r"^max_hops: must be <= 1000 \(got 5000\)$"):
         ChainSearchSettings(max_hops=5000)
     with pytest.raises(InvalidSettingError, match=r"^mode: must be 'hiqa', 'rrf'"):
-        MultiRouteConfig(mode="borda")
-    assert isinstance(MultiRouteConfig(), BaseModel)
+        MultiRouteSettings(mode="borda")
+    assert isinstance(MultiRouteSettings(), BaseModel)

@@ -1,4 +1,4 @@
-"""HiQAPackConfig is one tree of typed settings: every part is a model, a bad key or value
+"""HiQAPackSettings is one tree of typed settings: every part is a model, a bad key or value
 fails at construction named by its path, the mappings of earlier releases (flat chunk-graph
 settings, saved settings JSON) still load, and each knob has one default."""
 
@@ -20,12 +20,12 @@ from llama_index_hiqa import (
     ChainBudget,
     ChainSearchSettings,
     ChunkGraphSettings,
-    DocumentFocusConfig,
-    HiQAPackConfig,
+    DocumentFocusSettings,
+    HiQAPackSettings,
     InteractionGraphSettings,
-    MultiRouteConfig,
-    MultiRouteRetriever,
     MultiRouteSettings,
+    MultiRouteRetriever,
+    RouteFusionSettings,
     PackKeywordSettings,
     updated,
 )
@@ -35,7 +35,7 @@ from llama_index_hiqa.retrievers.settings import DEFAULT_SIMILARITY_TOP_K
 from llama_index_hiqa.testing import ScriptedLLM
 from tests.pack_helpers import HashEmbedding
 
-# Written by the previous release (HiQAPackConfig().model_dump(), then one with every nested
+# Written by the previous release (HiQAPackSettings().model_dump(), then one with every nested
 # dict set), as hiqa_pack.json / the PostgreSQL and embedded stores hold them.
 OLD_DEFAULTS = {
     "similarity_top_k": 5, "use_llm_formatter": True, "use_cascade": True, "describe_figures": False,
@@ -57,15 +57,15 @@ OLD_NESTED = {
 
 # --- every part is typed ---------------------------------------------------------------------
 def test_every_part_is_a_model_and_no_setting_is_a_free_form_dict():
-    config = HiQAPackConfig()
+    config = HiQAPackSettings()
     assert isinstance(config.keywords, PackKeywordSettings)
-    assert isinstance(config.multi_route, MultiRouteSettings)
-    assert isinstance(config.document_focus, DocumentFocusConfig)
+    assert isinstance(config.multi_route, RouteFusionSettings)
+    assert isinstance(config.document_focus, DocumentFocusSettings)
     assert isinstance(config.chunk_graph, ChunkGraphSettings)
     assert isinstance(config.chunk_graph.graph, InteractionGraphSettings)
     assert isinstance(config.chunk_graph.search, ChainSearchSettings)
     assert isinstance(config.chunk_graph.budget, ChainBudget)
-    untyped = [name for name, field in HiQAPackConfig.model_fields.items() if "Dict" in str(field.annotation)]
+    untyped = [name for name, field in HiQAPackSettings.model_fields.items() if "Dict" in str(field.annotation)]
     assert untyped == []
 
 
@@ -87,7 +87,7 @@ def test_every_part_is_a_model_and_no_setting_is_a_free_form_dict():
 )
 def test_a_bad_nested_setting_fails_at_construction_named_by_its_path(settings, path):
     with pytest.raises(InvalidSettingError) as caught:
-        HiQAPackConfig(**settings)
+        HiQAPackSettings(**settings)
     assert caught.value.setting == path
     with pytest.raises(InvalidSettingError, match=path.replace(".", r"\.")):
         HiQAPack.empty(embed_model=HashEmbedding(), **settings)
@@ -95,11 +95,11 @@ def test_a_bad_nested_setting_fails_at_construction_named_by_its_path(settings, 
 
 # --- what users pass today -------------------------------------------------------------------
 def test_nested_settings_are_accepted_as_mappings():
-    config = HiQAPackConfig(
+    config = HiQAPackSettings(
         multi_route={"alpha": 0.5}, keywords={"use_ner": False}, document_focus={"focus_documents": 1},
         chunk_graph={"max_hops": 3},
     )
-    assert config.multi_route.alpha == 0.5 and config.multi_route.beta == MultiRouteSettings().beta
+    assert config.multi_route.alpha == 0.5 and config.multi_route.beta == RouteFusionSettings().beta
     assert config.keywords.use_ner is False
     assert config.document_focus.focus_documents == 1
     assert config.chunk_graph.search.max_hops == 3
@@ -107,9 +107,9 @@ def test_nested_settings_are_accepted_as_mappings():
 
 
 def test_flat_chunk_graph_keys_go_to_the_part_that_declares_them_and_mix_with_parts():
-    flat = HiQAPackConfig(chunk_graph={"keyword_threshold": 2, "max_hops": 3, "head_share": 0.4}).chunk_graph
+    flat = HiQAPackSettings(chunk_graph={"keyword_threshold": 2, "max_hops": 3, "head_share": 0.4}).chunk_graph
     assert (flat.graph.keyword_threshold, flat.search.max_hops, flat.budget.head_share) == (2, 3, 0.4)
-    mixed = HiQAPackConfig(chunk_graph={"search": {"max_nodes": 7}, "max_hops": 3}).chunk_graph
+    mixed = HiQAPackSettings(chunk_graph={"search": {"max_nodes": 7}, "max_hops": 3}).chunk_graph
     assert (mixed.search.max_nodes, mixed.search.max_hops) == (7, 3)
 
 
@@ -124,18 +124,18 @@ def test_the_pack_builds_its_components_from_the_typed_parts():
     assert (pack.multi_route.config.alpha, pack.multi_route.config.candidates_per_route) == (0.4, 30)
     assert (pack.multi_route.config.similarity_top_k, pack.multi_route.config.mode) == (4, "rrf")
     focus = pack.as_retriever()
-    assert focus.config == DocumentFocusConfig(focus_documents=1, table_weight=0.3)
+    assert focus.config == DocumentFocusSettings(focus_documents=1, table_weight=0.3)
     assert len(focus.retrieve("What is the maximum output current of the NX-2040?")) == 4
 
 
 # --- saved settings of earlier releases --------------------------------------------------------
 def test_the_previous_release_default_settings_load_as_the_defaults():
-    assert HiQAPackConfig(**OLD_DEFAULTS) == HiQAPackConfig(embed_backend="onnx", store_format="folder")
+    assert HiQAPackSettings(**OLD_DEFAULTS) == HiQAPackSettings(embed_backend="onnx", store_format="folder")
 
 
 def test_the_previous_release_nested_settings_load_with_their_meaning():
     with pytest.warns(UserWarning, match=r"multi_route\.similarity_top_k=8 overrides similarity_top_k=5"):
-        config = HiQAPackConfig(**OLD_NESTED)
+        config = HiQAPackSettings(**OLD_NESTED)
     assert config.similarity_top_k == 8  # the previous release's precedence: multi_route's won
     assert config.route_config().similarity_top_k == 8 and config.multi_route.alpha == 0.5
     assert config.keywords.expert_keywords == ["NX-2040"] and config.keywords.use_ner is False
@@ -146,7 +146,7 @@ def test_the_previous_release_nested_settings_load_with_their_meaning():
     # and what it saves now reads back to the same tree, without the warning
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        assert HiQAPackConfig(**json.loads(config.model_dump_json())) == config
+        assert HiQAPackSettings(**json.loads(config.model_dump_json())) == config
 
 
 def test_a_store_saved_with_the_previous_release_settings_loads(tmp_path):
@@ -166,38 +166,38 @@ def test_a_store_saved_with_the_previous_release_settings_loads(tmp_path):
 
 # --- one default, one precedence ----------------------------------------------------------------
 def test_similarity_top_k_has_one_default():
-    assert HiQAPackConfig().similarity_top_k == DEFAULT_SIMILARITY_TOP_K
-    assert MultiRouteConfig().similarity_top_k == DEFAULT_SIMILARITY_TOP_K
+    assert HiQAPackSettings().similarity_top_k == DEFAULT_SIMILARITY_TOP_K
+    assert MultiRouteSettings().similarity_top_k == DEFAULT_SIMILARITY_TOP_K
     assert ChainSearchSettings().max_nodes == DEFAULT_SIMILARITY_TOP_K
-    assert "similarity_top_k" not in MultiRouteSettings.model_fields  # the pack's lives at its top
-    assert route_settings(HiQAPackConfig(similarity_top_k=3))["similarity_top_k"] == 3
+    assert "similarity_top_k" not in RouteFusionSettings.model_fields  # the pack's lives at its top
+    assert route_settings(HiQAPackSettings(similarity_top_k=3))["similarity_top_k"] == 3
 
 
 def test_a_conflicting_top_k_in_multi_route_is_not_silent():
     with pytest.warns(UserWarning, match=r"multi_route\.similarity_top_k=8 overrides similarity_top_k=3"):
-        config = HiQAPackConfig(similarity_top_k=3, multi_route={"similarity_top_k": 8})
+        config = HiQAPackSettings(similarity_top_k=3, multi_route={"similarity_top_k": 8})
     assert config.similarity_top_k == 8
     with pytest.warns(UserWarning, match=r"multi_route\.mode='rrf' overrides fusion_mode='hiqa'"):
-        assert HiQAPackConfig(fusion_mode="hiqa", multi_route={"mode": "rrf"}).fusion_mode == "rrf"
+        assert HiQAPackSettings(fusion_mode="hiqa", multi_route={"mode": "rrf"}).fusion_mode == "rrf"
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # the same value twice, or the old spelling alone, is no conflict
-        assert HiQAPackConfig(multi_route={"similarity_top_k": 8}).similarity_top_k == 8
+        assert HiQAPackSettings(multi_route={"similarity_top_k": 8}).similarity_top_k == 8
 
 
 def test_the_keyword_extractor_follows_the_chunk_graph_unless_ner_max_nodes_is_set():
-    assert keyword_extractor(HiQAPackConfig()).ner_max_nodes == 0
-    assert keyword_extractor(HiQAPackConfig(use_chunk_graph=True)).ner_max_nodes is None
-    assert keyword_extractor(HiQAPackConfig(keywords={"ner_max_nodes": 100})).ner_max_nodes == 100
+    assert keyword_extractor(HiQAPackSettings()).ner_max_nodes == 0
+    assert keyword_extractor(HiQAPackSettings(use_chunk_graph=True)).ner_max_nodes is None
+    assert keyword_extractor(HiQAPackSettings(keywords={"ner_max_nodes": 100})).ner_max_nodes == 100
 
 
 # --- settings that cannot apply ----------------------------------------------------------------
 def test_max_segment_tokens_with_the_llm_formatter_is_explained_when_the_pack_is_built():
-    config = HiQAPackConfig(max_segment_tokens=128)
+    config = HiQAPackSettings(max_segment_tokens=128)
     assert inapplicable_settings(config, None) == []
-    assert inapplicable_settings(HiQAPackConfig(), ScriptedLLM()) == []  # the default "auto" says nothing
+    assert inapplicable_settings(HiQAPackSettings(), ScriptedLLM()) == []  # the default "auto" says nothing
     (message,) = inapplicable_settings(config, ScriptedLLM())
     assert message.startswith("max_segment_tokens=128 has no effect")
-    assert inapplicable_settings(HiQAPackConfig(max_segment_tokens=128, use_llm_formatter=False), ScriptedLLM()) == []
+    assert inapplicable_settings(HiQAPackSettings(max_segment_tokens=128, use_llm_formatter=False), ScriptedLLM()) == []
     with pytest.warns(UserWarning, match="max_segment_tokens=128 has no effect"):
         HiQAPack.empty(llm=ScriptedLLM(), embed_model=HashEmbedding(), max_segment_tokens=128)
 
@@ -211,18 +211,18 @@ def test_max_segment_tokens_with_the_llm_formatter_is_explained_when_the_pack_is
     ],
 )
 def test_other_settings_without_effect_are_named(settings, named):
-    (message,) = inapplicable_settings(HiQAPackConfig(**settings), None)
+    (message,) = inapplicable_settings(HiQAPackSettings(**settings), None)
     assert message.startswith(f"{named} has no effect")
 
 
 # --- the one way to change settings --------------------------------------------------------------
 def test_updated_validates_and_leaves_the_original_alone():
-    base = MultiRouteConfig(alpha=0.6)
+    base = MultiRouteSettings(alpha=0.6)
     changed = updated(base, similarity_top_k=3)
     assert (changed.alpha, changed.similarity_top_k, base.similarity_top_k) == (0.6, 3, DEFAULT_SIMILARITY_TOP_K)
     with pytest.raises(InvalidSettingError, match="alpah"):
         updated(base, alpah=0.5)
-    assert updated(None, {"alpha": 0.2}, model_class=MultiRouteConfig).alpha == 0.2
+    assert updated(None, {"alpha": 0.2}, model_class=MultiRouteSettings).alpha == 0.2
     nodes = [TextNode(text="NX-2040 output current 150 mA", id_="n")]
     retriever = MultiRouteRetriever(nodes=nodes, use_bm25=False, use_keywords=False, config=base, similarity_top_k=2)
     assert (retriever.config.alpha, retriever.config.similarity_top_k) == (0.6, 2)
@@ -233,8 +233,8 @@ MERGE_IDIOM = re.compile(r"\w\(\*\*\{\*\*[^{}]*\.model_dump\(\), \*\*")
 
 
 def test_the_merge_idiom_is_gone_from_the_package():
-    assert MERGE_IDIOM.search("self.config = MultiRouteConfig(**{**(config or MultiRouteConfig()).model_dump(), **settings})")
-    assert MERGE_IDIOM.search("clone.config = MultiRouteConfig(**{**self.config.model_dump(), **settings})")
+    assert MERGE_IDIOM.search("self.config = MultiRouteSettings(**{**(config or MultiRouteSettings()).model_dump(), **settings})")
+    assert MERGE_IDIOM.search("clone.config = MultiRouteSettings(**{**self.config.model_dump(), **settings})")
     root = Path(llama_index_hiqa.__file__).parent
     idiom = [str(p.relative_to(root)) for p in root.rglob("*.py") if MERGE_IDIOM.search(p.read_text(encoding="utf-8"))]
     assert idiom == []
@@ -242,7 +242,7 @@ def test_the_merge_idiom_is_gone_from_the_package():
 
 def test_the_pack_configuration_stays_light_to_import():
     code = (
-        "import sys, llama_index_hiqa.pack.config as c; c.HiQAPackConfig(use_chunk_graph=True);"
+        "import sys, llama_index_hiqa.pack.config as c; c.HiQAPackSettings(use_chunk_graph=True);"
         "print(sorted(m for m in ('torch', 'spacy', 'networkx', 'bm25s', 'fitz') if m in sys.modules))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

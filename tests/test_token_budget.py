@@ -124,13 +124,13 @@ def test_embedding_tokenizer_reads_window_and_tokenizer_also_behind_the_cache():
 
 
 def test_pack_parser_uses_the_embedding_window_unless_disabled():
-    from llama_index_hiqa.pack.config import HiQAPackConfig, build_parser as _parser
+    from llama_index_hiqa.pack.config import HiQAPackSettings, build_parser as _parser
 
-    auto = _parser(HiQAPackConfig(), None, _FakeCached())
+    auto = _parser(HiQAPackSettings(), None, _FakeCached())
     assert auto.max_segment_tokens == 96 and auto._tokenizer is not None
-    capped = _parser(HiQAPackConfig(max_segment_tokens=64), None, _FakeCached())
+    capped = _parser(HiQAPackSettings(max_segment_tokens=64), None, _FakeCached())
     assert capped.max_segment_tokens == 64
-    off = _parser(HiQAPackConfig(max_segment_tokens=None), None, _FakeCached())
+    off = _parser(HiQAPackSettings(max_segment_tokens=None), None, _FakeCached())
     assert off.max_segment_tokens is None and off._tokenizer is None
 
 

@@ -52,7 +52,7 @@ class PostgresHiQAPack(metaclass=_StoreKind):
             embed_model: The embedding model the database was built with.
             create: Create the pack when the database holds none.
             store_settings: [`PostgresStoreSettings`][llama_index_hiqa.storage.postgres.PostgresStoreSettings] (pools, timeouts, HNSW).
-            **settings: [`HiQAPackConfig`][llama_index_hiqa.pack.config.HiQAPackConfig] fields of a new pack, or
+            **settings: [`HiQAPackSettings`][llama_index_hiqa.pack.config.HiQAPackSettings] fields of a new pack, or
                 query-time overrides of an existing one.
 
         Returns:
@@ -112,7 +112,7 @@ class EmbeddedHiQAPack(metaclass=_StoreKind):
             llm: The LLM.
             embed_model: The embedding model the store was built with.
             create: Create the store when the folder holds none.
-            **settings: [`HiQAPackConfig`][llama_index_hiqa.pack.config.HiQAPackConfig] fields of a new pack, or
+            **settings: [`HiQAPackSettings`][llama_index_hiqa.pack.config.HiQAPackSettings] fields of a new pack, or
                 overrides for this process of an existing one.
 
         Returns:

@@ -1,6 +1,6 @@
 """The pack's object arguments checked where they are given, not where they are first used.
 
-``HiQAPackConfig`` checks every setting that is a value. The objects a caller passes beside
+``HiQAPackSettings`` checks every setting that is a value. The objects a caller passes beside
 it — the LLM, the embedding model, the vector store, the store location, the documents — were
 used unchecked: ``llm="gpt-4"`` failed at the first question, ``vector_store="x"`` and
 ``store=123`` after a whole folder was ingested, ``add_documents(["text"])`` deep inside the

@@ -1,4 +1,4 @@
-"""HiQAPackConfig: the settings of the pack's default pipeline, and the components they build.
+"""HiQAPackSettings: the settings of the pack's default pipeline, and the components they build.
 
 One place turns a configuration into the parser, keyword extractor, route settings and
 embedding model, so ingestion, loading and querying build them the same way (the keyword
@@ -22,10 +22,10 @@ from llama_index_hiqa.retrievers.settings import (
     DEFAULT_SIMILARITY_TOP_K,
     MAX_TOP_K,
     ChunkGraphSettings,
-    DocumentFocusConfig,
+    DocumentFocusSettings,
     FusionMode,
-    MultiRouteConfig,
     MultiRouteSettings,
+    RouteFusionSettings,
 )
 from llama_index_hiqa.settings import SettingsModel
 from llama_index_hiqa.transforms.keyword_settings import MAX_NER_NODES, KeywordSettings
@@ -56,11 +56,11 @@ class PackKeywordSettings(KeywordSettings):
     )
 
 
-# Spellings of earlier releases: these MultiRouteConfig fields are the pack's top-level settings.
+# Spellings of earlier releases: these MultiRouteSettings fields are the pack's top-level settings.
 _ROUTE_KEYS_AT_TOP = {"similarity_top_k": "similarity_top_k", "mode": "fusion_mode"}
 
 
-class HiQAPackConfig(SettingsModel):
+class HiQAPackSettings(SettingsModel):
     """Settings of the default pipeline; saved with the pack and restored by ``load``.
 
     A tree of typed settings: the pipeline's switches at the top, one part per component
@@ -101,8 +101,8 @@ class HiQAPackConfig(SettingsModel):
     fusion_mode: FusionMode = Field(
         default="hiqa", description="MultiRouteRetriever fusion: hiqa, rrf, relative_score, dist_based_score."
     )
-    multi_route: MultiRouteSettings = Field(
-        default_factory=MultiRouteSettings,
+    multi_route: RouteFusionSettings = Field(
+        default_factory=RouteFusionSettings,
         description="The MultiRouteRetriever's other settings (alpha, beta, candidates_per_route, ...); "
         "its top k and fusion mode are similarity_top_k and fusion_mode above.",
     )
@@ -119,8 +119,8 @@ class HiQAPackConfig(SettingsModel):
         "multi-route nodes kept first in the top k before the chain nodes); a flat mapping is "
         "sorted into the three.",
     )
-    document_focus: DocumentFocusConfig = Field(
-        default_factory=DocumentFocusConfig,
+    document_focus: DocumentFocusSettings = Field(
+        default_factory=DocumentFocusSettings,
         description="DocumentFocusRetriever settings: the documents the question is about (the "
         "multi-route ranking's best one, plus those the question names or does not tell apart) are "
         "ranked again node by node (vector, BM25, heading-path similarity, a table bonus; one node "
@@ -217,18 +217,18 @@ class HiQAPackConfig(SettingsModel):
         data["multi_route"] = routes
         return data
 
-    def route_config(self) -> MultiRouteConfig:
-        """The [`MultiRouteConfig`][llama_index_hiqa.retrievers.multi_route.MultiRouteConfig] of the pack's multi-route retriever.
+    def route_config(self) -> MultiRouteSettings:
+        """The [`MultiRouteSettings`][llama_index_hiqa.retrievers.multi_route.MultiRouteSettings] of the pack's multi-route retriever.
 
         Returns:
             ``multi_route`` with ``similarity_top_k`` and ``fusion_mode`` (as ``mode``).
         """
-        return MultiRouteConfig(
+        return MultiRouteSettings(
             similarity_top_k=self.similarity_top_k, mode=self.fusion_mode, **self.multi_route.model_dump()
         )
 
 
-def route_settings(config: HiQAPackConfig) -> Dict[str, Any]:
+def route_settings(config: HiQAPackSettings) -> Dict[str, Any]:
     """The MultiRouteRetriever settings of a pack configuration, as keyword arguments.
 
     Args:
@@ -240,7 +240,7 @@ def route_settings(config: HiQAPackConfig) -> Dict[str, Any]:
     return config.route_config().model_dump()
 
 
-def inapplicable_settings(config: HiQAPackConfig, llm: Optional[LLM]) -> List[str]:
+def inapplicable_settings(config: HiQAPackSettings, llm: Optional[LLM]) -> List[str]:
     """The settings ``config`` holds that the pack will not use with ``llm``, each explained.
 
     Whether a parser setting applies depends on the LLM, which the configuration does not
@@ -260,7 +260,7 @@ def inapplicable_settings(config: HiQAPackConfig, llm: Optional[LLM]) -> List[st
             "use_llm_formatter=True the MarkdownFormatterParser parses (it bounds segments by "
             "max_segment_chars); pass use_llm_formatter=False to bound them by tokens"
         )
-    if config.use_chunk_graph and config.document_focus != DocumentFocusConfig():
+    if config.use_chunk_graph and config.document_focus != DocumentFocusSettings():
         found.append(
             "document_focus has no effect with use_chunk_graph=True: the chain nodes share the top "
             "k instead (their chains cross documents)"
@@ -272,7 +272,7 @@ def inapplicable_settings(config: HiQAPackConfig, llm: Optional[LLM]) -> List[st
     return found
 
 
-def warn_inapplicable_settings(config: HiQAPackConfig, llm: Optional[LLM]) -> None:
+def warn_inapplicable_settings(config: HiQAPackSettings, llm: Optional[LLM]) -> None:
     """A ``UserWarning`` (and a log line) for each of [`inapplicable_settings`][llama_index_hiqa.pack.config.inapplicable_settings].
 
     Args:
@@ -332,7 +332,7 @@ def same_model(recorded: Optional[str], embed_model: BaseEmbedding) -> bool:
     return portable_model_name(recorded or "") == model_identity(embed_model)
 
 
-def build_parser(config: HiQAPackConfig, llm: Optional[LLM], embed_model: Optional[BaseEmbedding] = None) -> Any:
+def build_parser(config: HiQAPackSettings, llm: Optional[LLM], embed_model: Optional[BaseEmbedding] = None) -> Any:
     """The node parser of a pack: the LLM formatter when an LLM is given and enabled, else the
     layout parser (its segments sized to the embedding model's window when
     ``max_segment_tokens`` is set).
@@ -362,7 +362,7 @@ def build_parser(config: HiQAPackConfig, llm: Optional[LLM], embed_model: Option
     return LayoutMarkdownParser(show_progress=config.show_progress, **layout_kwargs)
 
 
-def keyword_extractor(config: HiQAPackConfig) -> Any:
+def keyword_extractor(config: HiQAPackSettings) -> Any:
     """The same critical-keyword settings at ingestion and at query time (|C| must match).
 
     Args:
@@ -389,7 +389,7 @@ def keyword_extractor(config: HiQAPackConfig) -> Any:
 
 
 def graph_retriever_settings(
-    index: Any, config: HiQAPackConfig, embed_model: BaseEmbedding, llm: Optional[LLM], keywords: Any
+    index: Any, config: HiQAPackSettings, embed_model: BaseEmbedding, llm: Optional[LLM], keywords: Any
 ) -> Dict[str, Any]:
     """What a loaded pack's ChunkGraphRetriever is given besides its graph (any store);
     ``keywords`` is the pack's ``CriticalKeywordExtractor``.

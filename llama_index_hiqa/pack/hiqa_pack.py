@@ -60,8 +60,8 @@ from llama_index_hiqa.pack.answers import (  # noqa: F401
     format_citation,
 )
 from llama_index_hiqa.models.defaults import resolve_llm
-from llama_index_hiqa.pack.config import (  # noqa: F401  (HiQAPackConfig re-exported: it was defined here)
-    HiQAPackConfig,
+from llama_index_hiqa.pack.config import (  # noqa: F401  (HiQAPackSettings re-exported: it was defined here)
+    HiQAPackSettings,
     default_embed_model,
     keyword_extractor,
     model_identity,
@@ -114,7 +114,7 @@ class HiQAPack(PackIngestion, PackAnswering):
     def __init__(
         self,
         index: Optional[VectorStoreIndex] = None,
-        config: Optional[HiQAPackConfig] = None,
+        config: Optional[HiQAPackSettings] = None,
         llm: Optional[LLM] = None,
         embed_model: Optional[BaseEmbedding] = None,
         backend: Optional[StoreBackend] = None,
@@ -123,7 +123,7 @@ class HiQAPack(PackIngestion, PackAnswering):
         if backend is None:
             if index is None:
                 raise TypeError("HiQAPack needs an index or a store backend (or use HiQAPack.empty())")
-            backend = FolderBackend(index, config or HiQAPackConfig(), embed_model, llm=llm, resolvers=RESOLVERS)
+            backend = FolderBackend(index, config or HiQAPackSettings(), embed_model, llm=llm, resolvers=RESOLVERS)
         self.backend = backend
         self.llm = resolve_llm(llm)  # the backend's routes ask it (the chunk graph's keywords)
         warn_inapplicable_settings(self.config, self.llm)
@@ -154,12 +154,12 @@ class HiQAPack(PackIngestion, PackAnswering):
         return self.backend.index
 
     @property
-    def config(self) -> HiQAPackConfig:
+    def config(self) -> HiQAPackSettings:
         """The settings, as the store keeps them (saved by [`persist`][llama_index_hiqa.pack.hiqa_pack.HiQAPack.persist])."""
         return self.backend.config
 
     @config.setter
-    def config(self, value: HiQAPackConfig) -> None:
+    def config(self, value: HiQAPackSettings) -> None:
         """Replace the settings the backend keeps.
 
         Args:
@@ -210,7 +210,7 @@ class HiQAPack(PackIngestion, PackAnswering):
             path: the folder to read.
             recursive: read its subfolders too.
             **kwargs: passed on to [`from_documents`][llama_index_hiqa.pack.hiqa_pack.HiQAPack.from_documents] (``llm``, ``embed_model``,
-                ``vector_store``, ``config`` and [`HiQAPackConfig`][llama_index_hiqa.pack.config.HiQAPackConfig] fields).
+                ``vector_store``, ``config`` and [`HiQAPackSettings`][llama_index_hiqa.pack.config.HiQAPackSettings] fields).
 
         Returns:
             The built pack; ``read_failures`` lists the files that could not be read.
@@ -236,12 +236,12 @@ class HiQAPack(PackIngestion, PackAnswering):
         llm: Optional[LLM] = None,
         embed_model: Optional[BaseEmbedding] = None,
         vector_store: Optional[BasePydanticVectorStore] = None,
-        config: Optional[HiQAPackConfig] = None,
+        config: Optional[HiQAPackSettings] = None,
         **settings: Any,
     ) -> "HiQAPack":
         """Parse, augment and index ``documents`` (any LlamaIndex Documents, a list or a
         generator; the reader's give page and heading facts). ``settings`` are
-        [`HiQAPackConfig`][llama_index_hiqa.pack.config.HiQAPackConfig] fields.
+        [`HiQAPackSettings`][llama_index_hiqa.pack.config.HiQAPackSettings] fields.
 
         Args:
             documents: the documents to index, a list or a generator.
@@ -250,7 +250,7 @@ class HiQAPack(PackIngestion, PackAnswering):
                 packaged MiniLM).
             vector_store: any LlamaIndex vector store (``None``: the folder store's, in memory).
             config: the settings (``None``: defaults, updated by ``settings``).
-            **settings: [`HiQAPackConfig`][llama_index_hiqa.pack.config.HiQAPackConfig] fields.
+            **settings: [`HiQAPackSettings`][llama_index_hiqa.pack.config.HiQAPackSettings] fields.
 
         Returns:
             The built pack.
@@ -270,7 +270,7 @@ class HiQAPack(PackIngestion, PackAnswering):
         llm: Optional[LLM] = None,
         embed_model: Optional[BaseEmbedding] = None,
         vector_store: Optional[BasePydanticVectorStore] = None,
-        config: Optional[HiQAPackConfig] = None,
+        config: Optional[HiQAPackSettings] = None,
         **settings: Any,
     ) -> "HiQAPack":
         """A pack with no documents yet (fill it with `ingest`); settings are validated here.
@@ -280,7 +280,7 @@ class HiQAPack(PackIngestion, PackAnswering):
             embed_model: The embedding model (the packaged MiniLM when ``None``).
             vector_store: Any LlamaIndex vector store (the folder store's; in memory by default).
             config: The settings as an object; ``settings`` override its fields.
-            **settings: [`HiQAPackConfig`][llama_index_hiqa.pack.config.HiQAPackConfig] fields, and ``store``: ``"postgresql://USER@HOST/DB"``
+            **settings: [`HiQAPackSettings`][llama_index_hiqa.pack.config.HiQAPackSettings] fields, and ``store``: ``"postgresql://USER@HOST/DB"``
                 (that database's pack, created when it holds none; every ingested batch commits
                 there), or a folder: the store it holds, else a new embedded store that each
                 batch commits to (a folder store, written by `persist`, with
@@ -314,7 +314,7 @@ class HiQAPack(PackIngestion, PackAnswering):
             llm: The LLM.
             embed_model: The embedding model the store was built with (the packaged MiniLM by default).
             vector_store: The remote vector store a folder store was built on, given again.
-            **settings: [`HiQAPackConfig`][llama_index_hiqa.pack.config.HiQAPackConfig] fields overriding the stored ones in this process.
+            **settings: [`HiQAPackSettings`][llama_index_hiqa.pack.config.HiQAPackSettings] fields overriding the stored ones in this process.
 
         Returns:
             The pack.
@@ -392,11 +392,11 @@ class HiQAPack(PackIngestion, PackAnswering):
         sharing its top k with the chunk-graph chains ([`ChainAugmentedRetriever`][llama_index_hiqa.retrievers.chain_augmented.ChainAugmentedRetriever],
         ``chunk_graph={"head_share": ...}``).
 
-        ``kwargs`` are MultiRouteConfig settings for this retriever only (e.g.
+        ``kwargs`` are MultiRouteSettings settings for this retriever only (e.g.
         ``similarity_top_k=10``, ``mode="rrf"``); it shares the pack's BM25 and keyword indexes.
 
         Args:
-            **kwargs: MultiRouteConfig settings for this retriever only.
+            **kwargs: MultiRouteSettings settings for this retriever only.
 
         Returns:
             The retriever (the same one on every call without ``kwargs``, until the index changes).
@@ -491,4 +491,4 @@ class HiQAPack(PackIngestion, PackAnswering):
 
 
 # Settings is re-exported so notebooks can configure the pack without a second import line.
-__all__ = ["HiQAPack", "HiQAPackConfig", "EvidenceQueryEngine", "citation", "format_citation", "Settings"]
+__all__ = ["HiQAPack", "HiQAPackSettings", "EvidenceQueryEngine", "citation", "format_citation", "Settings"]

@@ -1,4 +1,4 @@
-"""Ingestion over several processes: ``HiQAPackConfig.ingest_workers`` / ``hiqa ingest --workers N``.
+"""Ingestion over several processes: ``HiQAPackSettings.ingest_workers`` / ``hiqa ingest --workers N``.
 
 Embedding is most of ingestion on a CPU, and parsing, the cascade and keyword extraction are
 single-threaded Python, so one process leaves cores idle. With N workers the main process
@@ -52,7 +52,7 @@ def ingestion_stages(
     One place for the pack's pipeline, in or out of process.
 
     Args:
-        config: the pack's [`HiQAPackConfig`][llama_index_hiqa.pack.config.HiQAPackConfig].
+        config: the pack's [`HiQAPackSettings`][llama_index_hiqa.pack.config.HiQAPackSettings].
         llm: the LLM of the parser and the cascade; ``None`` for the no-LLM paths.
         embed_model: the embedding model; ``None`` leaves the embed stage out.
         keywords: the pack's keyword extractor; ``None`` builds the configuration's.
@@ -238,7 +238,7 @@ def batch_runner(
 
     Args:
         workers: number of processes; 1 or less runs in this process.
-        config: the pack's [`HiQAPackConfig`][llama_index_hiqa.pack.config.HiQAPackConfig].
+        config: the pack's [`HiQAPackSettings`][llama_index_hiqa.pack.config.HiQAPackSettings].
         llm: the LLM of the parser and the cascade; ``None`` for the no-LLM paths.
         embed_model: the embedding model.
         report: the ingestion report stage times are added to.

@@ -50,7 +50,7 @@ from llama_index_hiqa.questions import CleanQuestions, question_bundle
 from llama_index_hiqa import schema
 from llama_index_hiqa.retrievers import focus_share
 from llama_index_hiqa.retrievers.multi_route import MultiRouteRetriever
-from llama_index_hiqa.retrievers.settings import BM25, KEYWORDS, VECTOR, DocumentFocusConfig  # noqa: F401 (re-exported)
+from llama_index_hiqa.retrievers.settings import BM25, KEYWORDS, VECTOR, DocumentFocusSettings  # noqa: F401 (re-exported)
 from llama_index_hiqa.settings import updated
 
 logger = logging.getLogger(__name__)
@@ -289,7 +289,7 @@ class DocumentFocusRetriever(CleanQuestions, BaseRetriever):
     {text: unit vector}`` with the heading vectors computed at ingestion, and, for a database
     store, ``node_facts(ids)`` with what `focus_facts` keeps of each node, so the first
     question about a document embeds none of its headings and reads none of its nodes. Settings are
-    [`DocumentFocusConfig`][llama_index_hiqa.retrievers.settings.DocumentFocusConfig] fields, validated here. Each returned node carries the
+    [`DocumentFocusSettings`][llama_index_hiqa.retrievers.settings.DocumentFocusSettings] fields, validated here. Each returned node carries the
     focus scores in ``metadata["route_scores"]`` next to the routes' own.
     """
 
@@ -297,11 +297,11 @@ class DocumentFocusRetriever(CleanQuestions, BaseRetriever):
         self,
         multi_route: Any,
         embed_model: Optional[BaseEmbedding] = None,
-        config: Optional[DocumentFocusConfig] = None,
+        config: Optional[DocumentFocusSettings] = None,
         heading_vectors: Optional[Any] = None,
         **settings: Any,
     ) -> None:
-        self.config = updated(config, settings, model_class=DocumentFocusConfig)
+        self.config = updated(config, settings, model_class=DocumentFocusSettings)
         self.multi_route = multi_route
         self._embed_model = embed_model
         self._stored_headings = heading_vectors
@@ -335,7 +335,7 @@ class DocumentFocusRetriever(CleanQuestions, BaseRetriever):
             vector_retriever: the vector route for ``nodes`` / ``docstore``.
             embed_model: embeds the question and the heading paths.
             similarity_top_k: nodes returned per query.
-            **settings: [`DocumentFocusConfig`][llama_index_hiqa.retrievers.settings.DocumentFocusConfig] fields; the others go to the multi-route
+            **settings: [`DocumentFocusSettings`][llama_index_hiqa.retrievers.settings.DocumentFocusSettings] fields; the others go to the multi-route
                 retriever.
 
         Returns:
@@ -344,7 +344,7 @@ class DocumentFocusRetriever(CleanQuestions, BaseRetriever):
         Raises:
             InvalidSettingError: not exactly one of ``index``, ``nodes``, ``docstore``.
         """
-        focus = {key: settings.pop(key) for key in list(settings) if key in DocumentFocusConfig.model_fields}
+        focus = {key: settings.pop(key) for key in list(settings) if key in DocumentFocusSettings.model_fields}
         multi_route = MultiRouteRetriever.from_defaults(
             index=index, nodes=nodes, docstore=docstore, vector_retriever=vector_retriever,
             similarity_top_k=similarity_top_k, **settings,

@@ -33,7 +33,7 @@ class KeywordRoute:
     Args:
         extractor: extracts the question's keywords (and the titles').
         index: node id -> its critical keywords, inverted.
-        config: the retriever's [`MultiRouteConfig`][llama_index_hiqa.retrievers.multi_route.MultiRouteConfig] (the title weight
+        config: the retriever's [`MultiRouteSettings`][llama_index_hiqa.retrievers.multi_route.MultiRouteSettings] (the title weight
             and the two title-matching rules are read from it).
         title_keywords: node id -> its document title's keywords (for the title weight).
         names: the collection's document names (``title_match.document_names``).

@@ -61,14 +61,14 @@ from llama_index_hiqa.retrievers import route_parts
 from llama_index_hiqa.retrievers.route_parts import BM25_DIRNAME, CONFIG_FILENAME, RouteParts  # noqa: F401 (re-exported)
 from llama_index_hiqa.retrievers.routes import RouteScores, RouteSet
 from llama_index_hiqa.retrievers.settings import (  # noqa: F401 (re-exported: they were defined here)
-    BM25, KEYWORDS, ROUTES, VECTOR, FusionMode, MultiRouteConfig,
+    BM25, KEYWORDS, ROUTES, VECTOR, FusionMode, MultiRouteSettings,
 )
 from llama_index_hiqa.settings import updated
 from llama_index_hiqa.indexes.keyword_index import KeywordIndex
 from llama_index_hiqa.transforms.critical_keywords import CriticalKeywordExtractor
 from llama_index_hiqa.storage.vector_store_access import index_nodes, one_node_source
 
-__all__ = ["MultiRouteConfig", "MultiRouteRetriever", "RouteParts", "VECTOR", "BM25", "KEYWORDS", "ROUTES"]
+__all__ = ["MultiRouteSettings", "MultiRouteRetriever", "RouteParts", "VECTOR", "BM25", "KEYWORDS", "ROUTES"]
 
 logger = logging.getLogger(__name__)
 dispatcher = instrument.get_dispatcher(__name__)
@@ -100,7 +100,7 @@ class MultiRouteRetriever(CleanQuestions, DocumentScope, FullRanking, BaseRetrie
         keyword_extractor: Optional[CriticalKeywordExtractor] = None,
         keyword_index: Optional[KeywordIndex] = None,
         bm25_tokenizer: Optional[Callable[[str], List[str]]] = None,
-        config: Optional[MultiRouteConfig] = None,
+        config: Optional[MultiRouteSettings] = None,
         callback_manager: Optional[CallbackManager] = None,
         verbose: bool = False,
         _bm25_route: Optional[_BM25Route] = None,
@@ -108,7 +108,7 @@ class MultiRouteRetriever(CleanQuestions, DocumentScope, FullRanking, BaseRetrie
         **settings: Any,
     ) -> None:
         # Settings may come as a config object and/or keyword arguments (validated either way).
-        self.config = updated(config, settings, model_class=MultiRouteConfig)
+        self.config = updated(config, settings, model_class=MultiRouteSettings)
         self.keyword_extractor = keyword_extractor or CriticalKeywordExtractor()
         self._parts = _parts or RouteParts.from_nodes(
             self.config, self.keyword_extractor, vector_retriever, nodes, docstore, keyword_index, _bm25_route,
@@ -128,13 +128,13 @@ class MultiRouteRetriever(CleanQuestions, DocumentScope, FullRanking, BaseRetrie
             index: the vector index.
             nodes: the indexed nodes; default: ``docstore`` when given, else the index's docstore,
                 else the nodes listed from a vector store that keeps the text (Chroma, Qdrant, ...).
-            **kwargs: [`MultiRouteConfig`][llama_index_hiqa.retrievers.settings.MultiRouteConfig] settings and constructor arguments.
+            **kwargs: [`MultiRouteSettings`][llama_index_hiqa.retrievers.settings.MultiRouteSettings] settings and constructor arguments.
 
         Returns:
             The retriever.
         """
-        config = kwargs.pop("config", None) or MultiRouteConfig()
-        updates = {k: kwargs.pop(k) for k in list(kwargs) if k in MultiRouteConfig.model_fields}
+        config = kwargs.pop("config", None) or MultiRouteSettings()
+        updates = {k: kwargs.pop(k) for k in list(kwargs) if k in MultiRouteSettings.model_fields}
         config = updated(config, updates)
         vector = index.as_retriever(similarity_top_k=config.candidates_per_route)
         docstore = kwargs.pop("docstore", None)
@@ -164,8 +164,8 @@ class MultiRouteRetriever(CleanQuestions, DocumentScope, FullRanking, BaseRetrie
             nodes: the nodes to retrieve from.
             docstore: a docstore holding them (result nodes are read from it by id).
             vector_retriever: the vector route for ``nodes`` / ``docstore``.
-            similarity_top_k: nodes returned per query (default [`MultiRouteConfig`][llama_index_hiqa.retrievers.settings.MultiRouteConfig]'s).
-            **kwargs: other [`MultiRouteConfig`][llama_index_hiqa.retrievers.settings.MultiRouteConfig] settings and constructor arguments.
+            similarity_top_k: nodes returned per query (default [`MultiRouteSettings`][llama_index_hiqa.retrievers.settings.MultiRouteSettings]'s).
+            **kwargs: other [`MultiRouteSettings`][llama_index_hiqa.retrievers.settings.MultiRouteSettings] settings and constructor arguments.
 
         Returns:
             The retriever.
@@ -185,7 +185,7 @@ class MultiRouteRetriever(CleanQuestions, DocumentScope, FullRanking, BaseRetrie
         nothing is re-indexed unless a route that was off is switched on.
 
         Args:
-            **settings: [`MultiRouteConfig`][llama_index_hiqa.retrievers.settings.MultiRouteConfig] fields.
+            **settings: [`MultiRouteSettings`][llama_index_hiqa.retrievers.settings.MultiRouteSettings] fields.
 
         Returns:
             A new retriever sharing this one's indexes.
@@ -409,5 +409,5 @@ class MultiRouteRetriever(CleanQuestions, DocumentScope, FullRanking, BaseRetrie
             ValueError: the index was built with a custom tokenizer and none is given.
         """
         return cls(**route_parts.load_arguments(
-            MultiRouteConfig, persist_dir, vector_retriever, nodes, docstore, index, bm25_tokenizer, kwargs
+            MultiRouteSettings, persist_dir, vector_retriever, nodes, docstore, index, bm25_tokenizer, kwargs
         ))

@@ -71,7 +71,7 @@ class RouteParts:
         """The folder store's parts: every route built from the nodes (or given, prebuilt).
 
         Args:
-            config: the retriever's [`MultiRouteConfig`][llama_index_hiqa.retrievers.multi_route.MultiRouteConfig].
+            config: the retriever's [`MultiRouteSettings`][llama_index_hiqa.retrievers.multi_route.MultiRouteSettings].
             extractor: the keyword extractor (fills nodes without critical keywords).
             vector_retriever: the vector retriever, or ``None``.
             nodes: the indexed nodes (default: every node of ``docstore``).
@@ -240,7 +240,7 @@ def persist_indexes(
         persist_dir: the folder (created when missing).
         bm25_route: the BM25 route (``None``: the route is off).
         keyword_index: the keyword postings.
-        config: the retriever's ``MultiRouteConfig``.
+        config: the retriever's ``MultiRouteSettings``.
         keyword_extractor: the critical-keyword extractor (its settings are saved).
         custom_tokenizer: the BM25 index was built with a custom tokenizer.
     """
@@ -271,7 +271,7 @@ def load_arguments(
     ``MultiRouteRetriever.from_persist_dir``).
 
     Args:
-        config_type: the settings class (``MultiRouteConfig``).
+        config_type: the settings class (``MultiRouteSettings``).
         persist_dir: the folder [`persist`][llama_index_hiqa.retrievers.route_parts.persist] wrote.
         vector_retriever: the vector route's retriever.
         nodes: the indexed nodes.

@@ -1,8 +1,8 @@
 """The settings of the retrievers, in one light module (pydantic only): the typed parts of
-[`HiQAPackConfig`][llama_index_hiqa.pack.config.HiQAPackConfig] and the configs the retrievers validate.
+[`HiQAPackSettings`][llama_index_hiqa.pack.config.HiQAPackSettings] and the configs the retrievers validate.
 
 The retrievers re-export their own config (``from llama_index_hiqa.retrievers.multi_route
-import MultiRouteConfig`` still works); the pack's configuration imports them from here without
+import MultiRouteSettings`` still works); the pack's configuration imports them from here without
 loading the retrievers' dependencies (bm25s, networkx).
 """
 
@@ -73,11 +73,11 @@ def bm25_stopword_language(value: str) -> str:
 
 
 # -- the multi-route retriever -------------------------------------------------------------
-class MultiRouteSettings(SettingsModel):
+class RouteFusionSettings(SettingsModel):
     """How [`MultiRouteRetriever`][llama_index_hiqa.retrievers.multi_route.MultiRouteRetriever] asks its routes and fuses them.
 
-    Every setting of [`MultiRouteConfig`][llama_index_hiqa.retrievers.settings.MultiRouteConfig] but the answer size and the fusion mode: the
-    pack's ``multi_route`` part (``HiQAPackConfig.similarity_top_k`` and ``fusion_mode`` are the
+    Every setting of [`MultiRouteSettings`][llama_index_hiqa.retrievers.settings.MultiRouteSettings] but the answer size and the fusion mode: the
+    pack's ``multi_route`` part (``HiQAPackSettings.similarity_top_k`` and ``fusion_mode`` are the
     other two).
     """
 
@@ -143,9 +143,9 @@ class MultiRouteSettings(SettingsModel):
         return bm25_stopword_language(value)
 
 
-class MultiRouteConfig(MultiRouteSettings):
+class MultiRouteSettings(RouteFusionSettings):
     """Settings of [`MultiRouteRetriever`][llama_index_hiqa.retrievers.multi_route.MultiRouteRetriever] (persisted with it): its
-    [`MultiRouteSettings`][llama_index_hiqa.retrievers.settings.MultiRouteSettings] plus the answer size and the fusion mode."""
+    [`RouteFusionSettings`][llama_index_hiqa.retrievers.settings.RouteFusionSettings] plus the answer size and the fusion mode."""
 
     similarity_top_k: int = Field(
         default=DEFAULT_SIMILARITY_TOP_K, ge=1, le=MAX_TOP_K, description=f"Nodes returned per query (1 to {MAX_TOP_K})."
@@ -158,7 +158,7 @@ class MultiRouteConfig(MultiRouteSettings):
 
 
 # -- the document focus --------------------------------------------------------------------
-class DocumentFocusConfig(SettingsModel):
+class DocumentFocusSettings(SettingsModel):
     """Settings of [`DocumentFocusRetriever`][llama_index_hiqa.retrievers.document_focus.DocumentFocusRetriever].
 
     The weights are on the scale of the min-max normalised vector/BM25 mix (0..1). They were

@@ -1,6 +1,6 @@
 """The settings of [`CriticalKeywordExtractor`][llama_index_hiqa.transforms.critical_keywords.CriticalKeywordExtractor], in a light module
 (pydantic only): the extractor's fields and the ``keywords`` part of
-[`HiQAPackConfig`][llama_index_hiqa.pack.config.HiQAPackConfig].
+[`HiQAPackSettings`][llama_index_hiqa.pack.config.HiQAPackSettings].
 """
 
 from __future__ import annotations

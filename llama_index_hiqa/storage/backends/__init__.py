@@ -19,7 +19,7 @@ from llama_index.core.base.embeddings.base import BaseEmbedding
 from llama_index.core.llms import LLM
 from llama_index.core.vector_stores.types import BasePydanticVectorStore
 
-from llama_index_hiqa.pack.config import HiQAPackConfig
+from llama_index_hiqa.pack.config import HiQAPackSettings
 from llama_index_hiqa.settings import updated
 from llama_index_hiqa.storage.backends.base import Resolvers, StoreBackend
 
@@ -40,11 +40,11 @@ def is_database(store: Any) -> bool:
 
 def store_kind(store: Any, settings: Mapping[str, Any], own_vector_store: bool = False) -> Optional[str]:
     """``"database"``, ``"embedded"``, ``"folder"`` or ``None`` (no store): the kind a store
-    folder holds already, else the kind a new one gets (``HiQAPackConfig.new_store_format``).
+    folder holds already, else the kind a new one gets (``HiQAPackSettings.new_store_format``).
 
     Args:
         store: A ``store`` argument.
-        settings: ``HiQAPackConfig`` fields (``store_format``, ``use_chunk_graph``).
+        settings: ``HiQAPackSettings`` fields (``store_format``, ``use_chunk_graph``).
         own_vector_store: The caller gave the pack a LlamaIndex vector store of its own.
 
     Returns:
@@ -62,7 +62,7 @@ def store_kind(store: Any, settings: Mapping[str, Any], own_vector_store: bool =
         return "embedded"
     if holds_folder_store(store):
         return "folder"
-    return HiQAPackConfig(**settings).new_store_format(own_vector_store)
+    return HiQAPackSettings(**settings).new_store_format(own_vector_store)
 
 
 def store_exists(store: Any) -> bool:
@@ -111,7 +111,7 @@ def store_writer(store: Any, settings: Mapping[str, Any], on_wait: Optional[Call
 
     Args:
         store: A store folder or a ``postgresql://`` URL.
-        settings: ``HiQAPackConfig`` fields of a new store (its kind decides the lock).
+        settings: ``HiQAPackSettings`` fields of a new store (its kind decides the lock).
         on_wait: Told once when another writer holds the lock.
 
     Yields:
@@ -174,7 +174,7 @@ def check_replaceable(store: Any) -> None:
 def open_backend(
     store: Any,
     *,
-    config: Optional[HiQAPackConfig] = None,
+    config: Optional[HiQAPackSettings] = None,
     settings: Optional[Mapping[str, Any]] = None,
     llm: Optional[LLM] = None,
     embed_model: Optional[BaseEmbedding] = None,
@@ -188,13 +188,13 @@ def open_backend(
     Args:
         store: A ``postgresql://`` URL, a store folder, or ``None`` (in memory; with ``create``).
         config: The pack's settings as an object (``settings`` override its fields).
-        settings: ``HiQAPackConfig`` fields: a new store's settings or a stored one's overrides.
+        settings: ``HiQAPackSettings`` fields: a new store's settings or a stored one's overrides.
         llm: The pack's LLM (the chunk graph's question keywords).
         embed_model: The embedding model (the packaged MiniLM when ``None``).
         vector_store: Any LlamaIndex vector store, for the folder store only.
         create: Create the store (a folder store is created in memory and written by its first
             save; a pack with no store is held in memory and written, in the format
-            ``HiQAPackConfig.new_store_format`` gives, by its first ``persist(folder)``).
+            ``HiQAPackSettings.new_store_format`` gives, by its first ``persist(folder)``).
         resolvers: How the embedding model and keyword extractor are made from the settings.
 
     Returns:
@@ -238,7 +238,7 @@ def open_backend(
 
     if create:  # in memory: written by the pack's first persist (into store, when given)
         return FolderBackend.create(
-            updated(config, settings, model_class=HiQAPackConfig), embed_model, vector_store, llm, resolvers,
+            updated(config, settings, model_class=HiQAPackSettings), embed_model, vector_store, llm, resolvers,
             location=None if store is None else Path(store),
         )
     return FolderBackend.open(

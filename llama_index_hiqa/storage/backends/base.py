@@ -45,7 +45,7 @@ class StoreBackend(Protocol):
 
     Attributes:
         index: A LlamaIndex ``VectorStoreIndex`` (docstore and vector store) over the stored nodes.
-        config: The pack's settings (a ``HiQAPackConfig``) as stored, with this process's overrides.
+        config: The pack's settings (a ``HiQAPackSettings``) as stored, with this process's overrides.
         embed_model: The embedding model the questions are embedded with.
         file_stats: ``{ref_doc_id: [size, mtime_ns]}`` of the files the documents were read from.
         heading_vectors: The heading-path vectors (and, in a database, the per-node facts) the
@@ -73,7 +73,7 @@ class StoreBackend(Protocol):
 
         Args:
             location: The store folder or database URL.
-            settings: ``HiQAPackConfig`` fields: a new store's settings, or overrides of a stored one.
+            settings: ``HiQAPackSettings`` fields: a new store's settings, or overrides of a stored one.
             embed_model: The embedding model (the packaged MiniLM when ``None``).
             llm: The LLM of the routes that use one (the chunk graph's question keywords).
             create: Create the store when ``location`` holds none.

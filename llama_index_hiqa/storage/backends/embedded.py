@@ -28,9 +28,9 @@ from llama_index.core.storage.index_store import SimpleIndexStore
 
 from llama_index_hiqa import schema
 from llama_index_hiqa.errors import InvalidSettingError, PackStoreError
-from llama_index_hiqa.pack.config import HiQAPackConfig, model_identity, route_settings, same_model
+from llama_index_hiqa.pack.config import HiQAPackSettings, model_identity, route_settings, same_model
 from llama_index_hiqa.retrievers.bm25_route import BM25Route
-from llama_index_hiqa.retrievers.multi_route import MultiRouteConfig
+from llama_index_hiqa.retrievers.multi_route import MultiRouteSettings
 from llama_index_hiqa.storage.backends.heading_vectors import SQLiteHeadingVectors
 from llama_index_hiqa.storage.backends.base import (
     Resolvers, RouteCache, Routes, SettingsTransformations, copied_batches,
@@ -54,7 +54,7 @@ class EmbeddedBackend:
     """
 
     def __init__(
-        self, store: EmbeddedStore, index: VectorStoreIndex, config: HiQAPackConfig, embed_model: BaseEmbedding,
+        self, store: EmbeddedStore, index: VectorStoreIndex, config: HiQAPackSettings, embed_model: BaseEmbedding,
         resolvers: Resolvers = Resolvers(),
     ) -> None:
         self._resolve = resolvers
@@ -77,7 +77,7 @@ class EmbeddedBackend:
 
         Args:
             location: The store folder.
-            settings: ``HiQAPackConfig`` fields of a new store, or overrides for this process of
+            settings: ``HiQAPackSettings`` fields of a new store, or overrides for this process of
                 an existing one.
             embed_model: The embedding model (the packaged MiniLM when ``None``).
             llm: Unused (no route of this store asks an LLM).
@@ -95,13 +95,13 @@ class EmbeddedBackend:
         store = EmbeddedStore.open(location, create=create)
         record = store.read_pack()
         if record is None:
-            config = HiQAPackConfig(**{**settings, "store_format": "embedded"})
+            config = HiQAPackSettings(**{**settings, "store_format": "embedded"})
         else:
             try:
-                HiQAPackConfig(**record["config"])
+                HiQAPackSettings(**record["config"])
             except (ValueError, TypeError) as exc:
                 raise PackStoreError(store.root, f"holds invalid settings ({exc})") from exc
-            config = HiQAPackConfig(**{**record["config"], **settings, "store_format": "embedded"})
+            config = HiQAPackSettings(**{**record["config"], **settings, "store_format": "embedded"})
         if config.use_chunk_graph:
             raise InvalidSettingError(
                 "use_chunk_graph", "the chunk graph is kept by the folder store only; use store_format='folder'"
@@ -172,9 +172,9 @@ class EmbeddedBackend:
         """
         return self._routes.get(lambda: self._build_routes(self.config))
 
-    def _build_routes(self, config: HiQAPackConfig) -> Routes:
+    def _build_routes(self, config: HiQAPackSettings) -> Routes:
         routes = route_settings(config)
-        candidates = int(routes.get("candidates_per_route", MultiRouteConfig().candidates_per_route))
+        candidates = int(routes.get("candidates_per_route", MultiRouteSettings().candidates_per_route))
         use_bm25 = bool(routes.get("use_bm25", True))
         from llama_index.core.indices.vector_store.retrievers import VectorIndexRetriever
 
@@ -190,7 +190,7 @@ class EmbeddedBackend:
         )
         return multi_route, None
 
-    def _bm25_route(self, config: HiQAPackConfig) -> BM25Route:
+    def _bm25_route(self, config: HiQAPackSettings) -> BM25Route:
         """The BM25 route over every live node: the saved base and segments, plus a segment
         of the nodes added since (``storage/embedded_bm25.py``)."""
         return open_bm25_route(self.store, route_settings(config).get("bm25_language", "en"))

@@ -20,7 +20,7 @@ from llama_index_hiqa.errors import InvalidSettingError
 from llama_index_hiqa.retrievers import title_match
 from llama_index_hiqa.retrievers.bm25_route import BM25Route
 from llama_index_hiqa.retrievers.keyword_route import KeywordRoute
-from llama_index_hiqa.retrievers.multi_route import MultiRouteConfig, MultiRouteRetriever
+from llama_index_hiqa.retrievers.multi_route import MultiRouteSettings, MultiRouteRetriever
 from llama_index_hiqa.retrievers.node_collection import NodeCollection
 from llama_index_hiqa.retrievers.route_parts import RouteParts
 from llama_index_hiqa.retrievers.routes import VectorRoute
@@ -207,7 +207,7 @@ class EmbeddedMultiRouteRetriever(MultiRouteRetriever):
         vector_retriever: the vector retriever over the store's matrix.
         bm25_route: the BM25 route of the store's current generation, or ``None``.
         keyword_extractor: the keyword extractor (default: ``CriticalKeywordExtractor()``).
-        **settings: [`MultiRouteConfig`][llama_index_hiqa.retrievers.multi_route.MultiRouteConfig] fields.
+        **settings: [`MultiRouteSettings`][llama_index_hiqa.retrievers.multi_route.MultiRouteSettings] fields.
     """
 
     def __init__(
@@ -218,7 +218,7 @@ class EmbeddedMultiRouteRetriever(MultiRouteRetriever):
         keyword_extractor: Optional[CriticalKeywordExtractor] = None,
         **settings: Any,
     ) -> None:
-        config = MultiRouteConfig(**settings)
+        config = MultiRouteSettings(**settings)
         extractor = keyword_extractor or CriticalKeywordExtractor()
         parts = EmbeddedRouteParts.open(store, vector_retriever, bm25_route, extractor, config)
         super().__init__(keyword_extractor=extractor, config=config, _parts=parts)

@@ -30,7 +30,7 @@ from llama_index.core.vector_stores.types import BasePydanticVectorStore
 from llama_index_hiqa import schema
 from llama_index_hiqa.errors import PackStoreError, VectorStoreFeatureError
 from llama_index_hiqa.pack.config import (
-    HiQAPackConfig,
+    HiQAPackSettings,
     graph_retriever_settings,
     model_identity,
     route_settings,
@@ -63,7 +63,7 @@ class FolderBackend:
     def __init__(
         self,
         index: VectorStoreIndex,
-        config: HiQAPackConfig,
+        config: HiQAPackSettings,
         embed_model: Optional[BaseEmbedding] = None,
         location: Optional[Path] = None,
         snapshot: Optional[str] = None,
@@ -89,7 +89,7 @@ class FolderBackend:
     # -- open ------------------------------------------------------------------------------
     @classmethod
     def create(
-        cls, config: HiQAPackConfig, embed_model: Optional[BaseEmbedding] = None,
+        cls, config: HiQAPackSettings, embed_model: Optional[BaseEmbedding] = None,
         vector_store: Optional[BasePydanticVectorStore] = None, llm: Optional[LLM] = None,
         resolvers: Resolvers = Resolvers(), location: Optional[Path] = None,
     ) -> "FolderBackend":
@@ -128,7 +128,7 @@ class FolderBackend:
 
         Args:
             location: The store folder.
-            settings: ``HiQAPackConfig`` fields overriding the stored ones for this process.
+            settings: ``HiQAPackSettings`` fields overriding the stored ones for this process.
             embed_model: The model the store was built with (the packaged MiniLM when ``None``).
             llm: The chunk graph's LLM.
             create: Unused: a folder store is created by its first [`save`][llama_index_hiqa.storage.backends.folder.FolderBackend.save].
@@ -303,7 +303,7 @@ class FolderBackend:
             self._keyword_index = KeywordIndex.from_nodes(nodes)
         return self._keyword_index
 
-    def _build_routes(self, config: HiQAPackConfig, llm: Optional[LLM]) -> Routes:
+    def _build_routes(self, config: HiQAPackSettings, llm: Optional[LLM]) -> Routes:
         from llama_index_hiqa.retrievers.multi_route import MultiRouteRetriever
 
         nodes = list(self.index.docstore.docs.values())
@@ -322,16 +322,16 @@ class FolderBackend:
             current[0].persist(folder)
             return current[1]
         from llama_index_hiqa.retrievers.bm25_route import BM25Route
-        from llama_index_hiqa.retrievers.multi_route import MultiRouteConfig
+        from llama_index_hiqa.retrievers.multi_route import MultiRouteSettings
         from llama_index_hiqa.retrievers.route_parts import persist_indexes
 
-        config = MultiRouteConfig(**route_settings(self.config))
+        config = MultiRouteSettings(**route_settings(self.config))
         nodes = list(self.index.docstore.docs.values())
         bm25 = BM25Route.build(nodes, None, config.bm25_language) if config.use_bm25 and nodes else None
         persist_indexes(folder, bm25, self._keyword_index_now(nodes), config, self._resolve.keyword_extractor(self.config))
         return self._build_graph(self.config, self.llm) if self.config.use_chunk_graph and nodes else None
 
-    def _build_graph(self, config: HiQAPackConfig, llm: Optional[LLM]) -> BaseRetriever:
+    def _build_graph(self, config: HiQAPackSettings, llm: Optional[LLM]) -> BaseRetriever:
         from llama_index_hiqa.retrievers.chunk_graph import ChunkGraphRetriever
 
         settings = config.chunk_graph
@@ -345,7 +345,7 @@ class FolderBackend:
     def save(self, payload: Mapping[str, Any], location: Any = None) -> Any:
         """Save everything into a new snapshot of the store folder and switch to it atomically;
         a pack never saved, whose settings ask for the embedded store
-        (``HiQAPackConfig.new_store_format``), is copied into a new embedded store instead.
+        (``HiQAPackSettings.new_store_format``), is copied into a new embedded store instead.
 
         Args:
             payload: The pack's settings and ingestion state (written once, in ``hiqa_pack.json``).
@@ -515,13 +515,13 @@ def _save_figures(index: VectorStoreIndex, root: Path, previous_store: Optional[
         logger.warning("figure %s not saved: %s", name, reason)
 
 
-def open_folder(persist_dir: Path, settings: Optional[Mapping[str, Any]] = None) -> Tuple[Any, HiQAPackConfig]:
+def open_folder(persist_dir: Path, settings: Optional[Mapping[str, Any]] = None) -> Tuple[Any, HiQAPackSettings]:
     """The checked files of the snapshot ``persist_dir`` points to and its configuration,
     ``settings`` overriding the stored one for this process.
 
     Args:
         persist_dir: The store folder.
-        settings: ``HiQAPackConfig`` fields overriding the stored ones.
+        settings: ``HiQAPackSettings`` fields overriding the stored ones.
 
     Returns:
         ``(files, config)``: the checked ``pack_files.StoreFiles`` and the settings.
@@ -532,25 +532,25 @@ def open_folder(persist_dir: Path, settings: Optional[Mapping[str, Any]] = None)
     try:
         # Stores written before embed_backend existed were embedded with PyTorch.
         stored = {"embed_backend": "torch", **files.payload["config"]}
-        HiQAPackConfig(**stored)
+        HiQAPackSettings(**stored)
     except (ValueError, TypeError) as exc:
         raise PackStoreError(files.config_file, f"holds invalid settings ({exc})") from exc
     # The caller's settings are checked on their own: a bad argument is the caller's error
     # (a ValidationError naming the setting), not the store's.
     # A folder store is saved as one again (``store_format`` was not recorded before the
     # embedded store became the default).
-    return files, HiQAPackConfig(**{**stored, **(settings or {}), "store_format": "folder"})
+    return files, HiQAPackSettings(**{**stored, **(settings or {}), "store_format": "folder"})
 
 
-def _load_multi_route(files: Any, index: VectorStoreIndex, config: HiQAPackConfig, keywords: Any) -> BaseRetriever:
+def _load_multi_route(files: Any, index: VectorStoreIndex, config: HiQAPackSettings, keywords: Any) -> BaseRetriever:
     """The persisted BM25 and keyword indexes, checked against the docstore: a route that
     would fail or miss nodes on every question is an error now, naming its file."""
-    from llama_index_hiqa.retrievers.multi_route import BM25_DIRNAME, MultiRouteConfig, MultiRouteRetriever
+    from llama_index_hiqa.retrievers.multi_route import BM25_DIRNAME, MultiRouteSettings, MultiRouteRetriever
 
     nodes = list(index.docstore.docs.values())
     # Every route setting from the pack's settings (hiqa_pack.json), as a new pack gets them:
     # none is taken from the copy in multi_route.json, which older stores hold too.
-    settings = MultiRouteConfig(**route_settings(config)).model_dump()
+    settings = MultiRouteSettings(**route_settings(config)).model_dump()
     retriever = files.read(
         pack_files.MULTI_ROUTE_DIRNAME,
         lambda p: MultiRouteRetriever.from_persist_dir(
@@ -568,7 +568,7 @@ def _load_multi_route(files: Any, index: VectorStoreIndex, config: HiQAPackConfi
 
 
 def _load_graph(
-    files: Any, index: VectorStoreIndex, config: HiQAPackConfig, embed_model: BaseEmbedding, llm: Optional[LLM],
+    files: Any, index: VectorStoreIndex, config: HiQAPackSettings, embed_model: BaseEmbedding, llm: Optional[LLM],
     keywords: Any,
 ) -> Any:
     if not config.use_chunk_graph:

@@ -33,7 +33,7 @@ from llama_index.core.schema import BaseNode, QueryBundle
 
 from llama_index_hiqa.retrievers import title_match
 from llama_index_hiqa.retrievers.keyword_route import KeywordRoute
-from llama_index_hiqa.retrievers.multi_route import MultiRouteConfig, MultiRouteRetriever
+from llama_index_hiqa.retrievers.multi_route import MultiRouteSettings, MultiRouteRetriever
 from llama_index_hiqa.retrievers.node_collection import NodeCollection
 from llama_index_hiqa.retrievers.route_parts import RouteParts
 from llama_index_hiqa.retrievers.routes import BM25, KEYWORDS, ROUTES, VECTOR, RouteScores, RouteSet, VectorRoute, route_failed
@@ -439,7 +439,7 @@ class PostgresRouteParts(RouteParts):
         """The routes asked under ``config``, in one statement.
 
         Args:
-            config: the MultiRouteConfig.
+            config: the MultiRouteSettings.
 
         Returns:
             The route set.
@@ -471,11 +471,11 @@ class PostgresMultiRouteRetriever(MultiRouteRetriever):
         store: the PostgreSQL store.
         vector_retriever: the ``PGVectorStore`` retriever.
         keyword_extractor: the keyword extractor (default: ``CriticalKeywordExtractor()``).
-        config: [`MultiRouteConfig`][llama_index_hiqa.retrievers.multi_route.MultiRouteConfig].
+        config: [`MultiRouteSettings`][llama_index_hiqa.retrievers.multi_route.MultiRouteSettings].
         callback_manager: LlamaIndex's callback manager.
         verbose: LlamaIndex's verbose flag.
         ef_search: the HNSW ``ef_search`` of the statements (at least the store's).
-        **settings: [`MultiRouteConfig`][llama_index_hiqa.retrievers.multi_route.MultiRouteConfig] fields.
+        **settings: [`MultiRouteSettings`][llama_index_hiqa.retrievers.multi_route.MultiRouteSettings] fields.
     """
 
     def __init__(
@@ -483,13 +483,13 @@ class PostgresMultiRouteRetriever(MultiRouteRetriever):
         store: PostgresStore,
         vector_retriever: BaseRetriever,
         keyword_extractor: Optional[CriticalKeywordExtractor] = None,
-        config: Optional[MultiRouteConfig] = None,
+        config: Optional[MultiRouteSettings] = None,
         callback_manager: Optional[CallbackManager] = None,
         verbose: bool = False,
         ef_search: Optional[int] = None,
         **settings: Any,
     ) -> None:
-        config = updated(config, settings, model_class=MultiRouteConfig)
+        config = updated(config, settings, model_class=MultiRouteSettings)
         extractor = keyword_extractor or CriticalKeywordExtractor()
         ef = max(ef_search or 0, store.settings.hnsw_ef_search)
         parts = PostgresRouteParts.open(store, vector_retriever, extractor, config, ef)

@@ -28,7 +28,7 @@ from llama_index.core.storage.index_store import SimpleIndexStore
 
 from llama_index_hiqa import schema
 from llama_index_hiqa.pack.config import (
-    HiQAPackConfig,
+    HiQAPackSettings,
     graph_retriever_settings,
     model_identity,
     route_settings,
@@ -52,7 +52,7 @@ class PostgresBackend:
     """
 
     def __init__(
-        self, store: PostgresStore, index: VectorStoreIndex, config: HiQAPackConfig, embed_model: BaseEmbedding,
+        self, store: PostgresStore, index: VectorStoreIndex, config: HiQAPackSettings, embed_model: BaseEmbedding,
         resolvers: Resolvers = Resolvers(),
     ) -> None:
         self._resolve = resolvers
@@ -84,7 +84,7 @@ class PostgresBackend:
 
         Args:
             location: A ``postgresql://`` URL.
-            settings: ``HiQAPackConfig`` fields of a new pack, or query-time overrides of an
+            settings: ``HiQAPackSettings`` fields of a new pack, or query-time overrides of an
                 existing one.
             embed_model: The embedding model (the packaged MiniLM when ``None``).
             llm: The chunk graph's LLM (the pack sets its own as `llm`).
@@ -104,7 +104,7 @@ class PostgresBackend:
         if record is None and not create:
             raise store.error("holds no HiQA pack; build one with `hiqa ingest DIR --store URL`")
         if record is None:
-            config = HiQAPackConfig(**settings)
+            config = HiQAPackSettings(**settings)
             embed_model = resolvers.embed_model(embed_model, config.embed_backend)
             dim = len(embed_model.get_text_embedding("embedding dimension"))
             store.create_pack(config.model_dump(), model_identity(embed_model), dim, str(uuid.uuid4()))
@@ -112,7 +112,7 @@ class PostgresBackend:
         else:
             store.upgrade(record)
             try:
-                config = HiQAPackConfig(**{**record["config"], **settings})
+                config = HiQAPackSettings(**{**record["config"], **settings})
             except ValueError as exc:
                 raise store.error(f"holds invalid settings ({exc})") from None
             embed_model = resolvers.embed_model(embed_model, config.embed_backend)
@@ -183,12 +183,12 @@ class PostgresBackend:
         """
         return self._routes.get(lambda: self._build_routes(self.config, self.llm))
 
-    def _build_routes(self, config: HiQAPackConfig, llm: Optional[LLM]) -> Routes:
-        from llama_index_hiqa.retrievers.multi_route import MultiRouteConfig
+    def _build_routes(self, config: HiQAPackSettings, llm: Optional[LLM]) -> Routes:
+        from llama_index_hiqa.retrievers.multi_route import MultiRouteSettings
         from llama_index_hiqa.storage.backends.pg_routes import PostgresMultiRouteRetriever
 
         routes = route_settings(config)
-        candidates = int(routes.get("candidates_per_route", MultiRouteConfig().candidates_per_route))
+        candidates = int(routes.get("candidates_per_route", MultiRouteSettings().candidates_per_route))
         # HNSW returns at most ef_search rows: never fewer than the route's candidates.
         ef_search = max(self.store.settings.hnsw_ef_search, candidates)
         multi_route = PostgresMultiRouteRetriever(
