@@ -52,7 +52,7 @@ _EXPORTS: Dict[str, str] = {
     "MultiRouteSettings": "llama_index_hiqa.retrievers.multi_route",
     "RetrievalRouteError": "llama_index_hiqa.errors",
     "DocumentFocusRetriever": "llama_index_hiqa.retrievers.document_focus",
-    "DocumentFocusSettings": "llama_index_hiqa.retrievers.document_focus",
+    "DocumentFocusSettings": "llama_index_hiqa.retrievers.settings",
     "FocusChoice": "llama_index_hiqa.retrievers.document_focus",
     "cross_document_questions": "llama_index_hiqa.evaluation.cross_document",
     "CrossDocumentQuestion": "llama_index_hiqa.evaluation.cross_document",
@@ -65,7 +65,7 @@ _EXPORTS: Dict[str, str] = {
     "chain_training_examples": "llama_index_hiqa.retrievers.chain_training",
     "fit_chain_scorer": "llama_index_hiqa.retrievers.chain_training",
     "ChainAugmentedRetriever": "llama_index_hiqa.retrievers.chain_augmented",
-    "ChainBudget": "llama_index_hiqa.retrievers.chain_augmented",
+    "ChainBudget": "llama_index_hiqa.retrievers.settings",
     "GraphBuildError": "llama_index_hiqa.errors",
     #
     # -- TextRAG segment integration
@@ -143,7 +143,7 @@ _EXPORTS: Dict[str, str] = {
     "PostgresHiQAPack": "llama_index_hiqa.pack.aliases",
     "PostgresBackend": "llama_index_hiqa.storage.backends.postgres",
     "PostgresStore": "llama_index_hiqa.storage.postgres",
-    "PostgresStoreSettings": "llama_index_hiqa.storage.postgres",
+    "PostgresStoreSettings": "llama_index_hiqa.storage.pg_connection",
     "PostgresMultiRouteRetriever": "llama_index_hiqa.storage.backends.pg_routes",
     "StoredChunkGraph": "llama_index_hiqa.storage.backends.pg_graph",
     "StoredGraphRetriever": "llama_index_hiqa.storage.backends.pg_graph",
@@ -221,7 +221,6 @@ if TYPE_CHECKING:
     )
     from llama_index_hiqa.retrievers.document_focus import (
         DocumentFocusRetriever as DocumentFocusRetriever,
-        DocumentFocusSettings as DocumentFocusSettings,
         FocusChoice as FocusChoice,
     )
     from llama_index_hiqa.evaluation.cross_document import (
@@ -242,7 +241,6 @@ if TYPE_CHECKING:
     )
     from llama_index_hiqa.retrievers.chain_augmented import (
         ChainAugmentedRetriever as ChainAugmentedRetriever,
-        ChainBudget as ChainBudget,
     )
     from llama_index_hiqa.postprocessors.segment_integration import (
         SegmentIntegrationPostprocessor as SegmentIntegrationPostprocessor,
@@ -262,6 +260,8 @@ if TYPE_CHECKING:
         ChunkGraphSettings as ChunkGraphSettings,
         InteractionGraphSettings as InteractionGraphSettings,
         ChainSearchSettings as ChainSearchSettings,
+        DocumentFocusSettings as DocumentFocusSettings,
+        ChainBudget as ChainBudget,
     )
     from llama_index_hiqa.settings import (
         updated as updated,
@@ -309,8 +309,8 @@ if TYPE_CHECKING:
         PostgresHeadingVectors as PostgresHeadingVectors,
     )
     from llama_index_hiqa.storage.backends.postgres import PostgresBackend as PostgresBackend
-    from llama_index_hiqa.storage.postgres import (
-        PostgresStore as PostgresStore,
+    from llama_index_hiqa.storage.postgres import PostgresStore as PostgresStore
+    from llama_index_hiqa.storage.pg_connection import (
         PostgresStoreSettings as PostgresStoreSettings,
     )
     from llama_index_hiqa.storage.backends.pg_routes import (

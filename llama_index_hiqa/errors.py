@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import errno
 from pathlib import Path
-from typing import Any, Union
+from typing import Any, Mapping, Union
 
 
 class HiQAError(Exception):
@@ -78,7 +78,7 @@ class GraphBuildError(HiQAError):
 class RetrievalRouteError(HiQAError):
     """Every route of a multi-route retriever failed. ``errors`` maps route name -> exception."""
 
-    def __init__(self, errors: dict) -> None:
+    def __init__(self, errors: Mapping[str, BaseException]) -> None:
         self.errors = dict(errors)
         detail = "; ".join(f"{name}: {type(exc).__name__}: {exc}" for name, exc in self.errors.items())
         super().__init__(f"every retrieval route failed ({detail})")

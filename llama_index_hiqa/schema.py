@@ -79,7 +79,7 @@ from __future__ import annotations
 import json
 from typing import Any, Dict, Iterable, List, Mapping, NamedTuple, Optional, Sequence, Tuple
 
-from llama_index.core.schema import BaseNode, Document, RelatedNodeInfo
+from llama_index.core.schema import BaseNode, Document, RelatedNodeInfo, TextNode
 
 # --- document-level facts --------------------------------------------------------------
 DOCUMENT_ID = "document_id"
@@ -327,7 +327,7 @@ def non_flat_keys(metadata: Mapping[str, Any]) -> List[str]:
 # --- helpers -------------------------------------------------------------------------
 
 
-def view_settings(source: BaseNode) -> Dict[str, Any]:
+def view_settings(source: TextNode) -> Dict[str, Any]:
     """What a node cut from ``source`` inherits of how it is shown.
 
     The metadata keys each view hides and the templates (``TextNode(**view_settings(doc),
@@ -438,7 +438,7 @@ def has_heading_path(node: BaseNode) -> bool:
     return bool(read_json(node.metadata, HEADING_PATH, node.node_id))
 
 
-def set_heading_path(node: BaseNode, path: Sequence[Sequence]) -> None:
+def set_heading_path(node: BaseNode, path: Sequence[Sequence[Any]]) -> None:
     """Store a heading path as a JSON string, and the last heading's label as the section title.
 
     Args:
@@ -719,7 +719,7 @@ def set_segment_facts(
     document_title: str,
     position: int,
     char_span: Optional[Tuple[int, int]] = None,
-    heading_path: Optional[Sequence[Sequence]] = None,
+    heading_path: Optional[Sequence[Sequence[Any]]] = None,
     page_range: Optional[Tuple[int, int]] = None,
     kind: str = KIND_TEXT,
     parse_path: Optional[str] = None,

@@ -9,9 +9,10 @@ settings builds a new, validated model from the old one and the changes, here.
 from __future__ import annotations
 
 import typing
-from typing import Any, Dict, List, Optional, Sequence, Type, TypeVar
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Type, TypeVar
 
 from llama_index.core.bridge.pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic_core import ErrorDetails
 
 from llama_index_hiqa.errors import InvalidSettingError
 
@@ -76,7 +77,7 @@ def invalid_setting(model: Type[BaseModel], exc: ValidationError) -> InvalidSett
     return InvalidSettingError(first or "settings", reason)
 
 
-def _path(model: Any, loc: Sequence[Any]) -> str:
+def _path(model: Type[BaseModel], loc: Sequence[Any]) -> str:
     """The dotted path of an error's location, without pydantic's union-member tags."""
     parts: List[str] = []
     annotation: Any = model
@@ -103,7 +104,7 @@ def _inner_model(annotation: Any) -> Any:
     return annotation
 
 
-def _reason(model: Any, error: Dict[str, Any], path: str) -> str:
+def _reason(model: Type[BaseModel], error: ErrorDetails, path: str) -> str:
     """What the setting at ``path`` must be, in the words of its declaration."""
     kind, ctx = error["type"], error.get("ctx") or {}
     if kind in _COMPARISONS:
@@ -118,7 +119,7 @@ def _reason(model: Any, error: Dict[str, Any], path: str) -> str:
     return message.replace("Input should be", "must be")
 
 
-def _owner(model: Any, path: str) -> Any:
+def _owner(model: Type[BaseModel], path: str) -> Any:
     """The settings model that holds the last key of ``path``."""
     for name in path.split(".")[:-1]:
         fields = getattr(model, "model_fields", {})
@@ -126,7 +127,7 @@ def _owner(model: Any, path: str) -> Any:
     return model
 
 
-def updated(model: Optional[M], changes: Optional[dict] = None, *, model_class: Optional[Type[M]] = None, **settings: Any) -> M:
+def updated(model: Optional[M], changes: Optional[Mapping[str, Any]] = None, *, model_class: Optional[Type[M]] = None, **settings: Any) -> M:
     """A validated copy of ``model`` with ``settings`` (and ``changes``) replacing its values.
 
     Unlike pydantic's ``model_copy(update=...)``, the result is validated: a misspelt key or a

@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from typing import Any, Callable, Dict, List, Mapping, Optional, Protocol, Sequence, runtime_checkable
 
 import llama_index.core.instrumentation as instrument
@@ -34,7 +35,7 @@ dispatcher = instrument.get_dispatcher(__name__)
 from llama_index_hiqa.retrievers.settings import BM25, KEYWORDS, ROUTES, VECTOR  # noqa: F401 (one home: the settings)
 
 
-class RouteScores(dict):
+class RouteScores(Dict[str, float]):
     """``{node id: score}`` of one route for one question, with what the route learned on the
     way: ``nodes`` (nodes it returned, so results need not read them again) and ``keywords``
     (the question's keywords, for the keyword route)."""
@@ -232,7 +233,8 @@ class RouteSet:
             if route is None:
                 return RouteScores()
             try:
-                return await route.ascores(query, n)
+                scores = await route.ascores(query, n)
+                return scores if isinstance(scores, RouteScores) else RouteScores(scores)
             except Exception as exc:  # noqa: BLE001 - a failing route must not sink the others
                 route_failed(name, exc, errors, text)
                 return RouteScores()
@@ -254,10 +256,11 @@ class RouteSet:
             Route name -> ``{node id: score}`` (empty for a route that is off or failed: a
                 failure is logged and reported as in `ask`).
         """
-        text, errors = query.query_str or "", {}  # the question's failures go with its results
+        text = query.query_str or ""
+        errors: Dict[str, BaseException] = {}  # the question's failures go with its results
         return {
             name: (
-                self.guarded(name, lambda r=route: r.scores_within(query, node_ids), errors, text, empty={})
+                self.guarded(name, partial(route.scores_within, query, node_ids), errors, text, empty={})
                 if route is not None and node_ids and name not in skip else {}
             )
             for name, route in self.routes.items()

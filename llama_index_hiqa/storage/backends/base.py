@@ -285,7 +285,8 @@ def copied_vectors(source_vector_store: Any) -> Callable[[List[str]], List[Any]]
         A function from node ids to their vectors.
     """
     if hasattr(source_vector_store, "get_embeddings"):
-        return source_vector_store.get_embeddings
+        get_embeddings: Callable[[List[str]], List[Any]] = source_vector_store.get_embeddings
+        return get_embeddings
     if hasattr(source_vector_store, "get"):  # SimpleVectorStore
         return lambda ids: [source_vector_store.get(i) for i in ids]
     raise ValueError(
