@@ -77,9 +77,9 @@ rewritten.
 from __future__ import annotations
 
 import json
-from typing import Any, Dict, Iterable, List, Mapping, NamedTuple, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterable, List, Mapping, NamedTuple, Optional, Sequence, Tuple, Union
 
-from llama_index.core.schema import BaseNode, Document, RelatedNodeInfo, TextNode
+from llama_index.core.schema import BaseNode, Document, Node, RelatedNodeInfo, TextNode
 
 # --- document-level facts --------------------------------------------------------------
 DOCUMENT_ID = "document_id"
@@ -327,7 +327,7 @@ def non_flat_keys(metadata: Mapping[str, Any]) -> List[str]:
 # --- helpers -------------------------------------------------------------------------
 
 
-def view_settings(source: TextNode) -> Dict[str, Any]:
+def view_settings(source: Union[Node, TextNode]) -> Dict[str, Any]:
     """What a node cut from ``source`` inherits of how it is shown.
 
     The metadata keys each view hides and the templates (``TextNode(**view_settings(doc),

@@ -47,14 +47,16 @@ def run_mypy() -> str:
     """mypy's report on the package (configured by ``pyproject.toml``), one message a line.
 
     Raises:
-        RuntimeError: When mypy could not check the package (a crash or a bad configuration,
-            exit status 2), with what it printed.
+        RuntimeError: When mypy could not check the package (not installed, a crash or a bad
+            configuration), with what it printed.
     """
     checked = subprocess.run(
         [sys.executable, "-m", "mypy", "--no-error-summary", "--no-pretty"],
         cwd=ROOT, capture_output=True, text=True,
     )
-    if checked.returncode not in (0, 1):
+    # Exit status 1 is "errors found"; with no error line it is Python failing to start mypy.
+    found_errors = checked.returncode == 1 and any(map(_ERROR_LINE.match, checked.stdout.splitlines()))
+    if checked.returncode != 0 and not found_errors:
         raise RuntimeError(f"mypy failed (exit status {checked.returncode}):\n{checked.stdout}{checked.stderr}")
     return checked.stdout
 
@@ -77,7 +79,7 @@ def regressions(baseline: Mapping[str, int], counts: Mapping[str, int]) -> Dict[
         allowed = 0 if name in CLEAN else baseline.get(name, 0)
         if count > allowed:
             rule = "in the clean set" if name in CLEAN else f"baseline {allowed}"
-            failing[name] = f"{count} errors ({rule})"
+            failing[name] = f"{count} error{'' if count == 1 else 's'} ({rule})"
     return failing
 
 
