@@ -16,6 +16,8 @@ from __future__ import annotations
 
 from typing import Any, ClassVar, Dict, Iterable, Mapping, Tuple
 
+from llama_index.core import Settings
+
 from llama_index_hiqa.errors import UnserializedPartError
 
 # The key of a recorded part's dictionary that says it was left out.
@@ -41,8 +43,6 @@ def _is_global(part: Any) -> bool:
     # LlamaIndex's global Settings.llm / embed_model, which a component resolved at
     # construction: not the component's own, so from_dict resolves it from Settings again.
     # The private attributes are read so that an unset Settings.llm is not resolved here.
-    from llama_index.core import Settings
-
     return part is getattr(Settings, "_llm", None) or part is getattr(Settings, "_embed_model", None)
 
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+import zipfile
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -346,8 +347,6 @@ def _read_docx_parts(
     source: str, figures: List[Tuple[str, Dict[str, Any]]], missing: List[Tuple[str, str]]
 ) -> Iterable[Tuple[str, bytes]]:
     """A DOCX is a zip package: a picture is the part its entry names (``/word/media/...``)."""
-    import zipfile
-
     try:
         package = zipfile.ZipFile(source)
     except (OSError, zipfile.BadZipFile) as exc:

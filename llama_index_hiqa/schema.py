@@ -81,6 +81,8 @@ from typing import Any, Dict, Iterable, List, Mapping, NamedTuple, Optional, Seq
 
 from llama_index.core.schema import BaseNode, Document, Node, RelatedNodeInfo, TextNode
 
+from llama_index_hiqa.errors import InvalidMetadataError
+
 # --- document-level facts --------------------------------------------------------------
 DOCUMENT_ID = "document_id"
 DOCUMENT_TITLE = "document_title"
@@ -277,8 +279,6 @@ def read_json(metadata: Mapping[str, Any], key: str, owner: str = "?") -> Any:
     try:
         return json.loads(value)
     except ValueError as exc:
-        from llama_index_hiqa.errors import InvalidMetadataError
-
         raise InvalidMetadataError(owner, key, f"not a JSON value ({exc}): {value[:80]!r}") from None
 
 

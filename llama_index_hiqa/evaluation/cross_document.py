@@ -48,6 +48,7 @@ from llama_index.core.schema import BaseNode
 
 from llama_index_hiqa import schema
 from llama_index_hiqa.evaluation.datasets import EvalQuestion, GoldEvidence
+from llama_index_hiqa.retrievers.document_focus import content_words
 from llama_index_hiqa.retrievers.focus_share import PERIOD, facet_kind
 from llama_index_hiqa.transforms.critical_keywords import normalize_keyword
 
@@ -145,8 +146,6 @@ def heading_key(label: str) -> Optional[frozenset]:
     Returns:
         The words; ``None`` for a generic or empty heading, or one holding a number.
     """
-    from llama_index_hiqa.retrievers.document_focus import content_words
-
     text = re.sub(r"^[\dA-Z]{1,3}(?:\.\d+)*[.)]?\s+", "", label.strip())  # "4.2 ", "Item 7. " stay out
     if text.lower().strip(" .:") in _GENERIC_HEADINGS or any(ch.isdigit() for ch in text):
         return None

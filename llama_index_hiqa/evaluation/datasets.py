@@ -18,10 +18,14 @@ import gzip
 import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Optional
+from typing import Any, Dict, Iterator, List, Optional
 
-if TYPE_CHECKING:  # pragma: no cover
-    from llama_index.core.schema import Document
+from llama_index.core.schema import Document
+
+from llama_index_hiqa import schema
+from llama_index_hiqa.errors import DocumentReadError, EvaluationInputError
+from llama_index_hiqa.readers.pdf import PDFLayoutReader
+
 
 @dataclass(frozen=True)
 class GoldEvidence:
@@ -111,7 +115,7 @@ TEXT_SUFFIXES = (".md", ".markdown", ".txt")
 PDF_SUFFIXES = (".pdf",)
 
 
-def load_documents_folder(folder: Path) -> List["Document"]:
+def load_documents_folder(folder: Path) -> List[Document]:
     """One LlamaIndex ``Document`` per PDF/Markdown/text file of ``folder`` (recursively).
 
     ``README*`` files are skipped. ``DOCUMENT_ID`` is the file name without suffix (what gold
@@ -128,12 +132,6 @@ def load_documents_folder(folder: Path) -> List["Document"]:
         EvaluationInputError: the folder is missing or holds no .pdf/.md/.txt file.
         DocumentReadError: a file is unreadable or has no text (names the file).
     """
-    from llama_index.core.schema import Document
-
-    from llama_index_hiqa import schema
-    from llama_index_hiqa.errors import DocumentReadError, EvaluationInputError
-    from llama_index_hiqa.readers.pdf import PDFLayoutReader
-
     folder = Path(folder)
     if not folder.is_dir():
         raise EvaluationInputError(f"documents folder not found: {folder}")

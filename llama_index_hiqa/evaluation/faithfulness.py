@@ -35,6 +35,7 @@ from llama_index.core.evaluation import BaseEvaluator, EvaluationResult
 from llama_index.core.prompts.mixin import PromptDictType
 
 from llama_index_hiqa.errors import EvaluationInputError
+from llama_index_hiqa.models.embedding_cache import CachedEmbedding
 
 BAND_GROUNDED = "grounded"
 BAND_BORDERLINE = "borderline"
@@ -120,7 +121,6 @@ class FaithfulnessScoreEvaluator(BaseEvaluator):
     @property
     def embed_model(self) -> BaseEmbedding:
         if self._embed_model is None:  # resolved lazily: importing stays light
-            from llama_index_hiqa.models.embedding_cache import CachedEmbedding
 
             self._embed_model = CachedEmbedding.from_defaults()
         return self._embed_model

@@ -41,12 +41,14 @@ variant that would embed more than that budget.
 from __future__ import annotations
 
 import logging
+import time
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 from llama_index.core.base.embeddings.base import BaseEmbedding
 from llama_index.core.bridge.pydantic import BaseModel, Field, PrivateAttr
 from llama_index.core.schema import BaseNode, MetadataMode
+from tqdm import tqdm
 
 from llama_index_hiqa.errors import EvaluationInputError
 from llama_index_hiqa.evaluation import metrics as M
@@ -75,6 +77,7 @@ from llama_index_hiqa.evaluation.variants import (  # noqa: F401
     list_first_scores,
     rrf_scores,
 )
+from llama_index_hiqa.models.embedding_cache import CachedEmbedding, content_hash
 from llama_index_hiqa.retrievers.bm25_route import bm25_score_matrix  # noqa: F401
 
 logger = logging.getLogger(__name__)
@@ -125,8 +128,6 @@ class AblationRunner(BaseModel):
     @property
     def embed_model(self) -> BaseEmbedding:
         if self._embed_model is None:
-            from llama_index_hiqa.models.embedding_cache import CachedEmbedding
-
             self._embed_model = CachedEmbedding.from_defaults()
         return self._embed_model
 
@@ -153,8 +154,6 @@ class AblationRunner(BaseModel):
         Raises:
             EvaluationInputError: ``variants`` names an unknown variant.
         """
-        import time
-
         wanted = list(variants) if variants else self.variant_names()
         unknown = [v for v in wanted if v not in self.variant_names()]
         if unknown:
@@ -219,7 +218,6 @@ class AblationRunner(BaseModel):
         """
         if not self.show_progress:
             return items
-        from tqdm import tqdm
 
         return tqdm(items, desc=desc)
 
@@ -287,8 +285,6 @@ class AblationRunner(BaseModel):
         vectors: List[List[float]] = []
         steps = range(0, len(texts), self.embed_batch)
         if self.show_progress:
-            from tqdm import tqdm
-
             steps = tqdm(steps, desc=f"embedding {key} (cached)", unit="batch")
         for start in steps:
             vectors.extend(model.get_text_embedding_batch(texts[start : start + self.embed_batch]))
@@ -297,8 +293,6 @@ class AblationRunner(BaseModel):
 
 def _uncached_count(model: BaseEmbedding, texts: Sequence[str]) -> int:
     """How many texts the on-disk cache does not hold (0 check impossible: assume all)."""
-    from llama_index_hiqa.models.embedding_cache import CachedEmbedding, content_hash
-
     if not isinstance(model, CachedEmbedding):
         return len(texts)
     keys = [content_hash(model.model_id, "text", t) for t in dict.fromkeys(texts)]

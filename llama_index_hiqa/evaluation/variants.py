@@ -19,7 +19,9 @@ import numpy as np
 from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.base.embeddings.base import BaseEmbedding
 from llama_index.core.schema import BaseNode, NodeWithScore, QueryBundle
+from llama_index.core.storage.docstore import SimpleDocumentStore
 
+import llama_index_hiqa
 from llama_index_hiqa import schema
 from llama_index_hiqa.evaluation import metrics as M
 from llama_index_hiqa.evaluation.corpus import Corpus
@@ -33,8 +35,6 @@ SI_CANDIDATES = 30  # retrieved chunks handed to segment integration (dsRAG uses
 
 
 def _available(name: str) -> bool:
-    import llama_index_hiqa
-
     try:
         getattr(llama_index_hiqa, name)
         return True
@@ -43,8 +43,6 @@ def _available(name: str) -> bool:
 
 
 def _component(name: str) -> Any:
-    import llama_index_hiqa
-
     return getattr(llama_index_hiqa, name)
 
 
@@ -259,8 +257,6 @@ def _v_hca_graph(runner, ws):
 
 
 def _v_hca_si(runner, ws):
-    from llama_index.core.storage.docstore import SimpleDocumentStore
-
     nodes = ws.unit_set("hca")
     base = _multi_route_scores(ws, "hca")
     docstore = SimpleDocumentStore()

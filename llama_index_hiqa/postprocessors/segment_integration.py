@@ -55,6 +55,7 @@ from llama_index.core.storage.docstore.types import BaseDocumentStore
 
 from llama_index_hiqa.component_dict import PartsRoundTrip
 from llama_index_hiqa import schema
+from llama_index_hiqa.models.defaults import resolve_embed_model
 from llama_index_hiqa.storage.vector_store_access import index_nodes
 from llama_index_hiqa.errors import RerankerError, UnknownNodeError
 from llama_index_hiqa.models.llm_calls import acall_llm, call_llm
@@ -333,8 +334,6 @@ class SegmentIntegrationPostprocessor(PartsRoundTrip, BaseNodePostprocessor):
         )
 
     def _embed(self) -> BaseEmbedding:
-        from llama_index_hiqa.models.defaults import resolve_embed_model
-
         return resolve_embed_model(self.embed_model)
 
     def _embedding_scores(

@@ -28,9 +28,11 @@ import threading
 from pathlib import Path
 from typing import Any, List, Optional, Sequence, Tuple
 
+import numpy as np
+
 from llama_index_hiqa.errors import MissingExtraError
 from llama_index_hiqa.headings import is_report_heading, parse_heading_number
-from llama_index_hiqa.readers._page_layout import _Line, _PageLines
+from llama_index_hiqa.readers._page_layout import _Line, _PageLines, _body_font_size
 
 OCR_EXTRA = "ocr"
 OCR_PACKAGE = "rapidocr-onnxruntime"
@@ -121,8 +123,6 @@ def ocr_page(path: Path, page: Any, number: int, dpi: int, body_size: float) -> 
     Raises:
         MissingExtraError: the ``ocr`` extra is not installed.
     """
-    import numpy as np
-
     engine = ocr_engine(path)
     pixmap = page.get_pixmap(dpi=dpi)
     image = np.frombuffer(pixmap.samples, dtype=np.uint8).reshape(pixmap.height, pixmap.width, pixmap.n)
@@ -231,8 +231,6 @@ def ocr_scanned_pages(path: Path, pdf: Any, pages: List[_PageLines], dpi: int) -
     Raises:
         MissingExtraError: a page needs OCR and the ``ocr`` extra is not installed.
     """
-    from llama_index_hiqa.readers._page_layout import _body_font_size
-
     scans = [page.number for page in pages if needs_ocr(pdf[page.number], page)]
     if not scans:
         return []

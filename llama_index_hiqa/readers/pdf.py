@@ -45,6 +45,7 @@ from typing import Any, Callable, Dict, Iterable, Iterator, List, Literal, Optio
 from llama_index.core.bridge.pydantic import Field, PrivateAttr
 from llama_index.core.readers.base import BasePydanticReader
 from llama_index.core.schema import Document
+from tqdm import tqdm
 
 from llama_index_hiqa import schema
 from llama_index_hiqa.errors import (
@@ -54,6 +55,7 @@ from llama_index_hiqa.errors import (
     EncryptedDocumentError,
     UnsupportedDocumentError,
 )
+from llama_index_hiqa.errors import describe_os_error
 from llama_index_hiqa.readers._collection import plan_folder, plan_paths
 from llama_index_hiqa.readers._markdown_builder import Parsed as _Parsed
 from llama_index_hiqa.readers._page_layout import _body_font_size, _join_pages
@@ -256,8 +258,6 @@ class PDFLayoutReader(BasePydanticReader):
             self._record_failure(skipped)
         files: Iterable[Any] = plan.files
         if self.show_progress:
-            from tqdm import tqdm
-
             files = tqdm(plan.files, desc="reading", unit="file")
         for planned in files:
             if skip is not None and skip(planned.document_id, planned.path):
@@ -293,7 +293,6 @@ class PDFLayoutReader(BasePydanticReader):
         try:
             return self._read_checked(path, extra_info, document_id)
         except OSError as exc:  # unreadable (permissions, I/O error): this file only, named
-            from llama_index_hiqa.errors import describe_os_error
 
             raise DocumentReadError(path, f"cannot be read ({describe_os_error(exc)})") from exc
 

@@ -25,6 +25,7 @@ from llama_index.core.schema import Document
 
 from llama_index_hiqa import schema
 from llama_index_hiqa.errors import DocumentReadError
+from llama_index_hiqa.readers.pdf import SUPPORTED_SUFFIXES, PDFLayoutReader
 
 if TYPE_CHECKING:
     from llama_index_hiqa.readers.pdf import PDFLayoutReader
@@ -75,8 +76,6 @@ def read_source_files(documents: Sequence[Document], reader: Optional["PDFLayout
         The documents to parse, and those without layout facts that stay as given (no
             ``file_path``, a file that is gone, a type the reader does not read, a read error).
     """
-    from llama_index_hiqa.readers.pdf import SUPPORTED_SUFFIXES, PDFLayoutReader
-
     groups: Dict[Path, List[int]] = {}
     reasons: Dict[str, str] = {}
     for index, doc in enumerate(documents):

@@ -36,6 +36,7 @@ from llama_index.core.schema import BaseNode
 from llama_index_hiqa import schema
 from llama_index_hiqa.errors import PackStoreError
 from llama_index_hiqa.storage.memmap_vectors import MemmapVectorStore
+from llama_index_hiqa.storage.snapshots import fsync_tree
 from llama_index_hiqa.storage.sqlite_kv import SQLiteDatabase, SQLiteDocumentStore, SQLiteKVStore, file_size
 from llama_index_hiqa.indexes.keyword_index import normalize_keyword
 
@@ -367,8 +368,6 @@ class EmbeddedStore:
         Returns:
             The segment's folder.
         """
-        from llama_index_hiqa.storage.snapshots import fsync_tree
-
         target = base / f"{SEGMENT_PREFIX}{rows_end}"
         staging = base / f".staging-{SEGMENT_PREFIX}{rows_end}-{os.getpid()}"
         shutil.rmtree(staging, ignore_errors=True)
@@ -427,7 +426,6 @@ class EmbeddedStore:
         staging = self.root / f".staging-{BM25_PREFIX}{generation}-{os.getpid()}"
         shutil.rmtree(staging, ignore_errors=True)
         route.persist(staging)
-        from llama_index_hiqa.storage.snapshots import fsync_tree
 
         fsync_tree(staging)
         shutil.rmtree(target, ignore_errors=True)

@@ -25,7 +25,12 @@ from typing import Any, Dict, Iterator, List, Sequence, Tuple
 
 import numpy as np
 from llama_index.core.schema import BaseNode, MetadataMode
+from llama_index.core.storage.docstore.types import RefDocInfo
+from llama_index.core.storage.docstore.utils import doc_to_json, json_to_doc
+from llama_index.core.vector_stores.utils import node_to_metadata_dict
+from sqlalchemy.exc import SQLAlchemyError
 
+from llama_index_hiqa import schema
 from llama_index_hiqa.storage.pg_schema import (
     BULK_LOCK,
     POSTINGS_SCHEMA,
@@ -127,8 +132,6 @@ def stored_json(node: BaseNode) -> Tuple[JSONText, str]:
     Returns:
         ``(docstore JSON, BM25 text)``.
     """
-    from llama_index.core.storage.docstore.utils import doc_to_json, json_to_doc
-
     data = doc_to_json(node.model_copy(update={"embedding": None}))
     text = json_text(data)
     loaded = json.loads(text)
@@ -148,8 +151,6 @@ def vector_copy_data(vector_store: Any, nodes: Sequence[BaseNode]) -> io.BytesIO
     Returns:
         [`vector_copy_rows`][llama_index_hiqa.storage.pg_bulk.vector_copy_rows] of them.
     """
-    from llama_index.core.vector_stores.utils import node_to_metadata_dict
-
     return vector_copy_rows([
         (n.node_id, without_nul(n.get_content(metadata_mode=MetadataMode.NONE)),
          json_text(node_to_metadata_dict(n, remove_text=True, flat_metadata=vector_store.flat_metadata)),
@@ -174,8 +175,6 @@ def docstore_rows(
     Returns:
         The rows, in the order consecutive puts would write them.
     """
-    from llama_index.core.storage.docstore.types import RefDocInfo
-
     rows: List[Tuple[str, str, Any]] = [(ref, docstore._metadata_collection, {"doc_hash": h}) for ref, h in ref_doc_ids_and_hashes]
     per_document: Dict[str, Tuple[Dict[str, Any], List[str]]] = {}
     for node, value in zip(nodes, stored):
@@ -217,8 +216,6 @@ def node_fields(node: BaseNode, keywords: Tuple[List[str], List[str]]) -> str:
     Returns:
         The fields, tab-separated.
     """
-    from llama_index_hiqa import schema
-
     kws, title_kws = keywords
     position = schema.get_position(node)
     return "\t".join((
@@ -398,8 +395,6 @@ def bulk_load(store: Any) -> Iterator[bool]:
     Raises:
         PackStoreError: when the database cannot be reached.
     """
-    from sqlalchemy.exc import SQLAlchemyError
-
     try:
         holder = store.engine.connect()
     except SQLAlchemyError as exc:

@@ -11,10 +11,15 @@ password masked. [`PostgresStore`][llama_index_hiqa.storage.postgres.PostgresSto
 
 from __future__ import annotations
 
+import asyncio
 import re
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from llama_index.core.bridge.pydantic import BaseModel, ConfigDict, Field
+from sqlalchemy import create_engine, text
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError, DBAPIError, SQLAlchemyError
+from sqlalchemy.ext.asyncio import create_async_engine
 
 from llama_index_hiqa.errors import PackStoreError
 from llama_index_hiqa.storage.pg_schema import DOCSTORE_TABLE, INDEX_STORE_TABLE, SCHEMA_LOCK, VECTOR_TABLE
@@ -80,8 +85,6 @@ def _driver_url(url: str, driver: str) -> str:
 def _url_without_options(url: str, driver: str) -> Any:
     """The URL for ``driver`` without ``options`` (passed as session settings instead:
     asyncpg takes no ``options`` argument)."""
-    from sqlalchemy.engine import make_url
-
     return make_url(_driver_url(url, driver)).difference_update_query(["options"])
 
 
@@ -109,9 +112,6 @@ class PostgresConnection:
 
     # -- connections ---------------------------------------------------------------------
     def _url_password(self, url: str) -> Optional[str]:
-        from sqlalchemy.engine import make_url
-        from sqlalchemy.exc import ArgumentError
-
         try:
             return make_url(_driver_url(url, "psycopg2")).password
         except (ArgumentError, ValueError) as exc:
@@ -140,8 +140,6 @@ class PostgresConnection:
     def engine(self) -> Any:
         """The pool of writes and LlamaIndex's stores (psycopg2, a ping before each checkout)."""
         if self._engine is None:
-            from sqlalchemy import create_engine
-
             s = self.settings
             self._engine = create_engine(
                 _url_without_options(self.url, "psycopg2"), pool_size=s.pool_size, max_overflow=s.max_overflow,
@@ -159,8 +157,6 @@ class PostgresConnection:
         ping before it, so a statement is one round trip (a ping and a rollback would make it
         three); a connection the server dropped is replaced and the statement sent again."""
         if self._read_engine is None:
-            from sqlalchemy import create_engine
-
             s = self.settings
             self._read_engine = create_engine(
                 _url_without_options(self.url, "psycopg2"), pool_size=s.pool_size, max_overflow=s.max_overflow,
@@ -173,8 +169,6 @@ class PostgresConnection:
         return self._read_engine
 
     def _read(self, run: Callable[[Any], Any]) -> Any:
-        from sqlalchemy.exc import DBAPIError
-
         for attempt in (0, 1):
             try:
                 with self.read_engine.connect() as conn:
@@ -188,10 +182,6 @@ class PostgresConnection:
     def async_engine(self) -> Any:
         """The asyncpg pool of the running event loop (asyncpg connections belong to one loop,
         so a process that runs several loops, e.g. ``asyncio.run`` per call, gets one each)."""
-        import asyncio
-
-        from sqlalchemy.ext.asyncio import create_async_engine
-
         try:
             loop: Any = asyncio.get_running_loop()
         except RuntimeError:
@@ -212,8 +202,6 @@ class PostgresConnection:
     def _server_settings(self) -> Dict[str, str]:
         """Session settings: the URL's own ``options=-c key=value ...`` (e.g. a search_path),
         then the statement timeout and application name, for both drivers."""
-        from sqlalchemy.engine import make_url
-
         given = make_url(_driver_url(self.url, "psycopg2")).query.get("options") or ""
         if isinstance(given, tuple):
             given = " ".join(given)
@@ -258,9 +246,6 @@ class PostgresConnection:
             PackStoreError: The server cannot be reached or refuses, or pgvector is missing and
                 cannot be created.
         """
-        from sqlalchemy import text
-        from sqlalchemy.exc import SQLAlchemyError
-
         try:
             with self.engine.connect() as conn:
                 conn.execute(text("SELECT 1"))
@@ -272,9 +257,6 @@ class PostgresConnection:
         return self
 
     def _create_vector_extension(self) -> None:
-        from sqlalchemy import text
-        from sqlalchemy.exc import SQLAlchemyError
-
         try:
             with self.engine.begin() as conn:
                 conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": SCHEMA_LOCK})  # writers started at once
@@ -311,8 +293,6 @@ class PostgresConnection:
         Returns:
             The value (``None`` without a row).
         """
-        from sqlalchemy import text
-
         return self._read(lambda conn: conn.execute(text(sql), params).scalar())
 
     def rows(self, sql: str, _settings: Optional[Dict[str, str]] = None, **params: Any) -> List[Tuple[Any, ...]]:
@@ -326,8 +306,6 @@ class PostgresConnection:
         Returns:
             The rows, as tuples.
         """
-        from sqlalchemy import text
-
         if not _settings:
             return self._read(lambda conn: [tuple(r) for r in conn.execute(text(sql), params)])
         with self.engine.connect() as conn:
@@ -346,8 +324,6 @@ class PostgresConnection:
         Returns:
             The rows, as tuples.
         """
-        from sqlalchemy import text
-
         async with self.async_engine.connect() as conn:
             for name, value in (_settings or {}).items():
                 await conn.execute(text("SELECT set_config(:n, :v, true)"), {"n": name, "v": value})

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Sequence, Tuple
 
+import Stemmer
 from llama_index.core.schema import BaseNode
 
 VECTOR_TABLE = "hiqa_vectors"  # PGVectorStore prefixes "data_"
@@ -212,8 +213,6 @@ class BM25Tokenizer:
     TOKEN_PATTERN = r"(?u)\b\w\w+\b"
 
     def __init__(self, language: str = "en") -> None:
-        import Stemmer
-
         self.language = language
         self.stemmer = Stemmer.Stemmer("english")
 

@@ -52,6 +52,9 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
 
 from llama_index.core.schema import BaseNode
+from llama_index.core.storage.docstore.utils import json_to_doc
+from sqlalchemy import text
+from sqlalchemy.exc import SQLAlchemyError
 
 from llama_index_hiqa.storage import pg_connection
 from llama_index_hiqa.storage.pg_bulk import (
@@ -228,9 +231,6 @@ class PostgresStore:
     # -- the pack record -----------------------------------------------------------------
     def read_pack(self) -> Optional[Dict[str, Any]]:
         """The pack's record, or ``None`` when the database holds no pack yet."""
-        from sqlalchemy import text
-        from sqlalchemy.exc import SQLAlchemyError
-
         try:
             with self.engine.connect() as conn:
                 exists = conn.execute(text("SELECT to_regclass('hiqa_pack')")).scalar()
@@ -273,8 +273,6 @@ class PostgresStore:
                 holder.close()
 
     def _create_pack(self, config: Dict[str, Any], embed_model: str, embed_dim: int, index_id: str) -> None:
-        from sqlalchemy import text
-
         vector_store = self.vector_store(embed_dim, setup=True)
         vector_store._initialize()  # its table and HNSW index, by its own code
         for table in (DOCSTORE_TABLE, INDEX_STORE_TABLE):
@@ -303,8 +301,6 @@ class PostgresStore:
         Raises:
             PackStoreError: when the upgrade fails (it needs write access).
         """
-        from sqlalchemy.exc import SQLAlchemyError
-
         if int(record.get("format") or 0) >= STORE_FORMAT:
             return
         try:
@@ -329,9 +325,6 @@ class PostgresStore:
         Raises:
             PackStoreError: when the database refuses the write.
         """
-        from sqlalchemy import text
-        from sqlalchemy.exc import SQLAlchemyError
-
         try:
             with self.engine.begin() as conn:
                 conn.execute(text("UPDATE hiqa_pack SET config = CAST(:c AS jsonb) WHERE id = 1"), {"c": json.dumps(config)})
@@ -382,8 +375,6 @@ class PostgresStore:
         Returns:
             Node id -> node, for the ids stored.
         """
-        from llama_index.core.storage.docstore.utils import json_to_doc
-
         rows = self.rows(
             f"SELECT key, value FROM data_{DOCSTORE_TABLE} WHERE namespace = 'docstore/data' AND key = ANY(:ids)",
             ids=list(node_ids),
@@ -480,8 +471,6 @@ class PostgresStore:
         Raises:
             PackStoreError: when the database refuses the write (nothing is written).
         """
-        from sqlalchemy.exc import SQLAlchemyError
-
         p = prepared
         try:
             with self.engine.begin() as conn:
@@ -510,8 +499,6 @@ class PostgresStore:
         Raises:
             PackStoreError: when the database refuses the write (nothing is removed).
         """
-        from sqlalchemy.exc import SQLAlchemyError
-
         try:
             with self.engine.begin() as conn:
                 conn.exec_driver_sql(f"SELECT pg_advisory_xact_lock({WRITE_LOCK})")
@@ -523,8 +510,6 @@ class PostgresStore:
             raise self.describe_failure(exc) from None
 
     def _delete(self, conn: Any, docstore: Any, ref_doc_ids: Sequence[str]) -> int:
-        from sqlalchemy import text
-
         refs = list(dict.fromkeys(ref_doc_ids))
         if not refs:
             return 0
@@ -552,8 +537,6 @@ class PostgresStore:
         return len(node_ids)
 
     def _insert(self, conn: Any, p: "PreparedWrite") -> None:
-        from sqlalchemy import text
-
         if not p.documents:
             return
         conn.execute(

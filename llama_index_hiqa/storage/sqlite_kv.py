@@ -30,7 +30,7 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tupl
 
 from llama_index.core.schema import TextNode
 from llama_index.core.storage.docstore.keyval_docstore import KVDocumentStore
-from llama_index.core.storage.docstore.utils import doc_to_json
+from llama_index.core.storage.docstore.utils import doc_to_json, json_to_doc
 from llama_index.core.storage.kvstore.types import DEFAULT_BATCH_SIZE, DEFAULT_COLLECTION, BaseKVStore
 
 from llama_index_hiqa import schema
@@ -524,8 +524,6 @@ class SQLiteDocumentStore(KVDocumentStore):
         Raises:
             ValueError: an id is missing and ``raise_error`` is set (LlamaIndex's behaviour).
         """
-        from llama_index.core.storage.docstore.utils import json_to_doc
-
         found = self.kvstore.get_many(node_ids, collection=self._node_collection)
         out = []
         for node_id in node_ids:
@@ -546,8 +544,6 @@ class SQLiteDocumentStore(KVDocumentStore):
         Yields:
             The nodes.
         """
-        from llama_index.core.storage.docstore.utils import json_to_doc
-
         for _key, record in self.kvstore.iter_values(self._node_collection, chunk):
             yield json_to_doc(record)
 

@@ -7,6 +7,7 @@ or a function of the prompt. Shared by [`ScriptedLLM`][llama_index_hiqa.testing.
 
 from __future__ import annotations
 
+import re
 from typing import Any, Callable, Optional, Sequence, Tuple, Union
 
 
@@ -16,8 +17,6 @@ Script = Union[Sequence[Answer], Callable[[str], Answer]]
 
 def count_tokens(text: str) -> int:
     """A model-free token estimate: words plus punctuation runs (≈ tiktoken within ~20%)."""
-    import re
-
     return len(re.findall(r"\w+|[^\w\s]+", text))
 
 

@@ -43,6 +43,7 @@ from typing import Any, ClassVar, Dict, List, Literal, Optional, Sequence, Tuple
 from llama_index.core.bridge.pydantic import Field, PrivateAttr
 from llama_index.core.llms import LLM
 from llama_index.core.schema import BaseNode, MetadataMode, TextNode, TransformComponent
+from llama_index.core.utils import get_tqdm_iterable
 
 from llama_index_hiqa.component_dict import PartsRoundTrip
 from llama_index_hiqa import schema
@@ -250,8 +251,6 @@ class CascadingMetadataTransform(PartsRoundTrip, TransformComponent):
     def _apply(
         self, nodes: List[BaseNode], descriptions: Dict[int, str], show_progress: bool
     ) -> List[BaseNode]:
-        from llama_index.core.utils import get_tqdm_iterable
-
         paths = heading_paths(nodes, self.title_from_first_heading)
         # Nodes of the pack's segment parsers (PARSE_PATH) had their headings looked for: text
         # without any (Wikipedia passages) is no mistake of the pipeline's.

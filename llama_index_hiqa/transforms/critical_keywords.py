@@ -49,6 +49,7 @@ from typing import Any, ClassVar, Dict, Iterable, List, Optional, Sequence, Tupl
 from llama_index.core.bridge.pydantic import Field, PrivateAttr
 from llama_index.core.llms import LLM
 from llama_index.core.schema import BaseNode, MetadataMode, TransformComponent
+from tqdm import tqdm
 
 from llama_index_hiqa.component_dict import PartsRoundTrip
 from llama_index_hiqa import schema
@@ -316,8 +317,6 @@ class CriticalKeywordExtractor(PartsRoundTrip, TransformComponent, KeywordSettin
             disable = _pipes_not_needed_for_ner(nlp)
             docs = nlp.pipe(texts, batch_size=self.ner_batch_size, disable=disable)
             if self.show_progress:
-                from tqdm import tqdm
-
                 docs = tqdm(docs, total=len(texts), desc="critical keywords (NER)")
             for i, doc in enumerate(docs):
                 raw[i].extend(self._ner_keywords(doc))

@@ -14,6 +14,7 @@ import hashlib
 import logging
 from typing import Any, List, Optional, Tuple
 
+from llama_index.core.base.llms.types import ChatMessage, ImageBlock, TextBlock
 from llama_index.core.schema import BaseNode, ImageNode, MetadataMode
 
 from llama_index_hiqa import schema
@@ -101,8 +102,6 @@ def description_message(node: BaseNode, data: bytes, max_words: int) -> Any:
     Returns:
         A LlamaIndex ``ChatMessage`` with an ``ImageBlock`` and the prompt.
     """
-    from llama_index.core.base.llms.types import ChatMessage, ImageBlock, TextBlock
-
     if isinstance(node, ImageNode) and node.image_url and not (node.image or node.image_path):
         image = ImageBlock(url=node.image_url)
     else:

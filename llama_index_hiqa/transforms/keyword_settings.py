@@ -13,6 +13,7 @@ from typing import Dict, List, Optional, Tuple
 
 from llama_index.core.bridge.pydantic import Field, field_validator
 
+from llama_index_hiqa.models.defaults import NER_MODEL_NAME
 from llama_index_hiqa.settings import SettingsModel
 
 DEFAULT_NER_LABELS = (
@@ -41,8 +42,6 @@ def ner_model_labels() -> Optional[Tuple[str, ...]]:
     Returns:
         The labels, or ``None`` when the model is not installed (nothing to check against).
     """
-    from llama_index_hiqa.models.defaults import NER_MODEL_NAME
-
     spec = importlib.util.find_spec(NER_MODEL_NAME)
     if spec is None or spec.origin is None:
         return None

@@ -38,6 +38,7 @@ import numpy as np
 from llama_index.core.schema import BaseNode
 
 from llama_index_hiqa.models.local_cache import content_hash
+from llama_index_hiqa.pack.config import same_model
 from llama_index_hiqa.storage.pg_schema import without_nul
 from llama_index_hiqa.retrievers.document_focus import embed_headings, focus_facts, heading_text
 
@@ -189,8 +190,6 @@ class HeadingVectors(_Source):
         Returns:
             The stored vectors, or none.
         """
-        from llama_index_hiqa.pack.config import same_model
-
         recorded = files.payload.get("embed_model")
         if recorded and not same_model(recorded, embed_model):
             return cls()
