@@ -322,6 +322,7 @@ def _read_figures(
             except OSError as exc:
                 missing.append((name, f"{target}: {exc}"))
         return
+    # pymupdf (~1.5 s to import) loads when a PDF is read, not with the package.
     import pymupdf
 
     try:
@@ -362,6 +363,7 @@ def _read_docx_parts(
 
 
 def _image_bytes(pdf: Any, name: str, entry: Dict[str, Any]) -> bytes:
+    # pymupdf (~1.5 s to import) loads when a PDF is read, not with the package.
     import pymupdf
 
     xref = int(entry.get("xref") or 0)

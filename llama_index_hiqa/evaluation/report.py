@@ -130,6 +130,7 @@ class AblationResult:
         Returns:
             The two paths.
         """
+        # matplotlib: a dev extra, not a dependency of the pack.
         import matplotlib
 
         matplotlib.use("Agg")

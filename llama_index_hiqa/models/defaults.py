@@ -295,6 +295,7 @@ def no_llm_reason(llm: Any) -> Optional[str]:
     if type(llm) is MockLLM:
         return "the LLM is LlamaIndex's MockLLM (Settings.llm = None installs it)"
     try:
+        # the OpenAI client (~1.8 s to import) loads when an OpenAI LLM is used.
         from llama_index.llms.openai import OpenAI
         from llama_index.llms.openai_like import OpenAILike
     except ImportError:  # pragma: no cover - both are dependencies of the package
@@ -313,6 +314,7 @@ def load_ner_model() -> Any:
         if _nlp is None:
             try:
                 status(f"loading the spaCy NER model {NER_MODEL_NAME} ...")
+                # spaCy (~5 s to import) loads with the NER model, when keywords are first extracted.
                 import spacy
 
                 _nlp = spacy.load(NER_MODEL_NAME)

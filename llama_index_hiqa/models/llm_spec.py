@@ -86,9 +86,11 @@ def llm_from_spec(
     if base_url:
         common["api_base"] = base_url.rstrip("/")
     if provider == "openai" and context_window is None and _known_openai_model(model):
+        # the OpenAI client (~1.8 s to import) loads when an OpenAI LLM is used.
         from llama_index.llms.openai import OpenAI
 
         return OpenAI(model=model, **common)
+    # LlamaIndex's OpenAI-compatible client (~1.8 s to import) loads when such an LLM is made.
     from llama_index.llms.openai_like import OpenAILike
 
     return OpenAILike(
@@ -97,6 +99,7 @@ def llm_from_spec(
 
 
 def _known_openai_model(model: str) -> bool:
+    # The OpenAI client (~1.8 s to import) loads when an OpenAI LLM is used.
     from llama_index.llms.openai.utils import openai_modelname_to_contextsize
 
     try:
@@ -130,6 +133,7 @@ def check_llm(llm: Any, spec: Optional[str] = None) -> None:
         LLMConfigError: the server cannot be reached, refuses the key or lacks the model
             (one line saying what is wrong).
     """
+    # the OpenAI client (~1.8 s to import) loads when an OpenAI LLM is used.
     from llama_index.llms.openai import OpenAI
 
     if not isinstance(llm, OpenAI):
@@ -176,6 +180,7 @@ def describe_llm_error(error: BaseException, base_url: Optional[str] = None, mod
     Returns:
         The line, saying what to check.
     """
+    # the OpenAI client (~1.8 s to import) loads when an OpenAI LLM is used.
     import openai
 
     where = f" at {base_url}" if base_url else ""
@@ -211,6 +216,7 @@ def is_llm_client_error(error: BaseException) -> bool:
         ``True`` for an ``openai.OpenAIError``.
     """
     try:
+        # the OpenAI client (~1.8 s to import) loads when an OpenAI LLM is used.
         import openai
     except ImportError:  # pragma: no cover - a dependency of the pack
         return False

@@ -30,6 +30,7 @@ def beta_transform(relevance: Sequence[float], a: float, b: float) -> np.ndarray
     Returns:
         The transformed relevances (as they are, clipped, when a = b = 1).
     """
+    # scipy.special (~0.5 s to import) loads when segments are first selected.
     from scipy.special import betainc  # the regularised incomplete beta = the Beta CDF
 
     values = np.clip(np.asarray(relevance, dtype=float), 0.0, 1.0)

@@ -208,6 +208,7 @@ def image_points(data: Optional[bytes]) -> Sequence[float]:
     if not data:
         return (0.0, 0.0)
     try:
+        # pymupdf (~1.5 s to import) loads when a PDF is read, not with the package.
         import pymupdf
 
         pixmap = pymupdf.Pixmap(data)

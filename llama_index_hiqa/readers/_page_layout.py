@@ -32,6 +32,7 @@ class _PageLines:
 def _page_lines(page: Any, number: int) -> _PageLines:
     """Text lines of a page with their dominant font size and weight (one get_text call)."""
     lines: List[_Line] = []
+    # pymupdf (~1.5 s to import) loads when a PDF is read, not with the package.
     import pymupdf
 
     # Text flags without images: image blocks are read separately (get_image_info), cheaper.

@@ -35,6 +35,7 @@ def read_pages(path: Path, pdf: Any, truncated: bool) -> List[_PageLines]:
             (names what was lost).
         EmptyDocumentError: the PDF has no pages.
     """
+    # pymupdf (~1.5 s to import) loads when a PDF is read, not with the package.
     import pymupdf
 
     repaired = bool(pdf.is_repaired)
@@ -80,6 +81,7 @@ def mupdf_messages_captured() -> Iterator[None]:
     """Read a PDF with MuPDF's own stderr messages off: what they say about a damaged file
     reaches the user once, in the typed error. The process-wide warning store is emptied
     before (it would otherwise grow with every file read) and the display setting restored."""
+    # pymupdf (~1.5 s to import) loads when a PDF is read, not with the package.
     import pymupdf
 
     shown = pymupdf.TOOLS.mupdf_display_errors()

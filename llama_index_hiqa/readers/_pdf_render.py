@@ -263,6 +263,7 @@ def render_pymupdf4llm(settings: Any, pdf: Any, pages: List["_PageLines"], runni
     Returns:
         The Markdown of each page.
     """
+    # pymupdf4llm (~1.7 s to import) loads when a PDF is read.
     import pymupdf4llm
 
     with _PYMUPDF4LLM_LOCK:

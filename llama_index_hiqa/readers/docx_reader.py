@@ -50,6 +50,7 @@ def read_docx(path: Path, max_heading_chars: int = 160) -> Parsed:
         EmptyDocumentError: the file has no text.
     """
     try:
+        # python-docx: the [docx] extra.
         import docx
     except ImportError as exc:
         raise MissingExtraError(path, "docx", "python-docx", "reading DOCX") from exc
@@ -95,6 +96,7 @@ class _DocxWalk:
         return self._styles[key]
 
     def walk(self) -> None:
+        # python-docx: the [docx] extra.
         from docx.oxml.ns import qn
         from docx.table import Table
         from docx.text.paragraph import Paragraph
@@ -151,6 +153,7 @@ class _DocxWalk:
 
     def pictures(self, paragraph: Any) -> List[int]:
         """Image entries for the paragraph's pictures; their indices in ``builder.images``."""
+        # python-docx: the [docx] extra.
         from docx.oxml.ns import qn
 
         added: List[int] = []
@@ -189,6 +192,7 @@ def _paragraph_outline_level(paragraph: Any) -> Optional[int]:
 
 
 def _outline_level(props: Any) -> Optional[int]:
+    # python-docx: the [docx] extra.
     from docx.oxml.ns import qn
 
     outline = props.find(qn("w:outlineLvl")) if props is not None else None

@@ -199,6 +199,7 @@ class _Walker:
 
 
 def _is_text(node: Any) -> bool:
+    # BeautifulSoup: the [html] extra.
     from bs4 import Comment, Declaration, Doctype, ProcessingInstruction
 
     return not isinstance(node, (Comment, Declaration, Doctype, ProcessingInstruction))

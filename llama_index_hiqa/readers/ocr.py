@@ -99,6 +99,7 @@ def ocr_engine(path: Path) -> Any:
     with _ENGINE_LOCK:
         if _ENGINE is None:
             try:
+                # RapidOCR: the [ocr] extra.
                 from rapidocr_onnxruntime import RapidOCR
             except ImportError as exc:
                 raise MissingExtraError(path, OCR_EXTRA, OCR_PACKAGE, "pages without a text layer (scans)") from exc

@@ -374,6 +374,7 @@ def parse_pdf(settings: Any, path: Path) -> _Parsed:
         EncryptedDocumentError: The PDF is password protected.
         EmptyDocumentError: No page has text (OCR found none either, or was off).
     """
+    # pymupdf (~1.5 s to import) loads when a PDF is read, not with the package.
     import pymupdf
 
     no_eof_marker = lacks_eof_marker(path)

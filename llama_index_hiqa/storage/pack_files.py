@@ -324,6 +324,7 @@ __all__: List[str] = [
 
 def _load_faiss(path: Path) -> BasePydanticVectorStore:
     try:
+        # FAISS: the [faiss] extra.
         from llama_index.vector_stores.faiss import FaissVectorStore
     except ImportError as exc:
         raise PackStoreError(path, "was built on FAISS: pip install 'llama-index-hiqa[faiss]' to load it") from exc

@@ -364,6 +364,7 @@ def vector_store(connection: PostgresConnection, embed_dim: int, setup: bool = F
     Returns:
         The vector store.
     """
+    # LlamaIndex's PostgreSQL integrations: the [postgres] extra.
     from llama_index.vector_stores.postgres import PGVectorStore
 
     store = PGVectorStore(
@@ -389,6 +390,7 @@ def kvstore(connection: PostgresConnection, table: str, setup: bool = False) -> 
     Returns:
         The key-value store.
     """
+    # LlamaIndex's PostgreSQL integrations: the [postgres] extra.
     from llama_index.storage.kvstore.postgres import PostgresKVStore
 
     return PostgresKVStore(
@@ -407,6 +409,7 @@ def docstore(connection: PostgresConnection) -> Any:
     Returns:
         The docstore.
     """
+    # LlamaIndex's PostgreSQL integrations: the [postgres] extra.
     from llama_index.storage.docstore.postgres import PostgresDocumentStore
 
     return PostgresDocumentStore(kvstore(connection, DOCSTORE_TABLE))
@@ -421,6 +424,7 @@ def index_store(connection: PostgresConnection) -> Any:
     Returns:
         The index store.
     """
+    # LlamaIndex's PostgreSQL integrations: the [postgres] extra.
     from llama_index.storage.index_store.postgres import PostgresIndexStore
 
     return PostgresIndexStore(kvstore(connection, INDEX_STORE_TABLE))

@@ -21,9 +21,8 @@ with ``Retry-After``, 500, a reply slower than the client's timeout, truncated J
 
 from __future__ import annotations
 
-from typing import Any
-
 from llama_index_hiqa.testing.hashing_embedding import HashingEmbedding
+from llama_index_hiqa.testing.openai_server import FAULT_KINDS, Fault, OpenAICompatibleServer, ServerStats
 from llama_index_hiqa.testing.page_reader import PDFPageReader
 from llama_index_hiqa.testing.scripted_llm import ScriptedLLM
 from llama_index_hiqa.testing.scripts import Answer, Script, count_tokens, next_scripted_answer
@@ -32,12 +31,3 @@ __all__ = [
     "Answer", "Script", "count_tokens", "next_scripted_answer", "ScriptedLLM", "HashingEmbedding",
     "PDFPageReader", "OpenAICompatibleServer", "Fault", "FAULT_KINDS", "ServerStats",
 ]
-
-
-def __getattr__(name: str) -> Any:
-    # The server module imports nothing heavy, but keep `import testing` as light as before.
-    if name in ("OpenAICompatibleServer", "Fault", "FAULT_KINDS", "ServerStats"):
-        from llama_index_hiqa.testing import openai_server
-
-        return getattr(openai_server, name)
-    raise AttributeError(name)

@@ -168,6 +168,7 @@ class OpenAICompatibleServer:
     def llm(self, **kwargs: Any) -> Any:
         """LlamaIndex's ``OpenAILike`` pointed at this server (chat model, no client retries:
         the pack's components retry themselves; pass ``max_retries=`` to change that)."""
+        # the OpenAI client (~1.8 s to import) loads when an OpenAI LLM is used.
         from llama_index.llms.openai_like import OpenAILike
 
         settings: Dict[str, Any] = dict(

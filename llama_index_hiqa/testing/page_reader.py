@@ -35,6 +35,7 @@ class PDFPageReader(BaseReader):
         Returns:
             One document per page, in order.
         """
+        # pymupdf (~1.5 s to import) loads when a PDF is read, not with the package.
         import pymupdf
 
         path = Path(file)
