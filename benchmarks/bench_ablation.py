@@ -38,7 +38,8 @@ from _common import (
 from _results import write_section
 
 import shared_data as datasets
-from llama_index_hiqa.evaluation.runner import AblationRunner, folder_corpus
+from llama_index_hiqa.evaluation.corpus import folder_corpus
+from llama_index_hiqa.evaluation.runner import AblationRunner
 from shared_data import financebench_corpus, multihop_corpus
 
 OUT = ROOT / "benchmarks" / "ablation"

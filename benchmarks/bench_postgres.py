@@ -75,7 +75,7 @@ def server_url(args: argparse.Namespace, database: str, fresh: bool = True) -> s
 def _admin_engine(url: str) -> Any:
     from sqlalchemy import create_engine
 
-    from llama_index_hiqa.storage.postgres import _driver_url
+    from llama_index_hiqa.storage.pg_connection import _driver_url
 
     return create_engine(_driver_url(url, "psycopg2"), isolation_level="AUTOCOMMIT")
 

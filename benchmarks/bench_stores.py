@@ -170,7 +170,7 @@ def _fresh_database(base_url: str, name: str) -> str:
     from sqlalchemy import create_engine
     from sqlalchemy.engine import make_url
 
-    from llama_index_hiqa.storage.postgres import _driver_url
+    from llama_index_hiqa.storage.pg_connection import _driver_url
 
     admin = create_engine(_driver_url(base_url, "psycopg2"), isolation_level="AUTOCOMMIT")
     with admin.connect() as conn:

@@ -47,7 +47,8 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from llama_index_hiqa.errors import HiQAError
-    from llama_index_hiqa.evaluation.runner import AblationRunner, folder_corpus
+    from llama_index_hiqa.evaluation.corpus import folder_corpus
+    from llama_index_hiqa.evaluation.runner import AblationRunner
     from llama_index_hiqa.transforms.critical_keywords import CriticalKeywordExtractor
 
     keywords = None

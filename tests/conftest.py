@@ -26,7 +26,7 @@ class Server:
     def __init__(self, url: str, pgdata: Path | None) -> None:
         from sqlalchemy import create_engine
 
-        from llama_index_hiqa.storage.postgres import _driver_url
+        from llama_index_hiqa.storage.pg_connection import _driver_url
 
         self.url = url
         self.pgdata = pgdata  # only for a pgserver instance (its pg_hba.conf can be edited)

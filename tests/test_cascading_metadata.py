@@ -15,12 +15,8 @@ from llama_index.core.schema import ImageNode, MetadataMode, TextNode
 from llama_index_hiqa import schema
 from llama_index_hiqa.errors import InvalidMetadataError
 from llama_index_hiqa.testing import HashingEmbedding, ScriptedLLM
-from llama_index_hiqa.transforms.cascading_metadata import (
-    CascadingMetadataTransform,
-    HCATableNode,
-    parse_markdown_table,
-    shorten_cascade,
-)
+from llama_index_hiqa.transforms.cascading_metadata import CascadingMetadataTransform, shorten_cascade
+from llama_index_hiqa.transforms.table_view import HCATableNode, parse_markdown_table
 
 DATASHEET = """# NX-2040 Datasheet
 The NX-2040 is a buck converter.

@@ -5,12 +5,8 @@ from llama_index.core.schema import MetadataMode, TextNode
 
 from llama_index_hiqa import schema
 from llama_index_hiqa.testing import ScriptedLLM
-from llama_index_hiqa.transforms.critical_keywords import (  # noqa: I001
-    _rule_keywords,
-    CriticalKeywordExtractor,
-    KeywordIndex,
-    normalize_keyword,
-)
+from llama_index_hiqa.indexes.keyword_index import KeywordIndex, normalize_keyword
+from llama_index_hiqa.transforms.critical_keywords import CriticalKeywordExtractor, _rule_keywords
 
 
 def rules_only(**kwargs):

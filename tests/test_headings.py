@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from llama_index_hiqa.evaluation import runner as R
+from llama_index_hiqa.evaluation.units import _heading_walk
 from llama_index_hiqa.headings import (
     clean_inline,
     heading_from_text,
@@ -33,7 +33,7 @@ from llama_index_hiqa.transforms.cascading_metadata import shorten_cascade
 def test_the_headings_the_copies_disagreed_on(text, number, title):
     assert heading_from_text(text, 2) == Heading(number, title, 2)
     # the evaluation's heading walk and the cascade read them the same way
-    offsets, paths = R._heading_walk(f"# Doc\n\n## {text}\n\nbody")
+    offsets, paths = _heading_walk(f"# Doc\n\n## {text}\n\nbody")
     assert paths[-1][-1] == [number, title, 2]
     # a long middle level of the cascade shortens to its number
     assert shorten_cascade(["Doc", f"{text} " + "x" * 40, "Own"], " > ", 25) == f"Doc > {number} > Own"

@@ -15,7 +15,8 @@ from llama_index_hiqa.errors import InvalidSettingError, RetrievalRouteError, Un
 from llama_index_hiqa.retrievers import fusion
 from llama_index_hiqa.testing import HashingEmbedding, ScriptedLLM
 from llama_index_hiqa.retrievers.multi_route import MultiRouteSettings, MultiRouteRetriever
-from llama_index_hiqa.transforms.critical_keywords import CriticalKeywordExtractor, KeywordIndex
+from llama_index_hiqa.indexes.keyword_index import KeywordIndex
+from llama_index_hiqa.transforms.critical_keywords import CriticalKeywordExtractor
 
 
 # --- pure fusion functions ---------------------------------------------------------------

@@ -23,7 +23,7 @@ from llama_index_hiqa.pack.hiqa_pack import HiQAPack  # noqa: E402
 from llama_index_hiqa.storage import pg_bulk  # noqa: E402
 from llama_index_hiqa.storage.pg_bulk import BULK_LOCK, VECTOR_INDEX  # noqa: E402
 from llama_index_hiqa.storage.pg_schema import BM25Tokenizer  # noqa: E402
-from llama_index_hiqa.transforms.critical_keywords import normalize_keyword  # noqa: E402
+from llama_index_hiqa.indexes.keyword_index import normalize_keyword  # noqa: E402
 from tests.pack_helpers import HashEmbedding  # noqa: E402
 from tests.test_postgres_store import FAST, QUESTIONS, _assert_same_ranking, _keys, _table_counts  # noqa: E402
 

@@ -31,7 +31,8 @@ from llama_index_hiqa.demo import DEMO_DATA_DIR, load_demo_documents  # noqa: E4
 from llama_index_hiqa.errors import PackStoreError, UnknownNodeError  # noqa: E402
 from llama_index_hiqa.pack.hiqa_pack import HiQAPack  # noqa: E402
 from llama_index_hiqa.pack.aliases import PostgresHiQAPack  # noqa: E402
-from llama_index_hiqa.storage.postgres import PostgresStore, mask_url  # noqa: E402
+from llama_index_hiqa.storage.pg_connection import mask_url  # noqa: E402
+from llama_index_hiqa.storage.postgres import PostgresStore  # noqa: E402
 from tests.pack_helpers import HashEmbedding  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -6,9 +6,13 @@ import pytest
 
 from llama_index_hiqa import schema
 from llama_index_hiqa.errors import EvaluationInputError
-from llama_index_hiqa.evaluation import runner as R
+from llama_index_hiqa.evaluation.corpus import Corpus, document, documents_from_pages, folder_corpus
 from llama_index_hiqa.evaluation.datasets import EvalQuestion, GoldEvidence, load_documents_folder
-from llama_index_hiqa.evaluation.variants import _multi_route
+from llama_index_hiqa.evaluation.report import STATUS_MISSING, STATUS_OK
+from llama_index_hiqa.evaluation.runner import AblationRunner
+from llama_index_hiqa.evaluation.units import _heading_walk, _split_segments, fixed_chunks, markdown_segments
+from llama_index_hiqa.evaluation.variants import VARIANTS, _multi_route, _Workspace, list_first_scores, rrf_scores
+from llama_index_hiqa.retrievers.bm25_route import bm25_score_matrix
 from llama_index_hiqa.testing import HashingEmbedding as _Hashing
 
 
@@ -61,11 +65,11 @@ def test_folder_loader_keeps_ids_and_rejects_empty(tmp_path, demo_folder):
 
 
 def test_markdown_segments_keep_heading_path_document_and_pages():
-    doc = R.documents_from_pages([
+    doc = documents_from_pages([
         {"doc_name": "NX-2040", "page": 0, "text": _datasheet("NX-2040", "3.3 V", "12 mA", "QFN-32")[:120]},
         {"doc_name": "NX-2040", "page": 1, "text": _datasheet("NX-2040", "3.3 V", "12 mA", "QFN-32")[120:]},
     ])
-    nodes = R.markdown_segments(doc)
+    nodes = markdown_segments(doc)
     labels = [[h.label() for h in schema.get_heading_path(n)] for n in nodes]
     assert ["NX-2040 Datasheet", "2 Electrical Characteristics"] in labels
     elec = nodes[labels.index(["NX-2040 Datasheet", "2 Electrical Characteristics"])]
@@ -77,19 +81,19 @@ def test_markdown_segments_keep_heading_path_document_and_pages():
 
 
 def test_heading_walk_strips_markup_and_splits_numbers():
-    _offsets, paths = R._heading_walk("### **Item 1A.  Risk Factors**\n## 2.3 Timing\n# **<u>General</u>**")
+    _offsets, paths = _heading_walk("### **Item 1A.  Risk Factors**\n## 2.3 Timing\n# **<u>General</u>**")
     assert [p[-1] for p in paths] == [["Item 1A", "Risk Factors", 3], ["2.3", "Timing", 2], ["", "General", 1]]
 
 
 def test_runner_end_to_end_on_a_demo_corpus(tmp_path, demo_folder):
     docs, questions = demo_folder
-    corpus = R.folder_corpus(docs, questions, name="demo")
+    corpus = folder_corpus(docs, questions, name="demo")
     embed = HashingEmbedding()
-    runner = R.AblationRunner(embed_model=embed, show_progress=False, ks=(1, 3))
+    runner = AblationRunner(embed_model=embed, show_progress=False, ks=(1, 3))
     result = runner.run(corpus)
     names = [v.name for v in result.variants]
-    assert names == R.AblationRunner.variant_names()
-    ok = {v.name: v for v in result.variants if v.status == R.STATUS_OK}
+    assert names == AblationRunner.variant_names()
+    ok = {v.name: v for v in result.variants if v.status == STATUS_OK}
     assert {"vector_only", "fixed_bm25", "fixed_rrf", "original"} <= set(ok)
     for v in ok.values():
         assert 0.0 <= v.metrics["log_rank"] <= 1.0 and v.n_units > 0
@@ -99,11 +103,11 @@ def test_runner_end_to_end_on_a_demo_corpus(tmp_path, demo_folder):
     import llama_index_hiqa
 
     for v in result.variants:
-        spec = next(s for s in R.VARIANTS if s.name == v.name)
+        spec = next(s for s in VARIANTS if s.name == v.name)
         if any(name not in llama_index_hiqa._EXPORTS for name in spec.requires):
-            assert v.status == R.STATUS_MISSING and "needs" in v.notes
+            assert v.status == STATUS_MISSING and "needs" in v.notes
         else:  # every landed component is wired in and runs on the demo corpus
-            assert v.status == R.STATUS_OK, (v.name, v.status, v.notes)
+            assert v.status == STATUS_OK, (v.name, v.status, v.notes)
     # BM25 finds the named product: every question's gold document is in the top 3
     assert ok["fixed_bm25"].metrics["doc_hit@3"] == 1.0
     md = result.to_markdown()
@@ -127,34 +131,34 @@ def test_rerun_uses_the_disk_cache(tmp_path, demo_folder):
     docs, questions = demo_folder
     inner = HashingEmbedding()
     cached = CachedEmbedding(inner, cache_path=str(tmp_path / "c.sqlite"))
-    corpus = R.folder_corpus(docs, questions, name="demo")
-    runner = R.AblationRunner(embed_model=cached, show_progress=False, ks=(1, 3))
+    corpus = folder_corpus(docs, questions, name="demo")
+    runner = AblationRunner(embed_model=cached, show_progress=False, ks=(1, 3))
     first = runner.run(corpus, variants=["vector_only", "original"])
     calls = inner.calls
     second = runner.run(corpus, variants=["vector_only", "original"])
     assert inner.calls == calls  # nothing embedded twice
     assert first.variant("original").metrics == second.variant("original").metrics
     # the budget check reports a variant instead of embedding it
-    other = R.Corpus("x", [R.document(corpus.documents[0].text + " new words", "NX-2040", "NX-2040")], corpus.questions)
-    budget = R.AblationRunner(embed_model=cached, show_progress=False, max_new_embeddings=0).run(other, ["original"])
+    other = Corpus("x", [document(corpus.documents[0].text + " new words", "NX-2040", "NX-2040")], corpus.questions)
+    budget = AblationRunner(embed_model=cached, show_progress=False, max_new_embeddings=0).run(other, ["original"])
     assert budget.variants[0].status.startswith("skipped")
 
 
 def test_unknown_variant_and_empty_corpus_are_typed_errors(demo_folder):
     docs, questions = demo_folder
-    corpus = R.folder_corpus(docs, questions)
+    corpus = folder_corpus(docs, questions)
     with pytest.raises(EvaluationInputError):
-        R.AblationRunner(embed_model=HashingEmbedding(), show_progress=False).run(corpus, ["nope"])
+        AblationRunner(embed_model=HashingEmbedding(), show_progress=False).run(corpus, ["nope"])
     with pytest.raises(EvaluationInputError):
-        R.Corpus("x", corpus.documents, [])
+        Corpus("x", corpus.documents, [])
 
 
 def test_rrf_and_list_first_scores():
     a = np.array([[3.0, 2.0, 1.0]])
     b = np.array([[1.0, 2.0, 3.0]])
-    fused = R.rrf_scores(a, b, k=60)
+    fused = rrf_scores(a, b, k=60)
     assert fused[0, 1] == pytest.approx(2 / 62) and fused[0, 0] == pytest.approx(1 / 61 + 1 / 63)
-    scores = R.list_first_scores(np.array([0.9, 0.1, 0.5, 0.3]), ["d", "b"], ["a", "b", "c", "d"])
+    scores = list_first_scores(np.array([0.9, 0.1, 0.5, 0.3]), ["d", "b"], ["a", "b", "c", "d"])
     assert [ "abcd"[i] for i in np.argsort(-scores)] == ["d", "b", "a", "c"]
 
 
@@ -162,7 +166,7 @@ def test_bm25_scores_cover_every_unit():
     from llama_index.core.schema import TextNode
 
     nodes = [TextNode(text=t) for t in ["supply voltage 3.3 V", "package QFN", "thermal shutdown"]]
-    scores = R.bm25_score_matrix(nodes, ["what supply voltage", "zzz"])
+    scores = bm25_score_matrix(nodes, ["what supply voltage", "zzz"])
     assert scores.shape == (2, 3) and scores[0].argmax() == 0 and not scores[1].any()
 
 
@@ -222,11 +226,11 @@ def test_cli_eval_without_ner_uses_rules_and_expert_keywords(tmp_path, demo_fold
 
 def test_fixed_chunks_record_the_open_section_for_section_gold(demo_folder):
     docs, questions = demo_folder
-    corpus = R.folder_corpus(docs, questions)
-    chunks = R.fixed_chunks(corpus)
+    corpus = folder_corpus(docs, questions)
+    chunks = fixed_chunks(corpus)
     assert chunks and all(n.get_content("embed") == n.text for n in chunks)  # nothing embedded extra
-    long_doc = R.document("# Doc\n\n## 1 Intro\n\n" + "word " * 400 + "\n\n## 2 Specs\n\n" + "volt " * 400, "D", "D")
-    nodes = R.fixed_chunks(R.Corpus("x", [long_doc], corpus.questions))
+    long_doc = document("# Doc\n\n## 1 Intro\n\n" + "word " * 400 + "\n\n## 2 Specs\n\n" + "volt " * 400, "D", "D")
+    nodes = fixed_chunks(Corpus("x", [long_doc], corpus.questions))
     paths = [[h.label() for h in schema.get_heading_path(n)] for n in nodes]
     assert paths[0] == ["Doc"] and paths[1] == ["Doc", "1 Intro"] and paths[-1] == ["Doc", "2 Specs"]
 
@@ -235,13 +239,13 @@ def test_split_segments_keeps_spans_pages_and_whole_tables():
     from llama_index.core.schema import TextNode
 
     text = "## 1 Intro\n\n" + "alpha beta. " * 300
-    doc = R.document(text + "\n\n| a | b |\n|---|---|\n| 1 | 2 |", "D", "D", [[0, 0, len(text) // 2], [1, len(text) // 2, len(text) + 40]])
+    doc = document(text + "\n\n| a | b |\n|---|---|\n| 1 | 2 |", "D", "D", [[0, 0, len(text) // 2], [1, len(text) // 2, len(text) + 40]])
     seg = TextNode(text=text)
     schema.set_segment_facts(seg, document_id="D", document_title="D", position=0, char_span=(0, len(text)),
                              heading_path=[["1", "Intro", 1]], page_range=(0, 1))
     table = TextNode(text="| a | b |\n|---|---|\n| 1 | 2 |")
     schema.set_segment_facts(table, document_id="D", document_title="D", position=1, kind="table")
-    out = R._split_segments([seg, table], [doc])
+    out = _split_segments([seg, table], [doc])
     assert len(out) > 2 and schema.get_segment_kind(out[-1]) == "table"
     assert [schema.get_position(n) for n in out] == list(range(len(out)))
     assert schema.get_page_range(out[0]) == (0, 0) and schema.get_page_range(out[-2]) == (1, 1)
@@ -264,17 +268,17 @@ def test_runner_uses_the_given_keyword_extractor(demo_folder):
             return super().extract_query(question)
 
     docs, questions = demo_folder
-    corpus = R.folder_corpus(docs, questions, name="demo")
+    corpus = folder_corpus(docs, questions, name="demo")
     extractor = Recording(use_ner=False, expert_keywords=["thermal shutdown"])
-    runner = R.AblationRunner(embed_model=HashingEmbedding(), keyword_extractor=extractor, show_progress=False, ks=(1, 3))
+    runner = AblationRunner(embed_model=HashingEmbedding(), keyword_extractor=extractor, show_progress=False, ks=(1, 3))
     result = runner.run(corpus, variants=["fixed_multi_route", "hca_chunk_graph"])
-    assert [v.status for v in result.variants] == [R.STATUS_OK, R.STATUS_OK]
+    assert [v.status for v in result.variants] == [STATUS_OK, STATUS_OK]
     texts = [q.question for q in corpus.questions]
     # once per question for each multi-route unit set, and again for the chunk graph
     assert asked.count(texts[0]) >= 3 and set(texts) <= set(asked)
     # the multi-route retriever keeps this extractor, which tags the units with the expert
     # keyword (NER would not find it)
-    ws = R._Workspace(runner, corpus)
+    ws = _Workspace(runner, corpus)
     assert _multi_route(ws, "fixed").keyword_extractor is extractor
     tagged = [n for n in ws.unit_set("fixed") if "thermal shutdown" in n.text]
     assert tagged and all(

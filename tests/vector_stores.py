@@ -92,7 +92,7 @@ def open_store(kind: str, folder: Path, dim: int, pg_url: Optional[str] = None) 
     if kind == "pgvector":
         from llama_index.vector_stores.postgres import PGVectorStore
 
-        from llama_index_hiqa.storage.postgres import _driver_url
+        from llama_index_hiqa.storage.pg_connection import _driver_url
 
         if pg_url is None:
             raise ValueError("pgvector needs the test server's URL")

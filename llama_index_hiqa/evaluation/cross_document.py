@@ -48,9 +48,9 @@ from llama_index.core.schema import BaseNode
 
 from llama_index_hiqa import schema
 from llama_index_hiqa.evaluation.datasets import EvalQuestion, GoldEvidence
+from llama_index_hiqa.indexes.keyword_index import normalize_keyword
 from llama_index_hiqa.retrievers.document_focus import content_words
 from llama_index_hiqa.retrievers.focus_share import PERIOD, facet_kind
-from llama_index_hiqa.transforms.critical_keywords import normalize_keyword
 
 RULES = ("same_name_two_periods", "two_names_one_period", "list_of_names")
 _GENERIC_HEADINGS = {"", "table of contents", "index", "signatures", "exhibits", "none", "contents", "notes"}

@@ -52,20 +52,10 @@ from tqdm import tqdm
 
 from llama_index_hiqa.errors import EvaluationInputError
 from llama_index_hiqa.evaluation import metrics as M
-# The runner's parts, importable from here as before the split.
-from llama_index_hiqa.evaluation.corpus import Corpus, document, documents_from_pages, folder_corpus  # noqa: F401
-from llama_index_hiqa.evaluation.report import STATUS_MISSING, STATUS_OK, AblationResult, VariantResult  # noqa: F401
-from llama_index_hiqa.evaluation.units import (  # noqa: F401
-    CHUNK_OVERLAP,
-    CHUNK_SIZE,
-    _heading_walk,
-    _split_segments,
-    fixed_chunks,
-    markdown_segments,
-    passage_segments,
-)
-from llama_index_hiqa.evaluation.variants import (  # noqa: F401
-    SI_CANDIDATES,
+from llama_index_hiqa.evaluation.corpus import Corpus
+from llama_index_hiqa.evaluation.report import STATUS_MISSING, STATUS_OK, AblationResult, VariantResult
+from llama_index_hiqa.evaluation.units import _split_segments, fixed_chunks, markdown_segments, passage_segments
+from llama_index_hiqa.evaluation.variants import (
     VARIANTS,
     BudgetExceeded,
     VariantSpec,
@@ -74,11 +64,8 @@ from llama_index_hiqa.evaluation.variants import (  # noqa: F401
     _make_cascade,
     _unit_rows,
     _Workspace,
-    list_first_scores,
-    rrf_scores,
 )
 from llama_index_hiqa.models.embedding_cache import CachedEmbedding, content_hash
-from llama_index_hiqa.retrievers.bm25_route import bm25_score_matrix  # noqa: F401
 
 logger = logging.getLogger(__name__)
 
@@ -87,7 +74,7 @@ class AblationRunner(BaseModel):
     """Build every ablation variant on a corpus and score it with every ranking metric.
 
     >>> from llama_index_hiqa import AblationRunner
-    >>> from llama_index_hiqa.evaluation.runner import folder_corpus
+    >>> from llama_index_hiqa.evaluation.corpus import folder_corpus
     >>> result = AblationRunner().run(folder_corpus("docs/", "questions.jsonl"))
     >>> print(result.to_markdown()); result.save("eval_out/")
     """

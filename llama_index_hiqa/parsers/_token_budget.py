@@ -190,7 +190,7 @@ def table_view_tokens(count: TokenCounter, title: str, columns: Sequence[str], r
     """Tokens of a table's embedding view without its cascade.
 
     Title, ``Columns: a; b`` and ``Rows: r1; r2`` lines (the view
-    [`HCATableNode`][llama_index_hiqa.transforms.cascading_metadata.HCATableNode] renders), each label
+    [`HCATableNode`][llama_index_hiqa.transforms.table_view.HCATableNode] renders), each label
     counted with its ``; `` separator.
 
     Args:

@@ -59,22 +59,14 @@ from llama_index_hiqa.models.defaults import resolve_embed_model
 from llama_index_hiqa.storage.vector_store_access import index_nodes
 from llama_index_hiqa.errors import RerankerError, UnknownNodeError
 from llama_index_hiqa.models.llm_calls import acall_llm, call_llm
-from llama_index_hiqa.postprocessors.segment_assembly import (  # noqa: F401 (FILL_* re-exported)
-    FILL_DOCSTORE,
-    FILL_RETRIEVED_ONLY,
+from llama_index_hiqa.postprocessors.segment_assembly import (
     LayoutChunk,
     chunk_text,
     docstore_lookup,
     meta_document,
     segment_node,
 )
-# The pure selection algorithm; re-exported here, where it was first.
-from llama_index_hiqa.postprocessors.segment_selection import (  # noqa: F401
-    beta_transform,
-    chunk_values,
-    length_factors,
-    select_segments,
-)
+from llama_index_hiqa.postprocessors.segment_selection import beta_transform, chunk_values, select_segments
 
 logger = logging.getLogger(__name__)
 
@@ -546,8 +538,4 @@ __all__: Iterable[str] = (
     "SegmentIntegrationPostprocessor",
     "PRESETS",
     "CALIBRATION",
-    "beta_transform",
-    "chunk_values",
-    "length_factors",
-    "select_segments",
 )

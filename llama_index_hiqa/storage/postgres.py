@@ -70,15 +70,7 @@ from llama_index_hiqa.storage.pg_bulk import (
     upsert_kv,
     vector_copy_data,
 )
-# The connection's names are the store's too (they were defined here).
-from llama_index_hiqa.storage.pg_connection import (  # noqa: F401
-    URL_SCHEMES,
-    PostgresConnection,
-    PostgresStoreSettings,
-    _driver_url,
-    is_postgres_url,
-    mask_url,
-)
+from llama_index_hiqa.storage.pg_connection import PostgresConnection, PostgresStoreSettings
 from llama_index_hiqa.storage.pg_schema import (
     DOCSTORE_TABLE,
     INDEX_STORE_TABLE,

@@ -51,23 +51,9 @@ from llama_index_hiqa.headings import clean_inline, heading_key, markdown_headin
 from llama_index_hiqa.models.llm_calls import acall_llm, call_llm
 from llama_index_hiqa.parsers._token_budget import MAX_TABLE_ROWS
 from llama_index_hiqa.schema import Heading
-# The parts of HCA, each in its own module; their public names are re-exported here, where
-# they were first.
-from llama_index_hiqa.transforms.heading_walk import LLAMA_INDEX_HEADER_PATH, heading_paths  # noqa: F401
-from llama_index_hiqa.transforms.image_view import (  # noqa: F401
-    IMAGE_DESCRIPTION_PROMPT,
-    description_message,
-    image_key,
-    image_view,
-    is_image,
-)
-from llama_index_hiqa.transforms.table_view import (  # noqa: F401
-    TABLE_COLUMNS_TEMPLATE,
-    TABLE_ROWS_TEMPLATE,
-    TABLE_TITLE_TEMPLATE,
-    HCATableNode,
-    parse_markdown_table,
-)
+from llama_index_hiqa.transforms.heading_walk import LLAMA_INDEX_HEADER_PATH, heading_paths
+from llama_index_hiqa.transforms.image_view import description_message, image_key, image_view, is_image
+from llama_index_hiqa.transforms.table_view import HCATableNode, parse_markdown_table
 
 logger = logging.getLogger(__name__)
 

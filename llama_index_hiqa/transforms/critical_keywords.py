@@ -55,10 +55,8 @@ from llama_index_hiqa.component_dict import PartsRoundTrip
 from llama_index_hiqa import schema
 from llama_index_hiqa.models.defaults import load_ner_model
 from llama_index_hiqa.errors import LLMOutputError
-from llama_index_hiqa.transforms.keyword_settings import DEFAULT_NER_LABELS, KeywordSettings  # noqa: F401 (re-exported)
-# The matching form and the inverted index live with the index; imported here, where they
-# were first, so `from ...critical_keywords import KeywordIndex, normalize_keyword` still works.
-from llama_index_hiqa.indexes.keyword_index import KeywordIndex, normalize_keyword  # noqa: F401
+from llama_index_hiqa.transforms.keyword_settings import KeywordSettings
+from llama_index_hiqa.indexes.keyword_index import normalize_keyword
 from llama_index_hiqa.models.llm_calls import acall_llm, call_llm
 
 logger = logging.getLogger(__name__)

@@ -33,7 +33,7 @@ def is_database(store: Any) -> bool:
     Returns:
         ``True`` for a ``postgresql://`` URL.
     """
-    from llama_index_hiqa.storage.postgres import is_postgres_url
+    from llama_index_hiqa.storage.pg_connection import is_postgres_url
 
     return is_postgres_url(store)
 
