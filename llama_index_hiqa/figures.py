@@ -28,7 +28,7 @@ import zipfile
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Set, Tuple, Union
 
 from llama_index.core.bridge.pydantic import Field
 from llama_index.core.schema import BaseNode, Document, NodeRelationship, NodeWithScore, TextNode
@@ -71,7 +71,7 @@ def figure_entries(doc: BaseNode) -> List[Dict[str, Any]]:
         e for e in schema.images_of(doc.metadata)
         if isinstance(e, dict) and e.get("page") is not None and _big_enough(e.get("bbox"))
     ]
-    pages_of: Dict[str, set] = defaultdict(set)
+    pages_of: Dict[str, Set[int]] = defaultdict(set)
     for e in entries:
         if e.get("file"):
             pages_of[e["file"]].add(int(e["page"]))
@@ -138,7 +138,7 @@ def with_figure_nodes(
 
 
 def _image_node(
-    doc: BaseNode, host: TextNode, entry: Dict[str, Any], id_func: Optional[Callable], position: int
+    doc: BaseNode, host: TextNode, entry: Dict[str, Any], id_func: Optional[Callable[[int, BaseNode], str]], position: int
 ) -> TextNode:
     page = int(entry["page"])
     caption = " ".join(str(entry.get("caption") or "").split())

@@ -41,7 +41,7 @@ import itertools
 import random
 import re
 from collections import defaultdict
-from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
+from typing import Dict, FrozenSet, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 from llama_index.core.bridge.pydantic import BaseModel, ConfigDict, Field
 from llama_index.core.schema import BaseNode
@@ -85,7 +85,7 @@ class CrossDocumentQuestion(BaseModel):
 
 
 class _Document:
-    def __init__(self, document_id: str, title: str, keywords: frozenset, common: frozenset) -> None:
+    def __init__(self, document_id: str, title: str, keywords: FrozenSet[str], common: FrozenSet[str]) -> None:
         self.id = document_id
         self.title = title
         # A year inside an identifier ("2040" of "nx2040") is part of the name, not a period.
@@ -137,7 +137,7 @@ def name_in_title(title: str, keyword: str) -> Optional[str]:
     return None
 
 
-def heading_key(label: str) -> Optional[frozenset]:
+def heading_key(label: str) -> Optional[FrozenSet[str]]:
     """The stemmed content words of a heading: two documents' headings match when equal.
 
     Args:
@@ -153,9 +153,9 @@ def heading_key(label: str) -> Optional[frozenset]:
     return words if len(words) >= 1 else None
 
 
-def _sections(nodes: Iterable[BaseNode]) -> Tuple[Dict[str, Dict[frozenset, Tuple[str, List[str]]]], Dict[str, str]]:
+def _sections(nodes: Iterable[BaseNode]) -> Tuple[Dict[str, Dict[FrozenSet[str], Tuple[str, List[str]]]], Dict[str, str]]:
     """Document id -> {heading key: (heading text, node ids)}, and document id -> title."""
-    sections: Dict[str, Dict[frozenset, Tuple[str, List[str]]]] = defaultdict(dict)
+    sections: Dict[str, Dict[FrozenSet[str], Tuple[str, List[str]]]] = defaultdict(dict)
     titles: Dict[str, str] = {}
     for node in nodes:
         document_id = schema.get_document_id(node)
@@ -174,7 +174,7 @@ def _sections(nodes: Iterable[BaseNode]) -> Tuple[Dict[str, Dict[frozenset, Tupl
     return sections, titles
 
 
-def _documents(titles: Mapping[str, str], title_keywords: Mapping[str, frozenset]) -> Dict[str, _Document]:
+def _documents(titles: Mapping[str, str], title_keywords: Mapping[str, FrozenSet[str]]) -> Dict[str, _Document]:
     # A keyword that most titles spell (a form type, "Precision Voltage Regulator") says what
     # kind of document it is, not which one.
     spelled = [normalize_keyword(titles.get(doc, doc)) for doc in title_keywords]
@@ -213,7 +213,7 @@ def _question(rule: str, group: Sequence[_Document], heading: str) -> str:
 
 def cross_document_questions(
     nodes: Iterable[BaseNode],
-    title_keywords: Mapping[str, frozenset],
+    title_keywords: Mapping[str, FrozenSet[str]],
     per_rule: int = 40,
     seed: int = 0,
     min_period_gap: int = 3,
@@ -250,7 +250,7 @@ def cross_document_questions(
         groups = [g for g in _pairs(docs, rule, min_period_gap) if all(x in sections for x in g)]
         rng.shuffle(groups)
         # One question per group first, then a second heading per group, ... (spread).
-        options: List[List[frozenset]] = []
+        options: List[List[FrozenSet[str]]] = []
         for group in groups:
             shared = sorted(set.intersection(*(set(sections[x]) for x in group)), key=sorted)
             rng.shuffle(shared)

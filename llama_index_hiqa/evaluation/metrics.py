@@ -50,7 +50,7 @@ import math
 import re
 import unicodedata
 from dataclasses import dataclass, field
-from typing import Dict, Iterable, List, Optional, Sequence
+from typing import Dict, FrozenSet, Iterable, List, Optional, Sequence, Set, Tuple
 
 import numpy as np
 from llama_index.core.schema import BaseNode, MetadataMode
@@ -222,7 +222,7 @@ def normalise_text(text: str) -> str:
     return " ".join(re.findall(r"\w+", text))
 
 
-def _ngrams(words: List[str], n: int = _NGRAM) -> set:
+def _ngrams(words: List[str], n: int = _NGRAM) -> Set[Tuple[str, ...]]:
     return {tuple(words[i : i + n]) for i in range(len(words) - n + 1)}
 
 
@@ -233,9 +233,9 @@ class UnitView:
     node_id: str
     document_id: Optional[str]
     pages: Optional[tuple]
-    headings: frozenset  # normalised labels and bare titles of every heading level
+    headings: FrozenSet[str]  # normalised labels and bare titles of every heading level
     text: str  # normalised text
-    _grams: Optional[set] = field(default=None, repr=False)
+    _grams: Optional[Set[Tuple[str, ...]]] = field(default=None, repr=False)
 
     @classmethod
     def from_node(cls, node: BaseNode) -> "UnitView":
@@ -265,7 +265,7 @@ class UnitView:
             text=normalise_text(node.get_content(MetadataMode.NONE)),
         )
 
-    def grams(self) -> set:
+    def grams(self) -> Set[Tuple[str, ...]]:
         if self._grams is None:
             self._grams = _ngrams(self.text.split())
         return self._grams

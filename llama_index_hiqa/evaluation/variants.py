@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
+from numpy.typing import ArrayLike
 from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.base.embeddings.base import BaseEmbedding
 from llama_index.core.schema import BaseNode, NodeWithScore, QueryBundle
@@ -90,12 +91,16 @@ def list_first_scores(base: np.ndarray, ranked_ids: Sequence[str], node_ids: Seq
     return scores
 
 
+# What a variant builds: its units, their (questions, units) scores and a note on the ranking.
+VariantUnits = Tuple[List[BaseNode], np.ndarray, str]
+
+
 @dataclass
 class VariantSpec:
     name: str
     label: str
     requires: Tuple[str, ...]
-    build: Callable[["AblationRunner", "_Workspace"], Tuple[List[BaseNode], np.ndarray, str]]
+    build: Callable[["AblationRunner", "_Workspace"], VariantUnits]
 
 
 class _Workspace:
@@ -139,7 +144,7 @@ class _Workspace:
         return self.scores[(key, "bm25")]
 
 
-def _unit_rows(vectors) -> np.ndarray:
+def _unit_rows(vectors: ArrayLike) -> np.ndarray:
     matrix = np.asarray(vectors, dtype=np.float32)
     return matrix / (np.linalg.norm(matrix, axis=1, keepdims=True) + 1e-12)
 
@@ -203,40 +208,40 @@ def _multi_route_scores(ws: _Workspace, key: str) -> np.ndarray:
 # --- the variants ---------------------------------------------------------------------
 
 
-def _v_vector(runner, ws):
+def _v_vector(runner: "AblationRunner", ws: _Workspace) -> VariantUnits:
     return ws.unit_set("fixed"), ws.vector("fixed"), ""
 
 
-def _v_bm25(runner, ws):
+def _v_bm25(runner: "AblationRunner", ws: _Workspace) -> VariantUnits:
     return ws.unit_set("fixed"), ws.bm25("fixed"), ""
 
 
-def _v_rrf(runner, ws):
+def _v_rrf(runner: "AblationRunner", ws: _Workspace) -> VariantUnits:
     return ws.unit_set("fixed"), rrf_scores(ws.vector("fixed"), ws.bm25("fixed")), ""
 
 
-def _v_fixed_mr(runner, ws):
+def _v_fixed_mr(runner: "AblationRunner", ws: _Workspace) -> VariantUnits:
     return ws.unit_set("fixed"), _multi_route_scores(ws, "fixed"), ""
 
 
-def _v_original(runner, ws):
+def _v_original(runner: "AblationRunner", ws: _Workspace) -> VariantUnits:
     nodes = ws.unit_set("segments")
     return nodes, ws.vector("segments"), ws.notes.get("segments", "")
 
 
-def _v_no_hierarchy(runner, ws):
+def _v_no_hierarchy(runner: "AblationRunner", ws: _Workspace) -> VariantUnits:
     return ws.unit_set("no_hierarchy"), ws.vector("no_hierarchy"), ws.notes.get("segments", "")
 
 
-def _v_hca(runner, ws):
+def _v_hca(runner: "AblationRunner", ws: _Workspace) -> VariantUnits:
     return ws.unit_set("hca"), ws.vector("hca"), ws.notes.get("segments", "")
 
 
-def _v_hca_mr(runner, ws):
+def _v_hca_mr(runner: "AblationRunner", ws: _Workspace) -> VariantUnits:
     return ws.unit_set("hca"), _multi_route_scores(ws, "hca"), ws.notes.get("segments", "")
 
 
-def _v_hca_graph(runner, ws):
+def _v_hca_graph(runner: "AblationRunner", ws: _Workspace) -> VariantUnits:
     nodes = ws.unit_set("hca")
     base = _multi_route_scores(ws, "hca")
     # The units carry the multi-route's keywords by now; the query keywords come from the
@@ -256,7 +261,7 @@ def _v_hca_graph(runner, ws):
     return nodes, np.stack(rows), "chain units first, in traversal order; then the multi-route order"
 
 
-def _v_hca_si(runner, ws):
+def _v_hca_si(runner: "AblationRunner", ws: _Workspace) -> VariantUnits:
     nodes = ws.unit_set("hca")
     base = _multi_route_scores(ws, "hca")
     docstore = SimpleDocumentStore()

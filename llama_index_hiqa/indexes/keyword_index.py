@@ -176,7 +176,7 @@ class KeywordIndex:
         Returns:
             ``{node_id: number of the keywords it holds}``; nodes holding none are left out.
         """
-        counts: Counter = Counter()
+        counts: Counter[str] = Counter()
         for keyword in dict.fromkeys(normalize_keyword(k) for k in keywords):
             counts.update(self._postings.get(keyword, ()))
         return dict(counts)

@@ -30,7 +30,7 @@ import platform
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, FrozenSet, Iterable, List, Literal, Optional, Tuple, get_args
+from typing import Any, Dict, FrozenSet, Iterable, List, Literal, Optional, Set, Tuple, get_args
 
 import numpy as np
 import onnxruntime as ort
@@ -98,7 +98,7 @@ def cpu_flags(cpuinfo: Optional[str] = None) -> FrozenSet[str]:
             cpuinfo = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
         except OSError:
             return frozenset()
-    flags: set = set()
+    flags: Set[str] = set()
     for line in cpuinfo.splitlines():
         key, _, value = line.partition(":")
         if key.strip().lower() in ("flags", "features"):

@@ -323,7 +323,7 @@ def _give_up(
     instead: str,
     policy: LLMCallPolicy,
     error: BaseException,
-    fallback: Fallback,
+    fallback: Fallback[F],
     error_type: ErrorType,
 ) -> Any:
     if fallback is None:
@@ -340,7 +340,7 @@ def call_llm(
     make_call: Callable[[], T],
     *,
     what: str,
-    fallback: Fallback = None,
+    fallback: Fallback[F] = None,
     instead: str = "falling back",
     policy: LLMCallPolicy = SINGLE_ATTEMPT,
     error_type: ErrorType = None,
@@ -374,7 +374,7 @@ async def acall_llm(
     make_call: Callable[[], Awaitable[T]],
     *,
     what: str,
-    fallback: Fallback = None,
+    fallback: Fallback[F] = None,
     instead: str = "falling back",
     policy: LLMCallPolicy = SINGLE_ATTEMPT,
     error_type: ErrorType = None,

@@ -19,7 +19,7 @@ they happen mid-run.
 from __future__ import annotations
 
 import os
-from typing import Any, Optional
+from typing import Any, Dict, Optional
 from urllib.parse import urlparse
 
 from llama_index_hiqa.errors import LLMConfigError
@@ -82,7 +82,7 @@ def llm_from_spec(
         raise LLMConfigError(spec, f"no server URL: pass --llm-base-url http://HOST:PORT/v1 or set {BASE_URL_ENV}")
     if base_url is not None:
         _check_url(spec, base_url)
-    common = dict(api_key=key or NO_KEY, timeout=timeout_seconds, max_retries=max_retries)
+    common: Dict[str, Any] = dict(api_key=key or NO_KEY, timeout=timeout_seconds, max_retries=max_retries)
     if base_url:
         common["api_base"] = base_url.rstrip("/")
     if provider == "openai" and context_window is None and _known_openai_model(model):

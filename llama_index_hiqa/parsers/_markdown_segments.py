@@ -13,7 +13,7 @@ from __future__ import annotations
 import bisect
 import re
 from dataclasses import dataclass, field
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from llama_index.core.bridge.pydantic import Field
 from llama_index.core.node_parser import NodeParser
@@ -515,8 +515,8 @@ def pieces_to_nodes(
     node_text: Callable[[Piece], str],
     source_span: Callable[[Piece], Tuple[int, int]],
     parse_path: Callable[[Piece], str],
-    id_func: Callable,
-    extra_metadata: Optional[Dict] = None,
+    id_func: Callable[[int, Document], str],
+    extra_metadata: Optional[Dict[str, Any]] = None,
 ) -> List[TextNode]:
     """One ``TextNode`` per piece with the shared schema facts; positions from 0.
 

@@ -43,7 +43,7 @@ def _page_lines(page: Any, number: int) -> _PageLines:
             text = "".join(s["text"] for s in spans)
             if not text.strip():
                 continue
-            weights: Counter = Counter()
+            weights: Counter[float] = Counter()
             bold_chars = 0
             for s in spans:
                 n = len(s["text"].strip())
@@ -60,7 +60,7 @@ def _page_lines(page: Any, number: int) -> _PageLines:
 
 
 def _body_font_size(pages: List[_PageLines]) -> float:
-    weights: Counter = Counter()
+    weights: Counter[float] = Counter()
     for page in pages:
         for line in page.lines:
             weights[line.size] += len(line.text.strip())

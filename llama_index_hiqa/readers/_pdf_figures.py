@@ -7,7 +7,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import re
-from typing import Any, Dict, List, Optional, Tuple
+from typing import AbstractSet, Any, Dict, List, Optional, Tuple
 
 from llama_index_hiqa.readers._page_layout import _offset_below, _PageLines
 from llama_index_hiqa.readers.ocr import is_scan_image
@@ -19,7 +19,7 @@ _CAPTION_RE = re.compile(r"^\s*(fig(ure)?\.?|image|photo|diagram|chart|plate)\s*
 
 
 def pdf_images(
-    settings: Any, pdf: Any, pages: List["_PageLines"], text: str, spans: List[List[int]], scanned: set = frozenset()
+    settings: Any, pdf: Any, pages: List["_PageLines"], text: str, spans: List[List[int]], scanned: AbstractSet[int] = frozenset()
 ) -> List[Dict[str, Any]]:
     """The figures of a PDF: page, bounding box, caption, where in the text they sit, file name.
 

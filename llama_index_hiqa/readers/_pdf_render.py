@@ -11,7 +11,7 @@ import logging
 import re
 import threading
 from collections import Counter
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Set, Tuple
 
 from llama_index_hiqa.headings import is_report_heading
 from llama_index_hiqa.readers._page_layout import (
@@ -38,7 +38,7 @@ _PYMUPDF4LLM_LOCK = threading.Lock()
 # --- running headers / footers ---
 
 
-def running_lines(settings: Any, pages: List["_PageLines"]) -> set:
+def running_lines(settings: Any, pages: List["_PageLines"]) -> Set[str]:
     """Normalised texts of margin lines that repeat on most pages (page numbers ignored).
 
     Args:
@@ -50,7 +50,7 @@ def running_lines(settings: Any, pages: List["_PageLines"]) -> set:
     """
     if len(pages) < 2:
         return set()
-    counts: Counter = Counter()
+    counts: Counter[str] = Counter()
     for page in pages:
         seen = {
             _normalise(line.text)
@@ -61,7 +61,7 @@ def running_lines(settings: Any, pages: List["_PageLines"]) -> set:
     need = max(2, int(round(settings.running_min_share * len(pages))))
     return {key for key, n in counts.items() if n >= need}
 
-def is_running(settings: Any, line: "_Line", page: "_PageLines", running: set) -> bool:
+def is_running(settings: Any, line: "_Line", page: "_PageLines", running: Set[str]) -> bool:
     """Whether a line is a running header or footer.
 
     Args:
@@ -126,7 +126,7 @@ def is_heading_candidate(settings: Any, line: "_Line", body_size: float) -> bool
     )
 
 def render_fast(
-    settings: Any, pdf: Any, pages: List["_PageLines"], body_size: float, running: set, scanned: Sequence[int] = ()
+    settings: Any, pdf: Any, pages: List["_PageLines"], body_size: float, running: Set[str], scanned: Sequence[int] = ()
 ) -> Tuple[List[str], List[List[Any]]]:
     """The fast engine: each page's lines and ruled tables as Markdown, in reading order.
 
@@ -250,7 +250,7 @@ def ruled_tables(settings: Any, page: Any) -> List[Tuple[Tuple[float, float, flo
 # --- pymupdf4llm engines ---
 
 
-def render_pymupdf4llm(settings: Any, pdf: Any, pages: List["_PageLines"], running: set) -> List[str]:
+def render_pymupdf4llm(settings: Any, pdf: Any, pages: List["_PageLines"], running: Set[str]) -> List[str]:
     """The pymupdf4llm engines (``"pymupdf4llm"``, ``"layout"``): each page's Markdown, running
     lines removed.
 
@@ -287,7 +287,7 @@ def render_pymupdf4llm(settings: Any, pdf: Any, pages: List["_PageLines"], runni
     return [t.strip() for t in texts]
 
 def locate_headings(
-    settings: Any, text: str, spans: List[List[int]], pages: List["_PageLines"], body_size: float, running: set
+    settings: Any, text: str, spans: List[List[int]], pages: List["_PageLines"], body_size: float, running: Set[str]
 ) -> List[List[Any]]:
     """Map heading candidates found by font size onto lines of pymupdf4llm's Markdown.
 

@@ -30,7 +30,7 @@ from __future__ import annotations
 import re
 import unicodedata
 from dataclasses import dataclass
-from typing import List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence
 
 __all__ = ["CoverLine", "CoverFacts", "cover_facts", "document_title", "file_name_title", "informative_metadata_title"]
 
@@ -180,7 +180,7 @@ def largest_cover_line(lines: Sequence[CoverLine]) -> str:
     first_page = [line for line in lines if line.page == min((ln.page for ln in lines), default=0)]
     if not first_page:
         return ""
-    weights: dict = {}
+    weights: Dict[float, int] = {}
     for line in first_page:
         weights[line.size] = weights.get(line.size, 0) + len(line.text.strip())
     body = max(weights, key=weights.get)

@@ -19,7 +19,7 @@ from __future__ import annotations
 import os
 import threading
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple
 
 import numpy as np
 from llama_index.core.bridge.pydantic import PrivateAttr
@@ -363,7 +363,7 @@ class MemmapVectorStore(BasePydanticVectorStore):
         """Rows a query is restricted to, ascending (``None``: all live rows)."""
         if query.node_ids is None and query.doc_ids is None:
             return None
-        rows: Optional[set] = None
+        rows: Optional[Set[int]] = None
         if query.node_ids is not None:
             rows = set(self._rows_of(query.node_ids).values())
         if query.doc_ids is not None:

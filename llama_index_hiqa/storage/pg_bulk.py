@@ -224,7 +224,7 @@ def node_fields(node: BaseNode, keywords: Tuple[List[str], List[str]]) -> str:
     ))
 
 
-def insert_nodes(conn: Any, vector_data: io.BytesIO, fields: Sequence[str], counts: Sequence[Counter], lengths: Sequence[int]) -> None:
+def insert_nodes(conn: Any, vector_data: io.BytesIO, fields: Sequence[str], counts: Sequence[Counter[str]], lengths: Sequence[int]) -> None:
     """A batch's rows in the vector table, hiqa_nodes, the postings and hiqa_terms.
 
     Args:
@@ -261,7 +261,7 @@ def insert_nodes(conn: Any, vector_data: io.BytesIO, fields: Sequence[str], coun
         )
 
 
-def _term_ids(conn: Any, counts: Sequence[Counter]) -> Dict[str, int]:
+def _term_ids(conn: Any, counts: Sequence[Counter[str]]) -> Dict[str, int]:
     """Each term's id, new terms added to the vocabulary (writers hold the write lock, so
     no other transaction adds the same term meanwhile)."""
     terms = sorted({t for c in counts for t in c})

@@ -108,7 +108,7 @@ class PreparedWrite:
     documents: List[DocumentRecord]  # with their nodes
     vector_data: Optional[io.BytesIO]  # the vector table's COPY data (``None`` without nodes)
     node_fields: List[str]  # each node's hiqa_nodes fields before its row number
-    counts: List[Counter]  # each node's BM25 term counts
+    counts: List[Counter[str]]  # each node's BM25 term counts
     lengths: List[int]  # each node's BM25 length
     kv_data: io.StringIO  # the docstore rows' COPY data
 

@@ -31,7 +31,7 @@ import re
 import shutil
 import threading
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Optional, Set, Tuple
 
 from llama_index_hiqa.errors import PackStoreError, StoreConflictError
 
@@ -330,7 +330,7 @@ def _pointer_target(root: Path) -> Optional[str]:
     return name if _SNAPSHOT_NAME.match(name) else None
 
 
-def _remove_stale(root: Path, keep: set) -> None:
+def _remove_stale(root: Path, keep: Set[str]) -> None:
     """Every snapshot but the new one and the one it replaced (a reader may still be loading
     that one), and the staging folders and pointer temp files of crashed writers (called
     under the lock, after the switch)."""

@@ -38,6 +38,8 @@ from llama_index_hiqa import schema
 # Parameters a statement may bind at once (SQLite's default limit is 32,766; older builds 999).
 SQL_BATCH = 900
 _ZDICT_KEY = "zlib_dictionary"
+# A stored value: one JSON object (what LlamaIndex's key-value stores hold).
+JSONDict = Dict[str, Any]
 
 
 class SQLiteDatabase:
@@ -205,7 +207,8 @@ class SQLiteDatabase:
         Returns:
             The value, or ``None`` when unset.
         """
-        return self.scalar("SELECT value FROM meta WHERE key = ?", (key,))
+        value: Optional[str] = self.scalar("SELECT value FROM meta WHERE key = ?", (key,))
+        return value
 
     def set_meta(self, key: str, value: str) -> None:
         """Set a value of the store's ``meta`` table.
@@ -267,7 +270,7 @@ class SQLiteKVStore(BaseKVStore):
         # The records read last, decoded: a question reads the same nodes several times (its
         # candidates, then its best document's nodes). Dropped on any write (own or, by
         # ``PRAGMA data_version``, another process's) and on a rollback.
-        self._cache: "OrderedDict[Tuple[str, str], dict]" = OrderedDict()
+        self._cache: "OrderedDict[Tuple[str, str], JSONDict]" = OrderedDict()
         self._cache_size = cache_size
         self._data_version: Optional[int] = None
 
@@ -285,15 +288,16 @@ class SQLiteKVStore(BaseKVStore):
         return cls(SQLiteDatabase(path))
 
     # -- encoding -------------------------------------------------------------------------
-    def _encode(self, value: dict) -> bytes:
+    def _encode(self, value: JSONDict) -> bytes:
         packer = zlib.compressobj(self.level, zdict=self._zdict)
         return packer.compress(json.dumps(value, separators=(",", ":")).encode("utf-8")) + packer.flush()
 
-    def _decode(self, blob: bytes) -> dict:
+    def _decode(self, blob: bytes) -> JSONDict:
         unpacker = zlib.decompressobj(zdict=self._zdict)
-        return json.loads(unpacker.decompress(blob) + unpacker.flush())
+        value: JSONDict = json.loads(unpacker.decompress(blob) + unpacker.flush())
+        return value
 
-    def _cached(self, collection: str, keys: Sequence[str]) -> Dict[str, dict]:
+    def _cached(self, collection: str, keys: Sequence[str]) -> Dict[str, JSONDict]:
         with self.db.lock:
             version = self.db.scalar("PRAGMA data_version")
             if version != self._data_version:
@@ -307,7 +311,7 @@ class SQLiteKVStore(BaseKVStore):
                     found[key] = dict(value)  # a shallow copy, as SimpleKVStore returns
             return found
 
-    def _remember(self, collection: str, values: Dict[str, dict]) -> None:
+    def _remember(self, collection: str, values: Dict[str, JSONDict]) -> None:
         with self.db.lock:
             for key, value in values.items():
                 self._cache[(collection, key)] = value
@@ -320,7 +324,7 @@ class SQLiteKVStore(BaseKVStore):
             self._cache.clear()
 
     # -- BaseKVStore ----------------------------------------------------------------------
-    def put(self, key: str, val: dict, collection: str = DEFAULT_COLLECTION) -> None:
+    def put(self, key: str, val: JSONDict, collection: str = DEFAULT_COLLECTION) -> None:
         """Store ``val`` under ``key``.
 
         Args:
@@ -330,7 +334,7 @@ class SQLiteKVStore(BaseKVStore):
         """
         self.put_all([(key, val)], collection=collection)
 
-    async def aput(self, key: str, val: dict, collection: str = DEFAULT_COLLECTION) -> None:
+    async def aput(self, key: str, val: JSONDict, collection: str = DEFAULT_COLLECTION) -> None:
         """Async [`put`][llama_index_hiqa.storage.sqlite_kv.SQLiteKVStore.put].
 
         Args:
@@ -341,7 +345,7 @@ class SQLiteKVStore(BaseKVStore):
         self.put(key, val, collection)
 
     def put_all(
-        self, kv_pairs: List[Tuple[str, dict]], collection: str = DEFAULT_COLLECTION, batch_size: int = DEFAULT_BATCH_SIZE
+        self, kv_pairs: List[Tuple[str, JSONDict]], collection: str = DEFAULT_COLLECTION, batch_size: int = DEFAULT_BATCH_SIZE
     ) -> None:
         """Store every pair, in one transaction.
 
@@ -356,7 +360,7 @@ class SQLiteKVStore(BaseKVStore):
         self.db.executemany(f"INSERT OR REPLACE INTO {self.table} (collection, key, value) VALUES (?, ?, ?)", rows)
 
     async def aput_all(
-        self, kv_pairs: List[Tuple[str, dict]], collection: str = DEFAULT_COLLECTION, batch_size: int = DEFAULT_BATCH_SIZE
+        self, kv_pairs: List[Tuple[str, JSONDict]], collection: str = DEFAULT_COLLECTION, batch_size: int = DEFAULT_BATCH_SIZE
     ) -> None:
         """Async [`put_all`][llama_index_hiqa.storage.sqlite_kv.SQLiteKVStore.put_all].
 
@@ -367,7 +371,7 @@ class SQLiteKVStore(BaseKVStore):
         """
         self.put_all(kv_pairs, collection, batch_size)
 
-    def get(self, key: str, collection: str = DEFAULT_COLLECTION) -> Optional[dict]:
+    def get(self, key: str, collection: str = DEFAULT_COLLECTION) -> Optional[JSONDict]:
         """The record under ``key``.
 
         Args:
@@ -379,7 +383,7 @@ class SQLiteKVStore(BaseKVStore):
         """
         return self.get_many([key], collection).get(key)
 
-    async def aget(self, key: str, collection: str = DEFAULT_COLLECTION) -> Optional[dict]:
+    async def aget(self, key: str, collection: str = DEFAULT_COLLECTION) -> Optional[JSONDict]:
         """Async [`get`][llama_index_hiqa.storage.sqlite_kv.SQLiteKVStore.get].
 
         Args:
@@ -391,7 +395,7 @@ class SQLiteKVStore(BaseKVStore):
         """
         return self.get(key, collection)
 
-    def get_many(self, keys: Sequence[str], collection: str = DEFAULT_COLLECTION) -> Dict[str, dict]:
+    def get_many(self, keys: Sequence[str], collection: str = DEFAULT_COLLECTION) -> Dict[str, JSONDict]:
         """The values of ``keys`` that exist, in one query per few hundred keys.
 
         Args:
@@ -412,7 +416,7 @@ class SQLiteKVStore(BaseKVStore):
             found.update({key: dict(value) for key, value in decoded.items()})
         return found
 
-    def get_all(self, collection: str = DEFAULT_COLLECTION) -> Dict[str, dict]:
+    def get_all(self, collection: str = DEFAULT_COLLECTION) -> Dict[str, JSONDict]:
         """Every record of ``collection`` (all in memory: see [`iter_values`][llama_index_hiqa.storage.sqlite_kv.SQLiteKVStore.iter_values]).
 
         Args:
@@ -424,7 +428,7 @@ class SQLiteKVStore(BaseKVStore):
         rows = self.db.rows(f"SELECT key, value FROM {self.table} WHERE collection = ?", (collection,))
         return {key: self._decode(blob) for key, blob in rows}
 
-    def iter_values(self, collection: str = DEFAULT_COLLECTION, chunk: int = 2000) -> Iterator[Tuple[str, dict]]:
+    def iter_values(self, collection: str = DEFAULT_COLLECTION, chunk: int = 2000) -> Iterator[Tuple[str, JSONDict]]:
         """Every ``(key, value)`` of ``collection`` in key order, ``chunk`` rows in memory at a time.
 
         Args:
@@ -446,7 +450,7 @@ class SQLiteKVStore(BaseKVStore):
                 yield key, self._decode(blob)
             last = rows[-1][0]
 
-    async def aget_all(self, collection: str = DEFAULT_COLLECTION) -> Dict[str, dict]:
+    async def aget_all(self, collection: str = DEFAULT_COLLECTION) -> Dict[str, JSONDict]:
         """Async [`get_all`][llama_index_hiqa.storage.sqlite_kv.SQLiteKVStore.get_all].
 
         Args:

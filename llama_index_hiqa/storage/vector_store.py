@@ -18,7 +18,7 @@ import io
 import os
 import zipfile
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence, Set
 
 import numpy as np
 from llama_index.core.bridge.pydantic import PrivateAttr
@@ -151,7 +151,7 @@ class MatrixVectorStore(BasePydanticVectorStore):
     def clear(self) -> None:
         self._drop(set(range(len(self._ids))))
 
-    def _drop(self, rows: set) -> None:
+    def _drop(self, rows: Set[int]) -> None:
         if not rows:
             return
         self._consolidate()

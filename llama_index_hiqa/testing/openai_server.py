@@ -66,7 +66,7 @@ class ServerStats:
     completions: int = 0
     prompt_tokens: int = 0
     completion_tokens: int = 0
-    faults: Counter = field(default_factory=Counter)
+    faults: Counter[str] = field(default_factory=Counter)
     streamed: int = 0
     max_in_flight: int = 0  # most completion requests served at the same time
     # (monotonic time, "answer" or the fault kind) per completion request, in arrival order

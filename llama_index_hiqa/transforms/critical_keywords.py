@@ -245,7 +245,7 @@ class CriticalKeywordExtractor(PartsRoundTrip, TransformComponent, KeywordSettin
     )
     show_progress: bool = Field(default=False, description="Show a progress bar.")
 
-    _expert_pattern: Optional[re.Pattern] = PrivateAttr(default=None)
+    _expert_pattern: Optional[re.Pattern[str]] = PrivateAttr(default=None)
     _expert_canonical: Dict[str, str] = PrivateAttr(default_factory=dict)
 
     def __init__(self, **data: Any) -> None:
