@@ -90,7 +90,7 @@ def with_figure_nodes(
     doc: BaseNode,
     nodes: List[TextNode],
     id_func: Optional[Callable[[int, Any], str]] = None,
-    sections: Optional[Sequence[Tuple[int, int, Sequence[Sequence]]]] = None,
+    sections: Optional[Sequence[Tuple[int, int, Sequence[Sequence[Any]]]]] = None,
 ) -> List[TextNode]:
     """``nodes`` with an image node after the segment each figure sits in.
 

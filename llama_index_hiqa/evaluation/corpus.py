@@ -43,7 +43,7 @@ class Corpus:
             raise EvaluationInputError(f"corpus {self.name!r} has no documents")
 
 
-def document(text: str, doc_id: str, title: str, page_spans=None) -> Document:
+def document(text: str, doc_id: str, title: str, page_spans: Optional[Sequence[Sequence[int]]] = None) -> Document:
     """A corpus document: id and title in the schema keys (hidden from the views).
 
     Args:

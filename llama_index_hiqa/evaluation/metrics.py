@@ -53,6 +53,7 @@ from dataclasses import dataclass, field
 from typing import Dict, FrozenSet, Iterable, List, Optional, Sequence, Set, Tuple
 
 import numpy as np
+from numpy.typing import ArrayLike
 from llama_index.core.schema import BaseNode, MetadataMode
 
 from llama_index_hiqa import schema
@@ -67,7 +68,7 @@ _NGRAM = 5
 # --- the Log-Rank Index ---------------------------------------------------------------
 
 
-def log_rank_score(ranks, n_candidates: int, gamma: float = DEFAULT_GAMMA) -> np.ndarray:
+def log_rank_score(ranks: ArrayLike, n_candidates: int, gamma: float = DEFAULT_GAMMA) -> np.ndarray:
     """S(r) = 1 − log(1+γ(r−1)) / log(1+γ(N−1)) for 1-based ranks ``r`` (HiQA formula 3).
 
     Ranks are clipped to [1, N]; with a single candidate every rank scores 1.
@@ -232,7 +233,7 @@ class UnitView:
 
     node_id: str
     document_id: Optional[str]
-    pages: Optional[tuple]
+    pages: Optional[Tuple[int, ...]]
     headings: FrozenSet[str]  # normalised labels and bare titles of every heading level
     text: str  # normalised text
     _grams: Optional[Set[Tuple[str, ...]]] = field(default=None, repr=False)

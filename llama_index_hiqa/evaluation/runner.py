@@ -173,7 +173,7 @@ class AblationRunner(BaseModel):
             results.append(result)
         return AblationResult(corpus.name, len(corpus.questions), self.gamma, tuple(self.ks), results)
 
-    def _score(self, spec: VariantSpec, corpus: Corpus, nodes, scores: np.ndarray, notes: str) -> VariantResult:
+    def _score(self, spec: VariantSpec, corpus: Corpus, nodes: Sequence[BaseNode], scores: np.ndarray, notes: str) -> VariantResult:
         units = [M.UnitView.from_node(n) for n in nodes]
         unit_docs = [u.document_id for u in units]
         per_query: List[Dict[str, Any]] = []

@@ -40,7 +40,8 @@ def _chunk_into_nodes(
 ) -> List[TextNode]:
     """Cut one segment into ≤256-token chunks that keep the segment's facts."""
     doc_id = doc.metadata[schema.DOCUMENT_ID]
-    nodes, cursor = [], 0
+    nodes: List[TextNode] = []
+    cursor = 0
     for chunk in splitter.split_text(text) if text.strip() else []:
         found = text.find(chunk[:50], max(cursor - CHUNK_OVERLAP * 8, 0))
         local = found if found >= 0 else cursor
@@ -64,7 +65,9 @@ def _chunk_into_nodes(
 def _heading_walk(text: str) -> Tuple[List[int], List[List[List[Any]]]]:
     """Offsets of the Markdown heading lines of ``text`` and the heading path open at each
     (a heading of level L closes every open heading of level >= L, HiQA Algorithm 2)."""
-    offsets, paths, stack = [], [], []
+    offsets: List[int] = []
+    paths: List[List[List[Any]]] = []
+    stack: List[List[Any]] = []
     for start, _end, level, body in markdown_headings(text):
         stack = [h for h in stack if h[2] < level] + [list(heading_from_text(body, level))]
         offsets.append(start)

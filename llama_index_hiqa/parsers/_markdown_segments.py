@@ -375,7 +375,8 @@ def table_head(text: str, start: int, end: int) -> Tuple[int, str]:
         ``(offset of the first row, Markdown header lines)``; ``(start, "")`` for a part
             that holds rows only (a later part of a table already split).
     """
-    offset, header = start, []
+    offset = start
+    header: List[str] = []
     for line in text[start:end].splitlines(keepends=True):
         stripped = line.strip()
         offset += len(line)

@@ -51,7 +51,7 @@ MAX_TABLE_ROWS = 60
 _MAX_CHARS_PER_TOKEN = 12
 
 
-def token_counter(tokenizer: Callable[[str], Sequence]) -> TokenCounter:
+def token_counter(tokenizer: Callable[[str], Sequence[object]]) -> TokenCounter:
     """Count tokens of a text without the special tokens the tokenizer adds to every call.
 
     Args:
@@ -251,7 +251,8 @@ def split_table_piece(
     if len(labelled) == len(piece.table_rows) + 1 and [lines[i][1] for i in labelled[1:]] == piece.table_rows:
         lines[labelled[0]] = (lines[labelled[0]][0], "")
     parts: List[Piece] = []
-    part_start, used, labels = piece.start, 0, []
+    part_start, used = piece.start, 0
+    labels: List[str] = []
     for line_start, label in lines:
         cost = count(label) + 1 if label else 0
         if label and labels and (used + cost > budget or len(labels) >= max_rows):
@@ -287,7 +288,7 @@ def cascade_header_counter(
     Returns:
         A function from a heading path to its header's token count.
     """
-    cache: Dict[Tuple, int] = {}
+    cache: Dict[Tuple[Tuple[str, str, int], ...], int] = {}
 
     def header(path: Path) -> int:
         key = tuple(path)
@@ -299,7 +300,7 @@ def cascade_header_counter(
     return header
 
 
-def resolve_window(window: Optional[int], tokenizer: Optional[Callable[[str], Sequence]]) -> Optional[Tuple[TokenCounter, int]]:
+def resolve_window(window: Optional[int], tokenizer: Optional[Callable[[str], Sequence[object]]]) -> Optional[Tuple[TokenCounter, int]]:
     """A token counter and window when both are known.
 
     Args:

@@ -140,10 +140,10 @@ class LayoutMarkdownParser(PartsRoundTrip, SegmentNodeParser):
         description="Take plain 'Item 7.' / 'PART II' lines as headings even without emphasis.",
     )
 
-    _tokenizer: Optional[Callable[[str], Sequence]] = PrivateAttr(default=None)
+    _tokenizer: Optional[Callable[[str], Sequence[object]]] = PrivateAttr(default=None)
     _warned_headless: bool = PrivateAttr(default=False)
 
-    def __init__(self, tokenizer: Optional[Callable[[str], Sequence]] = None, **data: Any) -> None:
+    def __init__(self, tokenizer: Optional[Callable[[str], Sequence[object]]] = None, **data: Any) -> None:
         """``tokenizer``: the embedding model's (text -> tokens), for ``max_segment_tokens``."""
         super().__init__(**data)
         self._tokenizer = tokenizer
@@ -368,7 +368,7 @@ class LayoutMarkdownParser(PartsRoundTrip, SegmentNodeParser):
         """Lines among the first/last three of a page that repeat on many pages."""
         if len(page_spans) < 3:
             return set()
-        counts: Counter = Counter()
+        counts: Counter[str] = Counter()
         for _, start, end in page_spans:
             page_lines = [ln for ln in text[start:end].split("\n") if ln.strip()]
             keys = {_norm_running(ln) for ln in page_lines[:3] + page_lines[-3:]}

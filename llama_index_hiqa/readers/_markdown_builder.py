@@ -12,7 +12,7 @@ the text is built, so no offset has to be searched for afterwards.
 from __future__ import annotations
 
 import re
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 BLOCK_JOINER = "\n\n"
 COVER_BLOCKS = 60
@@ -24,7 +24,17 @@ class Parsed:
 
     __slots__ = ("text", "page_spans", "headings", "body_size", "images", "title", "source_format", "ocr_pages")
 
-    def __init__(self, text, page_spans, headings, body_size, images, title="", source_format="", ocr_pages=()):
+    def __init__(
+        self,
+        text: str,
+        page_spans: Sequence[Sequence[int]],
+        headings: Sequence[Sequence[Any]],
+        body_size: float,
+        images: Sequence[Mapping[str, Any]],
+        title: str = "",
+        source_format: str = "",
+        ocr_pages: Iterable[int] = (),
+    ) -> None:
         self.text, self.page_spans, self.headings = text, page_spans, headings
         self.body_size, self.images, self.title = body_size, images, title
         self.source_format, self.ocr_pages = source_format, list(ocr_pages)

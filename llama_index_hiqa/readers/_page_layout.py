@@ -141,14 +141,14 @@ def _grid_markdown(ys: List[float], xs: List[float], words: Sequence[Sequence[An
         cells.setdefault((row, col), []).append(word)
     if not cells:
         return ""
-    grid = []
+    grid: List[List[str]] = []
     for r in range(len(ys) - 1):
-        row = []
+        row_cells: List[str] = []
         for c in range(len(xs) - 1):
             inside = sorted(cells.get((r, c), []), key=lambda w: (w[5], w[6], w[7]))
-            row.append(" ".join(str(w[4]) for w in inside).replace("|", "\\|"))
-        if any(row):
-            grid.append(row)
+            row_cells.append(" ".join(str(w[4]) for w in inside).replace("|", "\\|"))
+        if any(row_cells):
+            grid.append(row_cells)
     width = len(xs) - 1
     lines = ["|" + "|".join(grid[0]) + "|", "|" + "|".join(["---"] * width) + "|"]
     lines += ["|" + "|".join(r) + "|" for r in grid[1:]]
@@ -168,7 +168,11 @@ def _inside(inner: Sequence[float], outer: Sequence[float], tol: float = 2.0) ->
     return outer[0] - tol <= cx <= outer[2] + tol and outer[1] - tol <= cy <= outer[3] + tol
 
 
-def _reading_order(items: List[Tuple[Tuple[float, ...], str, Any]], width: float) -> List[Tuple]:
+# A page item to place in reading order: its bbox, its kind and what it carries.
+PageItem = Tuple[Tuple[float, ...], str, Any]
+
+
+def _reading_order(items: List[PageItem], width: float) -> List[PageItem]:
     """Order page items top to bottom, reading two-column bands column by column.
 
     Full-width items (crossing the page middle) split the page into bands. A band is read
@@ -180,10 +184,10 @@ def _reading_order(items: List[Tuple[Tuple[float, ...], str, Any]], width: float
     mid = width / 2
     # Same baseline first (bottom edge, 2 pt buckets), then left to right.
     items = sorted(items, key=lambda it: (round(it[0][3] / 2), it[0][0]))
-    ordered: List[Tuple] = []
-    band: List[Tuple] = []
+    ordered: List[PageItem] = []
+    band: List[PageItem] = []
 
-    def is_column(side: List[Tuple]) -> bool:
+    def is_column(side: List[PageItem]) -> bool:
         wide = [it for it in side if it[0][2] - it[0][0] >= width * 0.25]
         return len(wide) >= 2 and len(wide) >= 0.5 * len(side)
 

@@ -16,6 +16,7 @@ from typing import Any, Dict, List, Optional, Sequence, Set, Tuple
 from llama_index_hiqa.headings import is_report_heading
 from llama_index_hiqa.readers._page_layout import (
     PAGE_JOINER,
+    PageItem,
     _grid_markdown,
     _grids,
     _inside,
@@ -149,7 +150,7 @@ def render_fast(
         tables = ruled_tables(settings, pdf[page.number]) if settings.detect_tables else []
         if settings.detect_tables and settings.detect_unruled_tables and page.number not in scanned:
             tables += unruled_tables(pdf[page.number].get_text("words"), [t[0] for t in tables])
-        items: List[Tuple[float, float, int, Any]] = []  # (band key..., payload)
+        items: List[PageItem] = []
         for line in page.lines:
             if is_running(settings, line, page, running):
                 continue

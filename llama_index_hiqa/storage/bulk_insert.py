@@ -10,7 +10,7 @@ each document's record once, the way a database does a bulk load.
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Sequence
+from typing import Any, Dict, List, Sequence, Set
 
 from llama_index.core.schema import BaseNode, ImageNode, IndexNode
 from llama_index.core.storage.docstore.types import RefDocInfo
@@ -65,7 +65,7 @@ def add_to_docstore(docstore: Any, nodes: Sequence[BaseNode]) -> None:
         return
     node_collection, metadata_collection, ref_doc_collection = collections
     records: Dict[str, RefDocInfo] = {}
-    seen: Dict[str, set] = {}
+    seen: Dict[str, Set[str]] = {}
     node_pairs, metadata_pairs = [], []
     for node in nodes:
         node_pairs.append((node.node_id, doc_to_json(node)))
