@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import errno
 from pathlib import Path
-from typing import Any, Mapping, Union
+from typing import Any, Iterable, Mapping, Optional, Union
 
 
 class HiQAError(Exception):
@@ -43,7 +43,7 @@ class OfflineModelError(HiQAError):
 class UnknownEmbedBackendError(HiQAError, ValueError):
     """An embedding backend name the pack does not know; ``backend`` is the name given."""
 
-    def __init__(self, backend: Any, known: Any) -> None:
+    def __init__(self, backend: object, known: Iterable[str]) -> None:
         self.backend = backend
         super().__init__(f"embed backend {backend!r} is unknown; choose one of {list(known)}")
 
@@ -113,7 +113,7 @@ class PackStoreError(HiQAError, FileNotFoundError):
     """A HiQAPack persist folder is missing, incomplete or was written by another version.
     ``path`` names the folder."""
 
-    def __init__(self, path: Any, reason: str) -> None:
+    def __init__(self, path: Union[str, Path], reason: str) -> None:
         self.path = path
         self.reason = reason
         super().__init__(f"{path}: {reason}")
@@ -124,7 +124,7 @@ class StoreConflictError(PackStoreError):
     would drop that writer's documents. ``expected`` is the snapshot the pack was loaded from,
     ``found`` the one ``CURRENT`` names now."""
 
-    def __init__(self, path: Any, expected: Any, found: Any) -> None:
+    def __init__(self, path: Union[str, Path], expected: Optional[str], found: Optional[str]) -> None:
         self.expected = expected
         self.found = found
         super().__init__(
@@ -159,7 +159,7 @@ class PathAccessError(HiQAError):
     not a folder, unreadable). ``path`` names it, ``reason`` says what the system said and what
     to do."""
 
-    def __init__(self, path: Any, reason: str) -> None:
+    def __init__(self, path: Union[str, Path], reason: str) -> None:
         self.path = str(path)
         self.reason = reason
         super().__init__(f"{self.path}: {reason}")
@@ -169,7 +169,7 @@ class EmptyCorpusError(HiQAError, ValueError):
     """HiQAPack was given no readable document (an empty folder, or every file failed);
     ``failures`` lists the files that could not be read."""
 
-    def __init__(self, source: Any, failures: Any = ()) -> None:
+    def __init__(self, source: Union[str, Path], failures: Iterable[object] = ()) -> None:
         self.source = source
         self.failures = list(failures)
         detail = f"; {len(self.failures)} file(s) unreadable: " + "; ".join(map(str, self.failures[:3])) if self.failures else ""
@@ -192,7 +192,7 @@ class LLMConfigError(HiQAError, ValueError):
     be used: malformed name, missing key or URL, refused connection, rejected key, unknown
     model. ``spec`` names the LLM, ``reason`` says what is wrong in one line."""
 
-    def __init__(self, spec: Any, reason: str) -> None:
+    def __init__(self, spec: str, reason: str) -> None:
         self.spec = spec
         self.reason = reason
         super().__init__(f"--llm {spec}: {reason}")
@@ -215,7 +215,7 @@ class IngestionWorkerError(HiQAError):
     Names the batch's files; nothing of that batch was written, and batches written before it
     are kept (re-ingesting the folder resumes from there)."""
 
-    def __init__(self, files: Any, reason: str) -> None:
+    def __init__(self, files: Iterable[str], reason: str) -> None:
         self.files = list(files)
         super().__init__(
             f"an ingestion worker ended while processing {self.files}: {reason}; nothing of that batch was "

@@ -28,7 +28,7 @@ MAX_QUESTION_CHARS = 10_000
 _CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
 
 
-def question_text(question: Any) -> str:
+def question_text(question: object) -> str:
     """``question`` as text every route accepts.
 
     Lone surrogates become U+FFFD (`valid_unicode`), NUL
@@ -54,7 +54,7 @@ def question_text(question: Any) -> str:
     return _CONTROL.sub(" ", valid_unicode(question))
 
 
-def question_bundle(query: Any) -> QueryBundle:
+def question_bundle(query: object) -> QueryBundle:
     """A question or a ``QueryBundle`` as a ``QueryBundle`` of clean text (its embedding
     strings too).
 

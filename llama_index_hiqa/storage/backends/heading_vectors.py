@@ -32,15 +32,22 @@ from __future__ import annotations
 import json
 import logging
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
+from llama_index.core.base.embeddings.base import BaseEmbedding
 from llama_index.core.schema import BaseNode
+from sqlalchemy.engine import Connection
 
 from llama_index_hiqa.models.local_cache import content_hash
 from llama_index_hiqa.pack.config import same_model
-from llama_index_hiqa.storage.pg_schema import without_nul
 from llama_index_hiqa.retrievers.document_focus import embed_headings, focus_facts, heading_text
+from llama_index_hiqa.storage.pack_files import StoreFiles
+from llama_index_hiqa.storage.pg_schema import without_nul
+from llama_index_hiqa.storage.sqlite_kv import SQLiteDatabase
+
+if TYPE_CHECKING:  # the PostgreSQL store module loads only for a postgresql:// store
+    from llama_index_hiqa.storage.postgres import PostgresStore
 
 logger = logging.getLogger(__name__)
 
@@ -86,7 +93,7 @@ def _to_blob(vector: np.ndarray) -> bytes:
     return np.asarray(vector, dtype="<f4").tobytes()
 
 
-def _from_blob(blob: Any) -> np.ndarray:
+def _from_blob(blob: Union[bytes, memoryview]) -> np.ndarray:
     return np.frombuffer(bytes(blob), dtype="<f4").astype(np.float32)
 
 
@@ -132,7 +139,7 @@ class HeadingVectors(_Source):
     def _read(self, hashes: Sequence[str]) -> Dict[str, np.ndarray]:
         return {h: self._vectors[h] for h in hashes if h in self._vectors}
 
-    def add_nodes(self, nodes: Sequence[BaseNode], embed_model: Any) -> int:
+    def add_nodes(self, nodes: Sequence[BaseNode], embed_model: BaseEmbedding) -> int:
         """Embed and keep the heading paths of ``nodes`` not held yet (the batch-write hook).
 
         Args:
@@ -178,7 +185,7 @@ class HeadingVectors(_Source):
 
 
     @classmethod
-    def for_snapshot(cls, files: Any, embed_model: Any) -> "HeadingVectors":
+    def for_snapshot(cls, files: StoreFiles, embed_model: BaseEmbedding) -> "HeadingVectors":
         """The vectors of a loaded snapshot (``pack_files.StoreFiles``), none when the store
         was embedded with another model than ``embed_model`` (they would not compare with its
         questions).
@@ -199,7 +206,7 @@ class HeadingVectors(_Source):
 class SQLiteHeadingVectors(_Source):
     """The embedded store's heading vectors: a table of its SQLite file."""
 
-    def __init__(self, db: Any) -> None:
+    def __init__(self, db: SQLiteDatabase) -> None:
         self.db = db
 
     def _read(self, hashes: Sequence[str]) -> Dict[str, np.ndarray]:
@@ -219,7 +226,7 @@ class SQLiteHeadingVectors(_Source):
         rows = self.db.rows_in("SELECT node_id, facts FROM focus_facts WHERE node_id IN ({})", list(node_ids))
         return {node_id: json.loads(facts) for node_id, facts in rows}
 
-    def add_nodes(self, nodes: Sequence[BaseNode], embed_model: Any) -> int:
+    def add_nodes(self, nodes: Sequence[BaseNode], embed_model: BaseEmbedding) -> int:
         """Embed the heading paths of ``nodes`` not stored yet and write them (in the caller's
         transaction when one is open: the batch's, so a rolled-back batch leaves none).
 
@@ -248,7 +255,7 @@ class PostgresHeadingVectors(_Source):
     """PostgreSQL's heading vectors: ``hiqa_heading_vectors``, written in each batch's
     transaction (a database written before this table existed gets it from its next writer)."""
 
-    def __init__(self, store: Any) -> None:
+    def __init__(self, store: PostgresStore) -> None:
         self.store = store
         self._exists = False
         self._facts_exist = False
@@ -278,7 +285,7 @@ class PostgresHeadingVectors(_Source):
         rows = self.store.rows(f"SELECT hash, vector FROM {PG_TABLE} WHERE hash = ANY(:h)", h=list(hashes))
         return {h: _from_blob(b) for h, b in rows}
 
-    def rows_for(self, nodes: Sequence[BaseNode], embed_model: Any) -> List[Tuple[str, bytes]]:
+    def rows_for(self, nodes: Sequence[BaseNode], embed_model: BaseEmbedding) -> List[Tuple[str, bytes]]:
         """The heading paths of ``nodes`` not stored yet, embedded (before the batch's
         transaction opens: embedding is the slow part).
 
@@ -295,8 +302,8 @@ class PostgresHeadingVectors(_Source):
         return [(h, _to_blob(v)) for h, v in zip(missing, embed_headings(embed_model, list(missing.values())))]
 
     def writer(
-        self, nodes: Sequence[BaseNode], embed_model: Any, then: Optional[Callable[[Any], None]] = None
-    ) -> Callable[[Any], None]:
+        self, nodes: Sequence[BaseNode], embed_model: BaseEmbedding, then: Optional[Callable[[Connection], None]] = None
+    ) -> Callable[[Connection], None]:
         """What writes the heading vectors of ``nodes`` in a write's transaction, then calls
         ``then`` (the batch-write hook: ``PostgresStore.write(..., then=writer(...))``).
 
@@ -311,7 +318,7 @@ class PostgresHeadingVectors(_Source):
         rows = self.rows_for(nodes, embed_model)
         facts = [(n.node_id, json.dumps(without_nul(focus_facts(n)))) for n in nodes]
 
-        def write(conn: Any) -> None:
+        def write(conn: Connection) -> None:
             if rows:
                 write_pg_rows(conn, rows)
             if facts:
@@ -327,7 +334,7 @@ class PostgresHeadingVectors(_Source):
         return write
 
 
-def write_pg_rows(conn: Any, rows: Sequence[Tuple[str, bytes]]) -> None:
+def write_pg_rows(conn: Connection, rows: Sequence[Tuple[str, bytes]]) -> None:
     """Insert heading-vector rows on a transaction's connection (rows another writer stored
     meanwhile are kept: the same text gives the same vector).
 
