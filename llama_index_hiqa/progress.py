@@ -20,7 +20,7 @@ import contextlib
 import logging
 import sys
 import threading
-from typing import Iterator
+from typing import Iterator, TextIO
 
 STATUS_LOGGER = "llama_index_hiqa.progress"
 STATUS_PREFIX = "llama_index_hiqa: "
@@ -36,12 +36,12 @@ class _StderrHandler(logging.StreamHandler):
     def __init__(self) -> None:
         super().__init__(sys.stderr)
 
-    @property  # type: ignore[override]
-    def stream(self):  # noqa: D401 - the property logging.StreamHandler reads
+    @property
+    def stream(self) -> TextIO:  # noqa: D401 - the property logging.StreamHandler reads
         return sys.stderr
 
     @stream.setter
-    def stream(self, value) -> None:  # StreamHandler.__init__ assigns it; the property decides
+    def stream(self, value: TextIO) -> None:  # StreamHandler.__init__ assigns it; the property decides
         pass
 
 

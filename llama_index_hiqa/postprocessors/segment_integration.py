@@ -39,7 +39,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
-from typing import Any, ClassVar, Dict, Iterable, List, Literal, Optional, Sequence, Tuple
+from typing import Any, ClassVar, Dict, List, Literal, Optional, Sequence, Tuple
 
 import numpy as np
 from llama_index.core.base.embeddings.base import BaseEmbedding
@@ -445,7 +445,7 @@ def calibration(source: str, settings: Any) -> Tuple[Optional[Tuple[float, float
             key = type(settings.reranker).__name__
     score_range, (a, b) = CALIBRATION.get(key, CALIBRATION.get(source, (None, (1.0, 1.0))))
     if settings.score_range is not None:
-        score_range = tuple(settings.score_range)  # type: ignore[assignment]
+        score_range = tuple(settings.score_range)
     return score_range, (settings.beta_a or a, settings.beta_b or b)
 
 
@@ -534,7 +534,7 @@ def _cosines(
     return scores
 
 
-__all__: Iterable[str] = (
+__all__ = (
     "SegmentIntegrationPostprocessor",
     "PRESETS",
     "CALIBRATION",

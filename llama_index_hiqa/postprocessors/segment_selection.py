@@ -16,6 +16,7 @@ import heapq
 from typing import List, Optional, Sequence, Tuple
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 
 
@@ -40,8 +41,8 @@ def beta_transform(relevance: Sequence[float], a: float, b: float) -> np.ndarray
 
 
 def chunk_values(
-    ranks: Sequence[float],
-    relevance: Sequence[float],
+    ranks: ArrayLike,
+    relevance: ArrayLike,
     irrelevant_chunk_penalty: float,
     decay_rate: float,
     lengths: Optional[Sequence[int]] = None,

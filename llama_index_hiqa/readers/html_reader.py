@@ -20,7 +20,7 @@ from __future__ import annotations
 import hashlib
 import re
 from pathlib import Path
-from typing import Any, Iterable, List, Optional, Tuple
+from typing import Any, Iterable, List
 from urllib.parse import unquote, urlparse
 
 from llama_index_hiqa import schema

@@ -9,10 +9,9 @@ the postings table.
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Sequence, Tuple
+from typing import Any, List, Sequence
 
 import Stemmer
-from llama_index.core.schema import BaseNode
 
 VECTOR_TABLE = "hiqa_vectors"  # PGVectorStore prefixes "data_"
 DOCSTORE_TABLE = "hiqa_docstore"
