@@ -38,21 +38,32 @@ import re
 import subprocess
 import sys
 import tempfile
+import textwrap
 import tokenize
 from pathlib import Path
-from typing import Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Set, Tuple
+from typing import Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Set, Tuple
 
 PACKAGE = "llama_index_hiqa"
 ROOT = Path(__file__).resolve().parents[1]
 CHANGELOG = ROOT / "CHANGELOG.md"
 ROOT_LAYER = "(root)"  # the folder key of the modules directly in the package folder
 LONG_CLASS_LINES = 300
-TOP = 10
+TOP = 10  # classes and modules in the JSON
+TABLE_TOP = 5  # of them in the CHANGELOG table (a cell of ten is unreadable)
 DEMO_QUESTION = "What is the maximum output current of the NX-2043?"
 SECTION_TITLE = "### Folders that are the layers"
 SECTION_SENTENCE = (
     "The package's folders are its layers; the table below is measured by "
     "`tools/code_metrics.py` on the code before and after this work."
+)
+LINE_WIDTH = 99  # CHANGELOG's prose is wrapped at about 100 characters
+TABLE_NOTE = (
+    "Written by `python tools/code_metrics.py --changelog BEFORE.json AFTER.json` from two runs of "
+    "`python tools/code_metrics.py --checkout DIR --out FILE` (the before side is "
+    "`tools/code_metrics_before.json`). Code lines leave out blank lines, comments and docstrings; "
+    "a traced file is one whose functions or methods run; mypy runs with no config file, so a "
+    "ratchet's per-module settings do not change the count; its file count includes `demo_data`, "
+    "a folder mypy takes for a namespace package."
 )
 BEGIN_MARK = "<!-- begin: code-metrics -->"
 END_MARK = "<!-- end: code-metrics -->"
@@ -419,10 +430,10 @@ def _mypy(metrics: Mapping[str, object]) -> str:
 def table_rows(before: Mapping[str, object], after: Mapping[str, object]) -> List[Tuple[str, str, str]]:
     """The rows of the before/after table: (what is measured, before, after)."""
 
-    def both(render) -> Tuple[str, str]:  # type: ignore[no-untyped-def]
+    def both(render: Callable[[Mapping[str, object]], str]) -> Tuple[str, str]:
         return render(before), render(after)
 
-    def count(*path: str):  # type: ignore[no-untyped-def]
+    def count(*path: str) -> Callable[[Mapping[str, object]], str]:
         return lambda m: _figure(_get(m, *path))
 
     def imports(m: Mapping[str, object]) -> str:
@@ -433,7 +444,8 @@ def table_rows(before: Mapping[str, object], after: Mapping[str, object]) -> Lis
         total, variadic = _get(m, "any_annotations", "total"), _get(m, "any_annotations", "variadic")
         return "not measured" if total is None else f"{total:,} ({variadic:,} of them `*args`/`**kwargs`)"
 
-    rows = [
+    return [
+        ("modules in the package", *both(count("modules"))),
         ("modules at the package root", *both(count("root_modules", "count"))),
         ("package files `HiQAPack.from_directory` runs (demo datasheets)", *both(count("traced_files", "from_directory", "count"))),
         ("package files `HiQAPack.run` runs (one question, no LLM)", *both(count("traced_files", "run", "count"))),
@@ -442,10 +454,11 @@ def table_rows(before: Mapping[str, object], after: Mapping[str, object]) -> Lis
         ("imports inside functions", *both(imports)),
         ("`duplicates` pairs over the package", *both(count("duplicates", "pairs"))),
         (f"classes over {LONG_CLASS_LINES} lines", *both(count("classes_over_300_lines"))),
-        ("longest classes (lines / code lines)", *both(lambda m: _top(m.get("longest_classes"), 5, "name"))),
-        ("longest modules (lines / code lines)", *both(lambda m: _top(m.get("longest_modules"), 5, "module"))),
+        (f"the {TABLE_TOP} longest classes (lines / code lines)",
+         *both(lambda m: _top(m.get("longest_classes"), TABLE_TOP, "name"))),
+        (f"the {TABLE_TOP} longest modules (lines / code lines)",
+         *both(lambda m: _top(m.get("longest_modules"), TABLE_TOP, "module"))),
     ]
-    return rows
 
 
 def render_table(before: Mapping[str, object], after: Mapping[str, object]) -> str:
@@ -455,9 +468,7 @@ def render_table(before: Mapping[str, object], after: Mapping[str, object]) -> s
         "| --- | --- | --- |",
         *(f"| {what} | {was} | {now} |" for what, was, now in table_rows(before, after)),
         "",
-        "Written by `python tools/code_metrics.py --changelog BEFORE.json AFTER.json`; code lines leave "
-        "out blank lines, comments and docstrings; a traced file is one whose functions run; mypy runs "
-        "with no config file.",
+        textwrap.fill(TABLE_NOTE, width=LINE_WIDTH),
     ]
     return "\n".join(lines)
 
@@ -475,7 +486,7 @@ def place_in_changelog(changelog: str, table: str) -> str:
     section = re.search(rf"^{re.escape(SECTION_TITLE)}[^\n]*\n", changelog[unreleased.end():], re.M)
     if section is None:
         insert_at = unreleased.end()
-        text = f"\n{SECTION_TITLE}\n{SECTION_SENTENCE}\n\n{block}\n"
+        text = f"\n{SECTION_TITLE}\n{textwrap.fill(SECTION_SENTENCE, width=LINE_WIDTH)}\n\n{block}\n"
         return changelog[:insert_at] + text + changelog[insert_at:]
     start = unreleased.end() + section.end()
     following = re.search(r"^##", changelog[start:], re.M)  # the next subsection or release
