@@ -122,14 +122,13 @@ def count_any_annotations(source: str) -> Dict[str, int]:
     """
     counts = {"parameters": 0, "variadic": 0, "returns": 0, "assignments": 0}
     for node in ast.walk(ast.parse(source)):
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
             arguments = node.args
             named = [*arguments.posonlyargs, *arguments.args, *arguments.kwonlyargs]
             variadic = [a for a in (arguments.vararg, arguments.kwarg) if a is not None]
             counts["parameters"] += sum(_is_any(a.annotation) for a in named + variadic)
             counts["variadic"] += sum(_is_any(a.annotation) for a in variadic)
-            if not isinstance(node, ast.Lambda):
-                counts["returns"] += _is_any(node.returns)
+            counts["returns"] += _is_any(node.returns)
         elif isinstance(node, ast.AnnAssign):
             counts["assignments"] += _is_any(node.annotation)
     counts["total"] = counts["parameters"] + counts["returns"] + counts["assignments"]
@@ -142,24 +141,17 @@ def _is_type_checking(test: ast.expr) -> bool:
     )
 
 
-def _imports_in_functions(node: ast.AST, in_function: bool) -> Iterator[ast.stmt]:
-    """The Import/ImportFrom nodes below ``node`` that a function encloses; the body of
-    ``if TYPE_CHECKING:`` is skipped (it never runs)."""
-    for child in ast.iter_child_nodes(node):
-        if isinstance(child, ast.If) and _is_type_checking(child.test):
-            for stmt in child.orelse:
-                yield from _imports_in_functions_stmt(stmt, in_function)
-            continue
-        yield from _imports_in_functions_stmt(child, in_function)
-
-
-def _imports_in_functions_stmt(node: ast.AST, in_function: bool) -> Iterator[ast.stmt]:
+def _imports_in_functions(node: ast.AST, in_function: bool = False) -> Iterator[ast.stmt]:
+    """The Import/ImportFrom nodes at or below ``node`` that a function encloses; the body of
+    ``if TYPE_CHECKING:`` is skipped (it never runs), its ``else:`` is not."""
     if isinstance(node, (ast.Import, ast.ImportFrom)):
         if in_function:
             yield node
         return
     inside = in_function or isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
-    yield from _imports_in_functions(node, inside)
+    children = node.orelse if isinstance(node, ast.If) and _is_type_checking(node.test) else ast.iter_child_nodes(node)
+    for child in children:
+        yield from _imports_in_functions(child, inside)
 
 
 def _imports_own_package(node: ast.stmt, package: str) -> bool:
@@ -175,7 +167,7 @@ def count_imports_in_functions(source: str, package: str = PACKAGE) -> Dict[str,
     Returns:
         ``total`` and ``own``: those that import the package's own modules.
     """
-    imports = list(_imports_in_functions(ast.parse(source), False))
+    imports = list(_imports_in_functions(ast.parse(source)))
     return {"total": len(imports), "own": sum(_imports_own_package(node, package) for node in imports)}
 
 
