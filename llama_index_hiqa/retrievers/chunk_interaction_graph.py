@@ -70,7 +70,14 @@ VECTORS_FILE = "chunk_graph_vectors.npz"
 
 
 def normalised_keywords(keywords: Iterable[str]) -> Set[str]:
-    """Keywords in the pack's one matching form (``normalize_keyword``), empties dropped."""
+    """Keywords in the pack's one matching form (``normalize_keyword``), empties dropped.
+
+    Args:
+        keywords: the keywords as written.
+
+    Returns:
+        Their normalised forms.
+    """
     return {k for k in (normalize_keyword(w) for w in keywords) if k}
 
 
@@ -441,7 +448,7 @@ class ChunkInteractionGraph(InteractionGraphSettings):
         return self._keywords
 
     @property
-    def row_title_keywords(self) -> Sequence[Set[str]]:
+    def row_title_keywords(self) -> Sequence[AbstractSet[str]]:
         """Document-title keywords of every row, in ``node_ids`` order (read-only)."""
         return self._titles
 

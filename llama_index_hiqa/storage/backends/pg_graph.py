@@ -286,10 +286,12 @@ def _reconcile(
     known = set(graph.node_ids) | {n.node_id for n in batch}
     missing = [i for i in current if i not in known]
     if missing:
-        stored = dict(conn.execute(
-            text(f"SELECT key, value FROM data_{DOCSTORE_TABLE} WHERE namespace = 'docstore/data' AND key = ANY(:ids)"),
-            {"ids": missing},
-        ).all())
+        stored: Dict[str, Any] = {  # node id -> its docstore JSON (a dict, or text)
+            key: value for key, value in conn.execute(
+                text(f"SELECT key, value FROM data_{DOCSTORE_TABLE} WHERE namespace = 'docstore/data' AND key = ANY(:ids)"),
+                {"ids": missing},
+            ).all()
+        }
         vectors = _vectors(conn, missing, graph_rows=False)
         for node_id, vector in zip(missing, vectors):
             value = stored[node_id]
