@@ -8,7 +8,9 @@ keyword (chunks sharing more than two keywords, weight = size of the intersectio
 titles are not keywords).
 
 [`ChunkInteractionGraph`][llama_index_hiqa.retrievers.chunk_interaction_graph.ChunkInteractionGraph] builds it with a blocked matrix top-k and a sparse keyword
-co-occurrence product (no all-pairs Python loop), extends it incrementally
+co-occurrence product (no all-pairs Python loop; the pure functions of
+``retrievers/graph_edges.py`` say which rows each kind of edge links, the graph alone changes
+its rows and edges), extends it incrementally
 ([`add_nodes`][llama_index_hiqa.retrievers.chunk_interaction_graph.ChunkInteractionGraph.add_nodes]), drops chunks ([`without_nodes`][llama_index_hiqa.retrievers.chunk_interaction_graph.ChunkInteractionGraph.without_nodes])
 and saves it as rows (``node_records`` / ``edge_records`` / ``from_records``: a folder's files
 with ``persist`` / ``load``, or the PostgreSQL store's tables). Text stays
