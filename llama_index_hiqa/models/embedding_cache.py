@@ -22,7 +22,7 @@ import os
 import sqlite3
 import threading
 from pathlib import Path
-from typing import Any, ClassVar, Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import Any, Callable, ClassVar, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 from llama_index.core.base.embeddings.base import BaseEmbedding, Embedding
@@ -136,7 +136,7 @@ class CachedEmbedding(PartsRoundTrip, BaseEmbedding):
         inner: BaseEmbedding,
         cache_path: Optional[str] = None,
         model_id: Optional[str] = None,
-        **kwargs,
+        **kwargs: Any,
     ) -> None:
         named = f"{inner.class_name()}:{inner.model_name}"
         model_id = model_id or portable_model_name(named)
@@ -222,7 +222,7 @@ class CachedEmbedding(PartsRoundTrip, BaseEmbedding):
             )
             self._conn.commit()
 
-    def _cached(self, kind: str, texts: List[str], compute) -> List[Embedding]:
+    def _cached(self, kind: str, texts: List[str], compute: Callable[[List[str]], List[Embedding]]) -> List[Embedding]:
         keys = [content_hash(self.model_id, kind, t) for t in texts]
         found = self._lookup(keys)
         missing = [i for i, k in enumerate(keys) if k not in found]

@@ -101,7 +101,9 @@ def _cluster(values: Iterable[float], tol: float = 2.0) -> List[float]:
     return out
 
 
-def _grids(horizontal, vertical, min_rows: int) -> List[Tuple[List[float], List[float]]]:
+def _grids(
+    horizontal: Sequence[Tuple[float, float, float]], vertical: Sequence[Tuple[float, float, float]], min_rows: int
+) -> List[Tuple[List[float], List[float]]]:
     """Connected components of crossing rules that form a grid: (row ys, column xs)."""
     tol = 2.0
     n_h = len(horizontal)
