@@ -34,7 +34,9 @@ rule is checked on its own.
 from __future__ import annotations
 
 import re
-from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Set
+from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Set, Tuple
+
+from llama_index_hiqa.indexes.keyword_index import normalize_keyword
 
 _QUESTION_WORD = re.compile(r"[A-Za-z0-9][A-Za-z0-9&]*(?:['’][A-Za-z]+)?")
 _PERIOD = re.compile(r"^(?:(?:19|20)\d{2}|q[1-4](?:19|20)\d{2}|[1-4]q(?:19|20)\d{2})$")
@@ -69,8 +71,6 @@ def names_written(question: str, title_keywords: Mapping[str, frozenset], max_wo
     Returns:
         The keywords found, in the question's order, each once.
     """
-    from llama_index_hiqa.transforms.critical_keywords import normalize_keyword
-
     names = {k for keywords in title_keywords.values() for k in keywords if facet_kind(k) != PERIOD}
     words = _QUESTION_WORD.findall(question or "")
     found: Dict[str, None] = {}
@@ -162,7 +162,9 @@ def named_documents(
     return added
 
 
-def _rank_key(doc: str, position: Mapping[str, int], facets: Sequence[str], title_keywords: Mapping[str, frozenset]):
+def _rank_key(
+    doc: str, position: Mapping[str, int], facets: Sequence[str], title_keywords: Mapping[str, frozenset]
+) -> Tuple[int, int, str]:
     held = sum(1 for f in facets if f in title_keywords.get(doc, ()))
     return (position.get(doc, len(position)), -held, doc)
 
