@@ -60,6 +60,8 @@ from llama_index_hiqa.retrievers.routes import QuestionKeywords
 from llama_index_hiqa.retrievers.settings import BM25, KEYWORDS, VECTOR, DocumentFocusSettings, MultiRouteSettings
 from llama_index_hiqa.settings import updated
 
+__all__ = ["DocumentFocusRetriever", "DocumentFocusSettings", "FocusChoice", "MultiRouteRanking", "StoredHeadings"]
+
 logger = logging.getLogger(__name__)
 
 HEADING, HEADING_WORDS, TABLE, FOCUS = "heading", "heading_words", "table", "focus"

@@ -63,7 +63,7 @@ from llama_index_hiqa.settings import updated
 from llama_index_hiqa.storage.vector_store_access import index_nodes, one_node_source
 from llama_index_hiqa.transforms.critical_keywords import CriticalKeywordExtractor
 
-__all__ = ["MultiRouteRetriever", "Ranking"]
+__all__ = ["MultiRouteRetriever", "MultiRouteSettings", "Ranking"]
 
 logger = logging.getLogger(__name__)
 dispatcher = instrument.get_dispatcher(__name__)
