@@ -121,7 +121,7 @@ class BM25Route:
 
         tokenize = corpus_tokenizer(language)
         vocab: Dict[str, int] = {}
-        corpus: List[array] = []
+        corpus: List["array[int]"] = []
         node_ids: List[str] = []
         for nodes in chunks:
             node_ids += [n.node_id for n in nodes]
@@ -308,10 +308,11 @@ def corpus_tokenizer(language: str = "en") -> Callable[[Sequence[BaseNode]], Lis
     def tokenize(nodes: Sequence[BaseNode]) -> List[List[str]]:
         if not nodes:
             return []
-        return bm25s.tokenize(
+        tokens: List[List[str]] = bm25s.tokenize(
             [n.get_content(metadata_mode=MetadataMode.EMBED) for n in nodes],
             stopwords=language, stemmer=stemmer, token_pattern=pattern, return_ids=False, show_progress=False,
         )
+        return tokens
 
     return tokenize
 

@@ -153,7 +153,7 @@ def _english_stemmer() -> Stemmer.Stemmer:
     return Stemmer.Stemmer("english")
 
 
-def content_words(texts: Sequence[str], language: str = "en") -> List[frozenset]:
+def content_words(texts: Sequence[str], language: str = "en") -> List[frozenset[str]]:
     """The stemmed words of each text, stop words left out: the default BM25 route's
     tokens (bm25s with the English Snowball stemmer).
 
@@ -171,7 +171,7 @@ def content_words(texts: Sequence[str], language: str = "en") -> List[frozenset]
     return [frozenset(t) for t in tokens]
 
 
-def heading_word_share(question_words: frozenset, heading_levels: Sequence[frozenset]) -> float:
+def heading_word_share(question_words: frozenset[str], heading_levels: Sequence[frozenset[str]]) -> float:
     """The largest share, over ``heading_levels`` (each level's words), of a level's words
     that are among ``question_words``; 0 without headings.
 
@@ -297,49 +297,120 @@ class MultiRouteRanking(Protocol):
     callback_manager: CallbackManager
 
     def rank(self, query: QueryBundle, keywords: Optional[QuestionKeywords] = None) -> Ranking:
-        """The fused results and the question's keywords (``MultiRouteRetriever.rank``)."""
+        """The fused results and the question's keywords (``MultiRouteRetriever.rank``).
+
+        Args:
+            query: the question.
+            keywords: the question's keywords when already extracted.
+
+        Returns:
+            The ranking.
+        """
         ...
 
     async def arank(self, query: QueryBundle, keywords: Optional[QuestionKeywords] = None) -> Ranking:
-        """``rank`` without blocking the event loop."""
+        """``rank`` without blocking the event loop.
+
+        Args:
+            query: the question.
+            keywords: the question's keywords when already extracted.
+
+        Returns:
+            The ranking.
+        """
         ...
 
     def full_ranking(self, query: Union[str, QueryBundle], keywords: Optional[QuestionKeywords] = None) -> List[str]:
-        """Every node id, best first."""
+        """Every node id, best first.
+
+        Args:
+            query: the question.
+            keywords: the question's keywords when already extracted.
+
+        Returns:
+            The node ids.
+        """
         ...
 
     def question_keywords(self, query: Union[str, QueryBundle]) -> QuestionKeywords:
-        """The question's keywords, extracted now."""
+        """The question's keywords, extracted now.
+
+        Args:
+            query: the question.
+
+        Returns:
+            The keywords.
+        """
         ...
 
     def nodes_by_id(self, node_ids: Sequence[str]) -> Dict[str, BaseNode]:
-        """The nodes of ``node_ids``."""
+        """The nodes of ``node_ids`` (unknown ids left out).
+
+        Args:
+            node_ids: the ids.
+
+        Returns:
+            ``{node id: node}``.
+        """
         ...
 
     def document_node_ids(self, document_id: str) -> List[str]:
-        """Every node id of a document."""
+        """Every node id of a document.
+
+        Args:
+            document_id: the document.
+
+        Returns:
+            Its node ids.
+        """
         ...
 
     def scores_within(
         self, query: Union[str, QueryBundle], node_ids: Sequence[str], skip: Sequence[str] = (),
         keywords: Optional[QuestionKeywords] = None,
     ) -> Dict[str, Dict[str, float]]:
-        """Each route's scores of exactly ``node_ids``."""
+        """Each route's scores of exactly ``node_ids``.
+
+        Args:
+            query: the question.
+            node_ids: the nodes to score.
+            skip: routes not to ask (they failed on this question).
+            keywords: the question's keywords when already extracted.
+
+        Returns:
+            Route name -> ``{node id: score}``.
+        """
         ...
 
-    def document_title_keywords(self) -> Dict[str, frozenset]:
+    def document_title_keywords(self) -> Dict[str, frozenset[str]]:
         """Document id -> its title's keywords, for every document listed."""
         ...
 
-    def title_keywords_of(self, titles: Sequence[str]) -> Dict[str, frozenset]:
-        """Each title -> its keywords."""
+    def title_keywords_of(self, titles: Sequence[str]) -> Dict[str, frozenset[str]]:
+        """Each title -> its keywords.
+
+        Args:
+            titles: document titles.
+
+        Returns:
+            ``{title: keywords}``.
+        """
         ...
 
     def results_for(
         self, ranked: Sequence[Tuple[str, float]], route_scores: Mapping[str, Mapping[str, Any]],
         known_nodes: Optional[Mapping[str, BaseNode]] = None,
     ) -> List[NodeWithScore]:
-        """Ranked ids as results carrying their route scores."""
+        """Ranked ids as results carrying their route scores.
+
+        Args:
+            ranked: ``[(node id, score), ...]`` in result order.
+            route_scores: node id -> its route scores.
+            known_nodes: nodes already at hand.
+
+        Returns:
+            The results.
+        """
         ...
 
 
@@ -347,7 +418,14 @@ class StoredHeadings(Protocol):
     """A store's heading vectors computed at ingestion (``heading_vectors``)."""
 
     def lookup(self, texts: Sequence[str]) -> Mapping[str, np.ndarray]:
-        """Heading path -> its unit vector, for the paths stored."""
+        """Heading path -> its unit vector, for the paths stored.
+
+        Args:
+            texts: heading paths.
+
+        Returns:
+            ``{path: unit vector}`` for those stored.
+        """
         ...
 
 
@@ -386,7 +464,7 @@ class DocumentFocusRetriever(CleanQuestions, BaseRetriever):
         self._embed_model = embed_model
         self._stored_headings = heading_vectors
         self._heading_vectors: Dict[str, np.ndarray] = {}
-        self._label_words: Dict[str, frozenset] = {}  # heading label -> content_words
+        self._label_words: Dict[str, frozenset[str]] = {}  # heading label -> content_words
         # What the ranking needs of a node, read once: a database store then fetches a
         # document's nodes only the first time a question lands on it.
         self._facts: Dict[str, _NodeFacts] = {}
@@ -590,7 +668,7 @@ class DocumentFocusRetriever(CleanQuestions, BaseRetriever):
         cut = min(round(hit.score or 0.0, 9) for hit in head) if full and head else float("-inf")
         return [doc for doc in sorted(best, key=lambda d: (-best[d], d)) if doc and best[doc] > cut]
 
-    def _title_keywords(self, head: Sequence[NodeWithScore]) -> Dict[str, frozenset]:
+    def _title_keywords(self, head: Sequence[NodeWithScore]) -> Dict[str, frozenset[str]]:
         """Document id -> its title's keywords: every document the multi-route retriever
         lists, and the head's documents (a store that cannot list them all)."""
         known = dict(self.multi_route.document_title_keywords())

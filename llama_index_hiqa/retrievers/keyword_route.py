@@ -21,8 +21,8 @@ from llama_index.core.schema import BaseNode, QueryBundle
 from llama_index_hiqa import schema
 from llama_index_hiqa.indexes.keyword_index import KeywordIndex
 from llama_index_hiqa.retrievers import title_match
-from llama_index_hiqa.retrievers.routes import KEYWORDS, QuestionKeywords, RouteScores
-from llama_index_hiqa.retrievers.settings import RouteFusionSettings
+from llama_index_hiqa.retrievers.routes import QuestionKeywords, RouteScores
+from llama_index_hiqa.retrievers.settings import KEYWORDS, RouteFusionSettings
 from llama_index_hiqa.retrievers.title_match import Names
 from llama_index_hiqa.transforms.critical_keywords import CriticalKeywordExtractor
 
@@ -46,13 +46,13 @@ class KeywordRoute:
         extractor: CriticalKeywordExtractor,
         index: KeywordIndex,
         config: RouteFusionSettings,
-        title_keywords: Optional[Dict[str, frozenset]] = None,
+        title_keywords: Optional[Dict[str, frozenset[str]]] = None,
         names: Optional[Names] = None,
     ) -> None:
         self.extractor = extractor
         self.index = index
         self.config = config
-        self.title_keywords: Dict[str, frozenset] = title_keywords or {}
+        self.title_keywords: Dict[str, frozenset[str]] = title_keywords or {}
         self.names: Names = names or {}
 
     @classmethod
@@ -78,7 +78,7 @@ class KeywordRoute:
         """Whether title keywords are on the nodes and the keyword route asks for them."""
         return self.config.use_keywords and self.extractor.include_document_keywords
 
-    def title_facts(self, nodes: Sequence[BaseNode]) -> Tuple[Dict[str, frozenset], Names]:
+    def title_facts(self, nodes: Sequence[BaseNode]) -> Tuple[Dict[str, frozenset[str]], Names]:
         """Node id -> its title's keywords (empty when the title weight is 1) and the
         collection's names, from one extraction over the titles of ``nodes``; both empty when
         the extractor does not copy title keywords onto nodes.
@@ -133,7 +133,7 @@ class KeywordRoute:
             self.extractor, query.query_str, self.document_names(), self.config.match_name_abbreviations
         ))
 
-    def title_wanted(self, wanted: Sequence[str]) -> frozenset:
+    def title_wanted(self, wanted: Sequence[str]) -> frozenset[str]:
         """The normalised question keywords matched against document titles.
 
         Args:
@@ -158,7 +158,7 @@ class KeywordRoute:
         extra = self.config.document_keyword_weight - 1.0
         if extra and self.title_keywords:
             wanted = self.title_wanted(normalized)
-            in_title: Dict[frozenset, frozenset] = {}  # one intersection per document title
+            in_title: Dict[frozenset[str], frozenset[str]] = {}  # one intersection per document title
             index = self.index
             for node_id in counts:
                 title = self.title_keywords.get(node_id)

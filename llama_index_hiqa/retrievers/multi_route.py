@@ -136,7 +136,7 @@ class MultiRouteRetriever(CleanQuestions, BaseRetriever):
             self.config, self.keyword_extractor, vector_retriever, nodes, docstore, keyword_index, bm25_route,
             bm25_tokenizer,
         )
-        self._document_title_keywords: Optional[Dict[str, frozenset]] = None
+        self._document_title_keywords: Optional[Dict[str, frozenset[str]]] = None
         self._beta_value = self._resolve_beta()
         super().__init__(callback_manager=callback_manager, verbose=verbose)
 
@@ -291,7 +291,7 @@ class MultiRouteRetriever(CleanQuestions, BaseRetriever):
         return self.route_set().scores_within(question_bundle(query), node_ids, skip, keywords)
 
     # -- title matching (retrievers/title_match.py) -------------------------------------------
-    def title_keywords_of(self, titles: Sequence[str]) -> Dict[str, frozenset]:
+    def title_keywords_of(self, titles: Sequence[str]) -> Dict[str, frozenset[str]]:
         """Each title -> its normalised keywords, from one extraction over ``titles``.
 
         Args:
@@ -307,7 +307,7 @@ class MultiRouteRetriever(CleanQuestions, BaseRetriever):
         words that spell it in the titles, ``title_match.document_names``)."""
         return self._parts.keywords.document_names()
 
-    def document_title_keywords(self) -> Dict[str, frozenset]:
+    def document_title_keywords(self) -> Dict[str, frozenset[str]]:
         """Document id -> the normalised keywords of its title, for every indexed document
         (one extraction over the titles, at the first call); ``{}`` for a retriever that does
         not hold its nodes."""
@@ -364,8 +364,9 @@ class MultiRouteRetriever(CleanQuestions, BaseRetriever):
             ``[(node id, fused score), ...]``, best first.
         """
         c = self.config
+        route_weights = {str(route): weight for route, weight in c.route_weights.items()}
         return fusion.fuse_routes(
-            vector, bm25, counts, mode=c.mode, alpha=c.alpha, beta=self._beta_value, route_weights=c.route_weights,
+            vector, bm25, counts, mode=c.mode, alpha=c.alpha, beta=self._beta_value, route_weights=route_weights,
             rrf_k=c.rrf_k, candidates_per_route=c.candidates_per_route, top_k=top_k, candidates=candidates,
         )
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from typing import Callable, Dict, List, Mapping, NamedTuple, Optional, Protocol, Sequence, TypeVar, runtime_checkable
 
 import llama_index.core.instrumentation as instrument
@@ -281,9 +282,9 @@ class RouteSet:
         calls: Dict[str, Callable[[], RouteScores]] = {}
         for name, route in self.routes.items():
             if name == KEYWORDS and self.keywords is not None:
-                calls[name] = lambda r=self.keywords: r.scores(query, n, keywords)
+                calls[name] = partial(self.keywords.scores, query, n, keywords)
             elif route is not None:
-                calls[name] = lambda r=route: RouteScores.of(r.scores(query, n))
+                calls[name] = partial(_route_scores, route, query, n)
             else:
                 calls[name] = RouteScores
         return calls
@@ -368,10 +369,10 @@ class RouteSet:
             if route is None or not node_ids or name in skip:
                 out[name] = {}
             elif name == KEYWORDS and self.keywords is not None:
-                within = self.keywords.scores_within
-                out[name] = self.guarded(name, lambda: within(query, node_ids, keywords), errors, text, {})
+                within = partial(self.keywords.scores_within, query, node_ids, keywords)
+                out[name] = self.guarded(name, within, errors, text, {})
             else:
-                out[name] = self.guarded(name, lambda r=route: r.scores_within(query, node_ids), errors, text, {})
+                out[name] = self.guarded(name, partial(route.scores_within, query, node_ids), errors, text, {})
         return out
 
     @staticmethod
@@ -393,6 +394,10 @@ class RouteSet:
         except Exception as exc:  # noqa: BLE001 - a failing route must not sink the others
             route_failed(name, exc, errors, query)
             return empty
+
+
+def _route_scores(route: Route, query: QueryBundle, n: int) -> RouteScores:
+    return RouteScores.of(route.scores(query, n))
 
 
 def route_failed(name: str, exc: BaseException, errors: Dict[str, BaseException], query: str) -> None:

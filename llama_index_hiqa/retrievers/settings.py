@@ -8,7 +8,7 @@ loading the retrievers' dependencies (bm25s, networkx).
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Dict, Literal, Optional, Union
+from typing import Annotated, Any, Dict, Final, Literal, Optional, Type, Union
 
 from llama_index.core.bridge.pydantic import BaseModel, Field, field_validator, model_validator
 
@@ -19,7 +19,10 @@ from llama_index_hiqa.settings import SettingsModel
 # similarity_top_k, a MultiRouteRetriever built on its own, the evidence-chain budget.
 DEFAULT_SIMILARITY_TOP_K = 5
 
-VECTOR, BM25, KEYWORDS = "vector", "bm25", "keywords"
+# Final: a type checker reads each as its literal (a key of RouteName).
+VECTOR: Final = "vector"
+BM25: Final = "bm25"
+KEYWORDS: Final = "keywords"
 ROUTES = (VECTOR, BM25, KEYWORDS)
 FusionMode = Literal["hiqa", "rrf", "relative_score", "dist_based_score"]
 
@@ -324,7 +327,7 @@ class ChainBudget(SettingsModel):
     )
 
 
-_PARTS = {"graph": InteractionGraphSettings, "search": ChainSearchSettings, "budget": ChainBudget}
+_PARTS: Dict[str, Type[SettingsModel]] = {"graph": InteractionGraphSettings, "search": ChainSearchSettings, "budget": ChainBudget}
 
 
 class ChunkGraphSettings(SettingsModel):

@@ -149,7 +149,7 @@ def names_in_question(question: str, names: Names) -> List[str]:
     return list(found)
 
 
-def latest_year_only(keywords: Iterable[str]) -> frozenset:
+def latest_year_only(keywords: Iterable[str]) -> frozenset[str]:
     """``keywords`` with every year but the latest left out (unchanged with one year or none).
 
     Args:
@@ -169,7 +169,7 @@ def latest_year_only(keywords: Iterable[str]) -> frozenset:
 # -- the keyword route's use of the titles (one extraction per title) -----------------------
 
 
-def title_keyword_sets(extractor: CriticalKeywordExtractor, titles: Sequence[str]) -> Dict[str, frozenset]:
+def title_keyword_sets(extractor: CriticalKeywordExtractor, titles: Sequence[str]) -> Dict[str, frozenset[str]]:
     """Each title -> its normalised keywords, from one extraction over ``titles``.
 
     Args:
@@ -185,7 +185,7 @@ def title_keyword_sets(extractor: CriticalKeywordExtractor, titles: Sequence[str
 
 def title_facts(
     extractor: CriticalKeywordExtractor, titles: Mapping[str, str], per_key: bool
-) -> Tuple[Dict[str, frozenset], Dict[str, Tuple[Tuple[str, ...], ...]]]:
+) -> Tuple[Dict[str, frozenset[str]], Dict[str, Tuple[Tuple[str, ...], ...]]]:
     """From one extraction over the titles of ``titles`` (any key -> its document title, e.g.
     node id or ``ref_doc_id``): key -> its title's keywords, for ``document_keyword_weight``
     (only when ``per_key``; keys whose title has no keyword left out), and the collection's
@@ -206,7 +206,7 @@ def title_facts(
 
 
 def question_keywords(
-    extractor: CriticalKeywordExtractor, question: Optional[str], names: Names, match_abbreviations: bool
+    extractor: CriticalKeywordExtractor, question: str, names: Names, match_abbreviations: bool
 ) -> Tuple[List[str], List[str]]:
     """The question's keywords, with the document names it abbreviates or spells apart
     ([`names_in_question`][llama_index_hiqa.retrievers.title_match.names_in_question]), and their normalised forms, once each.
@@ -222,12 +222,12 @@ def question_keywords(
     """
     keywords = extractor.extract_query(question)
     if match_abbreviations:
-        named = names_in_question(question or "", names)
+        named = names_in_question(question, names)
         keywords = list(dict.fromkeys([*keywords, *named]))
     return keywords, [k for k in dict.fromkeys(normalize_keyword(k) for k in keywords) if k]
 
 
-def title_wanted(keywords: Iterable[str], latest_year: bool) -> frozenset:
+def title_wanted(keywords: Iterable[str], latest_year: bool) -> frozenset[str]:
     """The normalised question keywords matched against document titles: with
     ``latest_year``, every year but the latest left out ([`latest_year_only`][llama_index_hiqa.retrievers.title_match.latest_year_only]).
 

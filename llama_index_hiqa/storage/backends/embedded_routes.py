@@ -45,7 +45,7 @@ class _StoredNodes(Mapping[str, BaseNode]):
         return self._ids
 
     def __getitem__(self, node_id: str) -> BaseNode:
-        found = self._store.docstore.get_nodes([node_id], raise_error=False)
+        found: List[BaseNode] = self._store.docstore.get_nodes([node_id], raise_error=False)
         if not found:
             raise KeyError(node_id)
         return found[0]
@@ -120,7 +120,7 @@ class EmbeddedKeywordRoute(KeywordRoute):
     def __init__(self, store: EmbeddedStore, extractor: CriticalKeywordExtractor, config: RouteFusionSettings) -> None:
         super().__init__(extractor, _StoredKeywords(store), config)
         self._store = store
-        self.title_keywords_by_ref: Dict[str, frozenset] = {}
+        self.title_keywords_by_ref: Dict[str, frozenset[str]] = {}
         if self.reads_titles():
             titles = store.titles()
             by_title = title_match.title_keyword_sets(extractor, list(dict.fromkeys(t for _, t in titles)))
@@ -142,7 +142,7 @@ class EmbeddedKeywordRoute(KeywordRoute):
         extra = self.config.document_keyword_weight - 1.0
         if extra and self.title_keywords_by_ref:
             wanted = self.title_wanted(normalized)
-            in_title: Dict[frozenset, frozenset] = {}
+            in_title: Dict[frozenset[str], frozenset[str]] = {}
             for node_id, (ref, held) in matches.items():
                 title = self.title_keywords_by_ref.get(ref)
                 if title is None:

@@ -484,7 +484,15 @@ class PostgresRouteParts(RouteParts):
         keywords = PostgresKeywordRoute(store, collection, extractor, config)
         return cls(collection, vector, bm25, keywords, store=store, ef_search=ef_search)
 
-    def _keyword_route(self) -> PostgresKeywordRoute:
+    def keyword_route(self) -> PostgresKeywordRoute:
+        """The keyword route, as the PostgreSQL one it is (its title weight goes into the statement).
+
+        Returns:
+            The route.
+
+        Raises:
+            TypeError: the parts hold another kind of keyword route.
+        """
         route = self.keywords
         if not isinstance(route, PostgresKeywordRoute):  # open() and with_config() make one
             raise TypeError(f"PostgresRouteParts holds a {type(route).__name__} keyword route")
