@@ -134,4 +134,4 @@ focus(NotARanking())
     revealed = [line for line in out.splitlines() if "Revealed type is" in line]
     assert len(revealed) == 2 and all(line.endswith('-> llama_index_hiqa.retrievers.multi_route.MultiRouteRetriever"') for line in revealed), out
     errors = [line for line in out.splitlines() if ": error:" in line]
-    assert len(errors) == 1 and "user_app.py:19:" in errors[0] and '"NotARanking"' in errors[0], out
+    assert len(errors) == 1 and "user_app.py:20:" in errors[0] and '"NotARanking"' in errors[0], out

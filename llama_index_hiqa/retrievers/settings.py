@@ -76,6 +76,10 @@ def bm25_stopword_language(value: str) -> str:
 
 
 # -- the multi-route retriever -------------------------------------------------------------
+def _equal_route_weights() -> Dict[RouteName, float]:
+    return {VECTOR: 1.0, BM25: 1.0, KEYWORDS: 1.0}
+
+
 class RouteFusionSettings(SettingsModel):
     """How [`MultiRouteRetriever`][llama_index_hiqa.retrievers.multi_route.MultiRouteRetriever] asks its routes and fuses them.
 
@@ -126,7 +130,7 @@ class RouteFusionSettings(SettingsModel):
     beta_min: float = Field(default=0.5, ge=0.0, le=MAX_WEIGHT, description="β for beta='auto' as |D|/pages -> 0 (0 to 100).")
     beta_max: float = Field(default=2.0, ge=0.0, le=MAX_WEIGHT, description="β for beta='auto' as |D|/pages -> ∞ (0 to 100).")
     route_weights: Dict[RouteName, Annotated[float, Field(ge=0.0, le=MAX_WEIGHT)]] = Field(
-        default_factory=lambda: {VECTOR: 1.0, BM25: 1.0, KEYWORDS: 1.0},
+        default_factory=_equal_route_weights,
         description="Per-route weights (vector, bm25, keywords; 0 to 100) of the 'rrf', 'relative_score' "
         "and 'dist_based_score' modes.",
     )
