@@ -163,12 +163,12 @@ class KeywordScoring(Protocol):
     def scores_within(
         self, query: QueryBundle, node_ids: Sequence[str], keywords: Optional[QuestionKeywords] = None
     ) -> Dict[str, float]:
-        """``|C|`` of exactly ``node_ids``.
+        """``|C|`` of exactly ``node_ids`` (the document focus's).
 
         Args:
             query: the question.
-            node_ids: the nodes to score.
-            keywords: the question's keywords, or ``None`` to extract them.
+            node_ids: which nodes.
+            keywords: already extracted, or ``None``.
 
         Returns:
             ``{node id: |C|}``.
