@@ -539,7 +539,7 @@ def test_from_index_reuses_the_vector_store_embeddings_and_docstore():
 
 
 def test_auto_keyword_threshold_reads_the_collections_shared_keyword_counts():
-    from llama_index_hiqa.retrievers.chunk_graph import resolve_keyword_threshold
+    from llama_index_hiqa.retrievers.graph_edges import resolve_keyword_threshold
 
     # 10 chunks; 40 pairs share one keyword, 4 pairs share two, 1 pair shares three.
     counts = np.array([1] * 40 + [2] * 4 + [3])

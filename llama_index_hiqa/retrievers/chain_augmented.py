@@ -22,8 +22,7 @@ from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.schema import NodeWithScore, QueryBundle
 
 from llama_index_hiqa.questions import CleanQuestions
-from llama_index_hiqa.retrievers.settings import DEFAULT_HEAD_SHARE, ChainBudget  # noqa: F401 (re-exported)
-
+from llama_index_hiqa.retrievers.settings import ChainBudget
 
 
 def share_budget(

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import List, Optional, Sequence, Union
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 from llama_index.core.bridge.pydantic import BaseModel, ConfigDict, Field
@@ -116,11 +116,13 @@ class DefaultChainScorer(ChainScorer):
         Returns:
             A float32 array of ``n`` scores.
         """
-        return np.asarray(features, dtype=np.float32) @ self.weights()
+        scores: np.ndarray = np.asarray(features, dtype=np.float32) @ self.weights()
+        return scores
 
 
 def _sigmoid(x: np.ndarray) -> np.ndarray:
-    return 1.0 / (1.0 + np.exp(-np.clip(x, -30, 30)))
+    y: np.ndarray = 1.0 / (1.0 + np.exp(-np.clip(x, -30, 30)))
+    return y
 
 
 class TrainedChainScorer(ChainScorer):
@@ -140,19 +142,19 @@ class TrainedChainScorer(ChainScorer):
         default=0.5,
         description="A chain stops early when no neighbour's probability exceeds this value.",
     )
-    params: Optional[dict] = Field(default=None, description="Fitted weights (None before fit).")
+    params: Optional[Dict[str, Any]] = Field(default=None, description="Fitted weights (None before fit).")
 
     @property
     def is_fitted(self) -> bool:
         return self.params is not None
 
-    def _forward(self, x: np.ndarray, p: dict):
+    def _forward(self, x: np.ndarray, p: Dict[str, np.ndarray]) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
         h_pre = x @ p["w1"] + p["b1"]
         h = np.maximum(h_pre, 0.0)
         logit = h @ p["w2"] + p["b2"]
         return h_pre, h, logit.ravel()
 
-    def fit(self, features: np.ndarray, labels: Sequence[float]) -> "TrainedChainScorer":
+    def fit(self, features: np.ndarray, labels: Union[Sequence[float], np.ndarray]) -> "TrainedChainScorer":
         """Fit on feature rows and 0/1 labels; returns ``self``.
 
         Args:

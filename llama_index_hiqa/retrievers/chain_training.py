@@ -12,19 +12,17 @@ the retriever.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, List, Optional, Sequence, Tuple
+from typing import List, Optional, Sequence, Tuple
 
 import numpy as np
 from llama_index.core.schema import QueryBundle
 
 from llama_index_hiqa.retrievers.chain_scorers import TrainedChainScorer
-
-if TYPE_CHECKING:
-    from llama_index_hiqa.retrievers.chunk_graph import ChunkGraphRetriever
+from llama_index_hiqa.retrievers.chunk_graph import ChunkGraphRetriever
 
 
 def chain_training_examples(
-    retriever: "ChunkGraphRetriever",
+    retriever: ChunkGraphRetriever,
     questions: Sequence[str],
     gold_evidence: Sequence[Sequence[str]],
     max_negatives: int = 30,
@@ -94,7 +92,7 @@ def chain_training_examples(
 
 
 def fit_chain_scorer(
-    retriever: "ChunkGraphRetriever",
+    retriever: ChunkGraphRetriever,
     questions: Sequence[str],
     gold_evidence: Sequence[Sequence[str]],
     scorer: Optional[TrainedChainScorer] = None,

@@ -26,37 +26,34 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import defaultdict
-from typing import Any, Dict, List, Optional, Sequence, Set, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Set, Tuple, Union
 
 import numpy as np
 from llama_index.core.base.embeddings.base import BaseEmbedding
+from llama_index.core.callbacks import CallbackManager
+from llama_index.core.indices.vector_store.base import VectorStoreIndex
 from llama_index.core.llms import LLM
 from llama_index.core.retrievers import BaseRetriever
 from llama_index.core.schema import BaseNode, NodeWithScore, QueryBundle
 from llama_index.core.storage.docstore import BaseDocumentStore
+from llama_index.core.vector_stores.types import BasePydanticVectorStore
 
-from llama_index_hiqa.questions import CleanQuestions
 from llama_index_hiqa import schema
-from llama_index_hiqa.storage.vector_store_access import index_nodes, one_node_source
-from llama_index_hiqa.models.defaults import resolve_embed_model, resolve_llm
 from llama_index_hiqa.errors import GraphBuildError, LLMOutputError, UnknownNodeError
-from llama_index_hiqa.retrievers.settings import ChainSearchSettings  # noqa: F401 (re-exported)
+from llama_index_hiqa.models.defaults import resolve_embed_model, resolve_llm
 from llama_index_hiqa.models.llm_calls import acall_llm, call_llm
-from llama_index_hiqa.retrievers.chain_output import chain_results
+from llama_index_hiqa.questions import CleanQuestions
+from llama_index_hiqa.retrievers.chain_output import Chain, chain_results
 from llama_index_hiqa.retrievers.chain_scorers import N_FEATURES, ChainScorer, DefaultChainScorer
-from llama_index_hiqa.retrievers.chunk_interaction_graph import (  # noqa: F401 (re-exported)
-    GRAPH_FILE,
-    KEYWORD,
-    SEMANTIC,
-    STRUCTURAL,
-    VECTORS_FILE,
+from llama_index_hiqa.retrievers.chunk_interaction_graph import (
     ChunkInteractionGraph,
     KeywordFn,
-    _normalised_set,
     default_keyword_fn,
-    resolve_keyword_threshold,
-    title_keywords,
+    normalised_keywords,
 )
+from llama_index_hiqa.retrievers.graph_edges import KEYWORD, SEMANTIC, STRUCTURAL
+from llama_index_hiqa.retrievers.settings import ChainSearchSettings
+from llama_index_hiqa.storage.vector_store_access import index_nodes, one_node_source
 from llama_index_hiqa.transforms.critical_keywords import (
     QUERY_KEYWORD_PROMPT,
     CriticalKeywordExtractor,
@@ -64,9 +61,6 @@ from llama_index_hiqa.transforms.critical_keywords import (
 )
 
 logger = logging.getLogger(__name__)
-
-# IIER appendix A.1 lives with the keyword extractor (one copy of the prompt in the pack).
-QUESTION_KEYWORDS_PROMPT = QUERY_KEYWORD_PROMPT
 
 
 # --- the retriever -------------------------------------------------------------------
@@ -93,7 +87,7 @@ class ChunkGraphRetriever(CleanQuestions, BaseRetriever):
         llm: Optional[LLM] = None,
         keyword_fn: Optional[KeywordFn] = None,
         scorer: Optional[ChainScorer] = None,
-        callback_manager: Any = None,
+        callback_manager: Optional[CallbackManager] = None,
         verbose: bool = False,
         **settings: Any,
     ) -> None:
@@ -103,13 +97,15 @@ class ChunkGraphRetriever(CleanQuestions, BaseRetriever):
         self.docstore = docstore
         # Nodes given directly are looked up in a dict: building a SimpleDocumentStore
         # serialises every node (about a minute at 50k chunks) for nothing.
-        self._nodes: Dict[str, BaseNode] = {n.node_id: n for n in nodes} if docstore is None else {}
+        self._nodes: Dict[str, BaseNode] = {n.node_id: n for n in nodes or ()} if docstore is None else {}
         self.settings = ChainSearchSettings(**settings)
         self.scorer: ChainScorer = scorer or DefaultChainScorer()
         self._embed_model = embed_model
         self._llm = resolve_llm(llm)
         self._keyword_fn = keyword_fn
         self._seed_keywords: Optional[List[Set[str]]] = None
+        # The inverted index of the seed keywords, with the graph size it was built for.
+        self._seed_index_cache: Optional[Tuple[int, Dict[str, Set[int]]]] = None
         super().__init__(callback_manager=callback_manager, verbose=verbose)
 
     @classmethod
@@ -150,7 +146,7 @@ class ChunkGraphRetriever(CleanQuestions, BaseRetriever):
         return cls(graph, nodes=nodes, embed_model=embed_model, keyword_fn=keyword_fn, **kwargs)
 
     @classmethod
-    def from_index(cls, index: Any, show_progress: bool = False, **kwargs: Any) -> "ChunkGraphRetriever":
+    def from_index(cls, index: VectorStoreIndex, show_progress: bool = False, **kwargs: Any) -> "ChunkGraphRetriever":
         """Build over the nodes of a ``VectorStoreIndex``: text from its docstore or, over a
         store that keeps the text (Chroma, Qdrant, pgvector, ...), from the vector store
         (`llama_index_hiqa.storage.vector_store_access`); vectors from the vector store where it returns
@@ -174,7 +170,7 @@ class ChunkGraphRetriever(CleanQuestions, BaseRetriever):
     @classmethod
     def from_defaults(
         cls,
-        index: Any = None,
+        index: Optional[VectorStoreIndex] = None,
         nodes: Optional[Sequence[BaseNode]] = None,
         docstore: Optional[BaseDocumentStore] = None,
         similarity_top_k: Optional[int] = None,
@@ -207,11 +203,11 @@ class ChunkGraphRetriever(CleanQuestions, BaseRetriever):
             return cls.from_index(index, show_progress=show_progress, **kwargs)
         if docstore is not None:
             return cls._over_docstore(list(docstore.docs.values()), docstore, None, show_progress, **kwargs)
-        return cls.from_nodes(nodes, show_progress=show_progress, **kwargs)
+        return cls.from_nodes(nodes or [], show_progress=show_progress, **kwargs)
 
     @classmethod
     def _over_docstore(
-        cls, listed: Sequence[BaseNode], docstore: BaseDocumentStore, vector_store: Any,
+        cls, listed: Sequence[BaseNode], docstore: BaseDocumentStore, vector_store: Optional[BasePydanticVectorStore],
         show_progress: bool, **kwargs: Any,
     ) -> "ChunkGraphRetriever":
         # Copies: the graph build writes vectors and keywords into the nodes it is given, and
@@ -219,12 +215,15 @@ class ChunkGraphRetriever(CleanQuestions, BaseRetriever):
         nodes = [n.model_copy() for n in listed]
         if not nodes:
             raise GraphBuildError("the index holds no nodes")
+        # A vector by id is not part of LlamaIndex's vector store interface; the stores that
+        # keep vectors (SimpleVectorStore, the pack's matrix store) answer ``get(node_id)``.
+        vector_of = getattr(vector_store, "get", None)
         for node in nodes:
-            if node.embedding is None and vector_store is not None:
+            if node.embedding is None and vector_of is not None:
                 try:
-                    node.embedding = vector_store.get(node.node_id)
-                # Safe: a store without get() (or without this id) raises its own error type;
-                # the node's vector is then computed by the embed model below, nothing is lost.
+                    node.embedding = vector_of(node.node_id)
+                # Safe: a store without this id raises its own error type; the node's vector
+                # is then computed by the embed model below, nothing is lost.
                 except Exception as exc:  # noqa: BLE001
                     logger.debug("vector store gave no vector for %s (%s); embedding it", node.node_id, exc)
         retriever = cls.from_nodes(nodes, show_progress=show_progress, **kwargs)
@@ -247,10 +246,10 @@ class ChunkGraphRetriever(CleanQuestions, BaseRetriever):
     def _keywords_from_llm_answer(self, question: str, answer: Optional[str]) -> Set[str]:
         if answer is not None:
             try:
-                return _normalised_set(parse_keyword_list(answer, strict=True))
+                return normalised_keywords(parse_keyword_list(answer, strict=True))
             except LLMOutputError as exc:
                 logger.warning("IIER keyword prompt: %s; using the keyword extractor", exc)
-        return _normalised_set(self.keyword_fn(question))
+        return normalised_keywords(self.keyword_fn(question))
 
     def question_keywords(self, question: str) -> Set[str]:
         """The question's keywords: prompt A.1 when an LLM is set, else the keyword extractor.
@@ -262,10 +261,11 @@ class ChunkGraphRetriever(CleanQuestions, BaseRetriever):
             Its normalised keywords; on a bad answer or an LLM error (logged) the extractor's.
         """
         answer = None
-        if self._llm is not None:
-            prompt = QUESTION_KEYWORDS_PROMPT.format(text=question)
+        llm = self._llm
+        if llm is not None:
+            prompt = QUERY_KEYWORD_PROMPT.format(text=question)
             answer = call_llm(
-                lambda: self._llm.complete(prompt).text,
+                lambda: llm.complete(prompt).text,
                 what="IIER keyword prompt", instead="using the keyword extractor", fallback=lambda _error: None,
             )
         return self._keywords_from_llm_answer(question, answer)
@@ -280,15 +280,16 @@ class ChunkGraphRetriever(CleanQuestions, BaseRetriever):
             Its normalised keywords.
         """
         answer = None
-        if self._llm is not None:
-            prompt = QUESTION_KEYWORDS_PROMPT.format(text=question)
+        llm = self._llm
+        if llm is not None:
+            prompt = QUERY_KEYWORD_PROMPT.format(text=question)
 
             async def ask() -> str:
-                return (await self._llm.acomplete(prompt)).text
+                return (await llm.acomplete(prompt)).text
 
             answer = await acall_llm(ask, what="IIER keyword prompt", instead="using the keyword extractor", fallback=lambda _error: None)
         if answer is None:
-            return _normalised_set(await asyncio.to_thread(self.keyword_fn, question))
+            return normalised_keywords(await asyncio.to_thread(self.keyword_fn, question))
         return self._keywords_from_llm_answer(question, answer)
 
     def query_vector(self, query_bundle: QueryBundle) -> np.ndarray:
@@ -319,6 +320,16 @@ class ChunkGraphRetriever(CleanQuestions, BaseRetriever):
             vec = await self.embed_model.aget_query_embedding(query_bundle.query_str)
         return _unit(vec)
 
+    def use_graph(self, graph: ChunkInteractionGraph) -> None:
+        """Walk ``graph`` from now on (e.g. a newer copy of a stored graph); what was derived
+        from the old graph (the seed keywords and their index) is dropped.
+
+        Args:
+            graph: the graph.
+        """
+        self.graph = graph
+        self._seed_keywords, self._seed_index_cache = None, None
+
     # --- seeds ----------------------------------------------------------------------------
     def _node_seed_keywords(self) -> List[Set[str]]:
         g = self.graph
@@ -329,7 +340,7 @@ class ChunkGraphRetriever(CleanQuestions, BaseRetriever):
 
     def _seed_index(self) -> Dict[str, Set[int]]:
         """Inverted index of the seed keywords (edge keywords, plus titles when enabled)."""
-        if getattr(self, "_seed_index_cache", None) is None or self._seed_index_cache[0] != len(self.graph):
+        if self._seed_index_cache is None or self._seed_index_cache[0] != len(self.graph):
             index: Dict[str, Set[int]] = defaultdict(set)
             for i, words in enumerate(self._node_seed_keywords()):
                 for w in words:
@@ -366,7 +377,8 @@ class ChunkGraphRetriever(CleanQuestions, BaseRetriever):
                 arr = np.fromiter(postings, np.int64, len(postings))
                 postings = set(arr[_top_indices(sims[arr], cap)].tolist())
             candidates |= postings
-        uncovered, seeds = set(q_keywords), []
+        uncovered = set(q_keywords)
+        seeds: List[int] = []
         cand = np.array(sorted(candidates), dtype=np.int64)
         while uncovered and len(cand) and len(seeds) < s.max_seeds:
             gains = np.fromiter((len(seed_kw[i] & uncovered) for i in cand.tolist()), np.int64, len(cand))
@@ -434,7 +446,7 @@ class ChunkGraphRetriever(CleanQuestions, BaseRetriever):
         out[:, 8] = hop / max(self.settings.max_hops, 1)
         return out
 
-    def _walk(self, seed: int, q_vec: np.ndarray, q_keywords: Set[str], taken: Set[int]) -> List[Tuple[int, float]]:
+    def _walk(self, seed: int, q_vec: np.ndarray, q_keywords: Set[str], taken: Set[int]) -> Chain:
         g = self.graph
         chain = [(seed, float(g.vectors[seed] @ q_vec))]
         path = [seed]
@@ -450,7 +462,7 @@ class ChunkGraphRetriever(CleanQuestions, BaseRetriever):
             chain.append((candidates[best], float(scores[best])))
         return chain
 
-    def search(self, q_vec: np.ndarray, q_keywords: Set[str]) -> List[List[Tuple[int, float]]]:
+    def search(self, q_vec: np.ndarray, q_keywords: Set[str]) -> List[Chain]:
         """Evidence chains as lists of (graph row, score), seed first.
 
         Args:
@@ -460,7 +472,7 @@ class ChunkGraphRetriever(CleanQuestions, BaseRetriever):
         Returns:
             The chains.
         """
-        chains: List[List[Tuple[int, float]]] = []
+        chains: List[Chain] = []
         taken: Set[int] = set()
         for seed in self.select_seeds(q_vec, q_keywords):
             if seed in taken:  # an earlier chain already walked through this seed
@@ -485,7 +497,7 @@ class ChunkGraphRetriever(CleanQuestions, BaseRetriever):
             raise UnknownNodeError(f"chunk graph node {node_id!r} is not in the docstore")
         return node
 
-    def _to_output(self, chains: List[List[Tuple[int, float]]]) -> List[NodeWithScore]:
+    def _to_output(self, chains: List[Chain]) -> List[NodeWithScore]:
         node_at = lambda row: self._get_node(self.graph.node_id_at(row))  # noqa: E731
         return chain_results(chains, self.settings.max_nodes, node_at, self.settings.merge_chains)
 
@@ -511,6 +523,6 @@ def _top_indices(scores: np.ndarray, m: int) -> np.ndarray:
     return top[np.argsort(-scores[top], kind="stable")]
 
 
-def _unit(vec: Any) -> np.ndarray:
+def _unit(vec: Union[Sequence[float], np.ndarray]) -> np.ndarray:
     arr = np.asarray(vec, dtype=np.float32).ravel()
     return arr / (np.linalg.norm(arr) + 1e-12)

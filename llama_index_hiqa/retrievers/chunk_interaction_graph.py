@@ -8,7 +8,9 @@ keyword (chunks sharing more than two keywords, weight = size of the intersectio
 titles are not keywords).
 
 [`ChunkInteractionGraph`][llama_index_hiqa.retrievers.chunk_interaction_graph.ChunkInteractionGraph] builds it with a blocked matrix top-k and a sparse keyword
-co-occurrence product (no all-pairs Python loop), extends it incrementally
+co-occurrence product (no all-pairs Python loop; the pure functions of
+``retrievers/graph_edges.py`` say which rows each kind of edge links, the graph alone changes
+its rows and edges), extends it incrementally
 ([`add_nodes`][llama_index_hiqa.retrievers.chunk_interaction_graph.ChunkInteractionGraph.add_nodes]), drops chunks ([`without_nodes`][llama_index_hiqa.retrievers.chunk_interaction_graph.ChunkInteractionGraph.without_nodes])
 and saves it as rows (``node_records`` / ``edge_records`` / ``from_records``: a folder's files
 with ``persist`` / ``load``, or the PostgreSQL store's tables). Text stays
@@ -21,11 +23,12 @@ walks on.
 from __future__ import annotations
 
 import functools
+import json
 import logging
-from collections import defaultdict
 from pathlib import Path
 from typing import (
-    Any, Callable, Dict, FrozenSet, Iterable, List, Mapping, Optional, Sequence, Set, Tuple, Union,
+    AbstractSet, Any, Callable, DefaultDict, Dict, FrozenSet, Iterable, List, Mapping, Optional, Sequence, Set,
+    Tuple, Union,
 )
 
 import networkx as nx
@@ -36,32 +39,47 @@ from llama_index.core.schema import BaseNode, MetadataMode
 
 from llama_index_hiqa import schema
 from llama_index_hiqa.errors import GraphBuildError, UnknownNodeError
-from llama_index_hiqa.retrievers.settings import InteractionGraphSettings
-from llama_index_hiqa.retrievers import graph_edges, graph_records
-from llama_index_hiqa.retrievers.graph_records import GRAPH_FILE, VECTORS_FILE  # noqa: F401 (re-exported)
-from llama_index_hiqa.retrievers.graph_edges import (  # noqa: F401 (re-exported)
+from llama_index_hiqa.indexes.keyword_index import normalize_keyword
+from llama_index_hiqa.retrievers.graph_edges import (
     EDGE_KINDS,
     KEYWORD,
     SEMANTIC,
     STRUCTURAL,
+    clear_weight,
+    document_chains,
+    embed_rows,
+    gc_paused,
+    keyword_postings,
+    knn_lists,
     resolve_keyword_threshold,
-    unit_rows,
+    semantic_top_k,
+    set_weight,
+    shared_keyword_counts,
 )
-from llama_index_hiqa.transforms.critical_keywords import CriticalKeywordExtractor, normalize_keyword
+from llama_index_hiqa.retrievers.settings import InteractionGraphSettings
+from llama_index_hiqa.transforms.critical_keywords import CriticalKeywordExtractor
 
 logger = logging.getLogger(__name__)
 
 KeywordFn = Callable[[str], List[str]]
 
-
-_EDGE_KINDS = EDGE_KINDS
+# The folder format of persist / load.
+GRAPH_FILE = "chunk_graph.json"
+VECTORS_FILE = "chunk_graph_vectors.npz"
 
 
 # --- keywords ------------------------------------------------------------------------
 
 
-def _normalised_set(keywords: Iterable[str]) -> Set[str]:
-    """Keywords in the pack's one matching form (``normalize_keyword``), empties dropped."""
+def normalised_keywords(keywords: Iterable[str]) -> Set[str]:
+    """Keywords in the pack's one matching form (``normalize_keyword``), empties dropped.
+
+    Args:
+        keywords: the keywords as written.
+
+    Returns:
+        Their normalised forms.
+    """
     return {k for k in (normalize_keyword(w) for w in keywords) if k}
 
 
@@ -89,7 +107,7 @@ def title_keywords(title: str) -> FrozenSet[str]:
     global _title_rules
     if _title_rules is None:
         _title_rules = CriticalKeywordExtractor(use_ner=False)
-    words = _normalised_set([title])
+    words = normalised_keywords([title])
     if title:
         words |= set(_title_rules.extract(title.replace("_", " ")))
     return frozenset(words)
@@ -115,10 +133,10 @@ class ChunkInteractionGraph(InteractionGraphSettings):
     _knn_ids: np.ndarray = PrivateAttr(default_factory=lambda: np.zeros((0, 0), np.int64))
     _knn_sims: np.ndarray = PrivateAttr(default_factory=lambda: np.zeros((0, 0), np.float32))
     _keywords: List[Set[str]] = PrivateAttr(default_factory=list)  # edge keywords, no title
-    _titles: List[Set[str]] = PrivateAttr(default_factory=list)  # title keywords
+    _titles: List[AbstractSet[str]] = PrivateAttr(default_factory=list)  # title keywords
     _docs: List[Optional[str]] = PrivateAttr(default_factory=list)
     _positions: List[Optional[int]] = PrivateAttr(default_factory=list)
-    _keyword_index: Dict[str, Set[int]] = PrivateAttr(default_factory=lambda: defaultdict(set))
+    _keyword_index: DefaultDict[str, Set[int]] = PrivateAttr(default_factory=lambda: keyword_postings([]))
     _threshold: Optional[int] = PrivateAttr(default=None)
 
     # --- construction -------------------------------------------------------------------
@@ -184,8 +202,8 @@ class ChunkInteractionGraph(InteractionGraphSettings):
             if node.node_id in self._index or node.node_id in seen:
                 raise GraphBuildError(f"node id {node.node_id!r} is already in the chunk graph")
             seen.add(node.node_id)
-        vectors = graph_edges.embed_rows(nodes, embed_model, show_progress)
-        with graph_edges.gc_paused():
+        vectors = embed_rows(nodes, embed_model, show_progress)
+        with gc_paused():
             self._add_embedded(nodes, vectors, keyword_fn, show_progress)
 
     def _add_embedded(
@@ -205,12 +223,10 @@ class ChunkInteractionGraph(InteractionGraphSettings):
             # chunk of a document to every other; they are not keywords.
             self._append_row(
                 node.node_id, schema.get_document_id(node), schema.get_position(node), title_words,
-                _normalised_set(raw) - title_words,
+                normalised_keywords(raw) - title_words,
             )
         self._vectors = vectors if not self._vectors.size else np.vstack([self._vectors, vectors])
-        graph_edges.update_structural(self, range(start, len(self._ids)))
-        graph_edges.update_semantic(self, start, show_progress)
-        graph_edges.rebuild_keyword_edges(self)
+        self._link_rows(start, show_progress)
 
     def without_nodes(self, node_ids: Iterable[str]) -> "ChunkInteractionGraph":
         """A graph over the other chunks, rows in the same order, with every edge recomputed as
@@ -231,14 +247,12 @@ class ChunkInteractionGraph(InteractionGraphSettings):
         if not keep:
             return graph
         graph._vectors = self._vectors[keep]
-        with graph_edges.gc_paused():
-            graph_edges.update_structural(graph, range(len(keep)))
-            graph_edges.update_semantic(graph, 0, show_progress=False)
-            graph_edges.rebuild_keyword_edges(graph)
+        with gc_paused():
+            graph._link_rows(0, show_progress=False)
         return graph
 
     def _append_row(
-        self, node_id: str, doc: Optional[str], position: Optional[int], titles: Set[str], keywords: Set[str]
+        self, node_id: str, doc: Optional[str], position: Optional[int], titles: AbstractSet[str], keywords: Set[str]
     ) -> None:
         self._index[node_id] = len(self._ids)
         self._ids.append(node_id)
@@ -247,6 +261,69 @@ class ChunkInteractionGraph(InteractionGraphSettings):
         self._titles.append(titles)
         self._keywords.append(keywords)
         self._graph.add_node(node_id)
+
+    # --- edges (what links which rows: graph_edges; applied here) ------------------------
+    # (Hot loops bind the private attributes to locals: pydantic resolves ``self._x`` through
+    # a slow ``__getattr__``, which dominated the build time at 50k chunks.)
+    def _link_rows(self, start: int, show_progress: bool) -> None:
+        """The edges after rows ``start:`` were added, as a rebuild over all rows makes them."""
+        self._update_structural(range(start, len(self._ids)))
+        self._update_semantic(start, show_progress)
+        self._rebuild_keyword_edges()
+
+    def _update_structural(self, new: Iterable[int]) -> None:
+        """Chain the chunks of every document touched by ``new`` in position order."""
+        G, all_docs, all_ids, index = self._graph, self._docs, self._ids, self._index
+        for doc, rows in document_chains(all_docs, self._positions, new).items():
+            ids = [all_ids[i] for i in rows]
+            # A chunk inserted between two old ones breaks their adjacency: clear, then relink.
+            for u in ids:
+                for v in list(G[u]):
+                    if all_docs[index[v]] == doc:
+                        clear_weight(G, u, v, STRUCTURAL)
+            for u, v in zip(ids, ids[1:]):
+                set_weight(G, u, v, STRUCTURAL, 1)
+
+    def _update_semantic(self, start: int, show_progress: bool) -> None:
+        """Top-k cosine neighbours for the new rows, and the new rows entering old top-k lists;
+        edges = union over i of (i, j in top-k(i)), touching only rows whose list changed."""
+        old_ids = self._knn_ids
+        knn_ids, knn_sims = semantic_top_k(
+            self._vectors, old_ids, self._knn_sims, start, self.semantic_top_k, self.block_size, show_progress
+        )
+        self._knn_ids, self._knn_sims = knn_ids, knn_sims
+        G, ids = self._graph, self._ids
+        n = len(ids)
+        now = knn_lists(knn_ids, knn_sims, range(n), self.min_similarity)
+        old = [{j for j in row if j >= 0} for row in old_ids[:start].tolist()]
+        changed = [r for r in range(start) if set(now[r]) != old[r]]
+        for r in changed:  # neighbours pushed out of r's list lose the edge unless r is in theirs
+            for j in old[r] - set(now[r]):
+                if r not in now[j]:
+                    clear_weight(G, ids[r], ids[j], SEMANTIC)
+        for r in list(changed) + list(range(start, n)):
+            for j, s in now[r].items():
+                set_weight(G, ids[r], ids[j], SEMANTIC, round(s, 6))
+
+    def _rebuild_keyword_edges(self) -> None:
+        """Keyword edges rebuilt over all rows: which keywords are too common depends on the
+        corpus size (the sparse product costs seconds even at 50k chunks)."""
+        G, ids, keywords = self._graph, self._ids, self._keywords
+        n = len(ids)
+        self._keyword_index = postings = keyword_postings(keywords)
+        limit = max(self.max_keyword_fraction * n, self.min_common_count)
+        shared = shared_keyword_counts(keywords, self._titles, postings, limit, self.title_mentions)
+        for u, v, data in list(G.edges(data=True)):
+            if data.get(KEYWORD):
+                clear_weight(G, u, v, KEYWORD)
+        if shared is None:
+            return
+        self._threshold = threshold = resolve_keyword_threshold(
+            self.keyword_threshold, shared.data, n, self.max_keyword_degree
+        )
+        keep = shared.data >= threshold
+        for i, j, c in zip(shared.row[keep].tolist(), shared.col[keep].tolist(), shared.data[keep].tolist()):
+            set_weight(G, ids[i], ids[j], KEYWORD, int(c))
 
     # --- reading ------------------------------------------------------------------------
     @property
@@ -356,12 +433,12 @@ class ChunkInteractionGraph(InteractionGraphSettings):
             ``{"structural": ..., "semantic": ..., "keyword": ...}``.
         """
         data = self._graph.get_edge_data(u, v) or {}
-        return {k: data.get(k, 0) for k in _EDGE_KINDS}
+        return {k: data.get(k, 0) for k in EDGE_KINDS}
 
     def edge_counts(self) -> Dict[str, int]:
-        counts = {k: 0 for k in _EDGE_KINDS}
+        counts = {k: 0 for k in EDGE_KINDS}
         for _, _, data in self._graph.edges(data=True):
-            for k in _EDGE_KINDS:
+            for k in EDGE_KINDS:
                 counts[k] += bool(data.get(k))
         counts["edges"] = self._graph.number_of_edges()
         return counts
@@ -373,7 +450,7 @@ class ChunkInteractionGraph(InteractionGraphSettings):
         return self._keywords
 
     @property
-    def row_title_keywords(self) -> Sequence[Set[str]]:
+    def row_title_keywords(self) -> Sequence[AbstractSet[str]]:
         """Document-title keywords of every row, in ``node_ids`` order (read-only)."""
         return self._titles
 
@@ -417,16 +494,36 @@ class ChunkInteractionGraph(InteractionGraphSettings):
             return None
         return [self._index[v] for v in path]
 
-    # --- persistence (retrievers/graph_records.py) ----------------------------------------
-    # One row format for every store: a folder (persist/load) and a database table.
+    # --- persistence ---------------------------------------------------------------------
+    # One row format for every store: a folder (persist/load) and a database's tables.
     def node_records(self) -> List[Dict[str, Any]]:
         """One record per row, in row order: id, document id, position, title keywords and
-        edge keywords (sorted)."""
-        return graph_records.node_records(self)
+        edge keywords (sorted).
+
+        Returns:
+            The records.
+        """
+        return [
+            {
+                "id": node_id,
+                schema.DOCUMENT_ID: self._docs[i],
+                schema.POSITION: self._positions[i],
+                "title_keywords": sorted(self._titles[i]),
+                "keywords": sorted(self._keywords[i]),
+            }
+            for i, node_id in enumerate(self._ids)
+        ]
 
     def edge_records(self) -> List[Tuple[str, str, float, float, float]]:
-        """``(u, v, structural, semantic, keyword)`` per linked pair."""
-        return graph_records.edge_records(self)
+        """``(u, v, structural, semantic, keyword)`` per linked pair.
+
+        Returns:
+            The records.
+        """
+        return [
+            (u, v, d.get(STRUCTURAL, 0), d.get(SEMANTIC, 0), d.get(KEYWORD, 0))
+            for u, v, d in self._graph.edges(data=True)
+        ]
 
     @property
     def knn(self) -> Tuple[np.ndarray, np.ndarray]:
@@ -446,7 +543,7 @@ class ChunkInteractionGraph(InteractionGraphSettings):
         knn_sims: np.ndarray,
     ) -> "ChunkInteractionGraph":
         """The graph saved as [`node_records`][llama_index_hiqa.retrievers.chunk_interaction_graph.ChunkInteractionGraph.node_records], [`edge_records`][llama_index_hiqa.retrievers.chunk_interaction_graph.ChunkInteractionGraph.edge_records], [`vectors`][llama_index_hiqa.retrievers.chunk_interaction_graph.ChunkInteractionGraph.vectors]
-        (unit rows) and [`knn`][llama_index_hiqa.retrievers.chunk_interaction_graph.ChunkInteractionGraph.knn], nothing recomputed (``graph_records.from_records``).
+        (unit rows) and [`knn`][llama_index_hiqa.retrievers.chunk_interaction_graph.ChunkInteractionGraph.knn], nothing recomputed.
 
         Args:
             settings: the graph's settings.
@@ -460,7 +557,22 @@ class ChunkInteractionGraph(InteractionGraphSettings):
         Returns:
             The graph.
         """
-        return graph_records.from_records(cls, settings, keyword_threshold, nodes, edges, vectors, knn_ids, knn_sims)
+        # A graph saved before title_mentions existed was built without them: keep its edges' rule.
+        graph = cls(**{"title_mentions": False, **settings})
+        graph._threshold = keyword_threshold
+        keyword_index = graph._keyword_index
+        for row in nodes:
+            graph._append_row(
+                row["id"], row[schema.DOCUMENT_ID], row[schema.POSITION], set(row["title_keywords"]), set(row["keywords"])
+            )
+            for w in row["keywords"]:
+                keyword_index[w].add(len(graph._ids) - 1)
+        G = graph._graph
+        for u, v, st, se, kw in edges:
+            G.add_edge(u, v, **{STRUCTURAL: st, SEMANTIC: se, KEYWORD: kw})
+        graph._vectors = np.asarray(vectors, dtype=np.float32)
+        graph._knn_ids, graph._knn_sims = np.asarray(knn_ids, dtype=np.int64), np.asarray(knn_sims, dtype=np.float32)
+        return graph
 
     def persist(self, persist_dir: Union[str, Path]) -> None:
         """Write ``chunk_graph.json`` (settings, nodes, edges keyed by node id) and the vectors.
@@ -468,7 +580,17 @@ class ChunkInteractionGraph(InteractionGraphSettings):
         Args:
             persist_dir: the folder (created when missing).
         """
-        graph_records.persist(self, persist_dir)
+        folder = Path(persist_dir)
+        folder.mkdir(parents=True, exist_ok=True)
+        payload = {
+            "format": "llama_index_hiqa.chunk_graph/1",
+            "settings": self.model_dump(),
+            "resolved_keyword_threshold": self._threshold,
+            "nodes": self.node_records(),
+            "edges": [list(edge) for edge in self.edge_records()],
+        }
+        (folder / GRAPH_FILE).write_text(json.dumps(payload), encoding="utf-8")
+        np.savez_compressed(folder / VECTORS_FILE, vectors=self._vectors, knn_ids=self._knn_ids, knn_sims=self._knn_sims)
 
     @classmethod
     def load(cls, persist_dir: Union[str, Path]) -> "ChunkInteractionGraph":
@@ -483,4 +605,13 @@ class ChunkInteractionGraph(InteractionGraphSettings):
         Raises:
             GraphBuildError: no readable graph in the folder.
         """
-        return graph_records.load(cls, persist_dir)
+        folder = Path(persist_dir)
+        try:
+            payload = json.loads((folder / GRAPH_FILE).read_text(encoding="utf-8"))
+            arrays = np.load(folder / VECTORS_FILE)
+        except (OSError, ValueError) as exc:
+            raise GraphBuildError(f"no readable chunk graph in {folder}: {exc}") from exc
+        return cls.from_records(
+            payload["settings"], payload.get("resolved_keyword_threshold"), payload["nodes"], payload["edges"],
+            arrays["vectors"], arrays["knn_ids"], arrays["knn_sims"],
+        )

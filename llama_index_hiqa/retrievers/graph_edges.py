@@ -1,13 +1,16 @@
-"""The edges of IIER's Chunk-Interaction Graph, computed over a graph's rows.
+"""The edges of IIER's Chunk-Interaction Graph, computed from a graph's rows.
 
 "Leveraging Inter-Chunk Interactions for Enhanced Retrieval in Large Language Model-Based
 Question Answering" (IIER, Guo et al.) §3.1: structural edges (consecutive chunks of one
 document, weight 1), semantic edges (each chunk to its top-k most similar chunks, weight =
 cosine) and keyword edges (chunks sharing at least T keywords, weight = how many; T chosen per
-collection by [`resolve_keyword_threshold`][llama_index_hiqa.retrievers.graph_edges.resolve_keyword_threshold]). Each function updates the edges of a
-[`ChunkInteractionGraph`][llama_index_hiqa.retrievers.chunk_interaction_graph.ChunkInteractionGraph] (its rows:
-ids, documents, positions, keywords, unit vectors) after rows were added: blocked matrix
-products for the top-k, a sparse keyword co-occurrence product (no all-pairs Python loop).
+collection by [`resolve_keyword_threshold`][llama_index_hiqa.retrievers.graph_edges.resolve_keyword_threshold]).
+Pure functions over rows (documents, positions, keywords, unit vectors): which rows each
+kind of edge links, by blocked matrix products for the top-k and a sparse keyword
+co-occurrence product (no all-pairs Python loop).
+[`ChunkInteractionGraph`][llama_index_hiqa.retrievers.chunk_interaction_graph.ChunkInteractionGraph]
+owns its rows and edges and applies what these return ([`set_weight`][llama_index_hiqa.retrievers.graph_edges.set_weight] /
+[`clear_weight`][llama_index_hiqa.retrievers.graph_edges.clear_weight]).
 """
 
 from __future__ import annotations
@@ -15,15 +18,19 @@ from __future__ import annotations
 import contextlib
 import gc
 from collections import defaultdict
-from typing import Any, Dict, Iterable, Iterator, List, Optional, Tuple, Union
+from typing import (
+    AbstractSet, DefaultDict, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Set, Tuple, Union,
+)
 
 import networkx as nx
 import numpy as np
 from llama_index.core.base.embeddings.base import BaseEmbedding
 from llama_index.core.schema import BaseNode, MetadataMode
+from scipy import sparse
+from tqdm import tqdm
 
-from llama_index_hiqa.models.defaults import resolve_embed_model
 from llama_index_hiqa.errors import GraphBuildError
+from llama_index_hiqa.models.defaults import resolve_embed_model
 
 # Edge attribute names (one edge per node pair; a weight of 0 means "no such interaction").
 STRUCTURAL = "structural"
@@ -110,60 +117,63 @@ def embed_rows(nodes: List[BaseNode], embed_model: Optional[BaseEmbedding], show
     return unit_rows(matrix)
 
 
-# (Hot loops bind the private attributes to locals: pydantic resolves ``graph._x`` through a
-# slow ``__getattr__``, which dominated the build time at 50k chunks.)
-
-
-def update_structural(graph: Any, new: Iterable[int]) -> None:
-    """Chain the chunks of every document touched by ``new`` in position order.
+def document_chains(
+    docs: Sequence[Optional[str]], positions: Sequence[Optional[int]], new: Iterable[int]
+) -> Dict[str, List[int]]:
+    """The rows of every document touched by ``new``, each document's in position order:
+    what the structural edges chain (rows without a document or a position are in none).
 
     Args:
-        graph: the chunk graph.
+        docs: every row's document id.
+        positions: every row's position in its document.
         new: the rows added.
+
+    Returns:
+        Document id -> its rows, in position order (documents in the order of their first row).
     """
-    G, all_docs, positions, all_ids, index = graph._graph, graph._docs, graph._positions, graph._ids, graph._index
-    docs = {all_docs[i] for i in new if all_docs[i] is not None and positions[i] is not None}
-    if not docs:
-        return
-    members: Dict[str, List[int]] = defaultdict(list)
-    for i, (doc, pos) in enumerate(zip(all_docs, positions)):
-        if doc in docs and pos is not None:
-            members[doc].append(i)
-    for doc, idxs in members.items():
-        idxs.sort(key=lambda i: positions[i])
-        ids = [all_ids[i] for i in idxs]
-        # A chunk inserted between two old ones breaks their adjacency: clear, then relink.
-        for u in ids:
-            for v in list(G[u]):
-                if all_docs[index[v]] == doc:
-                    _clear_weight(G, u, v, STRUCTURAL)
-        for u, v in zip(ids, ids[1:]):
-            _set_weight(G, u, v, STRUCTURAL, 1)
+    touched = {docs[i] for i in new if docs[i] is not None and positions[i] is not None}
+    members: Dict[str, List[Tuple[int, int]]] = defaultdict(list)
+    if not touched:
+        return {}
+    for i, (doc, pos) in enumerate(zip(docs, positions)):
+        if doc is not None and doc in touched and pos is not None:
+            members[doc].append((pos, i))
+    # (position, row) pairs sort as a stable sort by position does: equal positions in row order.
+    return {doc: [i for _, i in sorted(pairs)] for doc, pairs in members.items()}
 
 
-def update_semantic(graph: Any, start: int, show_progress: bool) -> None:
-    """Top-k cosine neighbours for the new rows, and the new rows entering old top-k lists.
+def semantic_top_k(
+    vectors: np.ndarray, knn_ids: np.ndarray, knn_sims: np.ndarray, start: int, k: int, block_size: int,
+    show_progress: bool = False,
+) -> Tuple[np.ndarray, np.ndarray]:
+    """Every row's top-k cosine neighbours after rows ``start:`` were added: the new rows'
+    lists, and the new rows entering the old rows' lists (``knn_ids`` / ``knn_sims``, the lists
+    before, are not changed).
 
     Blocked matrix products (``block_size`` rows at a time) keep memory at
-    ``block_size × n`` floats; ``argpartition`` picks the top k without a full sort.
+    ``block_size × n`` floats; the top k of a row are picked without a full sort.
 
     Args:
-        graph: the chunk graph.
+        vectors: the unit vectors, one row per chunk (old rows first).
+        knn_ids: the old rows' neighbour rows (-1 where fewer exist).
+        knn_sims: their cosines (-inf where fewer exist).
         start: the first new row.
+        k: neighbours per row.
+        block_size: the most rows per block of the product.
         show_progress: show a progress bar over the blocks.
+
+    Returns:
+        ``(ids, sims)``: ``(n, k)`` arrays, best first.
     """
-    n, k = len(graph._ids), graph.semantic_top_k
+    n = len(vectors)
     k_eff = min(k, n - 1)
-    old_ids, old_sims = graph._knn_ids, graph._knn_sims
     new_ids = np.full((n, k), -1, dtype=np.int64)
     new_sims = np.full((n, k), -np.inf, dtype=np.float32)
     if start:
-        new_ids[:start, : old_ids.shape[1]] = old_ids
-        new_sims[:start, : old_sims.shape[1]] = old_sims
+        new_ids[:start, : knn_ids.shape[1]] = knn_ids
+        new_sims[:start, : knn_sims.shape[1]] = knn_sims
     if k_eff <= 0:
-        graph._knn_ids, graph._knn_sims = new_ids, new_sims
-        return
-    vectors = graph._vectors
+        return new_ids, new_sims
     new_vecs = vectors[start:]
     n_new = n - start
     # Best new candidates for every old row (new rows can push old neighbours out).
@@ -171,11 +181,9 @@ def update_semantic(graph: Any, start: int, show_progress: bool) -> None:
     cand_old_sims = np.full((start, k_eff), -np.inf, dtype=np.float32)
     # Rows per block: at most block_size, and at most ~4M similarities per block, so the
     # peak memory of the build stays flat as the corpus grows.
-    rows_per_block = max(1, min(graph.block_size, 4_000_000 // max(n, 1)))
-    blocks = range(0, n, rows_per_block)
+    rows_per_block = max(1, min(block_size, 4_000_000 // max(n, 1)))
+    blocks: Iterable[int] = range(0, n, rows_per_block)
     if show_progress:
-        from tqdm import tqdm
-
         blocks = tqdm(blocks, desc="semantic top-k", unit="block")
     for b0 in blocks:
         b1 = min(b0 + rows_per_block, n)
@@ -201,93 +209,102 @@ def update_semantic(graph: Any, start: int, show_progress: bool) -> None:
         order = np.argsort(-merged_sims, axis=1, kind="stable")[:, :k]
         new_ids[:start] = np.take_along_axis(merged_ids, order, axis=1)
         new_sims[:start] = np.take_along_axis(merged_sims, order, axis=1)
-    graph._knn_ids, graph._knn_sims = new_ids, new_sims
-    _apply_semantic(graph, old_ids, start)
+    return new_ids, new_sims
 
 
-def _knn_lists(graph: Any, ids: np.ndarray, sims: np.ndarray, rows: Iterable[int]) -> Dict[int, Dict[int, float]]:
-    keep = (ids >= 0) & np.isfinite(sims) & (sims >= graph.min_similarity)
+def knn_lists(
+    ids: np.ndarray, sims: np.ndarray, rows: Iterable[int], min_similarity: float
+) -> Dict[int, Dict[int, float]]:
+    """The semantic edges each of ``rows`` asks for: its top-k rows at or above ``min_similarity``.
+
+    Args:
+        ids: every row's top-k rows (-1 where fewer exist).
+        sims: their cosines.
+        rows: the rows wanted.
+        min_similarity: the smallest cosine that links.
+
+    Returns:
+        Row -> {neighbour row: cosine}.
+    """
+    keep = (ids >= 0) & np.isfinite(sims) & (sims >= min_similarity)
     ids_l, sims_l, keep_l = ids.tolist(), sims.tolist(), keep.tolist()
     return {
         r: {j: s for j, s, k in zip(ids_l[r], sims_l[r], keep_l[r]) if k} for r in rows
     }
 
 
-def _apply_semantic(graph: Any, old_ids: np.ndarray, start: int) -> None:
-    """Edges = union over i of (i, j in top-k(i)); touch only rows whose list changed."""
-    G, ids = graph._graph, graph._ids
-    n = len(ids)
-    now = _knn_lists(graph, graph._knn_ids, graph._knn_sims, range(n))
-    old = [{j for j in row if j >= 0} for row in old_ids[:start].tolist()]
-    changed = [r for r in range(start) if set(now[r]) != old[r]]
-    for r in changed:  # neighbours pushed out of r's list lose the edge unless r is in theirs
-        for j in old[r] - set(now[r]):
-            if r not in now[j]:
-                _clear_weight(G, ids[r], ids[j], SEMANTIC)
-    for r in list(changed) + list(range(start, n)):
-        for j, s in now[r].items():
-            _set_weight(G, ids[r], ids[j], SEMANTIC, round(s, 6))
-
-
-def rebuild_keyword_edges(graph: Any) -> None:
-    """Keyword edges from a sparse chunk×keyword matrix product (no pair loop in Python).
-
-    Rebuilt on every ``add_nodes`` because which keywords are too common depends on the
-    corpus size; the sparse product costs seconds even at 50k chunks.
+def keyword_postings(keywords: Sequence[AbstractSet[str]]) -> DefaultDict[str, Set[int]]:
+    """The rows of every keyword.
 
     Args:
-        graph: the chunk graph.
-    """
-    from scipy import sparse
+        keywords: every row's edge keywords.
 
-    G, ids, all_keywords = graph._graph, graph._ids, graph._keywords
-    n = len(ids)
-    graph._keyword_index = keyword_index = defaultdict(set)
-    for i, words in enumerate(all_keywords):
+    Returns:
+        Keyword -> the rows holding it.
+    """
+    postings: DefaultDict[str, Set[int]] = defaultdict(set)
+    for i, words in enumerate(keywords):
         for w in words:
-            keyword_index[w].add(i)
-    limit = max(graph.max_keyword_fraction * n, graph.min_common_count)
+            postings[w].add(i)
+    return postings
+
+
+def shared_keyword_counts(
+    keywords: Sequence[AbstractSet[str]],
+    titles: Sequence[AbstractSet[str]],
+    postings: Mapping[str, Set[int]],
+    limit: float,
+    title_mentions: bool,
+) -> Optional[sparse.coo_matrix]:
+    """How many keywords every pair of rows shares: a sparse chunk×keyword matrix product (no
+    pair loop in Python), keywords held by more than ``limit`` rows left out as too common.
+
+    Args:
+        keywords: every row's edge keywords.
+        titles: every row's document-title keywords.
+        postings: keyword -> its rows ([`keyword_postings`][llama_index_hiqa.retrievers.graph_edges.keyword_postings]).
+        limit: the most rows a keyword may be found in and still link them.
+        title_mentions: a row naming another document's title shares that keyword with the
+            other document's rows.
+
+    Returns:
+        The counts of the pairs ``i < j`` sharing a keyword (``None`` when no keyword links).
+    """
+    n = len(keywords)
     # A title keyword links only where some chunk of another document names it: its
     # document's chunks count among its postings for the "too common" limit.
     mentioned: Dict[str, int] = defaultdict(int)
-    if graph.title_mentions:
-        for titles in graph._titles:
-            for w in titles:
-                if w in keyword_index:
+    if title_mentions:
+        for row_titles in titles:
+            for w in row_titles:
+                if w in postings:
                     mentioned[w] += 1
     vocab = {
-        w: c for c, w in enumerate(w for w, p in keyword_index.items() if len(p) + mentioned.get(w, 0) <= limit)
+        w: c for c, w in enumerate(w for w, p in postings.items() if len(p) + mentioned.get(w, 0) <= limit)
     }
     rows, cols = [], []
-    for i, words in enumerate(all_keywords):
+    for i, words in enumerate(keywords):
         for w in words:
             if w in vocab:
                 rows.append(i)
                 cols.append(vocab[w])
-    for u, v, data in list(G.edges(data=True)):
-        if data.get(KEYWORD):
-            _clear_weight(G, u, v, KEYWORD)
     if not rows:
-        return
+        return None
     m = sparse.csr_matrix((np.ones(len(rows), np.int32), (rows, cols)), shape=(n, len(vocab)))
     product = m @ m.T
     if mentioned:
-        # Chunk keywords never hold their own document's title words (see _add_embedded), so
-        # m @ t.T is zero inside a document: only cross-document mentions are counted.
+        # Chunk keywords never hold their own document's title words (the graph takes them
+        # out), so m @ t.T is zero inside a document: only cross-document mentions are counted.
         t_rows, t_cols = [], []
-        for i, titles in enumerate(graph._titles):
-            for w in titles:
+        for i, row_titles in enumerate(titles):
+            for w in row_titles:
                 if w in vocab and w in mentioned:
                     t_rows.append(i)
                     t_cols.append(vocab[w])
         t = sparse.csr_matrix((np.ones(len(t_rows), np.int32), (t_rows, t_cols)), shape=(n, len(vocab)))
         cross = m @ t.T
         product = product + cross + cross.T
-    shared = sparse.triu(product, k=1).tocoo()
-    graph._threshold = resolve_keyword_threshold(graph.keyword_threshold, shared.data, n, graph.max_keyword_degree)
-    keep = shared.data >= graph._threshold
-    for i, j, c in zip(shared.row[keep].tolist(), shared.col[keep].tolist(), shared.data[keep].tolist()):
-        _set_weight(G, ids[i], ids[j], KEYWORD, int(c))
+    return sparse.triu(product, k=1).tocoo()
 
 
 def unit_rows(matrix: np.ndarray) -> np.ndarray:
@@ -339,17 +356,35 @@ def _top_k_rows(
     return ids, out
 
 
-def _set_weight(G: nx.Graph, u: str, v: str, kind: str, weight: float) -> None:
+def set_weight(G: nx.Graph, u: str, v: str, kind: str, weight: float) -> None:
+    """Set one kind's weight of the edge ``u``-``v`` (the edge added, its other kinds 0, when
+    missing and ``weight`` is not 0).
+
+    Args:
+        G: the graph.
+        u: one node id.
+        v: the other node id.
+        kind: ``STRUCTURAL``, ``SEMANTIC`` or ``KEYWORD``.
+        weight: the weight.
+    """
     data = G.get_edge_data(u, v)
     if data is not None:
         data[kind] = weight
     elif weight:
-        attrs = {k: 0 for k in EDGE_KINDS}
+        attrs: Dict[str, float] = {k: 0 for k in EDGE_KINDS}
         attrs[kind] = weight
         G.add_edge(u, v, **attrs)
 
 
-def _clear_weight(G: nx.Graph, u: str, v: str, kind: str) -> None:
+def clear_weight(G: nx.Graph, u: str, v: str, kind: str) -> None:
+    """Set one kind's weight of the edge ``u``-``v`` to 0, removing the edge when no kind is left.
+
+    Args:
+        G: the graph.
+        u: one node id.
+        v: the other node id.
+        kind: ``STRUCTURAL``, ``SEMANTIC`` or ``KEYWORD``.
+    """
     data = G.get_edge_data(u, v)
     if data is not None:
         data[kind] = 0

@@ -24,37 +24,47 @@ from __future__ import annotations
 import io
 import json
 import time
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Set, Tuple
 
 import numpy as np
 from llama_index.core.base.embeddings.base import BaseEmbedding
 from llama_index.core.schema import BaseNode
+from llama_index.core.storage.docstore.utils import json_to_doc
+from sqlalchemy import Column, Integer, MetaData, Table, Text, insert, text
+from sqlalchemy.dialects.postgresql import ARRAY, REAL
+from sqlalchemy.engine import Connection
+from sqlalchemy.exc import SQLAlchemyError
 
 from llama_index_hiqa import schema
+from llama_index_hiqa.retrievers.chain_output import Chain
 from llama_index_hiqa.retrievers.chunk_graph import ChunkGraphRetriever
-from llama_index_hiqa.retrievers.chunk_interaction_graph import (
-    KEYWORD,
-    SEMANTIC,
-    STRUCTURAL,
-    ChunkInteractionGraph,
-    KeywordFn,
-    unit_rows,
-)
+from llama_index_hiqa.retrievers.chunk_interaction_graph import ChunkInteractionGraph, KeywordFn
+from llama_index_hiqa.retrievers.graph_edges import EDGE_KINDS, KEYWORD, SEMANTIC, STRUCTURAL, unit_rows
 from llama_index_hiqa.storage.pg_bulk import copy_from
-from llama_index_hiqa.storage.pg_schema import GRAPH_SCHEMA, STORE_FORMAT, VECTOR_TABLE, copy_field, without_nul
+from llama_index_hiqa.storage.pg_schema import (
+    DOCSTORE_TABLE,
+    GRAPH_SCHEMA,
+    STORE_FORMAT,
+    VECTOR_TABLE,
+    copy_field,
+    without_nul,
+)
+from llama_index_hiqa.storage.postgres import PostgresStore
 
 GRAPH_TTL_S = 5.0
-KINDS = (STRUCTURAL, SEMANTIC, KEYWORD)
+KINDS = EDGE_KINDS  # the kinds of the hiqa_graph_edges rows, in the edge records' order
 
-NodeRow = Tuple[Any, ...]
+# A hiqa_graph_nodes row: graph row, document id, position, keywords, title keywords, the
+# semantic top-k rows and their cosines.
+NodeRow = Tuple[
+    int, Optional[str], Optional[int], Tuple[str, ...], Tuple[str, ...], Tuple[int, ...], Tuple[float, ...]
+]
 EdgeKey = Tuple[str, str]
+EdgeWeights = Tuple[float, float, float]  # structural, semantic, keyword
 
 
-def graph_nodes_table() -> Any:
+def graph_nodes_table() -> Table:
     """``hiqa_graph_nodes`` for SQLAlchemy Core inserts (array columns)."""
-    from sqlalchemy import Column, Integer, MetaData, Table, Text
-    from sqlalchemy.dialects.postgresql import ARRAY, REAL
-
     return Table(
         "hiqa_graph_nodes", MetaData(),
         Column("node_id", Text, primary_key=True), Column("graph_row", Integer), Column("document_id", Text),
@@ -75,7 +85,7 @@ class StoredChunkGraph:
     """
 
     def __init__(
-        self, store: Any, settings: Dict[str, Any], keyword_fn: Optional[KeywordFn] = None,
+        self, store: PostgresStore, settings: Mapping[str, Any], keyword_fn: Optional[KeywordFn] = None,
         embed_model: Optional[BaseEmbedding] = None,
     ) -> None:
         self.store = store
@@ -91,8 +101,6 @@ class StoredChunkGraph:
     def current(self) -> ChunkInteractionGraph:
         """The graph as last committed (re-checked at most every `GRAPH_TTL_S`)."""
         if self.graph is None or time.monotonic() - self._checked_at > GRAPH_TTL_S:
-            from sqlalchemy.exc import SQLAlchemyError
-
             try:
                 with self.store.engine.connect() as conn:
                     generation = _generation(conn)
@@ -116,7 +124,7 @@ class StoredChunkGraph:
         self.graph, self.generation, self._as_stored = None, None, False
 
     # -- writing (inside the writer's transaction) -------------------------------------
-    def sync(self, conn: Any, nodes: Sequence[BaseNode]) -> None:
+    def sync(self, conn: Connection, nodes: Sequence[BaseNode]) -> None:
         """Bring the graph in line with ``hiqa_nodes`` after a batch (``nodes`` its new
         chunks, with their vectors) and write the rows that changed, on ``conn``.
 
@@ -137,8 +145,6 @@ class StoredChunkGraph:
             before = ({}, {})
         _write_nodes(conn, before[0], _node_rows(graph))
         _write_edges(conn, before[1], _edge_rows(graph))
-        from sqlalchemy import text
-
         self.generation = conn.execute(
             text(
                 "INSERT INTO hiqa_graph (id, generation, node_count, keyword_threshold, settings) "
@@ -173,7 +179,7 @@ class StoredGraphRetriever(ChunkGraphRetriever):
         self._stored = stored
         self._generation = stored.generation
 
-    def search(self, q_vec: np.ndarray, q_keywords: Any) -> List[List[Tuple[int, float]]]:
+    def search(self, q_vec: np.ndarray, q_keywords: Set[str]) -> List[Chain]:
         """Evidence chains over the graph as last committed, as lists of (graph row, score), seed first.
 
         Args:
@@ -185,22 +191,22 @@ class StoredGraphRetriever(ChunkGraphRetriever):
         """
         graph = self._stored.current()
         if graph is not self.graph or self._stored.generation != self._generation:
-            self.graph, self._generation = graph, self._stored.generation
-            self._seed_keywords, self._seed_index_cache = None, None  # derived from the old graph
+            self.use_graph(graph)
+            self._generation = self._stored.generation
         if not len(graph):
             return []
         return super().search(q_vec, q_keywords)
 
 
 # --- rows ---------------------------------------------------------------------------------
-def _generation(conn: Any) -> int:
+def _generation(conn: Connection) -> int:
     """The committed graph's generation; 0 when there is none (or no graph table yet)."""
     if conn.exec_driver_sql("SELECT to_regclass('hiqa_graph')").scalar() is None:
         return 0
     return int(conn.exec_driver_sql("SELECT generation FROM hiqa_graph WHERE id = 1").scalar() or 0)
 
 
-def _create_tables(conn: Any) -> None:
+def _create_tables(conn: Connection) -> None:
     """The graph's tables in a database created before they existed (store format 1)."""
     if conn.exec_driver_sql("SELECT to_regclass('hiqa_graph')").scalar() is None:
         for statement in GRAPH_SCHEMA:
@@ -208,7 +214,7 @@ def _create_tables(conn: Any) -> None:
         conn.exec_driver_sql(f"UPDATE hiqa_pack SET format = greatest(format, {STORE_FORMAT}) WHERE id = 1")
 
 
-def _read(conn: Any, settings: Dict[str, Any]) -> ChunkInteractionGraph:
+def _read(conn: Connection, settings: Mapping[str, Any]) -> ChunkInteractionGraph:
     """The committed graph, as saved (an empty one when none is)."""
     meta = None
     if _generation(conn):
@@ -236,13 +242,11 @@ def _read(conn: Any, settings: Dict[str, Any]) -> ChunkInteractionGraph:
     )
 
 
-def _vectors(conn: Any, node_ids: Sequence[str], graph_rows: bool = True, deleted: bool = False) -> np.ndarray:
+def _vectors(conn: Connection, node_ids: Sequence[str], graph_rows: bool = True, deleted: bool = False) -> np.ndarray:
     """The stored vectors of ``node_ids`` in that order, as the graph holds them (``graph_rows``)
     or as it is given them (pgvector's binary form: dimension, a reserved int16, then
     big-endian float4s). With ``deleted``, a chunk whose vector is gone (deleted in this
     transaction, about to leave the graph) gets zeros."""
-    from sqlalchemy import text
-
     found = {
         node_id: np.frombuffer(bytes(raw), dtype=">f4", offset=4)
         for node_id, raw in conn.execute(
@@ -261,23 +265,18 @@ def _vectors(conn: Any, node_ids: Sequence[str], graph_rows: bool = True, delete
     return unit_rows(given) if graph_rows else given
 
 
-def _read_ids(conn: Any) -> List[str]:
+def _read_ids(conn: Connection) -> List[str]:
     """Every chunk of the pack (``hiqa_nodes``), in document order."""
     return [r[0] for r in conn.exec_driver_sql("SELECT node_id FROM hiqa_nodes ORDER BY ref_doc_id, position, node_id")]
 
 
 def _reconcile(
-    conn: Any, graph: ChunkInteractionGraph, nodes: Sequence[BaseNode], keyword_fn: Optional[KeywordFn],
+    conn: Connection, graph: ChunkInteractionGraph, nodes: Sequence[BaseNode], keyword_fn: Optional[KeywordFn],
     embed_model: Optional[BaseEmbedding],
 ) -> Tuple[ChunkInteractionGraph, bool]:
     """``graph`` over exactly the chunks of ``hiqa_nodes``: the removed ones taken out, ``nodes``
     (the batch) and any other missing ones (read with their vectors) added; and whether rows
     were renumbered."""
-    from llama_index.core.storage.docstore.utils import json_to_doc
-    from sqlalchemy import text
-
-    from llama_index_hiqa.storage.pg_schema import DOCSTORE_TABLE
-
     current = _read_ids(conn)
     present = set(current)
     removed = [i for i in graph.node_ids if i not in present]
@@ -287,10 +286,12 @@ def _reconcile(
     known = set(graph.node_ids) | {n.node_id for n in batch}
     missing = [i for i in current if i not in known]
     if missing:
-        stored = dict(conn.execute(
-            text(f"SELECT key, value FROM data_{DOCSTORE_TABLE} WHERE namespace = 'docstore/data' AND key = ANY(:ids)"),
-            {"ids": missing},
-        ).all())
+        stored: Dict[str, Any] = {  # node id -> its docstore JSON (a dict, or text)
+            key: value for key, value in conn.execute(
+                text(f"SELECT key, value FROM data_{DOCSTORE_TABLE} WHERE namespace = 'docstore/data' AND key = ANY(:ids)"),
+                {"ids": missing},
+            ).all()
+        }
         vectors = _vectors(conn, missing, graph_rows=False)
         for node_id, vector in zip(missing, vectors):
             value = stored[node_id]
@@ -312,13 +313,11 @@ def _node_rows(graph: ChunkInteractionGraph) -> Dict[str, NodeRow]:
     }
 
 
-def _edge_rows(graph: ChunkInteractionGraph) -> Dict[EdgeKey, Tuple[float, float, float]]:
+def _edge_rows(graph: ChunkInteractionGraph) -> Dict[EdgeKey, EdgeWeights]:
     return {(min(u, v), max(u, v)): (st, se, kw) for u, v, st, se, kw in graph.edge_records()}
 
 
-def _write_nodes(conn: Any, before: Dict[str, NodeRow], after: Dict[str, NodeRow]) -> None:
-    from sqlalchemy import insert, text
-
+def _write_nodes(conn: Connection, before: Mapping[str, NodeRow], after: Mapping[str, NodeRow]) -> None:
     stale = [i for i, row in before.items() if after.get(i) != row]
     if stale:
         conn.execute(text("DELETE FROM hiqa_graph_nodes WHERE node_id = ANY(:ids)"), {"ids": stale})
@@ -332,9 +331,7 @@ def _write_nodes(conn: Any, before: Dict[str, NodeRow], after: Dict[str, NodeRow
         conn.execute(insert(GRAPH_NODES_TABLE), fresh[start:start + 1000])
 
 
-def _write_edges(conn: Any, before: Dict[EdgeKey, Tuple[float, ...]], after: Dict[EdgeKey, Tuple[float, ...]]) -> None:
-    from sqlalchemy import text
-
+def _write_edges(conn: Connection, before: Mapping[EdgeKey, EdgeWeights], after: Mapping[EdgeKey, EdgeWeights]) -> None:
     stale = [pair for pair, weights in before.items() if after.get(pair) != weights]
     if stale:
         conn.execute(
