@@ -134,7 +134,7 @@ def run_variants(
     )
     variants: Dict[str, Callable[[str], List[str]]] = {
         "vector top-k": lambda q: [ids[i] for i in np.argsort(-vector.scores(q), kind="stable")],
-        "BM25Retriever": lambda q: [ids[i] for i in np.argsort(-multi._bm25.all_scores(q), kind="stable")],
+        "BM25Retriever": lambda q: [ids[i] for i in np.argsort(-multi.bm25_route.all_scores(q), kind="stable")],
         "QueryFusionRetriever (RRF)": lambda q: [r.node.node_id for r in qfr.retrieve(q)],
     }
     configs = {
@@ -148,7 +148,7 @@ def run_variants(
     for name, update in configs.items():
         retriever = MultiRouteRetriever(
             vector_retriever=vector, nodes=nodes, keyword_extractor=extractor,
-            keyword_index=multi.keyword_index, _bm25_route=multi._bm25,
+            keyword_index=multi.keyword_index, bm25_route=multi.bm25_route,
             config=updated(multi.config, update),
         )
         variants[name] = retriever.full_ranking

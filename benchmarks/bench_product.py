@@ -287,8 +287,8 @@ def retrieval_only(name: str, store_dir: Path):
     pack, load_s = _loaded[base]
     multi = pack.multi_route
     retriever = MultiRouteRetriever(
-        vector_retriever=multi._vector_retriever, nodes=list(multi._nodes.values()),
-        keyword_extractor=multi.keyword_extractor, keyword_index=multi.keyword_index, _bm25_route=multi._bm25,
+        vector_retriever=multi.vector_retriever, nodes=list(multi.collection.nodes.values()),
+        keyword_extractor=multi.keyword_extractor, keyword_index=multi.keyword_index, bm25_route=multi.bm25_route,
         config=updated(multi.config, VARIANTS[name].get("multi_route", {})),
     )
     return pack, retriever, {"loaded_s": load_s, "store_of": base}

@@ -12,9 +12,9 @@ from llama_index.core.schema import Document, NodeRelationship, RelatedNodeInfo,
 
 from llama_index_hiqa import schema
 from llama_index_hiqa.pack.hiqa_pack import HiQAPack
-from llama_index_hiqa.retrievers.bm25_route import BM25Route
+from llama_index_hiqa.retrievers.bm25_route import BM25Route, corpus_tokenizer
 from llama_index_hiqa.retrievers import bm25_segments
-from llama_index_hiqa.retrievers.bm25_segments import Postings, SegmentedBM25Route, corpus_tokenizer
+from llama_index_hiqa.retrievers.bm25_segments import Postings, SegmentedBM25Route
 from llama_index_hiqa.storage.backends import embedded_bm25
 from tests.pack_helpers import HashEmbedding
 

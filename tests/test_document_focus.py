@@ -174,7 +174,7 @@ def test_several_documents_rank_as_each_alone_with_the_routes_asked_once():
     query = focus._embedded(QueryBundle("capital spending outlook cash flows"))
     asked = []
     scores_within = multi.scores_within
-    multi.scores_within = lambda q, ids: asked.append(list(ids)) or scores_within(q, ids)
+    multi.scores_within = lambda q, ids, *rest: asked.append(list(ids)) or scores_within(q, ids, *rest)
     together = focus.rank_documents(query, ["acme", "globex", "initech"])  # initech has no nodes
     assert len(asked) == 1 and len(asked[0]) == 10
     alone = {doc: focus.rank_document(query, [doc]) for doc in ("acme", "globex")}

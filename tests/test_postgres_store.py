@@ -132,6 +132,32 @@ def test_async_retrieval_ranks_as_sync(built):
         _assert_same_ranking(retriever.retrieve(question), asyncio.run(retriever.aretrieve(question)))
 
 
+def test_the_postgres_retriever_is_the_one_class_with_what_its_parts_cannot_do_refused(built, monkeypatch, tmp_path):
+    from llama_index_hiqa import MultiRouteRetriever
+    from llama_index_hiqa.retrievers.document_focus import DocumentFocusRetriever, MultiRouteRanking
+    from llama_index_hiqa.transforms.critical_keywords import CriticalKeywordExtractor
+
+    pack = HiQAPack.load(built, embed_model=HashEmbedding())
+    multi = pack.multi_route
+    assert type(multi) is MultiRouteRetriever and isinstance(multi, MultiRouteRanking)
+    with pytest.raises(NotImplementedError, match="full_ranking"):
+        multi.full_ranking(QUESTIONS[0])
+    with pytest.raises(NotImplementedError, match="nothing to persist"):
+        multi.persist(tmp_path / "routes")
+    assert multi.with_settings(similarity_top_k=3).retrieve(QUESTIONS[0])  # the parent's methods work
+    retriever = pack.as_retriever()
+    assert isinstance(retriever, DocumentFocusRetriever)
+    calls = []
+    real = CriticalKeywordExtractor.extract_query
+    monkeypatch.setattr(
+        CriticalKeywordExtractor, "extract_query", lambda self, q, *a, **k: calls.append(q) or real(self, q, *a, **k)
+    )
+    for question in QUESTIONS[:2]:
+        calls.clear()
+        assert retriever.retrieve(question)
+        assert calls == [question]  # the statement's keywords, the focus's choice and its scores: one extraction
+
+
 def test_a_read_only_session_answers_like_a_replica(built):
     """Opening and querying write nothing, so a read replica (here: a read-only session,
     set through the URL's own options) serves a pack."""

@@ -300,12 +300,12 @@ def test_interrupted_ingestion_resumes_from_its_checkpoint(documents, tmp_path):
 # --------------------------------------------------------------------------- query path
 def test_questions_rebuild_nothing(documents, monkeypatch):
     from llama_index_hiqa.postprocessors import segment_integration
-    from llama_index_hiqa.retrievers import multi_route
+    from llama_index_hiqa.retrievers.bm25_route import BM25Route
 
     pack = HiQAPack.from_documents(documents, embed_model=HashEmbedding(), use_segment_integration=True, **FAST)
     pack.retrieve(QUESTION)  # first question builds the routes once
     builds = {"bm25": 0, "postprocessor": 0, "docs": 0}
-    real_build = multi_route._BM25Route.build
+    real_build = BM25Route.build
     real_post_init = segment_integration.SegmentIntegrationPostprocessor.__init__
     docstore_type = type(pack.index.docstore)
     real_docs = docstore_type.docs
@@ -316,7 +316,7 @@ def test_questions_rebuild_nothing(documents, monkeypatch):
             return func(*args, **kwargs)
         return wrapper
 
-    monkeypatch.setattr(multi_route._BM25Route, "build", classmethod(lambda cls, *a, **k: count("bm25", real_build)(*a, **k)))
+    monkeypatch.setattr(BM25Route, "build", classmethod(lambda cls, *a, **k: count("bm25", real_build)(*a, **k)))
     monkeypatch.setattr(segment_integration.SegmentIntegrationPostprocessor, "__init__", count("postprocessor", real_post_init))
     monkeypatch.setattr(docstore_type, "docs", property(count("docs", real_docs.fget)))
     for _ in range(3):

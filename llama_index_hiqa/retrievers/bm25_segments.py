@@ -27,7 +27,7 @@ from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from llama_index_hiqa.retrievers.bm25_route import BM25Route, _IdCorpus, corpus_tokenizer  # noqa: F401 (re-exported)
+from llama_index_hiqa.retrievers.bm25_route import BM25Route, _IdCorpus
 
 # bm25s's defaults, those of BM25Retriever's index.
 K1, B = 1.5, 0.75

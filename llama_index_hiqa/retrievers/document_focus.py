@@ -39,19 +39,28 @@ import asyncio
 import logging
 import re
 from functools import lru_cache
-from typing import Any, Dict, List, Mapping, NamedTuple, Optional, Sequence, Tuple
+from typing import (
+    Any, Dict, Hashable, List, Mapping, NamedTuple, Optional, Protocol, Sequence, Tuple, Union, runtime_checkable,
+)
 
 import numpy as np
+import Stemmer
 from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.base.embeddings.base import BaseEmbedding
+from llama_index.core.callbacks.base import CallbackManager
+from llama_index.core.indices.vector_store.base import VectorStoreIndex
 from llama_index.core.schema import BaseNode, NodeWithScore, QueryBundle
+from llama_index.core.storage.docstore.types import BaseDocumentStore
 
-from llama_index_hiqa.questions import CleanQuestions, question_bundle
 from llama_index_hiqa import schema
+from llama_index_hiqa.questions import CleanQuestions, question_bundle
 from llama_index_hiqa.retrievers import focus_share
-from llama_index_hiqa.retrievers.multi_route import MultiRouteRetriever
-from llama_index_hiqa.retrievers.settings import BM25, KEYWORDS, VECTOR, DocumentFocusSettings  # noqa: F401 (re-exported)
+from llama_index_hiqa.retrievers.multi_route import MultiRouteRetriever, Ranking
+from llama_index_hiqa.retrievers.routes import QuestionKeywords
+from llama_index_hiqa.retrievers.settings import BM25, KEYWORDS, VECTOR, DocumentFocusSettings, MultiRouteSettings
 from llama_index_hiqa.settings import updated
+
+__all__ = ["DocumentFocusRetriever", "DocumentFocusSettings", "FocusChoice", "MultiRouteRanking", "StoredHeadings"]
 
 logger = logging.getLogger(__name__)
 
@@ -140,13 +149,11 @@ def embed_headings(embed_model: BaseEmbedding, texts: Sequence[str]) -> np.ndarr
 
 
 @lru_cache(maxsize=1)
-def _english_stemmer() -> Any:
-    import Stemmer
-
+def _english_stemmer() -> Stemmer.Stemmer:
     return Stemmer.Stemmer("english")
 
 
-def content_words(texts: Sequence[str], language: str = "en") -> List[frozenset]:
+def content_words(texts: Sequence[str], language: str = "en") -> List[frozenset[str]]:
     """The stemmed words of each text, stop words left out: the default BM25 route's
     tokens (bm25s with the English Snowball stemmer).
 
@@ -157,14 +164,14 @@ def content_words(texts: Sequence[str], language: str = "en") -> List[frozenset]
     Returns:
         One set of words per text.
     """
-    import bm25s
+    import bm25s  # here, not at the top: 0.7 s (measured) that loading the pack without a question must not pay
 
     tokens = bm25s.tokenize(list(texts), stopwords=language, stemmer=_english_stemmer(),
                             return_ids=False, show_progress=False)
     return [frozenset(t) for t in tokens]
 
 
-def heading_word_share(question_words: frozenset, heading_levels: Sequence[frozenset]) -> float:
+def heading_word_share(question_words: frozenset[str], heading_levels: Sequence[frozenset[str]]) -> float:
     """The largest share, over ``heading_levels`` (each level's words), of a level's words
     that are among ``question_words``; 0 without headings.
 
@@ -240,7 +247,7 @@ def focus_scores(
     }
 
 
-def one_per_page_first(ranked: Sequence[str], page_of: Mapping[str, Any]) -> List[str]:
+def one_per_page_first(ranked: Sequence[str], page_of: Mapping[str, Optional[Hashable]]) -> List[str]:
     """``ranked`` reordered so that each page's best node comes before any page's second
     node; the relative order inside both parts is kept. Ids without a page are each a page.
 
@@ -251,10 +258,12 @@ def one_per_page_first(ranked: Sequence[str], page_of: Mapping[str, Any]) -> Lis
     Returns:
         The reordered ids.
     """
-    first, rest, seen = [], [], set()
+    first: List[str] = []
+    rest: List[str] = []
+    seen: set[Hashable] = set()
     for node_id in ranked:
         page = page_of.get(node_id)
-        key = (node_id,) if page is None else page
+        key: Hashable = (node_id,) if page is None else page
         (rest if key in seen else first).append(node_id)
         seen.add(key)
     return first + rest
@@ -272,6 +281,154 @@ def failed_routes(results: Sequence[NodeWithScore]) -> List[str]:
     return sorted({r for hit in results for r in hit.node.metadata.get(schema.ROUTE_SCORES, {}).get("failed", ())})
 
 
+# -- what the focus needs of the ranking below it ---------------------------------------------
+RankedRows = List[Tuple[str, float, Dict[str, Any]]]  # (node id, score, route scores), best first
+
+
+@runtime_checkable
+class MultiRouteRanking(Protocol):
+    """What [`DocumentFocusRetriever`][llama_index_hiqa.retrievers.document_focus.DocumentFocusRetriever]
+    needs of the ranking below it: the ranking of a question with its keywords, one document's
+    nodes and every route's scores of them, the titles' keywords and the results' node copies.
+    [`MultiRouteRetriever`][llama_index_hiqa.retrievers.multi_route.MultiRouteRetriever] is one,
+    over any store."""
+
+    config: MultiRouteSettings
+    callback_manager: CallbackManager
+
+    def rank(self, query: QueryBundle, keywords: Optional[QuestionKeywords] = None) -> Ranking:
+        """The fused results and the question's keywords (``MultiRouteRetriever.rank``).
+
+        Args:
+            query: the question.
+            keywords: the question's keywords when already extracted.
+
+        Returns:
+            The ranking.
+        """
+        ...
+
+    async def arank(self, query: QueryBundle, keywords: Optional[QuestionKeywords] = None) -> Ranking:
+        """``rank`` without blocking the event loop.
+
+        Args:
+            query: the question.
+            keywords: the question's keywords when already extracted.
+
+        Returns:
+            The ranking.
+        """
+        ...
+
+    def full_ranking(self, query: Union[str, QueryBundle], keywords: Optional[QuestionKeywords] = None) -> List[str]:
+        """Every node id, best first.
+
+        Args:
+            query: the question.
+            keywords: the question's keywords when already extracted.
+
+        Returns:
+            The node ids.
+        """
+        ...
+
+    def question_keywords(self, query: Union[str, QueryBundle]) -> QuestionKeywords:
+        """The question's keywords, extracted now.
+
+        Args:
+            query: the question.
+
+        Returns:
+            The keywords.
+        """
+        ...
+
+    def nodes_by_id(self, node_ids: Sequence[str]) -> Dict[str, BaseNode]:
+        """The nodes of ``node_ids`` (unknown ids left out).
+
+        Args:
+            node_ids: the ids.
+
+        Returns:
+            ``{node id: node}``.
+        """
+        ...
+
+    def document_node_ids(self, document_id: str) -> List[str]:
+        """Every node id of a document.
+
+        Args:
+            document_id: the document.
+
+        Returns:
+            Its node ids.
+        """
+        ...
+
+    def scores_within(
+        self, query: Union[str, QueryBundle], node_ids: Sequence[str], skip: Sequence[str] = (),
+        keywords: Optional[QuestionKeywords] = None,
+    ) -> Dict[str, Dict[str, float]]:
+        """Each route's scores of exactly ``node_ids``.
+
+        Args:
+            query: the question.
+            node_ids: the nodes to score.
+            skip: routes not to ask (they failed on this question).
+            keywords: the question's keywords when already extracted.
+
+        Returns:
+            Route name -> ``{node id: score}``.
+        """
+        ...
+
+    def document_title_keywords(self) -> Dict[str, frozenset[str]]:
+        """Document id -> its title's keywords, for every document listed."""
+        ...
+
+    def title_keywords_of(self, titles: Sequence[str]) -> Dict[str, frozenset[str]]:
+        """Each title -> its keywords.
+
+        Args:
+            titles: document titles.
+
+        Returns:
+            ``{title: keywords}``.
+        """
+        ...
+
+    def results_for(
+        self, ranked: Sequence[Tuple[str, float]], route_scores: Mapping[str, Mapping[str, Any]],
+        known_nodes: Optional[Mapping[str, BaseNode]] = None,
+    ) -> List[NodeWithScore]:
+        """Ranked ids as results carrying their route scores.
+
+        Args:
+            ranked: ``[(node id, score), ...]`` in result order.
+            route_scores: node id -> its route scores.
+            known_nodes: nodes already at hand.
+
+        Returns:
+            The results.
+        """
+        ...
+
+
+class StoredHeadings(Protocol):
+    """A store's heading vectors computed at ingestion (``heading_vectors``)."""
+
+    def lookup(self, texts: Sequence[str]) -> Mapping[str, np.ndarray]:
+        """Heading path -> its unit vector, for the paths stored.
+
+        Args:
+            texts: heading paths.
+
+        Returns:
+            ``{path: unit vector}`` for those stored.
+        """
+        ...
+
+
 # -- retriever ---------------------------------------------------------------------------
 class DocumentFocusRetriever(CleanQuestions, BaseRetriever):
     """A multi-route retriever's best document(s) ranked again node by node, listed first.
@@ -281,7 +438,8 @@ class DocumentFocusRetriever(CleanQuestions, BaseRetriever):
         retriever = DocumentFocusRetriever(multi_route, embed_model=embed_model)
         nodes = retriever.retrieve("What is the FY2018 capital expenditure of 3M?")
 
-    ``multi_route`` is a [`MultiRouteRetriever`][llama_index_hiqa.retrievers.multi_route.MultiRouteRetriever] (it answers which
+    ``multi_route`` is a [`MultiRouteRetriever`][llama_index_hiqa.retrievers.multi_route.MultiRouteRetriever], or anything
+    [`MultiRouteRanking`][llama_index_hiqa.retrievers.document_focus.MultiRouteRanking] describes (it answers which
     document and scores that document's nodes); ``embed_model`` embeds the question once for
     both and the heading paths (kept in memory after their first use; an embedding model with
     a content-hash cache keeps them across processes). ``heading_vectors`` (the pack passes
@@ -295,30 +453,30 @@ class DocumentFocusRetriever(CleanQuestions, BaseRetriever):
 
     def __init__(
         self,
-        multi_route: Any,
+        multi_route: MultiRouteRanking,
         embed_model: Optional[BaseEmbedding] = None,
         config: Optional[DocumentFocusSettings] = None,
-        heading_vectors: Optional[Any] = None,
+        heading_vectors: Optional[StoredHeadings] = None,
         **settings: Any,
     ) -> None:
-        self.config = updated(config, settings, model_class=DocumentFocusSettings)
+        self.config: DocumentFocusSettings = updated(config, settings, model_class=DocumentFocusSettings)
         self.multi_route = multi_route
         self._embed_model = embed_model
         self._stored_headings = heading_vectors
         self._heading_vectors: Dict[str, np.ndarray] = {}
-        self._label_words: Dict[str, frozenset] = {}  # heading label -> content_words
+        self._label_words: Dict[str, frozenset[str]] = {}  # heading label -> content_words
         # What the ranking needs of a node, read once: a database store then fetches a
         # document's nodes only the first time a question lands on it.
         self._facts: Dict[str, _NodeFacts] = {}
-        super().__init__(callback_manager=getattr(multi_route, "callback_manager", None))
+        super().__init__(callback_manager=multi_route.callback_manager)
 
     @classmethod
     def from_defaults(
         cls,
-        index: Any = None,
+        index: Optional[VectorStoreIndex] = None,
         nodes: Optional[Sequence[BaseNode]] = None,
-        docstore: Any = None,
-        vector_retriever: Any = None,
+        docstore: Optional[BaseDocumentStore] = None,
+        vector_retriever: Optional[BaseRetriever] = None,
         embed_model: Optional[BaseEmbedding] = None,
         similarity_top_k: Optional[int] = None,
         **settings: Any,
@@ -355,6 +513,7 @@ class DocumentFocusRetriever(CleanQuestions, BaseRetriever):
 
     @property
     def similarity_top_k(self) -> int:
+        """Nodes returned per question (the multi-route retriever's)."""
         return self.multi_route.config.similarity_top_k
 
     # -- the question's embedding, once ----------------------------------------------------
@@ -385,7 +544,7 @@ class DocumentFocusRetriever(CleanQuestions, BaseRetriever):
     def _heading_words(self, query: QueryBundle, facts: Mapping[str, "_NodeFacts"]) -> Dict[str, float]:
         if not self.config.heading_words_weight:
             return {}
-        language = getattr(self.multi_route.config, "bm25_language", "en")
+        language = self.multi_route.config.bm25_language
         missing = sorted({label for f in facts.values() for label in f.labels if label not in self._label_words})
         if missing:
             self._label_words.update(zip(missing, content_words(missing, language)))
@@ -411,12 +570,15 @@ class DocumentFocusRetriever(CleanQuestions, BaseRetriever):
         q /= float(np.linalg.norm(q)) or 1.0
         return {node_id: float(self._heading_vectors[f.heading] @ q) for node_id, f in facts.items() if f.heading}
 
-    def rank_document(self, query: QueryBundle, document_ids: Sequence[str]) -> List[Tuple[str, float, Dict[str, Any]]]:
+    def rank_document(
+        self, query: QueryBundle, document_ids: Sequence[str], keywords: Optional[QuestionKeywords] = None
+    ) -> RankedRows:
         """Every node of ``document_ids``, best first: ``(node_id, score, route scores)``.
 
         Args:
             query: the question, embedded.
             document_ids: the documents whose nodes are ranked together.
+            keywords: the question's keywords when already extracted (``None``: extracted).
 
         Returns:
             The ranking; ``[]`` when the documents have no nodes or more than ``max_document_nodes``.
@@ -424,11 +586,12 @@ class DocumentFocusRetriever(CleanQuestions, BaseRetriever):
         ids: List[str] = []
         for document_id in document_ids:
             ids.extend(self.multi_route.document_node_ids(document_id))
-        return self._rank_groups(query, {"": ids}).get("", [])
+        return self._rank_groups(query, {"": ids}, (), keywords).get("", [])
 
     def rank_documents(
-        self, query: QueryBundle, document_ids: Sequence[str], failed: Sequence[str] = ()
-    ) -> Dict[str, List[Tuple[str, float, Dict[str, Any]]]]:
+        self, query: QueryBundle, document_ids: Sequence[str], failed: Sequence[str] = (),
+        keywords: Optional[QuestionKeywords] = None,
+    ) -> Dict[str, RankedRows]:
         """Each document's nodes ranked on its own (as [`rank_document`][llama_index_hiqa.retrievers.document_focus.DocumentFocusRetriever.rank_document] ranks one), with
         every route, the stored facts and the heading vectors asked once for all of them.
 
@@ -436,16 +599,19 @@ class DocumentFocusRetriever(CleanQuestions, BaseRetriever):
             query: the question, embedded.
             document_ids: the documents.
             failed: routes that failed on this question (not asked again).
+            keywords: the question's keywords when already extracted (``None``: extracted).
 
         Returns:
             Document id -> its ranking, for the documents with nodes and at most
                 ``max_document_nodes`` of them.
         """
-        return self._rank_groups(query, {d: self.multi_route.document_node_ids(d) for d in document_ids}, failed)
+        groups = {d: self.multi_route.document_node_ids(d) for d in document_ids}
+        return self._rank_groups(query, groups, failed, keywords)
 
     def _rank_groups(
-        self, query: QueryBundle, groups: Mapping[str, List[str]], failed: Sequence[str] = ()
-    ) -> Dict[str, List[Tuple[str, float, Dict[str, Any]]]]:
+        self, query: QueryBundle, groups: Mapping[str, List[str]], failed: Sequence[str] = (),
+        keywords: Optional[QuestionKeywords] = None,
+    ) -> Dict[str, RankedRows]:
         """Each group of node ids ranked on its own; the routes asked once over their union.
         A node's route scores do not depend on which other nodes are asked with it (collection-wide
         statistics), and the normalisation is per group, so a group ranks as if asked alone.
@@ -456,8 +622,7 @@ class DocumentFocusRetriever(CleanQuestions, BaseRetriever):
         facts = self._node_facts([i for ids in groups.values() for i in ids])
         groups = {g: [i for i in ids if i in facts] for g, ids in groups.items()}
         union = list(dict.fromkeys(i for ids in groups.values() for i in ids))
-        ask = self.multi_route.scores_within
-        routes = ask(query, union, failed) if failed else ask(query, union)  # a duck-typed retriever may take two
+        routes = self.multi_route.scores_within(query, union, failed, keywords)
         heading = self._heading_similarity(query, facts)
         named = self._heading_words(query, facts)
         return {g: self._ranked(ids, facts, routes, heading, named) for g, ids in groups.items() if ids}
@@ -465,7 +630,7 @@ class DocumentFocusRetriever(CleanQuestions, BaseRetriever):
     def _ranked(
         self, ids: Sequence[str], facts: Mapping[str, "_NodeFacts"], routes: Mapping[str, Mapping[str, float]],
         heading: Mapping[str, float], named: Mapping[str, float],
-    ) -> List[Tuple[str, float, Dict[str, Any]]]:
+    ) -> RankedRows:
         table = {i: facts[i].table for i in ids}
         alpha = self.multi_route.config.alpha
         fused = focus_scores(
@@ -503,24 +668,28 @@ class DocumentFocusRetriever(CleanQuestions, BaseRetriever):
         cut = min(round(hit.score or 0.0, 9) for hit in head) if full and head else float("-inf")
         return [doc for doc in sorted(best, key=lambda d: (-best[d], d)) if doc and best[doc] > cut]
 
-    def _title_keywords(self, head: Sequence[NodeWithScore]) -> Dict[str, frozenset]:
+    def _title_keywords(self, head: Sequence[NodeWithScore]) -> Dict[str, frozenset[str]]:
         """Document id -> its title's keywords: every document the multi-route retriever
         lists, and the head's documents (a store that cannot list them all)."""
-        known = dict(getattr(self.multi_route, "document_title_keywords", dict)())
+        known = dict(self.multi_route.document_title_keywords())
         titles = {schema.get_document_id(hit.node): schema.get_document_title(hit.node) for hit in head}
         missing = {doc: title for doc, title in titles.items() if doc and doc not in known and title}
         if missing:
-            by_title = self.multi_route._title_keywords_of(list(dict.fromkeys(missing.values())))
+            by_title = self.multi_route.title_keywords_of(list(dict.fromkeys(missing.values())))
             known.update({doc: by_title[title] for doc, title in missing.items()})
         return known
 
-    def choose(self, query: QueryBundle, head: Sequence[NodeWithScore]) -> "FocusChoice":
+    def choose(
+        self, query: QueryBundle, head: Sequence[NodeWithScore], keywords: Optional[QuestionKeywords] = None
+    ) -> "FocusChoice":
         """The documents this question is about and which document each of the first places
         goes to ([`focus_share`][llama_index_hiqa.retrievers.focus_share]).
 
         Args:
             query: the question, embedded.
             head: the multi-route retriever's first results.
+            keywords: the question's keywords as the keyword route matched them (``None``: the
+                route was off or failed; extracted here when needed).
 
         Returns:
             The [`FocusChoice`][llama_index_hiqa.retrievers.document_focus.FocusChoice].
@@ -532,9 +701,10 @@ class DocumentFocusRetriever(CleanQuestions, BaseRetriever):
         if cap == 1:
             return FocusChoice([first], [first] * len(head), False, [])
         titles = self._title_keywords(head)
-        keywords = self.multi_route.question_keywords(query) if hasattr(self.multi_route, "question_keywords") else []
+        if keywords is None:
+            keywords = self.multi_route.question_keywords(query)
         written = focus_share.names_written(query.query_str or "", titles)
-        facets = focus_share.question_facets([*keywords, *written], titles)
+        facets = focus_share.question_facets([*keywords.normalized, *written], titles)
         order = list(dict.fromkeys(d for d in head_documents if d))
         # The periods the best document's own top nodes report (a yearly report's comparatives).
         node_keywords = [schema.get_critical_keywords(hit.node) for hit in head if schema.get_document_id(hit.node) == first]
@@ -545,11 +715,11 @@ class DocumentFocusRetriever(CleanQuestions, BaseRetriever):
         pattern = focus_share.slot_pattern(documents, head_documents, is_named)
         return FocusChoice(documents, pattern, is_named, facets)
 
-    def _focused(self, query: QueryBundle, head: Sequence[NodeWithScore]) -> List[Tuple[str, float, Dict[str, Any]]]:
+    def _focused(self, query: QueryBundle, head: Ranking) -> RankedRows:
         """The focused documents' nodes, sharing the first places: ``(node_id, score, route
         scores)``, best first; ``[]`` when nothing can be ranked again."""
-        choice = self.choose(query, head)
-        rankings = self.rank_documents(query, choice.documents, failed_routes(head))
+        choice = self.choose(query, head.results, head.keywords)
+        rankings = self.rank_documents(query, choice.documents, failed_routes(head.results), head.keywords)
         if not rankings:
             return []
         documents = [d for d in choice.documents if d in rankings]
@@ -559,18 +729,18 @@ class DocumentFocusRetriever(CleanQuestions, BaseRetriever):
             row[2][FOCUS_DOCUMENTS] = len(documents)
         return [rows[i] for i in ids]
 
-    def _combine(self, query: QueryBundle, head: List[NodeWithScore], limit: Optional[int]) -> List[NodeWithScore]:
-        if not self.config.enabled or not head:
-            return head
+    def _combine(self, query: QueryBundle, head: Ranking, limit: Optional[int]) -> List[NodeWithScore]:
+        if not self.config.enabled or not head.results:
+            return head.results
         ranked = self._focused(query, head)
         if not ranked:
-            return head
+            return head.results
         keep = ranked if limit is None else ranked[:limit]
-        failed = failed_routes(head)  # the focused nodes say which routes failed, as the head's do
+        failed = failed_routes(head.results)  # the focused nodes say which routes failed, as the head's do
         rows = {i: ({**r, "failed": failed} if failed else r) for i, _, r in keep}
         focused = self.multi_route.results_for([(i, s) for i, s, _ in keep], rows)
         seen = {hit.node.node_id for hit in focused}
-        out = focused + [hit for hit in head if hit.node.node_id not in seen]
+        out = focused + [hit for hit in head.results if hit.node.node_id not in seen]
         return out if limit is None else out[:limit]
 
     # -- BaseRetriever -------------------------------------------------------------------
@@ -578,16 +748,16 @@ class DocumentFocusRetriever(CleanQuestions, BaseRetriever):
         if not (query_bundle.query_str or "").strip():
             return []
         query = self._embedded(query_bundle)
-        return self._combine(query, self.multi_route.retrieve(query), self.similarity_top_k)
+        return self._combine(query, self.multi_route.rank(query), self.similarity_top_k)
 
     async def _aretrieve(self, query_bundle: QueryBundle) -> List[NodeWithScore]:
         if not (query_bundle.query_str or "").strip():
             return []
         query = await asyncio.to_thread(self._embedded, query_bundle)
-        head = await self.multi_route.aretrieve(query)
+        head = await self.multi_route.arank(query)
         return await asyncio.to_thread(self._combine, query, head, self.similarity_top_k)
 
-    def full_ranking(self, query: Any) -> List[str]:
+    def full_ranking(self, query: Union[str, QueryBundle]) -> List[str]:
         """Every node id, best first, as `retrieve` orders them: the focused
         document's nodes, then the multi-route retriever's full ranking of the others.
 
@@ -598,13 +768,11 @@ class DocumentFocusRetriever(CleanQuestions, BaseRetriever):
             Every node id, best first.
         """
         bundle = self._embedded(question_bundle(query))
-        if not (bundle.query_str or "").strip():
+        if not (bundle.query_str or "").strip() or not self.config.enabled:
             return self.multi_route.full_ranking(bundle)
-        rest = self.multi_route.full_ranking(bundle)
-        if not self.config.enabled:
-            return rest
-        head = self.multi_route.retrieve(bundle)
-        first = [i for i, _, _ in self._focused(bundle, head)] if head else []
+        head = self.multi_route.rank(bundle)
+        rest = self.multi_route.full_ranking(bundle, head.keywords)
+        first = [i for i, _, _ in self._focused(bundle, head)] if head.results else []
         seen = set(first)
         return first + [i for i in rest if i not in seen]
 

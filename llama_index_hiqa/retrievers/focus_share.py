@@ -34,7 +34,9 @@ rule is checked on its own.
 from __future__ import annotations
 
 import re
-from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Set
+from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Set, Tuple
+
+from llama_index_hiqa.indexes.keyword_index import normalize_keyword
 
 _QUESTION_WORD = re.compile(r"[A-Za-z0-9][A-Za-z0-9&]*(?:['’][A-Za-z]+)?")
 _PERIOD = re.compile(r"^(?:(?:19|20)\d{2}|q[1-4](?:19|20)\d{2}|[1-4]q(?:19|20)\d{2})$")
@@ -55,7 +57,7 @@ def facet_kind(keyword: str) -> str:
     return PERIOD if _PERIOD.match(keyword) else NAME
 
 
-def names_written(question: str, title_keywords: Mapping[str, frozenset], max_words: int = 4) -> List[str]:
+def names_written(question: str, title_keywords: Mapping[str, frozenset[str]], max_words: int = 4) -> List[str]:
     """Title keywords the question writes as a name: a run of up to ``max_words`` of its words,
     the first one capitalised or a number, whose normalised form is the keyword ("Boeing's",
     "NIKE", "Best Buy", "3M"). The entity recogniser can miss a name or swallow it into a longer
@@ -69,8 +71,6 @@ def names_written(question: str, title_keywords: Mapping[str, frozenset], max_wo
     Returns:
         The keywords found, in the question's order, each once.
     """
-    from llama_index_hiqa.transforms.critical_keywords import normalize_keyword
-
     names = {k for keywords in title_keywords.values() for k in keywords if facet_kind(k) != PERIOD}
     words = _QUESTION_WORD.findall(question or "")
     found: Dict[str, None] = {}
@@ -84,7 +84,7 @@ def names_written(question: str, title_keywords: Mapping[str, frozenset], max_wo
     return list(found)
 
 
-def question_facets(question_keywords: Iterable[str], title_keywords: Mapping[str, frozenset]) -> List[str]:
+def question_facets(question_keywords: Iterable[str], title_keywords: Mapping[str, frozenset[str]]) -> List[str]:
     """The question's (normalised) keywords that are keywords of some document title, in the
     question's order, each once.
 
@@ -105,7 +105,7 @@ def question_facets(question_keywords: Iterable[str], title_keywords: Mapping[st
 def named_documents(
     first: str,
     facets: Sequence[str],
-    title_keywords: Mapping[str, frozenset],
+    title_keywords: Mapping[str, frozenset[str]],
     first_nodes_keywords: Sequence[Iterable[str]],
     order: Sequence[str],
 ) -> List[str]:
@@ -162,13 +162,15 @@ def named_documents(
     return added
 
 
-def _rank_key(doc: str, position: Mapping[str, int], facets: Sequence[str], title_keywords: Mapping[str, frozenset]):
+def _rank_key(
+    doc: str, position: Mapping[str, int], facets: Sequence[str], title_keywords: Mapping[str, frozenset[str]]
+) -> Tuple[int, int, str]:
     held = sum(1 for f in facets if f in title_keywords.get(doc, ()))
     return (position.get(doc, len(position)), -held, doc)
 
 
 def tied_documents(
-    first: str, facets: Sequence[str], title_keywords: Mapping[str, frozenset], head_documents: Sequence[str]
+    first: str, facets: Sequence[str], title_keywords: Mapping[str, frozenset[str]], head_documents: Sequence[str]
 ) -> List[str]:
     """The documents of ``head_documents`` (the multi-route top k's documents, best first)
     whose title matches every facet that ``first``'s title matches.

@@ -14,17 +14,17 @@ from __future__ import annotations
 
 import asyncio
 import copy
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Dict, Optional, Sequence, Tuple
 
 from llama_index.core.schema import BaseNode, QueryBundle
 
 from llama_index_hiqa import schema
-from llama_index_hiqa.retrievers import title_match
-from llama_index_hiqa.retrievers.routes import KEYWORDS, RouteScores
 from llama_index_hiqa.indexes.keyword_index import KeywordIndex
+from llama_index_hiqa.retrievers import title_match
+from llama_index_hiqa.retrievers.routes import QuestionKeywords, RouteScores
+from llama_index_hiqa.retrievers.settings import KEYWORDS, RouteFusionSettings
+from llama_index_hiqa.retrievers.title_match import Names
 from llama_index_hiqa.transforms.critical_keywords import CriticalKeywordExtractor
-
-Names = Mapping[str, Tuple[Tuple[str, ...], ...]]
 
 
 class KeywordRoute:
@@ -45,19 +45,19 @@ class KeywordRoute:
         self,
         extractor: CriticalKeywordExtractor,
         index: KeywordIndex,
-        config: Any,
-        title_keywords: Optional[Dict[str, frozenset]] = None,
+        config: RouteFusionSettings,
+        title_keywords: Optional[Dict[str, frozenset[str]]] = None,
         names: Optional[Names] = None,
     ) -> None:
         self.extractor = extractor
         self.index = index
         self.config = config
-        self.title_keywords: Dict[str, frozenset] = title_keywords or {}
+        self.title_keywords: Dict[str, frozenset[str]] = title_keywords or {}
         self.names: Names = names or {}
 
     @classmethod
     def from_nodes(
-        cls, nodes: Sequence[BaseNode], extractor: CriticalKeywordExtractor, index: KeywordIndex, config: Any
+        cls, nodes: Sequence[BaseNode], extractor: CriticalKeywordExtractor, index: KeywordIndex, config: RouteFusionSettings
     ) -> "KeywordRoute":
         """The route over ``index`` with the title facts of ``nodes``.
 
@@ -78,7 +78,7 @@ class KeywordRoute:
         """Whether title keywords are on the nodes and the keyword route asks for them."""
         return self.config.use_keywords and self.extractor.include_document_keywords
 
-    def title_facts(self, nodes: Sequence[BaseNode]) -> Tuple[Dict[str, frozenset], Names]:
+    def title_facts(self, nodes: Sequence[BaseNode]) -> Tuple[Dict[str, frozenset[str]], Names]:
         """Node id -> its title's keywords (empty when the title weight is 1) and the
         collection's names, from one extraction over the titles of ``nodes``; both empty when
         the extractor does not copy title keywords onto nodes.
@@ -94,7 +94,7 @@ class KeywordRoute:
         titles = {n.node_id: schema.get_document_title(n) for n in nodes}
         return title_match.title_facts(self.extractor, titles, self.config.document_keyword_weight != 1.0)
 
-    def with_config(self, config: Any, nodes: Sequence[BaseNode], index: Optional[KeywordIndex] = None) -> "KeywordRoute":
+    def with_config(self, config: RouteFusionSettings, nodes: Sequence[BaseNode], index: Optional[KeywordIndex] = None) -> "KeywordRoute":
         """This route under other settings; the title facts are read again from ``nodes`` only
         when the route or the title weight is switched on or off.
 
@@ -119,7 +119,7 @@ class KeywordRoute:
         """The collection's document names a question may abbreviate."""
         return self.names
 
-    def question_keywords(self, query: QueryBundle) -> Tuple[List[str], List[str]]:
+    def question_keywords(self, query: QueryBundle) -> QuestionKeywords:
         """The question's keywords (with the document names it abbreviates) and their
         normalised forms, once each.
 
@@ -127,13 +127,13 @@ class KeywordRoute:
             query: the question.
 
         Returns:
-            ``(keywords, normalised keywords)``.
+            The keywords, extracted now.
         """
-        return title_match.question_keywords(
+        return QuestionKeywords(*title_match.question_keywords(
             self.extractor, query.query_str, self.document_names(), self.config.match_name_abbreviations
-        )
+        ))
 
-    def title_wanted(self, wanted: Sequence[str]) -> frozenset:
+    def title_wanted(self, wanted: Sequence[str]) -> frozenset[str]:
         """The normalised question keywords matched against document titles.
 
         Args:
@@ -158,7 +158,7 @@ class KeywordRoute:
         extra = self.config.document_keyword_weight - 1.0
         if extra and self.title_keywords:
             wanted = self.title_wanted(normalized)
-            in_title: Dict[frozenset, frozenset] = {}  # one intersection per document title
+            in_title: Dict[frozenset[str], frozenset[str]] = {}  # one intersection per document title
             index = self.index
             for node_id in counts:
                 title = self.title_keywords.get(node_id)
@@ -170,41 +170,47 @@ class KeywordRoute:
                 counts[node_id] += extra * held
         return counts
 
-    def scores(self, query: QueryBundle, n: int = 0) -> RouteScores:
+    def scores(self, query: QueryBundle, n: int = 0, keywords: Optional[QuestionKeywords] = None) -> RouteScores:
         """``|C|`` of every node holding a keyword of ``query`` (the fusion takes the best
         ``candidates_per_route``), the question's keywords in ``.keywords``.
 
         Args:
             query: the question.
             n: unused (every matching node is counted).
+            keywords: the question's keywords when already extracted (``None``: extracted now).
 
         Returns:
             ``{node id: |C|}``.
         """
-        keywords, normalized = self.question_keywords(query)
-        return RouteScores(self.counts(normalized), keywords=keywords)
+        if keywords is None:
+            keywords = self.question_keywords(query)
+        return RouteScores(self.counts(keywords.normalized), keywords=keywords)
 
-    async def ascores(self, query: QueryBundle, n: int = 0) -> RouteScores:
+    async def ascores(self, query: QueryBundle, n: int = 0, keywords: Optional[QuestionKeywords] = None) -> RouteScores:
         """[`scores`][llama_index_hiqa.retrievers.keyword_route.KeywordRoute.scores] in a worker thread.
 
         Args:
             query: the question.
             n: unused.
+            keywords: the question's keywords when already extracted.
 
         Returns:
             ``{node id: |C|}``.
         """
-        return await asyncio.to_thread(self.scores, query, n)
+        return await asyncio.to_thread(self.scores, query, n, keywords)
 
-    def scores_within(self, query: QueryBundle, node_ids: Sequence[str]) -> Dict[str, float]:
+    def scores_within(
+        self, query: QueryBundle, node_ids: Sequence[str], keywords: Optional[QuestionKeywords] = None
+    ) -> Dict[str, float]:
         """``|C|`` of those of ``node_ids`` that hold a keyword of ``query``.
 
         Args:
             query: the question.
             node_ids: the nodes to score.
+            keywords: the question's keywords when already extracted.
 
         Returns:
             ``{node id: |C|}``.
         """
         wanted = set(node_ids)
-        return {node_id: count for node_id, count in self.scores(query).items() if node_id in wanted}
+        return {node_id: count for node_id, count in self.scores(query, 0, keywords).items() if node_id in wanted}

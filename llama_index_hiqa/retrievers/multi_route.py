@@ -39,43 +39,46 @@ import asyncio
 import copy
 import logging
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Literal, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, List, Mapping, NamedTuple, Optional, Sequence, Tuple, Union
 
 import llama_index.core.instrumentation as instrument
 from llama_index.core.base.base_retriever import BaseRetriever
-from llama_index.core.bridge.pydantic import BaseModel, ConfigDict, Field
 from llama_index.core.callbacks.base import CallbackManager
 from llama_index.core.indices.vector_store.base import VectorStoreIndex
 from llama_index.core.schema import BaseNode, NodeWithScore, QueryBundle
 from llama_index.core.storage.docstore.types import BaseDocumentStore
 
-from llama_index_hiqa.questions import CleanQuestions, question_bundle
 from llama_index_hiqa import schema
-from llama_index_hiqa.errors import RetrievalRouteError
+from llama_index_hiqa.errors import RetrievalRouteError, UnknownNodeError
 from llama_index_hiqa.events import MultiRouteRetrievalEndEvent
-from llama_index_hiqa.retrievers.full_ranking import FullRanking
-from llama_index_hiqa.retrievers import fusion, title_match
-from llama_index_hiqa.retrievers.bm25_route import BM25Route as _BM25Route
-from llama_index_hiqa.retrievers.node_collection import DocumentScope, NodeCollection
-from llama_index_hiqa.retrievers import route_parts
-from llama_index_hiqa.retrievers.route_parts import BM25_DIRNAME, CONFIG_FILENAME, RouteParts  # noqa: F401 (re-exported)
-from llama_index_hiqa.retrievers.routes import RouteScores, RouteSet
-from llama_index_hiqa.retrievers.settings import (  # noqa: F401 (re-exported: they were defined here)
-    BM25, KEYWORDS, ROUTES, VECTOR, FusionMode, MultiRouteSettings,
-)
-from llama_index_hiqa.settings import updated
 from llama_index_hiqa.indexes.keyword_index import KeywordIndex
-from llama_index_hiqa.transforms.critical_keywords import CriticalKeywordExtractor
+from llama_index_hiqa.questions import CleanQuestions, question_bundle
+from llama_index_hiqa.retrievers import fusion, route_parts, title_match
+from llama_index_hiqa.retrievers.bm25_route import BM25Route
+from llama_index_hiqa.retrievers.node_collection import NodeCollection
+from llama_index_hiqa.retrievers.route_parts import RouteParts
+from llama_index_hiqa.retrievers.routes import QuestionKeywords, RouteScores, RouteSet
+from llama_index_hiqa.retrievers.settings import BM25, KEYWORDS, VECTOR, MultiRouteSettings
+from llama_index_hiqa.settings import updated
 from llama_index_hiqa.storage.vector_store_access import index_nodes, one_node_source
+from llama_index_hiqa.transforms.critical_keywords import CriticalKeywordExtractor
 
-__all__ = ["MultiRouteSettings", "MultiRouteRetriever", "RouteParts", "VECTOR", "BM25", "KEYWORDS", "ROUTES"]
+__all__ = ["MultiRouteRetriever", "MultiRouteSettings", "Ranking"]
 
 logger = logging.getLogger(__name__)
 dispatcher = instrument.get_dispatcher(__name__)
 
 
+class Ranking(NamedTuple):
+    """One question's fused results and the keywords the keyword route matched (``None`` when
+    that route was off or failed): what the document focus builds on, so the question's
+    keywords are extracted once."""
 
-class MultiRouteRetriever(CleanQuestions, DocumentScope, FullRanking, BaseRetriever):
+    results: List[NodeWithScore]
+    keywords: Optional[QuestionKeywords]
+
+
+class MultiRouteRetriever(CleanQuestions, BaseRetriever):
     """Vector + BM25 + critical-keyword retrieval fused by HiQA's formula or rank fusion.
 
     Put it where your vector retriever was::
@@ -88,8 +91,27 @@ class MultiRouteRetriever(CleanQuestions, DocumentScope, FullRanking, BaseRetrie
     only the node ids and reads result nodes from the docstore. Nodes without
     ``schema.CRITICAL_KEYWORDS`` get them from ``keyword_extractor`` at construction.
 
-    It composes a collection and three route objects (``RouteParts``: built from the nodes, or
-    a store's) and ranks their scores with [`fuse_routes`][llama_index_hiqa.retrievers.fusion.fuse_routes].
+    It composes a collection and three route objects (``route_parts``: built from the nodes,
+    or a store's, as the embedded store and PostgreSQL give them) and ranks their scores with
+    [`fuse_routes`][llama_index_hiqa.retrievers.fusion.fuse_routes]. Besides ``retrieve`` it
+    answers what the document focus and the evaluation ask: one document's nodes and every
+    route's scores of them, every node ranked (``full_ranking``), the routes' scores apart from
+    their fusion (``route_scores``, ``fuse``).
+
+    Args:
+        vector_retriever: the vector route's retriever (any LlamaIndex retriever), or ``None``.
+        nodes: the indexed nodes (default: every node of ``docstore``).
+        docstore: the docstore holding the nodes (result nodes are then read from it by id).
+        keyword_extractor: extracts the question's keywords and fills nodes without them.
+        keyword_index: a prebuilt keyword index of the nodes.
+        bm25_tokenizer: a custom BM25 tokenizer (text -> tokens).
+        config: the settings ([`MultiRouteSettings`][llama_index_hiqa.retrievers.settings.MultiRouteSettings]).
+        callback_manager: LlamaIndex's callback manager.
+        verbose: LlamaIndex's verbose flag.
+        bm25_route: a prebuilt BM25 route of the nodes.
+        route_parts: the collection and routes, already built (a store's); the node arguments
+            are then unused.
+        **settings: [`MultiRouteSettings`][llama_index_hiqa.retrievers.settings.MultiRouteSettings] fields (validated).
     """
 
     def __init__(
@@ -103,18 +125,18 @@ class MultiRouteRetriever(CleanQuestions, DocumentScope, FullRanking, BaseRetrie
         config: Optional[MultiRouteSettings] = None,
         callback_manager: Optional[CallbackManager] = None,
         verbose: bool = False,
-        _bm25_route: Optional[_BM25Route] = None,
-        _parts: Optional[RouteParts] = None,
+        bm25_route: Optional[BM25Route] = None,
+        route_parts: Optional[RouteParts] = None,
         **settings: Any,
     ) -> None:
         # Settings may come as a config object and/or keyword arguments (validated either way).
-        self.config = updated(config, settings, model_class=MultiRouteSettings)
+        self.config: MultiRouteSettings = updated(config, settings, model_class=MultiRouteSettings)
         self.keyword_extractor = keyword_extractor or CriticalKeywordExtractor()
-        self._parts = _parts or RouteParts.from_nodes(
-            self.config, self.keyword_extractor, vector_retriever, nodes, docstore, keyword_index, _bm25_route,
+        self._parts = route_parts or RouteParts.from_nodes(
+            self.config, self.keyword_extractor, vector_retriever, nodes, docstore, keyword_index, bm25_route,
             bm25_tokenizer,
         )
-        self._document_title_keywords: Optional[Dict[str, frozenset]] = None
+        self._document_title_keywords: Optional[Dict[str, frozenset[str]]] = None
         self._beta_value = self._resolve_beta()
         super().__init__(callback_manager=callback_manager, verbose=verbose)
 
@@ -208,31 +230,76 @@ class MultiRouteRetriever(CleanQuestions, DocumentScope, FullRanking, BaseRetrie
         return self._parts.keywords.index
 
     @property
-    def bm25_route(self) -> Optional[_BM25Route]:
-        """The BM25 route (``None`` when it was not built)."""
-        return self._parts.bm25
+    def bm25_route(self) -> Optional[BM25Route]:
+        """The BM25 route (``None`` when it was not built or is a database's)."""
+        return self._parts.bm25 if isinstance(self._parts.bm25, BM25Route) else None
 
     @property
     def bm25_node_ids(self) -> Optional[List[str]]:
         """The node ids the BM25 index scores (``None`` when the route is off)."""
-        return None if self._parts.bm25 is None else list(self._parts.bm25.node_ids)
-
-    _bm25 = bm25_route  # the name benchmarks read
+        bm25 = self.bm25_route
+        return None if bm25 is None else list(bm25.node_ids)
 
     @property
-    def _vector_retriever(self) -> Optional[BaseRetriever]:
+    def vector_retriever(self) -> Optional[BaseRetriever]:
+        """The vector route's retriever (``None`` when the route is off)."""
         return None if self._parts.vector is None else self._parts.vector.retriever
-
-    @property
-    def _nodes(self) -> Mapping[str, BaseNode]:
-        return self._parts.collection.nodes
 
     def route_set(self) -> RouteSet:
         """The routes this retriever asks under its settings (``RouteParts.route_set``)."""
         return self._parts.route_set(self.config)
 
+    # -- one document's nodes (the document focus) ---------------------------------------------
+    def nodes_by_id(self, node_ids: Sequence[str]) -> Dict[str, BaseNode]:
+        """The indexed nodes of ``node_ids`` (unknown ids left out).
+
+        Args:
+            node_ids: the ids.
+
+        Returns:
+            ``{node id: node}``.
+        """
+        return self._parts.collection.nodes_by_id(node_ids)
+
+    def document_node_ids(self, document_id: str) -> List[str]:
+        """The ids of every indexed node of ``document_id`` (``schema.get_document_id``).
+
+        Args:
+            document_id: the document.
+
+        Returns:
+            Its node ids.
+        """
+        return self._parts.collection.document_node_ids(document_id)
+
+    def scores_within(
+        self, query: Union[str, QueryBundle], node_ids: Sequence[str], skip: Sequence[str] = (),
+        keywords: Optional[QuestionKeywords] = None,
+    ) -> Dict[str, Dict[str, float]]:
+        """Each route's scores of exactly ``node_ids`` for ``query`` (not only of the routes'
+        collection-wide candidates).
+
+        Args:
+            query: the question.
+            node_ids: the nodes to score (e.g. one document's).
+            skip: routes not to ask (they failed on this question already).
+            keywords: the question's keywords when already extracted (``Ranking.keywords``).
+
+        Returns:
+            ``{"vector": {id: cosine}, "bm25": {id: score}, "keywords": {id: |C|}}``.
+        """
+        return self.route_set().scores_within(question_bundle(query), node_ids, skip, keywords)
+
     # -- title matching (retrievers/title_match.py) -------------------------------------------
-    def _title_keywords_of(self, titles: Sequence[str]) -> Dict[str, frozenset]:
+    def title_keywords_of(self, titles: Sequence[str]) -> Dict[str, frozenset[str]]:
+        """Each title -> its normalised keywords, from one extraction over ``titles``.
+
+        Args:
+            titles: document titles (each once).
+
+        Returns:
+            ``{title: keywords}`` (``title_match.title_keyword_sets``).
+        """
         return title_match.title_keyword_sets(self.keyword_extractor, titles)
 
     def document_names(self) -> Mapping[str, Tuple[Tuple[str, ...], ...]]:
@@ -240,27 +307,27 @@ class MultiRouteRetriever(CleanQuestions, DocumentScope, FullRanking, BaseRetrie
         words that spell it in the titles, ``title_match.document_names``)."""
         return self._parts.keywords.document_names()
 
-    def document_title_keywords(self) -> Dict[str, frozenset]:
+    def document_title_keywords(self) -> Dict[str, frozenset[str]]:
         """Document id -> the normalised keywords of its title, for every indexed document
         (one extraction over the titles, at the first call); ``{}`` for a retriever that does
         not hold its nodes."""
         if self._document_title_keywords is None:
             titles = self._parts.collection.document_titles
-            by_title = self._title_keywords_of(list(dict.fromkeys(titles.values()))) if titles else {}
+            by_title = self.title_keywords_of(list(dict.fromkeys(titles.values()))) if titles else {}
             self._document_title_keywords = {doc: by_title[title] for doc, title in titles.items()}
         return self._document_title_keywords
 
-    def question_keywords(self, query: Union[str, QueryBundle]) -> List[str]:
-        """The question's normalised keywords as the keyword route matches them (the
-        document names it abbreviates included).
+    def question_keywords(self, query: Union[str, QueryBundle]) -> QuestionKeywords:
+        """The question's keywords as the keyword route matches them (the document names it
+        abbreviates included), extracted now.
 
         Args:
             query: the question.
 
         Returns:
-            The normalised keywords, once each.
+            The keywords and their normalised forms, once each.
         """
-        return self._parts.keywords.question_keywords(question_bundle(query))[1]
+        return self._parts.keywords.question_keywords(question_bundle(query))
 
     # -- β --------------------------------------------------------------------------------------
     def _resolve_beta(self) -> float:
@@ -297,8 +364,9 @@ class MultiRouteRetriever(CleanQuestions, DocumentScope, FullRanking, BaseRetrie
             ``[(node id, fused score), ...]``, best first.
         """
         c = self.config
+        route_weights = {str(route): weight for route, weight in c.route_weights.items()}
         return fusion.fuse_routes(
-            vector, bm25, counts, mode=c.mode, alpha=c.alpha, beta=self._beta_value, route_weights=c.route_weights,
+            vector, bm25, counts, mode=c.mode, alpha=c.alpha, beta=self._beta_value, route_weights=route_weights,
             rrf_k=c.rrf_k, candidates_per_route=c.candidates_per_route, top_k=top_k, candidates=candidates,
         )
 
@@ -324,7 +392,7 @@ class MultiRouteRetriever(CleanQuestions, DocumentScope, FullRanking, BaseRetrie
         found = {**self.nodes_by_id(missing), **known_nodes} if missing else known_nodes
         return route_parts.node_results(ranked, route_scores, found)
 
-    def _finish(self, query: str, scores: Dict[str, RouteScores], errors: Dict[str, BaseException]) -> List[NodeWithScore]:
+    def _finish(self, query: str, scores: Dict[str, RouteScores], errors: Dict[str, BaseException]) -> Ranking:
         enabled = self.route_set().enabled()
         if enabled and all(route in errors for route in enabled):
             raise RetrievalRouteError(dict(errors))
@@ -334,7 +402,7 @@ class MultiRouteRetriever(CleanQuestions, DocumentScope, FullRanking, BaseRetrie
             node_id: {VECTOR: vector.get(node_id), BM25: bm25.get(node_id), KEYWORDS: float(counts.get(node_id, 0.0))}
             for node_id, _ in fused
         }
-        results = self.results_for(fused, per_node, getattr(vector, "nodes", None))  # a route may return a plain dict
+        results = self.results_for(fused, per_node, vector.nodes)
         if errors:
             for hit in results:
                 hit.node.metadata[schema.ROUTE_SCORES]["failed"] = sorted(errors)
@@ -344,27 +412,154 @@ class MultiRouteRetriever(CleanQuestions, DocumentScope, FullRanking, BaseRetrie
                 failed_routes=sorted(errors), returned=len(results), beta=self._beta_value,
             )
         )
-        return results
+        return Ranking(results, counts.keywords)
 
-    # -- BaseRetriever ---------------------------------------------------------------------------
-    def _retrieve(self, query_bundle: QueryBundle) -> List[NodeWithScore]:
-        """The routes side by side (``RouteSet.ask``), fused."""
-        query = query_bundle.query_str or ""
-        if not query.strip():
-            return []  # nothing to rank by: documented fallback, no route is asked
+    # -- retrieval ---------------------------------------------------------------------------
+    def rank(self, query: QueryBundle, keywords: Optional[QuestionKeywords] = None) -> Ranking:
+        """The routes side by side (``RouteSet.ask``), fused: what ``retrieve`` returns, with
+        the question's keywords as the keyword route matched them.
+
+        Args:
+            query: the question (clean: ``retrieve`` passes it through ``question_bundle``).
+            keywords: the question's keywords when already extracted.
+
+        Returns:
+            The [`Ranking`][llama_index_hiqa.retrievers.multi_route.Ranking].
+        """
+        text = query.query_str or ""
+        if not text.strip():
+            return Ranking([], None)  # nothing to rank by: documented fallback, no route is asked
         errors: Dict[str, BaseException] = {}  # this query's alone
-        scores = self.route_set().ask(query_bundle, self.config.candidates_per_route, errors)
-        return self._finish(query, scores, errors)
+        scores = self.route_set().ask(query, self.config.candidates_per_route, errors, keywords=keywords)
+        return self._finish(text, scores, errors)
+
+    async def arank(self, query: QueryBundle, keywords: Optional[QuestionKeywords] = None) -> Ranking:
+        """[`rank`][llama_index_hiqa.retrievers.multi_route.MultiRouteRetriever.rank] with the routes
+        asked concurrently (``RouteSet.aask``); the results' nodes are read off the event loop (a
+        store may read them from its database).
+
+        Args:
+            query: the question.
+            keywords: the question's keywords when already extracted.
+
+        Returns:
+            The [`Ranking`][llama_index_hiqa.retrievers.multi_route.Ranking].
+        """
+        text = query.query_str or ""
+        if not text.strip():
+            return Ranking([], None)
+        errors: Dict[str, BaseException] = {}  # this query's alone
+        scores = await self.route_set().aask(query, self.config.candidates_per_route, errors, keywords)
+        return await asyncio.to_thread(self._finish, text, scores, errors)
+
+    def _retrieve(self, query_bundle: QueryBundle) -> List[NodeWithScore]:
+        return self.rank(query_bundle).results
 
     async def _aretrieve(self, query_bundle: QueryBundle) -> List[NodeWithScore]:
-        """The routes concurrently (``RouteSet.aask``); the results' nodes are read off the
-        event loop (a store may read them from its database)."""
-        query = query_bundle.query_str or ""
-        if not query.strip():
-            return []
-        errors: Dict[str, BaseException] = {}  # this query's alone
-        scores = await self.route_set().aask(query_bundle, self.config.candidates_per_route, errors)
-        return await asyncio.to_thread(self._finish, query, scores, errors)
+        return (await self.arank(query_bundle)).results
+
+    # -- the evaluation: every node ranked, the routes apart from their fusion -------------------
+    def route_scores(self, query: Union[str, QueryBundle]) -> Dict[str, Dict[str, float]]:
+        """Each route's candidates for ``query`` before fusion; [`fuse`][llama_index_hiqa.retrievers.multi_route.MultiRouteRetriever.fuse] ranks them.
+
+        Args:
+            query: the question.
+
+        Returns:
+            ``{"vector": {id: cosine}, "bm25": {id: score}, "keywords": {id: |C|}}`` (``|C|``
+                with this retriever's title weight).
+        """
+        bundle = question_bundle(query)
+        scores = self.route_set().ask(bundle, self.config.candidates_per_route, {}, concurrent=False)
+        return {name: dict(scores[name]) for name in (VECTOR, BM25, KEYWORDS)}
+
+    def fuse(self, scores: Mapping[str, Mapping[str, float]], top_k: Optional[int] = None) -> List[str]:
+        """Node ids ranked by this retriever's fusion of [`route_scores`][llama_index_hiqa.retrievers.multi_route.MultiRouteRetriever.route_scores] output
+        (re-fused under other settings without asking the routes again).
+
+        Args:
+            scores: what [`route_scores`][llama_index_hiqa.retrievers.multi_route.MultiRouteRetriever.route_scores] returned.
+            top_k: how many (``None``: every candidate).
+
+        Returns:
+            Node ids, best first.
+        """
+        fused = self.fuse_scores(dict(scores[VECTOR]), dict(scores[BM25]), dict(scores[KEYWORDS]), top_k)
+        return [node_id for node_id, _ in fused]
+
+    def full_ranking(self, query: Union[str, QueryBundle], keywords: Optional[QuestionKeywords] = None) -> List[str]:
+        """Every node id of the collection, best first, in two stages as retrieval itself works
+        (the Log-Rank Index of HiQA, §Evaluation, needs the rank of every unit): first the fused
+        candidates exactly as ``retrieve`` orders them (so ``full_ranking(q)[:top_k]`` is what
+        ``retrieve`` returns), then every other node, fused over the whole collection (each
+        route asked for all nodes; the vector route through its ``similarity_top_k``).
+
+        Args:
+            query: the question.
+            keywords: the question's keywords when already extracted.
+
+        Returns:
+            Every indexed node id once.
+
+        Raises:
+            ValueError: the retriever holds no nodes.
+            NotImplementedError: the routes are a database's that cannot rank every node
+                (``RouteParts.ranks_every_node``; PostgreSQL).
+        """
+        if not self._parts.ranks_every_node:
+            raise NotImplementedError(
+                "full_ranking ranks every node of the collection; on the PostgreSQL store use retrieve() "
+                "with a larger similarity_top_k"
+            )
+        bundle = question_bundle(query)
+        nodes = self._parts.collection.nodes
+        if not nodes:
+            raise ValueError("full_ranking needs the retriever's nodes (pass nodes or a docstore)")
+        q = bundle.query_str or ""
+        if not q.strip():
+            return list(nodes)
+        errors: Dict[str, BaseException] = {}
+        routes = self.route_set()
+        scores = routes.ask(bundle, self.config.candidates_per_route, errors, concurrent=False, keywords=keywords)
+        counts = scores[KEYWORDS]
+        first = [node_id for node_id, _ in self.fuse_scores(scores[VECTOR], scores[BM25], counts)]
+        seen = set(first)
+        rest = [node_id for node_id in nodes if node_id not in seen]
+        if not rest:
+            return first
+        vector_route = routes.routes[VECTOR]
+        all_vector: Mapping[str, float] = (
+            RouteSet.guarded(VECTOR, lambda: vector_route.scores(bundle, len(nodes)), errors, q, RouteScores())
+            if vector_route is not None else RouteScores()
+        )
+        all_bm25: Dict[str, float] = {}
+        bm25 = self.bm25_route
+        if bm25 is not None and self.config.use_bm25:
+            found = RouteSet.guarded(BM25, lambda: bm25.all_scores(q), errors, q, None)
+            if found is not None:
+                all_bm25 = {i: float(s) for i, s in zip(bm25.node_ids, found) if s > 0}
+        tail = self.fuse_scores(all_vector, all_bm25, counts, candidates=rest)
+        return first + [node_id for node_id, _ in tail]
+
+    def rank_of(self, query: Union[str, QueryBundle], node_ids: Sequence[str]) -> Dict[str, int]:
+        """The 1-based rank of each of ``node_ids`` in [`full_ranking`][llama_index_hiqa.retrievers.multi_route.MultiRouteRetriever.full_ranking].
+
+        Args:
+            query: the question.
+            node_ids: indexed node ids.
+
+        Returns:
+            ``{node id: rank}``.
+
+        Raises:
+            UnknownNodeError: an id is not indexed.
+        """
+        nodes = self._parts.collection.nodes
+        unknown = [i for i in node_ids if i not in nodes]
+        if unknown:
+            raise UnknownNodeError(f"unknown node id(s): {unknown[:5]}")
+        position = {node_id: rank for rank, node_id in enumerate(self.full_ranking(query), start=1)}
+        return {node_id: position[node_id] for node_id in node_ids}
 
     # -- persistence ---------------------------------------------------------------------------
     def persist(self, persist_dir: Union[str, Path]) -> None:
@@ -376,8 +571,17 @@ class MultiRouteRetriever(CleanQuestions, DocumentScope, FullRanking, BaseRetrie
 
         Args:
             persist_dir: the folder (created when missing).
+
+        Raises:
+            NotImplementedError: the routes are a database's, saved by every write
+                (``RouteParts.persists_to_folder``; PostgreSQL).
         """
-        route_parts.persist(self, persist_dir)
+        if not self._parts.persists_to_folder:
+            raise NotImplementedError("the PostgreSQL routes are saved by every write; there is nothing to persist")
+        route_parts.persist_indexes(
+            persist_dir, self.bm25_route, self.keyword_index, self.config, self.keyword_extractor,
+            custom_tokenizer=self._parts.bm25_tokenizer is not None,
+        )
 
     @classmethod
     def from_persist_dir(
@@ -411,3 +615,4 @@ class MultiRouteRetriever(CleanQuestions, DocumentScope, FullRanking, BaseRetrie
         return cls(**route_parts.load_arguments(
             MultiRouteSettings, persist_dir, vector_retriever, nodes, docstore, index, bm25_tokenizer, kwargs
         ))
+

@@ -9,13 +9,12 @@ larger β). The embedded store and PostgreSQL read the same facts from their dat
 
 from __future__ import annotations
 
-from typing import Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
-from llama_index.core.schema import BaseNode, QueryBundle
+from llama_index.core.schema import BaseNode
 from llama_index.core.storage.docstore.types import BaseDocumentStore
 
 from llama_index_hiqa import schema
-from llama_index_hiqa.questions import question_bundle
 
 
 def collection_shape(nodes: Sequence[BaseNode]) -> Tuple[int, float]:
@@ -42,7 +41,7 @@ def collection_shape(nodes: Sequence[BaseNode]) -> Tuple[int, float]:
     return len(counts), sum(per_doc) / len(per_doc)
 
 
-class DocstoreNodes(Mapping):
+class DocstoreNodes(Mapping[str, BaseNode]):
     """The retriever's nodes, read from the docstore by id when a result needs one: the ids
     stay in memory, the nodes stay where LlamaIndex keeps them (no second copy of the
     collection in the retriever)."""
@@ -142,48 +141,3 @@ class NodeCollection:
                 by_document.setdefault(schema.get_document_id(node) or "", []).append(node_id)
             self._document_nodes = by_document
         return list(self._document_nodes.get(document_id, []))
-
-
-class DocumentScope:
-    """The document focus's methods of [`MultiRouteRetriever`][llama_index_hiqa.retrievers.multi_route.MultiRouteRetriever]: one
-    document's node ids, nodes by id, and every route's scores of exactly given nodes. Needs
-    ``collection`` and ``route_set()`` of the class it is mixed into."""
-
-    def nodes_by_id(self, node_ids: Sequence[str]) -> Dict[str, BaseNode]:
-        """The indexed nodes of ``node_ids`` (unknown ids left out).
-
-        Args:
-            node_ids: the ids.
-
-        Returns:
-            ``{node id: node}``.
-        """
-        return self.collection.nodes_by_id(node_ids)  # type: ignore[attr-defined]
-
-    def document_node_ids(self, document_id: str) -> List[str]:
-        """The ids of every indexed node of ``document_id`` (``schema.get_document_id``).
-
-        Args:
-            document_id: the document.
-
-        Returns:
-            Its node ids.
-        """
-        return self.collection.document_node_ids(document_id)  # type: ignore[attr-defined]
-
-    def scores_within(
-        self, query: Union[str, QueryBundle], node_ids: Sequence[str], skip: Sequence[str] = ()
-    ) -> Dict[str, Dict[str, float]]:
-        """Each route's scores of exactly ``node_ids`` for ``query`` (not only of the routes'
-        collection-wide candidates).
-
-        Args:
-            query: the question.
-            node_ids: the nodes to score (e.g. one document's).
-            skip: routes not to ask (they failed on this question already).
-
-        Returns:
-            ``{"vector": {id: cosine}, "bm25": {id: score}, "keywords": {id: |C|}}``.
-        """
-        bundle = question_bundle(query)
-        return self.route_set().scores_within(bundle, node_ids, skip)  # type: ignore[attr-defined]

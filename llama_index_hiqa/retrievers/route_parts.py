@@ -5,7 +5,7 @@ the vector route over any LlamaIndex retriever, bm25s, and a [`KeywordIndex`][ll
 The embedded store (`embedded_routes`) and PostgreSQL
 (`pg_routes`) subclass it with parts that read their database;
 [`MultiRouteRetriever`][llama_index_hiqa.retrievers.multi_route.MultiRouteRetriever] composes whichever it is given. Also here: the
-node results of a ranking ([`node_results`][llama_index_hiqa.retrievers.route_parts.node_results]) and the persisted indexes ([`persist`][llama_index_hiqa.retrievers.route_parts.persist],
+node results of a ranking ([`node_results`][llama_index_hiqa.retrievers.route_parts.node_results]) and the persisted indexes ([`persist_indexes`][llama_index_hiqa.retrievers.route_parts.persist_indexes],
 [`load_arguments`][llama_index_hiqa.retrievers.route_parts.load_arguments]).
 """
 
@@ -16,20 +16,22 @@ import json
 import logging
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Callable, ClassVar, Dict, List, Mapping, Optional, Sequence, Tuple, Type, Union
 
 from llama_index.core.base.base_retriever import BaseRetriever
+from llama_index.core.indices.vector_store.base import VectorStoreIndex
 from llama_index.core.schema import BaseNode, NodeWithScore
 from llama_index.core.storage.docstore.types import BaseDocumentStore
 
 from llama_index_hiqa import schema
 from llama_index_hiqa.errors import UnknownNodeError
+from llama_index_hiqa.indexes.keyword_index import KeywordIndex
 from llama_index_hiqa.retrievers.bm25_route import BM25Route
 from llama_index_hiqa.retrievers.keyword_route import KeywordRoute
 from llama_index_hiqa.retrievers.node_collection import NodeCollection
-from llama_index_hiqa.retrievers.routes import RouteSet, VectorRoute
+from llama_index_hiqa.retrievers.routes import Route, RouteSet, VectorRoute
+from llama_index_hiqa.retrievers.settings import MultiRouteSettings, RouteFusionSettings
 from llama_index_hiqa.retrievers.store_vectors import cosine_scale
-from llama_index_hiqa.indexes.keyword_index import KeywordIndex
 from llama_index_hiqa.transforms.critical_keywords import CriticalKeywordExtractor
 
 logger = logging.getLogger(__name__)
@@ -52,14 +54,20 @@ class RouteParts:
 
     collection: NodeCollection
     vector: Optional[VectorRoute]
-    bm25: Optional[Any]
+    bm25: Optional[Route]
     keywords: KeywordRoute
     bm25_tokenizer: Optional[Callable[[str], List[str]]] = None
+
+    # What a retriever can do on these parts besides retrieval: rank every node of the
+    # collection (``full_ranking``) and write its indexes to a folder (``persist``). A database
+    # whose routes are queries (PostgreSQL) does neither.
+    ranks_every_node: ClassVar[bool] = True
+    persists_to_folder: ClassVar[bool] = True
 
     @classmethod
     def from_nodes(
         cls,
-        config: Any,
+        config: RouteFusionSettings,
         extractor: CriticalKeywordExtractor,
         vector_retriever: Optional[BaseRetriever] = None,
         nodes: Optional[Sequence[BaseNode]] = None,
@@ -71,7 +79,7 @@ class RouteParts:
         """The folder store's parts: every route built from the nodes (or given, prebuilt).
 
         Args:
-            config: the retriever's [`MultiRouteSettings`][llama_index_hiqa.retrievers.multi_route.MultiRouteSettings].
+            config: the retriever's [`MultiRouteSettings`][llama_index_hiqa.retrievers.settings.MultiRouteSettings].
             extractor: the keyword extractor (fills nodes without critical keywords).
             vector_retriever: the vector retriever, or ``None``.
             nodes: the indexed nodes (default: every node of ``docstore``).
@@ -116,7 +124,7 @@ class RouteParts:
             check_known(collection, bm25_route.node_ids, "BM25 index")
         return cls(collection, vector, bm25_route, keywords, bm25_tokenizer)
 
-    def route_set(self, config: Any) -> RouteSet:
+    def route_set(self, config: RouteFusionSettings) -> RouteSet:
         """The routes asked under ``config`` (a route that is off is ``None``).
 
         Args:
@@ -127,7 +135,7 @@ class RouteParts:
         """
         return RouteSet(self.vector, self.bm25 if config.use_bm25 else None, self.keywords if config.use_keywords else None)
 
-    def with_config(self, old: Any, new: Any) -> "RouteParts":
+    def with_config(self, old: RouteFusionSettings, new: RouteFusionSettings) -> "RouteParts":
         """These parts under other settings: a route switched on is built from the nodes, the
         title facts are read again when the keyword route or the title weight changes.
 
@@ -153,10 +161,6 @@ class RouteParts:
         if titles_change and not nodes:
             nodes = list(self.collection.nodes.values())
         return dataclasses.replace(self, bm25=bm25, keywords=self.keywords.with_config(new, nodes, index))
-
-    def full_ranking_supported(self) -> bool:
-        """Whether every node of the collection can be ranked (``full_ranking``)."""
-        return True
 
 
 def check_known(collection: NodeCollection, node_ids: Sequence[str], what: str) -> None:
@@ -215,23 +219,9 @@ def node_results(
     return out
 
 
-def persist(retriever: Any, persist_dir: Any) -> None:
-    """Write ``retriever``'s BM25 and keyword indexes and its settings to ``persist_dir``
-    (see ``MultiRouteRetriever.persist``).
-
-    Args:
-        retriever: the multi-route retriever.
-        persist_dir: the folder (created when missing).
-    """
-    persist_indexes(
-        persist_dir, retriever.bm25_route, retriever.keyword_index, retriever.config, retriever.keyword_extractor,
-        custom_tokenizer=retriever._parts.bm25_tokenizer is not None,
-    )
-
-
 def persist_indexes(
-    persist_dir: Any, bm25_route: Any, keyword_index: Any, config: Any, keyword_extractor: Any,
-    custom_tokenizer: bool = False,
+    persist_dir: Union[str, Path], bm25_route: Optional[BM25Route], keyword_index: KeywordIndex,
+    config: MultiRouteSettings, keyword_extractor: CriticalKeywordExtractor, custom_tokenizer: bool = False,
 ) -> None:
     """Write a BM25 index, a keyword index and the settings in the layout
     ``MultiRouteRetriever.from_persist_dir`` reads, without building a retriever on them.
@@ -258,21 +248,21 @@ def persist_indexes(
 
 
 def load_arguments(
-    config_type: Any,
-    persist_dir: Any,
+    config_type: Type[MultiRouteSettings],
+    persist_dir: Union[str, Path],
     vector_retriever: Optional[BaseRetriever],
     nodes: Optional[Sequence[BaseNode]],
     docstore: Optional[BaseDocumentStore],
-    index: Any,
+    index: Optional[VectorStoreIndex],
     bm25_tokenizer: Optional[Callable[[str], List[str]]],
     kwargs: Dict[str, Any],
 ) -> Dict[str, Any]:
-    """The constructor arguments of the retriever [`persist`][llama_index_hiqa.retrievers.route_parts.persist] wrote (see
+    """The constructor arguments of the retriever [`persist_indexes`][llama_index_hiqa.retrievers.route_parts.persist_indexes] wrote (see
     ``MultiRouteRetriever.from_persist_dir``).
 
     Args:
         config_type: the settings class (``MultiRouteSettings``).
-        persist_dir: the folder [`persist`][llama_index_hiqa.retrievers.route_parts.persist] wrote.
+        persist_dir: the folder [`persist_indexes`][llama_index_hiqa.retrievers.route_parts.persist_indexes] wrote.
         vector_retriever: the vector route's retriever.
         nodes: the indexed nodes.
         docstore: the docstore holding them.
@@ -303,5 +293,5 @@ def load_arguments(
     keyword_index = KeywordIndex.from_persist_dir(path) if (path / KeywordIndex.FILENAME).exists() else None
     return dict(
         vector_retriever=vector_retriever, nodes=nodes, keyword_extractor=extractor, keyword_index=keyword_index,
-        bm25_tokenizer=bm25_tokenizer, config=config, _bm25_route=bm25_route, **kwargs,
+        bm25_tokenizer=bm25_tokenizer, config=config, bm25_route=bm25_route, **kwargs,
     )

@@ -20,35 +20,57 @@ import asyncio
 import logging
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
-from typing import Any, Callable, Dict, List, Mapping, Optional, Protocol, Sequence, runtime_checkable
+from typing import Callable, Dict, List, Mapping, NamedTuple, Optional, Protocol, Sequence, TypeVar, runtime_checkable
 
 import llama_index.core.instrumentation as instrument
 from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.schema import BaseNode, NodeWithScore, QueryBundle
 
 from llama_index_hiqa.events import RouteFailedEvent
+from llama_index_hiqa.retrievers.settings import BM25, KEYWORDS, ROUTES, VECTOR
 from llama_index_hiqa.retrievers.store_vectors import Scale, collect, identity, scores_of_nodes, with_top_k
 
 logger = logging.getLogger(__name__)
 dispatcher = instrument.get_dispatcher(__name__)
 
-from llama_index_hiqa.retrievers.settings import BM25, KEYWORDS, ROUTES, VECTOR  # noqa: F401 (one home: the settings)
+T = TypeVar("T")
+
+
+class QuestionKeywords(NamedTuple):
+    """A question's critical keywords, with the document names it abbreviates, and their
+    normalised forms, once each: extracted once a question by the keyword route and passed to
+    every later step that matches them (the document focus, the full ranking)."""
+
+    keywords: List[str]
+    normalized: List[str]
 
 
 class RouteScores(Dict[str, float]):
     """``{node id: score}`` of one route for one question, with what the route learned on the
     way: ``nodes`` (nodes it returned, so results need not read them again) and ``keywords``
-    (the question's keywords, for the keyword route)."""
+    (the keyword route's: the question's keywords, `QuestionKeywords`)."""
 
     def __init__(
         self,
         scores: Optional[Mapping[str, float]] = None,
         nodes: Optional[Dict[str, BaseNode]] = None,
-        keywords: Optional[List[str]] = None,
+        keywords: Optional[QuestionKeywords] = None,
     ) -> None:
         super().__init__(scores or {})
         self.nodes: Dict[str, BaseNode] = nodes or {}
-        self.keywords: List[str] = keywords or []
+        self.keywords: Optional[QuestionKeywords] = keywords
+
+    @classmethod
+    def of(cls, scores: Mapping[str, float]) -> "RouteScores":
+        """``scores`` as route scores (itself when it is one already).
+
+        Args:
+            scores: a route's ``{node id: score}``.
+
+        Returns:
+            The route scores.
+        """
+        return scores if isinstance(scores, RouteScores) else cls(scores)
 
 
 @runtime_checkable
@@ -90,6 +112,66 @@ class Route(Protocol):
 
         Returns:
             ``{node id: score}``.
+        """
+        ...
+
+
+@runtime_checkable
+class KeywordScoring(Protocol):
+    """The keyword route's interface: a [`Route`][llama_index_hiqa.retrievers.routes.Route] whose
+    question keywords, extracted once, can be passed back to it."""
+
+    name: str
+
+    def question_keywords(self, query: QueryBundle) -> QuestionKeywords:
+        """The question's keywords, extracted.
+
+        Args:
+            query: the question.
+
+        Returns:
+            Its keywords and their normalised forms.
+        """
+        ...
+
+    def scores(self, query: QueryBundle, n: int = 0, keywords: Optional[QuestionKeywords] = None) -> RouteScores:
+        """``|C|`` of the nodes holding the question's keywords (``keywords``: already extracted).
+
+        Args:
+            query: the question.
+            n: how many nodes at most (the keyword route counts every match).
+            keywords: the question's keywords, or ``None`` to extract them.
+
+        Returns:
+            ``{node id: |C|}`` with the keywords in ``.keywords``.
+        """
+        ...
+
+    async def ascores(self, query: QueryBundle, n: int = 0, keywords: Optional[QuestionKeywords] = None) -> RouteScores:
+        """[`scores`][llama_index_hiqa.retrievers.routes.KeywordScoring.scores] without blocking the event loop.
+
+        Args:
+            query: the question.
+            n: how many nodes at most.
+            keywords: the question's keywords, or ``None`` to extract them.
+
+        Returns:
+            ``{node id: |C|}``.
+        """
+        ...
+
+    def scores_within(
+        self, query: QueryBundle, node_ids: Sequence[str], keywords: Optional[QuestionKeywords] = None
+    ) -> Dict[str, float]:
+        """``|C|`` of exactly ``node_ids`` (the document focus's).
+
+        Args:
+            query: the question.
+            node_ids: which nodes.
+            keywords: already extracted, or ``None``.
+
+        Returns:
+            ``{node id: |C|}``.
         """
         ...
 
@@ -181,7 +263,8 @@ class RouteSet:
         keywords: the critical-keyword route, or ``None`` (off).
     """
 
-    def __init__(self, vector: Optional[Route], bm25: Optional[Route], keywords: Optional[Route]) -> None:
+    def __init__(self, vector: Optional[Route], bm25: Optional[Route], keywords: Optional[KeywordScoring]) -> None:
+        self.keywords = keywords
         self.routes: Dict[str, Optional[Route]] = {VECTOR: vector, BM25: bm25, KEYWORDS: keywords}
 
     def enabled(self) -> List[str]:
@@ -192,8 +275,23 @@ class RouteSet:
         """
         return [name for name in ROUTES if self.routes[name] is not None]
 
+    def _calls(
+        self, query: QueryBundle, n: int, keywords: Optional[QuestionKeywords]
+    ) -> Dict[str, Callable[[], RouteScores]]:
+        """Each route's question as a call (an empty answer for a route that is off)."""
+        calls: Dict[str, Callable[[], RouteScores]] = {}
+        for name, route in self.routes.items():
+            if name == KEYWORDS and self.keywords is not None:
+                calls[name] = partial(self.keywords.scores, query, n, keywords)
+            elif route is not None:
+                calls[name] = partial(_route_scores, route, query, n)
+            else:
+                calls[name] = RouteScores
+        return calls
+
     def ask(
-        self, query: QueryBundle, n: int, errors: Dict[str, BaseException], concurrent: bool = True
+        self, query: QueryBundle, n: int, errors: Dict[str, BaseException], concurrent: bool = True,
+        keywords: Optional[QuestionKeywords] = None,
     ) -> Dict[str, RouteScores]:
         """Every route's best ``n`` for ``query``, in threads (no event loop needed, so it also
         works inside notebooks).
@@ -204,25 +302,30 @@ class RouteSet:
             errors: filled with the failures of this question alone (route name -> error).
             concurrent: ask the routes in threads; ``False``: one after the other (cheaper
                 where the caller asks many questions in a row, as the evaluation does).
+            keywords: the question's keywords when already extracted (``None``: the keyword
+                route extracts them).
 
         Returns:
             Route name -> its scores (empty for a route that is off or failed).
         """
         text = query.query_str or ""
-        calls = {name: (lambda r=route: r.scores(query, n) if r else RouteScores()) for name, route in self.routes.items()}
+        calls = self._calls(query, n, keywords)
         if not concurrent:
-            return {name: self.guarded(name, call, errors, text) for name, call in calls.items()}
+            return {name: self.guarded(name, call, errors, text, RouteScores()) for name, call in calls.items()}
         with ThreadPoolExecutor(max_workers=3) as pool:
-            futures = {name: pool.submit(self.guarded, name, call, errors, text) for name, call in calls.items()}
+            futures = {name: pool.submit(self.guarded, name, call, errors, text, RouteScores()) for name, call in calls.items()}
             return {name: future.result() for name, future in futures.items()}
 
-    async def aask(self, query: QueryBundle, n: int, errors: Dict[str, BaseException]) -> Dict[str, RouteScores]:
+    async def aask(
+        self, query: QueryBundle, n: int, errors: Dict[str, BaseException], keywords: Optional[QuestionKeywords] = None
+    ) -> Dict[str, RouteScores]:
         """[`ask`][llama_index_hiqa.retrievers.routes.RouteSet.ask] concurrently on the event loop (each route's ``ascores``).
 
         Args:
             query: the question.
             n: candidates per route.
             errors: filled with the failures of this question alone.
+            keywords: the question's keywords when already extracted.
 
         Returns:
             Route name -> its scores.
@@ -233,8 +336,9 @@ class RouteSet:
             if route is None:
                 return RouteScores()
             try:
-                scores = await route.ascores(query, n)
-                return scores if isinstance(scores, RouteScores) else RouteScores(scores)
+                if name == KEYWORDS and self.keywords is not None:
+                    return await self.keywords.ascores(query, n, keywords)
+                return RouteScores.of(await route.ascores(query, n))
             except Exception as exc:  # noqa: BLE001 - a failing route must not sink the others
                 route_failed(name, exc, errors, text)
                 return RouteScores()
@@ -243,7 +347,8 @@ class RouteSet:
         return dict(zip(self.routes, answers))
 
     def scores_within(
-        self, query: QueryBundle, node_ids: Sequence[str], skip: Sequence[str] = ()
+        self, query: QueryBundle, node_ids: Sequence[str], skip: Sequence[str] = (),
+        keywords: Optional[QuestionKeywords] = None,
     ) -> Dict[str, Dict[str, float]]:
         """Each route's scores of exactly ``node_ids`` (the document focus).
 
@@ -251,6 +356,7 @@ class RouteSet:
             query: the question.
             node_ids: the nodes to score.
             skip: routes not to ask (they already failed on this question, and said so).
+            keywords: the question's keywords when already extracted.
 
         Returns:
             Route name -> ``{node id: score}`` (empty for a route that is off or failed: a
@@ -258,16 +364,19 @@ class RouteSet:
         """
         text = query.query_str or ""
         errors: Dict[str, BaseException] = {}  # the question's failures go with its results
-        return {
-            name: (
-                self.guarded(name, partial(route.scores_within, query, node_ids), errors, text, empty={})
-                if route is not None and node_ids and name not in skip else {}
-            )
-            for name, route in self.routes.items()
-        }
+        out: Dict[str, Dict[str, float]] = {}
+        for name, route in self.routes.items():
+            if route is None or not node_ids or name in skip:
+                out[name] = {}
+            elif name == KEYWORDS and self.keywords is not None:
+                within = partial(self.keywords.scores_within, query, node_ids, keywords)
+                out[name] = self.guarded(name, within, errors, text, {})
+            else:
+                out[name] = self.guarded(name, partial(route.scores_within, query, node_ids), errors, text, {})
+        return out
 
     @staticmethod
-    def guarded(name: str, func: Callable[[], Any], errors: Dict[str, BaseException], query: str, empty: Any = None) -> Any:
+    def guarded(name: str, func: Callable[[], T], errors: Dict[str, BaseException], query: str, empty: T) -> T:
         """``func()``, or ``empty`` when it raises (the failure recorded in ``errors``).
 
         Args:
@@ -275,7 +384,7 @@ class RouteSet:
             func: the call.
             errors: route name -> error, filled on failure.
             query: the question text (for the event).
-            empty: what a failure returns (default: an empty [`RouteScores`][llama_index_hiqa.retrievers.routes.RouteScores]).
+            empty: what a failure returns.
 
         Returns:
             What ``func`` returned, or ``empty``.
@@ -284,7 +393,11 @@ class RouteSet:
             return func()
         except Exception as exc:  # noqa: BLE001 - a failing route must not sink the others
             route_failed(name, exc, errors, query)
-            return RouteScores() if empty is None else empty
+            return empty
+
+
+def _route_scores(route: Route, query: QueryBundle, n: int) -> RouteScores:
+    return RouteScores.of(route.scores(query, n))
 
 
 def route_failed(name: str, exc: BaseException, errors: Dict[str, BaseException], query: str) -> None:

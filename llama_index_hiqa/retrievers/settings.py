@@ -8,7 +8,7 @@ loading the retrievers' dependencies (bm25s, networkx).
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Dict, Literal, Optional, Union
+from typing import Annotated, Any, Dict, Final, Literal, Optional, Type, Union
 
 from llama_index.core.bridge.pydantic import BaseModel, Field, field_validator, model_validator
 
@@ -19,7 +19,10 @@ from llama_index_hiqa.settings import SettingsModel
 # similarity_top_k, a MultiRouteRetriever built on its own, the evidence-chain budget.
 DEFAULT_SIMILARITY_TOP_K = 5
 
-VECTOR, BM25, KEYWORDS = "vector", "bm25", "keywords"
+# Final: a type checker reads each as its literal (a key of RouteName).
+VECTOR: Final = "vector"
+BM25: Final = "bm25"
+KEYWORDS: Final = "keywords"
 ROUTES = (VECTOR, BM25, KEYWORDS)
 FusionMode = Literal["hiqa", "rrf", "relative_score", "dist_based_score"]
 
@@ -73,6 +76,10 @@ def bm25_stopword_language(value: str) -> str:
 
 
 # -- the multi-route retriever -------------------------------------------------------------
+def _equal_route_weights() -> Dict[RouteName, float]:
+    return {VECTOR: 1.0, BM25: 1.0, KEYWORDS: 1.0}
+
+
 class RouteFusionSettings(SettingsModel):
     """How [`MultiRouteRetriever`][llama_index_hiqa.retrievers.multi_route.MultiRouteRetriever] asks its routes and fuses them.
 
@@ -123,7 +130,7 @@ class RouteFusionSettings(SettingsModel):
     beta_min: float = Field(default=0.5, ge=0.0, le=MAX_WEIGHT, description="β for beta='auto' as |D|/pages -> 0 (0 to 100).")
     beta_max: float = Field(default=2.0, ge=0.0, le=MAX_WEIGHT, description="β for beta='auto' as |D|/pages -> ∞ (0 to 100).")
     route_weights: Dict[RouteName, Annotated[float, Field(ge=0.0, le=MAX_WEIGHT)]] = Field(
-        default_factory=lambda: {VECTOR: 1.0, BM25: 1.0, KEYWORDS: 1.0},
+        default_factory=_equal_route_weights,
         description="Per-route weights (vector, bm25, keywords; 0 to 100) of the 'rrf', 'relative_score' "
         "and 'dist_based_score' modes.",
     )
@@ -324,7 +331,7 @@ class ChainBudget(SettingsModel):
     )
 
 
-_PARTS = {"graph": InteractionGraphSettings, "search": ChainSearchSettings, "budget": ChainBudget}
+_PARTS: Dict[str, Type[SettingsModel]] = {"graph": InteractionGraphSettings, "search": ChainSearchSettings, "budget": ChainBudget}
 
 
 class ChunkGraphSettings(SettingsModel):

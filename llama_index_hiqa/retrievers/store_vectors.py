@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import copy
 import math
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.schema import BaseNode, NodeWithScore, QueryBundle
@@ -83,7 +83,7 @@ def from_squared_l2(distance: float) -> float:
     return 1.0 - distance / 2.0
 
 
-def cosine_scale(vector_store: Any) -> Scale:
+def cosine_scale(vector_store: Optional[object]) -> Scale:
     """How to read ``vector_store``'s similarity scores as cosines (identity when they are).
 
     Args:
@@ -108,7 +108,7 @@ def cosine_scale(vector_store: Any) -> Scale:
     return identity
 
 
-def _chroma_space(vector_store: Any) -> str:
+def _chroma_space(vector_store: object) -> str:
     collection = getattr(vector_store, "_collection", None)
     metadata = getattr(collection, "metadata", None) or {}
     space = metadata.get("hnsw:space")

@@ -21,7 +21,10 @@ from __future__ import annotations
 
 import re
 from functools import lru_cache
-from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
+from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
+
+from llama_index_hiqa.indexes.keyword_index import normalize_keyword
+from llama_index_hiqa.transforms.critical_keywords import CriticalKeywordExtractor
 
 _WORD = re.compile(r"[A-Za-z0-9]+|&")
 # Words a name's abbreviation may skip or shorten to a letter ("JnJ", "P&G", "BofA").
@@ -146,7 +149,7 @@ def names_in_question(question: str, names: Names) -> List[str]:
     return list(found)
 
 
-def latest_year_only(keywords: Iterable[str]) -> frozenset:
+def latest_year_only(keywords: Iterable[str]) -> frozenset[str]:
     """``keywords`` with every year but the latest left out (unchanged with one year or none).
 
     Args:
@@ -166,7 +169,7 @@ def latest_year_only(keywords: Iterable[str]) -> frozenset:
 # -- the keyword route's use of the titles (one extraction per title) -----------------------
 
 
-def title_keyword_sets(extractor: Any, titles: Sequence[str]) -> Dict[str, frozenset]:
+def title_keyword_sets(extractor: CriticalKeywordExtractor, titles: Sequence[str]) -> Dict[str, frozenset[str]]:
     """Each title -> its normalised keywords, from one extraction over ``titles``.
 
     Args:
@@ -176,15 +179,13 @@ def title_keyword_sets(extractor: Any, titles: Sequence[str]) -> Dict[str, froze
     Returns:
         ``{title: frozenset of normalised keywords}``.
     """
-    from llama_index_hiqa.transforms.critical_keywords import normalize_keyword
-
     keywords = extractor.title_keywords(titles)
     return {t: frozenset(normalize_keyword(k) for k in kws) for t, kws in zip(titles, keywords)}
 
 
 def title_facts(
-    extractor: Any, titles: Mapping[str, str], per_key: bool
-) -> Tuple[Dict[str, frozenset], Dict[str, Tuple[Tuple[str, ...], ...]]]:
+    extractor: CriticalKeywordExtractor, titles: Mapping[str, str], per_key: bool
+) -> Tuple[Dict[str, frozenset[str]], Dict[str, Tuple[Tuple[str, ...], ...]]]:
     """From one extraction over the titles of ``titles`` (any key -> its document title, e.g.
     node id or ``ref_doc_id``): key -> its title's keywords, for ``document_keyword_weight``
     (only when ``per_key``; keys whose title has no keyword left out), and the collection's
@@ -205,7 +206,7 @@ def title_facts(
 
 
 def question_keywords(
-    extractor: Any, question: Optional[str], names: Names, match_abbreviations: bool
+    extractor: CriticalKeywordExtractor, question: str, names: Names, match_abbreviations: bool
 ) -> Tuple[List[str], List[str]]:
     """The question's keywords, with the document names it abbreviates or spells apart
     ([`names_in_question`][llama_index_hiqa.retrievers.title_match.names_in_question]), and their normalised forms, once each.
@@ -219,16 +220,14 @@ def question_keywords(
     Returns:
         ``(keywords, normalised keywords)``.
     """
-    from llama_index_hiqa.transforms.critical_keywords import normalize_keyword
-
     keywords = extractor.extract_query(question)
     if match_abbreviations:
-        named = names_in_question(question or "", names)
+        named = names_in_question(question, names)
         keywords = list(dict.fromkeys([*keywords, *named]))
     return keywords, [k for k in dict.fromkeys(normalize_keyword(k) for k in keywords) if k]
 
 
-def title_wanted(keywords: Iterable[str], latest_year: bool) -> frozenset:
+def title_wanted(keywords: Iterable[str], latest_year: bool) -> frozenset[str]:
     """The normalised question keywords matched against document titles: with
     ``latest_year``, every year but the latest left out ([`latest_year_only`][llama_index_hiqa.retrievers.title_match.latest_year_only]).
 

@@ -16,8 +16,8 @@ from typing import List, Optional
 
 import numpy as np
 
-from llama_index_hiqa.retrievers.bm25_route import BM25Route
-from llama_index_hiqa.retrievers.bm25_segments import Postings, SegmentedBM25Route, corpus_tokenizer
+from llama_index_hiqa.retrievers.bm25_route import BM25Route, corpus_tokenizer
+from llama_index_hiqa.retrievers.bm25_segments import Postings, SegmentedBM25Route
 from llama_index_hiqa.storage.embedded import EmbeddedStore
 
 logger = logging.getLogger(__name__)

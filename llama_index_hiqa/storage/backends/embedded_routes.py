@@ -1,6 +1,6 @@
 """The multi-route retriever's parts on the embedded store: the same routes, read from disk.
 
-[`EmbeddedMultiRouteRetriever`][llama_index_hiqa.storage.backends.embedded_routes.EmbeddedMultiRouteRetriever] is [`MultiRouteRetriever`][llama_index_hiqa.retrievers.multi_route.MultiRouteRetriever]
+[`EmbeddedMultiRouteRetriever`][llama_index_hiqa.storage.backends.embedded_routes.EmbeddedMultiRouteRetriever] builds a [`MultiRouteRetriever`][llama_index_hiqa.retrievers.multi_route.MultiRouteRetriever]
 composed of `EmbeddedRouteParts`: node ids, titles, the collection's shape and the
 keyword postings read from the SQLite database of an
 [`EmbeddedStore`][llama_index_hiqa.storage.embedded.EmbeddedStore], vectors from its memory-mapped
@@ -11,26 +11,28 @@ Augmentation RAG for Multi-Documents QA" (Chen et al.)).
 
 from __future__ import annotations
 
-from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence
 
 from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.schema import BaseNode
 
 from llama_index_hiqa.errors import InvalidSettingError
+from llama_index_hiqa.indexes.keyword_index import KeywordIndex, normalize_keyword
 from llama_index_hiqa.retrievers import title_match
 from llama_index_hiqa.retrievers.bm25_route import BM25Route
 from llama_index_hiqa.retrievers.keyword_route import KeywordRoute
-from llama_index_hiqa.retrievers.multi_route import MultiRouteSettings, MultiRouteRetriever
+from llama_index_hiqa.retrievers.multi_route import MultiRouteRetriever
 from llama_index_hiqa.retrievers.node_collection import NodeCollection
 from llama_index_hiqa.retrievers.route_parts import RouteParts
 from llama_index_hiqa.retrievers.routes import VectorRoute
+from llama_index_hiqa.retrievers.settings import MultiRouteSettings, RouteFusionSettings
 from llama_index_hiqa.retrievers.store_vectors import cosine_scale
 from llama_index_hiqa.storage.embedded import EmbeddedStore
-from llama_index_hiqa.indexes.keyword_index import KeywordIndex, normalize_keyword
 from llama_index_hiqa.transforms.critical_keywords import CriticalKeywordExtractor
 
 
-class _StoredNodes(Mapping):
+class _StoredNodes(Mapping[str, BaseNode]):
     """The retriever's nodes: ids in ingestion order (read once), nodes read by id on demand."""
 
     def __init__(self, store: EmbeddedStore) -> None:
@@ -43,7 +45,7 @@ class _StoredNodes(Mapping):
         return self._ids
 
     def __getitem__(self, node_id: str) -> BaseNode:
-        found = self._store.docstore.get_nodes([node_id], raise_error=False)
+        found: List[BaseNode] = self._store.docstore.get_nodes([node_id], raise_error=False)
         if not found:
             raise KeyError(node_id)
         return found[0]
@@ -69,7 +71,7 @@ class _StoredKeywords(KeywordIndex):
     def node_ids(self) -> List[str]:
         return self._store.keyword_node_ids()
 
-    def match_counts(self, keywords: Any) -> Dict[str, int]:
+    def match_counts(self, keywords: Iterable[str]) -> Dict[str, int]:
         wanted = list(dict.fromkeys(normalize_keyword(k) for k in keywords))
         return {node_id: len(held) for node_id, (_ref, held) in self._store.keyword_matches(wanted).items()}
 
@@ -115,10 +117,10 @@ class EmbeddedKeywordRoute(KeywordRoute):
     """The keyword route over the database's postings: ``|C|`` with the title weight from one
     query, the title keywords kept per document (``ref_doc_id``) rather than per node."""
 
-    def __init__(self, store: EmbeddedStore, extractor: CriticalKeywordExtractor, config: Any) -> None:
+    def __init__(self, store: EmbeddedStore, extractor: CriticalKeywordExtractor, config: RouteFusionSettings) -> None:
         super().__init__(extractor, _StoredKeywords(store), config)
         self._store = store
-        self.title_keywords_by_ref: Dict[str, frozenset] = {}
+        self.title_keywords_by_ref: Dict[str, frozenset[str]] = {}
         if self.reads_titles():
             titles = store.titles()
             by_title = title_match.title_keyword_sets(extractor, list(dict.fromkeys(t for _, t in titles)))
@@ -140,7 +142,7 @@ class EmbeddedKeywordRoute(KeywordRoute):
         extra = self.config.document_keyword_weight - 1.0
         if extra and self.title_keywords_by_ref:
             wanted = self.title_wanted(normalized)
-            in_title: Dict[frozenset, frozenset] = {}
+            in_title: Dict[frozenset[str], frozenset[str]] = {}
             for node_id, (ref, held) in matches.items():
                 title = self.title_keywords_by_ref.get(ref)
                 if title is None:
@@ -151,13 +153,22 @@ class EmbeddedKeywordRoute(KeywordRoute):
         return counts
 
 
+@dataclass
 class EmbeddedRouteParts(RouteParts):
-    """The routes of an embedded store (see the module docstring)."""
+    """The routes of an embedded store (see the module docstring).
+
+    Args:
+        store: the embedded store the parts read (after the [`RouteParts`][llama_index_hiqa.retrievers.route_parts.RouteParts] fields).
+        vector_retriever: the vector retriever over the store's matrix.
+    """
+
+    store: EmbeddedStore = field(kw_only=True)
+    vector_retriever: BaseRetriever = field(kw_only=True)
 
     @classmethod
     def open(
         cls, store: EmbeddedStore, vector_retriever: BaseRetriever, bm25_route: Optional[BM25Route],
-        extractor: CriticalKeywordExtractor, config: Any,
+        extractor: CriticalKeywordExtractor, config: RouteFusionSettings,
     ) -> "EmbeddedRouteParts":
         """The parts over ``store`` under ``config`` (the database's facts read now).
 
@@ -175,11 +186,11 @@ class EmbeddedRouteParts(RouteParts):
         # The vector store returns id-only stand-ins: result nodes are read from the docstore.
         scale = cosine_scale(getattr(vector_retriever, "_vector_store", None))
         vector = VectorRoute(vector_retriever, collection.nodes, scale, keep_nodes=False)
-        parts = cls(collection, vector, bm25_route if config.use_bm25 else None, EmbeddedKeywordRoute(store, extractor, config))
-        parts.store = store
-        return parts
+        keywords = EmbeddedKeywordRoute(store, extractor, config)
+        bm25 = bm25_route if config.use_bm25 else None
+        return cls(collection, vector, bm25, keywords, store=store, vector_retriever=vector_retriever)
 
-    def with_config(self, old: Any, new: Any) -> "EmbeddedRouteParts":
+    def with_config(self, old: RouteFusionSettings, new: RouteFusionSettings) -> "EmbeddedRouteParts":
         """The parts under other settings, the database's facts read again.
 
         Args:
@@ -194,31 +205,33 @@ class EmbeddedRouteParts(RouteParts):
         """
         if new.use_bm25 and self.bm25 is None:
             raise InvalidSettingError("use_bm25", "the BM25 route was off when this retriever was built; load the pack with it on")
-        return EmbeddedRouteParts.open(self.store, self.vector.retriever, self.bm25, self.keywords.extractor, new)
+        bm25 = self.bm25 if isinstance(self.bm25, BM25Route) else None
+        return EmbeddedRouteParts.open(self.store, self.vector_retriever, bm25, self.keywords.extractor, new)
 
 
-class EmbeddedMultiRouteRetriever(MultiRouteRetriever):
-    """[`MultiRouteRetriever`][llama_index_hiqa.retrievers.multi_route.MultiRouteRetriever] over an [`EmbeddedStore`][llama_index_hiqa.storage.embedded.EmbeddedStore]: the same
-    routes and fusion, with the node-wide facts (ids, titles, shape, keyword postings) read from
-    the database instead of from every node in memory (`EmbeddedRouteParts`).
+def EmbeddedMultiRouteRetriever(  # noqa: N802 - a constructor: named for the retriever it builds
+    store: EmbeddedStore,
+    vector_retriever: BaseRetriever,
+    bm25_route: Optional[BM25Route],
+    keyword_extractor: Optional[CriticalKeywordExtractor] = None,
+    **settings: Any,
+) -> MultiRouteRetriever:
+    """A [`MultiRouteRetriever`][llama_index_hiqa.retrievers.multi_route.MultiRouteRetriever] over an
+    [`EmbeddedStore`][llama_index_hiqa.storage.embedded.EmbeddedStore]: the same routes and fusion,
+    with the node-wide facts (ids, titles, shape, keyword postings) read from the database instead
+    of from every node in memory (`EmbeddedRouteParts`).
 
     Args:
         store: the embedded store.
         vector_retriever: the vector retriever over the store's matrix.
         bm25_route: the BM25 route of the store's current generation, or ``None``.
         keyword_extractor: the keyword extractor (default: ``CriticalKeywordExtractor()``).
-        **settings: [`MultiRouteSettings`][llama_index_hiqa.retrievers.multi_route.MultiRouteSettings] fields.
-    """
+        **settings: [`MultiRouteSettings`][llama_index_hiqa.retrievers.settings.MultiRouteSettings] fields.
 
-    def __init__(
-        self,
-        store: EmbeddedStore,
-        vector_retriever: BaseRetriever,
-        bm25_route: Optional[BM25Route],
-        keyword_extractor: Optional[CriticalKeywordExtractor] = None,
-        **settings: Any,
-    ) -> None:
-        config = MultiRouteSettings(**settings)
-        extractor = keyword_extractor or CriticalKeywordExtractor()
-        parts = EmbeddedRouteParts.open(store, vector_retriever, bm25_route, extractor, config)
-        super().__init__(keyword_extractor=extractor, config=config, _parts=parts)
+    Returns:
+        The retriever.
+    """
+    config = MultiRouteSettings(**settings)
+    extractor = keyword_extractor or CriticalKeywordExtractor()
+    parts = EmbeddedRouteParts.open(store, vector_retriever, bm25_route, extractor, config)
+    return MultiRouteRetriever(keyword_extractor=extractor, config=config, route_parts=parts)

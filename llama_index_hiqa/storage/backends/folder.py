@@ -545,7 +545,8 @@ def open_folder(persist_dir: Path, settings: Optional[Mapping[str, Any]] = None)
 def _load_multi_route(files: Any, index: VectorStoreIndex, config: HiQAPackSettings, keywords: Any) -> BaseRetriever:
     """The persisted BM25 and keyword indexes, checked against the docstore: a route that
     would fail or miss nodes on every question is an error now, naming its file."""
-    from llama_index_hiqa.retrievers.multi_route import BM25_DIRNAME, MultiRouteSettings, MultiRouteRetriever
+    from llama_index_hiqa.retrievers.multi_route import MultiRouteSettings, MultiRouteRetriever
+    from llama_index_hiqa.retrievers.route_parts import BM25_DIRNAME
 
     nodes = list(index.docstore.docs.values())
     # Every route setting from the pack's settings (hiqa_pack.json), as a new pack gets them:

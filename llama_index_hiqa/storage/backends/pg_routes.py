@@ -1,6 +1,6 @@
 """The multi-route retriever served by PostgreSQL: every route one query, nothing in memory.
 
-[`PostgresMultiRouteRetriever`][llama_index_hiqa.storage.backends.pg_routes.PostgresMultiRouteRetriever] is HiQA's Multi-Route Retriever ("HiQA: A Hierarchical
+[`PostgresMultiRouteRetriever`][llama_index_hiqa.storage.backends.pg_routes.PostgresMultiRouteRetriever] builds HiQA's Multi-Route Retriever ("HiQA: A Hierarchical
 Contextual Augmentation RAG for Multi-Documents QA" (Chen et al.), §Multi-Route Retriever)
 with the routes answered by the database of [`PostgresStore`][llama_index_hiqa.storage.postgres.PostgresStore]:
 
@@ -12,10 +12,11 @@ Each route is an object of the [`Route`][llama_index_hiqa.retrievers.routes.Rout
 that can answer alone ([`PostgresBM25Route`][llama_index_hiqa.storage.backends.pg_routes.PostgresBM25Route], [`PostgresKeywordRoute`][llama_index_hiqa.storage.backends.pg_routes.PostgresKeywordRoute], the vector
 route over ``PGVectorStore``); [`PostgresRouteSet`][llama_index_hiqa.storage.backends.pg_routes.PostgresRouteSet] asks a question's three routes in one
 SQL statement (``ROUTES_SQL``, one round trip), and the scores of every node of a document for
-the document focus in another (``WITHIN_SQL``). [`PostgresMultiRouteRetriever`][llama_index_hiqa.storage.backends.pg_routes.PostgresMultiRouteRetriever] is the
+the document focus in another (``WITHIN_SQL``). [`PostgresMultiRouteRetriever`][llama_index_hiqa.storage.backends.pg_routes.PostgresMultiRouteRetriever] builds the
 ordinary [`MultiRouteRetriever`][llama_index_hiqa.retrievers.multi_route.MultiRouteRetriever] composed of these parts
 (`PostgresRouteParts`): fusion, score normalisation and the per-node route scores are
-its own; a failing statement fails every route at once (one database answers them all). What
+its own; the parts neither rank every node nor persist to a folder (every write is saved by
+the database), so ``full_ranking`` and ``persist`` raise ``NotImplementedError`` there; a failing statement fails every route at once (one database answers them all). What
 another process commits is seen by the next query; the collection's shape and titles are
 re-read every few seconds. ``aretrieve`` sends the same statement on the asyncpg pool.
 """
@@ -25,18 +26,23 @@ from __future__ import annotations
 import asyncio
 import copy
 import time
-from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.callbacks.base import CallbackManager
 from llama_index.core.schema import BaseNode, QueryBundle
 
+from llama_index_hiqa.indexes.keyword_index import KeywordIndex
 from llama_index_hiqa.retrievers import title_match
 from llama_index_hiqa.retrievers.keyword_route import KeywordRoute
-from llama_index_hiqa.retrievers.multi_route import MultiRouteSettings, MultiRouteRetriever
+from llama_index_hiqa.retrievers.multi_route import MultiRouteRetriever
 from llama_index_hiqa.retrievers.node_collection import NodeCollection
 from llama_index_hiqa.retrievers.route_parts import RouteParts
-from llama_index_hiqa.retrievers.routes import BM25, KEYWORDS, ROUTES, VECTOR, RouteScores, RouteSet, VectorRoute, route_failed
+from llama_index_hiqa.retrievers.routes import QuestionKeywords, RouteScores, RouteSet, VectorRoute, route_failed
+from llama_index_hiqa.retrievers.settings import BM25, KEYWORDS, ROUTES, VECTOR, MultiRouteSettings, RouteFusionSettings
+from llama_index_hiqa.retrievers.store_vectors import identity
+from llama_index_hiqa.settings import updated
 from llama_index_hiqa.storage.pg_schema import (
     DOCUMENT_NODES_SQL,
     KEYWORD_SQL,
@@ -47,15 +53,12 @@ from llama_index_hiqa.storage.pg_schema import (
     BM25Tokenizer,
 )
 from llama_index_hiqa.storage.postgres import PostgresStore
-from llama_index_hiqa.retrievers.store_vectors import identity
-from llama_index_hiqa.indexes.keyword_index import KeywordIndex
-from llama_index_hiqa.settings import updated
 from llama_index_hiqa.transforms.critical_keywords import CriticalKeywordExtractor
 
 SHAPE_TTL_S = 5.0
 
 
-class _StoredNodes(Mapping):
+class _StoredNodes(Mapping[str, BaseNode]):
     """The retriever's node mapping, answered by the database (nothing is held)."""
 
     def __init__(self, store: PostgresStore) -> None:
@@ -244,13 +247,18 @@ class PostgresKeywordRoute(KeywordRoute):
         config: the retriever's settings.
     """
 
-    def __init__(self, store: PostgresStore, collection: PostgresCollection, extractor: CriticalKeywordExtractor, config: Any) -> None:
+    def __init__(
+        self, store: PostgresStore, collection: PostgresCollection, extractor: CriticalKeywordExtractor,
+        config: RouteFusionSettings,
+    ) -> None:
         super().__init__(extractor, KeywordIndex(), config)  # the index is unused: the route is a query
         self._store = store
         self._collection = collection
         self._names_of_titles_read: Tuple[Tuple[str, ...], Dict[str, Tuple[Tuple[str, ...], ...]]] = ((), {})
 
-    def with_config(self, config: Any, nodes: Sequence[BaseNode] = (), index: Optional[KeywordIndex] = None) -> "PostgresKeywordRoute":
+    def with_config(
+        self, config: RouteFusionSettings, nodes: Sequence[BaseNode] = (), index: Optional[KeywordIndex] = None
+    ) -> "PostgresKeywordRoute":
         """This route under other settings (the titles are the database's: nothing to read).
 
         Args:
@@ -308,9 +316,13 @@ class PostgresRouteSet(RouteSet):
         keywords: the keyword route when on.
     """
 
-    def __init__(self, parts: "PostgresRouteParts", bm25: Optional[PostgresBM25Route], keywords: Optional[PostgresKeywordRoute]) -> None:
+    def __init__(
+        self, parts: "PostgresRouteParts", bm25: Optional[PostgresBM25Route], keywords: Optional[PostgresKeywordRoute]
+    ) -> None:
         super().__init__(parts.vector, bm25, keywords)
         self.parts = parts
+        self.bm25_route = bm25
+        self.keyword_route = keywords
 
     def _embedding(self, query: QueryBundle) -> Optional[List[float]]:
         vector = self.parts.vector
@@ -319,25 +331,41 @@ class PostgresRouteSet(RouteSet):
         if query.embedding is not None:
             return list(query.embedding)
         # As VectorIndexRetriever embeds a question that comes without its embedding.
-        return vector.retriever._embed_model.get_agg_embedding_from_queries(query.embedding_strs)
+        embedding: List[float] = vector.retriever._embed_model.get_agg_embedding_from_queries(query.embedding_strs)  # type: ignore[attr-defined]
+        return embedding
 
-    def inputs(self, query: QueryBundle, n: int, **more: Any) -> Dict[str, Any]:
+    def inputs(
+        self, query: QueryBundle, n: int, keywords: Optional[QuestionKeywords] = None, **more: Any
+    ) -> Tuple[Dict[str, Any], Optional[QuestionKeywords]]:
         """What the statements need of a question: its embedding, BM25 terms and keywords.
 
         Args:
             query: the question.
             n: candidates per route.
+            keywords: the question's keywords when already extracted (``None``: extracted
+                here when the keyword route is on).
             **more: further statement parameters (``ids`` of ``WITHIN_SQL``).
 
         Returns:
-            The statement's parameters.
+            The statement's parameters, and the question's keywords (``None`` when the keyword
+                route is off).
         """
-        bm25, keywords = self.routes[BM25], self.routes[KEYWORDS]
+        bm25, keyword_route = self.bm25_route, self.keyword_route
         terms = bm25.terms(query) if bm25 is not None else []
-        wanted: List[str] = keywords.question_keywords(query)[1] if keywords is not None else []
-        title = list(keywords.title_wanted(wanted)) if wanted else []
-        extra = self.parts.keywords.title_extra()
-        return _params(self._embedding(query), terms, wanted, title, extra, n, **more)
+        if keyword_route is None:
+            keywords = None
+        elif keywords is None:
+            keywords = keyword_route.question_keywords(query)
+        wanted = keywords.normalized if keywords is not None else []
+        title = list(keyword_route.title_wanted(wanted)) if keyword_route is not None and wanted else []
+        extra = self.parts.keyword_route().title_extra()
+        return _params(self._embedding(query), terms, wanted, title, extra, n, **more), keywords
+
+    @staticmethod
+    def _answered(rows: Sequence[Tuple[str, str, float]], keywords: Optional[QuestionKeywords]) -> Dict[str, RouteScores]:
+        scores = _by_route(rows)
+        scores[KEYWORDS].keywords = keywords
+        return scores
 
     def _statement_settings(self) -> Dict[str, str]:
         # The session's hnsw.ef_search is the store's; a retriever asking for more candidates
@@ -353,7 +381,8 @@ class PostgresRouteSet(RouteSet):
         return {name: RouteScores() for name in ROUTES}
 
     def ask(
-        self, query: QueryBundle, n: int, errors: Dict[str, BaseException], concurrent: bool = True
+        self, query: QueryBundle, n: int, errors: Dict[str, BaseException], concurrent: bool = True,
+        keywords: Optional[QuestionKeywords] = None,
     ) -> Dict[str, RouteScores]:
         """Every route's best ``n`` for ``query`` in one statement (see ``RouteSet.ask``).
 
@@ -362,35 +391,42 @@ class PostgresRouteSet(RouteSet):
             n: candidates per route.
             errors: filled with the failures of this question alone (route name -> error).
             concurrent: unused (one statement asks every route).
+            keywords: the question's keywords when already extracted.
 
         Returns:
             Route name -> its scores (every route empty when the statement failed).
         """
         try:
-            params = self.inputs(query, n)
-            return _by_route(self.parts.store.rows(ROUTES_SQL, _settings=self._statement_settings(), **params))
+            params, keywords = self.inputs(query, n, keywords)
+            rows = self.parts.store.rows(ROUTES_SQL, _settings=self._statement_settings(), **params)
+            return self._answered(rows, keywords)
         except Exception as exc:  # noqa: BLE001 - reported as every route's failure
             return self._failed(exc, errors, query.query_str or "")
 
-    async def aask(self, query: QueryBundle, n: int, errors: Dict[str, BaseException]) -> Dict[str, RouteScores]:
+    async def aask(
+        self, query: QueryBundle, n: int, errors: Dict[str, BaseException], keywords: Optional[QuestionKeywords] = None
+    ) -> Dict[str, RouteScores]:
         """[`ask`][llama_index_hiqa.storage.backends.pg_routes.PostgresRouteSet.ask] on the asyncpg pool (the embedding and keywords off the event loop).
 
         Args:
             query: the question.
             n: candidates per route.
             errors: filled with the failures of this question alone (route name -> error).
+            keywords: the question's keywords when already extracted.
 
         Returns:
             Route name -> its scores (every route empty when the statement failed).
         """
         try:
-            params = await asyncio.to_thread(self.inputs, query, n)
-            return _by_route(await self.parts.store.arows(ROUTES_SQL, _settings=self._statement_settings(), **params))
+            params, keywords = await asyncio.to_thread(self.inputs, query, n, keywords)
+            rows = await self.parts.store.arows(ROUTES_SQL, _settings=self._statement_settings(), **params)
+            return self._answered(rows, keywords)
         except Exception as exc:  # noqa: BLE001
             return self._failed(exc, errors, query.query_str or "")
 
     def scores_within(
-        self, query: QueryBundle, node_ids: Sequence[str], skip: Sequence[str] = ()
+        self, query: QueryBundle, node_ids: Sequence[str], skip: Sequence[str] = (),
+        keywords: Optional[QuestionKeywords] = None,
     ) -> Dict[str, Dict[str, float]]:
         """Every route's scores of ``node_ids`` in one statement (see ``RouteSet.scores_within``).
 
@@ -398,22 +434,36 @@ class PostgresRouteSet(RouteSet):
             query: the question.
             node_ids: the nodes to score.
             skip: routes not to ask (one statement answers every route: accepted, not used).
+            keywords: the question's keywords when already extracted.
 
         Returns:
             Route name -> (node id -> score).
         """
         if not node_ids:
             return {VECTOR: {}, BM25: {}, KEYWORDS: {}}
-        return _by_route(self.parts.store.rows(WITHIN_SQL, **self.inputs(query, 0, ids=list(node_ids))))
+        params, _ = self.inputs(query, 0, keywords, ids=list(node_ids))
+        return dict(_by_route(self.parts.store.rows(WITHIN_SQL, **params)))
 
 
+@dataclass
 class PostgresRouteParts(RouteParts):
-    """The collection and routes of a [`PostgresStore`][llama_index_hiqa.storage.postgres.PostgresStore] (nothing held in memory)."""
+    """The collection and routes of a [`PostgresStore`][llama_index_hiqa.storage.postgres.PostgresStore] (nothing held in memory).
+
+    Args:
+        store: the PostgreSQL store (after the [`RouteParts`][llama_index_hiqa.retrievers.route_parts.RouteParts] fields).
+        ef_search: the HNSW ``ef_search`` of the retriever's statements.
+    """
+
+    store: PostgresStore = field(kw_only=True)
+    ef_search: int = field(kw_only=True)
+    # Every route is a query: ranking every node is not one, and every write is saved already.
+    ranks_every_node: ClassVar[bool] = False
+    persists_to_folder: ClassVar[bool] = False
 
     @classmethod
     def open(
         cls, store: PostgresStore, vector_retriever: Optional[BaseRetriever], extractor: CriticalKeywordExtractor,
-        config: Any, ef_search: int,
+        config: RouteFusionSettings, ef_search: int,
     ) -> "PostgresRouteParts":
         """The parts over ``store``.
 
@@ -431,22 +481,36 @@ class PostgresRouteParts(RouteParts):
         # pgvector's cosine ops give 1 − cosine distance: a cosine already.
         vector = VectorRoute(vector_retriever, collection.nodes, identity) if vector_retriever is not None else None
         bm25 = PostgresBM25Route(store, config.bm25_language) if config.use_bm25 else None
-        parts = cls(collection, vector, bm25, PostgresKeywordRoute(store, collection, extractor, config))
-        parts.store, parts.ef_search = store, ef_search
-        return parts
+        keywords = PostgresKeywordRoute(store, collection, extractor, config)
+        return cls(collection, vector, bm25, keywords, store=store, ef_search=ef_search)
 
-    def route_set(self, config: Any) -> PostgresRouteSet:
+    def keyword_route(self) -> PostgresKeywordRoute:
+        """The keyword route, as the PostgreSQL one it is (its title weight goes into the statement).
+
+        Returns:
+            The route.
+
+        Raises:
+            TypeError: the parts hold another kind of keyword route.
+        """
+        route = self.keywords
+        if not isinstance(route, PostgresKeywordRoute):  # open() and with_config() make one
+            raise TypeError(f"PostgresRouteParts holds a {type(route).__name__} keyword route")
+        return route
+
+    def route_set(self, config: RouteFusionSettings) -> PostgresRouteSet:
         """The routes asked under ``config``, in one statement.
 
         Args:
-            config: the MultiRouteSettings.
+            config: the retriever's settings.
 
         Returns:
             The route set.
         """
-        return PostgresRouteSet(self, self.bm25 if config.use_bm25 else None, self.keywords if config.use_keywords else None)
+        bm25 = self.bm25 if config.use_bm25 and isinstance(self.bm25, PostgresBM25Route) else None
+        return PostgresRouteSet(self, bm25, self.keyword_route() if config.use_keywords else None)
 
-    def with_config(self, old: Any, new: Any) -> "PostgresRouteParts":
+    def with_config(self, old: RouteFusionSettings, new: RouteFusionSettings) -> "PostgresRouteParts":
         """The parts under other settings (the BM25 tokenizer of the new language).
 
         Args:
@@ -458,66 +522,43 @@ class PostgresRouteParts(RouteParts):
         """
         clone = copy.copy(self)
         clone.bm25 = PostgresBM25Route(self.store, new.bm25_language) if new.use_bm25 else None
-        clone.keywords = self.keywords.with_config(new)
+        clone.keywords = self.keyword_route().with_config(new)
         return clone
 
 
-class PostgresMultiRouteRetriever(MultiRouteRetriever):
-    """[`MultiRouteRetriever`][llama_index_hiqa.retrievers.multi_route.MultiRouteRetriever] whose routes are SQL queries on a
+def PostgresMultiRouteRetriever(  # noqa: N802 - a constructor: named for the retriever it builds
+    store: PostgresStore,
+    vector_retriever: BaseRetriever,
+    keyword_extractor: Optional[CriticalKeywordExtractor] = None,
+    config: Optional[MultiRouteSettings] = None,
+    callback_manager: Optional[CallbackManager] = None,
+    verbose: bool = False,
+    ef_search: Optional[int] = None,
+    **settings: Any,
+) -> MultiRouteRetriever:
+    """A [`MultiRouteRetriever`][llama_index_hiqa.retrievers.multi_route.MultiRouteRetriever] whose routes are SQL queries on a
     [`PostgresStore`][llama_index_hiqa.storage.postgres.PostgresStore] (`PostgresRouteParts`) and whose vector route is a
-    ``PGVectorStore`` retriever. Build it with the same settings as the in-memory retriever.
+    ``PGVectorStore`` retriever. Build it with the same settings as the in-memory retriever;
+    ``full_ranking`` and ``persist`` raise ``NotImplementedError`` on it (every route is a query,
+    every write is saved by the database).
 
     Args:
         store: the PostgreSQL store.
         vector_retriever: the ``PGVectorStore`` retriever.
         keyword_extractor: the keyword extractor (default: ``CriticalKeywordExtractor()``).
-        config: [`MultiRouteSettings`][llama_index_hiqa.retrievers.multi_route.MultiRouteSettings].
+        config: [`MultiRouteSettings`][llama_index_hiqa.retrievers.settings.MultiRouteSettings].
         callback_manager: LlamaIndex's callback manager.
         verbose: LlamaIndex's verbose flag.
         ef_search: the HNSW ``ef_search`` of the statements (at least the store's).
-        **settings: [`MultiRouteSettings`][llama_index_hiqa.retrievers.multi_route.MultiRouteSettings] fields.
+        **settings: [`MultiRouteSettings`][llama_index_hiqa.retrievers.settings.MultiRouteSettings] fields.
+
+    Returns:
+        The retriever.
     """
-
-    def __init__(
-        self,
-        store: PostgresStore,
-        vector_retriever: BaseRetriever,
-        keyword_extractor: Optional[CriticalKeywordExtractor] = None,
-        config: Optional[MultiRouteSettings] = None,
-        callback_manager: Optional[CallbackManager] = None,
-        verbose: bool = False,
-        ef_search: Optional[int] = None,
-        **settings: Any,
-    ) -> None:
-        config = updated(config, settings, model_class=MultiRouteSettings)
-        extractor = keyword_extractor or CriticalKeywordExtractor()
-        ef = max(ef_search or 0, store.settings.hnsw_ef_search)
-        parts = PostgresRouteParts.open(store, vector_retriever, extractor, config, ef)
-        super().__init__(
-            keyword_extractor=extractor, config=config, callback_manager=callback_manager, verbose=verbose, _parts=parts
-        )
-
-    def full_ranking(self, query: Any) -> List[str]:
-        """Not on PostgreSQL: ranking every node of the collection is not a database query.
-
-        Args:
-            query: the question.
-
-        Raises:
-            NotImplementedError: always.
-        """
-        raise NotImplementedError(
-            "full_ranking ranks every node of the collection; on the PostgreSQL store use retrieve() "
-            "with a larger similarity_top_k"
-        )
-
-    def persist(self, persist_dir: Any) -> None:
-        """Nothing to persist: every write is saved by the database.
-
-        Args:
-            persist_dir: unused.
-
-        Raises:
-            NotImplementedError: always.
-        """
-        raise NotImplementedError("the PostgreSQL routes are saved by every write; there is nothing to persist")
+    config = updated(config, settings, model_class=MultiRouteSettings)
+    extractor = keyword_extractor or CriticalKeywordExtractor()
+    ef = max(ef_search or 0, store.settings.hnsw_ef_search)
+    parts = PostgresRouteParts.open(store, vector_retriever, extractor, config, ef)
+    return MultiRouteRetriever(
+        keyword_extractor=extractor, config=config, callback_manager=callback_manager, verbose=verbose, route_parts=parts
+    )
