@@ -276,10 +276,10 @@ def test_the_bm25_languages_are_those_bm25s_accepts():
 @pytest.mark.parametrize("language", ["en", "german", "ko"])
 def test_a_bm25_language_is_checked_without_importing_bm25s(language):
     code = (
-        "import sys; from llama_index_hiqa.retrievers.settings import MultiRouteConfig;"
-        f"MultiRouteConfig(bm25_language={language!r}); print('bm25s' in sys.modules)"
+        "import sys; from llama_index_hiqa.retrievers.settings import MultiRouteSettings;"
+        f"MultiRouteSettings(bm25_language={language!r}); print('bm25s' in sys.modules)"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
     with pytest.raises(InvalidSettingError, match="german"):
-        MultiRouteConfig(bm25_language="klingon")
+        MultiRouteSettings(bm25_language="klingon")
