@@ -292,7 +292,7 @@ class SegmentedBM25Route(BM25Route):
 
         Returns:
             The new route (this one is unchanged; ``self`` when nothing changes). Its node ids
-            are this route's extended by the segments' (one copy, no pass over them).
+                are this route's extended by the segments' (one copy, no pass over them).
         """
         added = [s for s in segments if len(s)]
         parts = self.parts + added
