@@ -239,7 +239,7 @@ def _open_and_bytes(r: Dict[str, Any]) -> List[str]:
     if opened and "error" not in opened:
         lines.append(
             f"  A fresh process opens it in {opened['open_s']:.2f} s adding {opened['rss_added_mb']:.1f} MB "
-            f"({opened['rss_added_mb'] * 1048576 / opened['nodes']:,.0f} bytes a node) before the first question "
+            f"({opened['rss_added_mb'] * 1048576 / opened['nodes']:,.1f} bytes a node) before the first question "
             f"(the packaged MiniLM loaded first; target ≤ 0.5 s and ≤ 2,000 bytes a node)."
         )
     if size and "error" not in size:
