@@ -15,8 +15,12 @@ is added through the pack's batch write and a question asked (time to the first 
 new segment tokenized and saved, the question scored with every node's statistics), then 100
 documents (two batches of 50). After each add, the BM25 scores of 100 questions are compared
 with those of a full rebuild (``BM25Route.build_from_chunks``, the index every question after
-a write was waiting for before segments). Writes the "BM25 segments" section of RESULTS.md and
-``benchmarks/bm25_segments.json``. The store is modified (the added documents stay).
+a write was waiting for before segments). Before the adds, a fresh process opens the store
+(open time and resident memory before the first question, ``bench_scale.py``'s ``openonly``);
+at the end its bytes a node are measured against the nodes' own (``fbbytes``). Writes the "BM25
+segments" section of RESULTS.md and ``benchmarks/bm25_segments.json`` (the results of other
+stores and of ``--route-only`` already there are kept). The store is modified (the added
+documents stay).
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ import json
 import sys
 import time
 from pathlib import Path
-from typing import Any, Dict, List
+from typing import Any, Callable, Dict, List, Optional
 
 import numpy as np
 
@@ -34,7 +38,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from bench_scale import SECTIONS_PER_DOC, fast_embedding, query_latencies, replicated_batches  # noqa: E402
+from bench_scale import SECTIONS_PER_DOC, child, fast_embedding, query_latencies, replicated_batches  # noqa: E402
 
 
 def questions_over(n_docs: int, count: int = 100) -> List[str]:
@@ -82,20 +86,27 @@ def full_rebuild(store: Any) -> tuple:
     return route, time.perf_counter() - start
 
 
-def run(store_path: Path, n_questions: int = 100) -> Dict[str, Any]:
+def run(store_path: Path, n_questions: int = 100, out: Optional[Dict[str, Any]] = None,
+        checkpoint: Callable[[], None] = lambda: None) -> Dict[str, Any]:
+    """The run on one store, its figures added to ``out`` as they come (``checkpoint()`` after
+    each step saves them, so a run cut short keeps its first steps)."""
     from llama_index_hiqa.pack.hiqa_pack import HiQAPack
     from llama_index_hiqa.retrievers.bm25_segments import SegmentedBM25Route
     from llama_index_hiqa.storage.backends.embedded_bm25 import open_bm25_route
 
     pack = HiQAPack.load(store_path, embed_model=fast_embedding())
     store = pack.store
-    out: Dict[str, Any] = {"nodes_before": pack.node_count}
+    out = {} if out is None else out
+    out["nodes_before"] = pack.node_count
     # The starting point: one base over the whole store (built or merged, saved).
     start = time.perf_counter()
     route = open_bm25_route(store)
     if isinstance(route, SegmentedBM25Route) and not route.exact_from_base:
         store.save_bm25(route.merged(), store.generation)
     out["base_s"] = time.perf_counter() - start
+    out["open"] = child("openonly", "-", str(store_path))  # a fresh process, before any question
+    print("open", json.dumps(out["open"]), flush=True)
+    checkpoint()
     n_docs = len(pack.document_ids)
     pack._invalidate()
     out["p50_before"] = query_latencies(pack, questions_over(n_docs, 20))
@@ -121,6 +132,7 @@ def run(store_path: Path, n_questions: int = 100) -> Dict[str, Any]:
         del full
         out[label] = step
         print(label, json.dumps(step), flush=True)
+        checkpoint()
 
     start = time.perf_counter()
     pack.persist()  # saves nothing new, or merges when the merge policy says so
@@ -130,10 +142,12 @@ def run(store_path: Path, n_questions: int = 100) -> Dict[str, Any]:
     if isinstance(merged, SegmentedBM25Route) and not merged.exact_from_base:
         merged = merged.merged()
         store.save_bm25(merged, store.generation)
-        pack._invalidate()
+        pack = HiQAPack.load(store_path, embed_model=fast_embedding())  # routes over the merged base
     out["merge_s"] = time.perf_counter() - start
     out["latency_after_merge"] = query_latencies(pack, questions_over(n_docs, 20))
     out["nodes_after"] = pack.node_count
+    print("after merge", out["merge_s"], json.dumps(out["latency_after_merge"]), flush=True)
+    out["bytes"] = child("fbbytes", "-", str(store_path))  # a pass over every node: last
     return out
 
 
@@ -218,8 +232,29 @@ def _rows(results: Dict[str, Any], cells: Any) -> List[str]:
     return rows
 
 
+def _open_and_bytes(r: Dict[str, Any]) -> List[str]:
+    """A fresh process opening the store before the adds, and its bytes a node, when measured."""
+    lines = []
+    opened, size = r.get("open") or {}, r.get("bytes") or {}
+    if opened and "error" not in opened:
+        lines.append(
+            f"  A fresh process opens it in {opened['open_s']:.2f} s adding {opened['rss_added_mb']:.1f} MB "
+            f"({opened['rss_added_mb'] * 1048576 / opened['nodes']:,.1f} bytes a node) before the first question "
+            f"(the packaged MiniLM loaded first; target ≤ 0.5 s and ≤ 2,000 bytes a node)."
+        )
+    if size and "error" not in size:
+        nodes = size["nodes"]
+        lines.append(
+            f"  On disk {size['bytes_per_node']:,.0f} bytes a node (SQLite {size['database_pages_bytes'] / nodes:,.0f}, "
+            f"float32 vectors {size['vector_bytes_committed'] / nodes:,.0f}, BM25 {size['bm25'] / nodes:,.0f}) against "
+            f"{size['own_bytes_per_node']:,.0f} of the nodes' own text and metadata; heading-path vectors "
+            f"{size['heading_vector_rows']:,} rows ({size['by_table_per_node'].get('heading_vectors', 0):,.0f} bytes a node)."
+        )
+    return lines
+
+
 def section(results: Dict[str, Any]) -> str:
-    stores = {name: r for name, r in results.items() if name != "route_only"}
+    stores = {name: r for name, r in results.items() if name != "route_only" and not r.get("partial")}
     lines = [
         "A document added to an embedded store is tokenized into a small BM25 segment when the",
         "route is next opened; questions are scored with every live node's statistics (N, average",
@@ -243,6 +278,7 @@ def section(results: Dict[str, Any]) -> str:
             f"{r['persist_s']:.1f} s (it merges when the policy says so), reopening or merging what was left "
             f"{r['merge_s']:.1f} s (no tokenizing: term frequencies are kept)."
         )
+        lines += _open_and_bytes(r)
     route_only = results.get("route_only") or {}
     if route_only:
         lines += [
@@ -275,7 +311,9 @@ def main() -> None:
     results = json.loads(path.read_text()) if path.exists() else {}
     if not args.section_only:
         for store in args.stores:
-            results[Path(store).name] = run(Path(store), args.questions)
+            out = results[Path(store).name] = {"partial": True}
+            run(Path(store), args.questions, out, lambda: path.write_text(json.dumps(results, indent=1)))
+            del out["partial"]
             path.write_text(json.dumps(results, indent=1))
         for n in args.route_only:
             results.setdefault("route_only", {})[str(n)] = run_route_only(n, Path(args.route_dir), args.questions)

@@ -86,6 +86,15 @@ def _batch(first_doc: int, count: int, rng: np.random.Generator):
     return documents, [], nodes  # _write_batch(documents, replaced, nodes)
 
 
+def _embedded_pack(store, rng, documents: int, persist: bool = True):
+    """An embedded store of ``documents`` documents (5 nodes each), its BM25 base saved."""
+    pack = HiQAPack.empty(embed_model=HashEmbedding(), store=str(store), store_format="embedded", keywords={"use_ner": False})
+    pack._write_batch(*_batch(0, documents, rng))
+    if persist:
+        pack.persist()
+    return pack
+
+
 def _full_rebuild_matches(pack) -> None:
     route = pack.multi_route.bm25_route
     full = BM25Route.build_from_chunks(pack.store.iter_nodes())
@@ -98,9 +107,7 @@ def _full_rebuild_matches(pack) -> None:
 def test_an_added_document_becomes_a_segment_and_persist_merges_when_due(tmp_path, monkeypatch):
     rng = np.random.default_rng(0)
     store = tmp_path / "s"
-    pack = HiQAPack.empty(embed_model=HashEmbedding(), store=str(store), store_format="embedded", keywords={"use_ner": False})
-    pack._write_batch(*_batch(0, 6, rng))
-    pack.persist()
+    pack = _embedded_pack(store, rng, 6)
     (base,) = store.glob("bm25-*")
     base_data = (base / "data.csc.index.npy").stat().st_mtime_ns
 
@@ -138,8 +145,7 @@ def test_an_added_document_becomes_a_segment_and_persist_merges_when_due(tmp_pat
 def test_an_index_written_before_segments_still_answers_and_is_replaced_when_stale(tmp_path):
     rng = np.random.default_rng(1)
     store = tmp_path / "s"
-    pack = HiQAPack.empty(embed_model=HashEmbedding(), store=str(store), store_format="embedded", keywords={"use_ner": False})
-    pack._write_batch(*_batch(0, 4, rng))
+    pack = _embedded_pack(store, rng, 4, persist=False)
     old = BM25Route.build_from_chunks(pack.store.iter_nodes())
     pack.store.save_bm25(old, pack.store.generation)  # the previous format: no term frequencies
     pack._invalidate()
@@ -156,9 +162,7 @@ def test_an_index_written_before_segments_still_answers_and_is_replaced_when_sta
 @pytest.mark.parametrize("policy", ["segments", "fraction"])
 def test_merge_when_due_follows_the_policy(tmp_path, monkeypatch, policy):
     rng = np.random.default_rng(2)
-    pack = HiQAPack.empty(embed_model=HashEmbedding(), store=str(tmp_path / "s"), store_format="embedded", keywords={"use_ner": False})
-    pack._write_batch(*_batch(0, 20, rng))
-    pack.persist()
+    pack = _embedded_pack(tmp_path / "s", rng, 20)
     for d in (20, 21):
         pack._write_batch(*_batch(d, 1, rng))
         pack.retrieve("output")
@@ -167,3 +171,66 @@ def test_merge_when_due_follows_the_policy(tmp_path, monkeypatch, policy):
     monkeypatch.setattr(embedded_bm25, "MAX_SEGMENTS" if policy == "segments" else "MERGE_FRACTION", 1 if policy == "segments" else 0.05)
     merged = embedded_bm25.merge_when_due(pack.store, route)
     assert merged is not None and merged.exact_from_base and merged.node_ids == route.node_ids
+
+
+def _counting(monkeypatch, owner, name):
+    calls = []
+    original = getattr(owner, name)
+
+    def counted(*args, **kwargs):
+        calls.append(name)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(owner, name, counted)
+    return calls
+
+
+def test_persist_after_a_question_saves_with_the_routes_bm25_route(tmp_path, monkeypatch):
+    from llama_index_hiqa.storage.backends import embedded as embedded_backend
+
+    rng = np.random.default_rng(3)
+    pack = _embedded_pack(tmp_path / "s", rng, 6)
+    pack._write_batch(*_batch(6, 1, rng))
+    opened = _counting(monkeypatch, embedded_backend, "open_bm25_route")
+    pack.retrieve("output current")
+    route = pack.multi_route.bm25_route
+    monkeypatch.setattr(embedded_bm25, "MERGE_FRACTION", 0.5)
+    pack.persist()  # nothing added since the question, no merge due: nothing opened again
+    assert opened == ["open_bm25_route"] and pack.multi_route.bm25_route is route
+    monkeypatch.setattr(embedded_bm25, "MERGE_FRACTION", 0.01)
+    pack.persist()  # the merge is made from the same route, not from one opened again
+    assert opened == ["open_bm25_route"] and not list((tmp_path / "s").glob("bm25-*/segment-*"))
+    _full_rebuild_matches(pack)
+
+
+def test_a_write_extends_the_route_held_instead_of_reading_the_base_again(tmp_path, monkeypatch):
+    rng = np.random.default_rng(4)
+    store = tmp_path / "s"
+    pack = _embedded_pack(store, rng, 10)
+    pack.retrieve("output current")
+    loads = _counting(monkeypatch, SegmentedBM25Route, "load_base")
+    for first, deleted in ((10, None), (12, "doc3"), (14, None)):
+        before = pack.multi_route.bm25_route
+        if deleted:
+            pack.delete_document(deleted)
+        pack._write_batch(*_batch(first, 2, rng))
+        pack.retrieve("output current")
+        route = pack.multi_route.bm25_route
+        assert route.node_ids[: len(before.node_ids)] == before.node_ids and len(route.node_ids) == len(before.node_ids) + 10
+        _full_rebuild_matches(pack)
+    assert loads == []  # the base was mapped once, before the writes
+    assert [p.name for p in next(store.glob("bm25-*")).glob("segment-*")] and len(route.parts) == 4
+
+    # another writer's segment beside the same base: the route held is not extended past it
+    other = HiQAPack.load(store, embed_model=HashEmbedding())
+    other._write_batch(*_batch(20, 1, rng))
+    other.retrieve("output current")
+    assert loads == ["load_base"]
+    pack._write_batch(*_batch(21, 1, rng))
+    pack.retrieve("output current")
+    assert loads == ["load_base"] * 2  # read again from disk, with the other writer's segment
+    _full_rebuild_matches(pack)
+    fresh = HiQAPack.load(store, embed_model=HashEmbedding())
+    fresh.retrieve("output current")
+    assert len(fresh.multi_route.bm25_route.node_ids) == len(pack.multi_route.bm25_route.node_ids)
+    _full_rebuild_matches(fresh)

@@ -247,3 +247,39 @@ def test_the_pack_configuration_stays_light_to_import():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_the_bm25_languages_are_those_bm25s_accepts():
+    """The import-free list of stop-word languages is bm25s's own: every name its
+    ``_infer_stopwords`` compares against (read from its source, so a language bm25s adds or
+    drops fails here), and each one tokenizes."""
+    import ast
+    import inspect
+
+    import bm25s
+    from bm25s import tokenization
+
+    from llama_index_hiqa.retrievers.settings import BM25_STOPWORD_LANGUAGES
+
+    tree = ast.parse(inspect.getsource(tokenization._infer_stopwords))
+    theirs = {
+        element.value
+        for compare in ast.walk(tree) if isinstance(compare, ast.Compare) and isinstance(compare.ops[0], ast.In)
+        for listed in compare.comparators if isinstance(listed, (ast.List, ast.Tuple))
+        for element in listed.elts if isinstance(element, ast.Constant) and isinstance(element.value, str)
+    }
+    assert len(theirs) > 20 and sorted(BM25_STOPWORD_LANGUAGES) == sorted(theirs)
+    for name in BM25_STOPWORD_LANGUAGES:
+        bm25s.tokenize(["probe"], stopwords=name, show_progress=False)
+
+
+@pytest.mark.parametrize("language", ["en", "german", "ko"])
+def test_a_bm25_language_is_checked_without_importing_bm25s(language):
+    code = (
+        "import sys; from llama_index_hiqa.retrievers.settings import MultiRouteSettings;"
+        f"MultiRouteSettings(bm25_language={language!r}); print('bm25s' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
+    with pytest.raises(InvalidSettingError, match="german"):
+        MultiRouteSettings(bm25_language="klingon")

@@ -223,14 +223,20 @@ class SegmentedBM25Route(BM25Route):
         base: the base's bm25s route (its retriever tokenizes the questions).
         parts: the base's postings, then each segment's.
         dead: one flag a position of ``node_ids``: the node was removed (``None``: none was).
+        node_ids: the parts' node ids in order, when the caller holds them already.
     """
 
-    def __init__(self, base: BM25Route, parts: List[Postings], dead: Optional[np.ndarray] = None) -> None:
-        node_ids = parts[0].node_ids if len(parts) == 1 else [i for p in parts for i in p.node_ids]
+    def __init__(
+        self, base: BM25Route, parts: List[Postings], dead: Optional[np.ndarray] = None,
+        node_ids: Optional[List[str]] = None,
+    ) -> None:
+        if node_ids is None:
+            node_ids = parts[0].node_ids if len(parts) == 1 else [i for p in parts for i in p.node_ids]
         super().__init__(base.retriever, node_ids, base.tokenizer)
         self.base = base
         self.parts = parts
         self.dead = dead if dead is not None and dead.any() else None
+        self.saved_in: Optional[Path] = None  # the folder the base is saved in, when known
         self._offsets = np.cumsum([0] + [len(p) for p in parts])
         self._stats: Optional[Tuple[int, np.ndarray]] = None
         self._term_cache: "OrderedDict[str, List[Tuple[np.ndarray, np.ndarray]]]" = OrderedDict()
@@ -285,13 +291,21 @@ class SegmentedBM25Route(BM25Route):
             dead_rows: the rows of every node removed so far.
 
         Returns:
-            The new route (this one is unchanged; ``self`` when nothing changes).
+            The new route (this one is unchanged; ``self`` when nothing changes). Its node ids
+                are this route's extended by the segments' (one copy, no pass over them).
         """
-        parts = self.parts + [s for s in segments if len(s)]
+        added = [s for s in segments if len(s)]
+        parts = self.parts + added
         dead = _dead_mask(parts, dead_rows)
-        if len(parts) == len(self.parts) and dead is None and self.dead is None:
+        if not added and dead is None and self.dead is None:
             return self
-        return SegmentedBM25Route(self.base, parts, dead)
+        node_ids = self.node_ids + [i for s in added for i in s.node_ids] if added else self.node_ids
+        route = SegmentedBM25Route(self.base, parts, dead, node_ids)
+        route.saved_in = self.saved_in
+        if self._rows is not None:  # the document focus's id -> position map, extended
+            route._rows = dict(self._rows)
+            route._rows.update((node_id, position) for position, node_id in enumerate(node_ids[len(self.node_ids):], len(self.node_ids)))
+        return route
 
     # -- scores --------------------------------------------------------------------------
     def _live_stats(self) -> Tuple[int, np.ndarray]:
@@ -421,7 +435,9 @@ class SegmentedBM25Route(BM25Route):
         csc = (bm25.vocab_dict, bm25.scores["indptr"], bm25.scores["indices"])
         postings = Postings.load(path, mmap=mmap, csc=csc)
         postings.node_ids = base.node_ids  # one list, read once
-        return cls(base, [postings])
+        route = cls(base, [postings])
+        route.saved_in = path
+        return route
 
 
 def _by_id(vocab: Dict[str, int]) -> List[str]:

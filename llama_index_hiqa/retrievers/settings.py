@@ -45,6 +45,16 @@ RouteName = Literal["vector", "bm25", "keywords"]
 DEFAULT_BM25_LANGUAGE = "en"
 
 
+# The names bm25s's ``tokenize(stopwords=...)`` accepts (bm25s 0.3, ``tokenization._infer_stopwords``),
+# written out so that checking a setting imports nothing (bm25s and scipy take about 1.2 s);
+# tests/test_settings_tree.py compares them with bm25s's own.
+BM25_STOPWORD_LANGUAGES = (
+    "en", "english", "en_plus", "english_plus", "de", "german", "nl", "dutch", "fr", "french",
+    "es", "spanish", "pt", "portuguese", "it", "italian", "ru", "russian", "sv", "swedish",
+    "no", "norwegian", "zh", "chinese", "tr", "turkish", "ko", "korean", "da", "danish",
+)
+
+
 def bm25_stopword_language(value: str) -> str:
     """``value`` when bm25s (the library that tokenizes the BM25 route) knows its stop words.
 
@@ -57,21 +67,8 @@ def bm25_stopword_language(value: str) -> str:
     Raises:
         ValueError: bm25s has no stop words for it; the message lists the names it has.
     """
-    # The default needs no probe: bm25s always has English stop words, and the probe imports
-    # bm25s and scipy (about 1.2 s), which opening a store with default settings must not pay.
-    if value == DEFAULT_BM25_LANGUAGE:
-        return value
-    import bm25s
-    from bm25s import stopwords
-
-    try:
-        bm25s.tokenize(["probe"], stopwords=value, show_progress=False)
-    except ValueError:
-        known = sorted(name[len("STOPWORDS_"):].lower() for name in dir(stopwords) if name.startswith("STOPWORDS_"))
-        raise ValueError(
-            f"bm25s has no stop words for {value!r}; choose one of {', '.join(known)} "
-            "(or a two-letter code such as de, fr, es)"
-        ) from None
+    if value not in BM25_STOPWORD_LANGUAGES:
+        raise ValueError(f"bm25s has no stop words for {value!r}; choose one of {', '.join(BM25_STOPWORD_LANGUAGES)}")
     return value
 
 
@@ -140,8 +137,7 @@ class RouteFusionSettings(SettingsModel):
     bm25_language: str = Field(
         default=DEFAULT_BM25_LANGUAGE,
         description="Stop-word language of the default BM25 tokenizer: a language bm25s has stop words "
-        "for (en, en_plus, german, dutch, french, spanish, portuguese, italian, russian, swedish, "
-        "norwegian, chinese, turkish, korean, danish, or their two-letter codes).",
+        f"for ({', '.join(BM25_STOPWORD_LANGUAGES)}).",
     )
 
     @field_validator("bm25_language")

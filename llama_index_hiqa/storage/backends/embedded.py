@@ -66,6 +66,9 @@ class EmbeddedBackend:
         self.heading_vectors = SQLiteHeadingVectors(store.db)  # the focus's, computed at ingestion
         self.llm: Optional[LLM] = None  # no route of this store asks one
         self._routes = RouteCache()
+        # The BM25 route last opened, kept across writes: the next one extends it by the nodes
+        # added (time in proportion to them) instead of reading the base's node ids again.
+        self._bm25: Optional[BM25Route] = None
         self._figure_source: Optional[Path] = None  # a copied pack's store, whose figure files are copied
 
     @classmethod
@@ -193,7 +196,8 @@ class EmbeddedBackend:
     def _bm25_route(self, config: HiQAPackSettings) -> BM25Route:
         """The BM25 route over every live node: the saved base and segments, plus a segment
         of the nodes added since (``storage/embedded_bm25.py``)."""
-        return open_bm25_route(self.store, route_settings(config).get("bm25_language", "en"))
+        self._bm25 = open_bm25_route(self.store, route_settings(config).get("bm25_language", "en"), held=self._bm25)
+        return self._bm25
 
     # -- writes: one transaction each ------------------------------------------------------
     def write_batch(
@@ -303,11 +307,15 @@ class EmbeddedBackend:
             )
         self.store.save_pack({"config": payload["config"], "embed_model": payload["embed_model"]})
         if self.node_count() and route_settings(self.config).get("use_bm25", True):
-            # Opening the route saves the segment of the nodes added since for the next
-            # process; segments grown past the merge policy become one base here, not at a
-            # question (the next question opens it).
-            if merge_when_due(self.store, self._bm25_route(self.config)) is not None:
+            # The routes' BM25 route when they are built (its segments are saved), else opening
+            # it saves the segment of the nodes added since for the next process; segments grown
+            # past the merge policy become one base here, not at a question (the next question
+            # maps it from disk).
+            current = self._routes.current
+            route = current[0].bm25_route if current is not None else None
+            if merge_when_due(self.store, route or self._bm25_route(self.config)) is not None:
                 self._routes.clear()
+                self._bm25 = None
         self.store.db.checkpoint()
         return self
 
