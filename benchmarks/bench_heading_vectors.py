@@ -84,9 +84,7 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
     import shared_data as datasets  # benchmarks/ is on the path (_common)
 
     from llama_index_hiqa import HiQAPack
-    from llama_index_hiqa.pack.aliases import EmbeddedHiQAPack
     from llama_index_hiqa.storage.backends.heading_vectors import batch_headings
-    from llama_index_hiqa.pack.aliases import PostgresHiQAPack
 
     root = _common.require_shared_data("FinanceBench, stored heading vectors")
     if root is None:
@@ -128,7 +126,7 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
     gc.collect()
     source = HiQAPack.load(folder_dir, embed_model=fresh_model(work, "embedded-copy"))
     t0 = time.perf_counter()
-    EmbeddedHiQAPack.from_pack(source, work / "embedded").close()
+    source.copy_to(work / "embedded", store_format="embedded").close()
     del source
     gc.collect()
     result["embedded_copy_s"] = time.perf_counter() - t0
@@ -143,7 +141,7 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
     url = server_url(args, "hiqa_heading_vectors")
     source = HiQAPack.load(folder_dir, embed_model=fresh_model(work, "pg-copy"))
     t0 = time.perf_counter()
-    PostgresHiQAPack.from_pack(source, url).close()
+    source.copy_to(url).close()
     result["postgres_copy_s"] = time.perf_counter() - t0
     for name in ("before", "after"):
         pg = HiQAPack.load(url, embed_model=fresh_model(work, f"pg-{name}"))

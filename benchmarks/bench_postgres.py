@@ -2,7 +2,7 @@
 
 Part ``financebench``: the 46 FinanceBench filings built once with
 ``HiQAPack.from_directory`` (defaults, the folder store), then copied into PostgreSQL with
-``PostgresHiQAPack.from_pack`` (same nodes and vectors, so any difference is the store's: HNSW
+``HiQAPack.copy_to(url)`` (same nodes and vectors, so any difference is the store's: HNSW
 instead of exact search, BM25 in SQL instead of bm25s). Both answer the 86 answerable questions
 with the pack's default multi-route retriever; page-hit@1/5/20 and doc-hit@1/5 are scored by
 ``bench_product.score`` over each store's top-20 (MRR and the Log-Rank Index need full
@@ -162,6 +162,9 @@ def financebench_ef_search(args: argparse.Namespace, ef_search: int = 400) -> No
     """One more PostgreSQL row on the saved FinanceBench stores, with a wider HNSW search."""
     from llama_index_hiqa import HiQAPack
     import shared_data as datasets  # benchmarks/ is on the path (_common)
+    from llama_index_hiqa.pack.config import HiQAPackSettings
+    from llama_index_hiqa.pack.hiqa_pack import RESOLVERS
+    from llama_index_hiqa.storage.backends.postgres import PostgresBackend
     from llama_index_hiqa.storage.postgres import PostgresStoreSettings
 
     path = OUT_DIR / "financebench.json"
@@ -171,8 +174,11 @@ def financebench_ef_search(args: argparse.Namespace, ef_search: int = 400) -> No
     doc_names = {p.stem for p in pdf_dir.glob("*.pdf")}
     questions = [q for q in datasets.load_financebench_questions(root) if set(q.gold_documents) <= doc_names]
     local = HiQAPack.load(args.store_dir / "financebench_local")
-    pg = HiQAPack.load(server_url(args, "hiqa_financebench", fresh=False),
-                       store_settings=PostgresStoreSettings(hnsw_ef_search=ef_search))
+    # HiQAPack.load takes the pack's settings; the connection's are the backend's.
+    pg = HiQAPack(backend=PostgresBackend.open(
+        server_url(args, "hiqa_financebench", fresh=False), HiQAPackSettings(), resolvers=RESOLVERS,
+        store_settings=PostgresStoreSettings(hnsw_ef_search=ef_search),
+    ))
     retriever = pg.multi_route.with_settings(similarity_top_k=TOP)
     top_ids(retriever, questions[0].question)
     t0 = time.perf_counter()
@@ -202,7 +208,6 @@ def financebench_recall(local: Any, pg: Any, questions: Sequence[Any], k: int = 
 def run_financebench(args: argparse.Namespace) -> Dict[str, Any]:
     from llama_index_hiqa import HiQAPack
     import shared_data as datasets  # benchmarks/ is on the path (_common)
-    from llama_index_hiqa.pack.aliases import PostgresHiQAPack
 
     root = _common.require_shared_data("FinanceBench on the PostgreSQL store")
     if root is None:
@@ -222,7 +227,7 @@ def run_financebench(args: argparse.Namespace) -> Dict[str, Any]:
         local.persist(local_dir)
     url = server_url(args, "hiqa_financebench")
     t0 = time.perf_counter()
-    pg = PostgresHiQAPack.from_pack(local, url)
+    pg = local.copy_to(url)
     copy_s = time.perf_counter() - t0
     load_average = os.getloadavg()
     size = pg.store.scalar("SELECT pg_database_size(current_database())")  # before the fts experiment
@@ -394,7 +399,7 @@ def cpu_s() -> float:
 
 
 def ingest_synthetic_pg(pack: Any, n_nodes: int, pg_dir: Optional[Path] = None, ahead: int = 20) -> Dict[str, float]:
-    """Ingest into PostgreSQL as ``PackIngestion.ingest`` does: inside ``backend.bulk_writes()``
+    """Ingest into PostgreSQL as ``HiQAPack.ingest`` does: inside ``backend.bulk_writes()``
     (one transaction a batch, committed on the committer thread while the next batch is
     prepared; the HNSW index built after the last batch). The store-side time counts the writes
     and the index build, not the generation of the synthetic nodes: ``ahead`` batches are made
@@ -787,7 +792,7 @@ def write_section() -> None:
         fts = fb["rows"].get("postgres_fulltext")
         parts.append(
             f"**FinanceBench** ({fb['questions']} answerable questions; run {fb['run']}). One build with "
-            "`HiQAPack.from_directory` (defaults, folder store), then `PostgresHiQAPack.from_pack` copies the same "
+            "`HiQAPack.from_directory` (defaults, folder store), then `HiQAPack.copy_to` copies the same "
             "nodes and vectors into PostgreSQL, so differences are the store's (HNSW instead of exact search; BM25 "
             "computed in SQL over stored term statistics instead of bm25s). Scores from `bench_product.score` "
             "over each store's top-20.\n\n" + table + "\n\n"

@@ -40,7 +40,6 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
     from llama_index_hiqa import HiQAPack
     from llama_index_hiqa.retrievers.chunk_interaction_graph import ChunkInteractionGraph
     from llama_index_hiqa.storage.pack_files import CHUNK_GRAPH_DIRNAME, CONFIG_FILENAME
-    from llama_index_hiqa.pack.aliases import PostgresHiQAPack
     from llama_index_hiqa.storage.snapshots import snapshot_for_reading
 
     n, embed = args.nodes, bp._fast_embedding()
@@ -70,7 +69,7 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
     pg_edges = _edges(pg.graph.graph)
     pg.close()
 
-    fresh = PostgresHiQAPack.open(url, embed_model=embed)
+    fresh = HiQAPack.load(url, embed_model=embed)
     t0 = time.perf_counter()
     loaded = fresh.backend.stored_graph.current()
     result["pg_graph_load_s"] = time.perf_counter() - t0

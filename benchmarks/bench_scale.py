@@ -384,20 +384,19 @@ def run_bm25_only(n_nodes: int, folder: Path) -> Dict[str, Any]:
 
 def run_financebench_parity(folder_store: Path, target: Path) -> Dict[str, Any]:
     """A FinanceBench folder store built by ``bench_product.py`` (defaults) copied into the
-    embedded store (``EmbeddedHiQAPack.from_pack``: the same nodes and vectors), then every
+    embedded store (``HiQAPack.copy_to(target, store_format="embedded")``: the same nodes and vectors), then every
     FinanceBench question asked of both with the pack's default retriever: the rankings and
     scores must be identical, so the product path's figures are the folder store's."""
     from shared_data import load_financebench_questions
 
     from llama_index_hiqa.pack.hiqa_pack import HiQAPack
-    from llama_index_hiqa.pack.aliases import EmbeddedHiQAPack
 
     questions = [q.question for q in load_financebench_questions()]
     start = time.perf_counter()
     folder = HiQAPack.load(folder_store)
     out: Dict[str, Any] = {"folder_load_s": time.perf_counter() - start, "nodes": folder.node_count}
     start = time.perf_counter()
-    copied = EmbeddedHiQAPack.from_pack(folder, target)
+    copied = folder.copy_to(target, store_format="embedded")
     out["copy_s"] = time.perf_counter() - start
     embedded = HiQAPack.load(target, embed_model=folder.embed_model)
     same, differ, times = 0, [], {"folder": [], "embedded": []}
@@ -768,7 +767,7 @@ def embedded_section(results: Dict[str, Any]) -> List[str]:
     if parity and "error" not in parity:
         parts.append(
             f"\n**(d) FinanceBench on the embedded store** (the `defaults` store `bench_product.py` built, "
-            f"{parity['nodes']:,} nodes, copied with `EmbeddedHiQAPack.from_pack` in {parity['copy_s']:,.0f} s: the same "
+            f"{parity['nodes']:,} nodes, copied with `HiQAPack.copy_to` in {parity['copy_s']:,.0f} s: the same "
             f"nodes and vectors): **{parity['identical']} of {parity['questions']} questions ranked identically** (the "
             f"same node ids and the same scores, the pack's default retriever), so the product path's figures are the "
             f"folder store's on it. Question p50 / p95 {parity['embedded_p50_ms']:,.0f} / {parity['embedded_p95_ms']:,.0f} ms "

@@ -126,7 +126,6 @@ _EXPORTS: Dict[str, str] = {
     "UnknownEmbedBackendError": "llama_index_hiqa.errors",
     #
     # -- embedded store: SQLite docstore and postings, memory-mapped vectors
-    "EmbeddedHiQAPack": "llama_index_hiqa.pack.aliases",
     "EmbeddedBackend": "llama_index_hiqa.storage.backends.embedded",
     "EmbeddedMultiRouteRetriever": "llama_index_hiqa.storage.backends.embedded_routes",
     "EmbeddedStore": "llama_index_hiqa.storage.embedded",
@@ -140,7 +139,6 @@ _EXPORTS: Dict[str, str] = {
     "PostgresHeadingVectors": "llama_index_hiqa.storage.backends.heading_vectors",
     #
     # -- PostgreSQL store (pip install llama-index-hiqa[postgres])
-    "PostgresHiQAPack": "llama_index_hiqa.pack.aliases",
     "PostgresBackend": "llama_index_hiqa.storage.backends.postgres",
     "PostgresStore": "llama_index_hiqa.storage.postgres",
     "PostgresStoreSettings": "llama_index_hiqa.storage.pg_connection",
@@ -289,10 +287,6 @@ if TYPE_CHECKING:
         figures_for as figures_for,
     )
     from llama_index_hiqa.models.embedding_backends import ONNXEmbedding as ONNXEmbedding
-    from llama_index_hiqa.pack.aliases import (
-        EmbeddedHiQAPack as EmbeddedHiQAPack,
-        PostgresHiQAPack as PostgresHiQAPack,
-    )
     from llama_index_hiqa.storage.backends.embedded import EmbeddedBackend as EmbeddedBackend
     from llama_index_hiqa.storage.backends.embedded_routes import (
         EmbeddedMultiRouteRetriever as EmbeddedMultiRouteRetriever,

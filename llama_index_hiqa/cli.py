@@ -30,11 +30,17 @@ import contextlib
 import json
 import logging
 import sys
+import threading
+import time
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Callable, ContextManager, Dict, Iterator, List, Optional, Sequence
 
-# No module-level import of LlamaIndex (seconds): `hiqa ingest` says what it does before the
-# first slow import. The store helpers are imported where they are used.
+if TYPE_CHECKING:
+    from llama_index_hiqa.pack.config import HiQAPackSettings
+
+# The package's modules are imported inside the commands that use them: they import LlamaIndex
+# (`hiqa --help` takes 0.6 s, importing the pack several seconds, measured), and `hiqa ingest`
+# says what it does before the first slow import.
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
@@ -44,8 +50,6 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 
 
 def _cmd_eval(args: argparse.Namespace) -> int:
-    from pathlib import Path
-
     from llama_index_hiqa.errors import HiQAError
     from llama_index_hiqa.evaluation.corpus import folder_corpus
     from llama_index_hiqa.evaluation.runner import AblationRunner
@@ -117,12 +121,13 @@ def _say(message: str) -> None:
     print(f"hiqa: {message}", file=sys.stderr, flush=True)
 
 
-def _store_writer(store: Any, settings: Mapping[str, Any]) -> Any:
+def _store_writer(store: Any, settings: Optional["HiQAPackSettings"] = None) -> ContextManager[None]:
     """Hold the store's writer lock from loading it to saving it (``store_writer``), so a second
-    writer waits and then loads what this one saved."""
+    writer waits and then loads what this one saved; ``settings`` are a new store's."""
+    from llama_index_hiqa.pack.config import HiQAPackSettings
     from llama_index_hiqa.storage.backends import store_writer
 
-    return store_writer(store, settings, on_wait=_say)
+    return store_writer(store, settings or HiQAPackSettings(), on_wait=_say)
 
 
 # A stage that runs longer than this is shown moving (one huge document is one batch, and
@@ -133,9 +138,6 @@ STAGE_TICK_SECONDS = 10.0
 @contextlib.contextmanager
 def _stage_ticker(report: Any, started: float, quiet: bool, every: Optional[float] = None) -> Iterator[None]:
     """Print the running stage every ``every`` seconds while a stage runs that long."""
-    import threading
-    import time
-
     every = STAGE_TICK_SECONDS if every is None else every
     stop = threading.Event()
 
@@ -177,21 +179,22 @@ def _ingest_folder(args: argparse.Namespace, folder: Path) -> int:
     if args.shard and args.sync:
         raise CLIError("--sync removes the documents whose files are gone, which a shard cannot tell apart from "
                        "another shard's: run the shards with --add, then --sync once without --shard")
+    from llama_index_hiqa.pack.config import HiQAPackSettings
+
     store = args.store
-    settings = {
+    fields: Dict[str, Any] = {
         "use_chunk_graph": args.graph, "use_segment_integration": args.segments, "ingest_workers": args.workers,
     }
     if args.embed_backend:
-        settings["embed_backend"] = args.embed_backend
+        fields["embed_backend"] = args.embed_backend
     if args.store_format:
-        settings["store_format"] = args.store_format
+        fields["store_format"] = args.store_format
+    settings = HiQAPackSettings(**fields)  # a bad value fails here, before the lock is taken
     with _store_writer(store, settings):
         return _ingest(args, llm, folder, store, settings)
 
 
-def _ingest(args: argparse.Namespace, llm: Any, folder: Path, store: Any, settings: Dict[str, Any]) -> int:
-    import time
-
+def _ingest(args: argparse.Namespace, llm: Any, folder: Path, store: Any, settings: "HiQAPackSettings") -> int:
     from llama_index_hiqa.pack.hiqa_pack import HiQAPack
     from llama_index_hiqa.settings import updated
     from llama_index_hiqa.storage.backends import check_replaceable, store_exists
@@ -217,7 +220,7 @@ def _ingest(args: argparse.Namespace, llm: Any, folder: Path, store: Any, settin
         pack.config = updated(pack.config, ingest_workers=args.workers)
         mode = "synced" if args.sync else "added to"
     else:  # a new store (a rebuilt folder store is switched to when it is saved, whole)
-        pack = HiQAPack.empty(llm=llm, store=str(store), **settings)
+        pack = HiQAPack.empty(llm=llm, store=str(store), config=settings)
         mode = "rebuilt" if exists else "built"
     started = time.monotonic()
 
@@ -271,7 +274,7 @@ def _cmd_delete(args: argparse.Namespace) -> int:
     from llama_index_hiqa.storage.pg_connection import mask_url
 
     store = _existing_store(args.store)
-    with _store_writer(store, {}):
+    with _store_writer(store):
         pack = HiQAPack.load(store)
         known = set(pack.document_ids)
         missing = [d for d in args.documents if d not in known]
@@ -311,9 +314,11 @@ def _existing_store(path: str) -> str:
 
 
 def _cmd_ask(args: argparse.Namespace) -> int:
-    from llama_index_hiqa.figures import format_figure
-    from llama_index_hiqa.pack.hiqa_pack import HiQAPack, citation, format_citation
+    from llama_index.core.base.response.schema import StreamingResponse
 
+    from llama_index_hiqa.figures import format_figure
+    from llama_index_hiqa.pack.answers import citation, format_citation
+    from llama_index_hiqa.pack.hiqa_pack import HiQAPack
     from llama_index_hiqa.questions import question_text
 
     args.question = question_text(args.question)  # a stray byte of the shell: U+FFFD; too long: one line
@@ -337,7 +342,7 @@ def _cmd_ask(args: argparse.Namespace) -> int:
         }
         print(json.dumps(payload, indent=2, ensure_ascii=False))
         return 0
-    if stream:
+    if isinstance(response, StreamingResponse):  # asked for with stream
         for token in response.response_gen:  # tokens as the server sends them
             print(token, end="", flush=True)
         print()
@@ -428,7 +433,7 @@ def _add_demo(sub: Any) -> None:
 
 
 def _variants() -> Any:
-    from llama_index_hiqa.evaluation.runner import VARIANTS
+    from llama_index_hiqa.evaluation.variants import VARIANTS
 
     return VARIANTS
 

@@ -21,14 +21,19 @@ import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, List, Optional, Sequence
+from typing import Any, Callable, List, Optional, Sequence
 
+from llama_index.core import VectorStoreIndex
 from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.base.embeddings.base import BaseEmbedding
-from llama_index.core.schema import Document, NodeWithScore, TextNode
+from llama_index.core.node_parser import SentenceSplitter
+from llama_index.core.schema import BaseNode, Document, NodeWithScore, TextNode
 
 from llama_index_hiqa import schema
 from llama_index_hiqa.evaluation.datasets import EvalQuestion, load_questions_jsonl
+from llama_index_hiqa.models.defaults import resolve_embed_model
+from llama_index_hiqa.pack.hiqa_pack import HiQAPack
+from llama_index_hiqa.readers.pdf import PDFLayoutReader
 
 # Package data, so `hiqa demo` works from an installed wheel (examples/data links here).
 DEMO_DATA_DIR = Path(__file__).resolve().parent / "demo_data"
@@ -90,8 +95,6 @@ def load_demo_documents(data_dir: Path = DEMO_DATA_DIR) -> List[Document]:
     Raises:
         RuntimeError: a PDF of the corpus cannot be read (the corpus is ours: a bug).
     """
-    from llama_index_hiqa.readers.pdf import PDFLayoutReader
-
     reader = PDFLayoutReader()
     documents = reader.load_data(sorted(Path(data_dir).glob("*.pdf")))
     if reader.failures:  # the corpus is ours: a failure here is a bug worth shouting about
@@ -112,15 +115,15 @@ def build_nodes(documents: Sequence[Document]) -> List[TextNode]:
     Returns:
         The chunks of every document, in order.
     """
-    from llama_index.core.node_parser import SentenceSplitter
-
     splitter = SentenceSplitter(chunk_size=CHUNK_SIZE, chunk_overlap=CHUNK_OVERLAP)
     nodes: List[TextNode] = []
     for document in documents:
         meta = document.metadata
-        spans = schema.page_spans_of(meta) or [(0, 0, len(document.text))]
+        spans = schema.page_spans_of(meta) or [schema.PageSpan(0, 0, len(document.text))]
         headings = schema.layout_headings_of(meta)
-        for position, node in enumerate(splitter.get_nodes_from_documents([document])):
+        # SentenceSplitter makes TextNodes (the check says so to the type checker).
+        chunks = [n for n in splitter.get_nodes_from_documents([document]) if isinstance(n, TextNode)]
+        for position, node in enumerate(chunks):
             start = node.start_char_idx if node.start_char_idx is not None else 0
             end = node.end_char_idx if node.end_char_idx is not None else start + len(node.text)
             schema.set_segment_facts(
@@ -155,13 +158,8 @@ def build_retriever(
     Returns:
         The pack's retriever, or a vector retriever over ``nodes``.
     """
-    from llama_index.core import VectorStoreIndex
-
     paths = sorted({n.metadata[schema.FILE_PATH] for n in nodes if n.metadata.get(schema.FILE_PATH)})
     if paths:
-        from llama_index_hiqa.pack.hiqa_pack import HiQAPack
-        from llama_index_hiqa.readers.pdf import PDFLayoutReader
-
         documents = PDFLayoutReader().load_data(paths)
         if documents:
             pack = HiQAPack.from_documents(documents, embed_model=embed_model, similarity_top_k=top_k)
@@ -222,8 +220,6 @@ def demo_report(
         A [`DemoReport`][llama_index_hiqa.demo.DemoReport]: the answers, counts of documents and nodes, seconds taken
             and the gold datasheet's figure when retrieved.
     """
-    from llama_index_hiqa.models.defaults import resolve_embed_model
-
     started = time.perf_counter()
     documents = load_demo_documents(data_dir)
     nodes = build_nodes(documents)
@@ -292,11 +288,11 @@ def run_demo(
     hits = sum(a.gold_rank is not None for a in report.answers)
     top1 = sum(a.gold_rank == 1 for a in report.answers)
     pages = sum(a.page_hit for a in report.answers)
-    sections = sum(a.section_hit for a in report.answers)
+    section_hits = sum(a.section_hit for a in report.answers)
     echo(
         f"gold document in top {top_k}: {hits}/{total} ({report.hit_rate:.0%}); at rank 1: "
         f"{top1}/{total} ({report.top1_rate:.0%}); gold page in top {top_k}: {pages}/{total}; "
-        f"gold section in top {top_k}: {sections}/{total}; "
+        f"gold section in top {top_k}: {section_hits}/{total}; "
         f"{report.seconds:.1f} s"
     )
     return 0
@@ -305,7 +301,7 @@ def run_demo(
 # --- helpers ----------------------------------------------------------------------------
 
 
-def _heading_at(text: str, headings: Sequence[Sequence], start: int, chunk: str) -> List[List]:
+def _heading_at(text: str, headings: Sequence[Sequence[Any]], start: int, chunk: str) -> List[List[Any]]:
     """The nearest layout heading at or before the chunk's first line that is not its title.
 
     A chunk that starts with its own heading belongs to it; one that starts mid-section
@@ -326,19 +322,19 @@ def _heading_at(text: str, headings: Sequence[Sequence], start: int, chunk: str)
     return [["", label, 1]]
 
 
-def _sections(node: TextNode) -> List[str]:
+def _sections(node: BaseNode) -> List[str]:
     """Sections a chunk overlaps: the one it starts in, then every heading inside it."""
     first = node.metadata.get(schema.SECTION_TITLE)
     inside = [m.strip().strip("*").strip() for m in _HEADING_LINE.findall(node.get_content())]
     return list(dict.fromkeys(([first] if first else []) + inside))
 
 
-def _pages(node: TextNode) -> List[int]:
+def _pages(node: BaseNode) -> List[int]:
     page_range = schema.get_page_range(node)
     return list(range(page_range[0], page_range[1] + 1)) if page_range else []
 
 
-def _page_label(node: TextNode) -> str:
+def _page_label(node: BaseNode) -> str:
     page_range = schema.get_page_range(node)
     if not page_range:
         return "?"

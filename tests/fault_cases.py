@@ -382,7 +382,8 @@ def _setting_case(name: str, build: Callable[[], object], named: str) -> None:
 def _bad_settings() -> None:
     from llama_index.core.schema import Document
 
-    from llama_index_hiqa.pack.hiqa_pack import HiQAPack, HiQAPackSettings
+    from llama_index_hiqa.pack.config import HiQAPackSettings
+    from llama_index_hiqa.pack.hiqa_pack import HiQAPack
 
     for key, value in [
         ("max_segment_chars", -10), ("max_segment_chars", 0), ("max_segment_tokens", 0), ("max_segment_tokens", -1),

@@ -15,7 +15,7 @@ from llama_index_hiqa import cli
 from llama_index_hiqa.pack import hiqa_pack as pack_module
 from llama_index_hiqa.settings import updated
 from llama_index_hiqa.demo import DEMO_DATA_DIR
-from llama_index_hiqa.pack.hiqa_pack import NO_LLM_NOTICE
+from llama_index_hiqa.pack.answers import NO_LLM_NOTICE
 from llama_index_hiqa.storage import pack_files
 from llama_index_hiqa.storage.backends.folder import holds_folder_store
 from llama_index_hiqa.storage.embedded import is_embedded_store

@@ -25,7 +25,7 @@ from llama_index_hiqa.errors import InvalidSettingError, PackStoreError
 from llama_index_hiqa.pack.hiqa_pack import HiQAPack
 from llama_index_hiqa.storage.embedded import EmbeddedStore, is_embedded_store
 from llama_index_hiqa.storage.backends.folder import holds_folder_store
-from llama_index_hiqa.pack.aliases import EmbeddedHiQAPack
+from llama_index_hiqa.storage.backends.embedded import EmbeddedBackend
 from llama_index_hiqa.storage.memmap_vectors import MemmapVectorStore
 from llama_index_hiqa.storage.sqlite_kv import SQLiteDatabase, SQLiteDocumentStore, SQLiteKVStore
 from tests.pack_helpers import HashEmbedding
@@ -208,16 +208,16 @@ def packs(tmp_path_factory):
     embedded = HiQAPack.empty(embed_model=HashEmbedding(), store=str(base / "ingested"), store_format="embedded", **FAST)
     embedded.ingest(load_demo_documents())
     embedded.persist()
-    copied = EmbeddedHiQAPack.from_pack(folder, base / "copied")
+    copied = folder.copy_to(base / "copied", store_format="embedded")
     return folder, embedded, copied, base
 
 
 def test_the_embedded_pack_ranks_as_the_folder_pack(packs):
     folder, embedded, copied, base = packs
-    assert isinstance(embedded, EmbeddedHiQAPack) and is_embedded_store(base / "ingested")
+    assert isinstance(embedded.backend, EmbeddedBackend) and is_embedded_store(base / "ingested")
     assert embedded.node_count == folder.node_count and embedded.document_ids == folder.document_ids
     loaded = HiQAPack.load(base / "copied", embed_model=HashEmbedding())
-    assert isinstance(loaded, EmbeddedHiQAPack) and loaded.config.store_format == "embedded"
+    assert isinstance(loaded.backend, EmbeddedBackend) and loaded.config.store_format == "embedded"
     for question in QUESTIONS:
         expected = folder.retrieve(question)
         # the same nodes (ids included): the same ranking, bit for bit, ties and all
@@ -237,7 +237,7 @@ def test_the_embedded_pack_ranks_as_the_folder_pack(packs):
 
 def test_a_previous_release_store_copies_into_an_embedded_store(tmp_path):
     source = HiQAPack.load(ROOT / "tests" / "data" / "store_v0_2", embed_model=HashEmbedding())
-    copied = EmbeddedHiQAPack.from_pack(source, tmp_path / "e")
+    copied = source.copy_to(tmp_path / "e", store_format="embedded")
     reopened = HiQAPack.load(tmp_path / "e", embed_model=HashEmbedding())
     assert reopened.document_ids == source.document_ids and reopened.node_count == source.node_count
     for question in QUESTIONS[:2]:
@@ -470,7 +470,7 @@ def test_the_command_line_builds_adds_to_asks_and_deletes_from_an_embedded_store
     assert "NX-2043" in capsys.readouterr().out
     assert cli.main(["delete", "NX-2043", "--store", str(store)]) == 0
     pack = HiQAPack.load(store, embed_model=HashEmbedding())
-    assert isinstance(pack, EmbeddedHiQAPack) and len(pack.document_ids) == 9 and "NX-2043" not in pack.document_ids
+    assert isinstance(pack.backend, EmbeddedBackend) and len(pack.document_ids) == 9 and "NX-2043" not in pack.document_ids
 
 
 def _embedded_documents(store: Path) -> set:

@@ -336,7 +336,7 @@ def hash_backends(monkeypatch):
 
 def test_pack_config_rejects_an_unknown_backend():
     from llama_index_hiqa.errors import InvalidSettingError
-    from llama_index_hiqa.pack.hiqa_pack import HiQAPackSettings
+    from llama_index_hiqa.pack.config import HiQAPackSettings
 
     assert HiQAPackSettings().embed_backend == defaults.DEFAULT_EMBED_BACKEND
     with pytest.raises(InvalidSettingError, match="embed_backend"):

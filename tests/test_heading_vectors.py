@@ -102,7 +102,7 @@ def test_folder_store_keeps_heading_vectors_and_questions_embed_none(tmp_path, d
 def test_folder_store_built_before_loads_and_embeds_at_the_question(tmp_path, documents, embedded_texts):
     pack = HiQAPack.from_documents(documents, embed_model=HashEmbedding(), store_format="folder", **FAST)
     expected = _ranking(pack.as_retriever())
-    pack.heading_vectors = HeadingVectors()  # what a store of an earlier release holds
+    pack.backend.heading_vectors = HeadingVectors()  # what a store of an earlier release holds
     pack.persist(tmp_path / "old")
     assert not list((tmp_path / "old").glob(f"*/{FILENAME}"))
     loaded = HiQAPack.load(tmp_path / "old", embed_model=HashEmbedding())

@@ -15,6 +15,7 @@ from llama_index.core.schema import Document, TextNode
 
 from llama_index_hiqa import cli, schema
 from llama_index_hiqa.pack import hiqa_pack as pack_module
+from llama_index_hiqa.pack.answers import NO_LLM_NOTICE
 from llama_index_hiqa.demo import DEMO_DATA_DIR, load_demo_documents
 from llama_index_hiqa.errors import LLMConfigError
 from llama_index_hiqa.models.llm_spec import check_llm, llm_from_spec
@@ -239,7 +240,7 @@ def test_answer_synthesis_and_streaming_through_the_pack_over_http(serve, small_
 
 def test_without_an_llm_streaming_yields_the_evidence_answer(small_pack):
     response = small_pack.run("NX-2043 application circuit", streaming=True)
-    assert "".join(response.response_gen).startswith(pack_module.NO_LLM_NOTICE)
+    assert "".join(response.response_gen).startswith(NO_LLM_NOTICE)
 
 
 # --- the command line -------------------------------------------------------------------------
@@ -300,7 +301,7 @@ def test_hiqa_ask_without_llm_keeps_the_evidence_path_and_lists_the_figure(store
     assert cli.main(["ask", "Show the typical application circuit of the NX-2043", "--store", str(store),
                      "--stream"]) == 0
     out = capsys.readouterr().out
-    assert out.startswith(pack_module.NO_LLM_NOTICE) and "Figures:" in out
+    assert out.startswith(NO_LLM_NOTICE) and "Figures:" in out
 
 
 def test_base_url_from_the_environment_and_openai_form(serve, monkeypatch):

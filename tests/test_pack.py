@@ -14,7 +14,9 @@ from llama_index.core.schema import Document
 from llama_index_hiqa import schema
 from llama_index_hiqa.demo import DEMO_DATA_DIR, load_demo_documents
 from llama_index_hiqa.errors import EmptyCorpusError, PackStoreError, UnknownNodeError
-from llama_index_hiqa.pack.hiqa_pack import NO_LLM_NOTICE, HiQAPack, HiQAPackSettings, format_citation
+from llama_index_hiqa.pack.answers import NO_LLM_NOTICE, format_citation
+from llama_index_hiqa.pack.config import HiQAPackSettings
+from llama_index_hiqa.pack.hiqa_pack import HiQAPack
 from llama_index_hiqa.testing import ScriptedLLM
 from tests.pack_helpers import HashEmbedding
 

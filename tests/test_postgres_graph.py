@@ -15,7 +15,7 @@ from llama_index_hiqa.demo import load_demo_documents  # noqa: E402
 from llama_index_hiqa.pack.hiqa_pack import HiQAPack  # noqa: E402
 from llama_index_hiqa.retrievers.chain_augmented import ChainAugmentedRetriever  # noqa: E402
 from llama_index_hiqa.storage.backends import pg_graph  # noqa: E402
-from llama_index_hiqa.pack.aliases import PostgresHiQAPack  # noqa: E402
+from llama_index_hiqa.storage.backends.postgres import PostgresBackend  # noqa: E402
 from tests.pack_helpers import HashEmbedding  # noqa: E402
 from tests.test_postgres_store import FAST, QUESTIONS, _assert_same_ranking, _keys  # noqa: E402
 
@@ -55,7 +55,7 @@ def test_a_reopened_store_loads_the_graph_and_ranks_as_the_folder_store(server, 
     folder = HiQAPack.from_documents(documents, embed_model=HashEmbedding(), **GRAPH)
 
     pack = HiQAPack.load(url, embed_model=HashEmbedding())  # a fresh object: everything from the tables
-    assert isinstance(pack, PostgresHiQAPack) and pack.config.use_chunk_graph
+    assert isinstance(pack.backend, PostgresBackend) and pack.config.use_chunk_graph
     assert isinstance(pack.as_retriever(), ChainAugmentedRetriever)
     graph, expected = pack.graph.graph, folder.graph.graph
     assert sorted(graph.node_ids) == sorted(n.node_id for n in pack.index.docstore.docs.values())
@@ -70,7 +70,7 @@ def test_a_reopened_store_loads_the_graph_and_ranks_as_the_folder_store(server, 
     # With the same node ids (the folder pack copied in), ties break alike: the pack's
     # retriever (multi-route top k shared with the chains) returns the same nodes in order.
     other = server.database()
-    PostgresHiQAPack.from_pack(folder, other).close()
+    folder.copy_to(other).close()
     copied = HiQAPack.load(other, embed_model=HashEmbedding())
     assert _edges(copied.graph.graph) == _edges(expected)
     for question in QUESTIONS:

@@ -30,7 +30,7 @@ from llama_index_hiqa.pack import hiqa_pack as pack_module  # noqa: E402
 from llama_index_hiqa.demo import DEMO_DATA_DIR, load_demo_documents  # noqa: E402
 from llama_index_hiqa.errors import PackStoreError, UnknownNodeError  # noqa: E402
 from llama_index_hiqa.pack.hiqa_pack import HiQAPack  # noqa: E402
-from llama_index_hiqa.pack.aliases import PostgresHiQAPack  # noqa: E402
+from llama_index_hiqa.storage.backends.postgres import PostgresBackend  # noqa: E402
 from llama_index_hiqa.storage.pg_connection import mask_url  # noqa: E402
 from llama_index_hiqa.storage.postgres import PostgresStore  # noqa: E402
 from tests.pack_helpers import HashEmbedding  # noqa: E402
@@ -109,7 +109,7 @@ print(json.dumps(out))
 # --- build and rankings ----------------------------------------------------------------------------
 def test_same_rankings_as_the_folder_store(built, local_pack):
     pack = HiQAPack.load(built, embed_model=HashEmbedding())
-    assert isinstance(pack, PostgresHiQAPack)
+    assert isinstance(pack.backend, PostgresBackend)
     assert pack.node_count == local_pack.node_count
     assert pack.document_ids == local_pack.document_ids
     for question in QUESTIONS:
@@ -369,7 +369,7 @@ def test_cli_sync_and_delete_with_a_database(url, monkeypatch, capsys, tmp_path)
     captured = capsys.readouterr()
     assert "removed NX-2046" in captured.err and "1 removed" in captured.out
     assert cli.main(["delete", "NX-2040", "--store", url]) == 0
-    pack = PostgresHiQAPack.open(url, embed_model=HashEmbedding())
+    pack = HiQAPack.load(url, embed_model=HashEmbedding())
     try:
         assert sorted(pack.document_ids) == [f"NX-{n}" for n in range(2041, 2050) if n != 2046]
     finally:
@@ -379,14 +379,14 @@ def test_cli_sync_and_delete_with_a_database(url, monkeypatch, capsys, tmp_path)
 def test_from_directory_store_argument_for_a_database_and_a_folder(url, tmp_path):
     in_database = HiQAPack.from_directory(DEMO_DATA_DIR, store=url, embed_model=HashEmbedding(), **FAST)
     in_folder = HiQAPack.from_directory(DEMO_DATA_DIR, store=tmp_path / "store", embed_model=HashEmbedding(), **FAST)
-    assert isinstance(in_database, PostgresHiQAPack) and in_folder.store_path == tmp_path / "store"
+    assert isinstance(in_database.backend, PostgresBackend) and in_folder.store_path == tmp_path / "store"
     reloaded = HiQAPack.load(tmp_path / "store", embed_model=HashEmbedding())
     assert reloaded.node_count == in_database.node_count == in_folder.node_count
     assert sorted(in_database.file_stats) == sorted(reloaded.file_stats)
 
 
 def test_a_folder_pack_copied_into_a_database_ranks_the_same(url, local_pack):
-    copied = PostgresHiQAPack.from_pack(local_pack, url)
+    copied = local_pack.copy_to(url)
     assert copied.node_count == local_pack.node_count
     for question in QUESTIONS:
         hits = copied.retrieve(question)

@@ -14,7 +14,8 @@ from pydantic import ValidationError
 
 from llama_index_hiqa.pack import hiqa_pack as pack_module
 from llama_index_hiqa.errors import InvalidSettingError
-from llama_index_hiqa.pack.hiqa_pack import HiQAPack, HiQAPackSettings
+from llama_index_hiqa.pack.config import HiQAPackSettings
+from llama_index_hiqa.pack.hiqa_pack import HiQAPack
 from llama_index_hiqa.parsers._markdown_segments import _split_table, _sub_split
 from llama_index_hiqa.parsers.layout_markdown import LayoutMarkdownParser
 from llama_index_hiqa.retrievers.chain_augmented import ChainBudget

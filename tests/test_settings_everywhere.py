@@ -19,7 +19,8 @@ from pydantic import BaseModel
 
 from llama_index_hiqa.demo import DEMO_DATA_DIR
 from llama_index_hiqa.errors import InvalidSettingError, PackStoreError
-from llama_index_hiqa.pack.hiqa_pack import HiQAPack, HiQAPackSettings
+from llama_index_hiqa.pack.config import HiQAPackSettings
+from llama_index_hiqa.pack.hiqa_pack import HiQAPack
 from llama_index_hiqa.retrievers.chunk_interaction_graph import ChunkInteractionGraph
 from llama_index_hiqa.settings import SettingsModel
 from tests.pack_helpers import HashEmbedding

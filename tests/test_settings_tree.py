@@ -30,7 +30,7 @@ from llama_index_hiqa import (
     updated,
 )
 from llama_index_hiqa.pack.hiqa_pack import HiQAPack
-from llama_index_hiqa.pack.config import inapplicable_settings, keyword_extractor, route_settings
+from llama_index_hiqa.pack.config import inapplicable_settings, keyword_extractor
 from llama_index_hiqa.retrievers.settings import DEFAULT_SIMILARITY_TOP_K
 from llama_index_hiqa.testing import ScriptedLLM
 from tests.pack_helpers import HashEmbedding
@@ -170,7 +170,7 @@ def test_similarity_top_k_has_one_default():
     assert MultiRouteSettings().similarity_top_k == DEFAULT_SIMILARITY_TOP_K
     assert ChainSearchSettings().max_nodes == DEFAULT_SIMILARITY_TOP_K
     assert "similarity_top_k" not in RouteFusionSettings.model_fields  # the pack's lives at its top
-    assert route_settings(HiQAPackSettings(similarity_top_k=3))["similarity_top_k"] == 3
+    assert HiQAPackSettings(similarity_top_k=3).route_config().similarity_top_k == 3
 
 
 def test_a_conflicting_top_k_in_multi_route_is_not_silent():
@@ -230,6 +230,21 @@ def test_updated_validates_and_leaves_the_original_alone():
 
 # M(**{**(config or M()).model_dump(), **settings}): a model rebuilt from another's dump.
 MERGE_IDIOM = re.compile(r"\w\(\*\*\{\*\*[^{}]*\.model_dump\(\), \*\*")
+
+
+def test_settings_given_for_a_stored_pack_override_only_the_fields_set():
+    stored = HiQAPackSettings(similarity_top_k=9, fusion_mode="rrf", multi_route={"alpha": 0.3}).model_dump()
+    given = HiQAPackSettings(similarity_top_k=3)  # the other fields are defaults, not given
+    applied = given.applied_to(stored)
+    assert (applied.similarity_top_k, applied.fusion_mode, applied.multi_route.alpha) == (3, "rrf", 0.3)
+    assert HiQAPackSettings().applied_to(stored) == HiQAPackSettings(**stored)
+    # a part given replaces the stored part whole; the store decides what it fixes
+    replaced = HiQAPackSettings(multi_route={"beta": 0.2}, store_format="folder").applied_to(stored, store_format="embedded")
+    assert (replaced.multi_route.alpha, replaced.multi_route.beta, replaced.store_format) == (
+        RouteFusionSettings().alpha, 0.2, "embedded")
+    # a whole settings object given (HiQAPack.empty(config=...)) sets every field
+    whole = updated(HiQAPackSettings(), {}).applied_to(stored)
+    assert whole == HiQAPackSettings()
 
 
 def test_the_merge_idiom_is_gone_from_the_package():

@@ -11,7 +11,6 @@ import pytest
 from llama_index_hiqa import schema
 from llama_index_hiqa.demo import load_demo_documents
 from llama_index_hiqa.pack.hiqa_pack import HiQAPack
-from llama_index_hiqa.pack.aliases import EmbeddedHiQAPack, PostgresHiQAPack
 from llama_index_hiqa.storage.backends import StoreBackend
 from llama_index_hiqa.storage.backends.embedded import EmbeddedBackend
 from llama_index_hiqa.storage.backends.folder import FolderBackend
@@ -41,8 +40,7 @@ def test_folder_and_embedded_backends_satisfy_the_store_interface(tmp_path):
         assert pack.backend.node_count() == pack.node_count > 0
         refs = pack.backend.documents()
         assert pack.backend.document_hash(next(iter(refs.values())))
-    assert isinstance(embedded, EmbeddedHiQAPack) and not isinstance(folder, EmbeddedHiQAPack)
-    assert not isinstance(folder, PostgresHiQAPack)
+    assert isinstance(embedded.backend, EmbeddedBackend) and isinstance(folder.backend, FolderBackend)
     assert _top(folder) == _top(embedded)
     embedded.close()
 
@@ -55,11 +53,6 @@ def test_an_object_missing_a_member_is_not_a_store_backend():
             return {}
 
     assert not isinstance(Partial(), StoreBackend)
-
-
-def test_the_compatibility_names_are_not_classes_to_build():
-    with pytest.raises(TypeError, match="open"):
-        PostgresHiQAPack()
 
 
 def test_route_settings_are_read_back_from_the_pack_settings_alone(tmp_path):
@@ -104,6 +97,6 @@ def test_the_postgres_backend_satisfies_the_store_interface(server):
         load_demo_documents()[:2], embed_model=HashEmbedding(), store=server.database(), **FAST
     )
     assert isinstance(pack.backend, StoreBackend) and isinstance(pack.backend, PostgresBackend)
-    assert type(pack) is HiQAPack and isinstance(pack, PostgresHiQAPack) and not isinstance(pack, EmbeddedHiQAPack)
+    assert type(pack) is HiQAPack
     assert pack.backend.node_count() == pack.node_count > 0 and pack.store_path is None
     pack.close()

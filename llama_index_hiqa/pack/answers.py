@@ -9,7 +9,7 @@ streamed or not, and every engine method ends: a stream yields the evidence as o
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, AsyncGenerator, Callable, Dict, List, Optional, Sequence, Union
+from typing import Any, AsyncGenerator, Callable, Dict, Generator, List, Optional, Sequence, Union
 
 from llama_index.core.base.base_query_engine import BaseQueryEngine
 from llama_index.core.base.base_retriever import BaseRetriever
@@ -117,6 +117,11 @@ async def _one_piece(text: str) -> AsyncGenerator[str, None]:
     yield text
 
 
+def _one_piece_sync(text: str) -> Generator[str, None, None]:
+    """``text`` as a token stream of one piece."""
+    yield text
+
+
 class EvidenceQueryEngine(CleanQueries, CustomQueryEngine):
     """Query engine used when no LLM is set: retrieve, post-process, answer with cited evidence.
 
@@ -170,7 +175,7 @@ class EvidenceQueryEngine(CleanQueries, CustomQueryEngine):
         """
         nodes = self.retrieve(QueryBundle(query_str))
         if self.streaming:
-            return StreamingResponse(iter([evidence_answer(nodes)]), source_nodes=nodes, metadata={"llm": None})
+            return StreamingResponse(_one_piece_sync(evidence_answer(nodes)), source_nodes=nodes, metadata={"llm": None})
         return Response(response=evidence_answer(nodes), source_nodes=nodes, metadata={"llm": None})
 
     async def acustom_query(self, query_str: str) -> Union[Response, AsyncStreamingResponse]:
@@ -288,7 +293,7 @@ class EvidenceChatEngine(CleanMessages, BaseChatEngine):
         reply = self._reply(message, self._query_engine.retrieve(self._turn(message, chat_history)))
         self._memory.put(ChatMessage(role=MessageRole.USER, content=message))
         response = StreamingAgentChatResponse(
-            chat_stream=response_gen_from_query_engine(iter([reply.response])),
+            chat_stream=response_gen_from_query_engine(_one_piece_sync(reply.response)),
             sources=reply.sources, source_nodes=reply.source_nodes,
         )
         response.write_response_to_history(self._memory)  # queues the piece, writes the memory, marks it done
@@ -326,129 +331,7 @@ class EvidenceChatEngine(CleanMessages, BaseChatEngine):
         return self._memory.get_all()
 
 
-# --------------------------------------------------------------------------- the pack's answers
-class PackAnswering:
-    """The answering half of [`HiQAPack`][llama_index_hiqa.pack.hiqa_pack.HiQAPack] (which inherits it): the
-    post-processors, query and chat engines and figures over the pack's retriever."""
-
-    config: Any
-    index: Any
-    llm: Optional[LLM]
-    embed_model: Any
-    store_path: Optional[Path]
-    _postprocessors: Optional[List[BaseNodePostprocessor]]
-    as_retriever: Callable[..., BaseRetriever]
-
-    def node_postprocessors(self) -> List[BaseNodePostprocessor]:
-        if self._postprocessors is not None:
-            return list(self._postprocessors)
-        postprocessors: List[BaseNodePostprocessor] = []
-        if self.config.use_segment_integration:
-            from llama_index_hiqa.postprocessors.segment_integration import SegmentIntegrationPostprocessor
-
-            postprocessors.append(
-                SegmentIntegrationPostprocessor(
-                    preset=self.config.segment_preset, docstore=self.index.docstore, embed_model=self.embed_model
-                )
-            )
-        self._postprocessors = postprocessors
-        return list(postprocessors)
-
-    def retrieve(self, question: str) -> List[NodeWithScore]:
-        """Evidence for ``question`` after the configured post-processing.
-
-        Args:
-            question: The question.
-
-        Returns:
-            The nodes, best first.
-
-        Raises:
-            InvalidQuestionError: ``question`` is not a string or is too long
-                (`question_text`).
-        """
-        bundle = question_bundle(question)
-        nodes = self.as_retriever().retrieve(bundle)
-        for post in self.node_postprocessors():
-            nodes = post.postprocess_nodes(nodes, query_bundle=bundle)
-        return nodes
-
-    def as_query_engine(self, llm: Optional[LLM] = None, **kwargs: Any) -> BaseQueryEngine:
-        """LlamaIndex response synthesis with the LLM; without one, cited evidence + notice.
-
-        Args:
-            llm: The LLM (the pack's when ``None``).
-            **kwargs: ``RetrieverQueryEngine.from_args`` options (``streaming``, ``node_postprocessors``, ...).
-
-        Returns:
-            The query engine.
-        """
-        check_pack_arguments(llm=llm)
-        llm = llm or self.llm
-        postprocessors = kwargs.pop("node_postprocessors", None) or self.node_postprocessors()
-        if llm is None:
-            return EvidenceQueryEngine(
-                retriever=self.as_retriever(), node_postprocessors=postprocessors,
-                streaming=bool(kwargs.get("streaming", False)),
-            )
-        return PackQueryEngine.from_args(
-            self.as_retriever(), llm=llm, node_postprocessors=postprocessors, **kwargs
-        )
-
-    def as_chat_engine(self, llm: Optional[LLM] = None, **kwargs: Any) -> BaseChatEngine:
-        """``CondensePlusContextChatEngine`` over the pack's retriever; evidence-only without an LLM.
-
-        Every method (``chat``, ``achat``, ``stream_chat``, ``astream_chat``) ends and writes the
-        turn to the engine's memory, with or without an LLM.
-
-        Args:
-            llm: The LLM (the pack's when ``None``).
-            **kwargs: ``CondensePlusContextChatEngine.from_defaults`` options; without an LLM
-                only ``memory`` and ``chat_history`` apply (the others shape LLM prompts).
-
-        Returns:
-            The chat engine.
-        """
-        check_pack_arguments(llm=llm)
-        llm = llm or self.llm
-        if llm is None:
-            return EvidenceChatEngine(
-                self.as_query_engine(), memory=kwargs.get("memory"), chat_history=kwargs.get("chat_history"),  # type: ignore[arg-type]
-            )
-        return PackChatEngine.from_defaults(
-            self.as_retriever(), llm=llm, node_postprocessors=self.node_postprocessors(), **kwargs
-        )
-
-    def run(self, question: str, **kwargs: Any) -> Response:
-        """Answer one question (``Response`` with ``source_nodes``; print it for the text;
-        ``streaming=True``: a ``StreamingResponse`` whose ``response_gen`` yields the tokens).
-
-        Args:
-            question: The question.
-            **kwargs: [`as_query_engine`][llama_index_hiqa.pack.answers.PackAnswering.as_query_engine] options.
-
-        Returns:
-            The response.
-
-        Raises:
-            InvalidQuestionError: ``question`` is not a string or is too long.
-        """
-        return self.as_query_engine(**kwargs).query(question_text(question))
-
-    def figures(self, response: Any) -> List[Dict[str, Any]]:
-        """The figures that go with an answer (a response or its source nodes): figures it
-        retrieved, then those on its cited pages and sections; each with document, page,
-        section, caption, box and the image file saved in the store (see
-        [`llama_index_hiqa.figures.figures_for`][llama_index_hiqa.figures.figures_for]).
-
-        Args:
-            response: A response, or its source nodes.
-
-        Returns:
-            One dict a figure.
-        """
-        from llama_index_hiqa.figures import FIGURES_DIRNAME, figures_for
-
-        sources = getattr(response, "source_nodes", response) or []
-        images_dir = None if self.store_path is None else Path(self.store_path) / FIGURES_DIRNAME
-        return figures_for(sources, self.index.docstore, images_dir)
+__all__ = [
+    "EVIDENCE_SNIPPET_CHARS", "NO_LLM_NOTICE", "EvidenceChatEngine", "EvidenceQueryEngine", "PackChatEngine",
+    "PackQueryEngine", "citation", "evidence_answer", "format_citation",
+]

@@ -10,14 +10,22 @@ from __future__ import annotations
 
 import logging
 import warnings
-from typing import Annotated, Any, Dict, List, Literal, Optional, Union
+from typing import TYPE_CHECKING, Annotated, Any, Dict, List, Literal, Mapping, Optional, Union
 
+from llama_index.core import VectorStoreIndex
 from llama_index.core.base.embeddings.base import BaseEmbedding
 from llama_index.core.bridge.pydantic import Field, model_validator
 from llama_index.core.llms import LLM
 
-from llama_index_hiqa.models.defaults import DEFAULT_EMBED_BACKEND, portable_model_name, resolve_embed_model, user_embed_model
+from llama_index_hiqa.models.defaults import (
+    DEFAULT_EMBED_BACKEND,
+    embedding_tokenizer,
+    portable_model_name,
+    resolve_embed_model,
+    user_embed_model,
+)
 from llama_index_hiqa.models.embedding_backends import EmbedBackend
+from llama_index_hiqa.models.embedding_cache import CachedEmbedding
 from llama_index_hiqa.retrievers.settings import (
     DEFAULT_SIMILARITY_TOP_K,
     MAX_TOP_K,
@@ -28,7 +36,12 @@ from llama_index_hiqa.retrievers.settings import (
     RouteFusionSettings,
 )
 from llama_index_hiqa.settings import SettingsModel
+from llama_index_hiqa.transforms.critical_keywords import CriticalKeywordExtractor
 from llama_index_hiqa.transforms.keyword_settings import MAX_NER_NODES, KeywordSettings
+
+if TYPE_CHECKING:
+    from llama_index_hiqa.parsers.layout_markdown import LayoutMarkdownParser
+    from llama_index_hiqa.parsers.markdown_formatter import MarkdownFormatterParser
 
 logger = logging.getLogger(__name__)
 
@@ -56,7 +69,8 @@ class PackKeywordSettings(KeywordSettings):
     )
 
 
-# Spellings of earlier releases: these MultiRouteSettings fields are the pack's top-level settings.
+# Settings saved before the pack's parts were typed (stores of this codebase still hold them) may
+# set these MultiRouteSettings fields inside ``multi_route``; they are the pack's top-level settings.
 _ROUTE_KEYS_AT_TOP = {"similarity_top_k": "similarity_top_k", "mode": "fusion_mode"}
 
 
@@ -195,9 +209,9 @@ class HiQAPackSettings(SettingsModel):
     @model_validator(mode="before")
     @classmethod
     def _route_keys_at_top(cls, data: Any) -> Any:
-        """``multi_route={"similarity_top_k": 8}`` (or ``"mode"``), accepted by earlier
-        releases and found in their saved settings, where it overrode the top-level setting:
-        it still does, with a warning naming both when they differ."""
+        """``multi_route={"similarity_top_k": 8}`` (or ``"mode"``), found in the settings stores
+        saved before the parts were typed (where it overrode the top-level setting): those
+        stores still load as they ranked, with a warning naming both settings when they differ."""
         if not isinstance(data, dict) or not isinstance(data.get("multi_route"), dict):
             return data
         routes = dict(data["multi_route"])
@@ -217,6 +231,21 @@ class HiQAPackSettings(SettingsModel):
         data["multi_route"] = routes
         return data
 
+    def applied_to(self, stored: Mapping[str, Any], **fixed: Any) -> "HiQAPackSettings":
+        """The settings a store saved, with the fields set on this object (pydantic's
+        ``model_fields_set``: those given at construction) replacing theirs: what
+        ``HiQAPack.load(store, **settings)`` runs with. A part set here replaces the stored part
+        as a whole.
+
+        Args:
+            stored: The settings as a store saved them (validated here with the others).
+            **fixed: Settings the store decides whatever was given (its ``store_format``).
+
+        Returns:
+            The settings of this process.
+        """
+        return type(self)(**{**stored, **self.model_dump(include=self.model_fields_set), **fixed})
+
     def route_config(self) -> MultiRouteSettings:
         """The [`MultiRouteSettings`][llama_index_hiqa.retrievers.multi_route.MultiRouteSettings] of the pack's multi-route retriever.
 
@@ -226,18 +255,6 @@ class HiQAPackSettings(SettingsModel):
         return MultiRouteSettings(
             similarity_top_k=self.similarity_top_k, mode=self.fusion_mode, **self.multi_route.model_dump()
         )
-
-
-def route_settings(config: HiQAPackSettings) -> Dict[str, Any]:
-    """The MultiRouteRetriever settings of a pack configuration, as keyword arguments.
-
-    Args:
-        config: the pack configuration.
-
-    Returns:
-        The MultiRouteRetriever keyword arguments.
-    """
-    return config.route_config().model_dump()
 
 
 def inapplicable_settings(config: HiQAPackSettings, llm: Optional[LLM]) -> List[str]:
@@ -299,8 +316,6 @@ def default_embed_model(embed_model: Optional[BaseEmbedding], backend: Optional[
         return embed_model
     if user_embed_model() is not None:
         return resolve_embed_model()
-    from llama_index_hiqa.models.embedding_cache import CachedEmbedding
-
     return CachedEmbedding.from_defaults(backend=backend)
 
 
@@ -332,7 +347,9 @@ def same_model(recorded: Optional[str], embed_model: BaseEmbedding) -> bool:
     return portable_model_name(recorded or "") == model_identity(embed_model)
 
 
-def build_parser(config: HiQAPackSettings, llm: Optional[LLM], embed_model: Optional[BaseEmbedding] = None) -> Any:
+def build_parser(
+    config: HiQAPackSettings, llm: Optional[LLM], embed_model: Optional[BaseEmbedding] = None
+) -> Union[MarkdownFormatterParser, LayoutMarkdownParser]:
     """The node parser of a pack: the LLM formatter when an LLM is given and enabled, else the
     layout parser (its segments sized to the embedding model's window when
     ``max_segment_tokens`` is set).
@@ -345,13 +362,13 @@ def build_parser(config: HiQAPackSettings, llm: Optional[LLM], embed_model: Opti
     Returns:
         The parser.
     """
-    from llama_index_hiqa.models.defaults import embedding_tokenizer
+    # Imported here: the parsers cost 0.25 s over an import of the pack (measured), and only
+    # ingestion parses (a process that loads a store and answers never does).
     from llama_index_hiqa.parsers.layout_markdown import LayoutMarkdownParser
+    from llama_index_hiqa.parsers.markdown_formatter import MarkdownFormatterParser
 
     layout_kwargs: Dict[str, Any] = {} if config.max_segment_chars is None else {"max_segment_chars": config.max_segment_chars}
     if llm is not None and config.use_llm_formatter:
-        from llama_index_hiqa.parsers.markdown_formatter import MarkdownFormatterParser
-
         # Falls back to the layout parser window by window when the LLM's output is unusable.
         return MarkdownFormatterParser(llm=llm, show_progress=config.show_progress, **layout_kwargs)
     window = embedding_tokenizer(embed_model) if config.max_segment_tokens is not None else None
@@ -362,7 +379,7 @@ def build_parser(config: HiQAPackSettings, llm: Optional[LLM], embed_model: Opti
     return LayoutMarkdownParser(show_progress=config.show_progress, **layout_kwargs)
 
 
-def keyword_extractor(config: HiQAPackSettings) -> Any:
+def keyword_extractor(config: HiQAPackSettings) -> CriticalKeywordExtractor:
     """The same critical-keyword settings at ingestion and at query time (|C| must match).
 
     Args:
@@ -371,8 +388,6 @@ def keyword_extractor(config: HiQAPackSettings) -> Any:
     Returns:
         The ``CriticalKeywordExtractor``.
     """
-    from llama_index_hiqa.transforms.critical_keywords import CriticalKeywordExtractor
-
     # NER over every node's text cost more than embedding it (about a CPU-minute per 1,000
     # filing-sized chunks) and was not what the product-path figures measured at collection
     # scale; the pack's default runs NER over document titles and questions only, whatever the
@@ -389,7 +404,8 @@ def keyword_extractor(config: HiQAPackSettings) -> Any:
 
 
 def graph_retriever_settings(
-    index: Any, config: HiQAPackSettings, embed_model: BaseEmbedding, llm: Optional[LLM], keywords: Any
+    index: VectorStoreIndex, config: HiQAPackSettings, embed_model: BaseEmbedding, llm: Optional[LLM],
+    keywords: CriticalKeywordExtractor,
 ) -> Dict[str, Any]:
     """What a loaded pack's ChunkGraphRetriever is given besides its graph (any store);
     ``keywords`` is the pack's ``CriticalKeywordExtractor``.

@@ -25,6 +25,8 @@ from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequ
 from llama_index.core.bridge.pydantic import Field, PrivateAttr
 from llama_index.core.schema import BaseNode, Document, TransformComponent
 
+from llama_index_hiqa.errors import InvalidSettingError
+
 STAGES = ("read", "parse", "cascade", "keywords", "embed", "index", "routes", "persist")
 
 
@@ -254,8 +256,6 @@ def parse_shard(text: str) -> Tuple[int, int]:
     Raises:
         InvalidSettingError: when ``text`` is not ``I/N`` with ``1 <= I <= N``.
     """
-    from llama_index_hiqa.errors import InvalidSettingError
-
     index, _, count = str(text).partition("/")
     if not (index.strip().isdigit() and count.strip().isdigit()) or not 1 <= int(index) <= int(count):
         raise InvalidSettingError("shard", f"{text!r} is not I/N with 1 <= I <= N (e.g. 2/3: the second of three)")

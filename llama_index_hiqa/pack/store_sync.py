@@ -10,9 +10,14 @@ version: it was not removed, only not read.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, List, Set
+from typing import TYPE_CHECKING, List, Set
 
 from llama_index_hiqa.errors import EmptyCorpusError, PathAccessError
+from llama_index_hiqa.readers._collection import plan_folder
+from llama_index_hiqa.readers.pdf import SUPPORTED_SUFFIXES, PDFLayoutReader
+
+if TYPE_CHECKING:
+    from llama_index_hiqa.pack.hiqa_pack import HiQAPack
 
 
 def folder_document_ids(folder: Path, recursive: bool = False) -> Set[str]:
@@ -32,9 +37,6 @@ def folder_document_ids(folder: Path, recursive: bool = False) -> Set[str]:
     Raises:
         PathAccessError: when a folder cannot be listed.
     """
-    from llama_index_hiqa.readers._collection import plan_folder
-    from llama_index_hiqa.readers.pdf import SUPPORTED_SUFFIXES, PDFLayoutReader
-
     follow = bool(PDFLayoutReader.model_fields["follow_symlinks"].default)
     plan = plan_folder(Path(folder), SUPPORTED_SUFFIXES, recursive, follow)
     for skipped in plan.skipped:
@@ -43,7 +45,7 @@ def folder_document_ids(folder: Path, recursive: bool = False) -> Set[str]:
     return {planned.document_id for planned in plan.files}
 
 
-def prune_missing(pack: Any, folder: Path, recursive: bool = False) -> List[str]:
+def prune_missing(pack: HiQAPack, folder: Path, recursive: bool = False) -> List[str]:
     """Remove from ``pack`` every document whose file is not in ``folder``; returns their ids.
     A folder that lists no document at all removes nothing (an
     [`EmptyCorpusError`][llama_index_hiqa.errors.EmptyCorpusError]): emptying a store is ``--rebuild`` or

@@ -13,15 +13,26 @@ from __future__ import annotations
 
 import contextlib
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterator, Mapping, Optional
+from typing import Any, Callable, Iterator, Optional
 
 from llama_index.core.base.embeddings.base import BaseEmbedding
 from llama_index.core.llms import LLM
 from llama_index.core.vector_stores.types import BasePydanticVectorStore
 
+from llama_index_hiqa.errors import PackStoreError
+from llama_index_hiqa.figures import FIGURES_DIRNAME
 from llama_index_hiqa.pack.config import HiQAPackSettings
-from llama_index_hiqa.settings import updated
 from llama_index_hiqa.storage.backends.base import Resolvers, StoreBackend
+from llama_index_hiqa.storage.backends.embedded import EmbeddedBackend
+from llama_index_hiqa.storage.backends.folder import FolderBackend, check_writable, holds_folder_store
+from llama_index_hiqa.storage.backends.folder import store_writer as folder_writer
+from llama_index_hiqa.storage.embedded import DATABASE_FILENAME, is_embedded_store
+from llama_index_hiqa.storage.os_boundary import check_store_writable, os_errors
+from llama_index_hiqa.storage.pg_connection import is_postgres_url, mask_url
+from llama_index_hiqa.storage.snapshots import LOCK_FILE, writer_lock
+
+# The kind of an existing store is read from the store; a location holding none is a folder store.
+_AS_STORED = HiQAPackSettings(store_format="folder")
 
 
 def is_database(store: Any) -> bool:
@@ -33,18 +44,16 @@ def is_database(store: Any) -> bool:
     Returns:
         ``True`` for a ``postgresql://`` URL.
     """
-    from llama_index_hiqa.storage.pg_connection import is_postgres_url
-
     return is_postgres_url(store)
 
 
-def store_kind(store: Any, settings: Mapping[str, Any], own_vector_store: bool = False) -> Optional[str]:
+def store_kind(store: Any, settings: HiQAPackSettings, own_vector_store: bool = False) -> Optional[str]:
     """``"database"``, ``"embedded"``, ``"folder"`` or ``None`` (no store): the kind a store
     folder holds already, else the kind a new one gets (``HiQAPackSettings.new_store_format``).
 
     Args:
         store: A ``store`` argument.
-        settings: ``HiQAPackSettings`` fields (``store_format``, ``use_chunk_graph``).
+        settings: The settings of a new store (``store_format``, ``use_chunk_graph``).
         own_vector_store: The caller gave the pack a LlamaIndex vector store of its own.
 
     Returns:
@@ -54,15 +63,11 @@ def store_kind(store: Any, settings: Mapping[str, Any], own_vector_store: bool =
         return None
     if is_database(store):
         return "database"
-    from llama_index_hiqa.storage.embedded import is_embedded_store
-
-    from llama_index_hiqa.storage.backends.folder import holds_folder_store
-
     if is_embedded_store(store):
         return "embedded"
     if holds_folder_store(store):
         return "folder"
-    return HiQAPackSettings(**settings).new_store_format(own_vector_store)
+    return settings.new_store_format(own_vector_store)
 
 
 def store_exists(store: Any) -> bool:
@@ -75,6 +80,7 @@ def store_exists(store: Any) -> bool:
         ``True`` when a store is there (a database: one holding a pack).
     """
     if is_database(store):
+        # Imported here: the PostgreSQL store is needed only for a postgresql:// URL (0.1 s, measured).
         from llama_index_hiqa.storage.postgres import PostgresStore
 
         database = PostgresStore(str(store)).connect()
@@ -82,9 +88,6 @@ def store_exists(store: Any) -> bool:
             return database.read_pack() is not None
         finally:
             database.dispose()
-    from llama_index_hiqa.storage.backends.folder import holds_folder_store
-    from llama_index_hiqa.storage.embedded import is_embedded_store
-
     return is_embedded_store(store) or holds_folder_store(store)
 
 
@@ -102,7 +105,9 @@ def location_exists(store: Any) -> bool:
 
 
 @contextlib.contextmanager
-def store_writer(store: Any, settings: Mapping[str, Any], on_wait: Optional[Callable[[str], Any]] = None) -> Iterator[None]:
+def store_writer(
+    store: Any, settings: HiQAPackSettings, on_wait: Optional[Callable[[str], Any]] = None
+) -> Iterator[None]:
     """Hold the lock a writer holds from opening ``store`` to saving it, so a second writer
     (another ``hiqa ingest --add``, ``hiqa delete``) waits and then reads what this one wrote. The
     folder store is checked writable, with room for a new snapshot, before any work; a database
@@ -111,15 +116,12 @@ def store_writer(store: Any, settings: Mapping[str, Any], on_wait: Optional[Call
 
     Args:
         store: A store folder or a ``postgresql://`` URL.
-        settings: ``HiQAPackSettings`` fields of a new store (its kind decides the lock).
+        settings: The settings of a new store (its kind decides the lock).
         on_wait: Told once when another writer holds the lock.
 
     Yields:
         Nothing.
     """
-    from llama_index_hiqa.figures import FIGURES_DIRNAME
-    from llama_index_hiqa.storage.snapshots import LOCK_FILE, writer_lock
-
     kind = store_kind(store, settings)
     if kind == "database":
         yield
@@ -129,13 +131,8 @@ def store_writer(store: Any, settings: Mapping[str, Any], on_wait: Optional[Call
     if kind == "embedded":
         # SQLite serialises the writes; the lock keeps a second `hiqa ingest --add` from
         # planning its upserts on what the first is about to change.
-        from llama_index_hiqa.storage.embedded import DATABASE_FILENAME
-
         lock = writer_lock(root, on_wait=on_wait, legacy_marker=DATABASE_FILENAME, shared_dirs=(FIGURES_DIRNAME,))
     else:
-        from llama_index_hiqa.storage.backends.folder import check_writable
-        from llama_index_hiqa.storage.backends.folder import store_writer as folder_writer
-
         check_writable(root)
         lock = folder_writer(root, on_wait=on_wait)
     try:
@@ -158,12 +155,8 @@ def check_replaceable(store: Any) -> None:
     Raises:
         PackStoreError: ``store`` is an embedded store or a database.
     """
-    from llama_index_hiqa.errors import PackStoreError
-
-    kind = store_kind(store, {"store_format": "folder"})
+    kind = store_kind(store, _AS_STORED)
     if kind != "folder":
-        from llama_index_hiqa.storage.pg_connection import mask_url
-
         raise PackStoreError(
             mask_url(str(store)) if kind == "database" else Path(store),
             f"a rebuild replaces a folder store; this {kind} store is rebuilt by ingesting into a new "
@@ -174,8 +167,7 @@ def check_replaceable(store: Any) -> None:
 def open_backend(
     store: Any,
     *,
-    config: Optional[HiQAPackSettings] = None,
-    settings: Optional[Mapping[str, Any]] = None,
+    settings: Optional[HiQAPackSettings] = None,
     llm: Optional[LLM] = None,
     embed_model: Optional[BaseEmbedding] = None,
     vector_store: Optional[BasePydanticVectorStore] = None,
@@ -187,8 +179,9 @@ def open_backend(
 
     Args:
         store: A ``postgresql://`` URL, a store folder, or ``None`` (in memory; with ``create``).
-        config: The pack's settings as an object (``settings`` override its fields).
-        settings: ``HiQAPackSettings`` fields: a new store's settings or a stored one's overrides.
+        settings: A new store's settings; for a stored one, the fields set on it (pydantic's
+            ``model_fields_set``) override the stored ones in this process
+            (`HiQAPackSettings.applied_to`). ``None``: the defaults, or the stored settings.
         llm: The pack's LLM (the chunk graph's question keywords).
         embed_model: The embedding model (the packaged MiniLM when ``None``).
         vector_store: Any LlamaIndex vector store, for the folder store only.
@@ -204,42 +197,29 @@ def open_backend(
         ValueError: A ``vector_store`` with a store that brings its own.
         PackStoreError: The store cannot be opened (named in the error).
     """
-    settings = dict(settings or {})
-    merged: Dict[str, Any] = {**(config.model_dump() if config is not None else {}), **settings}
-    if create:
-        kind = store_kind(store, merged, own_vector_store=vector_store is not None)
-    else:
-        kind = store_kind(store, {"store_format": "folder"})
+    settings = settings if settings is not None else HiQAPackSettings()
+    kind = store_kind(store, settings, own_vector_store=vector_store is not None) if create else store_kind(store, _AS_STORED)
     if kind == "embedded":
         if vector_store is not None:
             raise ValueError("an embedded store brings its own vector store (MemmapVectorStore); pass no vector_store")
-        from llama_index_hiqa.storage.backends.embedded import EmbeddedBackend
-        from llama_index_hiqa.storage.os_boundary import os_errors
-
         with os_errors(Path(store)):  # a path the system refuses, named, before any document is read
-            if create:
-                from llama_index_hiqa.storage.embedded import is_embedded_store
-                from llama_index_hiqa.storage.os_boundary import check_store_writable
-
-                if not is_embedded_store(store):  # a new store: writable, with room, before the work
-                    check_store_writable(Path(store))
+            if create and not is_embedded_store(store):  # a new store: writable, with room, before the work
+                check_store_writable(Path(store))
             return EmbeddedBackend.open(
-                store, merged, embed_model=embed_model, llm=llm, create=create, resolvers=resolvers
+                store, settings, embed_model=embed_model, llm=llm, create=create, resolvers=resolvers
             )
     if kind == "database":
         if vector_store is not None:
             raise ValueError("a PostgreSQL store brings its own vector store (pgvector); pass no vector_store")
+        # Imported here: the PostgreSQL store is needed only for a postgresql:// URL (0.1 s, measured).
         from llama_index_hiqa.storage.backends.postgres import PostgresBackend
 
         return PostgresBackend.open(
-            str(store), merged, embed_model=embed_model, llm=llm, create=create, resolvers=resolvers
+            str(store), settings, embed_model=embed_model, llm=llm, create=create, resolvers=resolvers
         )
-    from llama_index_hiqa.storage.backends.folder import FolderBackend
-
     if create:  # in memory: written by the pack's first persist (into store, when given)
         return FolderBackend.create(
-            updated(config, settings, model_class=HiQAPackSettings), embed_model, vector_store, llm, resolvers,
-            location=None if store is None else Path(store),
+            settings, embed_model, vector_store, llm, resolvers, location=None if store is None else Path(store),
         )
     return FolderBackend.open(
         store, settings, embed_model=embed_model, llm=llm, vector_store=vector_store, resolvers=resolvers

@@ -10,19 +10,29 @@ the same scores on every backend.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import (
-    Any, Callable, ContextManager, Dict, Iterator, List, Mapping, Optional, Protocol, Sequence, Tuple, runtime_checkable,
+    Any, Callable, ContextManager, Dict, Iterator, List, Mapping, Optional, Protocol, Sequence, Tuple, Union,
+    runtime_checkable,
 )
 
-from llama_index.core import VectorStoreIndex
+from llama_index.core import Settings, VectorStoreIndex
 from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.base.embeddings.base import BaseEmbedding
+from llama_index.core.ingestion import run_transformations
 from llama_index.core.llms import LLM
 from llama_index.core.schema import BaseNode, Document, TransformComponent
+from llama_index.core.vector_stores.types import BasePydanticVectorStore
 
-from llama_index_hiqa.pack.config import default_embed_model, keyword_extractor
+from llama_index_hiqa import schema
+from llama_index_hiqa.pack.config import HiQAPackSettings, default_embed_model, keyword_extractor
+from llama_index_hiqa.retrievers.multi_route import MultiRouteRetriever
+from llama_index_hiqa.storage.backends.heading_vectors import HeadingVectors, PostgresHeadingVectors, SQLiteHeadingVectors
+from llama_index_hiqa.transforms.critical_keywords import CriticalKeywordExtractor
 
-Routes = Tuple[BaseRetriever, Optional[BaseRetriever]]  # (multi-route retriever, chunk-graph retriever or None)
+Routes = Tuple[MultiRouteRetriever, Optional[BaseRetriever]]  # (multi-route retriever, chunk-graph retriever or None)
+# What each store keeps of the document focus's heading-path vectors (in memory, SQLite, PostgreSQL).
+StoredHeadingVectors = Union[HeadingVectors, SQLiteHeadingVectors, PostgresHeadingVectors]
 
 
 @dataclass(frozen=True)
@@ -35,8 +45,8 @@ class Resolvers:
     store); the defaults are [`llama_index_hiqa.pack.config`][llama_index_hiqa.pack.config]'s.
     """
 
-    embed_model: Callable[..., BaseEmbedding] = default_embed_model
-    keyword_extractor: Callable[[Any], Any] = keyword_extractor
+    embed_model: Callable[[Optional[BaseEmbedding], Optional[str]], BaseEmbedding] = default_embed_model
+    keyword_extractor: Callable[[HiQAPackSettings], CriticalKeywordExtractor] = keyword_extractor
 
 
 @runtime_checkable
@@ -48,8 +58,6 @@ class StoreBackend(Protocol):
         config: The pack's settings (a ``HiQAPackSettings``) as stored, with this process's overrides.
         embed_model: The embedding model the questions are embedded with.
         file_stats: ``{ref_doc_id: [size, mtime_ns]}`` of the files the documents were read from.
-        heading_vectors: The heading-path vectors (and, in a database, the per-node facts) the
-            document focus reads, written with each batch so no question embeds them.
         llm: The LLM of the routes that ask one (the chunk graph's question keywords); the
             pack sets its own.
         commits_batches: Whether each `write_batch` is committed to the store as it is
@@ -57,23 +65,23 @@ class StoreBackend(Protocol):
     """
 
     index: VectorStoreIndex
-    config: Any
+    config: HiQAPackSettings
     embed_model: BaseEmbedding
     file_stats: Dict[str, List[int]]
-    heading_vectors: Any
     llm: Optional[LLM]
     commits_batches: bool
 
     @classmethod
     def open(
-        cls, location: Any, settings: Mapping[str, Any], *, embed_model: Optional[BaseEmbedding] = None,
+        cls, location: Any, settings: HiQAPackSettings, *, embed_model: Optional[BaseEmbedding] = None,
         llm: Optional[LLM] = None, create: bool = False, resolvers: Resolvers = Resolvers(),
     ) -> "StoreBackend":
         """Open the store at ``location`` (with ``create``, a new one when it holds none).
 
         Args:
             location: The store folder or database URL.
-            settings: ``HiQAPackSettings`` fields: a new store's settings, or overrides of a stored one.
+            settings: A new store's settings; for a stored one, the fields set on it override
+                the stored ones in this process (`HiQAPackSettings.applied_to`).
             embed_model: The embedding model (the packaged MiniLM when ``None``).
             llm: The LLM of the routes that use one (the chunk graph's question keywords).
             create: Create the store when ``location`` holds none.
@@ -88,11 +96,16 @@ class StoreBackend(Protocol):
         """
 
     @property
-    def location(self) -> Any:
+    def heading_vectors(self) -> StoredHeadingVectors:
+        """The heading-path vectors (and, in a database, the per-node facts) the document focus
+        reads, written with each batch so no question embeds them."""
+
+    @property
+    def location(self) -> Optional[Path]:
         """The store folder (``None`` in memory and for a database)."""
 
     @property
-    def address(self) -> Any:
+    def address(self) -> Union[Path, str, None]:
         """Where the store is, as ``persist`` reports it: the folder, the database URL with its
         password masked, or ``None`` (in memory, never saved)."""
 
@@ -136,8 +149,8 @@ class StoreBackend(Protocol):
         """
 
     def routes(self) -> Routes:
-        """The retrievers over what is stored under `config`, built once and again only
-        after a write.
+        """The retrievers over what is stored, under the backend's `config` and `llm`, built
+        once and again only after a write.
 
         Returns:
             ``(multi_route, graph)``: the multi-route retriever and the chunk-graph retriever
@@ -146,6 +159,15 @@ class StoreBackend(Protocol):
 
     def bulk_writes(self) -> ContextManager[Any]:
         """A context around a run of [`write_batch`][llama_index_hiqa.storage.backends.base.StoreBackend.write_batch] calls (an ingestion)."""
+
+    def copy_from(self, source: "StoreBackend", batch_documents: int = 8) -> None:
+        """Copy another store's nodes and vectors as they are (nothing is parsed or embedded
+        again), in the order it holds them, so the copy ranks as the source does.
+
+        Args:
+            source: The backend copied (any store whose vector store gives its vectors back).
+            batch_documents: Documents a batch (a transaction in a database).
+        """
 
     def save(self, payload: Mapping[str, Any], location: Any = None) -> "StoreBackend":
         """Save the pack's settings and ingestion state once, with the store (and whatever its
@@ -225,14 +247,11 @@ class SettingsTransformations(TransformComponent):
         Returns:
             The transformed nodes.
         """
-        from llama_index.core import Settings
-        from llama_index.core.ingestion import run_transformations
-
         return run_transformations(list(nodes), Settings.transformations, **kwargs)
 
 
 def copied_batches(
-    source: Any, file_stats: Dict[str, List[int]], batch_documents: int = 8,
+    source: StoreBackend, file_stats: Dict[str, List[int]], batch_documents: int = 8,
 ) -> Iterator[Tuple[List[Document], List[BaseNode], Dict[str, str]]]:
     """A built store's nodes with their vectors, ``batch_documents`` documents at a time, in
     the order its docstore holds them (the order its routes break ties in), for a copy into
@@ -248,8 +267,6 @@ def copied_batches(
         ``(documents, nodes, hashes)``: stand-in documents (id and ``schema.DOCUMENT_ID``),
             the nodes with their stored vectors as embeddings, and the documents' hashes.
     """
-    from llama_index_hiqa import schema
-
     vectors_of = copied_vectors(source.index.vector_store)
     docstore = source.index.docstore
     infos = docstore.get_all_ref_doc_info() or {}
@@ -274,7 +291,7 @@ def copied_batches(
             node.embedding = None
 
 
-def copied_vectors(source_vector_store: Any) -> Callable[[List[str]], List[Any]]:
+def copied_vectors(source_vector_store: BasePydanticVectorStore) -> Callable[[List[str]], List[Any]]:
     """How a copy between stores reads vectors back from ``source_vector_store`` (raises
     ``ValueError`` when it cannot: the copy re-embeds nothing).
 
@@ -290,10 +307,10 @@ def copied_vectors(source_vector_store: Any) -> Callable[[List[str]], List[Any]]
     if hasattr(source_vector_store, "get"):  # SimpleVectorStore
         return lambda ids: [source_vector_store.get(i) for i in ids]
     raise ValueError(
-        f"from_pack reads the vectors back from the pack's vector store; {type(source_vector_store).__name__} cannot"
+        f"a copy between stores reads the vectors back from the copied vector store; {type(source_vector_store).__name__} cannot"
     )
 
 
 __all__ = [
-    "Resolvers", "RouteCache", "Routes", "SettingsTransformations", "StoreBackend", "copied_batches", "copied_vectors",
+    "Resolvers", "RouteCache", "Routes", "SettingsTransformations", "StoredHeadingVectors", "StoreBackend", "copied_batches", "copied_vectors",
 ]

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, ContextManager, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from llama_index.core import StorageContext, VectorStoreIndex
+from llama_index.core.indices.vector_store.retrievers import VectorIndexRetriever
 from llama_index.core.base.embeddings.base import BaseEmbedding
 from llama_index.core.llms import LLM
 from llama_index.core.schema import BaseNode, Document
@@ -28,16 +29,18 @@ from llama_index.core.storage.index_store import SimpleIndexStore
 
 from llama_index_hiqa import schema
 from llama_index_hiqa.errors import InvalidSettingError, PackStoreError
-from llama_index_hiqa.pack.config import HiQAPackSettings, model_identity, route_settings, same_model
+from llama_index_hiqa.figures import FIGURES_DIRNAME, save_figures
+from llama_index_hiqa.pack.config import HiQAPackSettings, model_identity, same_model
 from llama_index_hiqa.retrievers.bm25_route import BM25Route
-from llama_index_hiqa.retrievers.multi_route import MultiRouteSettings
-from llama_index_hiqa.storage.backends.heading_vectors import SQLiteHeadingVectors
 from llama_index_hiqa.storage.backends.base import (
-    Resolvers, RouteCache, Routes, SettingsTransformations, copied_batches,
+    Resolvers, RouteCache, Routes, SettingsTransformations, StoreBackend, copied_batches,
 )
-from llama_index_hiqa.storage.embedded import EmbeddedStore
 from llama_index_hiqa.storage.backends.embedded_bm25 import merge_when_due, open_bm25_route
 from llama_index_hiqa.storage.backends.embedded_routes import EmbeddedMultiRouteRetriever
+from llama_index_hiqa.storage.backends.heading_vectors import SQLiteHeadingVectors
+from llama_index_hiqa.storage.bulk_insert import add_to_docstore
+from llama_index_hiqa.storage.embedded import EmbeddedStore
+from llama_index_hiqa.storage.vector_store_access import check_nodes_fit, prepare_nodes_for_store
 
 logger = logging.getLogger(__name__)
 
@@ -73,15 +76,15 @@ class EmbeddedBackend:
 
     @classmethod
     def open(
-        cls, location: Any, settings: Mapping[str, Any], *, embed_model: Optional[BaseEmbedding] = None,
+        cls, location: Any, settings: HiQAPackSettings, *, embed_model: Optional[BaseEmbedding] = None,
         llm: Optional[LLM] = None, create: bool = False, resolvers: Resolvers = Resolvers(),
     ) -> "EmbeddedBackend":
         """The embedded store in the folder ``location``.
 
         Args:
             location: The store folder.
-            settings: ``HiQAPackSettings`` fields of a new store, or overrides for this process of
-                an existing one.
+            settings: A new store's settings; for an existing one, the fields set on it override
+                the stored ones in this process (`HiQAPackSettings.applied_to`).
             embed_model: The embedding model (the packaged MiniLM when ``None``).
             llm: Unused (no route of this store asks an LLM).
             create: Create the store when the folder holds none.
@@ -97,14 +100,12 @@ class EmbeddedBackend:
         """
         store = EmbeddedStore.open(location, create=create)
         record = store.read_pack()
-        if record is None:
-            config = HiQAPackSettings(**{**settings, "store_format": "embedded"})
-        else:
+        if record is not None:
             try:
                 HiQAPackSettings(**record["config"])
             except (ValueError, TypeError) as exc:
                 raise PackStoreError(store.root, f"holds invalid settings ({exc})") from exc
-            config = HiQAPackSettings(**{**record["config"], **settings, "store_format": "embedded"})
+        config = settings.applied_to(record["config"] if record is not None else {}, store_format="embedded")
         if config.use_chunk_graph:
             raise InvalidSettingError(
                 "use_chunk_graph", "the chunk graph is kept by the folder store only; use store_format='folder'"
@@ -173,30 +174,26 @@ class EmbeddedBackend:
         Returns:
             ``(multi_route, None)``.
         """
-        return self._routes.get(lambda: self._build_routes(self.config))
+        return self._routes.get(self._build_routes)
 
-    def _build_routes(self, config: HiQAPackSettings) -> Routes:
-        routes = route_settings(config)
-        candidates = int(routes.get("candidates_per_route", MultiRouteSettings().candidates_per_route))
-        use_bm25 = bool(routes.get("use_bm25", True))
-        from llama_index.core.indices.vector_store.retrievers import VectorIndexRetriever
-
+    def _build_routes(self) -> Routes:
+        routes = self.config.route_config()
         # Not index.as_retriever(): it restricts every query to the ids of the index struct,
         # which this store leaves empty (the vector store lists its own nodes).
         vector = VectorIndexRetriever(
-            self.index, similarity_top_k=candidates, node_ids=None, vector_store_kwargs={"ids_only": True}
+            self.index, similarity_top_k=routes.candidates_per_route, node_ids=None, vector_store_kwargs={"ids_only": True}
         )
         multi_route = EmbeddedMultiRouteRetriever(
             self.store, vector,
-            self._bm25_route(config) if use_bm25 and self.node_count() else None,
-            keyword_extractor=self._resolve.keyword_extractor(config), **routes,
+            self._bm25_route() if routes.use_bm25 and self.node_count() else None,
+            keyword_extractor=self._resolve.keyword_extractor(self.config), config=routes,
         )
         return multi_route, None
 
-    def _bm25_route(self, config: HiQAPackSettings) -> BM25Route:
+    def _bm25_route(self) -> BM25Route:
         """The BM25 route over every live node: the saved base and segments, plus a segment
         of the nodes added since (``storage/embedded_bm25.py``)."""
-        self._bm25 = open_bm25_route(self.store, route_settings(config).get("bm25_language", "en"), held=self._bm25)
+        self._bm25 = open_bm25_route(self.store, self.config.route_config().bm25_language, held=self._bm25)
         return self._bm25
 
     # -- writes: one transaction each ------------------------------------------------------
@@ -216,9 +213,6 @@ class EmbeddedBackend:
         Returns:
             The number of nodes removed.
         """
-        from llama_index_hiqa.storage.bulk_insert import add_to_docstore
-        from llama_index_hiqa.storage.vector_store_access import check_nodes_fit, prepare_nodes_for_store
-
         vectors = self.store.vectors
         prepare_nodes_for_store(vectors, nodes)
         check_nodes_fit(vectors, nodes)
@@ -244,8 +238,6 @@ class EmbeddedBackend:
     def _save_figures(self, nodes: Sequence[BaseNode]) -> None:
         if not any(n.metadata.get(schema.IMAGE_FILE) or n.metadata.get(schema.IMAGES) for n in nodes):
             return
-        from llama_index_hiqa.figures import FIGURES_DIRNAME, save_figures
-
         # copy_from: the source store's figure files are copied, not rendered again
         previous = [Path(self._figure_source) / FIGURES_DIRNAME] if self._figure_source else []
         report = save_figures(nodes, self.store.root / FIGURES_DIRNAME, previous_dirs=previous)
@@ -272,7 +264,7 @@ class EmbeddedBackend:
         """Nothing to prepare: each batch is its own transaction."""
         return contextlib.nullcontext()
 
-    def copy_from(self, source: Any, batch_documents: int = 8) -> None:
+    def copy_from(self, source: StoreBackend, batch_documents: int = 8) -> None:
         """Copy a built pack's nodes and unit vectors as they are (nothing is parsed or embedded
         again), in the order the pack holds them, so the copy ranks as the pack does.
 
@@ -306,14 +298,14 @@ class EmbeddedBackend:
                 Path(location), f"this pack's store is the embedded store {self.store.root}; it is saved there"
             )
         self.store.save_pack({"config": payload["config"], "embed_model": payload["embed_model"]})
-        if self.node_count() and route_settings(self.config).get("use_bm25", True):
+        if self.node_count() and self.config.route_config().use_bm25:
             # The routes' BM25 route when they are built (its segments are saved), else opening
             # it saves the segment of the nodes added since for the next process; segments grown
             # past the merge policy become one base here, not at a question (the next question
             # maps it from disk).
             current = self._routes.current
             route = current[0].bm25_route if current is not None else None
-            if merge_when_due(self.store, route or self._bm25_route(self.config)) is not None:
+            if merge_when_due(self.store, route or self._bm25_route()) is not None:
                 self._routes.clear()
                 self._bm25 = None
         self.store.db.checkpoint()

@@ -28,6 +28,7 @@ from llama_index_hiqa.retrievers.route_parts import RouteParts
 from llama_index_hiqa.retrievers.routes import VectorRoute
 from llama_index_hiqa.retrievers.settings import MultiRouteSettings, RouteFusionSettings
 from llama_index_hiqa.retrievers.store_vectors import cosine_scale
+from llama_index_hiqa.settings import updated
 from llama_index_hiqa.storage.embedded import EmbeddedStore
 from llama_index_hiqa.transforms.critical_keywords import CriticalKeywordExtractor
 
@@ -214,6 +215,7 @@ def EmbeddedMultiRouteRetriever(  # noqa: N802 - a constructor: named for the re
     vector_retriever: BaseRetriever,
     bm25_route: Optional[BM25Route],
     keyword_extractor: Optional[CriticalKeywordExtractor] = None,
+    config: Optional[MultiRouteSettings] = None,
     **settings: Any,
 ) -> MultiRouteRetriever:
     """A [`MultiRouteRetriever`][llama_index_hiqa.retrievers.multi_route.MultiRouteRetriever] over an
@@ -226,12 +228,13 @@ def EmbeddedMultiRouteRetriever(  # noqa: N802 - a constructor: named for the re
         vector_retriever: the vector retriever over the store's matrix.
         bm25_route: the BM25 route of the store's current generation, or ``None``.
         keyword_extractor: the keyword extractor (default: ``CriticalKeywordExtractor()``).
+        config: the settings as an object (``settings`` override its fields).
         **settings: [`MultiRouteSettings`][llama_index_hiqa.retrievers.settings.MultiRouteSettings] fields.
 
     Returns:
         The retriever.
     """
-    config = MultiRouteSettings(**settings)
+    config = updated(config, settings, model_class=MultiRouteSettings)
     extractor = keyword_extractor or CriticalKeywordExtractor()
     parts = EmbeddedRouteParts.open(store, vector_retriever, bm25_route, extractor, config)
     return MultiRouteRetriever(keyword_extractor=extractor, config=config, route_parts=parts)

@@ -18,7 +18,7 @@ import contextlib
 import logging
 import os
 from pathlib import Path
-from typing import Any, Callable, ContextManager, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Callable, ContextManager, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from llama_index.core import StorageContext, VectorStoreIndex
 from llama_index.core.base.base_retriever import BaseRetriever
@@ -29,18 +29,43 @@ from llama_index.core.vector_stores.types import BasePydanticVectorStore
 
 from llama_index_hiqa import schema
 from llama_index_hiqa.errors import PackStoreError, VectorStoreFeatureError
+from llama_index_hiqa.figures import FIGURES_DIRNAME, save_figures
+from llama_index_hiqa.indexes.keyword_index import KeywordIndex
 from llama_index_hiqa.pack.config import (
     HiQAPackSettings,
     graph_retriever_settings,
     model_identity,
-    route_settings,
     same_model,
 )
+from llama_index_hiqa.retrievers.bm25_route import BM25Route
+from llama_index_hiqa.retrievers.multi_route import MultiRouteRetriever
+from llama_index_hiqa.retrievers.route_parts import BM25_DIRNAME, persist_indexes
+from llama_index_hiqa.settings import updated
 from llama_index_hiqa.storage import pack_files
+from llama_index_hiqa.storage.backends.base import (
+    Resolvers, RouteCache, Routes, StoreBackend, copied_batches,
+)
+from llama_index_hiqa.storage.backends.embedded import EmbeddedBackend
 from llama_index_hiqa.storage.backends.heading_vectors import HeadingVectors
-from llama_index_hiqa.storage.backends.base import Resolvers, RouteCache, Routes, copied_batches
+from llama_index_hiqa.storage.bulk_insert import insert_nodes
+from llama_index_hiqa.storage.embedded import is_embedded_store
+from llama_index_hiqa.storage.os_boundary import check_store_writable, os_errors
+from llama_index_hiqa.storage.snapshots import (
+    _pointer_target,
+    check_store_folder,
+    is_snapshot_name,
+    is_snapshot_store,
+    snapshot_for_reading,
+    snapshot_name,
+    write_snapshot,
+    writer_lock,
+)
 from llama_index_hiqa.storage.vector_store import MatrixVectorStore
 from llama_index_hiqa.storage.vector_store_access import check_nodes_fit, delete_ref_doc, prepare_nodes_for_store
+from llama_index_hiqa.transforms.critical_keywords import CriticalKeywordExtractor
+
+if TYPE_CHECKING:
+    from llama_index_hiqa.retrievers.chunk_graph import ChunkGraphRetriever
 
 logger = logging.getLogger(__name__)
 
@@ -83,7 +108,7 @@ class FolderBackend:
         self.llm = llm  # the chunk graph's LLM (the pack sets its own)
         self._resolve = resolvers
         # Kept up to date by each write, so a batch does not rebuild it from every node.
-        self._keyword_index: Any = None
+        self._keyword_index: Optional[KeywordIndex] = None
         self._figure_source: Optional[Path] = None  # a copied store, whose figure files are copied
 
     # -- open ------------------------------------------------------------------------------
@@ -120,7 +145,7 @@ class FolderBackend:
 
     @classmethod
     def open(
-        cls, location: Any, settings: Mapping[str, Any], *, embed_model: Optional[BaseEmbedding] = None,
+        cls, location: Any, settings: HiQAPackSettings, *, embed_model: Optional[BaseEmbedding] = None,
         llm: Optional[LLM] = None, create: bool = False, vector_store: Optional[BasePydanticVectorStore] = None,
         resolvers: Resolvers = Resolvers(),
     ) -> "FolderBackend":
@@ -128,7 +153,7 @@ class FolderBackend:
 
         Args:
             location: The store folder.
-            settings: ``HiQAPackSettings`` fields overriding the stored ones for this process.
+            settings: The fields set on it override the stored ones for this process.
             embed_model: The model the store was built with (the packaged MiniLM when ``None``).
             llm: The chunk graph's LLM.
             create: Unused: a folder store is created by its first [`save`][llama_index_hiqa.storage.backends.folder.FolderBackend.save].
@@ -152,8 +177,6 @@ class FolderBackend:
         index = files.load_index(embed_model, vector_store)
         multi_route = _load_multi_route(files, index, config, keywords)
         graph = _load_graph(files, index, config, embed_model, llm, keywords)
-        from llama_index_hiqa.storage.snapshots import is_snapshot_name
-
         folder_name = Path(files.folder).name
         backend = cls(
             index, config, embed_model, location=Path(location),
@@ -219,8 +242,6 @@ class FolderBackend:
         Returns:
             The number of nodes removed.
         """
-        from llama_index_hiqa.storage.bulk_insert import insert_nodes
-
         prepare_nodes_for_store(self.index.vector_store, nodes)
         check_nodes_fit(self.index.vector_store, nodes)  # before the old versions are removed
         removed = sum(self.remove_document(ref_doc_id) for ref_doc_id in replaced)
@@ -272,7 +293,7 @@ class FolderBackend:
         """Nothing to prepare: each batch goes into memory."""
         return contextlib.nullcontext()
 
-    def copy_from(self, source: Any, batch_documents: int = 8) -> None:
+    def copy_from(self, source: StoreBackend, batch_documents: int = 8) -> None:
         """Copy a built store's nodes and vectors as they are (nothing is parsed or embedded
         again), in the order it holds them, so the copy ranks as it does.
 
@@ -294,24 +315,21 @@ class FolderBackend:
         Returns:
             ``(multi_route, graph)``, the routes read back by [`open`][llama_index_hiqa.storage.backends.folder.FolderBackend.open] until a write.
         """
-        return self._routes.get(lambda: self._build_routes(self.config, self.llm))
+        return self._routes.get(self._build_routes)
 
-    def _keyword_index_now(self, nodes: Sequence[BaseNode]) -> Any:
-        from llama_index_hiqa.indexes.keyword_index import KeywordIndex
-
+    def _keyword_index_now(self, nodes: Sequence[BaseNode]) -> KeywordIndex:
         if self._keyword_index is None:
             self._keyword_index = KeywordIndex.from_nodes(nodes)
         return self._keyword_index
 
-    def _build_routes(self, config: HiQAPackSettings, llm: Optional[LLM]) -> Routes:
-        from llama_index_hiqa.retrievers.multi_route import MultiRouteRetriever
-
+    def _build_routes(self) -> Routes:
         nodes = list(self.index.docstore.docs.values())
         multi_route = MultiRouteRetriever.from_index(
-            self.index, nodes=nodes, docstore=self.index.docstore, keyword_extractor=self._resolve.keyword_extractor(config),
-            keyword_index=self._keyword_index_now(nodes), **route_settings(config),
+            self.index, nodes=nodes, docstore=self.index.docstore,
+            keyword_extractor=self._resolve.keyword_extractor(self.config),
+            keyword_index=self._keyword_index_now(nodes), config=self.config.route_config(),
         )
-        graph = self._build_graph(config, llm) if config.use_chunk_graph and nodes else None
+        graph = self._build_graph() if self.config.use_chunk_graph and nodes else None
         return multi_route, graph
 
     def _write_routes(self, folder: Path) -> Optional[BaseRetriever]:
@@ -321,28 +339,27 @@ class FolderBackend:
         if current is not None:
             current[0].persist(folder)
             return current[1]
-        from llama_index_hiqa.retrievers.bm25_route import BM25Route
-        from llama_index_hiqa.retrievers.multi_route import MultiRouteSettings
-        from llama_index_hiqa.retrievers.route_parts import persist_indexes
-
-        config = MultiRouteSettings(**route_settings(self.config))
+        config = self.config.route_config()
         nodes = list(self.index.docstore.docs.values())
         bm25 = BM25Route.build(nodes, None, config.bm25_language) if config.use_bm25 and nodes else None
         persist_indexes(folder, bm25, self._keyword_index_now(nodes), config, self._resolve.keyword_extractor(self.config))
-        return self._build_graph(self.config, self.llm) if self.config.use_chunk_graph and nodes else None
+        return self._build_graph() if self.config.use_chunk_graph and nodes else None
 
-    def _build_graph(self, config: HiQAPackSettings, llm: Optional[LLM]) -> BaseRetriever:
+    def _build_graph(self) -> BaseRetriever:
+        # Imported here: the chunk graph costs 0.25 s over an import of the pack (measured) and
+        # only a pack with use_chunk_graph builds one.
         from llama_index_hiqa.retrievers.chunk_graph import ChunkGraphRetriever
 
-        settings = config.chunk_graph
+        settings = self.config.chunk_graph
         return ChunkGraphRetriever.from_index(
-            self.index, embed_model=self.embed_model, llm=llm,
-            keyword_fn=self._resolve.keyword_extractor(config).extract_query, graph_settings=settings.graph.model_dump(),
-            show_progress=config.show_progress, **settings.search.model_dump(),
+            self.index, embed_model=self.embed_model, llm=self.llm,
+            keyword_fn=self._resolve.keyword_extractor(self.config).extract_query,
+            graph_settings=settings.graph.model_dump(), show_progress=self.config.show_progress,
+            **settings.search.model_dump(),
         )
 
     # -- save ------------------------------------------------------------------------------
-    def save(self, payload: Mapping[str, Any], location: Any = None) -> Any:
+    def save(self, payload: Mapping[str, Any], location: Any = None) -> StoreBackend:
         """Save everything into a new snapshot of the store folder and switch to it atomically;
         a pack never saved, whose settings ask for the embedded store
         (``HiQAPackSettings.new_store_format``), is copied into a new embedded store instead.
@@ -359,9 +376,9 @@ class FolderBackend:
             PathAccessError: The folder cannot be written (the previous snapshot stays current).
             PackStoreError: The embedded store is asked for in a folder holding a store already.
         """
-        if location is None and self._location is None:
+        root = Path(location) if location is not None else self._location
+        if root is None:
             raise ValueError("this pack was never saved: pass the folder to save it to")
-        root = Path(location if location is not None else self._location)
         own_vectors = not isinstance(self.index.vector_store, MatrixVectorStore)
         if self._location is None and self.config.new_store_format(own_vectors) == "embedded":
             return self._save_embedded(payload, root)
@@ -375,17 +392,14 @@ class FolderBackend:
         self._location = root
         return self
 
-    def _save_embedded(self, payload: Mapping[str, Any], root: Path) -> Any:
+    def _save_embedded(self, payload: Mapping[str, Any], root: Path) -> StoreBackend:
         """The nodes and vectors copied as they are into a new embedded store at ``root``."""
-        from llama_index_hiqa.storage.backends.embedded import EmbeddedBackend
-        from llama_index_hiqa.storage.embedded import is_embedded_store
-
         if is_embedded_store(root) or holds_folder_store(root):
             raise PackStoreError(
                 root, "holds a store already: load it (HiQAPack.load) and add documents to it, or save to a new folder"
             )
         target = EmbeddedBackend.open(
-            root, {**self.config.model_dump(), "store_format": "embedded"}, embed_model=self.embed_model,
+            root, updated(self.config, store_format="embedded"), embed_model=self.embed_model,
             llm=self.llm, create=True, resolvers=self._resolve,
         )
         target.copy_from(self)
@@ -404,7 +418,7 @@ def write_pack(
     payload: Mapping[str, Any],
     previous_store: Optional[Path] = None,
     expected_snapshot: Optional[str] = None,
-    heading_vectors: Any = None,
+    heading_vectors: Optional[HeadingVectors] = None,
 ) -> str:
     """A new snapshot of ``root`` holding ``index``, the route indexes and the chunk graph
     (``write_routes``) and ``payload`` (the pack's configuration and facts, with the vector store's
@@ -429,10 +443,6 @@ def write_pack(
     Returns:
         The new snapshot's name.
     """
-    from llama_index_hiqa.figures import FIGURES_DIRNAME
-    from llama_index_hiqa.storage.os_boundary import os_errors
-    from llama_index_hiqa.storage.snapshots import snapshot_name, write_snapshot
-
     with os_errors(root), write_snapshot(
         root, legacy_marker=pack_files.CONFIG_FILENAME, shared_dirs=(FIGURES_DIRNAME,),
         expected_current=expected_snapshot,
@@ -460,8 +470,6 @@ def holds_folder_store(store: Any) -> bool:
     Returns:
         ``True`` when it holds one.
     """
-    from llama_index_hiqa.storage.snapshots import is_snapshot_store
-
     try:
         root = Path(store)
     except TypeError:
@@ -480,9 +488,6 @@ def store_writer(root: Path, on_wait: Optional[Any] = None) -> Any:
     Returns:
         The lock, a context manager.
     """
-    from llama_index_hiqa.figures import FIGURES_DIRNAME
-    from llama_index_hiqa.storage.snapshots import writer_lock
-
     return writer_lock(root, on_wait=on_wait, legacy_marker=pack_files.CONFIG_FILENAME, shared_dirs=(FIGURES_DIRNAME,))
 
 
@@ -494,10 +499,6 @@ def check_writable(root: Path) -> None:
     Args:
         root: The store folder.
     """
-    from llama_index_hiqa.figures import FIGURES_DIRNAME
-    from llama_index_hiqa.storage.os_boundary import check_store_writable
-    from llama_index_hiqa.storage.snapshots import _pointer_target, check_store_folder
-
     check_store_folder(root, pack_files.CONFIG_FILENAME, (FIGURES_DIRNAME,))  # never a folder of the user's
     current = _pointer_target(root) if root.is_dir() else None
     check_store_writable(root, root / current if current else None)
@@ -507,27 +508,25 @@ def _save_figures(index: VectorStoreIndex, root: Path, previous_store: Optional[
     """Figure files go to ``root/images/`` beside the snapshots, named by content hash
     and each written atomically, so every snapshot shares them and a crash leaves at
     most an unreferenced file."""
-    from llama_index_hiqa.figures import FIGURES_DIRNAME, save_figures
-
     previous = [] if previous_store in (None, root) else [Path(previous_store) / FIGURES_DIRNAME]
     report = save_figures(index.docstore.docs.values(), root / FIGURES_DIRNAME, previous_dirs=previous)
     for name, reason in report.missing:
         logger.warning("figure %s not saved: %s", name, reason)
 
 
-def open_folder(persist_dir: Path, settings: Optional[Mapping[str, Any]] = None) -> Tuple[Any, HiQAPackSettings]:
+def open_folder(
+    persist_dir: Path, settings: Optional[HiQAPackSettings] = None
+) -> Tuple[pack_files.StoreFiles, HiQAPackSettings]:
     """The checked files of the snapshot ``persist_dir`` points to and its configuration,
     ``settings`` overriding the stored one for this process.
 
     Args:
         persist_dir: The store folder.
-        settings: ``HiQAPackSettings`` fields overriding the stored ones.
+        settings: The fields set on it override the stored ones (`HiQAPackSettings.applied_to`).
 
     Returns:
         ``(files, config)``: the checked ``pack_files.StoreFiles`` and the settings.
     """
-    from llama_index_hiqa.storage.snapshots import snapshot_for_reading
-
     files = pack_files.StoreFiles.open(snapshot_for_reading(persist_dir, legacy_marker=pack_files.CONFIG_FILENAME))
     try:
         # Stores written before embed_backend existed were embedded with PyTorch.
@@ -539,19 +538,19 @@ def open_folder(persist_dir: Path, settings: Optional[Mapping[str, Any]] = None)
     # (a ValidationError naming the setting), not the store's.
     # A folder store is saved as one again (``store_format`` was not recorded before the
     # embedded store became the default).
-    return files, HiQAPackSettings(**{**stored, **(settings or {}), "store_format": "folder"})
+    return files, (settings or HiQAPackSettings()).applied_to(stored, store_format="folder")
 
 
-def _load_multi_route(files: Any, index: VectorStoreIndex, config: HiQAPackSettings, keywords: Any) -> BaseRetriever:
+def _load_multi_route(
+    files: pack_files.StoreFiles, index: VectorStoreIndex, config: HiQAPackSettings, keywords: CriticalKeywordExtractor
+) -> MultiRouteRetriever:
     """The persisted BM25 and keyword indexes, checked against the docstore: a route that
     would fail or miss nodes on every question is an error now, naming its file."""
-    from llama_index_hiqa.retrievers.multi_route import MultiRouteSettings, MultiRouteRetriever
-    from llama_index_hiqa.retrievers.route_parts import BM25_DIRNAME
-
     nodes = list(index.docstore.docs.values())
     # Every route setting from the pack's settings (hiqa_pack.json), as a new pack gets them:
     # none is taken from the copy in multi_route.json, which older stores hold too.
-    settings = MultiRouteSettings(**route_settings(config)).model_dump()
+    # Every field given overrides multi_route.json's copy (from_persist_dir's contract).
+    settings = config.route_config().model_dump()
     retriever = files.read(
         pack_files.MULTI_ROUTE_DIRNAME,
         lambda p: MultiRouteRetriever.from_persist_dir(
@@ -569,12 +568,15 @@ def _load_multi_route(files: Any, index: VectorStoreIndex, config: HiQAPackSetti
 
 
 def _load_graph(
-    files: Any, index: VectorStoreIndex, config: HiQAPackSettings, embed_model: BaseEmbedding, llm: Optional[LLM],
-    keywords: Any,
-) -> Any:
+    files: pack_files.StoreFiles, index: VectorStoreIndex, config: HiQAPackSettings, embed_model: BaseEmbedding,
+    llm: Optional[LLM], keywords: CriticalKeywordExtractor,
+) -> Optional[ChunkGraphRetriever]:
     if not config.use_chunk_graph:
         return None
-    from llama_index_hiqa.retrievers.chunk_graph import ChunkGraphRetriever, ChunkInteractionGraph
+    # Imported here: the chunk graph costs 0.25 s over an import of the pack (measured) and
+    # only a store with use_chunk_graph holds one.
+    from llama_index_hiqa.retrievers.chunk_graph import ChunkGraphRetriever
+    from llama_index_hiqa.retrievers.chunk_interaction_graph import ChunkInteractionGraph
 
     graph = files.read(pack_files.CHUNK_GRAPH_DIRNAME, ChunkInteractionGraph.load, "the chunk graph")
     files.check_node_ids(

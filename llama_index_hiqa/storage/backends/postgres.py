@@ -17,7 +17,7 @@ import contextlib
 import sys
 import uuid
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence
 
 import numpy as np
 from llama_index.core import StorageContext, VectorStoreIndex
@@ -31,13 +31,20 @@ from llama_index_hiqa.pack.config import (
     HiQAPackSettings,
     graph_retriever_settings,
     model_identity,
-    route_settings,
     same_model,
 )
-from llama_index_hiqa.storage.backends.heading_vectors import PostgresHeadingVectors
-from llama_index_hiqa.storage.backends.base import Resolvers, RouteCache, Routes, copied_vectors
-from llama_index_hiqa.storage.postgres import DocumentRecord, PostgresStore, PostgresStoreSettings
 from llama_index_hiqa.indexes.keyword_index import normalize_keyword
+from llama_index_hiqa.storage.backends.base import (
+    Resolvers, RouteCache, Routes, StoreBackend, copied_vectors,
+)
+from llama_index_hiqa.storage.backends.heading_vectors import PostgresHeadingVectors
+from llama_index_hiqa.storage.backends.pg_routes import PostgresMultiRouteRetriever
+from llama_index_hiqa.storage.pg_connection import PostgresStoreSettings
+from llama_index_hiqa.storage.postgres import DocumentRecord, PostgresStore
+from llama_index_hiqa.storage.vector_store import _unit_rows
+
+if TYPE_CHECKING:
+    from llama_index_hiqa.storage.backends.pg_graph import StoredChunkGraph
 
 
 class PostgresBackend:
@@ -62,8 +69,10 @@ class PostgresBackend:
         self.embed_model = embed_model
         self.file_stats: Dict[str, List[int]] = store.file_stats()
         self.heading_vectors = PostgresHeadingVectors(store)  # the focus's, computed at ingestion
-        self.stored_graph: Any = None  # StoredChunkGraph when use_chunk_graph
+        self.stored_graph: Optional[StoredChunkGraph] = None
         if config.use_chunk_graph:
+            # Imported here: the chunk graph costs 0.25 s over an import of the pack (measured)
+            # and only a store with use_chunk_graph holds one.
             from llama_index_hiqa.storage.backends.pg_graph import StoredChunkGraph
 
             self.stored_graph = StoredChunkGraph(
@@ -76,7 +85,7 @@ class PostgresBackend:
 
     @classmethod
     def open(
-        cls, location: Any, settings: Mapping[str, Any], *, embed_model: Optional[BaseEmbedding] = None,
+        cls, location: Any, settings: HiQAPackSettings, *, embed_model: Optional[BaseEmbedding] = None,
         llm: Optional[LLM] = None, create: bool = False, store_settings: Optional[PostgresStoreSettings] = None,
         resolvers: Resolvers = Resolvers(),
     ) -> "PostgresBackend":
@@ -84,8 +93,8 @@ class PostgresBackend:
 
         Args:
             location: A ``postgresql://`` URL.
-            settings: ``HiQAPackSettings`` fields of a new pack, or query-time overrides of an
-                existing one.
+            settings: A new pack's settings; for an existing one, the fields set on it override
+                the stored ones in this process (`HiQAPackSettings.applied_to`).
             embed_model: The embedding model (the packaged MiniLM when ``None``).
             llm: The chunk graph's LLM (the pack sets its own as `llm`).
             create: Create the pack when the database holds none.
@@ -104,15 +113,17 @@ class PostgresBackend:
         if record is None and not create:
             raise store.error("holds no HiQA pack; build one with `hiqa ingest DIR --store URL`")
         if record is None:
-            config = HiQAPackSettings(**settings)
+            config = settings
             embed_model = resolvers.embed_model(embed_model, config.embed_backend)
             dim = len(embed_model.get_text_embedding("embedding dimension"))
             store.create_pack(config.model_dump(), model_identity(embed_model), dim, str(uuid.uuid4()))
             record = store.read_pack()
+            if record is None:  # the record just created: named if the database lost it
+                raise store.error("holds no HiQA pack record after creating one")
         else:
             store.upgrade(record)
             try:
-                config = HiQAPackSettings(**{**record["config"], **settings})
+                config = settings.applied_to(record["config"])
             except ValueError as exc:
                 raise store.error(f"holds invalid settings ({exc})") from None
             embed_model = resolvers.embed_model(embed_model, config.embed_backend)
@@ -181,24 +192,23 @@ class PostgresBackend:
         Returns:
             ``(multi_route, graph)``.
         """
-        return self._routes.get(lambda: self._build_routes(self.config, self.llm))
+        return self._routes.get(self._build_routes)
 
-    def _build_routes(self, config: HiQAPackSettings, llm: Optional[LLM]) -> Routes:
-        from llama_index_hiqa.retrievers.multi_route import MultiRouteSettings
-        from llama_index_hiqa.storage.backends.pg_routes import PostgresMultiRouteRetriever
-
-        routes = route_settings(config)
-        candidates = int(routes.get("candidates_per_route", MultiRouteSettings().candidates_per_route))
+    def _build_routes(self) -> Routes:
+        routes = self.config.route_config()
+        candidates = routes.candidates_per_route
         # HNSW returns at most ef_search rows: never fewer than the route's candidates.
         ef_search = max(self.store.settings.hnsw_ef_search, candidates)
         multi_route = PostgresMultiRouteRetriever(
             self.store, self.index.as_retriever(similarity_top_k=candidates, vector_store_kwargs={"hnsw_ef_search": ef_search}),
-            keyword_extractor=self._resolve.keyword_extractor(config), ef_search=ef_search, **routes,
+            keyword_extractor=self._resolve.keyword_extractor(self.config), ef_search=ef_search, config=routes,
         )
         graph = None
         if self.stored_graph is not None and self.store.node_count():
             graph = self.stored_graph.retriever(
-                **graph_retriever_settings(self.index, config, self.embed_model, llm, self._resolve.keyword_extractor(config))
+                **graph_retriever_settings(
+                    self.index, self.config, self.embed_model, self.llm, self._resolve.keyword_extractor(self.config)
+                )
             )
         return multi_route, graph
 
@@ -258,8 +268,6 @@ class PostgresBackend:
             # so the chunk graph built from them is the folder store's bit for bit (cosines
             # that tie in float32 are broken by row; a normalisation more or less changes a
             # last bit). Cosine search is unchanged.
-            from llama_index_hiqa.storage.vector_store import _unit_rows
-
             units = _unit_rows(np.asarray([n.get_embedding() for n in nodes], dtype=np.float32))
             for node, unit in zip(nodes, units):
                 node.embedding = unit.tolist()
@@ -314,7 +322,7 @@ class PostgresBackend:
         stored = self.stored_graph
         return None if stored is None else (lambda conn: stored.sync(conn, nodes))
 
-    def _in_transaction(self, write: Any, *args: Any, **kwargs: Any) -> int:
+    def _in_transaction(self, write: Callable[..., int], *args: Any, **kwargs: Any) -> int:
         try:
             return write(*args, **kwargs)
         except BaseException:
@@ -323,7 +331,7 @@ class PostgresBackend:
                 self.stored_graph.forget()
             raise
 
-    def copy_from(self, source: Any, batch_documents: int = 8) -> None:
+    def copy_from(self, source: StoreBackend, batch_documents: int = 8) -> None:
         """Copy a built pack's nodes and vectors as they are (nothing is parsed or embedded again).
 
         Args:
@@ -392,8 +400,8 @@ class WriteBehind:
 
     def __init__(self) -> None:
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="hiqa-pg-commit")
-        self._future: Optional[Future] = None
-        self.refs: frozenset = frozenset()  # the documents of the batch in flight
+        self._future: Optional[Future[Any]] = None
+        self.refs: frozenset[str] = frozenset()  # the documents of the batch in flight
         # The committing thread takes the GIL back after each statement; with the preparing
         # thread busy, Python's default 5 ms switch interval made each of those waits up to
         # 5 ms (a batch's commit took 1.7x its time alone). Restored by close().
