@@ -331,20 +331,21 @@ def _sync(tmp: Path, store: Path) -> bool:
 @case("removed files", "--sync with a folder that cannot be listed removes nothing")
 def _sync_unlistable(tmp: Path, store: Path) -> bool:
     from llama_index_hiqa.errors import SkippedDocumentError
+    from llama_index_hiqa.pack import store_sync
     from llama_index_hiqa.readers import _collection
 
     docs = tmp / "docs"
     shutil.copytree(DEMO_DATA_DIR, docs, ignore=shutil.ignore_patterns("*.jsonl"))
-    real = _collection.plan_folder
+    real = store_sync.plan_folder
 
     def unlistable(folder, *args):
         return _collection.LoadPlan([], [SkippedDocumentError(folder, "cannot list the folder (Permission denied)")])
 
-    _collection.plan_folder = unlistable  # what --sync lists; the reader keeps its own import
+    store_sync.plan_folder = unlistable  # what --sync lists; the reader keeps its own listing
     try:
         result = hiqa("ingest", docs, "--store", store, "--sync", "--quiet")
     finally:
-        _collection.plan_folder = real
+        store_sync.plan_folder = real
     return result.one_line("cannot list", "nothing was removed") and len(stored_documents(store)) == 10
 
 
