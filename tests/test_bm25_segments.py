@@ -234,3 +234,19 @@ def test_a_write_extends_the_route_held_instead_of_reading_the_base_again(tmp_pa
     fresh.retrieve("output current")
     assert len(fresh.multi_route.bm25_route.node_ids) == len(pack.multi_route.bm25_route.node_ids)
     _full_rebuild_matches(fresh)
+
+
+def test_saved_term_frequencies_take_two_bytes_and_score_as_before(tmp_path):
+    nodes = [_text_node(i, " ".join(["output"] * (i + 1) + ["current", "the"])) for i in range(12)]
+    postings = _postings(nodes, 0)
+    postings.save(tmp_path / "p")
+    assert np.load(tmp_path / "p" / "tf.npy").dtype == np.uint16
+    loaded = Postings.load(tmp_path / "p", mmap=True)
+    for question in QUESTIONS:
+        assert np.array_equal(
+            SegmentedBM25Route.from_postings(loaded).all_scores(question),
+            SegmentedBM25Route.from_postings(postings).all_scores(question),
+        )
+    huge = np.array([1, 70_000], dtype=np.int32)  # a count past 16 bits stays as it was
+    assert bm25_segments.narrow_counts(huge) is huge
+    assert bm25_segments.narrow_counts(np.array([3, 65_535], dtype=np.int32)).dtype == np.uint16

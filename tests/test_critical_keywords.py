@@ -212,3 +212,24 @@ def test_ner_over_node_text_is_skipped_above_ner_max_nodes_but_titles_keep_it(mo
     seen.clear()
     extractor(nodes[:2])
     assert (2, True) in seen
+
+
+def test_each_title_is_extracted_once_by_an_extractor(monkeypatch):
+    seen = []
+    original = CriticalKeywordExtractor._extract_many
+
+    def spy(self, texts, ner=True):
+        seen.append(list(texts))
+        return original(self, texts, ner=False)
+
+    monkeypatch.setattr(CriticalKeywordExtractor, "_extract_many", spy)
+    extractor = CriticalKeywordExtractor(use_ner=False)
+    first = extractor.title_keywords(["Acme_2023_10K", "Beta Corp 2022"])
+    again = extractor.title_keywords(["Beta Corp 2022", "Gamma 2021", "Acme 2023 10K"])
+    assert seen == [["Acme 2023 10K", "Beta Corp 2022"], ["Gamma 2021"]]
+    assert again[0] == first[1] and again[2] == first[0] and "2023" in first[0]
+    again[0].append("changed by the caller")
+    assert "changed by the caller" not in extractor.title_keywords(["Beta Corp 2022"])[0]
+    assert len(seen) == 2
+    other = CriticalKeywordExtractor(use_ner=False, min_length=5)  # other settings: its own memo
+    assert other.title_keywords(["Beta Corp 2022"]) == [[]] and len(seen) == 3

@@ -181,6 +181,42 @@ def test_memmap_restrictions_overwrites_deletes_and_reopening(tmp_path):
         reopened.get_embeddings(["n1"])
 
 
+def test_memmap_node_ids_follow_this_process_s_writes_without_reading_every_id_again(tmp_path, monkeypatch):
+    rng = np.random.default_rng(1)
+    nodes = [_node(i, doc=f"doc{i % 3}", vector=list(rng.normal(size=8))) for i in range(60)]
+    db = SQLiteDatabase(tmp_path / "v.sqlite")
+    store = MemmapVectorStore(str(tmp_path), database=db)
+    store.add(nodes[:30])
+    assert list(store.node_id_order()) == [f"n{i}" for i in range(30)]
+    full_reads = []
+    rows = db.rows
+
+    def counting(sql, params=()):
+        if "ORDER BY row" in sql:
+            full_reads.append(sql)
+        return rows(sql, params)
+
+    monkeypatch.setattr(db, "rows", counting)
+    store.add(nodes[30:45])
+    store.delete("doc1")
+    store.add([_node(3, doc="doc0", vector=[1.0] * 8), nodes[1]])  # n3 in place; n1 back, at the end
+    store.delete_nodes(["n0", "zz"])
+    held = list(store.node_id_order())
+    assert not full_reads  # this process's writes were applied to the held ids
+    assert held == [r[0] for r in rows("SELECT node_id FROM vector_rows ORDER BY row")] == store.node_ids
+    assert held[-1] == "n1" and "n0" not in held and "n4" not in held
+    # Another process's write (its own connection): the ids are read again, once.
+    other = MemmapVectorStore(str(tmp_path), database=SQLiteDatabase(tmp_path / "v.sqlite"))
+    other.add([_node(70, vector=list(rng.normal(size=8)))])
+    assert list(store.node_id_order()) == held + ["n70"] and len(full_reads) == 1
+    # A write rolled back leaves no id behind.
+    with pytest.raises(RuntimeError):
+        with db.transaction():
+            store.add([_node(80, vector=list(rng.normal(size=8)))])
+            raise RuntimeError("undone")
+    assert list(store.node_id_order()) == held + ["n70"]
+
+
 # --------------------------------------------------------------------------- the pack
 def _keyed(results):
     return [((schema.get_document_id(r.node), schema.get_position(r.node)), r.score) for r in results]
@@ -263,6 +299,33 @@ def test_deleting_and_replacing_a_document_ranks_as_the_folder_pack(tmp_path):
     for question in QUESTIONS + ["tape and reel"]:
         assert _tie_free(reloaded.retrieve(question)) == _tie_free(folder.retrieve(question))
     assert reloaded.ingest(load_demo_documents()).documents_unchanged == len(documents) - 2
+
+
+def test_routes_rebuilt_after_a_write_extract_only_the_new_document_s_title(tmp_path, monkeypatch):
+    from llama_index_hiqa.transforms.critical_keywords import CriticalKeywordExtractor
+
+    documents = load_demo_documents()
+    pack = HiQAPack.empty(embed_model=HashEmbedding(), store=str(tmp_path / "s"), **FAST)
+    pack.ingest(documents[:4])
+    pack.retrieve(QUESTIONS[0])
+    old_titles = {schema.get_document_title(d) for d in documents[:4]}
+    extracted = []
+    original = CriticalKeywordExtractor._extract_many
+
+    def spy(self, texts, ner=True):
+        extracted.extend(texts)
+        return original(self, texts, ner=ner)
+
+    monkeypatch.setattr(CriticalKeywordExtractor, "_extract_many", spy)
+    pack.ingest(documents[4:5])
+    assert pack.retrieve(QUESTIONS[1])
+    assert not old_titles & set(extracted)
+    assert schema.get_document_title(documents[4]) in extracted
+    pack.config = updated(pack.config, keywords={"use_ner": False, "min_length": 3})  # other settings: read again
+    extracted.clear()
+    pack.ingest(documents[5:6])
+    pack.retrieve(QUESTIONS[1])
+    assert old_titles <= set(extracted)
 
 
 def _ranked(pack, question):

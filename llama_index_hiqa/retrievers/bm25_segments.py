@@ -169,7 +169,7 @@ class Postings:
             with_csc: write the vocabulary, ``indptr`` and ``indices`` as well.
         """
         path.mkdir(parents=True, exist_ok=True)
-        for name, values in zip(_POSTINGS_FILES, (self.tf, self.lengths, self.rows)):
+        for name, values in zip(_POSTINGS_FILES, (narrow_counts(self.tf), self.lengths, self.rows)):
             np.save(path / name, np.asarray(values))
         (path / "node_ids.json").write_text(json.dumps(self.node_ids), encoding="utf-8")
         if with_csc:
@@ -208,6 +208,23 @@ class Postings:
             csc = (vocab, np.load(path / "indptr.npy", mmap_mode=mode), np.load(path / "indices.npy", mmap_mode=mode))
         node_ids = json.loads((path / "node_ids.json").read_text(encoding="utf-8"))
         return cls(csc[0], csc[1], csc[2], tf, lengths, rows, node_ids)
+
+
+def narrow_counts(tf: np.ndarray) -> np.ndarray:
+    """Term frequencies as 16-bit counts when every one fits (a term seldom occurs 65,535
+    times in one node), else as they are: half the bytes of the postings' largest file, and
+    the same scores (``term_scores`` reads them as float32 either way).
+
+    Args:
+        tf: the postings' term frequencies.
+
+    Returns:
+        ``tf`` as ``uint16``, or unchanged.
+    """
+    tf = np.asarray(tf)
+    if tf.dtype != np.uint16 and (not tf.size or (int(tf.min()) >= 0 and int(tf.max()) <= np.iinfo(np.uint16).max)):
+        return tf.astype(np.uint16)
+    return tf
 
 
 def _concat(parts: List[np.ndarray], dtype: type) -> np.ndarray:

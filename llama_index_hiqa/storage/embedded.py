@@ -250,9 +250,10 @@ class EmbeddedStore:
         per_doc = [pages if pages is not None else nodes for _doc, pages, nodes in rows]
         return len(rows), sum(per_doc) / len(per_doc)
 
-    def node_ids(self) -> List[str]:
-        """Every node id in ingestion order (the order the folder store's docstore keeps)."""
-        return [r[0] for r in self.db.rows("SELECT node_id FROM vector_rows ORDER BY row")]
+    def node_ids(self) -> Dict[str, None]:
+        """Every node id in ingestion order (the order the folder store's docstore keeps), as
+        the keys of a dict (held by the vector store across this process's writes)."""
+        return self.vectors.node_id_order()
 
     def node_count(self) -> int:
         return self.vectors.count
@@ -280,7 +281,7 @@ class EmbeddedStore:
         Yields:
             Lists of nodes, in ingestion order.
         """
-        ids = self.node_ids()
+        ids = list(self.node_ids())
         for start in range(0, len(ids), chunk):
             yield self.docstore.get_nodes(ids[start:start + chunk])
 

@@ -61,6 +61,12 @@ class MemmapVectorStore(BasePydanticVectorStore):
     _seen_version: Optional[Tuple[int, int]] = PrivateAttr(default=None)
     _node_loader: Optional[Callable[[List[str]], List[BaseNode]]] = PrivateAttr(default=None)
     _cache_lock: Any = PrivateAttr(default=None)
+    # Every live node id in row order (dict keys: ordered, O(1) membership) and the version it
+    # is of. This process's writes update it in place, so a retriever rebuilt after adding one
+    # document to a million-node store reads no id again (seconds of reading otherwise);
+    # another process's write (the version moved on) or a rollback makes it read again.
+    _ids: Optional[Dict[str, None]] = PrivateAttr(default=None)
+    _ids_version: Optional[int] = PrivateAttr(default=None)
 
     def __init__(self, folder: str, database: Optional[SQLiteDatabase] = None, **kwargs: Any) -> None:
         super().__init__(folder=str(folder), **kwargs)
@@ -121,7 +127,35 @@ class MemmapVectorStore(BasePydanticVectorStore):
 
     @property
     def node_ids(self) -> List[str]:
-        return [r[0] for r in self._db.rows("SELECT node_id FROM vector_rows ORDER BY row")]
+        """Every live node id, in row order (the order the nodes were added)."""
+        return list(self.node_id_order())
+
+    def node_id_order(self) -> Dict[str, None]:
+        """Every live node id in row order, as the keys of a dict (a copy: later writes do
+        not change it), read from the table only when another process wrote since.
+
+        Returns:
+            ``{node id: None}`` in row order.
+        """
+        version = self._meta_int(_VERSION)
+        with self._cache_lock:
+            if self._ids is None or self._ids_version != version:
+                self._ids = dict.fromkeys(r[0] for r in self._db.rows("SELECT node_id FROM vector_rows ORDER BY row"))
+                self._ids_version = version
+            return dict(self._ids)
+
+    def _track_ids(self, version_before: int, added: Sequence[str] = (), removed: Sequence[str] = ()) -> None:
+        """Apply this process's write to the held ids when they are of the version it started
+        from; otherwise drop them (read again at the next use)."""
+        with self._cache_lock:
+            if self._ids is None or self._ids_version != version_before:
+                self._ids, self._ids_version = None, None
+                return
+            for node_id in removed:
+                self._ids.pop(node_id, None)
+            for node_id in added:
+                self._ids[node_id] = None
+            self._ids_version = self._meta_int(_VERSION)
 
     # -- writes ---------------------------------------------------------------------------
     def add(self, nodes: Sequence[BaseNode], unit: bool = False, **add_kwargs: Any) -> List[str]:
@@ -170,7 +204,9 @@ class MemmapVectorStore(BasePydanticVectorStore):
             self._db.conn.executemany("UPDATE vector_rows SET ref_doc_id = ? WHERE row = ?", updates)
             self._db.set_meta(_DIM, str(dim))
             self._db.set_meta(_ROWS, str(rows_end + len(fresh)))
+            version = self._meta_int(_VERSION)
             self._bump()
+            self._track_ids(version, added=[node_id for _row, node_id, _ref in fresh])
         return ids
 
     def _write_rows(self, placed: Dict[str, int], ids: List[str], vectors: np.ndarray, dim: int) -> None:
@@ -199,10 +235,13 @@ class MemmapVectorStore(BasePydanticVectorStore):
     def _forget(self) -> None:
         with self._cache_lock:
             self._map, self._dead, self._seen_version = None, None, None
+            self._ids, self._ids_version = None, None
 
-    def _free(self, rows: List[int]) -> None:
-        if not rows:
+    def _free(self, found: Sequence[Tuple[Any, ...]]) -> None:
+        """Mask the rows of ``found`` (``(row, node id)`` pairs) and forget their ids."""
+        if not found:
             return
+        rows = [row for row, _node_id in found]
         with self._db.transaction():
             self._db.on_rollback(self._forget)
             for start in range(0, len(rows), 900):
@@ -210,7 +249,9 @@ class MemmapVectorStore(BasePydanticVectorStore):
                 marks = ",".join("?" * len(chunk))
                 self._db.execute(f"DELETE FROM vector_rows WHERE row IN ({marks})", chunk)
             self._db.conn.executemany("INSERT OR IGNORE INTO vector_free (row) VALUES (?)", [(r,) for r in rows])
+            version = self._meta_int(_VERSION)
             self._bump()
+            self._track_ids(version, removed=[node_id for _row, node_id in found])
 
     def delete(self, ref_doc_id: str, **delete_kwargs: Any) -> None:
         """Delete the vectors of every node of a document.
@@ -219,7 +260,7 @@ class MemmapVectorStore(BasePydanticVectorStore):
             ref_doc_id: the document's id.
             **delete_kwargs: ignored (LlamaIndex's signature).
         """
-        self._free([r[0] for r in self._db.rows("SELECT row FROM vector_rows WHERE ref_doc_id = ?", (ref_doc_id,))])
+        self._free(self._db.rows("SELECT row, node_id FROM vector_rows WHERE ref_doc_id = ?", (ref_doc_id,)))
 
     def delete_nodes(self, node_ids: Optional[List[str]] = None, filters: Any = None, **delete_kwargs: Any) -> None:
         """Delete the vectors of ``node_ids`` (unknown ids are skipped).
@@ -234,10 +275,10 @@ class MemmapVectorStore(BasePydanticVectorStore):
         """
         if filters is not None:
             raise ValueError("MemmapVectorStore keeps no metadata: delete by node_ids or ref_doc_id")
-        self._free([r[0] for r in self._db.rows_in("SELECT row FROM vector_rows WHERE node_id IN ({})", node_ids or [])])
+        self._free(self._db.rows_in("SELECT row, node_id FROM vector_rows WHERE node_id IN ({})", node_ids or []))
 
     def clear(self) -> None:
-        self._free([r[0] for r in self._db.rows("SELECT row FROM vector_rows")])
+        self._free(self._db.rows("SELECT row, node_id FROM vector_rows"))
 
     def persist(self, persist_path: str = "", fs: Any = None) -> None:
         """Nothing to write: every add is on disk when its transaction commits.

@@ -247,6 +247,10 @@ class CriticalKeywordExtractor(PartsRoundTrip, TransformComponent, KeywordSettin
 
     _expert_pattern: Optional[re.Pattern[str]] = PrivateAttr(default=None)
     _expert_canonical: Dict[str, str] = PrivateAttr(default_factory=dict)
+    # Title -> its keywords. A store's routes are rebuilt after every write and read every
+    # document's title again (seconds at 20,000 titles); what a title gives depends only on
+    # the settings, fixed at construction as the expert pattern is.
+    _title_memo: Dict[str, List[str]] = PrivateAttr(default_factory=dict)
 
     def __init__(self, **data: Any) -> None:
         data.pop("class_name", None)  # LlamaIndex's serialisation marker, in saved settings
@@ -381,9 +385,11 @@ class CriticalKeywordExtractor(PartsRoundTrip, TransformComponent, KeywordSettin
         Returns:
             The keywords of each title, in the order of ``titles``.
         """
-        unique = list(dict.fromkeys(t.replace("_", " ") for t in titles))
-        found = dict(zip(unique, self._extract_many(unique)))
-        return [found[t.replace("_", " ")] for t in titles]
+        spaced = [t.replace("_", " ") for t in titles]
+        new = [t for t in dict.fromkeys(spaced) if t not in self._title_memo]
+        if new:
+            self._title_memo.update(zip(new, self._extract_many(new)))
+        return [list(self._title_memo[t]) for t in spaced]
 
     def _document_keywords(self, nodes: Sequence[BaseNode]) -> List[List[str]]:
         if not self.include_document_keywords:

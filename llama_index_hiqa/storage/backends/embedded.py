@@ -41,6 +41,7 @@ from llama_index_hiqa.storage.backends.heading_vectors import SQLiteHeadingVecto
 from llama_index_hiqa.storage.bulk_insert import add_to_docstore
 from llama_index_hiqa.storage.embedded import EmbeddedStore
 from llama_index_hiqa.storage.vector_store_access import check_nodes_fit, prepare_nodes_for_store
+from llama_index_hiqa.transforms.critical_keywords import CriticalKeywordExtractor
 
 logger = logging.getLogger(__name__)
 
@@ -72,6 +73,7 @@ class EmbeddedBackend:
         # The BM25 route last opened, kept across writes: the next one extends it by the nodes
         # added (time in proportion to them) instead of reading the base's node ids again.
         self._bm25: Optional[BM25Route] = None
+        self._extractor: Optional[Tuple[HiQAPackSettings, CriticalKeywordExtractor]] = None
         self._figure_source: Optional[Path] = None  # a copied pack's store, whose figure files are copied
 
     @classmethod
@@ -186,9 +188,16 @@ class EmbeddedBackend:
         multi_route = EmbeddedMultiRouteRetriever(
             self.store, vector,
             self._bm25_route() if routes.use_bm25 and self.node_count() else None,
-            keyword_extractor=self._resolve.keyword_extractor(self.config), config=routes,
+            keyword_extractor=self._keyword_extractor(), config=routes,
         )
         return multi_route, None
+
+    def _keyword_extractor(self) -> CriticalKeywordExtractor:
+        """The settings' keyword extractor, kept across writes while the settings hold: it
+        remembers each title's keywords, which every rebuild of the routes reads again."""
+        if self._extractor is None or self._extractor[0] != self.config:
+            self._extractor = (self.config, self._resolve.keyword_extractor(self.config))
+        return self._extractor[1]
 
     def _bm25_route(self) -> BM25Route:
         """The BM25 route over every live node: the saved base and segments, plus a segment

@@ -42,7 +42,7 @@ class _StoredNodes(Mapping[str, BaseNode]):
 
     def _known(self) -> Dict[str, None]:
         if self._ids is None:
-            self._ids = dict.fromkeys(self._store.node_ids())
+            self._ids = self._store.node_ids()
         return self._ids
 
     def __getitem__(self, node_id: str) -> BaseNode:
