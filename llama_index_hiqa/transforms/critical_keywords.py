@@ -385,11 +385,12 @@ class CriticalKeywordExtractor(PartsRoundTrip, TransformComponent, KeywordSettin
         Returns:
             The keywords of each title, in the order of ``titles``.
         """
+        memo = self._title_memo  # bound once: a private attribute read costs microseconds each
         spaced = [t.replace("_", " ") for t in titles]
-        new = [t for t in dict.fromkeys(spaced) if t not in self._title_memo]
+        new = [t for t in dict.fromkeys(spaced) if t not in memo]
         if new:
-            self._title_memo.update(zip(new, self._extract_many(new)))
-        return [list(self._title_memo[t]) for t in spaced]
+            memo.update(zip(new, self._extract_many(new)))
+        return [list(memo[t]) for t in spaced]
 
     def _document_keywords(self, nodes: Sequence[BaseNode]) -> List[List[str]]:
         if not self.include_document_keywords:
