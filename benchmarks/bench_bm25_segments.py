@@ -151,6 +151,29 @@ def run(store_path: Path, n_questions: int = 100, out: Optional[Dict[str, Any]] 
     return out
 
 
+def run_single_adds(store_path: Path, adds: int) -> Dict[str, Any]:
+    """``adds`` one-document adds in a row, each followed by a question: the first answer after
+    each (one timing on a shared machine swings with its load; several give a median)."""
+    import os
+
+    from llama_index_hiqa.pack.hiqa_pack import HiQAPack
+
+    pack = HiQAPack.load(store_path, embed_model=fast_embedding())
+    n_docs = len(pack.document_ids)
+    out: Dict[str, Any] = {"nodes_before": pack.node_count, "p50_before": query_latencies(pack, questions_over(n_docs, 20))}
+    firsts, loads = [], []
+    for _ in range(adds):
+        add_documents(pack, n_docs, 1)
+        n_docs += 1
+        start = time.perf_counter()
+        pack.retrieve(questions_over(n_docs, 100)[-1])  # names the document just added
+        firsts.append(time.perf_counter() - start)
+        loads.append(os.getloadavg()[0])
+        print("single add", round(firsts[-1], 2), "load", loads[-1], flush=True)
+    out.update(first_answer_s=firsts, load_average=loads, p50_after=query_latencies(pack, questions_over(n_docs, 20)))
+    return out
+
+
 def run_route_only(n_nodes: int, folder: Path, n_questions: int = 100) -> Dict[str, Any]:
     """The BM25 route alone at ``n_nodes``: the template documents' tokens copied with each
     document's number (what ``replicated_batches`` writes), a base saved and mapped back, then a
@@ -279,6 +302,16 @@ def section(results: Dict[str, Any]) -> str:
             f"{r['merge_s']:.1f} s (no tokenizing: term frequencies are kept)."
         )
         lines += _open_and_bytes(r)
+        single = r.get("single_adds")
+        if single:
+            firsts = single["first_answer_s"]
+            lines.append(
+                f"  `--single-adds {len(firsts)}` (one document at a time, a question after each, in a fresh process "
+                f"on the store above): first answer median {float(np.median(firsts)):.2f} s, max {max(firsts):.2f} s "
+                f"(each: {', '.join(f'{x:.1f}' for x in firsts)} s); question p50 {single['p50_before']['p50_ms']:.0f} ms "
+                f"before, {single['p50_after']['p50_ms']:.0f} ms after; load average {min(single['load_average']):.1f}–"
+                f"{max(single['load_average']):.1f}."
+            )
     route_only = results.get("route_only") or {}
     if route_only:
         lines += [
@@ -306,11 +339,16 @@ def main() -> None:
     parser.add_argument("--route-dir", default="/tmp/bm25_route_only", help="where the route-only base is written")
     parser.add_argument("--result-file", default=str(ROOT / "benchmarks" / "bm25_segments.json"))
     parser.add_argument("--section-only", action="store_true", help="rewrite RESULTS.md from the JSON file")
+    parser.add_argument("--single-adds", type=int, default=0,
+                        help="instead of the full run: this many one-document adds in a row on each store, timed")
     args = parser.parse_args()
     path = Path(args.result_file)
     results = json.loads(path.read_text()) if path.exists() else {}
     if not args.section_only:
-        for store in args.stores:
+        for store in args.stores if args.single_adds else []:
+            results.setdefault(Path(store).name, {})["single_adds"] = run_single_adds(Path(store), args.single_adds)
+            path.write_text(json.dumps(results, indent=1))
+        for store in args.stores if not args.single_adds else []:
             out = results[Path(store).name] = {"partial": True}
             run(Path(store), args.questions, out, lambda: path.write_text(json.dumps(results, indent=1)))
             del out["partial"]
