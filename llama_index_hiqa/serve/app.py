@@ -75,7 +75,17 @@ class PackApp:
         self._lock = threading.Lock()
 
     def question(self, value: Any) -> str:
-        """The request's question as the pack's text, or a `RequestError` (400) saying why not."""
+        """The request's question as the pack's text.
+
+        Args:
+            value: the ``question`` the request gave.
+
+        Returns:
+            The cleaned question.
+
+        Raises:
+            RequestError: 400: empty, not a string, too long or refused by the pack.
+        """
         if not isinstance(value, str) or not value.strip():
             raise RequestError(400, "the question is empty: type a question")
         if len(value) > self.max_question_chars:
@@ -86,7 +96,15 @@ class PackApp:
             raise RequestError(400, str(exc)) from exc
 
     def explain(self, question: str, with_answer: bool) -> Explanation:
-        """Retrieve (and, with an LLM and ``with_answer``, answer) one question."""
+        """Retrieve (and, with an LLM and ``with_answer``, answer) one question.
+
+        Args:
+            question: the cleaned question.
+            with_answer: ask the LLM too, when the pack has one.
+
+        Returns:
+            The explanation of the evidence (with the answer when asked).
+        """
         with self._lock:
             if with_answer and self.pack.llm is not None:
                 response = self.pack.run(question)
@@ -94,7 +112,17 @@ class PackApp:
             return explain_nodes(question, self.pack.retrieve(question), renderer=self.renderer)
 
     def document_file(self, document_id: str) -> Tuple[str, int]:
-        """The source file and page count of a document of the store (`RequestError` 404 otherwise)."""
+        """The source file and page count of a document of the store, from its stored nodes.
+
+        Args:
+            document_id: the document's ``schema.DOCUMENT_ID``, as the client sent it.
+
+        Returns:
+            ``(path, page count)``.
+
+        Raises:
+            RequestError: 404: the store has no such document, or its file is not here.
+        """
         known = self._files.get(document_id)
         if known is not None:
             return known
@@ -112,7 +140,16 @@ class PackApp:
         return found
 
     def image_source(self, document_id: str, path: str, page: int) -> Optional[Tuple[str, PageGeometry]]:
-        """Where the page shows in the app: its URL and geometry (``None``: not on this machine)."""
+        """Where a page shows in the app (an ``ImageSource`` of the explanation's HTML).
+
+        Args:
+            document_id: the node's document.
+            path: the node's file path (unused: the store's record of the document decides).
+            page: the page, from 0.
+
+        Returns:
+            Its URL and geometry; ``None`` when the file is not on this machine.
+        """
         try:
             stored, _ = self.document_file(document_id)
             return f"/page/{quote(document_id, safe='')}/{page}.png", self.renderer.geometry(stored, page)
