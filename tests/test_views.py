@@ -15,30 +15,20 @@ import pytest
 from starlette.testclient import TestClient
 
 from llama_index_hiqa import schema
-from llama_index_hiqa.demo import DEMO_DATA_DIR, load_demo_documents
+from llama_index_hiqa.demo import DEMO_DATA_DIR
 from llama_index_hiqa.pack.hiqa_pack import HiQAPack
 from llama_index_hiqa.serve.app import create_app
 from llama_index_hiqa.testing import ScriptedLLM
 from llama_index_hiqa.views.page_images import PageGeometry, PageImageError, PageRenderer
 from tests.pack_helpers import HashEmbedding
+from tests.test_pack import FAST, documents, pack  # noqa: F401  (the demo pack fixtures)
 from tests.test_page_boxes import gold_passage_words
 
-FAST = {"keywords": {"use_ner": False}}
 # Two demo questions, their gold datasheet, section and page (questions.jsonl).
 QUESTIONS = [
     ("What is the maximum output current of the NX-2040?", "NX-2040", "4.2 Electrical characteristics", 1),
     ("What is the absolute maximum input voltage of the NX-2046?", "NX-2046", "4.1 Absolute maximum ratings", 0),
 ]
-
-
-@pytest.fixture(scope="module")
-def documents():
-    return load_demo_documents()
-
-
-@pytest.fixture(scope="module")
-def pack(documents):
-    return HiQAPack.from_documents(documents, embed_model=HashEmbedding(), **FAST)
 
 
 def gold_rect(document_id, section, page):
@@ -230,3 +220,13 @@ def test_explain_on_postgresql_shows_the_same_view(server, documents):
         assert client.get(f"/page/{document_id}/{page}.png").status_code == 200
     finally:
         loaded.close()
+
+
+def test_serve_command_refuses_a_missing_store_in_one_line(tmp_path, capsys):
+    from llama_index_hiqa import cli
+
+    assert cli.main(["serve", "--store", str(tmp_path / "nope")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("hiqa serve: ") and "no such store" in err and "\n" not in err
+    args = cli.build_parser().parse_args(["serve", "--store", "s"])
+    assert (args.host, args.port) == ("127.0.0.1", 8000)

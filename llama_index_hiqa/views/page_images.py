@@ -92,7 +92,7 @@ class PageRenderer:
         return self._bytes
 
     def geometry(self, path: str, page: int) -> PageGeometry:
-        """The displayed size of a page, without rendering it.
+        """The displayed size of a page, without rendering it (no cache entry is made).
 
         Args:
             path: the PDF file.
