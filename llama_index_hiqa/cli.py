@@ -376,6 +376,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     settings = {"similarity_top_k": args.top_k} if args.top_k is not None else {}
     pack = HiQAPack.load(store, llm=llm, **settings)
     pack.retrieve("warm-up")  # the routes load now, not on the first visitor's question
+    import pymupdf  # noqa: F401  (the page renderer's, ~1.5 s: now rather than on the first page)
     shown = f"[{args.host}]" if ":" in args.host else args.host
     print(f"hiqa serve: http://{shown}:{args.port}/ ({len(pack.document_ids)} documents; Ctrl+C stops)", flush=True)
     serve(pack, host=args.host, port=args.port)

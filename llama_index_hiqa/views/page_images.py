@@ -11,7 +11,7 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from pathlib import Path
-from typing import Dict, NamedTuple, Optional, Sequence, Tuple
+from typing import Any, Dict, NamedTuple, Optional, Sequence, Tuple
 
 from llama_index_hiqa.errors import HiQAError
 
@@ -170,9 +170,9 @@ class _OpenPage:
 
     def __init__(self, path: str, page: int) -> None:
         self.path, self.page = path, page
-        self._pdf: Optional[object] = None
+        self._pdf: Optional[Any] = None
 
-    def __enter__(self) -> Tuple[object, object]:
+    def __enter__(self) -> Tuple[Any, Any]:
         import pymupdf
 
         try:
@@ -189,10 +189,10 @@ class _OpenPage:
 
     def __exit__(self, *exc: object) -> None:
         if self._pdf is not None:
-            self._pdf.close()  # type: ignore[attr-defined]
+            self._pdf.close()
 
 
-def _geometry_of(page: object) -> PageGeometry:
-    rect = page.rect  # type: ignore[attr-defined]
-    m = page.rotation_matrix  # type: ignore[attr-defined]
+def _geometry_of(page: Any) -> PageGeometry:
+    rect = page.rect
+    m = page.rotation_matrix
     return PageGeometry(float(rect.width), float(rect.height), (m.a, m.b, m.c, m.d, m.e, m.f))
