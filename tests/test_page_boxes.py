@@ -18,7 +18,6 @@ from llama_index_hiqa.errors import InvalidMetadataError
 from llama_index_hiqa.parsers.layout_markdown import LayoutMarkdownParser
 from llama_index_hiqa.readers.html_reader import read_html
 from llama_index_hiqa.readers.pdf import PDFLayoutReader
-from tests.test_ocr import no_network, scanned_copy  # noqa: F401  (the fixture is used by name)
 
 # A numbered section heading of the datasheets, found on the page by PyMuPDF alone.
 SECTION_LINE = re.compile(r"^\d+(\.\d+)?\s+[A-Z][A-Za-z ]+$")
@@ -137,18 +136,6 @@ def test_sentence_splitter_chunks_get_their_own_boxes(documents):
         )
         located.append(schema.get_page_boxes(chunk))
     assert all(located) and len({json.dumps(sorted(b.items())) for b in located}) == len(chunks)
-
-
-def test_scanned_pages_are_located_by_their_ocr_boxes(tmp_path, no_network):  # noqa: F811
-    scanned = scanned_copy(Path(DEMO_DATA_DIR) / "NX-2043.pdf", tmp_path / "scan.pdf", pages={1})
-    doc = PDFLayoutReader().load_data(scanned)[0]
-    assert schema.ocr_pages_of(doc.metadata) == [1]
-    nodes = LayoutMarkdownParser().get_nodes_from_documents([doc])
-    pin = next(n for n in nodes if "Input supply" in n.text)
-    rects = schema.get_page_boxes(pin)[1]
-    words = gold_passage_words("NX-2043", "5 Pin configuration", 1)  # the digital original's words
-    centres = [((w[0] + w[2]) / 2, (w[1] + w[3]) / 2) for w in words]
-    assert sum(_covered(c, rects, tol=3.0) for c in centres) >= 0.9 * len(centres)
 
 
 def test_html_nodes_have_no_page_boxes_and_point_to_their_section(tmp_path):
