@@ -14,7 +14,6 @@ import pymupdf
 import pytest
 from starlette.testclient import TestClient
 
-from llama_index_hiqa import schema
 from llama_index_hiqa.demo import DEMO_DATA_DIR
 from llama_index_hiqa.pack.hiqa_pack import HiQAPack
 from llama_index_hiqa.serve.app import create_app
