@@ -130,7 +130,7 @@ def test_a_rotated_page_places_the_highlight_where_the_text_is_shown(tmp_path):
     page.set_rotation(90)
     pdf.save(tmp_path / "r.pdf")
     rect = pymupdf.open(tmp_path / "r.pdf")[0].search_for("Rotated passage")[0]
-    geometry = PageRenderer().geometry(str(tmp_path / "r.pdf"), 0)
+    geometry = PageRenderer().render(str(tmp_path / "r.pdf"), 0).geometry
     assert (geometry.width, geometry.height) == (800, 600)
     left, top, width, height = geometry.fractions(tuple(rect))
     # Text near the top-left of the unrotated page shows near the top-right once turned 90°.

@@ -152,7 +152,8 @@ class PackApp:
         """
         try:
             stored, _ = self.document_file(document_id)
-            return f"/page/{quote(document_id, safe='')}/{page}.png", self.renderer.geometry(stored, page)
+            # Rendered now (the browser asks for it next; the cache then serves it).
+            return f"/page/{quote(document_id, safe='')}/{page}.png", self.renderer.render(stored, page).geometry
         except (RequestError, PageImageError):
             return None
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from pathlib import Path
-from typing import Any, Dict, NamedTuple, Optional, Sequence, Tuple
+from typing import Any, NamedTuple, Optional, Sequence, Tuple
 
 from llama_index_hiqa.errors import HiQAError
 
@@ -82,7 +82,6 @@ class PageRenderer:
             raise ValueError(f"max_pixels must be at least 50 and cache_bytes not negative, got {max_pixels}, {cache_bytes}")
         self.max_pixels, self.cache_bytes = int(max_pixels), int(cache_bytes)
         self._images: "OrderedDict[Tuple[str, int, int], PageImage]" = OrderedDict()
-        self._geometry: Dict[Tuple[str, int, int], PageGeometry] = {}
         self._bytes = 0
         self._lock = threading.Lock()
 
@@ -90,30 +89,6 @@ class PageRenderer:
     def cached_bytes(self) -> int:
         """The PNG bytes held now (never more than ``cache_bytes``)."""
         return self._bytes
-
-    def geometry(self, path: str, page: int) -> PageGeometry:
-        """The displayed size of a page, without rendering it (no cache entry is made).
-
-        Args:
-            path: the PDF file.
-            page: the page, from 0.
-
-        Returns:
-            Its [`PageGeometry`][llama_index_hiqa.views.page_images.PageGeometry].
-
-        Raises:
-            PageImageError: the file or the page cannot be read.
-        """
-        key = self._key(path, page)
-        with self._lock:
-            known = self._geometry.get(key)
-        if known is not None:
-            return known
-        with self._open(path, page) as (pdf_page, _):
-            geometry = _geometry_of(pdf_page)
-        with self._lock:
-            self._geometry[key] = geometry
-        return geometry
 
     def render(self, path: str, page: int) -> PageImage:
         """The page as PNG, its longest side at most ``max_pixels`` pixels (cached).
@@ -144,7 +119,6 @@ class PageRenderer:
         with self._lock:
             if key not in self._images and len(image.png) <= self.cache_bytes:
                 self._images[key] = image
-                self._geometry[key] = geometry
                 self._bytes += len(image.png)
                 while self._bytes > self.cache_bytes:
                     _, dropped = self._images.popitem(last=False)
