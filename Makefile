@@ -14,6 +14,11 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
+# The browser test (tests/test_browser.py) drives Debian's chromium with Playwright (no browser
+# download): installed here when missing. If apt cannot install it, the test fails and says so.
+CHROMIUM := /usr/bin/chromium
+SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+
 .PHONY: demo test bench install clean
 
 $(STAMP): pyproject.toml
@@ -23,7 +28,12 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q -e ".[dev]"
 	touch $(STAMP)
 
-install: $(STAMP)
+$(CHROMIUM):
+	$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y chromium \
+	  || ($(SUDO) apt-get update && $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y chromium) \
+	  || echo "chromium could not be installed: tests/test_browser.py will fail"
+
+install: $(STAMP) $(CHROMIUM)
 
 demo: $(STAMP)
 	$(VENV)/bin/hiqa demo
@@ -31,7 +41,7 @@ demo: $(STAMP)
 # The suite includes the type checker (tests/test_type_ratchet.py: mypy --strict, errors per
 # file held by tools/type_baseline.json). Fewer errors: lower the baseline with
 # `$(PY) tools/type_ratchet.py --update` and commit it.
-test: $(STAMP)
+test: $(STAMP) $(CHROMIUM)
 	$(PY) -m pytest -q
 
 bench: $(STAMP)

@@ -145,6 +145,13 @@ _EXPORTS: Dict[str, str] = {
     "PostgresMultiRouteRetriever": "llama_index_hiqa.storage.backends.pg_routes",
     "StoredChunkGraph": "llama_index_hiqa.storage.backends.pg_graph",
     "StoredGraphRetriever": "llama_index_hiqa.storage.backends.pg_graph",
+    #
+    # -- See why: the evidence on its page, in a notebook and in the browser
+    "Explanation": "llama_index_hiqa.views.explanation",
+    "explain_nodes": "llama_index_hiqa.views.explanation",
+    "PageRenderer": "llama_index_hiqa.views.page_images",
+    "PageImageError": "llama_index_hiqa.views.page_images",
+    "create_app": "llama_index_hiqa.serve.app",  # pip install llama-index-hiqa[serve]
 }
 
 __all__ = sorted(_EXPORTS)
@@ -314,6 +321,15 @@ if TYPE_CHECKING:
         StoredChunkGraph as StoredChunkGraph,
         StoredGraphRetriever as StoredGraphRetriever,
     )
+    from llama_index_hiqa.views.explanation import (
+        Explanation as Explanation,
+        explain_nodes as explain_nodes,
+    )
+    from llama_index_hiqa.views.page_images import (
+        PageImageError as PageImageError,
+        PageRenderer as PageRenderer,
+    )
+    from llama_index_hiqa.serve.app import create_app as create_app
 else:
     # Run time only: a type checker sees the imports above, so a misspelt name is an error
     # for it rather than ``Any``.

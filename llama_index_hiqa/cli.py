@@ -12,6 +12,8 @@ silently. ``hiqa delete DOC --store PATH`` removes documents. A new store is the
 and memory-mapped vectors) unless ``--store-format folder`` (or ``--graph``) asks for the folder
 store; ``hiqa migrate OLD NEW`` copies a store into the other format. Writers of one store are
 serialised: each holds the store's lock from loading it to saving it.
+``hiqa serve --store PATH`` keeps the store loaded behind a local web app and JSON API
+([`serve.app`][llama_index_hiqa.serve.app]; the ``serve`` extra).
 ``--store postgresql://USER@HOST/DB`` keeps the pack in PostgreSQL instead (each batch commits as
 it is indexed; ``hiqa ask`` in any process on any machine answers from it).
 ``--llm openai:gpt-4o-mini`` selects an OpenAI model, ``--llm openai-compatible:MODEL
@@ -360,6 +362,27 @@ def _cmd_ask(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_serve(args: argparse.Namespace) -> int:
+    try:
+        import starlette  # noqa: F401  (the extra's web stack)
+        import uvicorn  # noqa: F401
+    except ImportError as exc:
+        raise CLIError(f"serving needs the 'serve' extra ({exc.name} is not installed): pip install 'llama-index-hiqa[serve]'") from exc
+    from llama_index_hiqa.pack.hiqa_pack import HiQAPack
+    from llama_index_hiqa.serve.app import serve
+
+    llm = _llm(args)
+    store = _existing_store(args.store)
+    settings = {"similarity_top_k": args.top_k} if args.top_k is not None else {}
+    pack = HiQAPack.load(store, llm=llm, **settings)
+    pack.retrieve("warm-up")  # the routes load now, not on the first visitor's question
+    import pymupdf  # noqa: F401  (the page renderer's, ~1.5 s: now rather than on the first page)
+    shown = f"[{args.host}]" if ":" in args.host else args.host
+    print(f"hiqa serve: http://{shown}:{args.port}/ ({len(pack.document_ids)} documents; Ctrl+C stops)", flush=True)
+    serve(pack, host=args.host, port=args.port)
+    return 0
+
+
 def _llm_options(command: argparse.ArgumentParser) -> None:
     command.add_argument(
         "--llm-base-url", help="OpenAI-compatible server, e.g. http://gpu-box:8000/v1 (default: $OPENAI_BASE_URL)"
@@ -421,7 +444,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="hiqa", description="Question answering over many similar documents (LlamaIndex)."
     )
     sub = parser.add_subparsers(dest="command", required=True)
-    for add in (_add_demo, _add_eval, _add_ingest, _add_delete, _add_migrate, _add_ask):
+    for add in (_add_demo, _add_eval, _add_ingest, _add_delete, _add_migrate, _add_ask, _add_serve):
         add(sub)
     return parser
 
@@ -541,6 +564,17 @@ def _add_ask(sub: Any) -> None:
         help="print the LLM's answer token by token as it arrives, then the sources and figures",
     )
     ask.set_defaults(func=_cmd_ask)
+
+
+def _add_serve(sub: Any) -> None:
+    srv = sub.add_parser("serve", help="a local web app and JSON API that keeps a saved store loaded")
+    srv.add_argument("--store", required=True, help="folder or postgresql:// URL written by `hiqa ingest`")
+    srv.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
+    srv.add_argument("--port", type=_positive_int, default=8000, help="port (default 8000)")
+    srv.add_argument("--llm", help="openai:MODEL or openai-compatible:MODEL; default: cited evidence only")
+    _llm_options(srv)
+    srv.add_argument("--top-k", type=_positive_int, help="evidence nodes (default: the store's setting, 5)")
+    srv.set_defaults(func=_cmd_serve)
 
 
 def main(argv: Optional[List[str]] = None) -> int:

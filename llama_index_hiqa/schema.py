@@ -22,6 +22,9 @@ Document-level facts (written by [`PDFLayoutReader`][llama_index_hiqa.readers.pd
                           HTML and DOCX have no pages ([`has_pages`][llama_index_hiqa.schema.has_pages]): their one
                           page span covers the text and citations name the section path
 ``OCR_PAGES``             pages (from 0) whose text was recognised by OCR (no text layer)
+``TEXT_BOXES``            ``[[page, char_start, char_end, x0, y0, x1, y1, kind], ...]``: where
+                          each line (kind 0) or table (kind 1) of ``Document.text`` lies on
+                          its page, in PDF points (OCR pages: the OCR boxes); PDFs only
 ========================  ==============================================================
 
 Segment/node facts (written by the parsers, read by everything downstream):
@@ -32,6 +35,9 @@ Segment/node facts (written by the parsers, read by everything downstream):
 ``HEADING_PATH``          ``[[number, title, level], ...]`` from the top heading down to
                           the node's own heading (document title not included)
 ``PAGE_START/PAGE_END``   first and last page (inclusive, from 0) the node lies on
+``PAGE_BOXES``            where the node's own text lies: ``"page:x0,y0,x1,y1;x0,... page:..."``
+                          (PDF points, whole numbers; [`get_page_boxes`][llama_index_hiqa.schema.get_page_boxes]); unset
+                          for documents without pages (their section path locates them)
 ``SEGMENT_KIND``          ``"text"``, ``"table"`` or ``"image"``
 ``TABLE_TITLE``           for tables: the table's title or caption
 ``TABLE_COLUMNS``         for tables: column labels
@@ -76,7 +82,10 @@ rewritten.
 
 from __future__ import annotations
 
+import bisect
+import functools
 import json
+import math
 from typing import Any, Dict, Iterable, List, Mapping, NamedTuple, Optional, Sequence, Tuple, Union
 
 from llama_index.core.schema import BaseNode, Document, Node, RelatedNodeInfo, TextNode
@@ -95,6 +104,7 @@ BODY_FONT_SIZE = "body_font_size"
 IMAGES = "images"
 SOURCE_FORMAT = "source_format"
 OCR_PAGES = "ocr_pages"
+TEXT_BOXES = "text_boxes"
 
 FORMAT_PDF = "pdf"
 FORMAT_MARKDOWN = "markdown"
@@ -112,6 +122,7 @@ CHAR_END = "char_end"
 HEADING_PATH = "heading_path"
 PAGE_START = "page_start"
 PAGE_END = "page_end"
+PAGE_BOXES = "page_boxes"
 SEGMENT_KIND = "segment_kind"
 TABLE_TITLE = "table_title"
 TABLE_COLUMNS = "table_columns"
@@ -163,12 +174,14 @@ BOOKKEEPING_KEYS: Tuple[str, ...] = (
     IMAGES,
     SOURCE_FORMAT,
     OCR_PAGES,
+    TEXT_BOXES,
     POSITION,
     CHAR_START,
     CHAR_END,
     HEADING_PATH,
     PAGE_START,
     PAGE_END,
+    PAGE_BOXES,
     SEGMENT_KIND,
     TABLE_TITLE,
     TABLE_COLUMNS,
@@ -198,7 +211,7 @@ BOOKKEEPING_KEYS: Tuple[str, ...] = (
 VIEW_KEYS: Tuple[str, ...] = (HEADING_CASCADE, DOCUMENT_SUMMARY, SECTION_SUMMARY, IMAGE_DESCRIPTION)
 
 # Keys that only make sense for a whole document and are not copied onto its segments.
-DOCUMENT_ONLY_KEYS: Tuple[str, ...] = (PAGE_SPANS, LAYOUT_HEADINGS, IMAGES, OCR_PAGES)
+DOCUMENT_ONLY_KEYS: Tuple[str, ...] = (PAGE_SPANS, LAYOUT_HEADINGS, IMAGES, OCR_PAGES, TEXT_BOXES)
 
 
 # Facts whose values are lists or dicts, kept as JSON strings so that every LlamaIndex vector
@@ -210,6 +223,7 @@ JSON_KEYS: Tuple[str, ...] = (
     LAYOUT_HEADINGS,
     IMAGES,
     OCR_PAGES,
+    TEXT_BOXES,
     HEADING_PATH,
     TABLE_COLUMNS,
     TABLE_ROWS,
@@ -678,6 +692,193 @@ def ocr_pages_of(metadata: Mapping[str, Any]) -> List[int]:
     return [int(p) for p in read_json(metadata, OCR_PAGES) or []]
 
 
+class TextBox(NamedTuple):
+    """Where a piece of a document's text lies on its page (`TEXT_BOXES`): the characters
+    ``[start, end)`` of ``Document.text`` and their box in PDF points; ``kind`` 0 for a text
+    line (its characters run left to right), 1 for a block such as a table (rows run down)."""
+
+    page: int
+    start: int
+    end: int
+    x0: float
+    y0: float
+    x1: float
+    y1: float
+    kind: int = 0
+
+
+TEXT_LINE, TEXT_BLOCK = 0, 1
+# Beyond this many characters a node's boxes become one box per page: every vector store keeps
+# the node (Pinecone allows 40 KB of metadata a vector) and a highlight needs no finer grain.
+PAGE_BOXES_MAX_CHARS = 1500
+
+
+def set_text_boxes(metadata: Dict[str, Any], boxes: Sequence[Sequence[Any]]) -> None:
+    """Store `TEXT_BOXES` as a JSON string (coordinates to a tenth of a point).
+
+    Args:
+        metadata: the document's metadata (changed in place).
+        boxes: ``(page, start, end, x0, y0, x1, y1, kind)`` a line or block, sorted by ``start``.
+    """
+    write_json(
+        metadata, TEXT_BOXES,
+        [[int(b[0]), int(b[1]), int(b[2]), *(round(float(v), 1) for v in b[3:7]), int(b[7]) if len(b) > 7 else TEXT_LINE]
+         for b in boxes],
+    )
+
+
+def text_boxes_of(metadata: Mapping[str, Any]) -> List[TextBox]:
+    """`TEXT_BOXES` of a document's metadata (decoded once per stored string).
+
+    Args:
+        metadata: the document's metadata.
+
+    Returns:
+        The boxes, sorted by their first character; empty when unknown (no text layer kept,
+            a format without pages).
+
+    Raises:
+        InvalidMetadataError: the stored value is a string that is not JSON.
+    """
+    value = metadata.get(TEXT_BOXES)
+    if isinstance(value, str):
+        return _decoded_text_boxes(value)
+    return [TextBox(*b) for b in value or []]
+
+
+@functools.lru_cache(maxsize=8)
+def _decoded_text_boxes(value: str) -> List[TextBox]:
+    # Every node a parser makes of one document reads the same string: decode it once.
+    return [TextBox(*b) for b in read_json({TEXT_BOXES: value}, TEXT_BOXES)]
+
+
+def boxes_for_span(boxes: Sequence[TextBox], start: int, end: int) -> Dict[int, List[Tuple[float, float, float, float]]]:
+    """The rectangles the characters ``[start, end)`` cover, by page.
+
+    A line the span covers in part is cut in proportion to its characters (left to right), a
+    block in proportion to its rows (top to bottom); lines of one paragraph that touch are
+    joined into one rectangle.
+
+    Args:
+        boxes: the document's `TEXT_BOXES`, sorted by start.
+        start: the span's first character.
+        end: the span's end (exclusive).
+
+    Returns:
+        ``{page: [(x0, y0, x1, y1), ...]}``, pages and rectangles in text order; empty when
+            the span covers no box.
+    """
+    first = bisect.bisect_left(boxes, start + 1, key=lambda b: b.end)
+    pages: Dict[int, List[Tuple[float, float, float, float]]] = {}
+    for box in boxes[first:]:
+        if box.start >= end:
+            break
+        length = max(box.end - box.start, 1)
+        a = max(start - box.start, 0) / length
+        b = min(end - box.start, length) / length
+        if a >= b:
+            continue
+        if box.kind == TEXT_BLOCK:
+            height = box.y1 - box.y0
+            rect = (box.x0, box.y0 + a * height, box.x1, box.y0 + b * height)
+        else:
+            width = box.x1 - box.x0
+            rect = (box.x0 + a * width, box.y0, box.x0 + b * width, box.y1)
+        rects = pages.setdefault(box.page, [])
+        if rects and _continues(rects[-1], rect):
+            last = rects[-1]
+            rects[-1] = (min(last[0], rect[0]), min(last[1], rect[1]), max(last[2], rect[2]), max(last[3], rect[3]))
+        else:
+            rects.append(rect)
+    return pages
+
+
+def _continues(above: Sequence[float], below: Sequence[float]) -> bool:
+    """Whether ``below`` is the next line of ``above``'s paragraph: it starts within half a
+    line under it, in the same column (left edges within 4 pt, right edges within 40 pt)."""
+    line = max(above[3] - above[1], below[3] - below[1], 1.0)
+    return (
+        -line <= below[1] - above[3] <= 0.5 * line
+        and abs(below[0] - above[0]) <= 4 and abs(below[2] - above[2]) <= 40
+    )
+
+
+def encode_page_boxes(pages: Mapping[int, Sequence[Sequence[float]]]) -> str:
+    """The compact `PAGE_BOXES` string of rectangles by page.
+
+    Whole points, widened outwards; one bounding rectangle per page when the string would pass
+    `PAGE_BOXES_MAX_CHARS`.
+
+    Args:
+        pages: ``{page: [(x0, y0, x1, y1), ...]}``.
+
+    Returns:
+        ``"page:x0,y0,x1,y1;x0,y0,x1,y1 page:..."``; ``""`` for no rectangle.
+    """
+
+    def encoded(by_page: Mapping[int, Sequence[Sequence[float]]]) -> str:
+        return " ".join(
+            f"{page}:" + ";".join(
+                f"{math.floor(r[0])},{math.floor(r[1])},{math.ceil(r[2])},{math.ceil(r[3])}" for r in rects
+            )
+            for page, rects in by_page.items() if rects
+        )
+
+    text = encoded(pages)
+    if len(text) <= PAGE_BOXES_MAX_CHARS:
+        return text
+    return encoded({
+        page: [(min(r[0] for r in rects), min(r[1] for r in rects), max(r[2] for r in rects), max(r[3] for r in rects))]
+        for page, rects in pages.items() if rects
+    })
+
+
+def get_page_boxes(node: BaseNode) -> Dict[int, List[Tuple[float, float, float, float]]]:
+    """Where the node's text lies on its pages (`PAGE_BOXES`); an image node's own box.
+
+    Args:
+        node: the node.
+
+    Returns:
+        ``{page: [(x0, y0, x1, y1), ...]}`` in PDF points, pages in text order; empty when
+            unknown (HTML/DOCX, text files, nodes made before boxes were kept).
+
+    Raises:
+        InvalidMetadataError: the stored string is not in the `PAGE_BOXES` shape.
+    """
+    value = node.metadata.get(PAGE_BOXES)
+    if not value:
+        bbox = get_image_bbox(node) if get_segment_kind(node) == KIND_IMAGE else None
+        pages = get_page_range(node)
+        return {pages[0]: [(bbox[0], bbox[1], bbox[2], bbox[3])]} if bbox and pages else {}
+    out: Dict[int, List[Tuple[float, float, float, float]]] = {}
+    try:
+        for part in str(value).split():
+            page, _, rects = part.partition(":")
+            out[int(page)] = [
+                (float(x0), float(y0), float(x1), float(y1))
+                for x0, y0, x1, y1 in (r.split(",") for r in rects.split(";"))
+            ]
+    except ValueError as exc:
+        raise InvalidMetadataError(node.node_id, PAGE_BOXES, f"not 'page:x0,y0,x1,y1;...' ({exc})") from exc
+    return out
+
+
+def set_page_boxes(node: BaseNode, boxes: Sequence[TextBox], span: Tuple[int, int]) -> None:
+    """Store where the node's characters ``span`` lie (`PAGE_BOXES`); unset when nowhere.
+
+    Args:
+        node: the node (changed in place).
+        boxes: its document's `TEXT_BOXES`.
+        span: the node's ``(start, end)`` in its document's text.
+    """
+    encoded = encode_page_boxes(boxes_for_span(boxes, span[0], span[1])) if boxes else ""
+    if encoded:
+        node.metadata[PAGE_BOXES] = encoded
+    else:
+        node.metadata.pop(PAGE_BOXES, None)
+
+
 def has_pages(node: BaseNode) -> bool:
     """Whether the node's document has pages to cite.
 
@@ -723,10 +924,13 @@ def set_segment_facts(
     page_range: Optional[Tuple[int, int]] = None,
     kind: str = KIND_TEXT,
     parse_path: Optional[str] = None,
+    text_boxes: Optional[Sequence[TextBox]] = None,
 ) -> None:
     """Write the facts every segment node carries, and hide the bookkeeping ones.
 
-    The document-only facts a node copied from its document are dropped.
+    The document-only facts a node copied from its document are dropped; where its
+    ``char_span`` lies on the pages (`PAGE_BOXES`) is kept from the document's `TEXT_BOXES`
+    (``text_boxes``, or the copy in the node's metadata).
 
     Args:
         node: the segment node (changed in place).
@@ -740,6 +944,7 @@ def set_segment_facts(
         kind: ``"text"``, ``"table"`` or ``"image"``.
         parse_path: which path produced the node (``"llm"``, ``"layout"``, ...); ``None``
             leaves it unset.
+        text_boxes: the document's `TEXT_BOXES`; ``None`` reads the node's copied metadata.
 
     Raises:
         ValueError: ``kind`` is not one of `SEGMENT_KINDS`.
@@ -747,6 +952,10 @@ def set_segment_facts(
     if kind not in SEGMENT_KINDS:
         raise ValueError(f"segment kind must be one of {SEGMENT_KINDS}, got {kind!r}")
     meta = node.metadata
+    if text_boxes is None:
+        text_boxes = text_boxes_of(meta)
+    if char_span is not None:
+        set_page_boxes(node, text_boxes, char_span)
     for key in DOCUMENT_ONLY_KEYS:
         meta.pop(key, None)
     meta[DOCUMENT_ID] = document_id

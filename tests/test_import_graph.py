@@ -163,12 +163,14 @@ LAYERS: List[Tuple[str, Tuple[str, ...]]] = [
     ("retrievers", ("retrievers",)),
     ("postprocessors", ("postprocessors",)),
     ("evaluation", ("evaluation",)),
+    # Page images and the explanation of a ranking: they read nodes, the pack returns them.
+    ("views", ("views",)),
     # The pack's settings: the store backends build and store them, so they sit below the
     # backends although they live with the pack (``pack/__init__`` imports nothing).
     ("configuration", ("pack.config",)),
     ("store backends", ("storage.backends",)),
     ("pack", ("pack",)),
-    ("front ends", ("cli", "demo")),
+    ("front ends", ("cli", "demo", "serve")),
 ]
 TOOLS = ("testing",)  # test tools: may import only the foundation
 

@@ -69,6 +69,13 @@ def test_mixed_pdf_reads_the_scanned_page_by_ocr(tmp_path, no_network):
     pin = next(n for n in nodes if "Input supply" in n.text)
     assert schema.get_page_range(pin) == (1, 1)
     assert [h.label() for h in schema.get_heading_path(pin)] == ["5 Pin configuration"]
+    # The scanned page's node is located by the OCR boxes: they cover the original's words.
+    from tests.test_page_boxes import gold_passage_words
+
+    rects = schema.get_page_boxes(pin)[1]
+    centres = [((w[0] + w[2]) / 2, (w[1] + w[3]) / 2) for w in gold_passage_words("NX-2043", "5 Pin configuration", 1)]
+    inside = [c for c in centres if any(r[0] - 3 <= c[0] <= r[2] + 3 and r[1] - 3 <= c[1] <= r[3] + 3 for r in rects)]
+    assert len(inside) >= 0.9 * len(centres)
 
 
 def test_fully_scanned_datasheet_is_read_with_low_character_error_rate(tmp_path, no_network):

@@ -79,6 +79,7 @@ from llama_index_hiqa.storage.backends.base import Routes, StoredHeadingVectors,
 from llama_index_hiqa.storage.backends.folder import FolderBackend
 from llama_index_hiqa.storage.embedded import EmbeddedStore
 from llama_index_hiqa.storage.pg_connection import mask_url
+from llama_index_hiqa.views.explanation import Explanation, explain_nodes
 from llama_index_hiqa.transforms.critical_keywords import CriticalKeywordExtractor
 
 if TYPE_CHECKING:
@@ -635,6 +636,22 @@ class HiQAPack:
         for post in self.node_postprocessors():
             nodes = post.postprocess_nodes(nodes, query_bundle=bundle)
         return nodes
+
+    def explain(self, question: str) -> Explanation:
+        """The evidence for ``question`` with why each node ranks where it does: in a notebook
+        each node's page with its text highlighted, its heading path, a bar per route and the
+        document focus's choice; ``str()`` for text, ``to_dict()`` for data.
+
+        Args:
+            question: The question.
+
+        Returns:
+            The [`Explanation`][llama_index_hiqa.views.explanation.Explanation] of `retrieve`'s nodes.
+
+        Raises:
+            InvalidQuestionError: as `retrieve`.
+        """
+        return explain_nodes(question_text(question), self.retrieve(question))
 
     def as_query_engine(self, llm: Optional[LLM] = None, **kwargs: Any) -> BaseQueryEngine:
         """LlamaIndex response synthesis with the LLM; without one, cited evidence + notice.

@@ -534,6 +534,7 @@ def pieces_to_nodes(
         The nodes, in order.
     """
     page_spans = schema.page_spans_of(doc.metadata)
+    text_boxes = schema.text_boxes_of(doc.metadata)
     span_starts = [int(s) for _, s, _ in page_spans]
     base_meta = {
         k: v for k, v in doc.metadata.items() if k not in schema.DOCUMENT_ONLY_KEYS
@@ -569,6 +570,7 @@ def pieces_to_nodes(
             page_range=pages,
             kind=piece.kind,
             parse_path=parse_path(piece),
+            text_boxes=text_boxes,
         )
         if piece.kind == schema.KIND_TABLE:
             schema.set_table_facts(

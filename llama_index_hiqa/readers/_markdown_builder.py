@@ -22,7 +22,9 @@ _SPACE_RE = re.compile(r"\s+")
 class Parsed:
     """One file as the reader's engines return it (see ``schema`` for each fact's shape)."""
 
-    __slots__ = ("text", "page_spans", "headings", "body_size", "images", "title", "source_format", "ocr_pages")
+    __slots__ = (
+        "text", "page_spans", "headings", "body_size", "images", "title", "source_format", "ocr_pages", "text_boxes",
+    )
 
     def __init__(
         self,
@@ -34,10 +36,12 @@ class Parsed:
         title: str = "",
         source_format: str = "",
         ocr_pages: Iterable[int] = (),
+        text_boxes: Sequence[Sequence[Any]] = (),
     ) -> None:
         self.text, self.page_spans, self.headings = text, page_spans, headings
         self.body_size, self.images, self.title = body_size, images, title
         self.source_format, self.ocr_pages = source_format, list(ocr_pages)
+        self.text_boxes = list(text_boxes)  # PDFs only: HTML/DOCX nodes are located by their section
 
 
 def inline(text: str) -> str:

@@ -14,6 +14,7 @@ from collections import Counter
 from typing import Any, Dict, List, Optional, Sequence, Set, Tuple
 
 from llama_index_hiqa.headings import is_report_heading
+from llama_index_hiqa.schema import TEXT_BLOCK, TEXT_LINE
 from llama_index_hiqa.readers._page_layout import (
     PAGE_JOINER,
     PageItem,
@@ -128,7 +129,7 @@ def is_heading_candidate(settings: Any, line: "_Line", body_size: float) -> bool
 
 def render_fast(
     settings: Any, pdf: Any, pages: List["_PageLines"], body_size: float, running: Set[str], scanned: Sequence[int] = ()
-) -> Tuple[List[str], List[List[Any]]]:
+) -> Tuple[List[str], List[List[Any]], List[List[Any]]]:
     """The fast engine: each page's lines and ruled tables as Markdown, in reading order.
 
     Args:
@@ -140,12 +141,14 @@ def render_fast(
         scanned: Page numbers read by OCR (no unruled-table search there).
 
     Returns:
-        The Markdown of each page and the headings as ``[start, end, size, bold]``
-            document offsets.
+        The Markdown of each page, the headings as ``[start, end, size, bold]`` document
+            offsets and where each written line or table lies (``schema.TEXT_BOXES`` rows,
+            document offsets), both in text order.
     """
     levels = heading_levels(settings, pages, body_size)
     page_texts: List[str] = []
     headings: List[List[Any]] = []  # offsets relative to the page first, fixed below
+    page_boxes: List[List[List[Any]]] = []  # [start, end, bbox, kind], page-relative
     for page in pages:
         tables = ruled_tables(settings, pdf[page.number]) if settings.detect_tables else []
         if settings.detect_tables and settings.detect_unruled_tables and page.number not in scanned:
@@ -162,21 +165,29 @@ def render_fast(
         ordered = _reading_order(items, page.width)
         parts: List[str] = []
         page_heads: List[List[Any]] = []
+        boxes: List[List[Any]] = []
         offset = 0
         paragraph: List[str] = []
+        paragraph_boxes: List[Tuple[float, ...]] = []
         last_block: Optional[Tuple[int, Any]] = None
 
         def flush() -> None:
             nonlocal offset
             if paragraph:
                 chunk = " ".join(paragraph)
+                start = offset
+                for text, bbox in zip(paragraph, paragraph_boxes):
+                    boxes.append([start, start + len(text), bbox, TEXT_LINE])
+                    start += len(text) + 1
                 parts.append(chunk)
                 offset += len(chunk) + 2
                 paragraph.clear()
+                paragraph_boxes.clear()
 
-        for _, kind, payload in ordered:
+        for item_bbox, kind, payload in ordered:
             if kind == "table":
                 flush()
+                boxes.append([offset, offset + len(payload), item_bbox, TEXT_BLOCK])
                 parts.append(payload)
                 offset += len(payload) + 2
                 last_block = None
@@ -190,6 +201,7 @@ def render_fast(
                 level = levels.get(line.size)
                 rendered = ("#" * level + " " + text) if level else f"**{text}**"
                 page_heads.append([offset, offset + len(rendered), line.size, line.bold])
+                boxes.append([offset, offset + len(rendered), line.bbox, TEXT_LINE])
                 parts.append(rendered)
                 offset += len(rendered) + 2
                 last_block = None
@@ -197,18 +209,23 @@ def render_fast(
             if last_block is not None and last_block != line.block:
                 flush()
             paragraph.append(text)
+            paragraph_boxes.append(line.bbox)
             last_block = line.block
         flush()
         page_texts.append("\n\n".join(parts))
         headings.append(page_heads)
-    # Convert page-relative heading offsets to document offsets.
+        page_boxes.append(boxes)
+    # Convert page-relative offsets to document offsets.
     absolute: List[List[Any]] = []
+    located: List[List[Any]] = []
     start = 0
-    for text, heads in zip(page_texts, headings):
+    for page, text, heads, boxes in zip(pages, page_texts, headings, page_boxes):
         for s, e, size, bold in heads:
             absolute.append([start + s, start + e, size, bool(bold)])
+        for s, e, bbox, kind in boxes:
+            located.append([page.number, start + s, start + e, *bbox[:4], kind])
         start += len(text) + len(PAGE_JOINER)
-    return page_texts, absolute
+    return page_texts, absolute, located
 
 def ruled_tables(settings: Any, page: Any) -> List[Tuple[Tuple[float, float, float, float], str]]:
     """Ruled tables of a page as (bbox, Markdown), from the page's grid of rules and words.
@@ -286,6 +303,49 @@ def render_pymupdf4llm(settings: Any, pdf: Any, pages: List["_PageLines"], runni
             for t in texts
         ]
     return [t.strip() for t in texts]
+
+def locate_lines(
+    settings: Any, text: str, spans: List[List[int]], pages: List["_PageLines"], running: Set[str]
+) -> List[List[Any]]:
+    """Where each text line of the pages lies in pymupdf4llm's Markdown (``schema.TEXT_BOXES`` rows).
+
+    Each line is searched for after the previous one found on its page; a line written
+    differently (a table cell, a line pymupdf4llm joined or reordered) is searched for from
+    the page's start, and left out when it is not there.
+
+    Args:
+        settings: The reader (its layout settings).
+        text: The document's Markdown.
+        spans: ``[page, start, end]`` of each page in ``text``.
+        pages: The pages' lines.
+        running: The running lines to leave out.
+
+    Returns:
+        ``[page, start, end, x0, y0, x1, y1, kind]`` rows, sorted by ``start``.
+    """
+    found: List[List[Any]] = []
+    for (_, start, end), page in zip(spans, pages):
+        cursor = start
+        for line in page.lines:
+            needle = line.text.strip()
+            if not needle or is_running(settings, line, page, running):
+                continue
+            idx = text.find(needle, cursor, end)
+            if idx < 0:
+                idx = text.find(needle, start, end)
+                if idx < 0:
+                    continue
+            else:
+                cursor = idx + len(needle)
+            found.append([page.number, idx, idx + len(needle), *line.bbox[:4], TEXT_LINE])
+    found.sort(key=lambda row: row[1])
+    # Boxes of one document never overlap in characters: a repeated line found twice keeps one.
+    kept: List[List[Any]] = []
+    for row in found:
+        if not kept or row[1] >= kept[-1][2]:
+            kept.append(row)
+    return kept
+
 
 def locate_headings(
     settings: Any, text: str, spans: List[List[int]], pages: List["_PageLines"], body_size: float, running: Set[str]

@@ -19,6 +19,9 @@ the embedding model or the LLM (every key is hidden with [`schema.hide_from_view
   ``#`` lines are the headings (font size 0.0 = unknown, bold ``True``).
 * ``IMAGES``: ``[{"page", "bbox", "caption", "char_offset", "xref", "file"}, ...]``: ``file``
   is the name the image is saved under by content hash ([`llama_index_hiqa.figures.save_figures`][llama_index_hiqa.figures.save_figures]).
+* ``TEXT_BOXES`` (PDFs): where every written line and table of ``Document.text`` lies on its
+  page (the text layer's boxes, the OCR boxes on scanned pages), from which each node keeps
+  the rectangles its own characters cover (``schema.PAGE_BOXES``).
 
 Three engines (``engine=``), chosen by measured pages per second (``benchmarks/bench_reader.py``,
 section "PDF reader speed" of ``benchmarks/RESULTS.md``):
@@ -71,6 +74,7 @@ from llama_index_hiqa.readers._pdf_integrity import (
 from llama_index_hiqa.readers._pdf_render import (
     _MD_MARKS_RE,
     locate_headings,
+    locate_lines,
     render_fast,
     render_pymupdf4llm,
     running_lines,
@@ -350,6 +354,8 @@ class PDFLayoutReader(BasePydanticReader):
         schema.set_images(metadata, parsed.images)
         if parsed.ocr_pages:
             schema.set_ocr_pages(metadata, parsed.ocr_pages)
+        if parsed.text_boxes:
+            schema.set_text_boxes(metadata, parsed.text_boxes)
         # id_ is the ref_doc_id a docstore upserts by: re-ingesting the file replaces it.
         document = Document(text=parsed.text, id_=document_id, metadata=metadata)
         schema.hide_from_views(document)
@@ -400,25 +406,28 @@ def parse_pdf(settings: Any, path: Path) -> _Parsed:
             raise EmptyDocumentError(path, f"the PDF has no extractable text ({reason})")
         body_size = _body_font_size(pages)
         running = running_lines(settings, pages) if settings.remove_running_lines else set()
+        boxes: Optional[List[List[Any]]] = None
         if settings.engine == "fast":
-            page_texts, headings = render_fast(settings, pdf, pages, body_size, running, ocr_pages)
+            page_texts, headings, boxes = render_fast(settings, pdf, pages, body_size, running, ocr_pages)
         else:
             page_texts = render_pymupdf4llm(settings, pdf, pages, running)
             if ocr_pages:  # pymupdf4llm sees no text on a scan: its OCR lines, rendered here
-                scanned, _ = render_fast(settings, pdf, [pages[n] for n in ocr_pages], body_size, running)
+                scanned, _, _ = render_fast(settings, pdf, [pages[n] for n in ocr_pages], body_size, running)
                 for number, page_text in zip(ocr_pages, scanned):
                     page_texts[number] = page_text
             headings = None
         text, spans = _join_pages(page_texts)
         if headings is None:
             headings = locate_headings(settings, text, spans, pages, body_size, running)
+        if boxes is None:
+            boxes = locate_lines(settings, text, spans, pages, running)
         images = pdf_images(settings, pdf, pages, text, spans, set(ocr_pages))
         title = document_title(
             [CoverLine(ln.text, ln.size, ln.bold, page.number) for page in pages[:COVER_PAGES] for ln in page.lines],
             (pdf.metadata or {}).get("title") or "",
             path.stem,
         )
-        return _Parsed(text, spans, headings, body_size, images, title, schema.FORMAT_PDF, ocr_pages)
+        return _Parsed(text, spans, headings, body_size, images, title, schema.FORMAT_PDF, ocr_pages, boxes)
     finally:
         pdf.close()
 
