@@ -20,7 +20,8 @@ a write was waiting for before segments). Before the adds, a fresh process opens
 at the end its bytes a node are measured against the nodes' own (``fbbytes``). Writes the "BM25
 segments" section of RESULTS.md and ``benchmarks/bm25_segments.json`` (the results of other
 stores and of ``--route-only`` already there are kept). The store is modified (the added
-documents stay).
+documents stay). ``--single-adds K`` instead adds K documents one at a time, a question after
+each (one timing on a shared machine swings with its load; K give a median).
 """
 
 from __future__ import annotations
