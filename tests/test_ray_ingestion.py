@@ -78,7 +78,7 @@ def scripted_answer(prompt):
 
 @pytest.fixture(scope="module")
 def documents():
-    return PDFLayoutReader().load_data(sorted(DEMO_DATA_DIR.glob("*.pdf"))[:2])
+    return PDFLayoutReader().load_data(sorted(DEMO_DATA_DIR.glob("*.pdf"))[:1])
 
 
 def _same_nodes(plain, on_ray, vector_tolerance=0.0):
@@ -173,6 +173,11 @@ def _top5(pack):
     return [[(schema.get_document_id(h.node), schema.get_position(h.node)) for h in pack.retrieve(q)[:5]] for q in QUESTIONS]
 
 
+# Rules-only keywords: spaCy's NER model loads in ~5 s per worker, and the keyword extractor
+# itself runs under Ray in the transformation tests above.
+PACK = {"ingest_batch_size": 3, "keywords": {"use_ner": False}}
+
+
 @pytest.fixture(scope="module")
 def folder(tmp_path_factory):
     target = tmp_path_factory.mktemp("ray") / "docs"
@@ -182,13 +187,13 @@ def folder(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def one_process(folder):
-    pack = HiQAPack.empty(embed_model=HashEmbedding(), ingest_batch_size=3)
+    pack = HiQAPack.empty(embed_model=HashEmbedding(), **PACK)
     pack.add_directory(folder)
     return pack
 
 
 def test_ray_ingestion_writes_the_store_one_process_writes(cluster, folder, one_process):
-    pack = HiQAPack.empty(embed_model=HashEmbedding(), ingest_batch_size=3)
+    pack = HiQAPack.empty(embed_model=HashEmbedding(), **PACK)
     report = pack.add_directory(folder, executor=RayExecutor(workers=2))
     assert pack.document_ids == one_process.document_ids
     assert _snapshot(pack) == _snapshot(one_process)
@@ -219,7 +224,7 @@ class DyingOnceEmbedding(HashEmbedding):
 
 def test_a_killed_worker_is_restarted_and_nothing_is_lost_or_doubled(cluster, folder, one_process, tmp_path):
     marker = tmp_path / "killed"
-    pack = HiQAPack.empty(embed_model=DyingOnceEmbedding(marker=str(marker)), ingest_batch_size=3)
+    pack = HiQAPack.empty(embed_model=DyingOnceEmbedding(marker=str(marker)), **PACK)
     report = pack.add_directory(folder, executor=RayExecutor(workers=2))
     assert marker.exists()  # a worker did die mid-batch
     assert _snapshot(pack) == _snapshot(one_process)  # every node once, in order, same vectors
@@ -232,10 +237,12 @@ def test_importing_the_pack_does_not_import_ray():
     assert out.stdout.strip() == "False"
 
 
-def test_the_cli_runs_ingest_on_ray(cluster, folder, tmp_path, one_process, capsys):
-    from llama_index_hiqa.cli import main
+def test_the_cli_ray_flag_names_the_cluster_and_its_workers(tmp_path):
+    from llama_index_hiqa.cli import _ray_executor, build_parser
 
-    store = tmp_path / "store"
-    # The cluster is running in this process: --ray joins it rather than starting another.
-    assert main(["ingest", str(folder), "--store", str(store), "--ray", "--workers", "2", "--quiet"]) == 0
-    assert "10 document(s)" in capsys.readouterr().out
+    def executor(*flags):
+        return _ray_executor(build_parser().parse_args(["ingest", str(tmp_path), "--store", str(tmp_path / "s"), *flags]))
+
+    assert executor() is None  # no --ray: this machine's processes
+    assert executor("--ray") == RayExecutor()  # the cluster Ray finds, else one started here
+    assert executor("--ray", "ray://head:10001", "--workers", "6") == RayExecutor(address="ray://head:10001", workers=6)
