@@ -46,7 +46,8 @@ class WorkerKiller:
     """SIGKILLs one Ray worker actor (a child process running the ingestion) after ``delay`` s."""
 
     def __init__(self, delay: float) -> None:
-        self.delay, self.killed: Optional[int] = delay, None
+        self.delay = delay
+        self.killed: Optional[int] = None
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 

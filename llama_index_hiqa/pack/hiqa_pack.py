@@ -589,10 +589,10 @@ class HiQAPack:
         if executor is not None and root.is_dir():
             plan = plan_folder(root, SUPPORTED_SUFFIXES, recursive, reader.follow_symlinks)
             failures: List[DocumentReadError] = list(plan.skipped)
-            files = [(f.path, f.document_id) for f in plan.files if not unchanged(f.document_id, f.path)]
+            to_read = [(f.path, f.document_id) for f in plan.files if not unchanged(f.document_id, f.path)]
             progress = ingest_kwargs.get("progress")
             saver = Checkpointer(ingest_kwargs.get("checkpoint"), ingest_kwargs.get("checkpoint_seconds"))
-            batches = executor.written_batches(files, self, report, failures, ingest_kwargs.get("batch_size"))
+            batches = executor.written_batches(to_read, self, report, failures, ingest_kwargs.get("batch_size"))
             self._write_batches(batches, report, report.documents_planned, progress, saver)
         else:
             self.ingest(reader.lazy_load_data(root, skip=unchanged), report=report, **ingest_kwargs)

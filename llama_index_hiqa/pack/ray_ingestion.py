@@ -24,6 +24,7 @@ Ray is never imported by ``import llama_index_hiqa``; only running a ``RayExecut
 
 from __future__ import annotations
 
+import importlib
 import logging
 import os
 import pickle
@@ -70,6 +71,11 @@ def import_ray() -> Any:
     return ray
 
 
+def _cloudpickle() -> Any:
+    """Ray's cloudpickle (what Ray sends arguments with): functions and classes of a script by value."""
+    return importlib.import_module("ray.cloudpickle")
+
+
 def checked_for_workers(name: str, component: Any) -> bytes:
     """``component`` pickled as Ray sends it to a worker (cloudpickle), checked to come back whole.
 
@@ -87,8 +93,7 @@ def checked_for_workers(name: str, component: Any) -> bytes:
     Raises:
         UnserializableComponentError: it does not pickle, or comes back as something else.
     """
-    from ray import cloudpickle
-
+    cloudpickle = _cloudpickle()
     try:
         blob: bytes = cloudpickle.dumps(component)
         back = cloudpickle.loads(blob)
@@ -203,8 +208,7 @@ class RayExecutor(SettingsModel):
             embed_model: the embedding model.
 
         Yields:
-            One [`BatchResult`][llama_index_hiqa.pack.ray_ingestion.BatchResult] per batch, in
-            the order of ``batches``.
+            One ``BatchResult`` per batch, in the order of ``batches``.
 
         Raises:
             ExtraNotInstalledError: Ray is not installed.
@@ -213,8 +217,7 @@ class RayExecutor(SettingsModel):
         if not batches:
             return
         ray = import_ray()
-        from ray import cloudpickle
-
+        cloudpickle = _cloudpickle()
         checked_for_workers("llm", llm)
         checked_for_workers("embed_model", embed_model)
         threads = max(1, int(self.cpus_per_worker))
