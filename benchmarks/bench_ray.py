@@ -42,55 +42,40 @@ import psutil  # noqa: E402
 SECTION, TITLE = "ray", "Ray ingestion"
 
 
-class WorkerKiller:
-    """SIGKILLs one Ray worker actor (a child process running the ingestion) after ``delay`` s."""
-
-    def __init__(self, delay: float) -> None:
-        self.delay = delay
-        self.killed: Optional[int] = None
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self) -> None:
-        if self._stop.wait(self.delay):
-            return
-        while not self._stop.wait(0.2) and self.killed is None:
-            for child in psutil.Process().children(recursive=True):
-                try:
-                    if "MapWorker" in " ".join(child.cmdline()) or "IngestionActor" in child.name():
-                        os.kill(child.pid, signal.SIGKILL)
-                        self.killed = child.pid
-                        return
-                except (psutil.Error, ProcessLookupError):
-                    pass
-
-    def __enter__(self) -> "WorkerKiller":
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self._stop.set()
-        self._thread.join()
+def kill_one_worker(killed: List[int]) -> None:
+    """SIGKILL one Ray worker actor (a child process running the ingestion); its pid goes in ``killed``."""
+    deadline = time.monotonic() + 60
+    while not killed and time.monotonic() < deadline:
+        for child in psutil.Process().children(recursive=True):
+            try:
+                if "MapWorker" in " ".join(child.cmdline()):
+                    os.kill(child.pid, signal.SIGKILL)
+                    killed.append(child.pid)
+                    return
+            except (psutil.Error, ProcessLookupError):
+                pass
+        time.sleep(0.2)
 
 
-def build(folder: Path, questions: List[str], label: str, workers: int = 1, ray_workers: Optional[int] = None,
-          kill_after: Optional[float] = None) -> Dict[str, Any]:
+def build(folder: Path, questions: List[str], label: str, batch_size: int, workers: int = 1,
+          ray_workers: Optional[int] = None, kill_after: Optional[float] = None) -> Dict[str, Any]:
     """One build into an empty store; returns its figures and the store's content."""
     import numpy as np
 
     from llama_index_hiqa import HiQAPack, RayExecutor, schema
 
-    pack = HiQAPack.empty(ingest_workers=workers)
+    pack = HiQAPack.empty(ingest_workers=workers, ingest_batch_size=batch_size)
     executor = RayExecutor(workers=ray_workers, num_cpus=2) if ray_workers else None
-    killer = WorkerKiller(kill_after) if kill_after is not None else None
+    killed: List[int] = []
+    killer = threading.Timer(kill_after, kill_one_worker, args=(killed,)) if kill_after is not None else None
     watcher = WorkerMemory()
     start = time.perf_counter()
     with watcher:
         if killer is not None:
-            with killer:
-                report = pack.add_directory(folder, executor=executor)
-        else:
-            report = pack.add_directory(folder, executor=executor)
+            killer.start()
+        report = pack.add_directory(folder, executor=executor)
+    if killer is not None:
+        killer.cancel()
     wall = time.perf_counter() - start
     nodes = pack.nodes
     content = [(schema.get_document_id(n), schema.get_position(n), n.get_content()) for n in nodes]
@@ -100,7 +85,7 @@ def build(folder: Path, questions: List[str], label: str, workers: int = 1, ray_
     return {
         "label": label, "wall": wall, "nodes": len(nodes), "stages": dict(report.seconds), "content": content,
         "vectors": vectors, "top5": top5, "driver_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-        "worker_rss_mib": watcher.peak_mib, "killed": killer.killed if killer else None,
+        "worker_rss_mib": watcher.peak_mib, "killed": killed[0] if killed else None,
         "doubled": len(report.node_ids) - len(set(report.node_ids)),
     }
 
@@ -108,23 +93,22 @@ def build(folder: Path, questions: List[str], label: str, workers: int = 1, ray_
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--filings", type=int, default=3, help="first N FinanceBench PDFs by file name")
+    parser.add_argument("--batch-size", type=int, default=1, help="ingest_batch_size: files a batch, the unit of work")
     parser.add_argument("--kill-after", type=float, default=20.0, help="seconds into the killed run")
     args = parser.parse_args(argv)
-    data = shared_data.financebench_dir()
-    if data is None:
-        print("SKIP: FinanceBench not found (set HIQA_DATA_DIR)")
+    pdfs = shared_data.first_financebench_pdfs(args.filings)
+    if pdfs is None:
         return
-    pdfs = sorted((data / "pdfs").glob("*.pdf"))[: args.filings]
     folder = Path(tempfile.mkdtemp(prefix="bench_ray_docs_"))
     for pdf in pdfs:
         shutil.copy(pdf, folder / pdf.name)
     questions = [q.question for q in shared_data.load_financebench_questions()]
     runs = [
-        build(folder, questions, "1 process"),
-        build(folder, questions, "--workers 2", workers=2),
-        build(folder, questions, "Ray, 1 worker", ray_workers=1),
-        build(folder, questions, "Ray, 2 workers", ray_workers=2),
-        build(folder, questions, "Ray, 2 workers, one killed", ray_workers=2, kill_after=args.kill_after),
+        build(folder, questions, "1 process", args.batch_size),
+        build(folder, questions, "--workers 2", args.batch_size, workers=2),
+        build(folder, questions, "Ray, 1 worker", args.batch_size, ray_workers=1),
+        build(folder, questions, "Ray, 2 workers", args.batch_size, ray_workers=2),
+        build(folder, questions, "Ray, 2 workers, one killed", args.batch_size, ray_workers=2, kill_after=args.kill_after),
     ]
     base, pool = runs[0], runs[1]
     rows = []
@@ -148,7 +132,8 @@ def main(argv=None) -> None:
     )
     body = (
         f"The first {len(pdfs)} FinanceBench PDFs by file name ({', '.join(p.stem for p in pdfs)}; a subset: the 46 "
-        f"filings take ~16 min a run on these 2 shared cores), every default, the shared vector cache by content "
+        f"filings take ~16 min a run on these 2 shared cores), every default but `ingest_batch_size={args.batch_size}` "
+        f"(a batch is the unit of work: with 8, two filings are one batch and one worker), the shared vector cache by content "
         f"hash (`HIQA_CACHE_DIR`; warm after the first run, so embedding costs a lookup: parsing, keywords and "
         f"the cascade dominate); Ray on a local cluster started per run with `num_cpus=2`; {cores} cores; "
         f"commit {git_commit()}. Top 5 over the {len(questions)} FinanceBench questions. Node ids are uuid4 per "
