@@ -231,6 +231,15 @@ def test_a_killed_worker_is_restarted_and_nothing_is_lost_or_doubled(cluster, fo
     assert report.nodes_added == pack.node_count == len(set(report.node_ids))
 
 
+def test_without_the_extra_ray_ingestion_names_it(monkeypatch):
+    from llama_index_hiqa import ExtraNotInstalledError
+    from llama_index_hiqa.pack.ray_ingestion import import_ray
+
+    monkeypatch.setitem(sys.modules, "ray", None)  # as if not installed
+    with pytest.raises(ExtraNotInstalledError, match=r"llama-index-hiqa\[ray\]"):
+        import_ray()
+
+
 def test_importing_the_pack_does_not_import_ray():
     code = "import sys, llama_index_hiqa; from llama_index_hiqa import RayExecutor, DocumentChain; print('ray' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=60, check=True)
