@@ -280,7 +280,7 @@ class RayExecutor(SettingsModel):
             rows = [{"seq": i, "job": pickle.dumps(list(batch))} for i, batch in enumerate(batches)]
             dataset = ray.data.from_items(rows, override_num_blocks=len(rows)).map_batches(
                 IngestionActor, fn_constructor_kwargs={"setup": setup}, batch_size=1, batch_format="numpy",
-                concurrency=workers, num_cpus=self.cpus_per_worker,
+                compute=ray.data.ActorPoolStrategy(size=workers), num_cpus=self.cpus_per_worker,
             )
             expected = 0
             for row in dataset.iter_rows():
