@@ -117,7 +117,7 @@ def test_node_by_node_transformations_give_the_plain_pipeline_nodes(cluster, doc
     the Ray vectors are computed there, not read back)."""
     onnx = default_embed_model(None).inner
     components = [
-        (MarkdownFormatterParser, {"llm": ScriptedLLM(scripted_answer), "id_func": node_id}),
+        (MarkdownFormatterParser, {"llm": ScriptedLLM(scripted_answer), "id_func": node_id, "retry_backoff_seconds": 0.0}),
         (CriticalKeywordExtractor, {}),
         (CachedEmbedding, {"inner": onnx, "cache_path": str(tmp_path / "plain.sqlite")}),
     ]
@@ -145,7 +145,7 @@ def test_document_wide_transformations_run_in_a_document_chain(cluster, document
     assert any(schema.IMAGE_DESCRIPTION in n.metadata for n in on_ray)  # the views around figures
 
 
-def test_a_component_that_does_not_survive_pickling_is_refused_by_name(cluster, tmp_path):
+def test_a_component_that_does_not_survive_pickling_is_refused_by_name():
     from llama_index_hiqa.pack.ray_ingestion import checked_for_workers
 
     with pytest.raises(UnserializableComponentError, match=r"embed_model \(LockedEmbedding\)"):
@@ -192,24 +192,6 @@ def one_process(folder):
     return pack
 
 
-def test_ray_ingestion_writes_the_store_one_process_writes(cluster, folder, one_process):
-    pack = HiQAPack.empty(embed_model=HashEmbedding(), **PACK)
-    report = pack.add_directory(folder, executor=RayExecutor(workers=2))
-    assert pack.document_ids == one_process.document_ids
-    assert _snapshot(pack) == _snapshot(one_process)
-    assert _top5(pack) == _top5(one_process)
-    assert report.documents_added == 10 and report.nodes_added == pack.node_count == one_process.node_count
-    assert report.seconds["read"] > 0 and report.seconds["embed"] > 0  # booked from the workers
-    again = pack.add_directory(folder, executor=RayExecutor(workers=2))  # unchanged files never reach Ray
-    assert (again.documents_added, again.nodes_added, again.documents_unchanged) == (0, 0, 10)
-    # A touched file with the same text is read on a worker and left unchanged by its hash.
-    touched = sorted(folder.glob("*.pdf"))[0]
-    os.utime(touched, ns=(touched.stat().st_atime_ns, touched.stat().st_mtime_ns + 10**9))
-    third = pack.add_directory(folder, executor=RayExecutor(workers=2))
-    assert (third.documents_added, third.documents_replaced, third.documents_unchanged) == (0, 0, 10)
-    assert pack.file_stats[touched.stem][1] == touched.stat().st_mtime_ns
-
-
 class DyingOnceEmbedding(HashEmbedding):
     """Kills its own worker process the first time it embeds (the marker file says it did)."""
 
@@ -222,13 +204,30 @@ class DyingOnceEmbedding(HashEmbedding):
         return super()._get_text_embeddings(texts)
 
 
-def test_a_killed_worker_is_restarted_and_nothing_is_lost_or_doubled(cluster, folder, one_process, tmp_path):
+def test_ray_ingestion_writes_the_store_one_process_writes_though_a_worker_is_killed(
+    cluster, folder, one_process, tmp_path
+):
+    """One worker kills itself mid-batch: Ray restarts it and runs the batch again, and the
+    store still holds every node of one process once, in order, with the same vectors and
+    rankings (the embedding is the pack tests' hashing one, in a subclass that dies once)."""
     marker = tmp_path / "killed"
     pack = HiQAPack.empty(embed_model=DyingOnceEmbedding(marker=str(marker)), **PACK)
     report = pack.add_directory(folder, executor=RayExecutor(workers=2))
     assert marker.exists()  # a worker did die mid-batch
-    assert _snapshot(pack) == _snapshot(one_process)  # every node once, in order, same vectors
-    assert report.nodes_added == pack.node_count == len(set(report.node_ids))
+    assert pack.document_ids == one_process.document_ids
+    assert _snapshot(pack) == _snapshot(one_process)
+    assert _top5(pack) == _top5(one_process)
+    assert report.documents_added == 10 and report.nodes_added == pack.node_count == one_process.node_count
+    assert len(set(report.node_ids)) == len(report.node_ids)  # nothing written twice
+    assert report.seconds["read"] > 0 and report.seconds["embed"] > 0  # booked from the workers
+    again = pack.add_directory(folder, executor=RayExecutor(workers=2))  # unchanged files never reach Ray
+    assert (again.documents_added, again.nodes_added, again.documents_unchanged) == (0, 0, 10)
+    # A touched file with the same text is read on a worker and left unchanged by its hash.
+    touched = sorted(folder.glob("*.pdf"))[0]
+    os.utime(touched, ns=(touched.stat().st_atime_ns, touched.stat().st_mtime_ns + 10**9))
+    third = pack.add_directory(folder, executor=RayExecutor(workers=2))
+    assert (third.documents_added, third.documents_replaced, third.documents_unchanged) == (0, 0, 10)
+    assert pack.file_stats[touched.stem][1] == touched.stat().st_mtime_ns
 
 
 def test_without_the_extra_ray_ingestion_names_it(monkeypatch):
