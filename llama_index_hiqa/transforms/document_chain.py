@@ -21,15 +21,23 @@ and, with ``llama-index-ingestion-ray`` installed,
 
 from __future__ import annotations
 
-from typing import Any, List, Sequence
+from typing import Any, ClassVar, List, Sequence, Tuple
 
 from llama_index.core.bridge.pydantic import Field
 from llama_index.core.schema import BaseNode, TransformComponent
 
+from llama_index_hiqa.component_dict import PartsRoundTrip
 
-class DocumentChain(TransformComponent):
+
+class DocumentChain(PartsRoundTrip, TransformComponent):
     """Runs ``transformations`` one after another on the same batch (``nodes`` in, nodes out),
-    as ``IngestionPipeline`` runs its list, but as one transformation that can be sent to a worker."""
+    as ``IngestionPipeline`` runs its list, but as one transformation that can be sent to a worker.
+
+    Its transformations are a part: ``to_dict`` records them by class name, ``from_dict`` takes
+    them back (``from_dict(data, transformations=[...])``); pickled, the chain goes whole.
+    """
+
+    part_names: ClassVar[Tuple[str, ...]] = ("transformations",)
 
     transformations: List[TransformComponent] = Field(
         description="The transformations, in order; the first usually a parser taking documents."
