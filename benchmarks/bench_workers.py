@@ -100,11 +100,9 @@ def main(argv=None) -> None:
     parser.add_argument("--workers", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--batch-size", type=int, default=8, help="ingest_batch_size (documents a batch)")
     args = parser.parse_args(argv)
-    folder = shared_data.financebench_dir()
-    if folder is None:
-        print("SKIP: FinanceBench not found (set HIQA_DATA_DIR)")
+    pdfs = shared_data.first_financebench_pdfs(args.filings)
+    if pdfs is None:
         return
-    pdfs = sorted((folder / "pdfs").glob("*.pdf"))[: args.filings]
     runs = [build(pdfs, w, args.batch_size) for w in args.workers]
     base = runs[0]
     rows = []

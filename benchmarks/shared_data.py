@@ -51,6 +51,15 @@ def financebench_dir(root: Optional[Path] = None) -> Optional[Path]:
     return path if path and path.is_dir() else None
 
 
+def first_financebench_pdfs(count: int, root: Optional[Path] = None) -> Optional[List[Path]]:
+    """The first ``count`` FinanceBench PDFs by file name, None without the data (printed as SKIP)."""
+    folder = financebench_dir(root)
+    if folder is None:
+        print("SKIP: FinanceBench not found (set HIQA_DATA_DIR)")
+        return None
+    return sorted((folder / "pdfs").glob("*.pdf"))[:count]
+
+
 def load_financebench_questions(root: Optional[Path] = None) -> List[EvalQuestion]:
     """The questions whose evidence filings are all available (86 of 95); gold = (filing, page)."""
     folder = financebench_dir(root)

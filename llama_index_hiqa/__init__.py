@@ -108,9 +108,13 @@ _EXPORTS: Dict[str, str] = {
     "RouteFailedEvent": "llama_index_hiqa.events",
     "MultiRouteRetrievalEndEvent": "llama_index_hiqa.events",
     "IngestionReport": "llama_index_hiqa.pack.ingestion",
+    "RayExecutor": "llama_index_hiqa.pack.ray_ingestion",
+    "DocumentChain": "llama_index_hiqa.transforms.document_chain",
     "UndecodableTextError": "llama_index_hiqa.errors",
     "SkippedDocumentError": "llama_index_hiqa.errors",
     "IngestionWorkerError": "llama_index_hiqa.errors",
+    "ExtraNotInstalledError": "llama_index_hiqa.errors",
+    "UnserializableComponentError": "llama_index_hiqa.errors",
     #
     # -- LLMs over HTTP, streaming, figures
     "llm_from_spec": "llama_index_hiqa.models.llm_spec",
@@ -193,6 +197,8 @@ if TYPE_CHECKING:
         UndecodableTextError as UndecodableTextError,
         SkippedDocumentError as SkippedDocumentError,
         IngestionWorkerError as IngestionWorkerError,
+        ExtraNotInstalledError as ExtraNotInstalledError,
+        UnserializableComponentError as UnserializableComponentError,
         LLMConfigError as LLMConfigError,
         UnknownEmbedBackendError as UnknownEmbedBackendError,
     )
@@ -284,6 +290,8 @@ if TYPE_CHECKING:
         LLMCallFailedEvent as LLMCallFailedEvent,
     )
     from llama_index_hiqa.pack.ingestion import IngestionReport as IngestionReport
+    from llama_index_hiqa.pack.ray_ingestion import RayExecutor as RayExecutor
+    from llama_index_hiqa.transforms.document_chain import DocumentChain as DocumentChain
     from llama_index_hiqa.models.llm_spec import llm_from_spec as llm_from_spec
     from llama_index_hiqa.models.llm_calls import LLMCallPolicy as LLMCallPolicy
     from llama_index_hiqa.testing.openai_server import (

@@ -246,7 +246,7 @@ def _ingest(args: argparse.Namespace, llm: Any, folder: Path, store: Any, settin
         with _stage_ticker(running, started, quiet=args.quiet):
             report = pack.add_directory(
                 folder, recursive=args.recursive, progress=progress, report=running,
-                shard=args.shard_range,
+                shard=args.shard_range, executor=_ray_executor(args),
                 checkpoint=checkpoint, checkpoint_seconds=args.checkpoint_minutes * 60,
             )
     finally:
@@ -269,6 +269,16 @@ def _ingest(args: argparse.Namespace, llm: Any, folder: Path, store: Any, settin
         f"({report.summary()}{gone})"
     )
     return 0
+
+
+def _ray_executor(args: argparse.Namespace) -> Any:
+    """``--ray [ADDRESS]``: the cluster the files are read, parsed and embedded on (None without --ray)."""
+    if args.ray is None:
+        return None
+    from llama_index_hiqa.pack.ray_ingestion import RayExecutor, import_ray
+
+    import_ray()  # the [ray] extra missing fails here, before any file is listed
+    return RayExecutor(address=args.ray or None, workers=args.workers if args.workers > 1 else None)
 
 
 def _cmd_delete(args: argparse.Namespace) -> int:
@@ -518,6 +528,12 @@ def _add_ingest(sub: Any) -> None:
     ing.add_argument(
         "--workers", type=_positive_int, default=1,
         help="processes that parse, augment and embed at once (default 1; at most the cores there are helps)",
+    )
+    ing.add_argument(
+        "--ray", nargs="?", const="", default=None, metavar="ADDRESS",
+        help="read, parse, augment and embed on a Ray cluster (the [ray] extra; the folder at the same path on "
+        "every machine), writing here: ADDRESS (ray://head:10001 or head:6379) joins that cluster; without it "
+        "the one RAY_ADDRESS or `ray start` names, else one started on this machine. --workers N: N Ray workers",
     )
     ing.add_argument("--embed-backend", choices=_LazyChoices(_embed_backends), metavar="BACKEND",
                      help="how the packaged embedding model runs: %(choices)s (default: the pack's measured default)")

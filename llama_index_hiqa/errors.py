@@ -223,6 +223,29 @@ class IngestionWorkerError(HiQAError):
         )
 
 
+class ExtraNotInstalledError(HiQAError, ImportError):
+    """A feature needs an optional part of the pack that is not installed: ``extra`` is the pip
+    extra (``ray``), ``package`` the missing module; the message says the install command."""
+
+    def __init__(self, feature: str, extra: str, package: str) -> None:
+        self.feature = feature
+        self.extra = extra
+        self.package = package
+        super().__init__(
+            f"{feature} needs the {extra!r} extra ({package} is not installed): pip install 'llama-index-hiqa[{extra}]'"
+        )
+
+
+class UnserializableComponentError(HiQAError, TypeError):
+    """A component cannot be sent to another process or machine (a Ray worker): it does not
+    pickle, or pickling drops a part it needs. Names the component and the reason; raised
+    before any work is sent."""
+
+    def __init__(self, component: str, reason: str) -> None:
+        self.component = component
+        super().__init__(f"{component} cannot be sent to a worker: {reason}")
+
+
 class MissingExtraError(DocumentReadError):
     """A file needs an optional part of the pack that is not installed: ``extra`` is the
     pip extra (``ocr``, ``html``, ``docx``), ``package`` the missing module; the message says

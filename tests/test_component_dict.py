@@ -45,6 +45,8 @@ COMPONENTS = {
     "SegmentIntegrationPostprocessor": (lambda tmp, parts: hiqa.SegmentIntegrationPostprocessor(
         preset="precision", max_length=3, **parts),
         {"reranker": SimilarityPostprocessor(), "embed_model": HashingEmbedding(dim=8), "docstore": SimpleDocumentStore()}),
+    "DocumentChain": (lambda tmp, parts: hiqa.DocumentChain(**parts),
+                      {"transformations": [hiqa.LayoutMarkdownParser(max_segment_tokens=100), hiqa.CascadingMetadataTransform()]}),
     "MatrixVectorStore": (lambda tmp, parts: hiqa.MatrixVectorStore(), {}),
     "PDFLayoutReader": (lambda tmp, parts: hiqa.PDFLayoutReader(), {}),
 }

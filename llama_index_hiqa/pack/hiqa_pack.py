@@ -83,6 +83,7 @@ from llama_index_hiqa.views.explanation import Explanation, explain_nodes
 from llama_index_hiqa.transforms.critical_keywords import CriticalKeywordExtractor
 
 if TYPE_CHECKING:
+    from llama_index_hiqa.pack.ray_ingestion import RayExecutor
     from llama_index_hiqa.storage.postgres import PostgresStore
 
 logger = logging.getLogger(__name__)
@@ -461,20 +462,27 @@ class HiQAPack:
             What was added, replaced or left unchanged, and the time per stage.
         """
         report = report if report is not None else IngestionReport()
-        saver = Checkpointer(checkpoint, checkpoint_seconds)
         planned = self._planned_batches(checked_documents(documents), batch_size, report)
         runner = batch_runner(
             self.config.ingest_workers, self.config, self.llm, self.embed_model, report,
             keywords=self._keyword_extractor(),
         )
-        # One bar over the whole run (the per-batch bars of LlamaIndex's stages restart each
-        # batch): documents indexed or found unchanged, with the run's ETA.
         total = report.documents_planned
         if total is None and isinstance(documents, Sized):  # a list of documents; a generator has no total
             total = len(documents)
+        with runner:
+            self._write_batches(runner(planned), report, total, progress, Checkpointer(checkpoint, checkpoint_seconds))
+        return report
+
+    def _write_batches(
+        self, batches: Iterable[Tuple[List[Document], List[BaseNode]]], report: IngestionReport,
+        total: Optional[int], progress: Optional[Callable[[IngestionReport], Any]], saver: Checkpointer,
+    ) -> None:
+        """Write each ``(new and changed documents, their nodes)`` as one unit, in order, with
+        one progress bar over the run (documents indexed or found unchanged, and its ETA)."""
         bar = tqdm(total=total, desc="indexing", unit="doc", disable=not self.config.show_progress)
-        with self.backend.bulk_writes(), runner, bar:  # PostgreSQL: HNSW built once after a load
-            for fresh, nodes in runner(planned):
+        with self.backend.bulk_writes(), bar:  # PostgreSQL: HNSW built once after a load
+            for fresh, nodes in batches:
                 if fresh:
                     # Decided at write time: with workers, a document read twice may still be
                     # in flight when its first version's batch was planned.
@@ -491,7 +499,6 @@ class HiQAPack:
                 if progress is not None:
                     progress(report)
                 saver.maybe_save()
-        return report
 
     def _planned_batches(
         self, documents: Iterable[Document], batch_size: Optional[int], report: IngestionReport
@@ -534,7 +541,7 @@ class HiQAPack:
 
     def add_directory(
         self, path: Union[str, Path], recursive: bool = False, shard: Optional[Tuple[int, int]] = None,
-        **ingest_kwargs: Any,
+        executor: Optional["RayExecutor"] = None, **ingest_kwargs: Any,
     ) -> IngestionReport:
         """[`ingest`][llama_index_hiqa.pack.hiqa_pack.HiQAPack.ingest] every readable file of a folder. A file whose size and modification
         time are those it had when it was indexed is not even read; another with an unchanged
@@ -546,6 +553,10 @@ class HiQAPack:
             path: The folder.
             recursive: Read its subfolders too.
             shard: ``(i, n)``: only the i-th of n shards of the files.
+            executor: A [`RayExecutor`][llama_index_hiqa.pack.ray_ingestion.RayExecutor]: the
+                files are read, parsed, augmented and embedded on a Ray cluster (at a path every
+                worker sees) and written here, in reading order (``None``: in this machine's
+                processes, ``ingest_workers``).
             **ingest_kwargs: [`ingest`][llama_index_hiqa.pack.hiqa_pack.HiQAPack.ingest]'s options.
 
         Returns:
@@ -576,11 +587,21 @@ class HiQAPack:
                 report.documents_unchanged += 1
             return same
 
-        self.ingest(reader.lazy_load_data(root, skip=unchanged), report=report, **ingest_kwargs)
-        self.read_failures = list(reader.failures)
+        if executor is not None and root.is_dir():
+            plan = plan_folder(root, SUPPORTED_SUFFIXES, recursive, reader.follow_symlinks)
+            failures: List[DocumentReadError] = list(plan.skipped)
+            to_read = [(f.path, f.document_id) for f in plan.files if not unchanged(f.document_id, f.path)]
+            progress = ingest_kwargs.get("progress")
+            saver = Checkpointer(ingest_kwargs.get("checkpoint"), ingest_kwargs.get("checkpoint_seconds"))
+            batches = executor.written_batches(to_read, self, report, failures, ingest_kwargs.get("batch_size"))
+            self._write_batches(batches, report, report.documents_planned, progress, saver)
+        else:
+            self.ingest(reader.lazy_load_data(root, skip=unchanged), report=report, **ingest_kwargs)
+            failures = list(reader.failures)
+        self.read_failures = failures
         # A shard may hold no file of a small folder; the folder is empty only if it has no shard.
-        if not self.node_count and (shard is None or reader.failures):
-            raise EmptyCorpusError(path, reader.failures)
+        if not self.node_count and (shard is None or failures):
+            raise EmptyCorpusError(path, failures)
         return report
 
     def delete_document(self, document_id: str) -> int:

@@ -356,6 +356,14 @@ class MarkdownFormatterParser(PartsRoundTrip, SegmentNodeParser):
         # and serialisation, as in LlamaIndex's own LLM-driven node parsers.
         self._llm = resolve_llm(llm)
 
+    def __getstate__(self) -> Dict[str, Any]:
+        # LlamaIndex pickles a component as its fields and rebuilds it with __init__: the LLM,
+        # private here, goes along as the constructor argument it was (a Ray or process
+        # worker gets the LLM parser it was given, not a silent fall back to the layout parser).
+        state = dict(super().__getstate__())
+        state["__dict__"] = {**state["__dict__"], "llm": self._llm}
+        return state
+
     @classmethod
     def class_name(cls) -> str:
         return "MarkdownFormatterParser"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from typing import Any, List, Optional
+from typing import Any, Dict, List, Optional
 
 from llama_index.core.bridge.pydantic import Field, PrivateAttr
 from llama_index.core.llms import (
@@ -39,6 +39,14 @@ class ScriptedLLM(CustomLLM):
         super().__init__(**kwargs)
         self._script = responses if callable(responses) else list(responses)
         self._lock = threading.Lock()
+
+    def __getstate__(self) -> Dict[str, Any]:
+        # LlamaIndex pickles a component as its fields and rebuilds it with __init__: the
+        # script goes along as the constructor argument (a function of a module pickles by
+        # name), so a worker process plays the same script.
+        state = dict(super().__getstate__())
+        state["__dict__"] = {**state["__dict__"], "responses": self._script}
+        return state
 
     @classmethod
     def class_name(cls) -> str:
