@@ -46,6 +46,7 @@ from llama_index_hiqa.settings import updated
 from llama_index_hiqa.storage.pg_schema import (
     DOCUMENT_NODES_SQL,
     KEYWORD_SQL,
+    RARE_POSTINGS,
     ROUTES_SQL,
     SHAPE_SQL,
     TITLES_SQL,
@@ -88,7 +89,8 @@ def _params(embedding: Optional[Sequence[float]], terms: Sequence[str], keywords
             title_keywords: Sequence[str], extra: float, n: int, **more: Any) -> Dict[str, Any]:
     """The parameters of ROUTES_SQL / WITHIN_SQL (a route without input returns no rows)."""
     return {"qvec": _vector_literal(embedding), "use_vector": embedding is not None, "terms": list(terms),
-            "kw": list(keywords), "tw": list(title_keywords), "extra": float(extra), "n": int(n), **more}
+            "kw": list(keywords), "tw": list(title_keywords), "extra": float(extra), "n": int(n),
+            "rare_postings": RARE_POSTINGS, **more}
 
 
 def _by_route(rows: Sequence[Tuple[str, str, float]]) -> Dict[str, RouteScores]:
