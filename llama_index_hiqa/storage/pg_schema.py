@@ -177,7 +177,7 @@ _BM25_SUM = f"sum({_BM25_TERM})"
 # key), unless even its bound (partial score + the skipped terms' bounds) stays under the :n-th
 # best partial score. Nodes left out score less than the :n-th best: the top :n and the ties at
 # its cut are those of summing every posting.
-RARE_POSTINGS = 20000
+RARE_POSTINGS = 5000
 _BM25_TOP = f"""
 ranked AS MATERIALIZED (
   SELECT qt.*, sum(df) OVER (ORDER BY df, term_id) AS df_cum, row_number() OVER (ORDER BY df, term_id) AS i FROM qt),
@@ -199,7 +199,7 @@ partial AS MATERIALIZED (
 theta AS MATERIALIZED (
   SELECT coalesce((SELECT score FROM partial ORDER BY score DESC OFFSET greatest(:n - 1, 0) LIMIT 1), 0)
          - coalesce((SELECT sum(ub) FROM skip), 0) AS t),
-scored AS (
+scored AS MATERIALIZED (
   SELECT c.node_row, c.score + coalesce((
     SELECT {_BM25_SUM} FROM skip qt JOIN hiqa_postings p ON p.term_id = qt.term_id AND p.node_row = c.node_row), 0) AS score
   FROM partial c WHERE c.score >= (SELECT t FROM theta)),
