@@ -203,16 +203,12 @@ def financebench_hnsw(args: argparse.Namespace) -> Dict[str, Any]:
     from types import SimpleNamespace
 
     from llama_index_hiqa import HiQAPack
-    import shared_data as datasets  # benchmarks/ is on the path (_common)
     from llama_index_hiqa.storage.pg_bulk import VECTOR_INDEX, build_vector_index
     from llama_index_hiqa.storage.postgres import PostgresStoreSettings
 
-    root = _common.require_shared_data("FinanceBench HNSW parameters")
-    if root is None:
+    questions = financebench_questions("FinanceBench HNSW parameters")
+    if questions is None:
         return {}
-    pdf_dir = root / "financebench" / "pdfs"
-    doc_names = {p.stem for p in pdf_dir.glob("*.pdf")}
-    questions = [q for q in datasets.load_financebench_questions(root) if set(q.gold_documents) <= doc_names]
     local = HiQAPack.load(args.store_dir / "financebench_local")
     pg = HiQAPack.load(server_url(args, "hiqa_financebench", fresh=False))
 
@@ -263,16 +259,25 @@ def financebench_recall(local: Any, pg: Any, questions: Sequence[Any], k: int = 
     return hits / (k * len(questions))
 
 
-def run_financebench(args: argparse.Namespace) -> Dict[str, Any]:
-    from llama_index_hiqa import HiQAPack
+def financebench_questions(what: str) -> Optional[List[Any]]:
+    """The FinanceBench questions whose gold filings are in the shared folder (``None``, said
+    why, without the shared data)."""
     import shared_data as datasets  # benchmarks/ is on the path (_common)
 
-    root = _common.require_shared_data("FinanceBench on the PostgreSQL store")
+    root = _common.require_shared_data(what)
     if root is None:
+        return None
+    doc_names = {p.stem for p in (root / "financebench" / "pdfs").glob("*.pdf")}
+    return [q for q in datasets.load_financebench_questions(root) if set(q.gold_documents) <= doc_names]
+
+
+def run_financebench(args: argparse.Namespace) -> Dict[str, Any]:
+    from llama_index_hiqa import HiQAPack
+
+    questions = financebench_questions("FinanceBench on the PostgreSQL store")
+    if questions is None:
         return {}
-    pdf_dir = root / "financebench" / "pdfs"
-    doc_names = {p.stem for p in pdf_dir.glob("*.pdf")}
-    questions = [q for q in datasets.load_financebench_questions(root) if set(q.gold_documents) <= doc_names]
+    pdf_dir = _common.require_shared_data("FinanceBench filings") / "financebench" / "pdfs"
     local_dir = args.store_dir / "financebench_local"
     if args.reuse and local_dir.exists():
         t0 = time.perf_counter()
@@ -334,6 +339,7 @@ def run_financebench(args: argparse.Namespace) -> Dict[str, Any]:
         a[:5] == b[:5] for a, b in zip(rankings["local_focus"], rankings["postgres_focus"])
     ) / len(questions)
     return {
+        "local_store": local.config.store_format or "folder",
         "ef_search": pg.store.settings.hnsw_ef_search, "same_focus_top5": same_focus_top5,
         "rows": rows, "nodes": n, "questions": len(questions), "build": build,
         "hnsw_recall@10": recall, "fulltext_index_s": fts_s, "copy_s": copy_s, "copy_nodes_per_s": n / copy_s, "same_top5": same_top5, "same_top1": same_top1,
@@ -658,9 +664,9 @@ def requery_synthetic(args: argparse.Namespace, n_nodes: int) -> None:
 
 # --- RESULTS.md -------------------------------------------------------------------------------------
 FB_LABELS = {
-    "local": "folder store (bm25s, exact vectors)",
+    "local": "local store (exact vectors)",
     "postgres": "PostgreSQL store (BM25 in SQL, HNSW)",
-    "local_focus": "folder store, `pack.as_retriever()` (document focus over the routes)",
+    "local_focus": "local store, `pack.as_retriever()` (document focus over the routes)",
     "postgres_focus": "PostgreSQL store, `pack.as_retriever()` (document focus over the routes)",
     "postgres_fulltext": "PostgreSQL, full-text search (ts_rank_cd) instead of BM25 (not shipped)",
     "postgres_ef400": "PostgreSQL store, HNSW ef_search = 400 (the default)",
@@ -864,7 +870,8 @@ def write_section() -> None:
         fts = fb["rows"].get("postgres_fulltext")
         parts.append(
             f"**FinanceBench** ({fb['questions']} answerable questions; run {fb['run']}). One build with "
-            "`HiQAPack.from_directory` (defaults, folder store), then `HiQAPack.copy_to` copies the same "
+            f"`HiQAPack.from_directory` (defaults, {fb.get('local_store', 'folder')} store; in the table, the rows "
+            "of the local store), then `HiQAPack.copy_to` copies the same "
             "nodes and vectors into PostgreSQL, so differences are the store's (HNSW instead of exact search; BM25 "
             "computed in SQL over stored term statistics instead of bm25s). Scores from `bench_product.score` "
             "over each store's top-20.\n\n" + table + "\n\n"

@@ -170,8 +170,9 @@ _BM25_SUM = f"sum({_BM25_TERM})"
 # BM25's exact top :n without summing every posting of the question's common terms (MaxScore,
 # Turtle and Flood, "Query evaluation: strategies and optimizations", 1995): the postings of
 # the rarest terms (``rare``: the rarest, and the next ones while their postings total at most
-# ``:rare_postings``, RARE_POSTINGS by default) give partial scores, whose :n-th best, theta0, is at most the :n-th best full
-# score. The commonest other terms whose bounds add up to less than theta0 (``skip``) cannot
+# ``:rare_postings``, RARE_POSTINGS by default; 5,000 was the fastest of 0 to 60,000 at a
+# million synthetic nodes) give partial scores, whose :n-th best, theta0, is at most the :n-th
+# best full score. The commonest other terms whose bounds add up to less than theta0 (``skip``) cannot
 # bring a node into the top :n on their own, so only the other terms' postings are read; a node
 # read there is then completed by looking up its postings of the skipped terms (by primary
 # key), unless even its bound (partial score + the skipped terms' bounds) stays under the :n-th

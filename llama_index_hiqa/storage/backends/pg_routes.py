@@ -6,7 +6,7 @@ with the routes answered by the database of [`PostgresStore`][llama_index_hiqa.s
 
 * vector — pgvector's HNSW index of LlamaIndex's ``PGVectorStore`` table (cosine);
 * BM25 — Okapi BM25 over the stored term statistics (``pg_schema.ROUTES_SQL``);
-* critical keywords — ``|C|`` per node from the GIN-indexed ``text[]`` column.
+* critical keywords — ``|C|`` per node from the keyword postings' primary key (index-only).
 
 Each route is an object of the [`Route`][llama_index_hiqa.retrievers.routes.Route] interface
 that can answer alone ([`PostgresBM25Route`][llama_index_hiqa.storage.backends.pg_routes.PostgresBM25Route], [`PostgresKeywordRoute`][llama_index_hiqa.storage.backends.pg_routes.PostgresKeywordRoute], the vector
@@ -239,7 +239,7 @@ class PostgresBM25Route:
 
 
 class PostgresKeywordRoute(KeywordRoute):
-    """The keyword route: ``|C|`` per node from the GIN-indexed keyword column, the title weight
+    """The keyword route: ``|C|`` per node from the keyword postings (``hiqa_keywords``), the title weight
     in the same statement; the document names from the stored titles.
 
     Args:
