@@ -191,6 +191,60 @@ def financebench_ef_search(args: argparse.Namespace, ef_search: int = 400) -> No
     path.write_text(json.dumps(saved, indent=1))
 
 
+HNSW_GRID = ((16, 64), (16, 32), (12, 24), (8, 16))  # (m, ef_construction); pgvector's defaults first
+
+
+def financebench_hnsw(args: argparse.Namespace) -> Dict[str, Any]:
+    """The HNSW build against its parameters on the saved FinanceBench database: for each
+    (m, ef_construction) of ``HNSW_GRID``, the index rebuilt (seconds, size), recall@10 of the
+    vector route at ef_search 400 against exact search on the questions' embeddings, and
+    whether ``pack.as_retriever()``'s top 5 and the multi-route top 20 of the 86 questions are
+    the folder store's; the default index is built again at the end."""
+    from types import SimpleNamespace
+
+    from llama_index_hiqa import HiQAPack
+    from llama_index_hiqa.storage.pg_bulk import VECTOR_INDEX, build_vector_index
+    from llama_index_hiqa.storage.postgres import PostgresStoreSettings
+
+    questions = financebench_questions("FinanceBench HNSW parameters")
+    if questions is None:
+        return {}
+    local = HiQAPack.load(args.store_dir / "financebench_local")
+    pg = HiQAPack.load(server_url(args, "hiqa_financebench", fresh=False))
+
+    def rankings(pack: Any) -> Dict[str, List[List[str]]]:
+        focus, routes = pack.as_retriever(), pack.multi_route.with_settings(similarity_top_k=TOP)
+        return {"top5": [top_ids(focus, q.question)[:5] for q in questions],
+                "top20": [top_ids(routes, q.question) for q in questions]}
+
+    expected = rankings(local)
+    out: Dict[str, Any] = {"questions": len(questions), "nodes": len(local.nodes), "load_average_start": os.getloadavg(),
+                           "grid": {}}
+    for m, ef_construction in (*HNSW_GRID, HNSW_GRID[0]):
+        settings = PostgresStoreSettings(hnsw_m=m, hnsw_ef_construction=ef_construction)
+        t0 = time.perf_counter()
+        with pg.store.engine.begin() as conn:
+            conn.exec_driver_sql(f"DROP INDEX IF EXISTS {VECTOR_INDEX}")
+            build_vector_index(SimpleNamespace(settings=settings), conn)
+        seconds = time.perf_counter() - t0
+        key = f"m{m}_efc{ef_construction}"
+        if key in out["grid"]:
+            break  # the default index built again: the store as it was
+        got = rankings(pg)
+        row = {
+            "m": m, "ef_construction": ef_construction, "build_s": seconds,
+            "index_bytes": int(pg.store.scalar(f"SELECT pg_relation_size('{VECTOR_INDEX}')")),
+            "recall@10_ef400": financebench_recall(local, pg, questions),
+            "same_top5": sum(a == b for a, b in zip(expected["top5"], got["top5"])) / len(questions),
+            "same_top20": sum(a == b for a, b in zip(expected["top20"], got["top20"])) / len(questions),
+            "load_average": os.getloadavg(),
+        }
+        out["grid"][key] = row
+        print(key, row, flush=True)
+    pg.close()
+    return out
+
+
 def financebench_recall(local: Any, pg: Any, questions: Sequence[Any], k: int = 10) -> float:
     """Recall@k of pgvector's HNSW against the folder store's exact search, on the questions'
     MiniLM embeddings over the same vectors."""
@@ -205,16 +259,25 @@ def financebench_recall(local: Any, pg: Any, questions: Sequence[Any], k: int = 
     return hits / (k * len(questions))
 
 
-def run_financebench(args: argparse.Namespace) -> Dict[str, Any]:
-    from llama_index_hiqa import HiQAPack
+def financebench_questions(what: str) -> Optional[List[Any]]:
+    """The FinanceBench questions whose gold filings are in the shared folder (``None``, said
+    why, without the shared data)."""
     import shared_data as datasets  # benchmarks/ is on the path (_common)
 
-    root = _common.require_shared_data("FinanceBench on the PostgreSQL store")
+    root = _common.require_shared_data(what)
     if root is None:
+        return None
+    doc_names = {p.stem for p in (root / "financebench" / "pdfs").glob("*.pdf")}
+    return [q for q in datasets.load_financebench_questions(root) if set(q.gold_documents) <= doc_names]
+
+
+def run_financebench(args: argparse.Namespace) -> Dict[str, Any]:
+    from llama_index_hiqa import HiQAPack
+
+    questions = financebench_questions("FinanceBench on the PostgreSQL store")
+    if questions is None:
         return {}
-    pdf_dir = root / "financebench" / "pdfs"
-    doc_names = {p.stem for p in pdf_dir.glob("*.pdf")}
-    questions = [q for q in datasets.load_financebench_questions(root) if set(q.gold_documents) <= doc_names]
+    pdf_dir = _common.require_shared_data("FinanceBench filings") / "financebench" / "pdfs"
     local_dir = args.store_dir / "financebench_local"
     if args.reuse and local_dir.exists():
         t0 = time.perf_counter()
@@ -276,6 +339,7 @@ def run_financebench(args: argparse.Namespace) -> Dict[str, Any]:
         a[:5] == b[:5] for a, b in zip(rankings["local_focus"], rankings["postgres_focus"])
     ) / len(questions)
     return {
+        "local_store": local.config.store_format or "folder",
         "ef_search": pg.store.settings.hnsw_ef_search, "same_focus_top5": same_focus_top5,
         "rows": rows, "nodes": n, "questions": len(questions), "build": build,
         "hnsw_recall@10": recall, "fulltext_index_s": fts_s, "copy_s": copy_s, "copy_nodes_per_s": n / copy_s, "same_top5": same_top5, "same_top1": same_top1,
@@ -600,9 +664,9 @@ def requery_synthetic(args: argparse.Namespace, n_nodes: int) -> None:
 
 # --- RESULTS.md -------------------------------------------------------------------------------------
 FB_LABELS = {
-    "local": "folder store (bm25s, exact vectors)",
+    "local": "local store (exact vectors)",
     "postgres": "PostgreSQL store (BM25 in SQL, HNSW)",
-    "local_focus": "folder store, `pack.as_retriever()` (document focus over the routes)",
+    "local_focus": "local store, `pack.as_retriever()` (document focus over the routes)",
     "postgres_focus": "PostgreSQL store, `pack.as_retriever()` (document focus over the routes)",
     "postgres_fulltext": "PostgreSQL, full-text search (ts_rank_cd) instead of BM25 (not shipped)",
     "postgres_ef400": "PostgreSQL store, HNSW ef_search = 400 (the default)",
@@ -762,6 +826,20 @@ def _shards_part(r: Dict[str, Any]) -> str:
 
 
 
+def _hnsw_part(h: Dict[str, Any]) -> str:
+    rows = [[f"{r['m']} / {r['ef_construction']}", f"{r['build_s']:.1f}", f"{r['index_bytes'] / 2**20:.0f}",
+             f"{r['recall@10_ef400']:.3f}", f"{r['same_top5']:.3f}", f"{r['same_top20']:.3f}", f"{r['load_average'][0]:.1f}"]
+            for r in h["grid"].values()]
+    table = _results.markdown_table(
+        ["m / ef_construction", "build s", "index MiB", "recall@10 at ef_search 400", "same `as_retriever()` top 5",
+         "same multi-route top 20", "load average"], rows)
+    return (f"**HNSW build parameters** (run {h['run']}; `--part financebench-hnsw`): the FinanceBench database above "
+            f"({h['nodes']:,} nodes, MiniLM vectors), its HNSW index dropped and built again with each setting "
+            "(`maintenance_work_mem` 3 GB, pgvector 0.6.2), then the vector route's recall@10 against exact search on the "
+            f"{h['questions']} questions' embeddings at ef_search 400 (the default), and the share of questions whose "
+            "`pack.as_retriever()` top 5 and multi-route top 20 are the folder store's (exact search).\n\n" + table)
+
+
 def _per_node(result: Dict[str, Any]) -> str:
     sizes = result.get("table_bytes") or {}
     return ", ".join(f"{group} {size / result['nodes'] / 1024:.1f}" for group, size in sizes.items())
@@ -792,7 +870,8 @@ def write_section() -> None:
         fts = fb["rows"].get("postgres_fulltext")
         parts.append(
             f"**FinanceBench** ({fb['questions']} answerable questions; run {fb['run']}). One build with "
-            "`HiQAPack.from_directory` (defaults, folder store), then `HiQAPack.copy_to` copies the same "
+            f"`HiQAPack.from_directory` (defaults, {fb.get('local_store', 'folder')} store; in the table, the rows "
+            "of the local store), then `HiQAPack.copy_to` copies the same "
             "nodes and vectors into PostgreSQL, so differences are the store's (HNSW instead of exact search; BM25 "
             "computed in SQL over stored term statistics instead of bm25s). Scores from `bench_product.score` "
             "over each store's top-20.\n\n" + table + "\n\n"
@@ -900,11 +979,18 @@ def write_section() -> None:
             f"as the folder store's graph: {'yes' if g['same_edges_as_folder_store'] else 'no'}; the same after "
             f"reloading: {'yes' if g['same_after_reload'] else 'no'}."
         )
+    if saved.get("hnsw_financebench"):
+        parts.append(_hnsw_part(saved["hnsw_financebench"]))
     if saved.get("shards"):
         parts.append(_shards_part(saved["shards"]))
     parts.append(
         "Choices: BM25 is Okapi BM25 computed in SQL over a postings table with bm25s's tokens and parameters, "
-        "so it ranks as the in-memory route. Since store format 3 a posting is (term id, node row, node length, "
+        "so it ranks as the in-memory route; since store format 4 its top 100 skips the postings of the commonest "
+        "terms whose upper bounds (each term's largest tf and smallest node length, kept by every write) add up to "
+        "less than the 100th best partial score of the rarest terms (MaxScore), exact (tested against summing every "
+        "posting), and the keyword route counts |C| from a narrow table of (keyword, node id, in title) read from its "
+        "primary key alone, instead of a GIN index on `hiqa_nodes.keywords` that read each matching node's row. "
+        "Since store format 3 a posting is (term id, node row, node length, "
         "term frequency as a smallint) under a primary key covering the rest, with the vocabulary and each term's "
         "document frequency in `hiqa_terms` (updated by every write); format 2 kept (term text, node id text, "
         "ref_doc_id text, tf, length) and counted document frequencies at query time: 12.9 KiB of postings a "
@@ -924,7 +1010,7 @@ def write_section() -> None:
 def main(argv: Optional[Sequence[str]] = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument(
-        "--part", choices=["financebench", "financebench-ef", "synthetic", "synthetic-query", "sizes", "recall", "shards", "section"],
+        "--part", choices=["financebench", "financebench-ef", "financebench-hnsw", "synthetic", "synthetic-query", "sizes", "recall", "shards", "section"],
         required=True
     )
     parser.add_argument("--url", default=os.environ.get("HIQA_BENCH_POSTGRES_URL"), help="server to use instead of pgserver")
@@ -960,6 +1046,11 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
             (OUT_DIR / "shards.json").write_text(json.dumps(result, indent=1))
     elif args.part == "financebench-ef":
         financebench_ef_search(args)
+    elif args.part == "financebench-hnsw":
+        result = financebench_hnsw(args)
+        if result:
+            result["run"] = run
+            (OUT_DIR / "hnsw_financebench.json").write_text(json.dumps(result, indent=1))
     elif args.part == "sizes":
         fill_table_sizes(args)
     elif args.part == "recall":

@@ -1,7 +1,8 @@
 """The PostgreSQL store's bulk path against a real server: what COPY writes is what LlamaIndex's
 own stores and bm25s would hold, a failed batch leaves nothing, the HNSW index is built after a
-load into an empty table (and rebuilt by the next writer when a load died first), a format-2
-database is migrated, and a question costs a fixed number of statements.
+load into an empty table (and rebuilt by the next writer when a load died first), format-2 and
+format-3 databases are migrated, BM25's pruned top-k is the top-k of summing every posting, and
+a question costs a fixed number of statements.
 
 Uses the ``server`` fixture of conftest.py (a pgserver instance, or ``HIQA_TEST_POSTGRES_URL``).
 """
@@ -22,7 +23,8 @@ from llama_index_hiqa.errors import PackStoreError  # noqa: E402
 from llama_index_hiqa.pack.hiqa_pack import HiQAPack  # noqa: E402
 from llama_index_hiqa.storage import pg_bulk  # noqa: E402
 from llama_index_hiqa.storage.pg_bulk import BULK_LOCK, VECTOR_INDEX  # noqa: E402
-from llama_index_hiqa.storage.pg_schema import BM25Tokenizer  # noqa: E402
+from llama_index_hiqa.storage import pg_schema  # noqa: E402
+from llama_index_hiqa.storage.pg_schema import STORE_FORMAT, BM25Tokenizer  # noqa: E402
 from llama_index_hiqa.indexes.keyword_index import normalize_keyword  # noqa: E402
 from tests.pack_helpers import HashEmbedding  # noqa: E402
 from tests.test_postgres_store import FAST, QUESTIONS, _assert_same_ranking, _keys, _table_counts  # noqa: E402
@@ -105,16 +107,26 @@ def test_postings_keywords_and_statistics_are_the_nodes_tokens(built):
         "JOIN hiqa_nodes n USING (node_row)"
     ):
         postings.setdefault(node_id, {})[term] = (tf, length)
-    df = Counter()
+    df, max_tf, min_length = Counter(), Counter(), {}
     for node, toks in zip(nodes, tokens):
         assert postings.get(node.node_id, {}) == {t: (c, len(toks)) for t, c in Counter(toks).items()}
         df.update(set(toks))
+        for term, count in Counter(toks).items():
+            max_tf[term] = max(max_tf[term], count)
+            min_length[term] = min(min_length.get(term, len(toks)), len(toks))
     assert dict(pack.store.rows("SELECT term, df FROM hiqa_terms WHERE df > 0")) == dict(df)
+    assert {t: (m, n) for t, m, n in pack.store.rows("SELECT term, max_tf, min_length FROM hiqa_terms WHERE df > 0")} == {
+        t: (max_tf[t], min_length[t]) for t in df}
     assert pack.store.scalar("SELECT total_length FROM hiqa_pack") == sum(len(t) for t in tokens)
     keywords = dict(pack.store.rows("SELECT node_id, keywords FROM hiqa_nodes"))
+    title_keywords = dict(pack.store.rows("SELECT node_id, title_keywords FROM hiqa_nodes"))
+    keyword_postings = set(pack.store.rows("SELECT keyword, node_id, in_title FROM hiqa_keywords"))
+    expected_postings = set()
     for node in nodes:
         expected = [k for k in dict.fromkeys(normalize_keyword(k) for k in schema.get_critical_keywords(node)) if k]
         assert keywords[node.node_id] == expected
+        expected_postings |= {(k, node.node_id, k in title_keywords[node.node_id]) for k in expected}
+    assert keyword_postings == expected_postings and any(in_title for _, _, in_title in keyword_postings)
     pack.close()
 
 
@@ -272,13 +284,51 @@ def test_a_load_that_died_before_its_index_build_is_finished_by_the_next_writer(
     other.close()
 
 
+def _back_to_format_3(conn) -> None:
+    """The previous release's layout: no keyword postings (a GIN index on the keyword column
+    instead), no term bounds."""
+    conn.exec_driver_sql("DROP TABLE hiqa_keywords")
+    conn.exec_driver_sql("ALTER TABLE hiqa_terms DROP COLUMN max_tf, DROP COLUMN min_length")
+    conn.exec_driver_sql("CREATE INDEX hiqa_nodes_keywords ON hiqa_nodes USING gin (keywords)")
+    conn.exec_driver_sql("UPDATE hiqa_pack SET format = 3")
+
+
+def _assert_migrated(url, expected, old_format) -> None:
+    from urllib.parse import quote
+
+    read_only = url + ("&" if "?" in url else "?") + "options=" + quote("-c default_transaction_read_only=on")
+    with pytest.raises(PackStoreError, match=f"store format {old_format}.*hiqa migrate"):
+        HiQAPack.load(read_only, embed_model=HashEmbedding())
+    migrated = HiQAPack.load(url, embed_model=HashEmbedding())
+    assert migrated.store.read_pack()["format"] == STORE_FORMAT
+    assert migrated.store.scalar("SELECT to_regclass('hiqa_nodes_keywords')") is None
+    for question in QUESTIONS:
+        _assert_same_ranking(expected[question], migrated.retrieve(question))
+    bounds = dict(migrated.store.rows(
+        "SELECT t.term_id, (t.max_tf, t.min_length) = (max(p.tf), min(p.length)) FROM hiqa_terms t "
+        "JOIN hiqa_postings p USING (term_id) GROUP BY t.term_id"))
+    assert bounds and all(bounds.values())
+    assert migrated.store.scalar("SELECT count(*) FROM hiqa_keywords") == migrated.store.scalar(
+        "SELECT count(*) FROM hiqa_nodes, unnest(keywords)") > 0
+    migrated.ingest(expected["documents"][:1])  # unchanged: a no-op; the store still takes writes
+    removed = migrated.delete_document(migrated.document_ids[0])
+    assert removed > 0
+    counts = _table_counts(migrated)
+    assert counts["nodes"] == counts["vectors"] == counts["docstore"] == counts["counted"]
+    assert migrated.store.scalar("SELECT count(*) FROM hiqa_keywords") == migrated.store.scalar(
+        "SELECT count(*) FROM hiqa_nodes, unnest(keywords)")
+    migrated.close()
+
+
 def test_a_format_2_database_is_migrated_on_open(server, documents):
-    """A database written by the previous release (text postings, no vocabulary) answers
-    as before after a one-time upgrade, and a read-only session gets a clear error."""
+    """A database written two releases ago (text postings, no vocabulary, no keyword postings)
+    answers as before after a one-time upgrade, and a read-only session gets a clear error."""
     url = server.database()
     pack = HiQAPack.from_documents(documents, embed_model=HashEmbedding(), store=url, **FAST)
     expected = {q: pack.retrieve(q) for q in QUESTIONS}
+    expected["documents"] = documents
     with pack.store.engine.begin() as conn:  # back to format 2's layout
+        _back_to_format_3(conn)
         conn.exec_driver_sql(
             "CREATE TABLE old_postings AS SELECT t.term, n.node_id, n.ref_doc_id, p.tf::int AS tf, p.length "
             "FROM hiqa_postings p JOIN hiqa_terms t USING (term_id) JOIN hiqa_nodes n USING (node_row)"
@@ -290,21 +340,83 @@ def test_a_format_2_database_is_migrated_on_open(server, documents):
         conn.exec_driver_sql("CREATE INDEX hiqa_postings_term ON hiqa_postings (term) INCLUDE (node_id, tf, length)")
         conn.exec_driver_sql("UPDATE hiqa_pack SET format = 2")
     pack.close()
-    from urllib.parse import quote
+    _assert_migrated(url, expected, 2)
 
-    read_only = url + ("&" if "?" in url else "?") + "options=" + quote("-c default_transaction_read_only=on")
-    with pytest.raises(PackStoreError, match="store format 2"):
-        HiQAPack.load(read_only, embed_model=HashEmbedding())
-    migrated = HiQAPack.load(url, embed_model=HashEmbedding())
-    assert migrated.store.read_pack()["format"] == 3
-    for question in QUESTIONS:
-        _assert_same_ranking(expected[question], migrated.retrieve(question))
-    migrated.ingest(documents[:1])  # unchanged: a no-op; the store still takes writes
-    removed = migrated.delete_document(migrated.document_ids[0])
-    assert removed > 0
-    counts = _table_counts(migrated)
-    assert counts["nodes"] == counts["vectors"] == counts["docstore"] == counts["counted"]
-    migrated.close()
+
+def test_a_format_3_database_is_migrated_on_open(server, documents):
+    """A database of the previous release (keywords found through a GIN index, no term bounds)
+    gets the keyword postings and the bounds on open, and answers as before."""
+    url = server.database()
+    pack = HiQAPack.from_documents(documents, embed_model=HashEmbedding(), store=url, **FAST)
+    expected = {q: pack.retrieve(q) for q in QUESTIONS}
+    expected["documents"] = documents
+    with pack.store.engine.begin() as conn:
+        _back_to_format_3(conn)
+    pack.close()
+    _assert_migrated(url, expected, 3)
+
+
+def _bm25_top(store, terms, n, rare_postings):
+    """BM25's top ``n`` as ROUTES_SQL computes it, with the rare terms' postings budget given."""
+    rows = store.rows(
+        f"WITH {pg_schema._BM25_TERMS_AND_STATS}, {pg_schema._BM25_TOP} SELECT node_id, score FROM b "
+        "UNION ALL SELECT '#skipped', count(*) FROM skip",
+        terms=terms, n=n, rare_postings=rare_postings,
+    )
+    return [(i, float(s)) for i, s in rows if i != "#skipped"], next(int(s) for i, s in rows if i == "#skipped")
+
+
+def _bm25_every_posting(store, terms, n):
+    """BM25's top ``n`` by summing every posting of the question's terms."""
+    rows = store.rows(
+        f"WITH {pg_schema._BM25_TERMS_AND_STATS} SELECT n.node_id, s.score FROM ("
+        f"  SELECT p.node_row, {pg_schema._BM25_SUM} AS score FROM qt JOIN hiqa_postings p USING (term_id) "
+        "   GROUP BY p.node_row) s JOIN hiqa_nodes n USING (node_row) WHERE s.score > 0 ORDER BY s.score DESC, 1 LIMIT :n",
+        terms=terms, n=n,
+    )
+    return [(i, float(s)) for i, s in rows]
+
+
+def _assert_same_top(expected, got):
+    """The same scores in order, and the same nodes above the last score (the nodes tied at the
+    cut are any of the tie, ordered by node id; sums in another order differ in the last bits)."""
+    assert [round(s, 9) for _, s in got] == [round(s, 9) for _, s in expected]
+    if expected:
+        cut = round(expected[-1][1], 9)
+        assert {i for i, s in got if round(s, 9) > cut} == {i for i, s in expected if round(s, 9) > cut}
+
+
+def test_bm25_top_k_that_skips_common_terms_is_the_top_k_of_every_posting(server, documents):
+    """With the rare terms' budget at 0 (only the rarest term read first), the commonest terms
+    are skipped for many questions and cut sizes, and the top k and its scores are those of
+    summing every posting; also after a document is removed (the bounds are then stale, still
+    bounds) and another written."""
+    url = server.database()
+    pack = HiQAPack.from_documents(documents, embed_model=HashEmbedding(), store=url, **FAST)
+    tokenizer = BM25Tokenizer()
+    questions = QUESTIONS + [
+        "output current dropout voltage enable pin thermal shutdown regulator",
+        "the regulator output voltage and current at temperature",
+        "package pin enable input voltage range",
+    ]
+
+    def check():
+        skipped = 0
+        for question in questions:
+            terms = tokenizer.query(question)
+            for n in (1, 2, 3, 5, 10, 100):
+                got, skip = _bm25_top(pack.store, terms, n, 0)
+                _assert_same_top(_bm25_every_posting(pack.store, terms, n), got)
+                skipped += skip
+                default, _ = _bm25_top(pack.store, terms, n, pg_schema.RARE_POSTINGS)
+                _assert_same_top(_bm25_every_posting(pack.store, terms, n), default)
+        return skipped
+
+    assert check() > 0  # the pruning was exercised, not only the full sum
+    pack.delete_document(pack.document_ids[0])
+    pack.ingest(documents[:1])
+    assert check() > 0
+    pack.close()
 
 
 def test_a_question_costs_a_fixed_number_of_statements(built, monkeypatch):

@@ -33,6 +33,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from llama_index_hiqa import schema
 from llama_index_hiqa.storage.pg_schema import (
     BULK_LOCK,
+    KEYWORDS_SCHEMA,
     POSTINGS_SCHEMA,
     VECTOR_TABLE,
     WRITE_LOCK,
@@ -224,8 +225,32 @@ def node_fields(node: BaseNode, keywords: Tuple[List[str], List[str]]) -> str:
     ))
 
 
-def insert_nodes(conn: Any, vector_data: io.BytesIO, fields: Sequence[str], counts: Sequence[Counter[str]], lengths: Sequence[int]) -> None:
-    """A batch's rows in the vector table, hiqa_nodes, the postings and hiqa_terms.
+def keyword_copy_data(node_ids: Sequence[str], keywords: Sequence[Tuple[List[str], List[str]]]) -> io.StringIO:
+    """The keyword postings of a batch as COPY text for ``hiqa_keywords``: one row per node and
+    critical keyword, and whether it is a keyword of the node's document title too.
+
+    Args:
+        node_ids: the nodes' ids.
+        keywords: each node's (critical keywords, title keywords), normalised.
+
+    Returns:
+        The COPY data.
+    """
+    buffer = io.StringIO()
+    for node_id, (kws, title_kws) in zip(node_ids, keywords):
+        node = copy_field(without_nul(node_id))
+        title = set(without_nul(list(title_kws)))
+        buffer.write("".join(
+            f"{copy_field(k)}\t{node}\t{'t' if k in title else 'f'}\n" for k in dict.fromkeys(without_nul(list(kws)))
+        ))
+    return buffer
+
+
+def insert_nodes(
+    conn: Any, vector_data: io.BytesIO, fields: Sequence[str], counts: Sequence[Counter[str]], lengths: Sequence[int],
+    keyword_data: io.StringIO,
+) -> None:
+    """A batch's rows in the vector table, hiqa_nodes, the postings, hiqa_terms and hiqa_keywords.
 
     Args:
         conn: the writer's connection (in its transaction).
@@ -233,6 +258,7 @@ def insert_nodes(conn: Any, vector_data: io.BytesIO, fields: Sequence[str], coun
         fields: each node's [`node_fields`][llama_index_hiqa.storage.pg_bulk.node_fields].
         counts: each node's BM25 term counts.
         lengths: each node's BM25 length (tokens).
+        keyword_data: the keyword postings ([`keyword_copy_data`][llama_index_hiqa.storage.pg_bulk.keyword_copy_data]).
     """
     vector_data.seek(0)  # from the start, however often the prepared batch was read before
     copy_from(conn, f"COPY data_{VECTOR_TABLE} (node_id, text, metadata_, embedding) FROM STDIN WITH (FORMAT binary)", vector_data)
@@ -242,23 +268,58 @@ def insert_nodes(conn: Any, vector_data: io.BytesIO, fields: Sequence[str], coun
     ).scalar()
     first = int(last) - len(fields) + 1
     node_buffer, postings = io.StringIO(), io.StringIO()
+    posted_ids: List[int] = []
+    posted_tf: List[int] = []
+    posted_length: List[int] = []
     for offset, (head, counter, length) in enumerate(zip(fields, counts, lengths)):
         row = first + offset
         ids = [term_ids[t] for t in counter]
+        tfs = [min(tf, TF_MAX) for tf in counter.values()]
         node_buffer.write(f"{head}\t{length}\t{row}\t{{{','.join(map(str, ids))}}}\n")
-        postings.write("".join(f"{term_id}\t{row}\t{length}\t{min(tf, TF_MAX)}\n" for term_id, tf in zip(ids, counter.values())))
+        postings.write("".join(f"{term_id}\t{row}\t{length}\t{tf}\n" for term_id, tf in zip(ids, tfs)))
+        posted_ids += ids
+        posted_tf += tfs
+        posted_length += [length] * len(ids)
     node_buffer.seek(0)
     postings.seek(0)
+    keyword_data.seek(0)
     copy_from(conn, "COPY hiqa_nodes (node_id, ref_doc_id, position, keywords, title_keywords, length, node_row, term_ids) "
                 "FROM STDIN", node_buffer)
     copy_from(conn, "COPY hiqa_postings (term_id, node_row, length, tf) FROM STDIN", postings)
-    df = Counter(term_ids[t] for counter in counts for t in counter)
-    if df:
+    copy_from(conn, "COPY hiqa_keywords (keyword, node_id, in_title) FROM STDIN", keyword_data)
+    if posted_ids:
+        ids, df, max_tf, min_length = term_statistics(posted_ids, posted_tf, posted_length)
         conn.exec_driver_sql(
-            "UPDATE hiqa_terms t SET df = t.df + d.n FROM unnest(%(ids)s::int[], %(ns)s::int[]) d(id, n) "
+            "UPDATE hiqa_terms t SET df = t.df + d.n, max_tf = greatest(t.max_tf, d.tf), "
+            "min_length = least(t.min_length, d.length) "
+            "FROM unnest(%(ids)s::int[], %(ns)s::int[], %(tf)s::int[], %(len)s::int[]) d(id, n, tf, length) "
             "WHERE t.term_id = d.id",
-            {"ids": list(df), "ns": list(df.values())},
+            {"ids": ids, "ns": df, "tf": max_tf, "len": min_length},
         )
+
+
+def term_statistics(
+    term_ids: Sequence[int], tfs: Sequence[int], lengths: Sequence[int]
+) -> Tuple[List[int], List[int], List[int], List[int]]:
+    """Per term of a batch's postings: its id, how many postings (nodes), its largest tf and
+    its smallest node length.
+
+    Args:
+        term_ids: each posting's term id.
+        tfs: each posting's term frequency.
+        lengths: each posting's node length.
+
+    Returns:
+        ``(term ids, document frequencies, largest tf, smallest length)``, one entry per term.
+    """
+    ids = np.asarray(term_ids, dtype=np.int64)
+    order = np.argsort(ids, kind="stable")
+    ids = ids[order]
+    starts = np.flatnonzero(np.r_[True, ids[1:] != ids[:-1]])
+    df = np.diff(np.r_[starts, len(ids)])
+    max_tf = np.maximum.reduceat(np.asarray(tfs, dtype=np.int64)[order], starts)
+    min_length = np.minimum.reduceat(np.asarray(lengths, dtype=np.int64)[order], starts)
+    return ids[starts].tolist(), df.tolist(), max_tf.tolist(), min_length.tolist()
 
 
 def _term_ids(conn: Any, counts: Sequence[Counter[str]]) -> Dict[str, int]:
@@ -305,8 +366,9 @@ def upsert_kv(conn: Any, table: str, data: io.StringIO) -> None:
 
 
 def delete_postings(conn: Any, ref_doc_ids: Sequence[str]) -> None:
-    """Remove the documents' postings (found by the term ids each node keeps) and their
-    counts from the document frequencies; before their hiqa_nodes rows go.
+    """Remove the documents' BM25 postings (found by the term ids each node keeps) and their
+    counts from the document frequencies, and their keyword postings; before their hiqa_nodes
+    rows go (a term's largest tf and smallest length stay: bounds still).
 
     Args:
         conn: the writer's connection (in its transaction).
@@ -322,6 +384,12 @@ def delete_postings(conn: Any, ref_doc_ids: Sequence[str]) -> None:
         "DELETE FROM hiqa_postings p USING ("
         "  SELECT node_row, unnest(term_ids) AS term_id FROM hiqa_nodes WHERE ref_doc_id = ANY(%(r)s)) d "
         "WHERE p.term_id = d.term_id AND p.node_row = d.node_row",
+        {"r": list(ref_doc_ids)},
+    )
+    conn.exec_driver_sql(
+        "DELETE FROM hiqa_keywords k USING ("
+        "  SELECT node_id, unnest(keywords) AS keyword FROM hiqa_nodes WHERE ref_doc_id = ANY(%(r)s)) d "
+        "WHERE k.keyword = d.keyword AND k.node_id = d.node_id",
         {"r": list(ref_doc_ids)},
     )
 
@@ -466,4 +534,38 @@ def migrate_postings(conn: Any) -> bool:
     )
     conn.exec_driver_sql("UPDATE hiqa_nodes SET term_ids = '{}' WHERE term_ids IS NULL")
     conn.exec_driver_sql("DROP TABLE hiqa_postings_v2")
+    return True
+
+
+# --- store format 3 -> 4 -----------------------------------------------------------------------
+def migrate_keywords(conn: Any) -> bool:
+    """Give a format-2 or format-3 database format 4's keyword postings (from each node's
+    keywords) and each term's largest tf and smallest node length (from its postings), and
+    drop the keyword column's GIN index they replace, in the caller's transaction (after
+    [`migrate_postings`][llama_index_hiqa.storage.pg_bulk.migrate_postings]); whether anything was done.
+
+    Args:
+        conn: the connection, in the caller's transaction.
+
+    Returns:
+        True when the database was migrated.
+    """
+    if conn.exec_driver_sql("SELECT to_regclass('hiqa_keywords')").scalar() is not None:
+        return False
+    if conn.exec_driver_sql("SELECT to_regclass('hiqa_terms')").scalar() is None:
+        return False  # a database without the routes' tables: SCHEMA creates them as they are
+    conn.exec_driver_sql("ALTER TABLE hiqa_terms ADD COLUMN IF NOT EXISTS max_tf int NOT NULL DEFAULT 0, "
+                         "ADD COLUMN IF NOT EXISTS min_length int NOT NULL DEFAULT 2147483647")
+    conn.exec_driver_sql(
+        "UPDATE hiqa_terms t SET max_tf = s.tf, min_length = s.length FROM ("
+        "  SELECT term_id, max(tf) AS tf, min(length) AS length FROM hiqa_postings GROUP BY term_id) s "
+        "WHERE t.term_id = s.term_id"
+    )
+    for statement in KEYWORDS_SCHEMA:
+        conn.exec_driver_sql(statement)
+    conn.exec_driver_sql(
+        "INSERT INTO hiqa_keywords (keyword, node_id, in_title) SELECT DISTINCT k, node_id, k = ANY(title_keywords) "
+        "FROM hiqa_nodes, unnest(keywords) AS k"
+    )
+    conn.exec_driver_sql("DROP INDEX IF EXISTS hiqa_nodes_keywords")
     return True

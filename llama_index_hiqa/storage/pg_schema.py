@@ -18,8 +18,11 @@ DOCSTORE_TABLE = "hiqa_docstore"
 INDEX_STORE_TABLE = "hiqa_index_store"
 # 1: the routes' tables; 2: + the chunk graph's (a format-1 database gets them from the first
 # writer that keeps a graph, see GRAPH_SCHEMA); 3: BM25 postings by integer term and node row
-# (``hiqa_terms`` holds each term's id and document frequency; see ``migrate_postings``).
-STORE_FORMAT = 3
+# (``hiqa_terms`` holds each term's id and document frequency; see ``migrate_postings``); 4: the
+# keyword route's postings in a narrow table (``hiqa_keywords``, read from its index alone) and
+# each term's largest tf and smallest node length (the BM25 top-k's bounds; see
+# ``migrate_keywords``).
+STORE_FORMAT = 4
 POSTINGS_FORMAT = 3
 # pg_advisory_lock key held (for its session) by a bulk load that deferred the HNSW index:
 # a writer that finds the index missing builds it only when no bulk load holds this lock.
@@ -64,20 +67,23 @@ SCHEMA = [
         node_row int UNIQUE,
         term_ids int[])""",
     "CREATE INDEX IF NOT EXISTS hiqa_nodes_ref_doc ON hiqa_nodes (ref_doc_id)",
-    "CREATE INDEX IF NOT EXISTS hiqa_nodes_keywords ON hiqa_nodes USING gin (keywords)",
     "CREATE SEQUENCE IF NOT EXISTS hiqa_node_rows AS int",
 ]
 
 # Format 3's BM25 tables: the vocabulary (a term's id and document frequency, kept by every
 # write) and one narrow row per (term, node): 16 bytes of data instead of two texts. A node's
-# term ids are kept on its hiqa_nodes row, so removing it finds its postings by key.
+# term ids are kept on its hiqa_nodes row, so removing it finds its postings by key. A term's
+# ``max_tf`` and ``min_length`` (over every posting it ever had: a removal leaves them, still
+# bounds) bound what one of its postings adds to a score (see ROUTES_SQL).
 POSTINGS_SCHEMA = [
     # Half-full pages: each batch's document-frequency updates stay on their page (HOT updates,
     # no new index entries).
     """CREATE TABLE IF NOT EXISTS hiqa_terms (
         term_id int PRIMARY KEY,
         term text NOT NULL UNIQUE,
-        df int NOT NULL) WITH (fillfactor = 50)""",
+        df int NOT NULL,
+        max_tf int NOT NULL DEFAULT 0,
+        min_length int NOT NULL DEFAULT 2147483647) WITH (fillfactor = 50)""",
     "CREATE SEQUENCE IF NOT EXISTS hiqa_term_ids AS int",
     """CREATE TABLE IF NOT EXISTS hiqa_postings (
         term_id int NOT NULL,
@@ -87,6 +93,17 @@ POSTINGS_SCHEMA = [
         PRIMARY KEY (term_id, node_row) INCLUDE (length, tf))""",
 ]
 SCHEMA += POSTINGS_SCHEMA
+# Format 4's keyword postings: one row per (critical keyword, node), whether the keyword is also
+# one of the node's document title's, all in the primary key's index (an index-only scan
+# counts |C| and breaks ties by node id without reading hiqa_nodes).
+KEYWORDS_SCHEMA = [
+    """CREATE TABLE IF NOT EXISTS hiqa_keywords (
+        keyword text NOT NULL,
+        node_id text NOT NULL,
+        in_title bool NOT NULL,
+        PRIMARY KEY (keyword, node_id) INCLUDE (in_title))""",
+]
+SCHEMA += KEYWORDS_SCHEMA
 SCHEMA += [
     # PGVectorStore indexes its rows by metadata ref_doc_id only; replacing and deleting go by node id.
     f"CREATE INDEX IF NOT EXISTS data_{VECTOR_TABLE}_node_id ON data_{VECTOR_TABLE} (node_id)",
@@ -122,29 +139,75 @@ GRAPH_SCHEMA = [
 SCHEMA += GRAPH_SCHEMA
 
 # |C| per node: the query's keywords the node holds, and those of them that are also keywords
-# of its document title (counted document_keyword_weight times in all: ``:extra`` more). One
-# GIN lookup per query keyword (keywords, query keywords and title keywords hold no repeats;
-# ``:tw`` is a subset of ``:kw``), counted per node.
+# of its document title (counted document_keyword_weight times in all: ``:extra`` more), from
+# the keyword postings' index alone (keywords, query keywords and title keywords hold no
+# repeats; ``:tw`` is a subset of ``:kw``).
 _KEYWORD_COUNTS = """
-SELECT n.node_id, count(*) + CAST(:extra AS float8)
-       * count(*) FILTER (WHERE q.kw = ANY(n.title_keywords) AND q.kw = ANY(CAST(:tw AS text[]))) AS score
-FROM unnest(CAST(:kw AS text[])) AS q(kw) JOIN hiqa_nodes n ON n.keywords @> ARRAY[q.kw] {restrict}
-GROUP BY n.node_id"""
+SELECT p.node_id, count(*) + CAST(:extra AS float8)
+       * count(*) FILTER (WHERE p.in_title AND p.keyword = ANY(CAST(:tw AS text[]))) AS score
+FROM hiqa_keywords p WHERE p.keyword = ANY(CAST(:kw AS text[])) {restrict}
+GROUP BY p.node_id"""
 
 # Okapi BM25 as bm25s scores it (Lucene IDF log(1 + (N - df + 0.5) / (df + 0.5)), term
 # component tf / (tf + k1 (1 - b + b dl / avgdl)), a query term counted as often as it occurs),
 # with the document frequencies kept in hiqa_terms (always the whole collection's). What does
 # not depend on the posting is computed once per query term: w = qtf * IDF, ka = k1 (1 - b),
-# kb = k1 b / avgdl, so a posting adds w tf / (tf + ka + kb dl).
+# kb = k1 b / avgdl, so a posting adds w tf / (tf + ka + kb dl); at most
+# ub = w max_tf / (max_tf + ka + kb min_length), the term's bound (a little above it, so that
+# rounding never makes a bound smaller than a score).
 _BM25_TERMS_AND_STATS = f"""
 q AS (SELECT t AS term, count(*) AS qtf FROM unnest(CAST(:terms AS text[])) t GROUP BY t),
 stats AS (SELECT node_count::float8 AS n, total_length::float8 / greatest(node_count, 1) AS avgdl
           FROM hiqa_pack WHERE id = 1),
 qt AS MATERIALIZED (
-  SELECT h.term_id, q.qtf * ln(1 + (stats.n - h.df + 0.5) / (h.df + 0.5)) AS w,
-         {BM25_K1} * (1 - {BM25_B}) AS ka, {BM25_K1} * {BM25_B} / stats.avgdl AS kb
-  FROM q JOIN hiqa_terms h USING (term) CROSS JOIN stats WHERE h.df > 0)"""
-_BM25_SUM = "sum(qt.w * p.tf / (p.tf + qt.ka + qt.kb * p.length))"
+  SELECT term_id, df, w, ka, kb, w * max_tf / (max_tf + ka + kb * min_length) * (1 + 1e-9) AS ub FROM (
+    SELECT h.term_id, h.df, h.max_tf, h.min_length, q.qtf * ln(1 + (stats.n - h.df + 0.5) / (h.df + 0.5)) AS w,
+           {BM25_K1} * (1 - {BM25_B}) AS ka, {BM25_K1} * {BM25_B} / stats.avgdl AS kb
+    FROM q JOIN hiqa_terms h USING (term) CROSS JOIN stats WHERE h.df > 0) t)"""
+_BM25_TERM = "qt.w * p.tf / (p.tf + qt.ka + qt.kb * p.length)"
+_BM25_SUM = f"sum({_BM25_TERM})"
+
+# BM25's exact top :n without summing every posting of the question's common terms (MaxScore,
+# Turtle and Flood, "Query evaluation: strategies and optimizations", 1995): the postings of
+# the rarest terms (``rare``: the rarest, and the next ones while their postings total at most
+# ``:rare_postings``, RARE_POSTINGS by default; 5,000 was the fastest of 0 to 60,000 at a
+# million synthetic nodes) give partial scores, whose :n-th best, theta0, is at most the :n-th
+# best full score. The commonest other terms whose bounds add up to less than theta0 (``skip``) cannot
+# bring a node into the top :n on their own, so only the other terms' postings are read; a node
+# read there is then completed by looking up its postings of the skipped terms (by primary
+# key), unless even its bound (partial score + the skipped terms' bounds) stays under the :n-th
+# best partial score. Nodes left out score less than the :n-th best: the top :n and the ties at
+# its cut are those of summing every posting.
+RARE_POSTINGS = 5000
+_BM25_TOP = f"""
+ranked AS MATERIALIZED (
+  SELECT qt.*, sum(df) OVER (ORDER BY df, term_id) AS df_cum, row_number() OVER (ORDER BY df, term_id) AS i FROM qt),
+rare AS MATERIALIZED (
+  SELECT p.node_row, {_BM25_SUM} AS score FROM ranked qt JOIN hiqa_postings p USING (term_id)
+  WHERE qt.i = 1 OR qt.df_cum <= :rare_postings GROUP BY p.node_row),
+theta0 AS MATERIALIZED (SELECT coalesce((SELECT score FROM rare ORDER BY score DESC OFFSET greatest(:n - 1, 0) LIMIT 1), 0) AS t),
+skip AS MATERIALIZED (
+  SELECT * FROM (SELECT qt.*, sum(ub) OVER (ORDER BY ub, term_id) AS ub_cum FROM ranked qt
+                 WHERE NOT (qt.i = 1 OR qt.df_cum <= :rare_postings)) s
+  WHERE ub_cum < (SELECT t FROM theta0)),
+partial AS MATERIALIZED (
+  SELECT node_row, sum(score) AS score FROM (
+    SELECT node_row, score FROM rare
+    UNION ALL
+    SELECT p.node_row, {_BM25_TERM} FROM ranked qt JOIN hiqa_postings p USING (term_id)
+    WHERE NOT (qt.i = 1 OR qt.df_cum <= :rare_postings) AND qt.term_id NOT IN (SELECT term_id FROM skip)) x
+  GROUP BY node_row),
+theta AS MATERIALIZED (
+  SELECT coalesce((SELECT score FROM partial ORDER BY score DESC OFFSET greatest(:n - 1, 0) LIMIT 1), 0)
+         - coalesce((SELECT sum(ub) FROM skip), 0) AS t),
+scored AS MATERIALIZED (
+  SELECT c.node_row, c.score + coalesce((
+    SELECT {_BM25_SUM} FROM skip qt JOIN hiqa_postings p ON p.term_id = qt.term_id AND p.node_row = c.node_row), 0) AS score
+  FROM partial c WHERE c.score >= (SELECT t FROM theta)),
+top AS MATERIALIZED (SELECT node_row, score FROM scored WHERE score > 0 ORDER BY score DESC FETCH FIRST :n ROWS WITH TIES),
+b AS MATERIALIZED (
+  SELECT (SELECT node_id FROM hiqa_nodes nd WHERE nd.node_row = t.node_row) AS node_id, t.score FROM top t
+  ORDER BY t.score DESC, 1 LIMIT :n)"""
 
 # The three routes of one question in one statement: pgvector's HNSW top :n (cosine), BM25's
 # top :n (ties at the cut broken by node id, as before) and |C| of the keyword route's top :n
@@ -154,12 +217,7 @@ WITH v AS MATERIALIZED (
   SELECT node_id, 1 - (embedding <=> CAST(:qvec AS vector)) AS score FROM data_{VECTOR_TABLE}
   WHERE CAST(:use_vector AS bool) ORDER BY embedding <=> CAST(:qvec AS vector) LIMIT :n),
 {_BM25_TERMS_AND_STATS},
-scored AS (
-  SELECT p.node_row, {_BM25_SUM} AS score FROM qt JOIN hiqa_postings p USING (term_id) GROUP BY p.node_row),
-top AS MATERIALIZED (SELECT node_row, score FROM scored WHERE score > 0 ORDER BY score DESC FETCH FIRST :n ROWS WITH TIES),
-b AS MATERIALIZED (
-  SELECT (SELECT node_id FROM hiqa_nodes nd WHERE nd.node_row = t.node_row) AS node_id, t.score FROM top t
-  ORDER BY t.score DESC, 1 LIMIT :n),
+{_BM25_TOP},
 k AS MATERIALIZED ({_KEYWORD_COUNTS.format(restrict="")}),
 kt AS (SELECT node_id FROM k ORDER BY score DESC, node_id COLLATE "C" LIMIT :n)
 SELECT 'v', node_id, score FROM v
@@ -189,7 +247,7 @@ SELECT 'b', ids.node_id, s.score FROM (
   FROM qt CROSS JOIN spans JOIN hiqa_postings p ON p.term_id = qt.term_id AND p.node_row BETWEEN spans.lo AND spans.hi
   GROUP BY p.node_row) s JOIN ids USING (node_row) WHERE s.score > 0
 UNION ALL
-SELECT 'k', node_id, score FROM ({_KEYWORD_COUNTS.format(restrict="AND n.node_id IN (SELECT node_id FROM ids)")}) kc
+SELECT 'k', node_id, score FROM ({_KEYWORD_COUNTS.format(restrict="AND p.node_id IN (SELECT node_id FROM ids)")}) kc
 """
 
 # |C| of every node holding one of the query's keywords (route_scores, calibration).

@@ -12,10 +12,13 @@ one pack:
                             (node count, total BM25 length)
 ``hiqa_documents``          one row per document: id, title, hash, file size and mtime,
                             pages, node count
-``hiqa_nodes``              one row per node: critical keywords (``text[]``, GIN),
-                            its document title's keywords, its BM25 length, an integer row
-                            number and its BM25 term ids
-``hiqa_terms``              BM25's vocabulary: term, integer id, document frequency
+``hiqa_nodes``              one row per node: critical keywords (``text[]``), its document
+                            title's keywords, its BM25 length, an integer row number and its
+                            BM25 term ids
+``hiqa_keywords``           the keyword route's inverted index: (keyword, node id, whether
+                            the node's title holds it too), all in its primary key
+``hiqa_terms``              BM25's vocabulary: term, integer id, document frequency, largest
+                            tf and smallest node length (the top-k's bounds)
 ``hiqa_postings``           BM25's inverted index: (term id, node row, node length, term
                             frequency), its primary key covering the rest (index-only scans)
 ``hiqa_graph*``             the IIER chunk graph when ``use_chunk_graph=True``: settings,
@@ -63,7 +66,9 @@ from llama_index_hiqa.storage.pg_bulk import (
     docstore_rows,
     ensure_vector_index,
     insert_nodes,
+    keyword_copy_data,
     kv_copy_data,
+    migrate_keywords,
     migrate_postings,
     node_fields,
     stored_json,
@@ -111,6 +116,7 @@ class PreparedWrite:
     counts: List[Counter[str]]  # each node's BM25 term counts
     lengths: List[int]  # each node's BM25 length
     kv_data: io.StringIO  # the docstore rows' COPY data
+    keyword_data: io.StringIO  # the keyword postings' COPY data
 
 
 class PostgresStore:
@@ -271,7 +277,8 @@ class PostgresStore:
             pg_connection.kvstore(self.connection, table, setup=True)._initialize()
         with self.engine.begin() as conn:
             conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": WRITE_LOCK})
-            migrate_postings(conn)  # a format-2 database's postings, before SCHEMA reads them
+            migrate_postings(conn)  # an older database's tables, before SCHEMA reads them
+            migrate_keywords(conn)
             for statement in SCHEMA:
                 conn.execute(text(statement))
             conn.execute(
@@ -285,7 +292,8 @@ class PostgresStore:
 
     def upgrade(self, record: Dict[str, Any]) -> None:
         """Bring a database written by an earlier release to `STORE_FORMAT` (format 2's
-        text postings become format 3's integer rows), in one transaction.
+        text postings become format 3's integer rows; format 4 adds the keyword postings and
+        the terms' bounds), in one transaction.
 
         Args:
             record: the pack record read from the database (its ``format`` is updated).
@@ -300,11 +308,13 @@ class PostgresStore:
                 conn.exec_driver_sql("SET LOCAL statement_timeout = 0")
                 conn.exec_driver_sql(f"SELECT pg_advisory_xact_lock({WRITE_LOCK})")
                 migrate_postings(conn)
+                migrate_keywords(conn)
                 conn.exec_driver_sql(f"UPDATE hiqa_pack SET format = greatest(format, {STORE_FORMAT}) WHERE id = 1")
         except SQLAlchemyError as exc:
             raise self.error(
                 f"holds a pack of store format {record.get('format')}, which this release reads after a one-time "
-                f"upgrade that needs write access ({self.connection._scrub(str(getattr(exc, 'orig', exc))).splitlines()[0]})"
+                f"upgrade that needs write access: open it once with a user that may write, or copy it into a new "
+                f"database with `hiqa migrate OLD NEW` ({self.connection._scrub(str(getattr(exc, 'orig', exc))).splitlines()[0]})"
             ) from None
         record["format"] = STORE_FORMAT
 
@@ -329,8 +339,10 @@ class PostgresStore:
         with self.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
             for table in ("hiqa_nodes", "hiqa_documents", "hiqa_terms", f"data_{VECTOR_TABLE}", f"data_{DOCSTORE_TABLE}"):
                 conn.exec_driver_sql(f"ANALYZE {table}")
-            # The visibility map lets BM25 read the postings from their index alone.
+            # The visibility map lets BM25 and the keyword route read their postings from their
+            # indexes alone.
             conn.exec_driver_sql("VACUUM ANALYZE hiqa_postings")
+            conn.exec_driver_sql("VACUUM ANALYZE hiqa_keywords")
 
     def document_hash(self, ref_doc_id: str) -> Optional[str]:
         """The stored hash of a document.
@@ -447,6 +459,7 @@ class PostgresStore:
             vector_data=vector_copy_data(vector_store, nodes) if nodes else None,
             node_fields=[node_fields(n, keywords.get(n.node_id, ([], []))) for n in nodes],
             counts=[Counter(t) for t in tokens], lengths=[len(t) for t in tokens], kv_data=kv_copy_data(kv_rows),
+            keyword_data=keyword_copy_data([n.node_id for n in nodes], [keywords.get(n.node_id, ([], [])) for n in nodes]),
         )
 
     def commit(self, prepared: "PreparedWrite", remove_ref_doc_ids: Iterable[str] = (), then: Optional[Callable[[Any], None]] = None) -> int:
@@ -544,7 +557,7 @@ class PostgresStore:
             ],
         )
         if p.node_fields:
-            insert_nodes(conn, p.vector_data, p.node_fields, p.counts, p.lengths)
+            insert_nodes(conn, p.vector_data, p.node_fields, p.counts, p.lengths, p.keyword_data)
             conn.execute(
                 text("UPDATE hiqa_pack SET node_count = node_count + :n, total_length = total_length + :l WHERE id = 1"),
                 {"n": len(p.node_fields), "l": sum(p.lengths)},

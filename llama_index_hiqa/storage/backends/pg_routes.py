@@ -6,7 +6,7 @@ with the routes answered by the database of [`PostgresStore`][llama_index_hiqa.s
 
 * vector — pgvector's HNSW index of LlamaIndex's ``PGVectorStore`` table (cosine);
 * BM25 — Okapi BM25 over the stored term statistics (``pg_schema.ROUTES_SQL``);
-* critical keywords — ``|C|`` per node from the GIN-indexed ``text[]`` column.
+* critical keywords — ``|C|`` per node from the keyword postings' primary key (index-only).
 
 Each route is an object of the [`Route`][llama_index_hiqa.retrievers.routes.Route] interface
 that can answer alone ([`PostgresBM25Route`][llama_index_hiqa.storage.backends.pg_routes.PostgresBM25Route], [`PostgresKeywordRoute`][llama_index_hiqa.storage.backends.pg_routes.PostgresKeywordRoute], the vector
@@ -46,6 +46,7 @@ from llama_index_hiqa.settings import updated
 from llama_index_hiqa.storage.pg_schema import (
     DOCUMENT_NODES_SQL,
     KEYWORD_SQL,
+    RARE_POSTINGS,
     ROUTES_SQL,
     SHAPE_SQL,
     TITLES_SQL,
@@ -88,7 +89,8 @@ def _params(embedding: Optional[Sequence[float]], terms: Sequence[str], keywords
             title_keywords: Sequence[str], extra: float, n: int, **more: Any) -> Dict[str, Any]:
     """The parameters of ROUTES_SQL / WITHIN_SQL (a route without input returns no rows)."""
     return {"qvec": _vector_literal(embedding), "use_vector": embedding is not None, "terms": list(terms),
-            "kw": list(keywords), "tw": list(title_keywords), "extra": float(extra), "n": int(n), **more}
+            "kw": list(keywords), "tw": list(title_keywords), "extra": float(extra), "n": int(n),
+            "rare_postings": RARE_POSTINGS, **more}
 
 
 def _by_route(rows: Sequence[Tuple[str, str, float]]) -> Dict[str, RouteScores]:
@@ -237,7 +239,7 @@ class PostgresBM25Route:
 
 
 class PostgresKeywordRoute(KeywordRoute):
-    """The keyword route: ``|C|`` per node from the GIN-indexed keyword column, the title weight
+    """The keyword route: ``|C|`` per node from the keyword postings (``hiqa_keywords``), the title weight
     in the same statement; the document names from the stored titles.
 
     Args:
