@@ -51,6 +51,10 @@ _EXPORTS: Dict[str, str] = {
     "MultiRouteRetriever": "llama_index_hiqa.retrievers.multi_route",
     "MultiRouteSettings": "llama_index_hiqa.retrievers.multi_route",
     "RetrievalRouteError": "llama_index_hiqa.errors",
+    "ExpertVocabulary": "llama_index_hiqa.vocabularies",
+    "VocabularyExpansion": "llama_index_hiqa.vocabularies",
+    "load_vocabulary": "llama_index_hiqa.vocabularies",
+    "VocabularyFileError": "llama_index_hiqa.errors",
     "DocumentFocusRetriever": "llama_index_hiqa.retrievers.document_focus",
     "DocumentFocusSettings": "llama_index_hiqa.retrievers.settings",
     "FocusChoice": "llama_index_hiqa.retrievers.document_focus",
@@ -217,6 +221,12 @@ if TYPE_CHECKING:
         MultiRouteRetriever as MultiRouteRetriever,
         MultiRouteSettings as MultiRouteSettings,
     )
+    from llama_index_hiqa.vocabularies import (
+        ExpertVocabulary as ExpertVocabulary,
+        VocabularyExpansion as VocabularyExpansion,
+        load_vocabulary as load_vocabulary,
+    )
+    from llama_index_hiqa.errors import VocabularyFileError as VocabularyFileError
     from llama_index_hiqa.retrievers.document_focus import (
         DocumentFocusRetriever as DocumentFocusRetriever,
         FocusChoice as FocusChoice,

@@ -223,7 +223,7 @@ def _entry_name(data: Any, loc: Tuple[Any, ...]) -> str:
         else:
             where.append(str(key))
         node = node[key] if isinstance(node, (dict, list)) and _has(node, key) else None
-        if isinstance(node, dict) and isinstance(node.get("concept"), str):
+        if isinstance(node, dict) and isinstance(node.get("concept"), str) and node["concept"].strip():
             concept = node["concept"]
     path = ".".join(where)
     return f"{path} ({concept!r})" if concept else path
