@@ -171,7 +171,8 @@ def _squeezed(text: str) -> str:
 
 
 def _names_pattern(names: List[str]) -> re.Pattern[str]:
-    cased, uncased = [], []
+    cased: List[str] = []
+    uncased: List[str] = []
     for name in sorted(names, key=len, reverse=True):
         parts = [re.escape(p) for p in re.findall(r"[^\W_]+|[^\w\s\-]", name)]
         body = r"[\s\-]*".join(parts) + r"(?:e?s)?"
@@ -203,7 +204,7 @@ def _read(path: Path, label: str) -> Any:
     try:
         if path.suffix.lower() == ".json":
             return json.loads(text)
-        import yaml
+        import yaml  # type: ignore[import-untyped]  # llama-index-core's dependency; no stubs installed
 
         return yaml.safe_load(text)
     except (ValueError, ImportError) as exc:  # json.JSONDecodeError is a ValueError
