@@ -39,7 +39,6 @@ import numpy as np  # noqa: E402
 from llama_index.core.schema import BaseNode, MetadataMode  # noqa: E402
 
 from llama_index_hiqa import schema  # noqa: E402
-from llama_index_hiqa.settings import updated  # noqa: E402
 import shared_data as datasets  # noqa: E402
 from llama_index_hiqa.evaluation import metrics  # noqa: E402
 
@@ -283,22 +282,17 @@ _loaded: Dict[str, Any] = {}
 
 def retrieval_only(name: str, store_dir: Path):
     """A retrieval-only variant: the base variant's stored pack (loaded once per process) with
-    a MultiRouteRetriever of the variant's settings over the same vector, BM25 and keyword
-    indexes (what HiQAPack.load(store, multi_route=...) builds, without reloading the store)."""
+    its multi-route retriever under the variant's settings (``MultiRouteRetriever.with_settings``:
+    the same vector, BM25 and keyword indexes, what HiQAPack.load(store, multi_route=...)
+    builds, without reloading the store)."""
     from llama_index_hiqa import HiQAPack
-    from llama_index_hiqa.retrievers.multi_route import MultiRouteRetriever
 
     base = RETRIEVAL_ONLY[name]
     if base not in _loaded:
         t0 = time.perf_counter()
         _loaded[base] = (HiQAPack.load(store_dir / base), time.perf_counter() - t0)
     pack, load_s = _loaded[base]
-    multi = pack.multi_route
-    retriever = MultiRouteRetriever(
-        vector_retriever=multi.vector_retriever, nodes=list(multi.collection.nodes.values()),
-        keyword_extractor=multi.keyword_extractor, keyword_index=multi.keyword_index, bm25_route=multi.bm25_route,
-        config=updated(multi.config, VARIANTS[name].get("multi_route", {})),
-    )
+    retriever = pack.multi_route.with_settings(**VARIANTS[name].get("multi_route", {}))
     return pack, retriever, {"loaded_s": load_s, "store_of": base}
 
 
