@@ -74,6 +74,7 @@ VARIANTS: Dict[str, Dict[str, Any]] = {
     # The expert vocabularies applied to the questions (query time only: no new build).
     "no_vocabulary": {"multi_route": {"expert_vocabulary": None}},
     "finance_vocabulary": {"multi_route": {"expert_vocabulary": "finance"}},
+    "finance_vocabulary_collection": {"multi_route": {"expert_vocabulary": "finance", "vocabulary_scope": "collection"}},
 }
 BUILT = ("defaults", "unruled_tables")
 RETRIEVAL_ONLY = {name: "defaults" for name in VARIANTS if name not in BUILT}
@@ -94,11 +95,12 @@ VARIANT_LABELS = {
     "no_name_abbreviations": "HiQAPack without name abbreviations in questions (AMEX, JnJ)",
     "no_latest_year": "HiQAPack, every year of a question matched against titles",
     "no_vocabulary": "HiQAPack without an expert vocabulary (expert_vocabulary=None)",
-    "finance_vocabulary": "HiQAPack with the finance expert vocabulary (expert_vocabulary='finance')",
+    "finance_vocabulary": "HiQAPack with the finance expert vocabulary inside the focused filings (expert_vocabulary='finance')",
+    "finance_vocabulary_collection": "HiQAPack with the finance expert vocabulary, also over the whole collection (vocabulary_scope='collection')",
 }
 # Rows whose questions are compared one by one with the defaults row (moves up and down, and
 # the kind of each remaining miss).
-COMPARED = ("no_vocabulary", "finance_vocabulary", "unruled_tables")
+COMPARED = ("no_vocabulary", "finance_vocabulary", "finance_vocabulary_collection", "unruled_tables")
 
 
 def git_commit() -> str:

@@ -155,10 +155,10 @@ def _filing_nodes():
     return nodes
 
 
-def _multi(vocabulary, vector=None):
+def _multi(vocabulary, vector=None, scope="collection"):
     return MultiRouteRetriever(
         vector_retriever=vector, nodes=_filing_nodes(), keyword_extractor=CriticalKeywordExtractor(use_ner=False),
-        expert_vocabulary=vocabulary, similarity_top_k=3,
+        expert_vocabulary=vocabulary, similarity_top_k=3, vocabulary_scope=scope,
     )
 
 
@@ -178,13 +178,26 @@ def test_the_vocabulary_brings_the_statement_lines_a_ratio_is_made_of():
 def test_the_keyword_route_counts_the_terms_on_nodes_that_hold_them():
     nodes = _filing_nodes()
     extractor = CriticalKeywordExtractor(use_ner=False, expert_keywords=["total current liabilities"])
-    multi = MultiRouteRetriever(nodes=nodes, keyword_extractor=extractor, use_bm25=False, expert_vocabulary="finance")
+    multi = MultiRouteRetriever(
+        nodes=nodes, keyword_extractor=extractor, use_bm25=False, expert_vocabulary="finance", vocabulary_scope="collection"
+    )
     question = "Verizon quick ratio"
     assert "totalcurrentliabilities" in multi.rank(QueryBundle(question)).keywords.normalized
     counts = multi.route_scores(question)["keywords"]
     plain = multi.with_settings(expert_vocabulary=None).route_scores(question)["keywords"]
     assert counts["bs"] == plain.get("bs", 0.0) + 1
     assert counts.get("mdna", 0.0) == plain.get("mdna", 0.0)
+
+
+def test_by_default_the_vocabulary_ranks_inside_documents_and_leaves_the_collection_ranking_alone():
+    question = "Does Verizon have a healthy quick ratio?"
+    plain, inside = _multi(None), _multi("finance", scope="documents")
+    assert [r.node.node_id for r in inside.retrieve(question)] == [r.node.node_id for r in plain.retrieve(question)]
+    head = inside.rank(QueryBundle(question))
+    assert "vocabulary" not in head.results[0].node.metadata[schema.ROUTE_SCORES]
+    assert "quick ratio" in head.expansion.explained()  # for the document focus
+    within = inside.scores_within(question, ["bs", "mdna"])["bm25"]
+    assert within["bs"] > plain.scores_within(question, ["bs", "mdna"])["bm25"].get("bs", 0.0)
 
 
 @pytest.mark.asyncio

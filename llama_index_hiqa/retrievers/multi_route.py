@@ -29,6 +29,10 @@ the terms of the concepts it names are appended to the bundle's ``query_str`` (w
 searches) and to the question's critical keywords, while its embedding strings stay the
 question alone (LlamaIndex's ``QueryBundle`` convention, as a HyDE transform keeps them apart).
 Each returned node's ``ROUTE_SCORES["vocabulary"]`` says which concepts added which terms.
+With ``vocabulary_scope="documents"`` (the default) the expansion scores nodes inside the
+documents a question is about (``scores_within``: the document focus) and leaves the ranking
+over the whole collection, which chooses the document, to the question's own words; with
+``"collection"`` it applies there too.
 
 A route that raises is logged in one WARNING line naming it and the cause (its traceback at
 DEBUG) and skipped; the others still answer. What
@@ -380,6 +384,17 @@ class MultiRouteRetriever(CleanQuestions, BaseRetriever):
         )
         return expanded, expansion
 
+    def _collection_wide(
+        self, query: Union[str, QueryBundle]
+    ) -> Tuple[QueryBundle, Optional[VocabularyExpansion], Optional[VocabularyExpansion]]:
+        """``(bundle, applied, expansion)`` for a ranking over the whole collection: the
+        expansion is applied there only with ``vocabulary_scope="collection"``; it is returned
+        either way, for the document focus."""
+        bundle, expansion = self.expand(query)
+        if self.config.vocabulary_scope == "collection":
+            return bundle, expansion, expansion
+        return question_bundle(query), None, expansion
+
     def _expanded_keywords(
         self, query: QueryBundle, expansion: Optional[VocabularyExpansion], keywords: Optional[QuestionKeywords]
     ) -> Optional[QuestionKeywords]:
@@ -457,7 +472,7 @@ class MultiRouteRetriever(CleanQuestions, BaseRetriever):
 
     def _finish(
         self, query: str, scores: Dict[str, RouteScores], errors: Dict[str, BaseException],
-        expansion: Optional[VocabularyExpansion] = None,
+        applied: Optional[VocabularyExpansion] = None, expansion: Optional[VocabularyExpansion] = None,
     ) -> Ranking:
         enabled = self.route_set().enabled()
         if enabled and all(route in errors for route in enabled):
@@ -472,8 +487,8 @@ class MultiRouteRetriever(CleanQuestions, BaseRetriever):
         for hit in results:
             if errors:
                 hit.node.metadata[schema.ROUTE_SCORES]["failed"] = sorted(errors)
-            if expansion is not None:
-                hit.node.metadata[schema.ROUTE_SCORES][VOCABULARY] = expansion.explained()
+            if applied is not None:
+                hit.node.metadata[schema.ROUTE_SCORES][VOCABULARY] = applied.explained()
         dispatcher.event(
             MultiRouteRetrievalEndEvent(
                 query=query, candidates={VECTOR: len(vector), BM25: len(bm25), KEYWORDS: len(counts)},
@@ -498,10 +513,10 @@ class MultiRouteRetriever(CleanQuestions, BaseRetriever):
         if not text.strip():
             return Ranking([], None)  # nothing to rank by: documented fallback, no route is asked
         errors: Dict[str, BaseException] = {}  # this query's alone
-        bundle, expansion = self.expand(query)
-        keywords = self._expanded_keywords(query, expansion, keywords)
+        bundle, applied, expansion = self._collection_wide(query)
+        keywords = self._expanded_keywords(query, applied, keywords)
         scores = self.route_set().ask(bundle, self.config.candidates_per_route, errors, keywords=keywords)
-        return self._finish(text, scores, errors, expansion)
+        return self._finish(text, scores, errors, applied, expansion)
 
     async def arank(self, query: QueryBundle, keywords: Optional[QuestionKeywords] = None) -> Ranking:
         """[`rank`][llama_index_hiqa.retrievers.multi_route.MultiRouteRetriever.rank] with the routes
@@ -519,11 +534,11 @@ class MultiRouteRetriever(CleanQuestions, BaseRetriever):
         if not text.strip():
             return Ranking([], None)
         errors: Dict[str, BaseException] = {}  # this query's alone
-        bundle, expansion = self.expand(query)
-        if expansion is not None and keywords is None:  # the question's NER runs off the event loop
-            keywords = await asyncio.to_thread(self._expanded_keywords, query, expansion, keywords)
+        bundle, applied, expansion = self._collection_wide(query)
+        if applied is not None and keywords is None:  # the question's NER runs off the event loop
+            keywords = await asyncio.to_thread(self._expanded_keywords, query, applied, keywords)
         scores = await self.route_set().aask(bundle, self.config.candidates_per_route, errors, keywords)
-        return await asyncio.to_thread(self._finish, text, scores, errors, expansion)
+        return await asyncio.to_thread(self._finish, text, scores, errors, applied, expansion)
 
     def _retrieve(self, query_bundle: QueryBundle) -> List[NodeWithScore]:
         return self.rank(query_bundle).results
@@ -542,8 +557,8 @@ class MultiRouteRetriever(CleanQuestions, BaseRetriever):
             ``{"vector": {id: cosine}, "bm25": {id: score}, "keywords": {id: |C|}}`` (``|C|``
                 with this retriever's title weight).
         """
-        bundle, expansion = self.expand(query)
-        keywords = self._expanded_keywords(question_bundle(query), expansion, None)
+        bundle, applied, _ = self._collection_wide(query)
+        keywords = self._expanded_keywords(question_bundle(query), applied, None)
         scores = self.route_set().ask(bundle, self.config.candidates_per_route, {}, concurrent=False, keywords=keywords)
         return {name: dict(scores[name]) for name in (VECTOR, BM25, KEYWORDS)}
 
@@ -591,8 +606,8 @@ class MultiRouteRetriever(CleanQuestions, BaseRetriever):
             raise ValueError("full_ranking needs the retriever's nodes (pass nodes or a docstore)")
         if not (question.query_str or "").strip():
             return list(nodes)
-        bundle, expansion = self.expand(question)
-        keywords = self._expanded_keywords(question, expansion, keywords)
+        bundle, applied, _ = self._collection_wide(question)
+        keywords = self._expanded_keywords(question, applied, keywords)
         q = bundle.query_str or ""
         errors: Dict[str, BaseException] = {}
         routes = self.route_set()

@@ -150,6 +150,14 @@ class RouteFusionSettings(SettingsModel):
         "alone. Each result's route_scores['vocabulary'] shows what was added.",
     )
 
+    vocabulary_scope: Literal["documents", "collection"] = Field(
+        default="documents",
+        description="Where expert_vocabulary applies: 'documents' scores the nodes inside the documents a "
+        "question is about (the document focus) and leaves the ranking over the whole collection, which "
+        "chooses the document, to the question's own words (a concept's terms, statement lines, are shared "
+        "by every look-alike document); 'collection' applies it to that ranking too.",
+    )
+
     @field_validator("bm25_language")
     @classmethod
     def _known_bm25_language(cls, value: str) -> str:
