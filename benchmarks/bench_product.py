@@ -98,9 +98,9 @@ VARIANT_LABELS = {
     "finance_vocabulary": "HiQAPack with the finance expert vocabulary inside the focused filings (expert_vocabulary='finance')",
     "finance_vocabulary_collection": "HiQAPack with the finance expert vocabulary, also over the whole collection (vocabulary_scope='collection')",
 }
-# Rows whose questions are compared one by one with the defaults row (moves up and down, and
-# the kind of each remaining miss).
-COMPARED = ("no_vocabulary", "finance_vocabulary", "finance_vocabulary_collection", "unruled_tables")
+# Rows whose questions are compared one by one with another row (moves up and down, and the
+# kind of each remaining miss): the vocabulary rows with the row without a vocabulary.
+COMPARED = {"defaults": "no_vocabulary", "finance_vocabulary": "no_vocabulary", "finance_vocabulary_collection": "no_vocabulary"}
 
 
 def git_commit() -> str:
@@ -377,12 +377,12 @@ def moves(base: List[Dict[str, Any]], other: List[Dict[str, Any]]) -> Dict[str, 
     return {"up": up, "down": down, "into_top5": into, "out_of_top5": out, "miss_kinds": kinds}
 
 
-def _moves_text(m: Dict[str, Any]) -> str:
+def _moves_text(m: Dict[str, Any], base: str) -> str:
     def listed(items):
         return ", ".join(f"{i} {a}→{b}" for i, a, b in items) or "none"
     kinds = ", ".join(f"{k} {v}" for k, v in sorted(m["miss_kinds"].items()))
     return (
-        f"Against the defaults row, question by question (first gold page rank): {len(m['up'])} up, "
+        f"Against the `{base}` row, question by question (first gold page rank): {len(m['up'])} up, "
         f"{len(m['down'])} down; {m['into_top5']} into the top 5, {m['out_of_top5']} out of it. "
         f"Up: {listed(m['up'])}. Down: {listed(m['down'])}. Misses (no gold page in the top 5) by kind: {kinds}."
     )
@@ -433,13 +433,13 @@ def write_section() -> None:
         "",
         f"Baselines from run {baseline['run']}." + (f" {baseline['note']}" if baseline.get("note") else ""),
     ]
-    defaults = saved.get("defaults")
     for name, result in saved.items():
         stats = result["stats"]
         timing = result.get("timing", {})
         compared = ""
-        if name in COMPARED and defaults and result.get("per_question") and defaults.get("per_question"):
-            compared = " " + _moves_text(moves(defaults["per_question"], result["per_question"]))
+        base = saved.get(COMPARED.get(name, ""))
+        if base and result.get("per_question") and base.get("per_question"):
+            compared = " " + _moves_text(moves(base["per_question"], result["per_question"]), COMPARED[name])
         if timing.get("store_of"):  # query-time settings over another row's store: no node table
             calibration = timing.get("calibration")
             parts += [
