@@ -86,6 +86,7 @@ _EXPORTS: Dict[str, str] = {
     "HiQAPackSettings": "llama_index_hiqa.pack.config",
     # -- one typed settings tree: the parts of HiQAPackSettings and the helper that updates them
     "PackKeywordSettings": "llama_index_hiqa.pack.config",
+    "PackRouteSettings": "llama_index_hiqa.pack.config",
     "KeywordSettings": "llama_index_hiqa.transforms.keyword_settings",
     "RouteFusionSettings": "llama_index_hiqa.retrievers.settings",
     "ChunkGraphSettings": "llama_index_hiqa.retrievers.settings",
@@ -261,6 +262,7 @@ if TYPE_CHECKING:
     from llama_index_hiqa.pack.config import (
         HiQAPackSettings as HiQAPackSettings,
         PackKeywordSettings as PackKeywordSettings,
+        PackRouteSettings as PackRouteSettings,
     )
     from llama_index_hiqa.transforms.keyword_settings import KeywordSettings as KeywordSettings
     from llama_index_hiqa.retrievers.settings import (
