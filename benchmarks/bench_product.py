@@ -39,7 +39,6 @@ import numpy as np  # noqa: E402
 from llama_index.core.schema import BaseNode, MetadataMode  # noqa: E402
 
 from llama_index_hiqa import schema  # noqa: E402
-from llama_index_hiqa.settings import updated  # noqa: E402
 import shared_data as datasets  # noqa: E402
 from llama_index_hiqa.evaluation import metrics  # noqa: E402
 
@@ -72,6 +71,10 @@ VARIANTS: Dict[str, Dict[str, Any]] = {
     "no_latest_year": {"multi_route": {"latest_year_in_titles": False}},
     # The reader's unruled-table detector on: statements become table units (a new build).
     "unruled_tables": {"detect_unruled_tables": True},
+    # The expert vocabularies applied to the questions (query time only: no new build).
+    "no_vocabulary": {"multi_route": {"expert_vocabulary": None}},
+    "finance_vocabulary": {"multi_route": {"expert_vocabulary": "finance"}},
+    "finance_vocabulary_collection": {"multi_route": {"expert_vocabulary": "finance", "vocabulary_scope": "collection"}},
 }
 BUILT = ("defaults", "unruled_tables")
 RETRIEVAL_ONLY = {name: "defaults" for name in VARIANTS if name not in BUILT}
@@ -91,7 +94,13 @@ VARIANT_LABELS = {
     "focus_no_pages_first": "HiQAPack, document focus without one node per page first",
     "no_name_abbreviations": "HiQAPack without name abbreviations in questions (AMEX, JnJ)",
     "no_latest_year": "HiQAPack, every year of a question matched against titles",
+    "no_vocabulary": "HiQAPack without an expert vocabulary (expert_vocabulary=None)",
+    "finance_vocabulary": "HiQAPack with the finance expert vocabulary inside the focused filings (expert_vocabulary='finance')",
+    "finance_vocabulary_collection": "HiQAPack with the finance expert vocabulary, also over the whole collection (vocabulary_scope='collection')",
 }
+# Rows whose questions are compared one by one with another row (moves up and down, and the
+# kind of each remaining miss): the vocabulary rows with the row without a vocabulary.
+COMPARED = {"defaults": "no_vocabulary", "finance_vocabulary": "no_vocabulary", "finance_vocabulary_collection": "no_vocabulary"}
 
 
 def git_commit() -> str:
@@ -275,22 +284,17 @@ _loaded: Dict[str, Any] = {}
 
 def retrieval_only(name: str, store_dir: Path):
     """A retrieval-only variant: the base variant's stored pack (loaded once per process) with
-    a MultiRouteRetriever of the variant's settings over the same vector, BM25 and keyword
-    indexes (what HiQAPack.load(store, multi_route=...) builds, without reloading the store)."""
+    its multi-route retriever under the variant's settings (``MultiRouteRetriever.with_settings``:
+    the same vector, BM25 and keyword indexes, what HiQAPack.load(store, multi_route=...)
+    builds, without reloading the store)."""
     from llama_index_hiqa import HiQAPack
-    from llama_index_hiqa.retrievers.multi_route import MultiRouteRetriever
 
     base = RETRIEVAL_ONLY[name]
     if base not in _loaded:
         t0 = time.perf_counter()
         _loaded[base] = (HiQAPack.load(store_dir / base), time.perf_counter() - t0)
     pack, load_s = _loaded[base]
-    multi = pack.multi_route
-    retriever = MultiRouteRetriever(
-        vector_retriever=multi.vector_retriever, nodes=list(multi.collection.nodes.values()),
-        keyword_extractor=multi.keyword_extractor, keyword_index=multi.keyword_index, bm25_route=multi.bm25_route,
-        config=updated(multi.config, VARIANTS[name].get("multi_route", {})),
-    )
+    retriever = pack.multi_route.with_settings(**VARIANTS[name].get("multi_route", {}))
     return pack, retriever, {"loaded_s": load_s, "store_of": base}
 
 
@@ -325,6 +329,63 @@ def run_variant(name: str, questions, pdf_dir: Path, store_dir: Path, reuse: boo
         "stats": node_stats(nodes),
         "beta": getattr(multi, "beta", None),
     }
+
+
+# --- per-question moves and miss kinds -----------------------------------------------------
+
+
+def _rank(row: Dict[str, Any], key: str) -> float:
+    return float("inf") if row.get(key) is None else row[key]
+
+
+def miss_kind(row: Dict[str, Any], vocabulary) -> str:
+    """Why a question has no gold page in the top 5: ``filing`` (its filing is not first),
+    ``concept`` / ``topic`` (the right filing first, and the question names a concept of the
+    finance vocabulary's ratios and measures / sections and topics), ``other``."""
+    if _rank(row, "doc_rank") > 1:
+        return "filing"
+    named = vocabulary.expand(row["question"]).explained()
+    groups = {e.concept: g.name for g in vocabulary.groups for e in g.entries}
+    kinds = {"topic" if ("section" in groups[c] or "topic" in groups[c] or "events" in groups[c]) else "concept" for c in named}
+    return "concept" if "concept" in kinds else "topic" if kinds else "other"
+
+
+def moves(base: List[Dict[str, Any]], other: List[Dict[str, Any]]) -> Dict[str, Any]:
+    """Questions whose first gold page moved between two rows: up / down (ids and ranks),
+    into / out of the top 5, and the kinds of ``other``'s misses (no gold page in the top 5)."""
+    from llama_index_hiqa.vocabularies import load_vocabulary
+
+    finance = load_vocabulary("finance")
+    before = {r["id"]: r for r in base}
+    up, down = [], []
+    for row in other:
+        old = before.get(row["id"])
+        if old is None:
+            continue
+        a, b = _rank(old, "page_rank"), _rank(row, "page_rank")
+        if b < a:
+            up.append((row["id"], old["page_rank"], row["page_rank"]))
+        elif b > a:
+            down.append((row["id"], old["page_rank"], row["page_rank"]))
+    into = sum(1 for i, a, b in up if (a is None or a > 5) and b is not None and b <= 5)
+    out = sum(1 for i, a, b in down if a is not None and a <= 5 and (b is None or b > 5))
+    kinds: Dict[str, int] = {}
+    for row in other:
+        if _rank(row, "page_rank") > 5:
+            kind = miss_kind(row, finance)
+            kinds[kind] = kinds.get(kind, 0) + 1
+    return {"up": up, "down": down, "into_top5": into, "out_of_top5": out, "miss_kinds": kinds}
+
+
+def _moves_text(m: Dict[str, Any], base: str) -> str:
+    def listed(items):
+        return ", ".join(f"{i} {a}→{b}" for i, a, b in items) or "none"
+    kinds = ", ".join(f"{k} {v}" for k, v in sorted(m["miss_kinds"].items()))
+    return (
+        f"Against the `{base}` row, question by question (first gold page rank): {len(m['up'])} up, "
+        f"{len(m['down'])} down; {m['into_top5']} into the top 5, {m['out_of_top5']} out of it. "
+        f"Up: {listed(m['up'])}. Down: {listed(m['down'])}. Misses (no gold page in the top 5) by kind: {kinds}."
+    )
 
 
 # --- RESULTS.md -----------------------------------------------------------------------------
@@ -375,6 +436,10 @@ def write_section() -> None:
     for name, result in saved.items():
         stats = result["stats"]
         timing = result.get("timing", {})
+        compared = ""
+        base = saved.get(COMPARED.get(name, ""))
+        if base and result.get("per_question") and base.get("per_question"):
+            compared = " " + _moves_text(moves(base["per_question"], result["per_question"]), COMPARED[name])
         if timing.get("store_of"):  # query-time settings over another row's store: no node table
             calibration = timing.get("calibration")
             parts += [
@@ -384,7 +449,8 @@ def write_section() -> None:
                 f"Settings: `{json.dumps(result['settings'])}` over the `{timing['store_of']}` store; run "
                 f"{result['run']}; query {result['row']['query_s']:.2f} s per question (full ranking); "
                 f"β = {result.get('beta')}."
-                + (f" Calibration ({timing['calibrate_s']:.0f} s): {_calibration_text(calibration)}" if calibration else ""),
+                + (f" Calibration ({timing['calibrate_s']:.0f} s): {_calibration_text(calibration)}" if calibration else "")
+                + compared,
             ]
             continue
         parts += [
@@ -394,7 +460,8 @@ def write_section() -> None:
             f"Settings: `{json.dumps(result['settings'])}`; run {result['run']}; "
             + (f"build {timing['build_s']:.0f} s, peak RSS {timing.get('peak_rss_mib_after_build', 0):.0f} MiB after build; "
                if "build_s" in timing else "")
-            + f"query {result['row']['query_s']:.2f} s per question (full ranking); β = {result.get('beta')}.",
+            + f"query {result['row']['query_s']:.2f} s per question (full ranking); β = {result.get('beta')}."
+            + compared,
             "",
             f"{stats['nodes']:,} nodes, {stats['tables']} tables; characters p10/p50/p90/p99 = "
             + "/".join(f"{stats['chars_pct'][k]:.0f}" for k in ("10", "50", "90", "99"))

@@ -51,6 +51,10 @@ _EXPORTS: Dict[str, str] = {
     "MultiRouteRetriever": "llama_index_hiqa.retrievers.multi_route",
     "MultiRouteSettings": "llama_index_hiqa.retrievers.multi_route",
     "RetrievalRouteError": "llama_index_hiqa.errors",
+    "ExpertVocabulary": "llama_index_hiqa.vocabularies",
+    "VocabularyExpansion": "llama_index_hiqa.vocabularies",
+    "load_vocabulary": "llama_index_hiqa.vocabularies",
+    "VocabularyFileError": "llama_index_hiqa.errors",
     "DocumentFocusRetriever": "llama_index_hiqa.retrievers.document_focus",
     "DocumentFocusSettings": "llama_index_hiqa.retrievers.settings",
     "FocusChoice": "llama_index_hiqa.retrievers.document_focus",
@@ -82,6 +86,7 @@ _EXPORTS: Dict[str, str] = {
     "HiQAPackSettings": "llama_index_hiqa.pack.config",
     # -- one typed settings tree: the parts of HiQAPackSettings and the helper that updates them
     "PackKeywordSettings": "llama_index_hiqa.pack.config",
+    "PackRouteSettings": "llama_index_hiqa.pack.config",
     "KeywordSettings": "llama_index_hiqa.transforms.keyword_settings",
     "RouteFusionSettings": "llama_index_hiqa.retrievers.settings",
     "ChunkGraphSettings": "llama_index_hiqa.retrievers.settings",
@@ -230,6 +235,12 @@ if TYPE_CHECKING:
         MultiRouteRetriever as MultiRouteRetriever,
         MultiRouteSettings as MultiRouteSettings,
     )
+    from llama_index_hiqa.vocabularies import (
+        ExpertVocabulary as ExpertVocabulary,
+        VocabularyExpansion as VocabularyExpansion,
+        load_vocabulary as load_vocabulary,
+    )
+    from llama_index_hiqa.errors import VocabularyFileError as VocabularyFileError
     from llama_index_hiqa.retrievers.document_focus import (
         DocumentFocusRetriever as DocumentFocusRetriever,
         FocusChoice as FocusChoice,
@@ -264,6 +275,7 @@ if TYPE_CHECKING:
     from llama_index_hiqa.pack.config import (
         HiQAPackSettings as HiQAPackSettings,
         PackKeywordSettings as PackKeywordSettings,
+        PackRouteSettings as PackRouteSettings,
     )
     from llama_index_hiqa.transforms.keyword_settings import KeywordSettings as KeywordSettings
     from llama_index_hiqa.retrievers.settings import (

@@ -145,6 +145,18 @@ class InvalidSettingError(HiQAError, ValueError):
         super().__init__(f"{setting}: {reason}")
 
 
+class VocabularyFileError(HiQAError, ValueError):
+    """An expert vocabulary that cannot be used: ``path`` names the file (or the name given),
+    ``entry`` where in it the problem lies (``groups[2].entries[0] ('quick ratio')``; empty for
+    the whole file), ``reason`` what is wrong."""
+
+    def __init__(self, path: str, entry: str, reason: str) -> None:
+        self.path = path
+        self.entry = entry
+        self.reason = reason
+        super().__init__(f"expert vocabulary {path}" + (f", {entry}" if entry else "") + f": {reason}")
+
+
 class InvalidQuestionError(HiQAError, ValueError):
     """A question the pack cannot use: not a string, or longer than the stated limit
     (``questions.MAX_QUESTION_CHARS``). ``reason`` says which."""

@@ -155,6 +155,7 @@ LAYERS: List[Tuple[str, Tuple[str, ...]]] = [
     ("foundation", ("schema", "errors", "events", "headings", "settings", "figures", "text_repair",
                     "progress", "component_dict", "questions")),
     ("models", ("models",)),
+    ("vocabularies", ("vocabularies",)),
     ("indexes", ("indexes",)),
     ("readers", ("readers",)),
     ("parsers", ("parsers",)),

@@ -122,7 +122,7 @@ def test_a_users_type_error_is_reported(tmp_path, mypy_cache):
                 if "Revealed type is" in line}
     assert revealed["4"] == '"llama_index_hiqa.pack.hiqa_pack.HiQAPack"', out
     assert revealed["5"].endswith('-> llama_index_hiqa.retrievers.multi_route.MultiRouteRetriever"'), out
-    assert revealed["6"] == '"llama_index_hiqa.retrievers.settings.RouteFusionSettings"', out
+    assert revealed["6"] == '"llama_index_hiqa.pack.config.PackRouteSettings"', out
     assert revealed["7"].endswith('-> llama_index_hiqa.retrievers.chunk_graph.ChunkGraphRetriever"'), out
     assert 'user_app.py:8: error: Argument 1 to "run"' in out and 'expected "str"' in out, out
     assert 'user_app.py:9: error: Module "llama_index_hiqa" has no attribute "HiQAPak"' in out, out

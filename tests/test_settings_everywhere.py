@@ -107,8 +107,10 @@ def _values(annotation: Any, bounds: Dict[str, Any]) -> st.SearchStrategy:
     """Values within the declared range (``test_settings_bounds._strategy``) and at and beyond
     its edges; strings, lists and mappings from a few right and wrong ones."""
     origin = typing.get_origin(annotation)
-    if annotation is str:
-        return st.one_of(st.sampled_from(["en", "de", "german", "english", "klingon", "EN", ""]), st.text(max_size=4))
+    if annotation is str or annotation == typing.Optional[str]:
+        words = ["en", "de", "german", "english", "klingon", "EN", "", "finance", "datasheets", "medicine.yaml"]
+        text = st.one_of(st.sampled_from(words), st.text(max_size=4))
+        return text if annotation is str else st.one_of(st.none(), text)
     if origin is list:
         return st.lists(st.one_of(st.sampled_from(["ORG", "ORGG", "NX-2047", "", "\x00"]), st.text(max_size=6)), max_size=3)
     if origin is dict:

@@ -19,7 +19,9 @@ them again with signals that separate pages of one document:
 * the share of a heading's words the question names (stemmed, stop words left out; the
   best of the node's heading levels): "balance sheet" names two of the three words of
   "Consolidated Balance Sheets", so a section the question names outranks the many sections
-  its embedding is merely close to;
+  its embedding is merely close to; with an expert vocabulary the words of the terms its
+  concepts add count as named ("quick ratio" names the balance sheet, "legal battles" Legal
+  Proceedings);
 * a bonus for table-like nodes (a ``table`` segment, or text that is mostly numbers): the
   questions such collections get ask for values, and values live in tables;
 
@@ -55,10 +57,11 @@ from llama_index.core.storage.docstore.types import BaseDocumentStore
 from llama_index_hiqa import schema
 from llama_index_hiqa.questions import CleanQuestions, question_bundle
 from llama_index_hiqa.retrievers import focus_share
-from llama_index_hiqa.retrievers.multi_route import MultiRouteRetriever, Ranking
+from llama_index_hiqa.retrievers.multi_route import VOCABULARY, MultiRouteRetriever, Ranking
 from llama_index_hiqa.retrievers.routes import QuestionKeywords
 from llama_index_hiqa.retrievers.settings import BM25, KEYWORDS, VECTOR, DocumentFocusSettings, MultiRouteSettings
 from llama_index_hiqa.settings import updated
+from llama_index_hiqa.vocabularies import VocabularyExpansion
 
 __all__ = ["DocumentFocusRetriever", "DocumentFocusSettings", "FocusChoice", "MultiRouteRanking", "StoredHeadings"]
 
@@ -541,14 +544,18 @@ class DocumentFocusRetriever(CleanQuestions, BaseRetriever):
         table = bool(table_kind) or share >= self.config.table_number_share
         return _NodeFacts(tuple(labels), 1.0 if table else 0.0, None if page is None else (document, int(page)))
 
-    def _heading_words(self, query: QueryBundle, facts: Mapping[str, "_NodeFacts"]) -> Dict[str, float]:
+    def _heading_words(
+        self, query: QueryBundle, facts: Mapping[str, "_NodeFacts"], expansion: Optional[VocabularyExpansion] = None
+    ) -> Dict[str, float]:
         if not self.config.heading_words_weight:
             return {}
         language = self.multi_route.config.bm25_language
         missing = sorted({label for f in facts.values() for label in f.labels if label not in self._label_words})
         if missing:
             self._label_words.update(zip(missing, content_words(missing, language)))
-        question, = content_words([query.query_str or ""], language)
+        # The expert vocabulary's terms name sections too ("quick ratio" -> balance sheets).
+        text = expansion.text() if expansion is not None else query.query_str or ""
+        question, = content_words([text], language)
         return {
             node_id: heading_word_share(question, [self._label_words[label] for label in f.labels])
             for node_id, f in facts.items() if f.labels
@@ -571,7 +578,8 @@ class DocumentFocusRetriever(CleanQuestions, BaseRetriever):
         return {node_id: float(self._heading_vectors[f.heading] @ q) for node_id, f in facts.items() if f.heading}
 
     def rank_document(
-        self, query: QueryBundle, document_ids: Sequence[str], keywords: Optional[QuestionKeywords] = None
+        self, query: QueryBundle, document_ids: Sequence[str], keywords: Optional[QuestionKeywords] = None,
+        expansion: Optional[VocabularyExpansion] = None,
     ) -> RankedRows:
         """Every node of ``document_ids``, best first: ``(node_id, score, route scores)``.
 
@@ -579,6 +587,7 @@ class DocumentFocusRetriever(CleanQuestions, BaseRetriever):
             query: the question, embedded.
             document_ids: the documents whose nodes are ranked together.
             keywords: the question's keywords when already extracted (``None``: extracted).
+            expansion: what the expert vocabulary added to the question (``Ranking.expansion``).
 
         Returns:
             The ranking; ``[]`` when the documents have no nodes or more than ``max_document_nodes``.
@@ -586,11 +595,11 @@ class DocumentFocusRetriever(CleanQuestions, BaseRetriever):
         ids: List[str] = []
         for document_id in document_ids:
             ids.extend(self.multi_route.document_node_ids(document_id))
-        return self._rank_groups(query, {"": ids}, (), keywords).get("", [])
+        return self._rank_groups(query, {"": ids}, (), keywords, expansion).get("", [])
 
     def rank_documents(
         self, query: QueryBundle, document_ids: Sequence[str], failed: Sequence[str] = (),
-        keywords: Optional[QuestionKeywords] = None,
+        keywords: Optional[QuestionKeywords] = None, expansion: Optional[VocabularyExpansion] = None,
     ) -> Dict[str, RankedRows]:
         """Each document's nodes ranked on its own (as [`rank_document`][llama_index_hiqa.retrievers.document_focus.DocumentFocusRetriever.rank_document] ranks one), with
         every route, the stored facts and the heading vectors asked once for all of them.
@@ -600,17 +609,18 @@ class DocumentFocusRetriever(CleanQuestions, BaseRetriever):
             document_ids: the documents.
             failed: routes that failed on this question (not asked again).
             keywords: the question's keywords when already extracted (``None``: extracted).
+            expansion: what the expert vocabulary added to the question (``Ranking.expansion``).
 
         Returns:
             Document id -> its ranking, for the documents with nodes and at most
                 ``max_document_nodes`` of them.
         """
         groups = {d: self.multi_route.document_node_ids(d) for d in document_ids}
-        return self._rank_groups(query, groups, failed, keywords)
+        return self._rank_groups(query, groups, failed, keywords, expansion)
 
     def _rank_groups(
         self, query: QueryBundle, groups: Mapping[str, List[str]], failed: Sequence[str] = (),
-        keywords: Optional[QuestionKeywords] = None,
+        keywords: Optional[QuestionKeywords] = None, expansion: Optional[VocabularyExpansion] = None,
     ) -> Dict[str, RankedRows]:
         """Each group of node ids ranked on its own; the routes asked once over their union.
         A node's route scores do not depend on which other nodes are asked with it (collection-wide
@@ -624,7 +634,7 @@ class DocumentFocusRetriever(CleanQuestions, BaseRetriever):
         union = list(dict.fromkeys(i for ids in groups.values() for i in ids))
         routes = self.multi_route.scores_within(query, union, failed, keywords)
         heading = self._heading_similarity(query, facts)
-        named = self._heading_words(query, facts)
+        named = self._heading_words(query, facts, expansion)
         return {g: self._ranked(ids, facts, routes, heading, named) for g, ids in groups.items() if ids}
 
     def _ranked(
@@ -719,7 +729,7 @@ class DocumentFocusRetriever(CleanQuestions, BaseRetriever):
         """The focused documents' nodes, sharing the first places: ``(node_id, score, route
         scores)``, best first; ``[]`` when nothing can be ranked again."""
         choice = self.choose(query, head.results, head.keywords)
-        rankings = self.rank_documents(query, choice.documents, failed_routes(head.results), head.keywords)
+        rankings = self.rank_documents(query, choice.documents, failed_routes(head.results), head.keywords, head.expansion)
         if not rankings:
             return []
         documents = [d for d in choice.documents if d in rankings]
@@ -738,6 +748,8 @@ class DocumentFocusRetriever(CleanQuestions, BaseRetriever):
         keep = ranked if limit is None else ranked[:limit]
         failed = failed_routes(head.results)  # the focused nodes say which routes failed, as the head's do
         rows = {i: ({**r, "failed": failed} if failed else r) for i, _, r in keep}
+        if head.expansion is not None:  # the focused nodes say what the vocabulary added, as the head's do
+            rows = {i: {**r, VOCABULARY: head.expansion.explained()} for i, r in rows.items()}
         focused = self.multi_route.results_for([(i, s) for i, s, _ in keep], rows)
         seen = {hit.node.node_id for hit in focused}
         out = focused + [hit for hit in head.results if hit.node.node_id not in seen]

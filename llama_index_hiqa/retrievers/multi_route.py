@@ -23,6 +23,17 @@ them). Each returned node carries ``metadata[schema.ROUTE_SCORES]`` =
 ``{"vector": .., "bm25": .., "keywords": |C|, "fused": ..}`` (raw route scores, ``None`` where
 a route did not return the node), hidden from the embedding and LLM views.
 
+With ``expert_vocabulary`` (HiQA's expert keywords as data, [`vocabularies`][llama_index_hiqa.vocabularies])
+the question is expanded once, here, before any route is asked, so every store's routes get it:
+the terms of the concepts it names are appended to the bundle's ``query_str`` (what BM25
+searches) and to the question's critical keywords, while its embedding strings stay the
+question alone (LlamaIndex's ``QueryBundle`` convention, as a HyDE transform keeps them apart).
+Each returned node's ``ROUTE_SCORES["vocabulary"]`` says which concepts added which terms.
+With ``vocabulary_scope="documents"`` (the default) the expansion scores nodes inside the
+documents a question is about (``scores_within``: the document focus) and leaves the ranking
+over the whole collection, which chooses the document, to the question's own words; with
+``"collection"`` it applies there too.
+
 A route that raises is logged in one WARNING line naming it and the cause (its traceback at
 DEBUG) and skipped; the others still answer. What
 failed travels with that query alone: ``ROUTE_SCORES["failed"]`` of each returned node lists
@@ -51,7 +62,7 @@ from llama_index.core.storage.docstore.types import BaseDocumentStore
 from llama_index_hiqa import schema
 from llama_index_hiqa.errors import RetrievalRouteError, UnknownNodeError
 from llama_index_hiqa.events import MultiRouteRetrievalEndEvent
-from llama_index_hiqa.indexes.keyword_index import KeywordIndex
+from llama_index_hiqa.indexes.keyword_index import KeywordIndex, normalize_keyword
 from llama_index_hiqa.questions import CleanQuestions, question_bundle
 from llama_index_hiqa.retrievers import fusion, route_parts, title_match
 from llama_index_hiqa.retrievers.bm25_route import BM25Route
@@ -62,6 +73,7 @@ from llama_index_hiqa.retrievers.settings import BM25, KEYWORDS, VECTOR, MultiRo
 from llama_index_hiqa.settings import updated
 from llama_index_hiqa.storage.vector_store_access import index_nodes, one_node_source
 from llama_index_hiqa.transforms.critical_keywords import CriticalKeywordExtractor
+from llama_index_hiqa.vocabularies import ExpertVocabulary, VocabularyExpansion, load_vocabulary
 
 __all__ = ["MultiRouteRetriever", "MultiRouteSettings", "Ranking"]
 
@@ -69,13 +81,19 @@ logger = logging.getLogger(__name__)
 dispatcher = instrument.get_dispatcher(__name__)
 
 
+# Where each result says what the expert vocabulary added to its question.
+VOCABULARY = "vocabulary"
+
+
 class Ranking(NamedTuple):
     """One question's fused results and the keywords the keyword route matched (``None`` when
     that route was off or failed): what the document focus builds on, so the question's
-    keywords are extracted once."""
+    keywords are extracted once; ``expansion`` is what the expert vocabulary added to the
+    question (``None``: no vocabulary, or it named no concept)."""
 
     results: List[NodeWithScore]
     keywords: Optional[QuestionKeywords]
+    expansion: Optional[VocabularyExpansion] = None
 
 
 class MultiRouteRetriever(CleanQuestions, BaseRetriever):
@@ -138,6 +156,7 @@ class MultiRouteRetriever(CleanQuestions, BaseRetriever):
         )
         self._document_title_keywords: Optional[Dict[str, frozenset[str]]] = None
         self._beta_value = self._resolve_beta()
+        self._vocabulary = self._load_vocabulary()
         super().__init__(callback_manager=callback_manager, verbose=verbose)
 
     @classmethod
@@ -216,6 +235,7 @@ class MultiRouteRetriever(CleanQuestions, BaseRetriever):
         clone.config = updated(self.config, settings)
         clone._parts = self._parts.with_config(self.config, clone.config)
         clone._beta_value = clone._resolve_beta()
+        clone._vocabulary = clone._load_vocabulary()
         return clone
 
     # -- what the retriever holds ------------------------------------------------------------
@@ -288,7 +308,9 @@ class MultiRouteRetriever(CleanQuestions, BaseRetriever):
         Returns:
             ``{"vector": {id: cosine}, "bm25": {id: score}, "keywords": {id: |C|}}``.
         """
-        return self.route_set().scores_within(question_bundle(query), node_ids, skip, keywords)
+        bundle, expansion = self.expand(query)
+        keywords = self._expanded_keywords(question_bundle(query), expansion, keywords)
+        return self.route_set().scores_within(bundle, node_ids, skip, keywords)
 
     # -- title matching (retrievers/title_match.py) -------------------------------------------
     def title_keywords_of(self, titles: Sequence[str]) -> Dict[str, frozenset[str]]:
@@ -328,6 +350,62 @@ class MultiRouteRetriever(CleanQuestions, BaseRetriever):
             The keywords and their normalised forms, once each.
         """
         return self._parts.keywords.question_keywords(question_bundle(query))
+
+    # -- the expert vocabulary (the question side) -------------------------------------------------
+    def _load_vocabulary(self) -> Optional[ExpertVocabulary]:
+        name = self.config.expert_vocabulary
+        return None if name is None else load_vocabulary(name)
+
+    @property
+    def vocabulary(self) -> Optional[ExpertVocabulary]:
+        """The expert vocabulary applied to questions (``expert_vocabulary``), or ``None``."""
+        return self._vocabulary
+
+    def expand(self, query: Union[str, QueryBundle]) -> Tuple[QueryBundle, Optional[VocabularyExpansion]]:
+        """The question as the lexical routes search it: the terms of the concepts it names
+        appended to ``query_str``, its embedding strings (and embedding) kept the question's.
+
+        Args:
+            query: the question.
+
+        Returns:
+            ``(bundle, expansion)``: the bundle unchanged and ``None`` when there is no
+                vocabulary or the question names none of its concepts.
+        """
+        bundle = question_bundle(query)
+        if self._vocabulary is None:
+            return bundle, None
+        expansion = self._vocabulary.expand(bundle.query_str or "")
+        if not expansion:
+            return bundle, None
+        expanded = QueryBundle(
+            expansion.text(), image_path=bundle.image_path, custom_embedding_strs=bundle.embedding_strs,
+            embedding=bundle.embedding,
+        )
+        return expanded, expansion
+
+    def _collection_wide(
+        self, query: Union[str, QueryBundle]
+    ) -> Tuple[QueryBundle, Optional[VocabularyExpansion], Optional[VocabularyExpansion]]:
+        """``(bundle, applied, expansion)`` for a ranking over the whole collection: the
+        expansion is applied there only with ``vocabulary_scope="collection"``; it is returned
+        either way, for the document focus."""
+        bundle, expansion = self.expand(query)
+        if self.config.vocabulary_scope == "collection":
+            return bundle, expansion, expansion
+        return question_bundle(query), None, expansion
+
+    def _expanded_keywords(
+        self, query: QueryBundle, expansion: Optional[VocabularyExpansion], keywords: Optional[QuestionKeywords]
+    ) -> Optional[QuestionKeywords]:
+        """The question's own keywords (extracted from the question, not from its expansion,
+        whose words would read as entities) plus the expansion's terms, once each."""
+        if expansion is None or keywords is not None or not self.config.use_keywords or self._parts.keywords is None:
+            return keywords
+        own = self._parts.keywords.question_keywords(query)
+        added = [(t, normalize_keyword(t)) for t in expansion.terms]
+        added = [(t, n) for t, n in added if n and n not in own.normalized]
+        return QuestionKeywords(own.keywords + [t for t, _ in added], own.normalized + [n for _, n in added])
 
     # -- β --------------------------------------------------------------------------------------
     def _resolve_beta(self) -> float:
@@ -392,7 +470,10 @@ class MultiRouteRetriever(CleanQuestions, BaseRetriever):
         found = {**self.nodes_by_id(missing), **known_nodes} if missing else known_nodes
         return route_parts.node_results(ranked, route_scores, found)
 
-    def _finish(self, query: str, scores: Dict[str, RouteScores], errors: Dict[str, BaseException]) -> Ranking:
+    def _finish(
+        self, query: str, scores: Dict[str, RouteScores], errors: Dict[str, BaseException],
+        applied: Optional[VocabularyExpansion] = None, expansion: Optional[VocabularyExpansion] = None,
+    ) -> Ranking:
         enabled = self.route_set().enabled()
         if enabled and all(route in errors for route in enabled):
             raise RetrievalRouteError(dict(errors))
@@ -403,16 +484,18 @@ class MultiRouteRetriever(CleanQuestions, BaseRetriever):
             for node_id, _ in fused
         }
         results = self.results_for(fused, per_node, vector.nodes)
-        if errors:
-            for hit in results:
+        for hit in results:
+            if errors:
                 hit.node.metadata[schema.ROUTE_SCORES]["failed"] = sorted(errors)
+            if applied is not None:
+                hit.node.metadata[schema.ROUTE_SCORES][VOCABULARY] = applied.explained()
         dispatcher.event(
             MultiRouteRetrievalEndEvent(
                 query=query, candidates={VECTOR: len(vector), BM25: len(bm25), KEYWORDS: len(counts)},
                 failed_routes=sorted(errors), returned=len(results), beta=self._beta_value,
             )
         )
-        return Ranking(results, counts.keywords)
+        return Ranking(results, counts.keywords, expansion)
 
     # -- retrieval ---------------------------------------------------------------------------
     def rank(self, query: QueryBundle, keywords: Optional[QuestionKeywords] = None) -> Ranking:
@@ -430,8 +513,10 @@ class MultiRouteRetriever(CleanQuestions, BaseRetriever):
         if not text.strip():
             return Ranking([], None)  # nothing to rank by: documented fallback, no route is asked
         errors: Dict[str, BaseException] = {}  # this query's alone
-        scores = self.route_set().ask(query, self.config.candidates_per_route, errors, keywords=keywords)
-        return self._finish(text, scores, errors)
+        bundle, applied, expansion = self._collection_wide(query)
+        keywords = self._expanded_keywords(query, applied, keywords)
+        scores = self.route_set().ask(bundle, self.config.candidates_per_route, errors, keywords=keywords)
+        return self._finish(text, scores, errors, applied, expansion)
 
     async def arank(self, query: QueryBundle, keywords: Optional[QuestionKeywords] = None) -> Ranking:
         """[`rank`][llama_index_hiqa.retrievers.multi_route.MultiRouteRetriever.rank] with the routes
@@ -449,8 +534,11 @@ class MultiRouteRetriever(CleanQuestions, BaseRetriever):
         if not text.strip():
             return Ranking([], None)
         errors: Dict[str, BaseException] = {}  # this query's alone
-        scores = await self.route_set().aask(query, self.config.candidates_per_route, errors, keywords)
-        return await asyncio.to_thread(self._finish, text, scores, errors)
+        bundle, applied, expansion = self._collection_wide(query)
+        if applied is not None and keywords is None:  # the question's NER runs off the event loop
+            keywords = await asyncio.to_thread(self._expanded_keywords, query, applied, keywords)
+        scores = await self.route_set().aask(bundle, self.config.candidates_per_route, errors, keywords)
+        return await asyncio.to_thread(self._finish, text, scores, errors, applied, expansion)
 
     def _retrieve(self, query_bundle: QueryBundle) -> List[NodeWithScore]:
         return self.rank(query_bundle).results
@@ -469,8 +557,9 @@ class MultiRouteRetriever(CleanQuestions, BaseRetriever):
             ``{"vector": {id: cosine}, "bm25": {id: score}, "keywords": {id: |C|}}`` (``|C|``
                 with this retriever's title weight).
         """
-        bundle = question_bundle(query)
-        scores = self.route_set().ask(bundle, self.config.candidates_per_route, {}, concurrent=False)
+        bundle, applied, _ = self._collection_wide(query)
+        keywords = self._expanded_keywords(question_bundle(query), applied, None)
+        scores = self.route_set().ask(bundle, self.config.candidates_per_route, {}, concurrent=False, keywords=keywords)
         return {name: dict(scores[name]) for name in (VECTOR, BM25, KEYWORDS)}
 
     def fuse(self, scores: Mapping[str, Mapping[str, float]], top_k: Optional[int] = None) -> List[str]:
@@ -511,13 +600,15 @@ class MultiRouteRetriever(CleanQuestions, BaseRetriever):
                 "full_ranking ranks every node of the collection; on the PostgreSQL store use retrieve() "
                 "with a larger similarity_top_k"
             )
-        bundle = question_bundle(query)
+        question = question_bundle(query)
         nodes = self._parts.collection.nodes
         if not nodes:
             raise ValueError("full_ranking needs the retriever's nodes (pass nodes or a docstore)")
-        q = bundle.query_str or ""
-        if not q.strip():
+        if not (question.query_str or "").strip():
             return list(nodes)
+        bundle, applied, _ = self._collection_wide(question)
+        keywords = self._expanded_keywords(question, applied, keywords)
+        q = bundle.query_str or ""
         errors: Dict[str, BaseException] = {}
         routes = self.route_set()
         scores = routes.ask(bundle, self.config.candidates_per_route, errors, concurrent=False, keywords=keywords)

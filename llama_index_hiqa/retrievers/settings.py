@@ -14,6 +14,7 @@ from llama_index.core.bridge.pydantic import BaseModel, Field, field_validator, 
 
 from llama_index_hiqa.retrievers.fusion import RRF_K
 from llama_index_hiqa.settings import SettingsModel
+from llama_index_hiqa.vocabularies import vocabulary_setting
 
 # How many nodes a question gets, everywhere a default is needed: the pack's
 # similarity_top_k, a MultiRouteRetriever built on its own, the evidence-chain budget.
@@ -140,10 +141,32 @@ class RouteFusionSettings(SettingsModel):
         f"for ({', '.join(BM25_STOPWORD_LANGUAGES)}).",
     )
 
+    expert_vocabulary: Optional[str] = Field(
+        default=None,
+        description="Expert vocabulary applied to each question (HiQA's expert keywords, as data): "
+        "'finance' or 'datasheets' (shipped), the path of a YAML/JSON file of the same shape, or None "
+        "(off). The concepts a question names add the terms their evidence uses to the BM25 and "
+        "keyword routes and to the document focus's heading words; the embedding sees the question "
+        "alone. Each result's route_scores['vocabulary'] shows what was added.",
+    )
+
+    vocabulary_scope: Literal["documents", "collection"] = Field(
+        default="documents",
+        description="Where expert_vocabulary applies: 'documents' scores the nodes inside the documents a "
+        "question is about (the document focus) and leaves the ranking over the whole collection, which "
+        "chooses the document, to the question's own words (a concept's terms, statement lines, are shared "
+        "by every look-alike document); 'collection' applies it to that ranking too.",
+    )
+
     @field_validator("bm25_language")
     @classmethod
     def _known_bm25_language(cls, value: str) -> str:
         return bm25_stopword_language(value)
+
+    @field_validator("expert_vocabulary")
+    @classmethod
+    def _loadable_vocabulary(cls, value: Optional[str]) -> Optional[str]:
+        return vocabulary_setting(value)
 
 
 class MultiRouteSettings(RouteFusionSettings):
