@@ -171,7 +171,8 @@ _LLAMA_INDEX_ROW_KEYS = frozenset({"_node_content", "_node_type", "document_id",
 # would be a wrong page, not an empty one).
 _EMPTY_FACTS: Dict[str, Any] = {
     **{key: "" for key in (schema.SECTION_TITLE, schema.TABLE_TITLE, schema.IMAGE_CAPTION, schema.IMAGE_FILE,
-                           schema.IMAGE_SOURCE, schema.SOURCE_FORMAT, schema.PARSE_PATH, *schema.VIEW_KEYS)},
+                           schema.IMAGE_SOURCE, schema.SOURCE_FORMAT, schema.PARSE_PATH, schema.PAGE_BOXES,
+                           *schema.VIEW_KEYS)},
     **{key: schema.encode_json([]) for key in (schema.HEADING_PATH, schema.TABLE_COLUMNS, schema.TABLE_ROWS,
                                                schema.IMAGE_BBOX, schema.CRITICAL_KEYWORDS)},
     schema.IMAGE_XREF: 0,
