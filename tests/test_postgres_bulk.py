@@ -9,6 +9,7 @@ Uses the ``server`` fixture of conftest.py (a pgserver instance, or ``HIQA_TEST_
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections import Counter
 
@@ -419,8 +420,60 @@ def test_bm25_top_k_that_skips_common_terms_is_the_top_k_of_every_posting(server
     pack.close()
 
 
+def _route_rows(scores):
+    return {route: dict(found) for route, found in scores.items()}
+
+
+def test_the_routes_in_two_concurrent_statements_are_the_one_statements_rows(built, monkeypatch):
+    """VECTOR_ROUTE_SQL and TEXT_ROUTES_SQL, sent at once (sync on two pooled connections,
+    async on the asyncpg pool), return every route's candidates and scores as ROUTES_SQL does,
+    so ``pack.as_retriever()`` ranks the same; a failing statement fails only its routes."""
+    from llama_index.core.schema import QueryBundle
+
+    from llama_index_hiqa.retrievers.settings import BM25, KEYWORDS, VECTOR
+    from llama_index_hiqa.storage.backends import pg_routes
+
+    pack = HiQAPack.load(built, embed_model=HashEmbedding(), **FAST)
+    multi = pack.multi_route
+    n = multi.config.candidates_per_route
+    questions = QUESTIONS + ["NX-2043 NX-2040 regulator 2019", "pin", "zzzz unknown words only"]
+    answered = set()
+    for question in questions:
+        routes, bundle = multi.route_set(), QueryBundle(question)
+        keywords = multi.route_set().keyword_route.question_keywords(bundle)
+        one = _route_rows(routes.ask(bundle, n, {}, concurrent=False, keywords=keywords))
+        two = _route_rows(routes.ask(bundle, n, {}, concurrent=True, keywords=keywords))
+        both = _route_rows(asyncio.run(routes.aask(bundle, n, {}, keywords=keywords)))
+        answered.update(route for route in one if one[route])
+        for got in (two, both):
+            assert got.keys() == one.keys()
+            for route in one:
+                assert got[route].keys() == one[route].keys(), (question, route)
+                assert got[route] == pytest.approx(one[route], rel=1e-12, abs=1e-12), (question, route)
+    assert answered == {VECTOR, BM25, KEYWORDS}
+    # the whole retriever, concurrent (its default) against the one statement
+    ask = pg_routes.PostgresRouteSet.ask
+    one_statement = [pack.as_retriever().retrieve(q) for q in QUESTIONS]
+    monkeypatch.setattr(pg_routes.PostgresRouteSet, "ask", lambda self, *a, **k: ask(self, *a, **{**k, "concurrent": False}))
+    for question, concurrent in zip(QUESTIONS, one_statement):
+        assert [(h.node.node_id, h.score) for h in pack.as_retriever().retrieve(question)] == \
+            [(h.node.node_id, h.score) for h in concurrent]
+    monkeypatch.undo()
+    # the vector statement fails: the vector route is reported failed, the others still answer
+    monkeypatch.setattr(pg_routes, "VECTOR_ROUTE_SQL", "SELECT no_such_column FROM hiqa_nodes")
+    bundle = QueryBundle(QUESTIONS[0])
+    routes = multi.route_set()
+    errors = {}
+    failed = _route_rows(routes.ask(bundle, n, errors))
+    one = _route_rows(routes.ask(bundle, n, {}, concurrent=False))
+    assert set(errors) == {VECTOR} and failed[VECTOR] == {}
+    assert failed[BM25] == pytest.approx(one[BM25]) and failed[BM25]
+    assert set(failed[KEYWORDS]) <= set(one[KEYWORDS]) and failed[KEYWORDS]
+    pack.close()
+
+
 def test_a_question_costs_a_fixed_number_of_statements(built, monkeypatch):
-    """pack.as_retriever() on PostgreSQL: the routes in one statement, the focused document's
+    """pack.as_retriever() on PostgreSQL: the routes in two statements, the focused document's
     scores in one, whatever the number of its nodes (a regression to a query per route or per
     node fails here)."""
     from sqlalchemy import event
@@ -442,9 +495,9 @@ def test_a_question_costs_a_fixed_number_of_statements(built, monkeypatch):
             statements.clear()
             hits = retriever.retrieve(question)
             assert hits
-            # routes, their result nodes, the focused document's node ids, (its nodes the first
+            # routes (two statements), their result nodes, the focused document's node ids, (its nodes the first
             # time it is focused,) every score inside it, the focused results' nodes
-            assert len(statements) <= 6, statements
+            assert len(statements) <= 7, statements
     finally:
         event.remove(pack.store.engine, "before_cursor_execute", seen)
     pack.close()

@@ -209,21 +209,46 @@ b AS MATERIALIZED (
   SELECT (SELECT node_id FROM hiqa_nodes nd WHERE nd.node_row = t.node_row) AS node_id, t.score FROM top t
   ORDER BY t.score DESC, 1 LIMIT :n)"""
 
+# pgvector's HNSW top :n (cosine) of the question's vector.
+_VECTOR_TOP = f"""
+v AS MATERIALIZED (
+  SELECT node_id, 1 - (embedding <=> CAST(:qvec AS vector)) AS score FROM data_{VECTOR_TABLE}
+  WHERE CAST(:use_vector AS bool) ORDER BY embedding <=> CAST(:qvec AS vector) LIMIT :n)"""
+# |C| of every node holding a query keyword, and the keyword route's top :n of them.
+_KEYWORD_TOP = f"""
+k AS MATERIALIZED ({_KEYWORD_COUNTS.format(restrict="")}),
+kt AS (SELECT node_id FROM k ORDER BY score DESC, node_id COLLATE "C" LIMIT :n)"""
+
 # The three routes of one question in one statement: pgvector's HNSW top :n (cosine), BM25's
 # top :n (ties at the cut broken by node id, as before) and |C| of the keyword route's top :n
 # plus of every node the other two returned (fusion reads |C| of the candidates only).
 ROUTES_SQL = f"""
-WITH v AS MATERIALIZED (
-  SELECT node_id, 1 - (embedding <=> CAST(:qvec AS vector)) AS score FROM data_{VECTOR_TABLE}
-  WHERE CAST(:use_vector AS bool) ORDER BY embedding <=> CAST(:qvec AS vector) LIMIT :n),
+WITH {_VECTOR_TOP},
 {_BM25_TERMS_AND_STATS},
 {_BM25_TOP},
-k AS MATERIALIZED ({_KEYWORD_COUNTS.format(restrict="")}),
-kt AS (SELECT node_id FROM k ORDER BY score DESC, node_id COLLATE "C" LIMIT :n)
+{_KEYWORD_TOP}
 SELECT 'v', node_id, score FROM v
 UNION ALL SELECT 'b', node_id, score FROM b
 UNION ALL SELECT 'k', node_id, score FROM k
   WHERE node_id IN (SELECT node_id FROM kt UNION SELECT node_id FROM v UNION SELECT node_id FROM b)
+"""
+
+# The same rows as ROUTES_SQL in two statements that share nothing, sent at once on two
+# connections (the server runs them in two processes, so a question waits for the slower route
+# rather than for the sum): the vector route with |C| of its candidates (looked up by
+# keyword and node id), and BM25 with the keyword route, |C| of the keyword route's top :n and of
+# BM25's candidates. A node both return gets the same |C| from each.
+VECTOR_ROUTE_SQL = f"""
+WITH {_VECTOR_TOP}
+SELECT 'v', node_id, score FROM v
+UNION ALL SELECT 'k', node_id, score FROM ({_KEYWORD_COUNTS.format(restrict="AND p.node_id IN (SELECT node_id FROM v)")}) kv
+"""
+TEXT_ROUTES_SQL = f"""
+WITH {_BM25_TERMS_AND_STATS},
+{_BM25_TOP},
+{_KEYWORD_TOP}
+SELECT 'b', node_id, score FROM b
+UNION ALL SELECT 'k', node_id, score FROM k WHERE node_id IN (SELECT node_id FROM kt UNION SELECT node_id FROM b)
 """
 
 # Every route's score of given nodes (the document focus ranks every node of the documents it

@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
@@ -49,7 +50,9 @@ from llama_index_hiqa.storage.pg_schema import (
     RARE_POSTINGS,
     ROUTES_SQL,
     SHAPE_SQL,
+    TEXT_ROUTES_SQL,
     TITLES_SQL,
+    VECTOR_ROUTE_SQL,
     WITHIN_SQL,
     BM25Tokenizer,
 )
@@ -336,6 +339,25 @@ class PostgresRouteSet(RouteSet):
         embedding: List[float] = vector.retriever._embed_model.get_agg_embedding_from_queries(query.embedding_strs)  # type: ignore[attr-defined]
         return embedding
 
+    def _text_inputs(
+        self, query: QueryBundle, n: int, keywords: Optional[QuestionKeywords], **more: Any
+    ) -> Tuple[Dict[str, Any], Optional[QuestionKeywords]]:
+        """The statements' parameters but the vector's (see `inputs`)."""
+        bm25, keyword_route = self.bm25_route, self.keyword_route
+        terms = bm25.terms(query) if bm25 is not None else []
+        if keyword_route is None:
+            keywords = None
+        elif keywords is None:
+            keywords = keyword_route.question_keywords(query)
+        wanted = keywords.normalized if keywords is not None else []
+        title = list(keyword_route.title_wanted(wanted)) if keyword_route is not None and wanted else []
+        extra = self.parts.keyword_route().title_extra()
+        return _params(None, terms, wanted, title, extra, n, **more), keywords
+
+    @staticmethod
+    def _with_vector(params: Dict[str, Any], embedding: Optional[Sequence[float]]) -> Dict[str, Any]:
+        return {**params, "qvec": _vector_literal(embedding), "use_vector": embedding is not None}
+
     def inputs(
         self, query: QueryBundle, n: int, keywords: Optional[QuestionKeywords] = None, **more: Any
     ) -> Tuple[Dict[str, Any], Optional[QuestionKeywords]]:
@@ -352,16 +374,8 @@ class PostgresRouteSet(RouteSet):
             The statement's parameters, and the question's keywords (``None`` when the keyword
                 route is off).
         """
-        bm25, keyword_route = self.bm25_route, self.keyword_route
-        terms = bm25.terms(query) if bm25 is not None else []
-        if keyword_route is None:
-            keywords = None
-        elif keywords is None:
-            keywords = keyword_route.question_keywords(query)
-        wanted = keywords.normalized if keywords is not None else []
-        title = list(keyword_route.title_wanted(wanted)) if keyword_route is not None and wanted else []
-        extra = self.parts.keyword_route().title_extra()
-        return _params(self._embedding(query), terms, wanted, title, extra, n, **more), keywords
+        params, keywords = self._text_inputs(query, n, keywords, **more)
+        return self._with_vector(params, self._embedding(query)), keywords
 
     @staticmethod
     def _answered(rows: Sequence[Tuple[str, str, float]], keywords: Optional[QuestionKeywords]) -> Dict[str, RouteScores]:
@@ -382,33 +396,87 @@ class PostgresRouteSet(RouteSet):
             route_failed(name, exc, errors, query)
         return {name: RouteScores() for name in ROUTES}
 
+    @staticmethod
+    def _asks_text(params: Mapping[str, Any]) -> bool:
+        return bool(params["terms"] or params["kw"])
+
+    def _joined(
+        self, vector: Any, text: Any, keywords: Optional[QuestionKeywords], errors: Dict[str, BaseException], query: str,
+    ) -> Dict[str, RouteScores]:
+        """The two statements' rows (or the exception each raised) as the routes' scores: a
+        failed statement fails the routes it answers; |C| of the vector's candidates is kept
+        only when the keyword route's own statement answered."""
+        rows: List[Tuple[str, str, float]] = []
+        if isinstance(vector, BaseException):
+            route_failed(VECTOR, vector, errors, query)
+        else:
+            rows += vector
+        if isinstance(text, BaseException):
+            for name in (BM25, KEYWORDS):
+                route_failed(name, text, errors, query)
+            rows = [row for row in rows if row[0] != "k"]
+        else:
+            rows += text
+        return self._answered(rows, keywords)
+
     def ask(
         self, query: QueryBundle, n: int, errors: Dict[str, BaseException], concurrent: bool = True,
         keywords: Optional[QuestionKeywords] = None,
     ) -> Dict[str, RouteScores]:
-        """Every route's best ``n`` for ``query`` in one statement (see ``RouteSet.ask``).
+        """Every route's best ``n`` for ``query`` (see ``RouteSet.ask``): two statements sent at
+        once on two connections (``VECTOR_ROUTE_SQL`` and ``TEXT_ROUTES_SQL``; the question is
+        embedded while its keywords are extracted), or one (``ROUTES_SQL``) when not ``concurrent``;
+        the same rows either way.
 
         Args:
             query: the question.
             n: candidates per route.
             errors: filled with the failures of this question alone (route name -> error).
-            concurrent: unused (one statement asks every route).
+            concurrent: the routes in two statements at once; ``False``: in one statement (one
+                connection, one server process: cheaper where the caller asks many questions in
+                a row, as the evaluation does).
             keywords: the question's keywords when already extracted.
 
         Returns:
-            Route name -> its scores (every route empty when the statement failed).
+            Route name -> its scores (empty for a route whose statement failed).
         """
-        try:
-            params, keywords = self.inputs(query, n, keywords)
-            rows = self.parts.store.rows(ROUTES_SQL, _settings=self._statement_settings(), **params)
-            return self._answered(rows, keywords)
-        except Exception as exc:  # noqa: BLE001 - reported as every route's failure
-            return self._failed(exc, errors, query.query_str or "")
+        text = query.query_str or ""
+        if not concurrent:
+            try:
+                params, keywords = self.inputs(query, n, keywords)
+                rows = self.parts.store.rows(ROUTES_SQL, _settings=self._statement_settings(), **params)
+                return self._answered(rows, keywords)
+            except Exception as exc:  # noqa: BLE001 - reported as every route's failure
+                return self._failed(exc, errors, text)
+        store = self.parts.store
+        with ThreadPoolExecutor(max_workers=2) as pool:
+            embedded = pool.submit(self._embedding, query)
+            try:
+                params, keywords = self._text_inputs(query, n, keywords)
+            except Exception as exc:  # noqa: BLE001 - the question's inputs: every route fails
+                return self._failed(exc, errors, text)
+            text_rows: Any = pool.submit(store.rows, TEXT_ROUTES_SQL, **params) if self._asks_text(params) else []
+            vector_rows: Any = []
+            try:
+                embedding = embedded.result()
+                if embedding is not None:
+                    vector_rows = store.rows(
+                        VECTOR_ROUTE_SQL, _settings=self._statement_settings(), **self._with_vector(params, embedding)
+                    )
+            except Exception as exc:  # noqa: BLE001 - reported as the vector route's failure
+                vector_rows = exc
+            if isinstance(text_rows, Future):
+                try:
+                    text_rows = text_rows.result()
+                except Exception as exc:  # noqa: BLE001 - reported as the BM25 and keyword routes' failure
+                    text_rows = exc
+        return self._joined(vector_rows, text_rows, keywords, errors, text)
 
     async def aask(
         self, query: QueryBundle, n: int, errors: Dict[str, BaseException], keywords: Optional[QuestionKeywords] = None
     ) -> Dict[str, RouteScores]:
-        """[`ask`][llama_index_hiqa.storage.backends.pg_routes.PostgresRouteSet.ask] on the asyncpg pool (the embedding and keywords off the event loop).
+        """[`ask`][llama_index_hiqa.storage.backends.pg_routes.PostgresRouteSet.ask] on the asyncpg pool, its two statements at once (the
+        embedding and keywords off the event loop).
 
         Args:
             query: the question.
@@ -417,14 +485,29 @@ class PostgresRouteSet(RouteSet):
             keywords: the question's keywords when already extracted.
 
         Returns:
-            Route name -> its scores (every route empty when the statement failed).
+            Route name -> its scores (empty for a route whose statement failed).
         """
+        text = query.query_str or ""
+        store = self.parts.store
+        embedded = asyncio.ensure_future(asyncio.to_thread(self._embedding, query))
         try:
-            params, keywords = await asyncio.to_thread(self.inputs, query, n, keywords)
-            rows = await self.parts.store.arows(ROUTES_SQL, _settings=self._statement_settings(), **params)
-            return self._answered(rows, keywords)
-        except Exception as exc:  # noqa: BLE001
-            return self._failed(exc, errors, query.query_str or "")
+            params, keywords = await asyncio.to_thread(self._text_inputs, query, n, keywords)
+        except Exception as exc:  # noqa: BLE001 - the question's inputs: every route fails
+            await asyncio.gather(embedded, return_exceptions=True)
+            return self._failed(exc, errors, text)
+        text_rows: Any = asyncio.ensure_future(store.arows(TEXT_ROUTES_SQL, **params)) if self._asks_text(params) else []
+        vector_rows: Any = []
+        try:
+            embedding = await embedded
+            if embedding is not None:
+                vector_rows = await store.arows(
+                    VECTOR_ROUTE_SQL, _settings=self._statement_settings(), **self._with_vector(params, embedding)
+                )
+        except Exception as exc:  # noqa: BLE001 - reported as the vector route's failure
+            vector_rows = exc
+        if isinstance(text_rows, asyncio.Future):
+            text_rows = (await asyncio.gather(text_rows, return_exceptions=True))[0]
+        return self._joined(vector_rows, text_rows, keywords, errors, text)
 
     def scores_within(
         self, query: QueryBundle, node_ids: Sequence[str], skip: Sequence[str] = (),
