@@ -437,28 +437,33 @@ def test_the_routes_in_two_concurrent_statements_are_the_one_statements_rows(bui
     multi = pack.multi_route
     n = multi.config.candidates_per_route
     questions = QUESTIONS + ["NX-2043 NX-2040 regulator 2019", "pin", "zzzz unknown words only"]
-    answered = set()
+    answered, beyond = set(), set()  # beyond: |C| a node has only as another route's candidate
     for question in questions:
         routes, bundle = multi.route_set(), QueryBundle(question)
         keywords = multi.route_set().keyword_route.question_keywords(bundle)
-        one = _route_rows(routes.ask(bundle, n, {}, concurrent=False, keywords=keywords))
-        two = _route_rows(routes.ask(bundle, n, {}, concurrent=True, keywords=keywords))
-        both = _route_rows(asyncio.run(routes.aask(bundle, n, {}, keywords=keywords)))
-        answered.update(route for route in one if one[route])
-        for got in (two, both):
-            assert got.keys() == one.keys()
-            for route in one:
-                assert got[route].keys() == one[route].keys(), (question, route)
-                assert got[route] == pytest.approx(one[route], rel=1e-12, abs=1e-12), (question, route)
-    assert answered == {VECTOR, BM25, KEYWORDS}
-    # the whole retriever, concurrent (its default) against the one statement
-    ask = pg_routes.PostgresRouteSet.ask
-    one_statement = [pack.as_retriever().retrieve(q) for q in QUESTIONS]
-    monkeypatch.setattr(pg_routes.PostgresRouteSet, "ask", lambda self, *a, **k: ask(self, *a, **{**k, "concurrent": False}))
-    for question, concurrent in zip(QUESTIONS, one_statement):
-        assert [(h.node.node_id, h.score) for h in pack.as_retriever().retrieve(question)] == \
-            [(h.node.node_id, h.score) for h in concurrent]
-    monkeypatch.undo()
+        for cut in (2, n):  # at 2, |C| of the other routes' candidates is beyond the keyword route's top
+            one = _route_rows(routes.ask(bundle, cut, {}, concurrent=False, keywords=keywords))
+            two = _route_rows(routes.ask(bundle, cut, {}, concurrent=True, keywords=keywords))
+            both = _route_rows(asyncio.run(routes.aask(bundle, cut, {}, keywords=keywords)))
+            answered.update(route for route in one if one[route])
+            beyond.update(set(one[KEYWORDS]) - set(one[BM25]) - set(sorted(one[KEYWORDS], key=lambda i: (-one[KEYWORDS][i], i))[:cut]))
+            for got in (two, both):
+                assert got.keys() == one.keys()
+                for route in one:
+                    assert got[route].keys() == one[route].keys(), (question, cut, route)
+                    assert got[route] == pytest.approx(one[route], rel=1e-12, abs=1e-12), (question, cut, route)
+    assert answered == {VECTOR, BM25, KEYWORDS} and beyond
+    # the whole retriever, sync and async: concurrent (the default) against one statement
+    retriever = pack.as_retriever()
+
+    def answers():
+        return [[(h.node.node_id, h.score) for h in hits] for q in QUESTIONS
+                for hits in (retriever.retrieve(q), asyncio.run(retriever.aretrieve(q)))]
+
+    concurrent = answers()
+    pack.store.settings.concurrent_routes = False
+    assert answers() == concurrent
+    pack.store.settings.concurrent_routes = True
     # the vector statement fails: the vector route is reported failed, the others still answer
     monkeypatch.setattr(pg_routes, "VECTOR_ROUTE_SQL", "SELECT no_such_column FROM hiqa_nodes")
     bundle = QueryBundle(QUESTIONS[0])

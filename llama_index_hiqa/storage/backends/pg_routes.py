@@ -10,15 +10,17 @@ with the routes answered by the database of [`PostgresStore`][llama_index_hiqa.s
 
 Each route is an object of the [`Route`][llama_index_hiqa.retrievers.routes.Route] interface
 that can answer alone ([`PostgresBM25Route`][llama_index_hiqa.storage.backends.pg_routes.PostgresBM25Route], [`PostgresKeywordRoute`][llama_index_hiqa.storage.backends.pg_routes.PostgresKeywordRoute], the vector
-route over ``PGVectorStore``); [`PostgresRouteSet`][llama_index_hiqa.storage.backends.pg_routes.PostgresRouteSet] asks a question's three routes in one
-SQL statement (``ROUTES_SQL``, one round trip), and the scores of every node of a document for
-the document focus in another (``WITHIN_SQL``). [`PostgresMultiRouteRetriever`][llama_index_hiqa.storage.backends.pg_routes.PostgresMultiRouteRetriever] builds the
+route over ``PGVectorStore``); [`PostgresRouteSet`][llama_index_hiqa.storage.backends.pg_routes.PostgresRouteSet] asks a question's three routes in two
+SQL statements sent at once on two connections (``VECTOR_ROUTE_SQL`` and ``TEXT_ROUTES_SQL``:
+the server runs them in two processes, so a question waits for the slower route, not the sum),
+or in one (``ROUTES_SQL``, the same rows) when asked not to be concurrent, and the scores of
+every node of a document for the document focus in another (``WITHIN_SQL``). [`PostgresMultiRouteRetriever`][llama_index_hiqa.storage.backends.pg_routes.PostgresMultiRouteRetriever] builds the
 ordinary [`MultiRouteRetriever`][llama_index_hiqa.retrievers.multi_route.MultiRouteRetriever] composed of these parts
 (`PostgresRouteParts`): fusion, score normalisation and the per-node route scores are
 its own; the parts neither rank every node nor persist to a folder (every write is saved by
-the database), so ``full_ranking`` and ``persist`` raise ``NotImplementedError`` there; a failing statement fails every route at once (one database answers them all). What
+the database), so ``full_ranking`` and ``persist`` raise ``NotImplementedError`` there; a failing statement fails the routes it answers. What
 another process commits is seen by the next query; the collection's shape and titles are
-re-read every few seconds. ``aretrieve`` sends the same statement on the asyncpg pool.
+re-read every few seconds. ``aretrieve`` sends the same two statements at once on the asyncpg pool.
 """
 
 from __future__ import annotations
@@ -312,8 +314,9 @@ class PostgresKeywordRoute(KeywordRoute):
 
 
 class PostgresRouteSet(RouteSet):
-    """The three routes of a question in one statement (``ROUTES_SQL``), the scores of given
-    nodes in another (``WITHIN_SQL``); a failing statement fails every route.
+    """The three routes of a question in two statements sent at once (``VECTOR_ROUTE_SQL``,
+    ``TEXT_ROUTES_SQL``) or one (``ROUTES_SQL``), the scores of given nodes in another
+    (``WITHIN_SQL``); a failing statement fails the routes it answers.
 
     Args:
         parts: the retriever's `PostgresRouteParts`.
@@ -432,16 +435,17 @@ class PostgresRouteSet(RouteSet):
             query: the question.
             n: candidates per route.
             errors: filled with the failures of this question alone (route name -> error).
-            concurrent: the routes in two statements at once; ``False``: in one statement (one
-                connection, one server process: cheaper where the caller asks many questions in
-                a row, as the evaluation does).
+            concurrent: the routes in two statements at once (unless the store's
+                ``concurrent_routes`` is off); ``False``: in one statement (one connection, one
+                server process: cheaper where the caller asks many questions in a row, as the
+                evaluation does).
             keywords: the question's keywords when already extracted.
 
         Returns:
             Route name -> its scores (empty for a route whose statement failed).
         """
         text = query.query_str or ""
-        if not concurrent:
+        if not (concurrent and self.parts.store.settings.concurrent_routes):
             try:
                 params, keywords = self.inputs(query, n, keywords)
                 rows = self.parts.store.rows(ROUTES_SQL, _settings=self._statement_settings(), **params)
@@ -475,8 +479,8 @@ class PostgresRouteSet(RouteSet):
     async def aask(
         self, query: QueryBundle, n: int, errors: Dict[str, BaseException], keywords: Optional[QuestionKeywords] = None
     ) -> Dict[str, RouteScores]:
-        """[`ask`][llama_index_hiqa.storage.backends.pg_routes.PostgresRouteSet.ask] on the asyncpg pool, its two statements at once (the
-        embedding and keywords off the event loop).
+        """[`ask`][llama_index_hiqa.storage.backends.pg_routes.PostgresRouteSet.ask] on the asyncpg pool, its two statements at once unless the
+        store's ``concurrent_routes`` is off (the embedding and keywords off the event loop).
 
         Args:
             query: the question.
@@ -489,6 +493,13 @@ class PostgresRouteSet(RouteSet):
         """
         text = query.query_str or ""
         store = self.parts.store
+        if not store.settings.concurrent_routes:
+            try:
+                params, keywords = await asyncio.to_thread(self.inputs, query, n, keywords)
+                rows = await store.arows(ROUTES_SQL, _settings=self._statement_settings(), **params)
+                return self._answered(rows, keywords)
+            except Exception as exc:  # noqa: BLE001 - reported as every route's failure
+                return self._failed(exc, errors, text)
         embedded = asyncio.ensure_future(asyncio.to_thread(self._embedding, query))
         try:
             params, keywords = await asyncio.to_thread(self._text_inputs, query, n, keywords)
