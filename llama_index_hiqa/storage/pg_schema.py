@@ -233,22 +233,35 @@ UNION ALL SELECT 'k', node_id, score FROM k
   WHERE node_id IN (SELECT node_id FROM kt UNION SELECT node_id FROM v UNION SELECT node_id FROM b)
 """
 
-# The same rows as ROUTES_SQL in two statements that share nothing, sent at once on two
-# connections (the server runs them in two processes, so a question waits for the slower route
-# rather than for the sum): the vector route with |C| of its candidates (looked up by
-# keyword and node id), and BM25 with the keyword route, |C| of the keyword route's top :n and of
-# BM25's candidates. A node both return gets the same |C| from each.
+# |C| of given candidates (``{candidates}``: a CTE of node ids), probing the keyword postings'
+# primary key once per candidate and query keyword rather than reading every posting of the
+# query's keywords (a year is a keyword of one node in 25).
+_CANDIDATE_KEYWORD_COUNTS = """
+SELECT c.node_id, count(*) + CAST(:extra AS float8)
+       * count(*) FILTER (WHERE p.in_title AND p.keyword = ANY(CAST(:tw AS text[]))) AS score
+FROM {candidates} c CROSS JOIN unnest(CAST(:kw AS text[])) AS w(keyword)
+JOIN hiqa_keywords p ON p.keyword = w.keyword AND p.node_id = c.node_id
+GROUP BY c.node_id"""
+
+# The same rows as ROUTES_SQL in three statements that share nothing, sent at once on three
+# connections (the server runs them in three processes, so a question waits for the slowest
+# route rather than for the sum): the vector route with |C| of its candidates, BM25 with |C| of
+# its candidates, and the keyword route's top :n. A node two of them return gets the same |C|
+# from each.
 VECTOR_ROUTE_SQL = f"""
 WITH {_VECTOR_TOP}
 SELECT 'v', node_id, score FROM v
-UNION ALL SELECT 'k', node_id, score FROM ({_KEYWORD_COUNTS.format(restrict="AND p.node_id IN (SELECT node_id FROM v)")}) kv
+UNION ALL SELECT 'k', node_id, score FROM ({_CANDIDATE_KEYWORD_COUNTS.format(candidates="v")}) kv
 """
-TEXT_ROUTES_SQL = f"""
+BM25_ROUTE_SQL = f"""
 WITH {_BM25_TERMS_AND_STATS},
-{_BM25_TOP},
-{_KEYWORD_TOP}
+{_BM25_TOP}
 SELECT 'b', node_id, score FROM b
-UNION ALL SELECT 'k', node_id, score FROM k WHERE node_id IN (SELECT node_id FROM kt UNION SELECT node_id FROM b)
+UNION ALL SELECT 'k', node_id, score FROM ({_CANDIDATE_KEYWORD_COUNTS.format(candidates="b")}) kb
+"""
+KEYWORD_ROUTE_SQL = f"""
+WITH {_KEYWORD_TOP}
+SELECT 'k', node_id, score FROM k WHERE node_id IN (SELECT node_id FROM kt)
 """
 
 # Every route's score of given nodes (the document focus ranks every node of the documents it

@@ -10,9 +10,10 @@ with the routes answered by the database of [`PostgresStore`][llama_index_hiqa.s
 
 Each route is an object of the [`Route`][llama_index_hiqa.retrievers.routes.Route] interface
 that can answer alone ([`PostgresBM25Route`][llama_index_hiqa.storage.backends.pg_routes.PostgresBM25Route], [`PostgresKeywordRoute`][llama_index_hiqa.storage.backends.pg_routes.PostgresKeywordRoute], the vector
-route over ``PGVectorStore``); [`PostgresRouteSet`][llama_index_hiqa.storage.backends.pg_routes.PostgresRouteSet] asks a question's three routes in two
-SQL statements sent at once on two connections (``VECTOR_ROUTE_SQL`` and ``TEXT_ROUTES_SQL``:
-the server runs them in two processes, so a question waits for the slower route, not the sum),
+route over ``PGVectorStore``); [`PostgresRouteSet`][llama_index_hiqa.storage.backends.pg_routes.PostgresRouteSet] asks a question's three routes in a
+SQL statement each, sent at once on pooled connections (``VECTOR_ROUTE_SQL``,
+``BM25_ROUTE_SQL``, ``KEYWORD_ROUTE_SQL``: the server runs them in processes of their own, so a
+question waits for the slowest route, not the sum),
 or in one (``ROUTES_SQL``, the same rows) when asked not to be concurrent, and the scores of
 every node of a document for the document focus in another (``WITHIN_SQL``). [`PostgresMultiRouteRetriever`][llama_index_hiqa.storage.backends.pg_routes.PostgresMultiRouteRetriever] builds the
 ordinary [`MultiRouteRetriever`][llama_index_hiqa.retrievers.multi_route.MultiRouteRetriever] composed of these parts
@@ -20,7 +21,7 @@ ordinary [`MultiRouteRetriever`][llama_index_hiqa.retrievers.multi_route.MultiRo
 its own; the parts neither rank every node nor persist to a folder (every write is saved by
 the database), so ``full_ranking`` and ``persist`` raise ``NotImplementedError`` there; a failing statement fails the routes it answers. What
 another process commits is seen by the next query; the collection's shape and titles are
-re-read every few seconds. ``aretrieve`` sends the same two statements at once on the asyncpg pool.
+re-read every few seconds. ``aretrieve`` sends the same statements at once on the asyncpg pool.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import time
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
@@ -47,12 +48,13 @@ from llama_index_hiqa.retrievers.settings import BM25, KEYWORDS, ROUTES, VECTOR,
 from llama_index_hiqa.retrievers.store_vectors import identity
 from llama_index_hiqa.settings import updated
 from llama_index_hiqa.storage.pg_schema import (
+    BM25_ROUTE_SQL,
     DOCUMENT_NODES_SQL,
+    KEYWORD_ROUTE_SQL,
     KEYWORD_SQL,
     RARE_POSTINGS,
     ROUTES_SQL,
     SHAPE_SQL,
-    TEXT_ROUTES_SQL,
     TITLES_SQL,
     VECTOR_ROUTE_SQL,
     WITHIN_SQL,
@@ -314,8 +316,8 @@ class PostgresKeywordRoute(KeywordRoute):
 
 
 class PostgresRouteSet(RouteSet):
-    """The three routes of a question in two statements sent at once (``VECTOR_ROUTE_SQL``,
-    ``TEXT_ROUTES_SQL``) or one (``ROUTES_SQL``), the scores of given nodes in another
+    """The three routes of a question in a statement each, sent at once (``VECTOR_ROUTE_SQL``,
+    ``BM25_ROUTE_SQL``, ``KEYWORD_ROUTE_SQL``) or in one (``ROUTES_SQL``), the scores of given nodes in another
     (``WITHIN_SQL``); a failing statement fails the routes it answers.
 
     Args:
@@ -400,43 +402,47 @@ class PostgresRouteSet(RouteSet):
         return {name: RouteScores() for name in ROUTES}
 
     @staticmethod
-    def _asks_text(params: Mapping[str, Any]) -> bool:
-        return bool(params["terms"] or params["kw"])
+    def _text_statements(params: Mapping[str, Any]) -> Dict[str, str]:
+        """The statements a question's inputs call for, but the vector's: route -> statement."""
+        statements = {}
+        if params["terms"]:
+            statements[BM25] = BM25_ROUTE_SQL
+        if params["kw"]:
+            statements[KEYWORDS] = KEYWORD_ROUTE_SQL
+        return statements
 
     def _joined(
-        self, vector: Any, text: Any, keywords: Optional[QuestionKeywords], errors: Dict[str, BaseException], query: str,
+        self, answers: Mapping[str, Any], keywords: Optional[QuestionKeywords], errors: Dict[str, BaseException],
+        query: str,
     ) -> Dict[str, RouteScores]:
-        """The two statements' rows (or the exception each raised) as the routes' scores: a
-        failed statement fails the routes it answers; |C| of the vector's candidates is kept
-        only when the keyword route's own statement answered."""
+        """Each route's statement's rows (or the exception it raised) as the routes' scores: a
+        failed statement fails its route; |C| of the other routes' candidates is kept only when
+        the keyword route's own statement answered."""
         rows: List[Tuple[str, str, float]] = []
-        if isinstance(vector, BaseException):
-            route_failed(VECTOR, vector, errors, query)
-        else:
-            rows += vector
-        if isinstance(text, BaseException):
-            for name in (BM25, KEYWORDS):
-                route_failed(name, text, errors, query)
+        for name, answer in answers.items():
+            if isinstance(answer, BaseException):
+                route_failed(name, answer, errors, query)
+            else:
+                rows += answer
+        if isinstance(answers.get(KEYWORDS), BaseException):
             rows = [row for row in rows if row[0] != "k"]
-        else:
-            rows += text
         return self._answered(rows, keywords)
 
     def ask(
         self, query: QueryBundle, n: int, errors: Dict[str, BaseException], concurrent: bool = True,
         keywords: Optional[QuestionKeywords] = None,
     ) -> Dict[str, RouteScores]:
-        """Every route's best ``n`` for ``query`` (see ``RouteSet.ask``): two statements sent at
-        once on two connections (``VECTOR_ROUTE_SQL`` and ``TEXT_ROUTES_SQL``; the question is
-        embedded while its keywords are extracted), or one (``ROUTES_SQL``) when not ``concurrent``;
-        the same rows either way.
+        """Every route's best ``n`` for ``query`` (see ``RouteSet.ask``): a statement a route
+        sent at once on pooled connections (``VECTOR_ROUTE_SQL``, ``BM25_ROUTE_SQL``,
+        ``KEYWORD_ROUTE_SQL``; the question is embedded while its keywords are extracted), or
+        one statement (``ROUTES_SQL``) when not ``concurrent``; the same rows either way.
 
         Args:
             query: the question.
             n: candidates per route.
             errors: filled with the failures of this question alone (route name -> error).
-            concurrent: the routes in two statements at once (unless the store's
-                ``concurrent_routes`` is off); ``False``: in one statement (one connection, one
+            concurrent: the routes' statements at once (unless the store's
+                ``concurrent_routes`` is off); ``False``: one statement (one connection, one
                 server process: cheaper where the caller asks many questions in a row, as the
                 evaluation does).
             keywords: the question's keywords when already extracted.
@@ -445,42 +451,42 @@ class PostgresRouteSet(RouteSet):
             Route name -> its scores (empty for a route whose statement failed).
         """
         text = query.query_str or ""
-        if not (concurrent and self.parts.store.settings.concurrent_routes):
+        store = self.parts.store
+        if not (concurrent and store.settings.concurrent_routes):
             try:
                 params, keywords = self.inputs(query, n, keywords)
-                rows = self.parts.store.rows(ROUTES_SQL, _settings=self._statement_settings(), **params)
+                rows = store.rows(ROUTES_SQL, _settings=self._statement_settings(), **params)
                 return self._answered(rows, keywords)
             except Exception as exc:  # noqa: BLE001 - reported as every route's failure
                 return self._failed(exc, errors, text)
-        store = self.parts.store
-        with ThreadPoolExecutor(max_workers=2) as pool:
+        with ThreadPoolExecutor(max_workers=3) as pool:
             embedded = pool.submit(self._embedding, query)
             try:
                 params, keywords = self._text_inputs(query, n, keywords)
             except Exception as exc:  # noqa: BLE001 - the question's inputs: every route fails
                 return self._failed(exc, errors, text)
-            text_rows: Any = pool.submit(store.rows, TEXT_ROUTES_SQL, **params) if self._asks_text(params) else []
-            vector_rows: Any = []
+            sent = {name: pool.submit(store.rows, sql, **params) for name, sql in self._text_statements(params).items()}
+            answers: Dict[str, Any] = {}
             try:
                 embedding = embedded.result()
                 if embedding is not None:
-                    vector_rows = store.rows(
+                    answers[VECTOR] = store.rows(
                         VECTOR_ROUTE_SQL, _settings=self._statement_settings(), **self._with_vector(params, embedding)
                     )
             except Exception as exc:  # noqa: BLE001 - reported as the vector route's failure
-                vector_rows = exc
-            if isinstance(text_rows, Future):
+                answers[VECTOR] = exc
+            for name, future in sent.items():
                 try:
-                    text_rows = text_rows.result()
-                except Exception as exc:  # noqa: BLE001 - reported as the BM25 and keyword routes' failure
-                    text_rows = exc
-        return self._joined(vector_rows, text_rows, keywords, errors, text)
+                    answers[name] = future.result()
+                except Exception as exc:  # noqa: BLE001 - reported as this route's failure
+                    answers[name] = exc
+        return self._joined(answers, keywords, errors, text)
 
     async def aask(
         self, query: QueryBundle, n: int, errors: Dict[str, BaseException], keywords: Optional[QuestionKeywords] = None
     ) -> Dict[str, RouteScores]:
-        """[`ask`][llama_index_hiqa.storage.backends.pg_routes.PostgresRouteSet.ask] on the asyncpg pool, its two statements at once unless the
-        store's ``concurrent_routes`` is off (the embedding and keywords off the event loop).
+        """[`ask`][llama_index_hiqa.storage.backends.pg_routes.PostgresRouteSet.ask] on the asyncpg pool, the routes' statements at once unless
+        the store's ``concurrent_routes`` is off (the embedding and keywords off the event loop).
 
         Args:
             query: the question.
@@ -506,19 +512,18 @@ class PostgresRouteSet(RouteSet):
         except Exception as exc:  # noqa: BLE001 - the question's inputs: every route fails
             await asyncio.gather(embedded, return_exceptions=True)
             return self._failed(exc, errors, text)
-        text_rows: Any = asyncio.ensure_future(store.arows(TEXT_ROUTES_SQL, **params)) if self._asks_text(params) else []
-        vector_rows: Any = []
+        sent = {name: asyncio.ensure_future(store.arows(sql, **params)) for name, sql in self._text_statements(params).items()}
+        answers: Dict[str, Any] = {}
         try:
             embedding = await embedded
             if embedding is not None:
-                vector_rows = await store.arows(
+                answers[VECTOR] = await store.arows(
                     VECTOR_ROUTE_SQL, _settings=self._statement_settings(), **self._with_vector(params, embedding)
                 )
         except Exception as exc:  # noqa: BLE001 - reported as the vector route's failure
-            vector_rows = exc
-        if isinstance(text_rows, asyncio.Future):
-            text_rows = (await asyncio.gather(text_rows, return_exceptions=True))[0]
-        return self._joined(vector_rows, text_rows, keywords, errors, text)
+            answers[VECTOR] = exc
+        answers.update(zip(sent, await asyncio.gather(*sent.values(), return_exceptions=True)))
+        return self._joined(answers, keywords, errors, text)
 
     def scores_within(
         self, query: QueryBundle, node_ids: Sequence[str], skip: Sequence[str] = (),
