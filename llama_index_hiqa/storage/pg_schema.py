@@ -234,14 +234,15 @@ UNION ALL SELECT 'k', node_id, score FROM k
 """
 
 # |C| of given candidates (``{candidates}``: a CTE of node ids), probing the keyword postings'
-# primary key once per candidate and query keyword rather than reading every posting of the
-# query's keywords (a year is a keyword of one node in 25).
+# primary key for each candidate (one descent a query keyword) rather than reading every
+# posting of the query's keywords (a year is a keyword of one node in 25): the planner, which
+# cannot know how many postings a keyword has, joined those otherwise.
 _CANDIDATE_KEYWORD_COUNTS = """
-SELECT c.node_id, count(*) + CAST(:extra AS float8)
-       * count(*) FILTER (WHERE p.in_title AND p.keyword = ANY(CAST(:tw AS text[]))) AS score
-FROM {candidates} c CROSS JOIN unnest(CAST(:kw AS text[])) AS w(keyword)
-JOIN hiqa_keywords p ON p.keyword = w.keyword AND p.node_id = c.node_id
-GROUP BY c.node_id"""
+SELECT c.node_id, s.score FROM {candidates} c CROSS JOIN LATERAL (
+  SELECT count(*) + CAST(:extra AS float8)
+         * count(*) FILTER (WHERE p.in_title AND p.keyword = ANY(CAST(:tw AS text[]))) AS score
+  FROM hiqa_keywords p WHERE p.keyword = ANY(CAST(:kw AS text[])) AND p.node_id = c.node_id) s
+WHERE s.score > 0"""
 
 # The same rows as ROUTES_SQL in three statements that share nothing, sent at once on three
 # connections (the server runs them in three processes, so a question waits for the slowest
