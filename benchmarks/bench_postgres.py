@@ -667,7 +667,8 @@ def routes_concurrency(args: argparse.Namespace) -> Dict[str, Any]:
     statement, on a saved database (``--database``: a synthetic one, or ``hiqa_financebench``
     with its questions and the pack's own model), each question asked both ways in turn (the
     order alternating), so both see the same load: ``pack.as_retriever()`` and the routes alone
-    (``RouteSet.ask``), p50/p95, and whether the two give the same results."""
+    (``RouteSet.ask``), p50/p95, and whether the two give the same results; then ``aretrieve``
+    the same way."""
     from llama_index.core.schema import QueryBundle
 
     from llama_index_hiqa import HiQAPack
@@ -704,6 +705,16 @@ def routes_concurrency(args: argparse.Namespace) -> Dict[str, Any]:
             routes[arm] = {name: {k: round(v, 9) for k, v in found.items()} for name, found in scores.items()}
         same += hits["one"] == hits["two"]
         same_routes += routes["one"] == routes["two"]
+
+    async def asked() -> None:  # aretrieve on one event loop (one asyncpg pool), the arms alternating
+        for i, q in enumerate(questions):
+            for arm in (("two", "one") if i % 2 == 0 else ("one", "two")):
+                settings.concurrent_routes = arm == "two"
+                t0 = time.perf_counter()
+                await retriever.aretrieve(q)
+                times.setdefault(arm + "_async", []).append(time.perf_counter() - t0)
+
+    asyncio.run(asked())
     settings.concurrent_routes = True
     for arm, values in times.items():
         result[f"{arm}_p50_ms"], result[f"{arm}_p95_ms"] = pct(values, 50), pct(values, 95)
