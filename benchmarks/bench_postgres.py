@@ -1106,7 +1106,8 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     elif args.part == "routes":
         result = routes_concurrency(args)
         result["run"] = run
-        (OUT_DIR / f"routes_{args.database}.json").write_text(json.dumps(result, indent=1))
+        name = "financebench" if args.database == "hiqa_financebench" else f"synthetic_{result['nodes']}"
+        (OUT_DIR / f"routes_{name}.json").write_text(json.dumps(result, indent=1))
     elif args.part == "shards":
         result = run_shards(args)
         if result:

@@ -72,10 +72,10 @@ class PostgresStoreSettings(BaseModel):
     )
     concurrent_routes: bool = Field(
         default=True,
-        description="Ask a question's vector route and its BM25 and keyword routes in two statements "
-        "at once on two pooled connections (the server answers them in two processes: a question "
-        "waits for the slower route, not the sum); False: in one statement on one connection "
-        "(the same rows; half the connections when many questions run at once).",
+        description="Ask a question's three routes (vector, BM25, keywords) in a statement each, "
+        "at once on pooled connections (the server answers them in processes of their own: a "
+        "question waits for the slowest route, not the sum); False: in one statement on one "
+        "connection (the same rows; a third of the connections when many questions run at once).",
     )
     index_build_memory_mb: int = Field(
         default=3072, ge=64,
