@@ -446,6 +446,8 @@ def test_the_routes_in_concurrent_statements_are_the_one_statements_rows(built, 
             two = _route_rows(routes.ask(bundle, cut, {}, concurrent=True, keywords=keywords))
             both = _route_rows(asyncio.run(routes.aask(bundle, cut, {}, keywords=keywords)))
             answered.update(route for route in one if one[route])
+            alone = routes.bm25_route.scores(bundle, cut)  # the BM25 route asked on its own
+            assert alone == pytest.approx(one[BM25]) and asyncio.run(routes.bm25_route.ascores(bundle, cut)) == pytest.approx(one[BM25])
             beyond.update(set(one[KEYWORDS]) - set(one[BM25]) - set(sorted(one[KEYWORDS], key=lambda i: (-one[KEYWORDS][i], i))[:cut]))
             for got in (two, both):
                 assert got.keys() == one.keys()

@@ -5,7 +5,7 @@ Contextual Augmentation RAG for Multi-Documents QA" (Chen et al.), §Multi-Route
 with the routes answered by the database of [`PostgresStore`][llama_index_hiqa.storage.postgres.PostgresStore]:
 
 * vector — pgvector's HNSW index of LlamaIndex's ``PGVectorStore`` table (cosine);
-* BM25 — Okapi BM25 over the stored term statistics (``pg_schema.ROUTES_SQL``);
+* BM25 — Okapi BM25 over the stored term statistics (``pg_schema.BM25_ROUTE_SQL``);
 * critical keywords — ``|C|`` per node from the keyword postings' primary key (index-only).
 
 Each route is an object of the [`Route`][llama_index_hiqa.retrievers.routes.Route] interface
@@ -212,7 +212,7 @@ class PostgresBM25Route:
         terms = self.terms(query)
         if not terms:
             return {}
-        return _by_route(self.store.rows(ROUTES_SQL, **_params(None, terms, [], [], 0.0, n)))[BM25]
+        return _by_route(self.store.rows(BM25_ROUTE_SQL, **_params(None, terms, [], [], 0.0, n)))[BM25]
 
     async def ascores(self, query: QueryBundle, n: int) -> Dict[str, float]:
         """[`scores`][llama_index_hiqa.storage.backends.pg_routes.PostgresBM25Route.scores] on the asyncpg pool.
@@ -227,7 +227,7 @@ class PostgresBM25Route:
         terms = self.terms(query)
         if not terms:
             return {}
-        return _by_route(await self.store.arows(ROUTES_SQL, **_params(None, terms, [], [], 0.0, n)))[BM25]
+        return _by_route(await self.store.arows(BM25_ROUTE_SQL, **_params(None, terms, [], [], 0.0, n)))[BM25]
 
     def scores_within(self, query: QueryBundle, node_ids: Sequence[str]) -> Dict[str, float]:
         """The BM25 scores of ``node_ids``, in one statement.
