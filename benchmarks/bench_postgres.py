@@ -20,6 +20,11 @@ The server is a ``pgserver`` instance (PostgreSQL 16.2, pgvector 0.6.2) in ``--p
 
     nice -n 10 .venv/bin/python benchmarks/bench_postgres.py --part financebench
     nice -n 10 .venv/bin/python benchmarks/bench_postgres.py --part synthetic --sizes 10000,100000
+    nice -n 10 .venv/bin/python benchmarks/bench_postgres.py --part routes --database hiqa_synthetic_100000
+
+Part ``routes``: on a saved database, the routes in a statement each sent at once against the
+one statement, each question asked both ways in turn (``--database hiqa_financebench`` for
+FinanceBench's questions).
 """
 
 from __future__ import annotations
