@@ -20,6 +20,11 @@ The server is a ``pgserver`` instance (PostgreSQL 16.2, pgvector 0.6.2) in ``--p
 
     nice -n 10 .venv/bin/python benchmarks/bench_postgres.py --part financebench
     nice -n 10 .venv/bin/python benchmarks/bench_postgres.py --part synthetic --sizes 10000,100000
+    nice -n 10 .venv/bin/python benchmarks/bench_postgres.py --part routes --database hiqa_synthetic_100000
+
+Part ``routes``: on a saved database, the routes in a statement each sent at once against the
+one statement, each question asked both ways in turn (``--database hiqa_financebench`` for
+FinanceBench's questions).
 """
 
 from __future__ import annotations
@@ -662,6 +667,69 @@ def requery_synthetic(args: argparse.Namespace, n_nodes: int) -> None:
     path.write_text(json.dumps(result, indent=1))
 
 
+def routes_concurrency(args: argparse.Namespace) -> Dict[str, Any]:
+    """The routes in two statements at once (``concurrent_routes``, the default) against one
+    statement, on a saved database (``--database``: a synthetic one, or ``hiqa_financebench``
+    with its questions and the pack's own model), each question asked both ways in turn (the
+    order alternating), so both see the same load: ``pack.as_retriever()`` and the routes alone
+    (``RouteSet.ask``), p50/p95, and whether the two give the same results; then ``aretrieve``
+    the same way."""
+    from llama_index.core.schema import QueryBundle
+
+    from llama_index_hiqa import HiQAPack
+
+    url = server_url(args, args.database, fresh=False)
+    if args.database == "hiqa_financebench":
+        questions = [q.question for q in (financebench_questions("FinanceBench questions") or [])][: args.queries]
+        pg = HiQAPack.load(url)
+    else:
+        questions = synthetic_questions(args.queries)
+        pg = HiQAPack.load(url, embed_model=_fast_embedding(), **FAST)
+    settings, multi = pg.store.settings, pg.multi_route
+    retriever = pg.as_retriever()
+    n = multi.config.candidates_per_route
+    embed = pg.embed_model  # the routes alone get the question's embedding
+    times: Dict[str, List[float]] = {"two": [], "one": [], "two_routes": [], "one_routes": []}
+    same = same_routes = 0
+    result: Dict[str, Any] = {"database": args.database, "nodes": pg.store.node_count(), "questions": len(questions),
+                              "load_average_start": os.getloadavg()}
+    for q in questions[:3]:  # warm: the shape, the titles, the model, the buffers
+        retriever.retrieve(q)
+    for i, q in enumerate(questions):
+        hits: Dict[str, Any] = {}
+        routes: Dict[str, Any] = {}
+        bundle = QueryBundle(q, embedding=embed.get_query_embedding(q))
+        for arm in (("two", "one") if i % 2 == 0 else ("one", "two")):
+            settings.concurrent_routes = arm == "two"
+            t0 = time.perf_counter()
+            hits[arm] = [(h.node.node_id, round(h.score, 9)) for h in retriever.retrieve(q)]
+            times[arm].append(time.perf_counter() - t0)
+            t0 = time.perf_counter()
+            scores = multi.route_set().ask(bundle, n, {})
+            times[arm + "_routes"].append(time.perf_counter() - t0)
+            routes[arm] = {name: {k: round(v, 9) for k, v in found.items()} for name, found in scores.items()}
+        same += hits["one"] == hits["two"]
+        same_routes += routes["one"] == routes["two"]
+
+    async def asked() -> None:  # aretrieve on one event loop (one asyncpg pool), the arms alternating
+        for i, q in enumerate(questions):
+            for arm in (("two", "one") if i % 2 == 0 else ("one", "two")):
+                settings.concurrent_routes = arm == "two"
+                t0 = time.perf_counter()
+                await retriever.aretrieve(q)
+                times.setdefault(arm + "_async", []).append(time.perf_counter() - t0)
+
+    asyncio.run(asked())
+    settings.concurrent_routes = True
+    for arm, values in times.items():
+        result[f"{arm}_p50_ms"], result[f"{arm}_p95_ms"] = pct(values, 50), pct(values, 95)
+    result["same_results"], result["same_route_scores"] = same, same_routes
+    result["load_average_end"] = os.getloadavg()
+    pg.close()
+    print(json.dumps(result), flush=True)
+    return result
+
+
 # --- RESULTS.md -------------------------------------------------------------------------------------
 FB_LABELS = {
     "local": "local store (exact vectors)",
@@ -1010,7 +1078,7 @@ def write_section() -> None:
 def main(argv: Optional[Sequence[str]] = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument(
-        "--part", choices=["financebench", "financebench-ef", "financebench-hnsw", "synthetic", "synthetic-query", "sizes", "recall", "shards", "section"],
+        "--part", choices=["financebench", "financebench-ef", "financebench-hnsw", "synthetic", "synthetic-query", "routes", "sizes", "recall", "shards", "section"],
         required=True
     )
     parser.add_argument("--url", default=os.environ.get("HIQA_BENCH_POSTGRES_URL"), help="server to use instead of pgserver")
@@ -1021,6 +1089,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     parser.add_argument("--queries", type=int, default=100)
     parser.add_argument("--skip-local", action="store_true")
     parser.add_argument("--filings", type=int, default=46, help="--part shards: the first N FinanceBench filings")
+    parser.add_argument("--database", default="hiqa_financebench", help="--part routes: the saved database")
     parser.add_argument("--fulltext", action="store_true", help="also measure full-text search in BM25's place")
     args = parser.parse_args(argv)
     OUT_DIR.mkdir(exist_ok=True)
@@ -1039,6 +1108,11 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     elif args.part == "synthetic-query":
         for size in [int(s) for s in args.sizes.split(",") if s]:
             requery_synthetic(args, size)
+    elif args.part == "routes":
+        result = routes_concurrency(args)
+        result["run"] = run
+        name = "financebench" if args.database == "hiqa_financebench" else f"synthetic_{result['nodes']}"
+        (OUT_DIR / f"routes_{name}.json").write_text(json.dumps(result, indent=1))
     elif args.part == "shards":
         result = run_shards(args)
         if result:

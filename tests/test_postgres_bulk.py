@@ -9,6 +9,7 @@ Uses the ``server`` fixture of conftest.py (a pgserver instance, or ``HIQA_TEST_
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections import Counter
 
@@ -419,8 +420,67 @@ def test_bm25_top_k_that_skips_common_terms_is_the_top_k_of_every_posting(server
     pack.close()
 
 
+def _route_rows(scores):
+    return {route: dict(found) for route, found in scores.items()}
+
+
+def test_the_routes_in_concurrent_statements_are_the_one_statements_rows(built, monkeypatch):
+    """VECTOR_ROUTE_SQL, BM25_ROUTE_SQL and KEYWORD_ROUTE_SQL, sent at once (sync on pooled
+    connections, async on the asyncpg pool), return every route's candidates and scores as ROUTES_SQL does,
+    so ``pack.as_retriever()`` ranks the same; a failing statement fails only its routes."""
+    from llama_index.core.schema import QueryBundle
+
+    from llama_index_hiqa.retrievers.settings import BM25, KEYWORDS, VECTOR
+    from llama_index_hiqa.storage.backends import pg_routes
+
+    pack = HiQAPack.load(built, embed_model=HashEmbedding(), **FAST)
+    multi = pack.multi_route
+    n = multi.config.candidates_per_route
+    questions = QUESTIONS + ["NX-2043 NX-2040 regulator 2019", "pin", "zzzz unknown words only"]
+    answered, beyond = set(), set()  # beyond: |C| a node has only as another route's candidate
+    for question in questions:
+        routes, bundle = multi.route_set(), QueryBundle(question)
+        keywords = multi.route_set().keyword_route.question_keywords(bundle)
+        for cut in (2, n):  # at 2, |C| of the other routes' candidates is beyond the keyword route's top
+            one = _route_rows(routes.ask(bundle, cut, {}, concurrent=False, keywords=keywords))
+            two = _route_rows(routes.ask(bundle, cut, {}, concurrent=True, keywords=keywords))
+            both = _route_rows(asyncio.run(routes.aask(bundle, cut, {}, keywords=keywords)))
+            answered.update(route for route in one if one[route])
+            alone = routes.bm25_route.scores(bundle, cut)  # the BM25 route asked on its own
+            assert alone == pytest.approx(one[BM25]) and asyncio.run(routes.bm25_route.ascores(bundle, cut)) == pytest.approx(one[BM25])
+            beyond.update(set(one[KEYWORDS]) - set(one[BM25]) - set(sorted(one[KEYWORDS], key=lambda i: (-one[KEYWORDS][i], i))[:cut]))
+            for got in (two, both):
+                assert got.keys() == one.keys()
+                for route in one:
+                    assert got[route].keys() == one[route].keys(), (question, cut, route)
+                    assert got[route] == pytest.approx(one[route], rel=1e-12, abs=1e-12), (question, cut, route)
+    assert answered == {VECTOR, BM25, KEYWORDS} and beyond
+    # the whole retriever, sync and async: concurrent (the default) against one statement
+    retriever = pack.as_retriever()
+
+    def answers():
+        return [[(h.node.node_id, h.score) for h in hits] for q in QUESTIONS
+                for hits in (retriever.retrieve(q), asyncio.run(retriever.aretrieve(q)))]
+
+    concurrent = answers()
+    pack.store.settings.concurrent_routes = False
+    assert answers() == concurrent
+    pack.store.settings.concurrent_routes = True
+    # the vector statement fails: the vector route is reported failed, the others still answer
+    monkeypatch.setattr(pg_routes, "VECTOR_ROUTE_SQL", "SELECT no_such_column FROM hiqa_nodes")
+    bundle = QueryBundle(QUESTIONS[0])
+    routes = multi.route_set()
+    errors = {}
+    failed = _route_rows(routes.ask(bundle, n, errors))
+    one = _route_rows(routes.ask(bundle, n, {}, concurrent=False))
+    assert set(errors) == {VECTOR} and failed[VECTOR] == {}
+    assert failed[BM25] == pytest.approx(one[BM25]) and failed[BM25]
+    assert set(failed[KEYWORDS]) <= set(one[KEYWORDS]) and failed[KEYWORDS]
+    pack.close()
+
+
 def test_a_question_costs_a_fixed_number_of_statements(built, monkeypatch):
-    """pack.as_retriever() on PostgreSQL: the routes in one statement, the focused document's
+    """pack.as_retriever() on PostgreSQL: the routes in a statement each, the focused document's
     scores in one, whatever the number of its nodes (a regression to a query per route or per
     node fails here)."""
     from sqlalchemy import event
@@ -442,9 +502,9 @@ def test_a_question_costs_a_fixed_number_of_statements(built, monkeypatch):
             statements.clear()
             hits = retriever.retrieve(question)
             assert hits
-            # routes, their result nodes, the focused document's node ids, (its nodes the first
+            # routes (three statements), their result nodes, the focused document's node ids, (its nodes the first
             # time it is focused,) every score inside it, the focused results' nodes
-            assert len(statements) <= 6, statements
+            assert len(statements) <= 8, statements
     finally:
         event.remove(pack.store.engine, "before_cursor_execute", seen)
     pack.close()

@@ -70,6 +70,13 @@ class PostgresStoreSettings(BaseModel):
         "when lower, or HNSW would return fewer). 400: the folder store's FinanceBench ranking "
         "exactly (200 changed one top 5 in 86 questions).",
     )
+    concurrent_routes: bool = Field(
+        default=True,
+        description="Ask a question's three routes (vector, BM25, keywords) in a statement each, "
+        "at once on pooled connections (the server answers them in processes of their own: a "
+        "question waits for the slowest route, not the sum); False: in one statement on one "
+        "connection (the same rows; a third of the connections when many questions run at once).",
+    )
     index_build_memory_mb: int = Field(
         default=3072, ge=64,
         description="maintenance_work_mem of the session that builds the HNSW index after a bulk "

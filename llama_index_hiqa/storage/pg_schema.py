@@ -209,21 +209,60 @@ b AS MATERIALIZED (
   SELECT (SELECT node_id FROM hiqa_nodes nd WHERE nd.node_row = t.node_row) AS node_id, t.score FROM top t
   ORDER BY t.score DESC, 1 LIMIT :n)"""
 
+# pgvector's HNSW top :n (cosine) of the question's vector.
+_VECTOR_TOP = f"""
+v AS MATERIALIZED (
+  SELECT node_id, 1 - (embedding <=> CAST(:qvec AS vector)) AS score FROM data_{VECTOR_TABLE}
+  WHERE CAST(:use_vector AS bool) ORDER BY embedding <=> CAST(:qvec AS vector) LIMIT :n)"""
+# |C| of every node holding a query keyword, and the keyword route's top :n of them.
+_KEYWORD_TOP = f"""
+k AS MATERIALIZED ({_KEYWORD_COUNTS.format(restrict="")}),
+kt AS (SELECT node_id FROM k ORDER BY score DESC, node_id COLLATE "C" LIMIT :n)"""
+
 # The three routes of one question in one statement: pgvector's HNSW top :n (cosine), BM25's
 # top :n (ties at the cut broken by node id, as before) and |C| of the keyword route's top :n
 # plus of every node the other two returned (fusion reads |C| of the candidates only).
 ROUTES_SQL = f"""
-WITH v AS MATERIALIZED (
-  SELECT node_id, 1 - (embedding <=> CAST(:qvec AS vector)) AS score FROM data_{VECTOR_TABLE}
-  WHERE CAST(:use_vector AS bool) ORDER BY embedding <=> CAST(:qvec AS vector) LIMIT :n),
+WITH {_VECTOR_TOP},
 {_BM25_TERMS_AND_STATS},
 {_BM25_TOP},
-k AS MATERIALIZED ({_KEYWORD_COUNTS.format(restrict="")}),
-kt AS (SELECT node_id FROM k ORDER BY score DESC, node_id COLLATE "C" LIMIT :n)
+{_KEYWORD_TOP}
 SELECT 'v', node_id, score FROM v
 UNION ALL SELECT 'b', node_id, score FROM b
 UNION ALL SELECT 'k', node_id, score FROM k
   WHERE node_id IN (SELECT node_id FROM kt UNION SELECT node_id FROM v UNION SELECT node_id FROM b)
+"""
+
+# |C| of given candidates (``{candidates}``: a CTE of node ids), probing the keyword postings'
+# primary key for each candidate (one descent a query keyword) rather than reading every
+# posting of the query's keywords (a year is a keyword of one node in 25): the planner, which
+# cannot know how many postings a keyword has, joined those otherwise.
+_CANDIDATE_KEYWORD_COUNTS = """
+SELECT c.node_id, s.score FROM {candidates} c CROSS JOIN LATERAL (
+  SELECT count(*) + CAST(:extra AS float8)
+         * count(*) FILTER (WHERE p.in_title AND p.keyword = ANY(CAST(:tw AS text[]))) AS score
+  FROM hiqa_keywords p WHERE p.keyword = ANY(CAST(:kw AS text[])) AND p.node_id = c.node_id) s
+WHERE s.score > 0"""
+
+# The same rows as ROUTES_SQL in three statements that share nothing, sent at once on three
+# connections (the server runs them in three processes, so a question waits for the slowest
+# route rather than for the sum): the vector route with |C| of its candidates, BM25 with |C| of
+# its candidates, and the keyword route's top :n. A node two of them return gets the same |C|
+# from each.
+VECTOR_ROUTE_SQL = f"""
+WITH {_VECTOR_TOP}
+SELECT 'v', node_id, score FROM v
+UNION ALL SELECT 'k', node_id, score FROM ({_CANDIDATE_KEYWORD_COUNTS.format(candidates="v")}) kv
+"""
+BM25_ROUTE_SQL = f"""
+WITH {_BM25_TERMS_AND_STATS},
+{_BM25_TOP}
+SELECT 'b', node_id, score FROM b
+UNION ALL SELECT 'k', node_id, score FROM ({_CANDIDATE_KEYWORD_COUNTS.format(candidates="b")}) kb
+"""
+KEYWORD_ROUTE_SQL = f"""
+WITH {_KEYWORD_TOP}
+SELECT 'k', node_id, score FROM k WHERE node_id IN (SELECT node_id FROM kt)
 """
 
 # Every route's score of given nodes (the document focus ranks every node of the documents it

@@ -5,20 +5,23 @@ Contextual Augmentation RAG for Multi-Documents QA" (Chen et al.), §Multi-Route
 with the routes answered by the database of [`PostgresStore`][llama_index_hiqa.storage.postgres.PostgresStore]:
 
 * vector — pgvector's HNSW index of LlamaIndex's ``PGVectorStore`` table (cosine);
-* BM25 — Okapi BM25 over the stored term statistics (``pg_schema.ROUTES_SQL``);
+* BM25 — Okapi BM25 over the stored term statistics (``pg_schema.BM25_ROUTE_SQL``);
 * critical keywords — ``|C|`` per node from the keyword postings' primary key (index-only).
 
 Each route is an object of the [`Route`][llama_index_hiqa.retrievers.routes.Route] interface
 that can answer alone ([`PostgresBM25Route`][llama_index_hiqa.storage.backends.pg_routes.PostgresBM25Route], [`PostgresKeywordRoute`][llama_index_hiqa.storage.backends.pg_routes.PostgresKeywordRoute], the vector
-route over ``PGVectorStore``); [`PostgresRouteSet`][llama_index_hiqa.storage.backends.pg_routes.PostgresRouteSet] asks a question's three routes in one
-SQL statement (``ROUTES_SQL``, one round trip), and the scores of every node of a document for
-the document focus in another (``WITHIN_SQL``). [`PostgresMultiRouteRetriever`][llama_index_hiqa.storage.backends.pg_routes.PostgresMultiRouteRetriever] builds the
+route over ``PGVectorStore``); [`PostgresRouteSet`][llama_index_hiqa.storage.backends.pg_routes.PostgresRouteSet] asks a question's three routes in a
+SQL statement each, sent at once on pooled connections (``VECTOR_ROUTE_SQL``,
+``BM25_ROUTE_SQL``, ``KEYWORD_ROUTE_SQL``: the server runs them in processes of their own, so a
+question waits for the slowest route, not the sum),
+or in one (``ROUTES_SQL``, the same rows) when asked not to be concurrent, and the scores of
+every node of a document for the document focus in another (``WITHIN_SQL``). [`PostgresMultiRouteRetriever`][llama_index_hiqa.storage.backends.pg_routes.PostgresMultiRouteRetriever] builds the
 ordinary [`MultiRouteRetriever`][llama_index_hiqa.retrievers.multi_route.MultiRouteRetriever] composed of these parts
 (`PostgresRouteParts`): fusion, score normalisation and the per-node route scores are
 its own; the parts neither rank every node nor persist to a folder (every write is saved by
-the database), so ``full_ranking`` and ``persist`` raise ``NotImplementedError`` there; a failing statement fails every route at once (one database answers them all). What
+the database), so ``full_ranking`` and ``persist`` raise ``NotImplementedError`` there; a failing statement fails the routes it answers. What
 another process commits is seen by the next query; the collection's shape and titles are
-re-read every few seconds. ``aretrieve`` sends the same statement on the asyncpg pool.
+re-read every few seconds. ``aretrieve`` sends the same statements at once on the asyncpg pool.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
@@ -44,12 +48,15 @@ from llama_index_hiqa.retrievers.settings import BM25, KEYWORDS, ROUTES, VECTOR,
 from llama_index_hiqa.retrievers.store_vectors import identity
 from llama_index_hiqa.settings import updated
 from llama_index_hiqa.storage.pg_schema import (
+    BM25_ROUTE_SQL,
     DOCUMENT_NODES_SQL,
+    KEYWORD_ROUTE_SQL,
     KEYWORD_SQL,
     RARE_POSTINGS,
     ROUTES_SQL,
     SHAPE_SQL,
     TITLES_SQL,
+    VECTOR_ROUTE_SQL,
     WITHIN_SQL,
     BM25Tokenizer,
 )
@@ -205,7 +212,7 @@ class PostgresBM25Route:
         terms = self.terms(query)
         if not terms:
             return {}
-        return _by_route(self.store.rows(ROUTES_SQL, **_params(None, terms, [], [], 0.0, n)))[BM25]
+        return _by_route(self.store.rows(BM25_ROUTE_SQL, **_params(None, terms, [], [], 0.0, n)))[BM25]
 
     async def ascores(self, query: QueryBundle, n: int) -> Dict[str, float]:
         """[`scores`][llama_index_hiqa.storage.backends.pg_routes.PostgresBM25Route.scores] on the asyncpg pool.
@@ -220,7 +227,7 @@ class PostgresBM25Route:
         terms = self.terms(query)
         if not terms:
             return {}
-        return _by_route(await self.store.arows(ROUTES_SQL, **_params(None, terms, [], [], 0.0, n)))[BM25]
+        return _by_route(await self.store.arows(BM25_ROUTE_SQL, **_params(None, terms, [], [], 0.0, n)))[BM25]
 
     def scores_within(self, query: QueryBundle, node_ids: Sequence[str]) -> Dict[str, float]:
         """The BM25 scores of ``node_ids``, in one statement.
@@ -309,8 +316,9 @@ class PostgresKeywordRoute(KeywordRoute):
 
 
 class PostgresRouteSet(RouteSet):
-    """The three routes of a question in one statement (``ROUTES_SQL``), the scores of given
-    nodes in another (``WITHIN_SQL``); a failing statement fails every route.
+    """The three routes of a question in a statement each, sent at once (``VECTOR_ROUTE_SQL``,
+    ``BM25_ROUTE_SQL``, ``KEYWORD_ROUTE_SQL``) or in one (``ROUTES_SQL``), the scores of given nodes in another
+    (``WITHIN_SQL``); a failing statement fails the routes it answers.
 
     Args:
         parts: the retriever's `PostgresRouteParts`.
@@ -336,6 +344,25 @@ class PostgresRouteSet(RouteSet):
         embedding: List[float] = vector.retriever._embed_model.get_agg_embedding_from_queries(query.embedding_strs)  # type: ignore[attr-defined]
         return embedding
 
+    def _text_inputs(
+        self, query: QueryBundle, n: int, keywords: Optional[QuestionKeywords], **more: Any
+    ) -> Tuple[Dict[str, Any], Optional[QuestionKeywords]]:
+        """The statements' parameters but the vector's (see `inputs`)."""
+        bm25, keyword_route = self.bm25_route, self.keyword_route
+        terms = bm25.terms(query) if bm25 is not None else []
+        if keyword_route is None:
+            keywords = None
+        elif keywords is None:
+            keywords = keyword_route.question_keywords(query)
+        wanted = keywords.normalized if keywords is not None else []
+        title = list(keyword_route.title_wanted(wanted)) if keyword_route is not None and wanted else []
+        extra = self.parts.keyword_route().title_extra()
+        return _params(None, terms, wanted, title, extra, n, **more), keywords
+
+    @staticmethod
+    def _with_vector(params: Dict[str, Any], embedding: Optional[Sequence[float]]) -> Dict[str, Any]:
+        return {**params, "qvec": _vector_literal(embedding), "use_vector": embedding is not None}
+
     def inputs(
         self, query: QueryBundle, n: int, keywords: Optional[QuestionKeywords] = None, **more: Any
     ) -> Tuple[Dict[str, Any], Optional[QuestionKeywords]]:
@@ -352,16 +379,8 @@ class PostgresRouteSet(RouteSet):
             The statement's parameters, and the question's keywords (``None`` when the keyword
                 route is off).
         """
-        bm25, keyword_route = self.bm25_route, self.keyword_route
-        terms = bm25.terms(query) if bm25 is not None else []
-        if keyword_route is None:
-            keywords = None
-        elif keywords is None:
-            keywords = keyword_route.question_keywords(query)
-        wanted = keywords.normalized if keywords is not None else []
-        title = list(keyword_route.title_wanted(wanted)) if keyword_route is not None and wanted else []
-        extra = self.parts.keyword_route().title_extra()
-        return _params(self._embedding(query), terms, wanted, title, extra, n, **more), keywords
+        params, keywords = self._text_inputs(query, n, keywords, **more)
+        return self._with_vector(params, self._embedding(query)), keywords
 
     @staticmethod
     def _answered(rows: Sequence[Tuple[str, str, float]], keywords: Optional[QuestionKeywords]) -> Dict[str, RouteScores]:
@@ -382,33 +401,92 @@ class PostgresRouteSet(RouteSet):
             route_failed(name, exc, errors, query)
         return {name: RouteScores() for name in ROUTES}
 
+    @staticmethod
+    def _text_statements(params: Mapping[str, Any]) -> Dict[str, str]:
+        """The statements a question's inputs call for, but the vector's: route -> statement."""
+        statements = {}
+        if params["terms"]:
+            statements[BM25] = BM25_ROUTE_SQL
+        if params["kw"]:
+            statements[KEYWORDS] = KEYWORD_ROUTE_SQL
+        return statements
+
+    def _joined(
+        self, answers: Mapping[str, Any], keywords: Optional[QuestionKeywords], errors: Dict[str, BaseException],
+        query: str,
+    ) -> Dict[str, RouteScores]:
+        """Each route's statement's rows (or the exception it raised) as the routes' scores: a
+        failed statement fails its route; |C| of the other routes' candidates is kept only when
+        the keyword route's own statement answered."""
+        rows: List[Tuple[str, str, float]] = []
+        for name, answer in answers.items():
+            if isinstance(answer, BaseException):
+                route_failed(name, answer, errors, query)
+            else:
+                rows += answer
+        if isinstance(answers.get(KEYWORDS), BaseException):
+            rows = [row for row in rows if row[0] != "k"]
+        return self._answered(rows, keywords)
+
     def ask(
         self, query: QueryBundle, n: int, errors: Dict[str, BaseException], concurrent: bool = True,
         keywords: Optional[QuestionKeywords] = None,
     ) -> Dict[str, RouteScores]:
-        """Every route's best ``n`` for ``query`` in one statement (see ``RouteSet.ask``).
+        """Every route's best ``n`` for ``query`` (see ``RouteSet.ask``): a statement a route
+        sent at once on pooled connections (``VECTOR_ROUTE_SQL``, ``BM25_ROUTE_SQL``,
+        ``KEYWORD_ROUTE_SQL``; the question is embedded while its keywords are extracted), or
+        one statement (``ROUTES_SQL``) when not ``concurrent``; the same rows either way.
 
         Args:
             query: the question.
             n: candidates per route.
             errors: filled with the failures of this question alone (route name -> error).
-            concurrent: unused (one statement asks every route).
+            concurrent: the routes' statements at once (unless the store's
+                ``concurrent_routes`` is off); ``False``: one statement (one connection, one
+                server process: cheaper where the caller asks many questions in a row, as the
+                evaluation does).
             keywords: the question's keywords when already extracted.
 
         Returns:
-            Route name -> its scores (every route empty when the statement failed).
+            Route name -> its scores (empty for a route whose statement failed).
         """
-        try:
-            params, keywords = self.inputs(query, n, keywords)
-            rows = self.parts.store.rows(ROUTES_SQL, _settings=self._statement_settings(), **params)
-            return self._answered(rows, keywords)
-        except Exception as exc:  # noqa: BLE001 - reported as every route's failure
-            return self._failed(exc, errors, query.query_str or "")
+        text = query.query_str or ""
+        store = self.parts.store
+        if not (concurrent and store.settings.concurrent_routes):
+            try:
+                params, keywords = self.inputs(query, n, keywords)
+                rows = store.rows(ROUTES_SQL, _settings=self._statement_settings(), **params)
+                return self._answered(rows, keywords)
+            except Exception as exc:  # noqa: BLE001 - reported as every route's failure
+                return self._failed(exc, errors, text)
+        with ThreadPoolExecutor(max_workers=3) as pool:
+            embedded = pool.submit(self._embedding, query)
+            try:
+                params, keywords = self._text_inputs(query, n, keywords)
+            except Exception as exc:  # noqa: BLE001 - the question's inputs: every route fails
+                return self._failed(exc, errors, text)
+            sent = {name: pool.submit(store.rows, sql, **params) for name, sql in self._text_statements(params).items()}
+            answers: Dict[str, Any] = {}
+            try:
+                embedding = embedded.result()
+                if embedding is not None:
+                    answers[VECTOR] = store.rows(
+                        VECTOR_ROUTE_SQL, _settings=self._statement_settings(), **self._with_vector(params, embedding)
+                    )
+            except Exception as exc:  # noqa: BLE001 - reported as the vector route's failure
+                answers[VECTOR] = exc
+            for name, future in sent.items():
+                try:
+                    answers[name] = future.result()
+                except Exception as exc:  # noqa: BLE001 - reported as this route's failure
+                    answers[name] = exc
+        return self._joined(answers, keywords, errors, text)
 
     async def aask(
         self, query: QueryBundle, n: int, errors: Dict[str, BaseException], keywords: Optional[QuestionKeywords] = None
     ) -> Dict[str, RouteScores]:
-        """[`ask`][llama_index_hiqa.storage.backends.pg_routes.PostgresRouteSet.ask] on the asyncpg pool (the embedding and keywords off the event loop).
+        """[`ask`][llama_index_hiqa.storage.backends.pg_routes.PostgresRouteSet.ask] on the asyncpg pool, the routes' statements at once unless
+        the store's ``concurrent_routes`` is off (the embedding and keywords off the event loop).
 
         Args:
             query: the question.
@@ -417,14 +495,35 @@ class PostgresRouteSet(RouteSet):
             keywords: the question's keywords when already extracted.
 
         Returns:
-            Route name -> its scores (every route empty when the statement failed).
+            Route name -> its scores (empty for a route whose statement failed).
         """
+        text = query.query_str or ""
+        store = self.parts.store
+        if not store.settings.concurrent_routes:
+            try:
+                params, keywords = await asyncio.to_thread(self.inputs, query, n, keywords)
+                rows = await store.arows(ROUTES_SQL, _settings=self._statement_settings(), **params)
+                return self._answered(rows, keywords)
+            except Exception as exc:  # noqa: BLE001 - reported as every route's failure
+                return self._failed(exc, errors, text)
+        embedded = asyncio.ensure_future(asyncio.to_thread(self._embedding, query))
         try:
-            params, keywords = await asyncio.to_thread(self.inputs, query, n, keywords)
-            rows = await self.parts.store.arows(ROUTES_SQL, _settings=self._statement_settings(), **params)
-            return self._answered(rows, keywords)
-        except Exception as exc:  # noqa: BLE001
-            return self._failed(exc, errors, query.query_str or "")
+            params, keywords = await asyncio.to_thread(self._text_inputs, query, n, keywords)
+        except Exception as exc:  # noqa: BLE001 - the question's inputs: every route fails
+            await asyncio.gather(embedded, return_exceptions=True)
+            return self._failed(exc, errors, text)
+        sent = {name: asyncio.ensure_future(store.arows(sql, **params)) for name, sql in self._text_statements(params).items()}
+        answers: Dict[str, Any] = {}
+        try:
+            embedding = await embedded
+            if embedding is not None:
+                answers[VECTOR] = await store.arows(
+                    VECTOR_ROUTE_SQL, _settings=self._statement_settings(), **self._with_vector(params, embedding)
+                )
+        except Exception as exc:  # noqa: BLE001 - reported as the vector route's failure
+            answers[VECTOR] = exc
+        answers.update(zip(sent, await asyncio.gather(*sent.values(), return_exceptions=True)))
+        return self._joined(answers, keywords, errors, text)
 
     def scores_within(
         self, query: QueryBundle, node_ids: Sequence[str], skip: Sequence[str] = (),
