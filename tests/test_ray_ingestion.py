@@ -299,3 +299,16 @@ def test_ray_ingestion_into_postgresql_gives_the_store_one_process_writes(cluste
     finally:
         pack.close()
         reference.close()
+
+
+def test_the_commands_of_the_ray_page_run_as_written(tmp_path):
+    """Every ``hiqa`` command of docs/ray.md parses, and its ``--ray`` names the cluster the
+    page says (a renamed flag cannot leave the page wrong)."""
+    import shlex
+
+    from llama_index_hiqa.cli import _ray_executor, build_parser
+
+    commands = re.findall(r"^\s*hiqa (.+?)\s*(?:#.*)?$", (ROOT / "docs" / "ray.md").read_text(encoding="utf-8"), re.M)
+    assert len(commands) >= 1
+    executors = [_ray_executor(build_parser().parse_args(shlex.split(command))) for command in commands]
+    assert RayExecutor(address="auto") in executors  # the multi-machine run joins the head's cluster
