@@ -156,12 +156,16 @@ def main(argv=None) -> None:
         f"| {n} × 16 cores | {min(n * 16 / per_node, writer):,.0f} | "
         f"{'writer' if n * 16 / per_node >= writer else 'workers'} |" for n in (1, 4, 16, 64)
     )
+    every = len(shared_data.first_financebench_pdfs(10**6) or [])
     body = (
-        f"The first {len(pdfs)} FinanceBench PDFs by file name ({', '.join(p.stem for p in pdfs)}; a subset: the 46 "
-        f"filings take ~16 min a run on these 2 shared cores), every default but `ingest_batch_size={args.batch_size}` "
+        (f"All {len(pdfs)} FinanceBench PDFs" if len(pdfs) == every else
+           f"The first {len(pdfs)} FinanceBench PDFs by file name ({', '.join(p.stem for p in pdfs)}; a subset: the "
+           f"{every} filings take ~16 min a run on these 2 shared cores)")
+        + f", every default but `ingest_batch_size={args.batch_size}` "
         f"(a batch is the unit of work: with 8, two filings are one batch and one worker), the shared vector cache by content "
         f"hash (`HIQA_CACHE_DIR`; warm after the first run, so embedding costs a lookup: parsing, keywords and "
-        f"the cascade dominate); Ray on a local cluster started per run with `num_cpus=2`; {cores} cores; "
+        f"the cascade dominate); Ray on a local cluster started per run with `num_cpus=2`; the killed run's worker "
+        f"SIGKILLed {args.kill_after:g} s into it; {cores} cores; "
         "each row's commit and the load average as it started in its last columns; the reference store (same "
         f"nodes, vectors, top 5) is the first row's. Top 5 over the {len(questions)} FinanceBench questions. Node ids are uuid4 per "
         "build, so nodes are compared by document, position and text. Ray rows include starting and stopping the "
