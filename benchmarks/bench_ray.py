@@ -12,6 +12,9 @@ position). From the Ray run's per-batch costs and the writer's rate, an estimate
 machines (stated as an estimate, not a measurement).
 
     nice -n 10 python benchmarks/bench_ray.py --filings 3
+    # the 46 filings a few rows at a time (each row kept in --save-dir, the table from all of them)
+    nice -n 10 python benchmarks/bench_ray.py --filings 46 --runs workers2 ray2 --save-dir runs --no-write
+    python benchmarks/bench_ray.py --filings 46 --runs process workers2 ray1 ray2 ray2-killed --save-dir runs
 """
 
 from __future__ import annotations
