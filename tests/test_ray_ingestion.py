@@ -160,13 +160,20 @@ class LockedEmbedding(HashEmbedding):
 
 
 # -- HiQAPack.add_directory(..., executor=RayExecutor()) ---------------------------------------
-def _snapshot(pack):
+def _snapshot(pack, vector_of=None):
     """Each node's document, position, text and vector, in the store's order (node ids are
     uuid4 per build, so nodes are named by document and position)."""
+    vector_of = vector_of or pack.index.vector_store.get
     return [
-        (schema.get_document_id(n), schema.get_position(n), n.get_content(), tuple(pack.index.vector_store.get(n.node_id)))
+        (schema.get_document_id(n), schema.get_position(n), n.get_content(), tuple(vector_of(n.node_id)))
         for n in pack.nodes
     ]
+
+
+def _pg_snapshot(pack):
+    """``_snapshot`` of a PostgreSQL pack, whose vectors are read from pgvector's table."""
+    stored = dict(pack.store.rows("SELECT node_id, embedding::real[] FROM data_hiqa_vectors"))
+    return _snapshot(pack, stored.__getitem__)
 
 
 def _top5(pack):
@@ -254,3 +261,49 @@ def test_the_cli_ray_flag_names_the_cluster_and_its_workers(tmp_path):
     assert executor() is None  # no --ray: this machine's processes
     assert executor("--ray") == RayExecutor()  # the cluster Ray finds, else one started here
     assert executor("--ray", "ray://head:10001", "--workers", "6") == RayExecutor(address="ray://head:10001", workers=6)
+
+
+# -- hiqa ingest DIR --store postgresql://... --ray ------------------------------------------
+def test_ray_ingestion_into_postgresql_gives_the_store_one_process_writes(cluster, server, folder, monkeypatch, capsys):
+    """What a user runs against a database: ``hiqa ingest DIR --store postgresql://... --ray auto``
+    (into a database holding an empty pack with these tests' settings) writes the nodes, vectors
+    and rankings one process writes into another database; running it again, from a new handle
+    on the database, sends nothing to Ray (a touched file is tested on the embedded store above)."""
+    pytest.importorskip("llama_index.vector_stores.postgres")
+    from llama_index_hiqa import cli
+    from llama_index_hiqa.pack import hiqa_pack as pack_module
+    from tests.test_postgres_store import _assert_same_ranking
+
+    on_ray, in_process = server.database(), server.database()
+    HiQAPack.empty(embed_model=HashEmbedding(), store=on_ray, **PACK).close()
+    # The CLI opens the store with the packaged MiniLM; here it gets the embedding it was built with.
+    monkeypatch.setattr(pack_module, "default_embed_model", lambda m=None, backend=None: m or HashEmbedding())
+    assert cli.main(["ingest", str(folder), "--store", on_ray, "--add", "--ray", "auto", "--workers", "2", "--quiet"]) == 0
+    assert "10 added, 0 replaced, 0 unchanged" in capsys.readouterr().out
+    reference = HiQAPack.empty(embed_model=HashEmbedding(), store=in_process, **PACK)
+    reference.add_directory(folder)
+    pack = HiQAPack.load(on_ray, embed_model=HashEmbedding())
+    try:
+        assert pack.document_ids == reference.document_ids
+        assert _pg_snapshot(pack) == _pg_snapshot(reference)
+        for question in QUESTIONS:  # equal scores are ordered by node id, uuid4 per build
+            _assert_same_ranking(reference.retrieve(question)[:5], pack.retrieve(question)[:5])
+        again = pack.add_directory(folder, executor=RayExecutor(workers=2))
+        assert (again.documents_added, again.nodes_added, again.documents_unchanged) == (0, 0, 10)
+        assert again.seconds.get("read", 0.0) == 0.0  # no file was read: nothing went to Ray
+    finally:
+        pack.close()
+        reference.close()
+
+
+def test_the_commands_of_the_ray_page_run_as_written(tmp_path):
+    """Every ``hiqa`` command of docs/ray.md parses, and its ``--ray`` names the cluster the
+    page says (a renamed flag cannot leave the page wrong)."""
+    import shlex
+
+    from llama_index_hiqa.cli import _ray_executor, build_parser
+
+    commands = re.findall(r"^\s*hiqa (.+?)\s*(?:#.*)?$", (ROOT / "docs" / "ray.md").read_text(encoding="utf-8"), re.M)
+    assert len(commands) >= 1
+    executors = [_ray_executor(build_parser().parse_args(shlex.split(command))) for command in commands]
+    assert RayExecutor(address="auto") in executors  # the multi-machine run joins the head's cluster

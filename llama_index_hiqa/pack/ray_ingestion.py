@@ -278,9 +278,15 @@ class RayExecutor(SettingsModel):
         context.enable_progress_bars = False  # the pack's own bar counts documents written
         try:
             rows = [{"seq": i, "job": pickle.dumps(list(batch))} for i, batch in enumerate(batches)]
+            # One batch in flight per actor: Ray Data's default queues more on each actor, and a
+            # killed actor's queue waits for its restart (a new process loading the models)
+            # while the others idle; with one, a free actor takes the next batch, and a death
+            # costs only the batch it was running. A batch is tens of seconds of work, so the
+            # round trip before the next one is noise.
             dataset = ray.data.from_items(rows, override_num_blocks=len(rows)).map_batches(
                 IngestionActor, fn_constructor_kwargs={"setup": setup}, batch_size=1, batch_format="numpy",
-                compute=ray.data.ActorPoolStrategy(size=workers), num_cpus=self.cpus_per_worker,
+                compute=ray.data.ActorPoolStrategy(size=workers, max_tasks_in_flight_per_actor=1),
+                num_cpus=self.cpus_per_worker,
             )
             expected = 0
             for row in dataset.iter_rows():
