@@ -56,7 +56,7 @@ from llama_index.core.storage.docstore.types import BaseDocumentStore
 
 from llama_index_hiqa import schema
 from llama_index_hiqa.questions import CleanQuestions, question_bundle
-from llama_index_hiqa.retrievers import focus_share
+from llama_index_hiqa.retrievers import document_period, focus_share
 from llama_index_hiqa.retrievers.multi_route import VOCABULARY, MultiRouteRetriever, Ranking
 from llama_index_hiqa.retrievers.routes import QuestionKeywords
 from llama_index_hiqa.retrievers.settings import BM25, KEYWORDS, VECTOR, DocumentFocusSettings, MultiRouteSettings
@@ -385,6 +385,10 @@ class MultiRouteRanking(Protocol):
         """
         ...
 
+    def document_titles(self) -> Dict[str, str]:
+        """Document id -> its title, for every document listed."""
+        ...
+
     def document_title_keywords(self) -> Dict[str, frozenset[str]]:
         """Document id -> its title's keywords, for every document listed."""
         ...
@@ -689,6 +693,32 @@ class DocumentFocusRetriever(CleanQuestions, BaseRetriever):
             known.update({doc: by_title[title] for doc, title in missing.items()})
         return known
 
+    def _implied_period_first(
+        self, query: QueryBundle, first: str, head_documents: List[str], facets: Sequence[str],
+        titles: Mapping[str, frozenset[str]], head: Sequence[NodeWithScore],
+    ) -> Tuple[str, List[str]]:
+        """The best document and the head's document of each place, with the look-alike whose
+        period and form the question implies in ``first``'s stead
+        ([`document_period`][llama_index_hiqa.retrievers.document_period]): the look-alikes
+        are the documents whose titles hold every name (not period) of the question that
+        ``first``'s title holds; the two swap places, so the shares of the first places stay."""
+        names = frozenset(f for f in facets if focus_share.facet_kind(f) == focus_share.NAME and f in titles.get(first, ()))
+        if not names:  # the question names no company or product of first's title: nothing to tell apart
+            return first, head_documents
+        candidates = [d for d in dict.fromkeys([*head_documents, *sorted(titles)]) if d and names <= titles.get(d, frozenset())]
+        if len(candidates) < 2:
+            return first, head_documents
+        known = self.multi_route.document_titles()
+        in_head = {schema.get_document_id(hit.node): schema.get_document_title(hit.node) for hit in head}
+        periods = {d: document_period.document_period(known.get(d) or in_head.get(d) or "") for d in candidates}
+        wanted = document_period.question_period(query.query_str or "")
+        preferred = document_period.preferred_document(first, candidates, periods, wanted)
+        if preferred == first:
+            return first, head_documents
+        logger.debug("focus: %s instead of %s (the question implies %s)", preferred, first, wanted)
+        swapped = {first: preferred, preferred: first}
+        return preferred, [swapped.get(d, d) for d in head_documents]
+
     def choose(
         self, query: QueryBundle, head: Sequence[NodeWithScore], keywords: Optional[QuestionKeywords] = None
     ) -> "FocusChoice":
@@ -708,13 +738,17 @@ class DocumentFocusRetriever(CleanQuestions, BaseRetriever):
         if first is None:
             return FocusChoice([], [], False, [])
         cap = self.config.focus_documents
-        if cap == 1:
+        if cap == 1 and not self.config.prefer_implied_period:
             return FocusChoice([first], [first] * len(head), False, [])
         titles = self._title_keywords(head)
         if keywords is None:
             keywords = self.multi_route.question_keywords(query)
         written = focus_share.names_written(query.query_str or "", titles)
         facets = focus_share.question_facets([*keywords.normalized, *written], titles)
+        if self.config.prefer_implied_period:
+            first, head_documents = self._implied_period_first(query, first, head_documents, facets, titles, head)
+        if cap == 1:
+            return FocusChoice([first], [first] * len(head), False, [])
         order = list(dict.fromkeys(d for d in head_documents if d))
         # The periods the best document's own top nodes report (a yearly report's comparatives).
         node_keywords = [schema.get_critical_keywords(hit.node) for hit in head if schema.get_document_id(hit.node) == first]

@@ -232,6 +232,13 @@ class DocumentFocusSettings(SettingsModel):
         default=True,
         description="List the best node of each page before a second node of any page.",
     )
+    prefer_implied_period: bool = Field(
+        default=True,
+        description="Among the best document's look-alikes (the documents whose titles hold the same "
+        "names), prefer the one whose period and form the question implies: the date or latest year "
+        "it names, the latest filing for a question in the present tense, an earnings release or "
+        "10-Q only when it names a release's words (document_period.py).",
+    )
     max_document_nodes: int = Field(
         default=20_000,
         ge=1,
