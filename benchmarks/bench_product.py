@@ -102,7 +102,7 @@ VARIANT_LABELS = {
     "no_implied_period": "HiQAPack without the look-alike preference (prefer_implied_period=False; the defaults before this change)",
 }
 # Rows whose questions are compared one by one with another row (moves up and down, and the
-# kind of each remaining miss): the vocabulary rows with the row without a vocabulary.
+# kind of each remaining miss): the defaults with the row without this round's change, the vocabulary rows with the row without a vocabulary.
 COMPARED = {"defaults": "no_implied_period", "finance_vocabulary": "no_vocabulary", "finance_vocabulary_collection": "no_vocabulary"}
 
 
@@ -265,9 +265,11 @@ def build_or_load(name: str, pdf_dir: Path, store: Path, reuse: bool):
     from llama_index_hiqa import HiQAPack
 
     settings = VARIANTS[name]
+    from llama_index_hiqa.storage.embedded import is_embedded_store
     from llama_index_hiqa.storage.snapshots import is_snapshot_store
 
-    if reuse and (is_snapshot_store(store) or (store / "hiqa_pack.json").is_file()):
+    stored = is_snapshot_store(store) or is_embedded_store(store) or (store / "hiqa_pack.json").is_file()
+    if reuse and stored:
         t0 = time.perf_counter()
         pack = HiQAPack.load(store, **settings)
         return pack, {"loaded_s": time.perf_counter() - t0}

@@ -41,8 +41,9 @@ ANNUAL, QUARTERLY, RELEASE = "annual", "quarterly", "release"
 PRESENT, PAST = "present", "past"
 
 # A year on its own ("2022", "FY2022", "4Q 2023", "dated-2023-08-30"), not the year of a
-# file name's "2023Q2", which names a fiscal quarter (title_match.py reads it so too).
-_YEAR = re.compile(r"(?<!\d)((?:19|20)\d{2})(?![\dQq])")
+# file name's "2023Q2", which names a fiscal quarter (title_match.py reads it so too), nor the
+# number of a part ("NX-2043").
+_YEAR = re.compile(r"(?<!\d)(?<![A-Z]-)((?:19|20)\d{2})(?![\dQq])")
 _DATE = re.compile(DATE_TEXT, re.I)
 _ISO_DATE = re.compile(r"(?<!\d)((?:19|20)\d{2})-(\d{2})-(\d{2})(?!\d)")
 _MONTHS = ("jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec")
