@@ -114,6 +114,10 @@ def test_preferred_document_keeps_first_without_look_alikes_or_periods():
     wanted = question_period("Does the company have a healthy quick ratio?")
     assert preferred_document("k2018", ["k2018"], PERIODS, wanted) == "k2018"
     assert preferred_document("unknown", ALL, PERIODS, wanted) == "unknown"
+    # titles naming no form (articles, datasheets): no period to prefer, whatever their years
+    articles = {"cup": DocumentPeriod("", None, frozenset()), "cup2010": DocumentPeriod("", None, frozenset({2010}))}
+    assert preferred_document("cup", ["cup", "cup2010"], articles, wanted) == "cup"
+    assert preferred_document("k2018", ["k2018", "cup2010"], {**PERIODS, **articles}, wanted) == "k2018"
     # candidates best first: of two that fit alike, the better ranked
     tied = {"a": DocumentPeriod(ANNUAL, D(2022, 1, 1), frozenset({2022})), "b": DocumentPeriod(ANNUAL, D(2022, 1, 1), frozenset({2022})),
             "c": DocumentPeriod(RELEASE, None, frozenset({2022}))}

@@ -148,7 +148,8 @@ def preferred_document(first: str, candidates: Sequence[str], periods: Mapping[s
     """The document among look-alikes whose period and form the question implies.
 
     ``candidates`` are the look-alikes (the documents sharing ``first``'s names), best first,
-    ``first`` among them. Narrowed in turn: to those whose title writes a date the question
+    ``first`` among them; only those whose title names a form (a filing) take part, and
+    nothing changes when ``first``'s names none. Narrowed in turn: to those whose title writes a date the question
     writes; else to those whose title holds the latest year it names; else, for a question in
     the present tense, to the latest period; then to the forms it asks for (a release or a
     10-Q with a release's words, else the annual report), each step only when some candidate
@@ -164,7 +165,9 @@ def preferred_document(first: str, candidates: Sequence[str], periods: Mapping[s
     Returns:
         The preferred document's id.
     """
-    pool = [d for d in dict.fromkeys([first, *candidates]) if d in periods]
+    # Only filings take part: a title naming no form (a datasheet, an encyclopedia article)
+    # has no period a question's tense could pick.
+    pool = [d for d in dict.fromkeys([first, *candidates]) if d in periods and periods[d].form]
     if first not in pool or len(pool) < 2:
         return first
 
