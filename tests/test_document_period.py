@@ -49,6 +49,27 @@ def test_document_period_reads_form_date_and_years_from_the_title(title, form, e
     assert (period.form, period.end, set(period.years)) == (form, end, years)
 
 
+@pytest.mark.parametrize(
+    "text, quarters",
+    [
+        ("Amcor 4Q 2023 Exhibit 99.1 (AMCOR 2023Q4 EARNINGS)", {(2023, 4)}),
+        ("Ulta Beauty Announces Fourth Quarter Fiscal 2022 Results", {(2022, 4)}),
+        ("PepsiCo Reports First-Quarter 2023 Results", {(2023, 1)}),
+        ("JOHNSON JOHNSON 2022Q4 EARNINGS", {(2022, 4)}),
+        ("3M Company, Form 10-K, fiscal year ended December 31, 2018", set()),
+    ],
+)
+def test_document_period_reads_the_fiscal_quarters_a_title_names(text, quarters):
+    assert set(document_period(text).quarters) == quarters
+
+
+def test_question_period_reads_quarters_as_questions_write_them():
+    assert question_period("liability as oF Q2 of FY2023 close?").quarters == ((2023, 2),)
+    assert question_period("Q2 of FY2023 compared to Q2 of FY2022").quarters == ((2023, 2), (2022, 2))
+    assert question_period("sales in the third quarter of 2021").quarters == ((2021, 3),)
+    assert question_period("What Was AMCOR's Adjusted Non GAAP EBITDA for FY 2023").release  # a release's measure
+
+
 def test_an_impossible_date_in_a_title_is_no_date():
     assert document_period("Acme, Form 8-K, report dated February 30, 2023").end is None
     assert document_period("ACME 8K dated-2023-02-30").end is None
@@ -108,6 +129,21 @@ ALL = list(PERIODS)
 )
 def test_preferred_document(first, question, expected):
     assert preferred_document(first, ALL, PERIODS, question_period(question)) == expected
+
+
+def test_a_named_quarter_picks_that_quarters_filing_and_a_title_without_a_year_is_of_any_year():
+    periods = {
+        "k2023": DocumentPeriod(ANNUAL, D(2023, 6, 30), frozenset({2023})),
+        "q2": DocumentPeriod(QUARTERLY, D(2022, 12, 31), frozenset({2022}), frozenset({(2023, 2)})),
+        "q4release": DocumentPeriod(RELEASE, D(2023, 6, 30), frozenset({2023}), frozenset({(2023, 4)})),
+        "undated": DocumentPeriod(RELEASE, None, frozenset(), frozenset({(2022, 4)})),
+    }
+    docs = list(periods)
+    # "Q2 of FY2023" is the 10-Q of that quarter, though its period ended in December 2022
+    assert preferred_document("q4release", docs, periods, question_period("Amcor's restructuring liability as of Q2 of FY2023?")) == "q2"
+    # a release titled without a year may be the FY2023 one: kept when the question asks for a release
+    assert preferred_document("undated", docs, periods, question_period("Is adjusted EPS expected to grow in FY2023?")) == "undated"
+    assert preferred_document("undated", docs, periods, question_period("What was the FY2023 capital expenditure?")) == "k2023"
 
 
 def test_preferred_document_keeps_first_without_look_alikes_or_periods():

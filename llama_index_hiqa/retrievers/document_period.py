@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import datetime
 import re
-from typing import Mapping, NamedTuple, Optional, Sequence, Tuple
+from typing import Dict, Mapping, NamedTuple, Optional, Sequence, Tuple
 
 from llama_index_hiqa.readers.titles import DATE_TEXT
 
@@ -47,6 +47,16 @@ _YEAR = re.compile(r"(?<!\d)(?<![A-Z]-)((?:19|20)\d{2})(?![\dQq])")
 _DATE = re.compile(DATE_TEXT, re.I)
 _ISO_DATE = re.compile(r"(?<!\d)((?:19|20)\d{2})-(\d{2})-(\d{2})(?!\d)")
 _MONTHS = ("jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec")
+# A fiscal quarter, written as questions ("Q2 of FY2023"), file names ("2023Q2") and earnings
+# releases ("4Q 2023", "Fourth Quarter Fiscal 2022", "First-Quarter 2023") write it.
+_Y = r"((?:19|20)\d{2})"
+_ORDINALS = ("first", "second", "third", "fourth")
+_QUARTERS = (
+    (re.compile(rf"(?<![A-Za-z0-9])Q([1-4])(?:\s+of)?\s*(?:FY|fiscal(?:\s+year)?)?\s*'?{_Y}(?!\d)", re.I), 1, 2),
+    (re.compile(rf"(?<![A-Za-z0-9])([1-4])Q\s*(?:FY)?\s*{_Y}(?!\d)", re.I), 1, 2),
+    (re.compile(rf"(?<!\d){_Y}\s*Q([1-4])(?![A-Za-z0-9])", re.I), 2, 1),
+    (re.compile(rf"\b({'|'.join(_ORDINALS)})[\s-]+quarter(?:\s+of)?(?:\s+(?:fiscal|FY))?(?:\s+year)?\s*{_Y}(?!\d)", re.I), 1, 2),
+)
 # The form a title names: the cover's "Form 10-K", a file name's "10K", a release's headline.
 _ANNUAL_FORM = re.compile(r"\b(?:form\s+)?10-?k(?:405)?\b|\bannual report\b|\bfiscal year ended\b", re.I)
 _RELEASE_FORM = re.compile(
@@ -55,7 +65,8 @@ _RELEASE_FORM = re.compile(
 _QUARTERLY_FORM = re.compile(r"\b(?:form\s+)?10-?q\b|\bquarter(?:ly period)? ended\b", re.I)
 # The words that ask for a release or a quarter rather than the annual report.
 _RELEASE_WORDS = re.compile(
-    r"\b(?:earnings|press release|release|guidance|outlook|quarter|quarterly|8-?k|10-?q|q[1-4]|[1-4]q)\b", re.I,
+    r"\b(?:earnings|press release|release|guidance|outlook|quarter|quarterly|8-?k|10-?q|q[1-4]|[1-4]q"
+    r"|non[- ]?gaap|adjusted)\b", re.I,
 )
 # Auxiliaries and copulas whose tense is the question's: the first one found decides.
 _TENSE_WORDS = {
@@ -71,6 +82,7 @@ class DocumentPeriod(NamedTuple):
     form: str  # ANNUAL, QUARTERLY, RELEASE, or "" when the title names none
     end: Optional[datetime.date]  # the first date the title writes (period end, report date)
     years: frozenset[int]  # the years the title writes
+    quarters: frozenset[Tuple[int, int]] = frozenset()  # the fiscal quarters it names, (year, quarter)
 
     def latest(self) -> Tuple[int, datetime.date]:
         """A key to order documents by period: its date, else its latest year's end."""
@@ -85,7 +97,8 @@ class QuestionPeriod(NamedTuple):
     years: Tuple[int, ...]  # the years it names, in its order
     dates: Tuple[datetime.date, ...]  # the dates it writes ("August 30, 2023")
     tense: str  # PRESENT, PAST, or "" when it has no auxiliary that says
-    release: bool  # it names a release, guidance or a quarter
+    release: bool  # it names a release, guidance, a quarter or a non-GAAP ("adjusted") measure
+    quarters: Tuple[Tuple[int, int], ...] = ()  # the fiscal quarters it names, (year, quarter)
 
 
 def _written_date(text: str) -> Optional[datetime.date]:
@@ -107,6 +120,16 @@ def _dates(text: str) -> Tuple[datetime.date, ...]:
     return tuple(d for d in [*written, *iso] if d is not None)
 
 
+def _quarters(text: str) -> Tuple[Tuple[int, int], ...]:
+    found: Dict[Tuple[int, int], None] = {}
+    for pattern, quarter_group, year_group in _QUARTERS:
+        for m in pattern.finditer(text):
+            quarter = m.group(quarter_group)
+            number = _ORDINALS.index(quarter.lower()) + 1 if quarter.lower() in _ORDINALS else int(quarter)
+            found[(int(m.group(year_group)), number)] = None
+    return tuple(found)
+
+
 def document_period(title: str) -> DocumentPeriod:
     """The period and form a document title names.
 
@@ -122,7 +145,9 @@ def document_period(title: str) -> DocumentPeriod:
     form = (ANNUAL if _ANNUAL_FORM.search(title) else RELEASE if _RELEASE_FORM.search(title)
             else QUARTERLY if _QUARTERLY_FORM.search(title) else "")
     dates = _dates(title)
-    return DocumentPeriod(form, dates[0] if dates else None, frozenset(int(y) for y in _YEAR.findall(title)))
+    return DocumentPeriod(
+        form, dates[0] if dates else None, frozenset(int(y) for y in _YEAR.findall(title)), frozenset(_quarters(title)),
+    )
 
 
 def question_period(question: str) -> QuestionPeriod:
@@ -140,6 +165,7 @@ def question_period(question: str) -> QuestionPeriod:
     tense = next((_TENSE_WORDS[w] for w in _WORD.findall(question.lower()) if w in _TENSE_WORDS), "")
     return QuestionPeriod(
         tuple(int(y) for y in _YEAR.findall(question)), _dates(question), tense, bool(_RELEASE_WORDS.search(question)),
+        _quarters(question),
     )
 
 
@@ -178,8 +204,10 @@ def preferred_document(first: str, candidates: Sequence[str], periods: Mapping[s
 
     if wanted.dates:
         narrowed(lambda p: p.end in wanted.dates)
-    elif wanted.years:
-        narrowed(lambda p: max(wanted.years) in p.years)
+    elif wanted.quarters:
+        narrowed(lambda p: max(wanted.quarters) in p.quarters)
+    elif wanted.years:  # a title that writes no year may be of any (a release named "2022Q4")
+        narrowed(lambda p: max(wanted.years) in p.years or not p.years)
     elif wanted.tense != PRESENT:
         return first
     forms = (RELEASE, QUARTERLY) if wanted.release else (ANNUAL,)
