@@ -397,7 +397,10 @@ def _moves_text(m: Dict[str, Any], base: str) -> str:
 
 
 def fmt_row(label: str, row: Dict[str, float]) -> List[Any]:
-    return [label, f"{row['N']:,}"] + [row[k] for k in ("page-hit@1", "page-hit@5", "page-hit@20", "doc-hit@1", "doc-hit@5", "MRR", "LRI")]
+    # A row composed from re-ranked questions and a saved run (bench_product_lookalike.py) has no LRI.
+    return [label, f"{row['N']:,}"] + [
+        "—" if row.get(k) is None else row[k] for k in ("page-hit@1", "page-hit@5", "page-hit@20", "doc-hit@1", "doc-hit@5", "MRR", "LRI")
+    ]
 
 
 def _calibration_text(report: Dict[str, Any]) -> str:

@@ -2,8 +2,8 @@
 
 A question names a concept ("Does 3M have a healthy quick ratio?"); the page that answers it
 holds the concept's parts ("cash and cash equivalents", "accounts receivable", "total current
-liabilities") and never the concept's name. The expert vocabulary
-([`vocabularies`][llama_index_hiqa.vocabularies]) adds those parts for the concepts it lists;
+liabilities") and never the concept's name. The expert vocabulary (``expert_vocabulary``,
+``llama_index_hiqa.vocabularies``) adds those parts for the concepts it lists;
 with an LLM, [`QuestionRewriter`][llama_index_hiqa.retrievers.question_rewrite.QuestionRewriter]
 asks for them for any concept, in the spirit of HyDE ("Precise Zero-Shot Dense Retrieval
 without Relevance Labels", §3: let a generator write what the evidence would say). Unlike HyDE

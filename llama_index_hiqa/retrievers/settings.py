@@ -196,7 +196,7 @@ class QuestionRewriteSettings(SettingsModel):
         description="Ask the LLM (when one is set) for the words the evidence of the question's concepts "
         "uses ('quick ratio' -> cash, marketable securities, accounts receivable, total current "
         "liabilities) and add them to the lexical routes and heading words inside the focused "
-        "documents; route_scores['vocabulary']['rewrite'] shows them.",
+        "documents; each result's route_scores['vocabulary'] lists them under 'rewrite'.",
     )
     max_terms: int = Field(default=12, ge=1, le=100, description="At most this many terms are kept (1 to 100).")
     max_retries: int = max_retries_field("the rewrite call")
