@@ -58,6 +58,13 @@ _EXPORTS: Dict[str, str] = {
     "DocumentFocusRetriever": "llama_index_hiqa.retrievers.document_focus",
     "DocumentFocusSettings": "llama_index_hiqa.retrievers.settings",
     "FocusChoice": "llama_index_hiqa.retrievers.document_focus",
+    "QuestionRewriter": "llama_index_hiqa.retrievers.question_rewrite",
+    "QuestionRewriteSettings": "llama_index_hiqa.retrievers.settings",
+    "DocumentPeriod": "llama_index_hiqa.retrievers.document_period",
+    "QuestionPeriod": "llama_index_hiqa.retrievers.document_period",
+    "document_period": "llama_index_hiqa.retrievers.document_period",
+    "question_period": "llama_index_hiqa.retrievers.document_period",
+    "preferred_document": "llama_index_hiqa.retrievers.document_period",
     "cross_document_questions": "llama_index_hiqa.evaluation.cross_document",
     "CrossDocumentQuestion": "llama_index_hiqa.evaluation.cross_document",
     #
@@ -245,6 +252,14 @@ if TYPE_CHECKING:
         DocumentFocusRetriever as DocumentFocusRetriever,
         FocusChoice as FocusChoice,
     )
+    from llama_index_hiqa.retrievers.question_rewrite import QuestionRewriter as QuestionRewriter
+    from llama_index_hiqa.retrievers.document_period import (
+        DocumentPeriod as DocumentPeriod,
+        QuestionPeriod as QuestionPeriod,
+        document_period as document_period,
+        preferred_document as preferred_document,
+        question_period as question_period,
+    )
     from llama_index_hiqa.evaluation.cross_document import (
         cross_document_questions as cross_document_questions,
         CrossDocumentQuestion as CrossDocumentQuestion,
@@ -284,6 +299,7 @@ if TYPE_CHECKING:
         InteractionGraphSettings as InteractionGraphSettings,
         ChainSearchSettings as ChainSearchSettings,
         DocumentFocusSettings as DocumentFocusSettings,
+        QuestionRewriteSettings as QuestionRewriteSettings,
         ChainBudget as ChainBudget,
     )
     from llama_index_hiqa.settings import (

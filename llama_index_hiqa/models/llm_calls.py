@@ -14,8 +14,8 @@ instrumentation dispatcher. Sync and async callers go through the same rules:
   callers that keep their own bookkeeping.
 
 Used by the TextRAG sectioning and context headers, the HiQA Markdown formatter, the
-multimodal image descriptions of the cascade, the keyword prompts (extractor and chunk graph)
-and the reranker of segment integration, so every one of them treats a slow, rate-limited or
+multimodal image descriptions of the cascade, the keyword prompts (extractor and chunk graph),
+the reranker of segment integration and the document focus's optional question rewrite, so every one of them treats a slow, rate-limited or
 failing LLM the same way.
 """
 

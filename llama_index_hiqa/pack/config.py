@@ -300,6 +300,8 @@ def inapplicable_settings(config: HiQAPackSettings, llm: Optional[LLM]) -> List[
         )
     if not config.use_chunk_graph and config.chunk_graph != ChunkGraphSettings():
         found.append("chunk_graph has no effect without use_chunk_graph=True")
+    if llm is None and config.document_focus.question_rewrite.enabled:
+        found.append("document_focus.question_rewrite has no effect without an LLM: questions are searched unrewritten")
     if not config.use_segment_integration and config.segment_preset is not None:
         found.append("segment_preset has no effect without use_segment_integration=True")
     return found

@@ -418,7 +418,7 @@ class HiQAPack:
         elif self.config.document_focus.enabled:
             retriever = DocumentFocusRetriever(
                 ranking, embed_model=self.embed_model, heading_vectors=self.backend.heading_vectors,
-                config=self.config.document_focus,
+                config=self.config.document_focus, llm=self.llm,
             )
         if not kwargs:
             self._retriever = (routes, retriever)

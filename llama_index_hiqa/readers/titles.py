@@ -67,12 +67,14 @@ _BOILERPLATE = re.compile(
     re.I,
 )
 _FORM = re.compile(r"\bform\s+(10-?k(?:405)?|10-?q|8-?k|20-?f|40-?f|6-?k|11-?k|s-1|def ?14a)\b", re.I)
-_MONTH = r"(?:jan|feb|mar|apr|may|jun|jul|aug|sep|sept|oct|nov|dec)[a-z]*\.?"
-_DATE = rf"({_MONTH}\s+\d{{1,2}},?\s+(?:19|20)\d{{2}})"
+# A written date ("December 31, 2022"): what a cover says, and what the document focus reads
+# back from a title (retrievers/document_period.py).
+MONTH_TEXT = r"(?:jan|feb|mar|apr|may|jun|jul|aug|sep|sept|oct|nov|dec)[a-z]*\.?"
+DATE_TEXT = rf"({MONTH_TEXT}\s+\d{{1,2}},?\s+(?:19|20)\d{{2}})"
 _PERIODS = (
-    (re.compile(rf"fiscal\s+year\s+ended\s*:?\s*{_DATE}", re.I), "fiscal year ended {}"),
-    (re.compile(rf"quarterly\s+period\s+ended\s*:?\s*{_DATE}", re.I), "quarter ended {}"),
-    (re.compile(rf"date\s+of\s+report[^:]*:\s*{_DATE}", re.I), "report dated {}"),
+    (re.compile(rf"fiscal\s+year\s+ended\s*:?\s*{DATE_TEXT}", re.I), "fiscal year ended {}"),
+    (re.compile(rf"quarterly\s+period\s+ended\s*:?\s*{DATE_TEXT}", re.I), "quarter ended {}"),
+    (re.compile(rf"date\s+of\s+report[^:]*:\s*{DATE_TEXT}", re.I), "report dated {}"),
 )
 _EXACT_NAME = re.compile(r"^\(?\s*exact name of (the )?registrant", re.I)
 _ACCESSION = re.compile(r"^\d{10}-\d{2}-\d{6}$")

@@ -51,13 +51,15 @@ from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.base.embeddings.base import BaseEmbedding
 from llama_index.core.callbacks.base import CallbackManager
 from llama_index.core.indices.vector_store.base import VectorStoreIndex
+from llama_index.core.llms import LLM
 from llama_index.core.schema import BaseNode, NodeWithScore, QueryBundle
 from llama_index.core.storage.docstore.types import BaseDocumentStore
 
 from llama_index_hiqa import schema
 from llama_index_hiqa.questions import CleanQuestions, question_bundle
-from llama_index_hiqa.retrievers import focus_share
+from llama_index_hiqa.retrievers import document_period, focus_share
 from llama_index_hiqa.retrievers.multi_route import VOCABULARY, MultiRouteRetriever, Ranking
+from llama_index_hiqa.retrievers.question_rewrite import QuestionRewriter, with_rewrite
 from llama_index_hiqa.retrievers.routes import QuestionKeywords
 from llama_index_hiqa.retrievers.settings import BM25, KEYWORDS, VECTOR, DocumentFocusSettings, MultiRouteSettings
 from llama_index_hiqa.settings import updated
@@ -385,6 +387,10 @@ class MultiRouteRanking(Protocol):
         """
         ...
 
+    def document_titles(self) -> Dict[str, str]:
+        """Document id -> its title, for every document listed."""
+        ...
+
     def document_title_keywords(self) -> Dict[str, frozenset[str]]:
         """Document id -> its title's keywords, for every document listed."""
         ...
@@ -451,7 +457,10 @@ class DocumentFocusRetriever(CleanQuestions, BaseRetriever):
     store, ``node_facts(ids)`` with what `focus_facts` keeps of each node, so the first
     question about a document embeds none of its headings and reads none of its nodes. Settings are
     [`DocumentFocusSettings`][llama_index_hiqa.retrievers.settings.DocumentFocusSettings] fields, validated here. Each returned node carries the
-    focus scores in ``metadata["route_scores"]`` next to the routes' own.
+    focus scores in ``metadata["route_scores"]`` next to the routes' own. ``llm`` (the pack
+    passes its own) is asked only with ``question_rewrite={"enabled": True}``
+    ([`question_rewrite`][llama_index_hiqa.retrievers.question_rewrite]); without one the
+    questions are searched as they are.
     """
 
     def __init__(
@@ -460,10 +469,14 @@ class DocumentFocusRetriever(CleanQuestions, BaseRetriever):
         embed_model: Optional[BaseEmbedding] = None,
         config: Optional[DocumentFocusSettings] = None,
         heading_vectors: Optional[StoredHeadings] = None,
+        llm: Optional[LLM] = None,
         **settings: Any,
     ) -> None:
         self.config: DocumentFocusSettings = updated(config, settings, model_class=DocumentFocusSettings)
         self.multi_route = multi_route
+        # The optional LLM question rewrite: off without an LLM whatever the setting says.
+        rewrite = self.config.question_rewrite
+        self._rewriter = QuestionRewriter(llm, rewrite) if llm is not None and rewrite.enabled else None
         self._embed_model = embed_model
         self._stored_headings = heading_vectors
         self._heading_vectors: Dict[str, np.ndarray] = {}
@@ -689,6 +702,32 @@ class DocumentFocusRetriever(CleanQuestions, BaseRetriever):
             known.update({doc: by_title[title] for doc, title in missing.items()})
         return known
 
+    def _implied_period_first(
+        self, query: QueryBundle, first: str, head_documents: List[str], facets: Sequence[str],
+        titles: Mapping[str, frozenset[str]], head: Sequence[NodeWithScore],
+    ) -> Tuple[str, List[str]]:
+        """The best document and the head's document of each place, with the look-alike whose
+        period and form the question implies in ``first``'s stead
+        ([`document_period`][llama_index_hiqa.retrievers.document_period]): the look-alikes
+        are the documents whose titles hold every name (not period) of the question that
+        ``first``'s title holds; the two swap places, so the shares of the first places stay."""
+        names = frozenset(f for f in facets if focus_share.facet_kind(f) == focus_share.NAME and f in titles.get(first, ()))
+        if not names:  # the question names no company or product of first's title: nothing to tell apart
+            return first, head_documents
+        candidates = [d for d in dict.fromkeys([*head_documents, *sorted(titles)]) if d and names <= titles.get(d, frozenset())]
+        if len(candidates) < 2:
+            return first, head_documents
+        known = self.multi_route.document_titles()
+        in_head = {schema.get_document_id(hit.node): schema.get_document_title(hit.node) for hit in head}
+        periods = {d: document_period.document_period(known.get(d) or in_head.get(d) or "") for d in candidates}
+        wanted = document_period.question_period(query.query_str or "")
+        preferred = document_period.preferred_document(first, candidates, periods, wanted)
+        if preferred == first:
+            return first, head_documents
+        logger.debug("focus: %s instead of %s (the question implies %s)", preferred, first, wanted)
+        swapped = {first: preferred, preferred: first}
+        return preferred, [swapped.get(d, d) for d in head_documents]
+
     def choose(
         self, query: QueryBundle, head: Sequence[NodeWithScore], keywords: Optional[QuestionKeywords] = None
     ) -> "FocusChoice":
@@ -708,13 +747,17 @@ class DocumentFocusRetriever(CleanQuestions, BaseRetriever):
         if first is None:
             return FocusChoice([], [], False, [])
         cap = self.config.focus_documents
-        if cap == 1:
+        if cap == 1 and not self.config.prefer_implied_period:
             return FocusChoice([first], [first] * len(head), False, [])
         titles = self._title_keywords(head)
         if keywords is None:
             keywords = self.multi_route.question_keywords(query)
         written = focus_share.names_written(query.query_str or "", titles)
         facets = focus_share.question_facets([*keywords.normalized, *written], titles)
+        if self.config.prefer_implied_period:
+            first, head_documents = self._implied_period_first(query, first, head_documents, facets, titles, head)
+        if cap == 1:
+            return FocusChoice([first], [first] * len(head), False, [])
         order = list(dict.fromkeys(d for d in head_documents if d))
         # The periods the best document's own top nodes report (a yearly report's comparatives).
         node_keywords = [schema.get_critical_keywords(hit.node) for hit in head if schema.get_document_id(hit.node) == first]
@@ -725,10 +768,28 @@ class DocumentFocusRetriever(CleanQuestions, BaseRetriever):
         pattern = focus_share.slot_pattern(documents, head_documents, is_named)
         return FocusChoice(documents, pattern, is_named, facets)
 
-    def _focused(self, query: QueryBundle, head: Ranking) -> RankedRows:
+    def _rewritten(self, query: QueryBundle, head: Ranking, terms: Sequence[str]) -> Tuple[QueryBundle, Ranking]:
+        """The question as the routes inside the focused documents search it with the LLM
+        rewrite's ``terms`` appended (its embedding stays the question's), and the head whose
+        expansion lists them (``question_rewrite.REWRITE``); both unchanged without terms."""
+        expansion = with_rewrite(head.expansion, query.query_str or "", list(terms)) if terms else head.expansion
+        if expansion is head.expansion:
+            return query, head
+        bundle = QueryBundle(
+            f"{query.query_str} {'; '.join(terms)}", image_path=query.image_path,
+            custom_embedding_strs=query.embedding_strs, embedding=query.embedding,
+        )
+        return bundle, head._replace(expansion=expansion)
+
+    def _rewrite_terms(self, query: QueryBundle) -> List[str]:
+        return self._rewriter.rewrite(query.query_str or "") if self._rewriter is not None and self.config.enabled else []
+
+    def _focused(self, query: QueryBundle, head: Ranking, terms: Sequence[str] = ()) -> RankedRows:
         """The focused documents' nodes, sharing the first places: ``(node_id, score, route
-        scores)``, best first; ``[]`` when nothing can be ranked again."""
+        scores)``, best first; ``[]`` when nothing can be ranked again. The documents are
+        chosen by the question's own words, their nodes ranked with the rewrite's ``terms``."""
         choice = self.choose(query, head.results, head.keywords)
+        query, head = self._rewritten(query, head, terms)
         rankings = self.rank_documents(query, choice.documents, failed_routes(head.results), head.keywords, head.expansion)
         if not rankings:
             return []
@@ -739,12 +800,16 @@ class DocumentFocusRetriever(CleanQuestions, BaseRetriever):
             row[2][FOCUS_DOCUMENTS] = len(documents)
         return [rows[i] for i in ids]
 
-    def _combine(self, query: QueryBundle, head: Ranking, limit: Optional[int]) -> List[NodeWithScore]:
+    def _combine(
+        self, query: QueryBundle, head: Ranking, limit: Optional[int], terms: Optional[Sequence[str]] = None,
+    ) -> List[NodeWithScore]:
         if not self.config.enabled or not head.results:
             return head.results
-        ranked = self._focused(query, head)
+        terms = self._rewrite_terms(query) if terms is None else terms
+        ranked = self._focused(query, head, terms)
         if not ranked:
             return head.results
+        _, head = self._rewritten(query, head, terms)  # the rows say what the rewrite added
         keep = ranked if limit is None else ranked[:limit]
         failed = failed_routes(head.results)  # the focused nodes say which routes failed, as the head's do
         rows = {i: ({**r, "failed": failed} if failed else r) for i, _, r in keep}
@@ -767,7 +832,9 @@ class DocumentFocusRetriever(CleanQuestions, BaseRetriever):
             return []
         query = await asyncio.to_thread(self._embedded, query_bundle)
         head = await self.multi_route.arank(query)
-        return await asyncio.to_thread(self._combine, query, head, self.similarity_top_k)
+        ask = self._rewriter is not None and self.config.enabled and bool(head.results)
+        terms = await self._rewriter.arewrite(query.query_str or "") if ask else []
+        return await asyncio.to_thread(self._combine, query, head, self.similarity_top_k, terms)
 
     def full_ranking(self, query: Union[str, QueryBundle]) -> List[str]:
         """Every node id, best first, as `retrieve` orders them: the focused
@@ -784,7 +851,7 @@ class DocumentFocusRetriever(CleanQuestions, BaseRetriever):
             return self.multi_route.full_ranking(bundle)
         head = self.multi_route.rank(bundle)
         rest = self.multi_route.full_ranking(bundle, head.keywords)
-        first = [i for i, _, _ in self._focused(bundle, head)] if head.results else []
+        first = [i for i, _, _ in self._focused(bundle, head, self._rewrite_terms(bundle))] if head.results else []
         seen = set(first)
         return first + [i for i in rest if i not in seen]
 

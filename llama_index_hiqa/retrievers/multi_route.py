@@ -329,6 +329,11 @@ class MultiRouteRetriever(CleanQuestions, BaseRetriever):
         words that spell it in the titles, ``title_match.document_names``)."""
         return self._parts.keywords.document_names()
 
+    def document_titles(self) -> Dict[str, str]:
+        """Document id -> its title, for every indexed document; ``{}`` for a retriever that
+        does not hold its nodes."""
+        return dict(self._parts.collection.document_titles)
+
     def document_title_keywords(self) -> Dict[str, frozenset[str]]:
         """Document id -> the normalised keywords of its title, for every indexed document
         (one extraction over the titles, at the first call); ``{}`` for a retriever that does

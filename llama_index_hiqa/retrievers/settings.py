@@ -12,6 +12,7 @@ from typing import Annotated, Any, Dict, Final, Literal, Optional, Type, Union
 
 from llama_index.core.bridge.pydantic import BaseModel, Field, field_validator, model_validator
 
+from llama_index_hiqa.models.llm_calls import max_retries_field, retry_backoff_field, timeout_field
 from llama_index_hiqa.retrievers.fusion import RRF_K
 from llama_index_hiqa.settings import SettingsModel
 from llama_index_hiqa.vocabularies import vocabulary_setting
@@ -184,6 +185,25 @@ class MultiRouteSettings(RouteFusionSettings):
 
 
 # -- the document focus --------------------------------------------------------------------
+class QuestionRewriteSettings(SettingsModel):
+    """Settings of the LLM question rewrite inside the focused documents
+    ([`QuestionRewriter`][llama_index_hiqa.retrievers.question_rewrite.QuestionRewriter]).
+    Off by default and always off without an LLM; its effect on ranking is not measured (no
+    LLM was at hand where the pack's figures were measured)."""
+
+    enabled: bool = Field(
+        default=False,
+        description="Ask the LLM (when one is set) for the words the evidence of the question's concepts "
+        "uses ('quick ratio' -> cash, marketable securities, accounts receivable, total current "
+        "liabilities) and add them to the lexical routes and heading words inside the focused "
+        "documents; each result's route_scores['vocabulary'] lists them under 'rewrite'.",
+    )
+    max_terms: int = Field(default=12, ge=1, le=100, description="At most this many terms are kept (1 to 100).")
+    max_retries: int = max_retries_field("the rewrite call")
+    retry_backoff_seconds: float = retry_backoff_field()
+    timeout_seconds: Optional[float] = timeout_field(10.0)
+
+
 class DocumentFocusSettings(SettingsModel):
     """Settings of [`DocumentFocusRetriever`][llama_index_hiqa.retrievers.document_focus.DocumentFocusRetriever].
 
@@ -231,6 +251,18 @@ class DocumentFocusSettings(SettingsModel):
     pages_first: bool = Field(
         default=True,
         description="List the best node of each page before a second node of any page.",
+    )
+    prefer_implied_period: bool = Field(
+        default=True,
+        description="Among the best document's look-alikes (the documents whose titles hold the same "
+        "names), prefer the one whose period and form the question implies: the date or latest year "
+        "it names, the latest filing for a question in the present tense, an earnings release or "
+        "10-Q only when it names a release's words (document_period.py).",
+    )
+    question_rewrite: QuestionRewriteSettings = Field(
+        default_factory=QuestionRewriteSettings,
+        description="The optional LLM question rewrite inside the focused documents "
+        "(QuestionRewriteSettings: enabled, max_terms, max_retries, retry_backoff_seconds, timeout_seconds).",
     )
     max_document_nodes: int = Field(
         default=20_000,
