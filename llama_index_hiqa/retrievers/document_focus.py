@@ -832,8 +832,8 @@ class DocumentFocusRetriever(CleanQuestions, BaseRetriever):
             return []
         query = await asyncio.to_thread(self._embedded, query_bundle)
         head = await self.multi_route.arank(query)
-        ask = self._rewriter is not None and self.config.enabled and bool(head.results)
-        terms = await self._rewriter.arewrite(query.query_str or "") if ask else []
+        rewriter = self._rewriter if self.config.enabled and head.results else None
+        terms = await rewriter.arewrite(query.query_str or "") if rewriter is not None else []
         return await asyncio.to_thread(self._combine, query, head, self.similarity_top_k, terms)
 
     def full_ranking(self, query: Union[str, QueryBundle]) -> List[str]:

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import datetime
 import re
-from typing import Dict, Mapping, NamedTuple, Optional, Sequence, Tuple
+from typing import Callable, Dict, Mapping, NamedTuple, Optional, Sequence, Tuple
 
 from llama_index_hiqa.readers.titles import DATE_TEXT
 
@@ -197,7 +197,7 @@ def preferred_document(first: str, candidates: Sequence[str], periods: Mapping[s
     if first not in pool or len(pool) < 2:
         return first
 
-    def narrowed(keep) -> None:
+    def narrowed(keep: Callable[[DocumentPeriod], bool]) -> None:
         nonlocal pool
         left = [d for d in pool if keep(periods[d])]
         pool = left or pool
