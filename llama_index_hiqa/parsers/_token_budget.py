@@ -18,13 +18,14 @@ the heading cut and before the nodes are made:
 Pieces still tile the document: splits and merges only move boundaries between adjacent
 pieces, never drop or repeat a character.
 
-Tables are embedded by their labels, not their cells (HiQA appendix A.4, B.1: cascade, title,
-"Columns: ...", "Rows: ..."), so a table's cost is that view: a financial statement's sixty
-row labels run to 600 word pieces, of which the model reads the first 256.
-[`split_table_piece`][llama_index_hiqa.parsers._token_budget.split_table_piece] cuts such a table between rows into parts whose view fits; every
+A table is embedded by its cascade, its title and header lines and its rows with their
+figures (``transforms.table_view``, the ``rows`` view), so a table's cost is that view: a
+financial statement of sixty rows runs to well over 256 word pieces, of which the model reads
+the first 256. [`split_table_piece`][llama_index_hiqa.parsers._token_budget.split_table_piece] cuts such a table between rows into parts whose view fits; every
 part keeps the table's title, column labels and cascade, lists only its own rows, and a later
-part carries the table's Markdown header lines (``schema.TABLE_HEADER``), repeated in its LLM
-view. Table parts are never merged.
+part carries the table's Markdown header lines (``schema.TABLE_HEADER``), shown again before
+its rows (``schema.TABLE_LEAD``). The labels view (HiQA appendix A.4) is smaller than the rows
+view of the same part, so the parts fit it too. Table parts are never merged.
 
 Token counts come from the model's own tokenizer (any LlamaIndex-style ``tokenizer`` callable:
 text -> list of tokens); the counts of adjacent units are summed, which is exact for
@@ -186,28 +187,21 @@ def fit_pieces_to_window(
     return [p for p, _ in out]
 
 
-def table_view_tokens(count: TokenCounter, title: str, columns: Sequence[str], rows: Sequence[str]) -> int:
-    """Tokens of a table's embedding view without its cascade.
+def table_lead_tokens(count: TokenCounter, title: str, header: str) -> int:
+    """Tokens of the most a table part's lead can add to its view: its title and header lines.
 
-    Title, ``Columns: a; b`` and ``Rows: r1; r2`` lines (the view
-    [`HCATableNode`][llama_index_hiqa.transforms.table_view.HCATableNode] renders), each label
-    counted with its ``; `` separator.
+    The ``rows`` view ([`table_lead`][llama_index_hiqa.transforms.table_view.table_lead]) shows
+    them before a part whose text does not hold them.
 
     Args:
         count: the token counter.
         title: the table's title (``""`` for none).
-        columns: its column labels.
-        rows: its row labels.
+        header: its Markdown header lines (``""`` for none).
 
     Returns:
         The token count.
     """
-    total = count(title) + 1 if title else 0
-    if columns:
-        total += count("Columns:") + sum(count(c) + 1 for c in columns) + 1
-    if rows:
-        total += count("Rows:") + sum(count(r) + 1 for r in rows)
-    return total
+    return (count(title) + 1 if title else 0) + sum(count(line) + 1 for line in header.splitlines() if line.strip())
 
 
 def split_table_piece(
@@ -220,9 +214,13 @@ def split_table_piece(
 ) -> List[Piece]:
     """``piece`` (a table) cut between rows into parts that fit ``window``.
 
-    Each part's embedding view (cascade, title, column labels, its own row labels) fits
-    ``window`` and lists at most ``max_rows`` rows. The parts tile the piece; the first keeps
-    the caption and header lines in its text, the others carry them in ``table_header``.
+    Each part's embedding view (cascade, the table's title and header lines, its own rows
+    with their figures) fits ``window``, and a part lists at most ``max_rows`` rows. The
+    caption and header lines the piece opens with are counted in every part (the first holds
+    them in its text, the others show them as their lead), so a part fits whichever it
+    shows. The parts tile the piece; the first keeps the caption and header lines in its
+    text, the others carry the header in ``table_header``. A single row longer than the
+    budget stays one part.
 
     Args:
         text: the Markdown text.
@@ -235,32 +233,32 @@ def split_table_piece(
     Returns:
         The parts, in order; ``[piece]`` when it fits already.
     """
-    fixed = header_tokens(piece.path) + table_view_tokens(count, piece.table_title, piece.table_columns, ())
-    if len(piece.table_rows) <= max_rows and fixed + table_view_tokens(count, "", (), piece.table_rows) <= window:
-        return [piece]
-    budget = max(MIN_TEXT_TOKENS, window - fixed - count("Rows:"))
     rows_from, head = table_head(text, piece.start, piece.end)
     header = head or piece.table_header
-    lines: List[Tuple[int, str]] = []  # line start, its row label
+    fixed = (header_tokens(piece.path) + table_lead_tokens(count, piece.table_title, header)
+             + count(text[piece.start : rows_from]))
+    budget = max(MIN_TEXT_TOKENS, window - fixed)
+    if len(piece.table_rows) <= max_rows and count(text[rows_from : piece.end]) <= budget:
+        return [piece]
+    lines: List[Tuple[int, str, int]] = []  # line start, its row label, its tokens
     offset = rows_from
     for line in text[rows_from : piece.end].splitlines(keepends=True):
-        lines.append((offset, row_label(line)))
+        lines.append((offset, row_label(line), count(line) if line.strip() else 0))
         offset += len(line)
-    labelled = [i for i, (_, label) in enumerate(lines) if label]
+    labelled = [i for i, (_, label, _) in enumerate(lines) if label]
     # A header row without a |---| line is the columns, not a row (as the parser reads it).
     if len(labelled) == len(piece.table_rows) + 1 and [lines[i][1] for i in labelled[1:]] == piece.table_rows:
-        lines[labelled[0]] = (lines[labelled[0]][0], "")
+        lines[labelled[0]] = (lines[labelled[0]][0], "", lines[labelled[0]][2])
     parts: List[Piece] = []
     part_start, used = piece.start, 0
     labels: List[str] = []
-    for line_start, label in lines:
-        cost = count(label) + 1 if label else 0
+    for line_start, label, cost in lines:
         if label and labels and (used + cost > budget or len(labels) >= max_rows):
             parts.append(_table_part(piece, part_start, line_start, labels, header))
             part_start, used, labels = line_start, 0, []
         if label:
             labels.append(label)
-            used += cost
+        used += cost
     parts.append(_table_part(piece, part_start, piece.end, labels, header))
     return parts
 
