@@ -220,7 +220,7 @@ def split_table_piece(
     them in its text, the others show them as their lead), so a part fits whichever it
     shows. The parts tile the piece; the first keeps the caption and header lines in its
     text, the others carry the header in ``table_header``. A single row longer than the
-    budget stays one part.
+    budget is a part of its own (over the window: the model reads its first word pieces).
 
     Args:
         text: the Markdown text.
@@ -250,15 +250,18 @@ def split_table_piece(
     if len(labelled) == len(piece.table_rows) + 1 and [lines[i][1] for i in labelled[1:]] == piece.table_rows:
         lines[labelled[0]] = (lines[labelled[0]][0], "", lines[labelled[0]][2])
     parts: List[Piece] = []
-    part_start, used = piece.start, 0
+    part_start, used, held = piece.start, 0, 0
     labels: List[str] = []
     for line_start, label, cost in lines:
-        if label and labels and (used + cost > budget or len(labels) >= max_rows):
+        # A cut before any row (an unlabelled one continues the row above, but its figures
+        # cost as much), never before the part holds one.
+        if cost and held and (used + cost > budget or (label and len(labels) >= max_rows)):
             parts.append(_table_part(piece, part_start, line_start, labels, header))
-            part_start, used, labels = line_start, 0, []
+            part_start, used, held, labels = line_start, 0, 0, []
         if label:
             labels.append(label)
         used += cost
+        held += 1 if cost else 0
     parts.append(_table_part(piece, part_start, piece.end, labels, header))
     return parts
 
