@@ -25,30 +25,32 @@ from typing import Collection, Dict, Hashable, List, Mapping, Optional, Sequence
 
 __all__ = ["FIGURE_QUESTION", "asks_for_figures", "figure_demand", "spread_table_parts"]
 
-# A question that asks for a figure: an amount, a count, a computation, a unit, or what a
-# value-like word ("ratio", "total", "change") is.
+# A question that asks for a figure outright: an amount, a count, a computation, a unit.
 _ASKS = re.compile(
-    r"\bhow (?:much|many|large|big|high|low)\b|\bcalculat|\bcompute|\bround(?:ed)? to\b|\bin (?:usd|\$|millions|billions|thousands)\b"
-    r"|\bwhat (?:is|was|were|are)\b[^?]*?\b(?:amount|ratio|margin|rate|percentage|percent|total|value|number|figure|cagr"
-    r"|turnover|balance|eps|per share|yield|change|growth)\b",
+    r"\bhow (?:much|many|large|big|high|low|long)\b|\bcalculat|\bcompute|\bround(?:ed)? to\b"
+    r"|\bin (?:units of )?(?:usd|\$|millions|billions|thousands|percent|[mkµ]?[vaw]|m?hz|°c|ohms?)\b",
     re.IGNORECASE,
 )
-# "What was ... FY2018 / in 2022 / Q2": with a financial measure named, the measure of a period.
-_PERIOD = re.compile(r"\bwhat\b[^?]*?\b(?:fy\s?\d{2,4}|fiscal (?:year )?\d{2,4}|q[1-4]|(?:19|20)\d\d)\b", re.IGNORECASE)
 _UNIT = re.compile(r"[$%€£]|\busd\b|\bmillions?\b|\bbillions?\b|\bbasis points\b", re.IGNORECASE)
-# The words of a financial measure: a question that names one may want its figure.
+# The words of a measure (financial statements' and datasheets'): a question that names one
+# may want its value.
 _MEASURE = re.compile(
-    r"\b(?:amount|ratio|margin|rate|percentage|percent|total|revenues?|sales|income|earnings|profit|loss|cash|capex"
-    r"|capital expenditures?|expenditures?|expenses?|costs?|debt|assets?|liabilit(?:y|ies)|equity|dividends?|eps"
-    r"|ebitda|ebit|turnover|inventor(?:y|ies)|receivables?|payables?|cagr|growth|working capital|free cash flow"
-    r"|shares?|per share|days)\b",
+    r"\b(?:amount|ratio|margin|rate|percentage|percent|total|value|number|figure|balance|yield|change|growth"
+    r"|revenues?|sales|income|earnings|profit|loss|cash|capex|capital expenditures?|expenditures?|expenses?|costs?"
+    r"|debt|assets?|liabilit(?:y|ies)|equity|dividends?|eps|ebitda|ebit|turnover|inventor(?:y|ies)|receivables?"
+    r"|payables?|cagr|working capital|shares?|per share|days|price"
+    r"|voltage|current|temperature|frequency|resistance|capacitance|power|dissipation|capacity|weight|dimensions?"
+    r"|size|range|speed|rating|maximum|minimum|typical|tolerance|accuracy|efficiency)\b",
     re.IGNORECASE,
 )
+# "What is/was the <measure> ...", or a measure of a period ("... FY2018", "in 2022", "Q2").
+_WHAT_IS = re.compile(r"\bwhat (?:is|was|were|are)\b", re.IGNORECASE)
+_PERIOD = re.compile(r"\bwhat\b[^?]*?\b(?:fy\s?\d{2,4}|fiscal (?:year )?\d{2,4}|q[1-4]|(?:19|20)\d\d)\b", re.IGNORECASE)
 # A question about reasons, events or a description: its evidence is prose.
 _PROSE = re.compile(
     r"^\s*(?:why|explain|describe|discuss|summari[sz]e|list|name)\b|\bwhat (?:drove|drives|caused|causes|explains)\b"
-    r"|\bwhat (?:are|were|is|was) (?:the )?(?:main |key |primary |major )?(?:drivers?|reasons?|risks?|factors?|causes?)\b"
-    r"|\breasons? for\b",
+    r"|\bwhat (?:are|were|is|was) (?:the )?(?:main |key |primary |major )?(?:drivers?|reasons?|risks?|factors?|causes?"
+    r"|nature|purpose|meaning|definition|agenda|outcome)\b|\breasons? for\b",
     re.IGNORECASE,
 )
 FIGURE_QUESTION = 1.0  # figure_demand of a question that asks for a figure
@@ -57,10 +59,11 @@ FIGURE_QUESTION = 1.0  # figure_demand of a question that asks for a figure
 def figure_demand(question: str) -> float:
     """How much ``question`` asks for figures, in 0..1.
 
-    1 when it asks for a number (an amount, a count, a computation, a unit, or a measure of a
-    period: "what was the capital expenditure in FY2018"), 0.5 when it only names a financial
-    measure ("does 3M have an improving margin profile"), 0 otherwise; halved when it asks for
-    reasons or a description ("what drove the margin change").
+    1 when it asks for a number (an amount, a count, a computation, a unit, what a measure is,
+    or a measure of a period: "what was the capital expenditure in FY2018", "what is the
+    supply current"), 0.5 when it only names a measure ("does 3M have an improving margin
+    profile"), 0 otherwise; halved when it asks for reasons or a description ("what drove the
+    margin change", "what is the nature of").
 
     Args:
         question: the question's text.
@@ -70,7 +73,7 @@ def figure_demand(question: str) -> float:
     """
     text = question or ""
     measure = _MEASURE.search(text) is not None
-    if _ASKS.search(text) or _UNIT.search(text) or (measure and _PERIOD.search(text)):
+    if _ASKS.search(text) or _UNIT.search(text) or (measure and (_WHAT_IS.search(text) or _PERIOD.search(text))):
         demand = FIGURE_QUESTION
     elif measure:
         demand = 0.5
