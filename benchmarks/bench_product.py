@@ -75,9 +75,19 @@ VARIANTS: Dict[str, Dict[str, Any]] = {
     "no_vocabulary": {"multi_route": {"expert_vocabulary": None}},
     "finance_vocabulary": {"multi_route": {"expert_vocabulary": "finance"}},
     "finance_vocabulary_collection": {"multi_route": {"expert_vocabulary": "finance", "vocabulary_scope": "collection"}},
+    # How many first places tables take (query time only), each rule off: the focus's table bonus
+    # for every question alike, and no limit on a page's table parts in the first places.
+    "table_bonus_by_kind": {"document_focus": {"table_weight_by_question": False}},
+    "no_table_places": {"multi_route": {"table_places": 0}},
+    "unruled_tables_bonus_by_kind": {"detect_unruled_tables": True, "document_focus": {"table_weight_by_question": False}},
+    "unruled_tables_no_table_places": {"detect_unruled_tables": True, "multi_route": {"table_places": 0}},
 }
 BUILT = ("defaults", "unruled_tables")
-RETRIEVAL_ONLY = {name: "defaults" for name in VARIANTS if name not in BUILT}
+# A retrieval-only variant loads the store of the built variant with the same ingestion.
+RETRIEVAL_ONLY = {
+    name: "unruled_tables" if settings.get("detect_unruled_tables") else "defaults"
+    for name, settings in VARIANTS.items() if name not in BUILT
+}
 VARIANT_LABELS = {
     "defaults": "HiQAPack.from_directory (defaults)",
     "unruled_tables": "HiQAPack, unruled tables as table units (detect_unruled_tables=True)",
@@ -97,6 +107,10 @@ VARIANT_LABELS = {
     "no_vocabulary": "HiQAPack without an expert vocabulary (expert_vocabulary=None)",
     "finance_vocabulary": "HiQAPack with the finance expert vocabulary inside the focused filings (expert_vocabulary='finance')",
     "finance_vocabulary_collection": "HiQAPack with the finance expert vocabulary, also over the whole collection (vocabulary_scope='collection')",
+    "table_bonus_by_kind": "HiQAPack, the focus's table bonus for every question (table_weight_by_question=False)",
+    "no_table_places": "HiQAPack, no limit on a page's table parts in the first places (table_places=0)",
+    "unruled_tables_bonus_by_kind": "HiQAPack, unruled tables, the focus's table bonus for every question",
+    "unruled_tables_no_table_places": "HiQAPack, unruled tables, no limit on a page's table parts in the first places",
 }
 # Rows whose questions are compared one by one with another row (moves up and down, and the
 # kind of each remaining miss): the vocabulary rows with the row without a vocabulary.
@@ -262,9 +276,10 @@ def build_or_load(name: str, pdf_dir: Path, store: Path, reuse: bool):
     from llama_index_hiqa import HiQAPack
 
     settings = VARIANTS[name]
+    from llama_index_hiqa.storage.embedded import is_embedded_store
     from llama_index_hiqa.storage.snapshots import is_snapshot_store
 
-    if reuse and (is_snapshot_store(store) or (store / "hiqa_pack.json").is_file()):
+    if reuse and (is_snapshot_store(store) or is_embedded_store(store) or (store / "hiqa_pack.json").is_file()):
         t0 = time.perf_counter()
         pack = HiQAPack.load(store, **settings)
         return pack, {"loaded_s": time.perf_counter() - t0}
