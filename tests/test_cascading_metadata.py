@@ -231,7 +231,7 @@ def test_table_facts_from_the_parser_win_and_text_is_kept():
 
 
 def test_table_rows_view_embeds_the_figures_and_reads_back_the_same_from_a_store():
-    out = CascadingMetadataTransform()(_md_nodes(file_name="nx2040.md"))
+    out = CascadingMetadataTransform(table_view="rows")(_md_nodes(file_name="nx2040.md"))
     table = _by_cascade_suffix(out, "| Pin |")
     assert type(table) is TextNode and table.metadata[schema.SEGMENT_KIND] == schema.KIND_TABLE
     embed = table.get_content(MetadataMode.EMBED)
@@ -249,7 +249,7 @@ def test_a_later_part_of_a_table_shows_its_title_and_header_before_its_rows():
                     [["8", "Consolidated Statement of Income", 2]], kind=schema.KIND_TABLE, title="3M 10-K 2018")
     schema.set_table_facts(node, title="Years ended December 31", columns=["(Millions)", "2018", "2017"],
                            rows=["Net sales", "Cost of sales"], header="| (Millions) | 2018 | 2017 |\n|---|---|---|")
-    (out,) = CascadingMetadataTransform()([node])
+    (out,) = CascadingMetadataTransform(table_view="rows")([node])
     embed = out.get_content(MetadataMode.EMBED)
     assert embed.splitlines() == [
         "3M 10-K 2018 > 8 Consolidated Statement of Income", "Years ended December 31",
@@ -259,7 +259,7 @@ def test_a_later_part_of_a_table_shows_its_title_and_header_before_its_rows():
     assert out.get_content(MetadataMode.LLM).count("| (Millions) | 2018 | 2017 |") == 1
     assert TextNode.model_validate_json(out.model_dump_json()).get_content(MetadataMode.EMBED) == embed
     # Run again (a node read back from a store goes through the transform again): one lead.
-    (twice,) = CascadingMetadataTransform()([TextNode.model_validate_json(out.model_dump_json())])
+    (twice,) = CascadingMetadataTransform(table_view="rows")([TextNode.model_validate_json(out.model_dump_json())])
     assert twice.get_content(MetadataMode.EMBED) == embed
     # The labels view leaves the lead out (HCATableNode repeats the header in its LLM view).
     (labels,) = CascadingMetadataTransform(table_view="labels")([TextNode.model_validate_json(out.model_dump_json())])

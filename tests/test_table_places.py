@@ -148,3 +148,16 @@ def test_focus_table_bonus_follows_the_questions_figure_demand():
     assert all(score_bonus[i] - score[i] == pytest.approx(0.4) for i in ("n0", "n1", "n2"))
     assert all(score_bonus[i] == pytest.approx(score[i]) for i in ("n3", "n4"))
 
+
+
+def test_the_pack_embeds_tables_by_their_rows_when_it_reads_statements_as_tables():
+    from llama_index_hiqa.pack.config import HiQAPackSettings, build_parser
+    from llama_index_hiqa.pack.workers import ingestion_stages
+
+    assert HiQAPackSettings().tables_embedded_by == "labels"
+    assert HiQAPackSettings(detect_unruled_tables=True).tables_embedded_by == "rows"
+    assert HiQAPackSettings(detect_unruled_tables=True, table_view="labels").tables_embedded_by == "labels"
+    config = HiQAPackSettings(table_view="rows", max_segment_tokens=None, keywords={"use_ner": False})
+    assert build_parser(config, None, None).table_view == "labels"  # no window: nothing is cut by it
+    cascade = [s.inner for s in ingestion_stages(config, None, None, None) if s.stage == "cascade"]
+    assert cascade[0].table_view == "rows"

@@ -18,14 +18,15 @@ the heading cut and before the nodes are made:
 Pieces still tile the document: splits and merges only move boundaries between adjacent
 pieces, never drop or repeat a character.
 
-A table is embedded by its cascade, its title and header lines and its rows with their
-figures (``transforms.table_view``, the ``rows`` view), so a table's cost is that view: a
+With the ``rows`` view (``transforms.table_view``) a table is embedded by its cascade, its
+title and header lines and its rows with their figures, so a table's cost is that view: a
 financial statement of sixty rows runs to well over 256 word pieces, of which the model reads
 the first 256. [`split_table_piece`][llama_index_hiqa.parsers._token_budget.split_table_piece] cuts such a table between rows into parts whose view fits; every
 part keeps the table's title, column labels and cascade, lists only its own rows, and a later
 part carries the table's Markdown header lines (``schema.TABLE_HEADER``), shown again before
-its rows (``schema.TABLE_LEAD``). The labels view (HiQA appendix A.4) is smaller than the rows
-view of the same part, so the parts fit it too. Table parts are never merged.
+its rows (``schema.TABLE_LEAD``). With HiQA's labels view (appendix A.4: cascade, title,
+"Columns: ...", "Rows: ..." without the cells) a part's cost is its labels instead: a financial
+statement's sixty row labels run to 600 word pieces. Table parts are never merged.
 
 Token counts come from the model's own tokenizer (any LlamaIndex-style ``tokenizer`` callable:
 text -> list of tokens); the counts of adjacent units are summed, which is exact for
@@ -134,6 +135,7 @@ def fit_pieces_to_window(
     window: int,
     header_tokens: Callable[[Path], int],
     merge: bool = True,
+    table_view: str = "labels",
 ) -> List[Piece]:
     """Fit text pieces to the embedding model's window.
 
@@ -147,6 +149,8 @@ def fit_pieces_to_window(
         window: the model's window, in tokens.
         header_tokens: what the cascade of a node with a given heading path costs, in tokens.
         merge: whether small neighbours are merged.
+        table_view: the tables' embedding view, ``"rows"`` or ``"labels"`` (what a table part's
+            cost is: [`split_table_piece`][llama_index_hiqa.parsers._token_budget.split_table_piece]).
 
     Returns:
         The pieces, still tiling ``text``.
@@ -154,7 +158,8 @@ def fit_pieces_to_window(
     split: List[Tuple[Piece, int]] = []  # piece, its text tokens
     for piece in pieces:
         if piece.kind == schema.KIND_TABLE:
-            split.extend((part, -1) for part in split_table_piece(text, piece, count, window, header_tokens))
+            split.extend((part, -1) for part in split_table_piece(
+                text, piece, count, window, header_tokens, table_view=table_view))
             continue
         if piece.kind != schema.KIND_TEXT:
             split.append((piece, -1))
@@ -187,6 +192,30 @@ def fit_pieces_to_window(
     return [p for p, _ in out]
 
 
+def table_view_tokens(count: TokenCounter, title: str, columns: Sequence[str], rows: Sequence[str]) -> int:
+    """Tokens of a table's labels view without its cascade.
+
+    Title, ``Columns: a; b`` and ``Rows: r1; r2`` lines (the view
+    [`HCATableNode`][llama_index_hiqa.transforms.table_view.HCATableNode] renders), each label
+    counted with its ``; `` separator.
+
+    Args:
+        count: the token counter.
+        title: the table's title (``""`` for none).
+        columns: its column labels.
+        rows: its row labels.
+
+    Returns:
+        The token count.
+    """
+    total = count(title) + 1 if title else 0
+    if columns:
+        total += count("Columns:") + sum(count(c) + 1 for c in columns) + 1
+    if rows:
+        total += count("Rows:") + sum(count(r) + 1 for r in rows)
+    return total
+
+
 def table_lead_tokens(count: TokenCounter, title: str, header: str) -> int:
     """Tokens of the most a table part's lead can add to its view: its title and header lines.
 
@@ -211,16 +240,19 @@ def split_table_piece(
     window: int,
     header_tokens: Callable[[Path], int],
     max_rows: int = MAX_TABLE_ROWS,
+    table_view: str = "labels",
 ) -> List[Piece]:
     """``piece`` (a table) cut between rows into parts that fit ``window``.
 
-    Each part's embedding view (cascade, the table's title and header lines, its own rows
-    with their figures) fits ``window``, and a part lists at most ``max_rows`` rows. The
-    caption and header lines the piece opens with are counted in every part (the first holds
-    them in its text, the others show them as their lead), so a part fits whichever it
-    shows. The parts tile the piece; the first keeps the caption and header lines in its
-    text, the others carry the header in ``table_header``. A single row longer than the
-    budget is a part of its own (over the window: the model reads its first word pieces).
+    Each part's embedding view fits ``window``, and a part lists at most ``max_rows`` rows.
+    The ``rows`` view is the cascade, the table's title and header lines and the part's rows
+    with their figures: the caption and header lines the piece opens with are counted in every
+    part (the first holds them in its text, the others show them as their lead), and a cut
+    may fall before any row line. The ``labels`` view is the cascade, title, column labels and
+    the part's row labels: a cut falls before a labelled row. The parts tile the piece; the
+    first keeps the caption and header lines in its text, the others carry the header in
+    ``table_header``. A single row longer than the budget is a part of its own (over the
+    window: the model reads its first word pieces).
 
     Args:
         text: the Markdown text.
@@ -229,26 +261,36 @@ def split_table_piece(
         window: the model's window, in tokens.
         header_tokens: what the cascade of a node with a given heading path costs, in tokens.
         max_rows: the most rows a part lists.
+        table_view: ``"rows"`` or ``"labels"`` (``CascadingMetadataTransform.table_view``).
 
     Returns:
         The parts, in order; ``[piece]`` when it fits already.
     """
     rows_from, head = table_head(text, piece.start, piece.end)
     header = head or piece.table_header
-    fixed = (header_tokens(piece.path) + table_lead_tokens(count, piece.table_title, header)
-             + count(text[piece.start : rows_from]))
-    budget = max(MIN_TEXT_TOKENS, window - fixed)
-    if len(piece.table_rows) <= max_rows and count(text[rows_from : piece.end]) <= budget:
+    by_rows = table_view == "rows"
+    if by_rows:
+        fixed = (header_tokens(piece.path) + table_lead_tokens(count, piece.table_title, header)
+                 + count(text[piece.start : rows_from]))
+        budget = max(MIN_TEXT_TOKENS, window - fixed)
+        fits = count(text[rows_from : piece.end]) <= budget
+    else:
+        fixed = header_tokens(piece.path) + table_view_tokens(count, piece.table_title, piece.table_columns, ())
+        budget = max(MIN_TEXT_TOKENS, window - fixed - count("Rows:"))
+        fits = fixed + table_view_tokens(count, "", (), piece.table_rows) <= window
+    if len(piece.table_rows) <= max_rows and fits:
         return [piece]
-    lines: List[Tuple[int, str, int]] = []  # line start, its row label, its tokens
+    lines: List[Tuple[int, str, int]] = []  # line start, its row label, its tokens in the view
     offset = rows_from
     for line in text[rows_from : piece.end].splitlines(keepends=True):
-        lines.append((offset, row_label(line), count(line) if line.strip() else 0))
+        label = row_label(line)
+        cost = (count(line) if line.strip() else 0) if by_rows else (count(label) + 1 if label else 0)
+        lines.append((offset, label, cost))
         offset += len(line)
     labelled = [i for i, (_, label, _) in enumerate(lines) if label]
     # A header row without a |---| line is the columns, not a row (as the parser reads it).
     if len(labelled) == len(piece.table_rows) + 1 and [lines[i][1] for i in labelled[1:]] == piece.table_rows:
-        lines[labelled[0]] = (lines[labelled[0]][0], "", lines[labelled[0]][2])
+        lines[labelled[0]] = (lines[labelled[0]][0], "", lines[labelled[0]][2] if by_rows else 0)
     parts: List[Piece] = []
     part_start, used, held = piece.start, 0, 0
     labels: List[str] = []

@@ -35,7 +35,7 @@ import bisect
 import logging
 import re
 from collections import Counter
-from typing import Any, Callable, ClassVar, Dict, List, Optional, Sequence, Set, Tuple
+from typing import Any, Callable, ClassVar, Dict, List, Literal, Optional, Sequence, Set, Tuple
 
 from llama_index.core.bridge.pydantic import Field, PrivateAttr
 from llama_index.core.schema import BaseNode, Document, TextNode
@@ -117,6 +117,14 @@ class LayoutMarkdownParser(PartsRoundTrip, SegmentNodeParser):
     merge_small_segments: bool = Field(
         default=True,
         description="With max_segment_tokens: merge small neighbouring segments of one section.",
+    )
+    table_view: Literal["rows", "labels"] = Field(
+        default="labels",
+        description=(
+            "With max_segment_tokens: the tables' embedding view (CascadingMetadataTransform.table_view) "
+            "a long table is cut by rows to fit: 'labels' (HiQA: title, column and row labels) or "
+            "'rows' (title, header lines and the rows with their figures)."
+        ),
     )
     tables_as_nodes: bool = Field(
         default=True,
@@ -274,7 +282,8 @@ class LayoutMarkdownParser(PartsRoundTrip, SegmentNodeParser):
         count, size = window
         title = str((metadata or {}).get(schema.DOCUMENT_TITLE) or "")
         return fit_pieces_to_window(
-            text, pieces, count, size, cascade_header_counter(count, title), merge=self.merge_small_segments
+            text, pieces, count, size, cascade_header_counter(count, title), merge=self.merge_small_segments,
+            table_view=self.table_view,
         )
 
     def detect_headings(self, text: str, metadata: Dict[str, Any]) -> List[HeadingMark]:

@@ -1,8 +1,8 @@
 """CascadingMetadataTransform: HiQA's Hierarchical Contextual Augmentor (HCA).
 
 HiQA paper, §"Hierarchical Contextual Augmentor", Algorithm 2 and appendices A.2 (cascading
-metadata), A.4 / B.1 (tables embedded by their labels, not their numbers: ``table_view="labels"``;
-the default ``"rows"`` keeps the figures, see ``transforms.table_view``), A.5 (images
+metadata), A.4 / B.1 (tables embedded by their labels, not their numbers: ``table_view="labels"``,
+the default; ``"rows"`` keeps the figures, see ``transforms.table_view``), A.5 (images
 embedded by caption, context and a visual-language description) and Table 2 (the ablation
 variants "HCA", "No Hierarchy", "Original RAG").
 
@@ -158,13 +158,12 @@ class CascadingMetadataTransform(PartsRoundTrip, TransformComponent):
         description="Give tables a table view (``table_view``); False: a table is embedded as plain text.",
     )
     table_view: Literal["rows", "labels"] = Field(
-        default="rows",
+        default="labels",
         description=(
-            "What a table's embedding view holds. 'rows': cascade, the table's title and header "
-            "lines (schema.TABLE_LEAD, when its own text does not open with them) and its rows with "
-            "their figures: the view BM25 reads and the one a node reloaded from a store renders. "
-            "'labels': cascade, title, column and row labels without the cells (HiQA appendix A.4, "
-            "HCATableNode)."
+            "What a table's embedding view holds. 'labels' (HiQA appendix A.4, HCATableNode): cascade, "
+            "title, column and row labels without the cells. 'rows': cascade, the table's title and "
+            "header lines (schema.TABLE_LEAD, when its own text does not open with them) and its rows "
+            "with their figures: the view BM25 reads and the one a node reloaded from a store renders."
         ),
     )
     detect_tables: bool = Field(
