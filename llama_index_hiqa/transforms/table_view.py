@@ -2,14 +2,14 @@
 
 Two views, chosen by ``CascadingMetadataTransform.table_view``:
 
-* ``"rows"`` (the default): the cascade, then [`table_lead`][llama_index_hiqa.transforms.table_view.table_lead] (the table's title and
+* ``"rows"``: the cascade, then [`table_lead`][llama_index_hiqa.transforms.table_view.table_lead] (the table's title and
   Markdown header lines, when the part's own text does not open with them), then the part's
   rows with their figures. The parser cuts a long table between rows until that whole view
   fits the embedding model's window, so every part is embedded by its statement's name, its
   year columns and its own figures. The lead is a metadata view key (``schema.TABLE_LEAD``),
   so a node read back from any store renders the same view, and BM25 (which reads the embed
   view) indexes what the vector holds.
-* ``"labels"``: [`HCATableNode`][llama_index_hiqa.transforms.table_view.HCATableNode], as "HiQA: A Hierarchical Contextual Augmentation RAG for
+* ``"labels"`` (the default): [`HCATableNode`][llama_index_hiqa.transforms.table_view.HCATableNode], as "HiQA: A Hierarchical Contextual Augmentation RAG for
   Multi-Documents QA" (Chen et al., appendices A.4 and B.1) embeds a table: cascade, title,
   column and row labels but not the data cells, whose numbers would make every table of a
   collection look alike. On yearly filings of one company the labels are the same in every
