@@ -1,5 +1,6 @@
 """Segments bounded by the embedding model's token window (split long, merge small siblings)."""
 
+import pytest
 from llama_index.core.schema import Document, MetadataMode
 
 from llama_index_hiqa import LayoutMarkdownParser, schema
@@ -165,16 +166,23 @@ def _rows_view_tokens(text, part, header=HEADER):
     return table_lead_tokens(COUNT, part.table_title, header) + COUNT(text[part.start : part.end])
 
 
-def test_long_table_is_split_by_rows_each_part_in_the_window_with_its_figures():
+def _labels_view_tokens(text, part):
+    from llama_index_hiqa.parsers._token_budget import table_view_tokens
+
+    return table_view_tokens(COUNT, part.table_title, part.table_columns, part.table_rows)
+
+
+@pytest.mark.parametrize("view, view_tokens", [("rows", _rows_view_tokens), ("labels", _labels_view_tokens)])
+def test_long_table_is_split_by_rows_each_part_in_the_window_of_its_view(view, view_tokens):
     text = _statement(80)
     piece = _table_piece(text)
     assert piece.table_title == "CONSOLIDATED BALANCE SHEETS" and piece.table_columns == ["(Millions)", "2018", "2017"]
     header = lambda path: 5  # noqa: E731
-    out = fit_pieces_to_window(text, [piece], COUNT, 120, header, table_view="rows")
+    out = fit_pieces_to_window(text, [piece], COUNT, 120, header, table_view=view)
     _tile(text, out)
     assert len(out) > 2 and all(p.kind == schema.KIND_TABLE for p in out)
     for part in out:
-        assert header(part.path) + _rows_view_tokens(text, part) <= 120
+        assert header(part.path) + view_tokens(text, part) <= 120
         assert part.table_title == piece.table_title and part.table_columns == piece.table_columns
         assert part.path == [A]
         # a part's own rows are exactly the labelled lines of its text
@@ -244,79 +252,37 @@ def test_split_tables_property_every_part_fits_and_every_row_appears_once():
             assert len(part.table_rows) <= 60
 
 
-def test_split_table_nodes_show_title_and_header_in_every_view_and_tile_the_document():
+def _shows_rows(node, embed):
+    """The rows view: the statement, its years and its own rows with their figures, no other part's."""
+    own = [ln for ln in node.text.splitlines() if ln.startswith("| item")]
+    return "CONSOLIDATED BALANCE SHEETS" in embed and HEADER in embed and own and all(
+        ln in embed for ln in own) and embed.count("| item") == len(own)
+
+
+def _shows_labels(node, embed):
+    """HiQA's labels view: title, column and row labels, no cell."""
+    return "CONSOLIDATED BALANCE SHEETS" in embed and "Columns: (Millions); 2018; 2017" in embed and "000" not in embed
+
+
+@pytest.mark.parametrize("view, shows", [("rows", _shows_rows), ("labels", _shows_labels)])
+def test_split_table_nodes_fit_show_their_view_and_tile_the_document(view, shows):
     text = "# Item 8. Financial Statements\n\n" + _statement(80) + "\nAfter the table.\n"
     doc = Document(text=text, metadata={schema.DOCUMENT_TITLE: "Acme 10-K", schema.DOCUMENT_ID: "acme"})
-    parser = LayoutMarkdownParser(max_segment_tokens=128, tokenizer=words, table_view="rows")
-    nodes = CascadingMetadataTransform(table_view="rows")(parser.get_nodes_from_documents([doc]))
+    parser = LayoutMarkdownParser(max_segment_tokens=128, tokenizer=words, table_view=view)
+    nodes = CascadingMetadataTransform(table_view=view)(parser.get_nodes_from_documents([doc]))
     assert "".join(n.get_content(MetadataMode.NONE) for n in nodes) == text  # tiling, no loss
     tables = [n for n in nodes if schema.get_segment_kind(n) == schema.KIND_TABLE]
     assert len(tables) > 2
-    header = "| (Millions) | 2018 | 2017 |\n|---|---|---|"
     seen = []
     for node in tables:
         embed = node.get_content(MetadataMode.EMBED)
         assert COUNT(embed) <= 128
         assert embed.startswith("Acme 10-K > Item 8 Financial Statements")  # the cascade in every part
-        assert "CONSOLIDATED BALANCE SHEETS" in embed and header in embed  # the statement and its years
-        # its own rows with their figures, and no other part's
-        own = [ln for ln in node.text.splitlines() if ln.startswith("| item")]
-        assert own and all(ln in embed for ln in own)
-        assert embed.count("| item") == len(own)
+        assert shows(node, embed)
         llm = node.get_content(MetadataMode.LLM)
-        assert header in llm and node.text.strip() in llm
+        assert HEADER in llm and node.text.strip() in llm and llm.count(HEADER) == 1
         columns, rows = schema.get_table_labels(node)
         assert columns == ["(Millions)", "2018", "2017"]
         seen += rows
-    assert schema.get_table_header(tables[0]) == "" and schema.get_table_header(tables[1]) == header
-    assert seen == [f"item{i}w0 item{i}w1 item{i}w2" for i in range(80)]
-
-
-# -- HiQA's labels view (the transform's and the parser's default) ------------------------
-def test_labels_view_long_table_is_split_by_rows_each_part_in_the_window_with_its_labels():
-    from llama_index_hiqa.parsers._token_budget import table_view_tokens
-
-    text = _statement(80)
-    piece = _table_piece(text)
-    assert piece.table_title == "CONSOLIDATED BALANCE SHEETS" and piece.table_columns == ["(Millions)", "2018", "2017"]
-    header = lambda path: 5  # noqa: E731
-    out = fit_pieces_to_window(text, [piece], COUNT, 120, header)
-    _tile(text, out)
-    assert len(out) > 2 and all(p.kind == schema.KIND_TABLE for p in out)
-    for part in out:
-        assert header(part.path) + table_view_tokens(COUNT, part.table_title, part.table_columns, part.table_rows) <= 120
-        assert part.table_title == piece.table_title and part.table_columns == piece.table_columns
-        assert part.path == [A]
-        # a part's own rows are exactly the labelled lines of its text
-        own = [ln.split("|")[1].strip() for ln in text[part.start : part.end].splitlines() if ln.startswith("| item")]
-        assert part.table_rows == own
-    assert [r for p in out for r in p.table_rows] == piece.table_rows  # every row once, in order
-    assert out[0].table_header == "" and text[out[0].start :].startswith("CONSOLIDATED")
-    for part in out[1:]:
-        assert part.table_header == "| (Millions) | 2018 | 2017 |\n|---|---|---|"
-        assert text[part.start : part.end].startswith("| item")  # cut between rows
-
-
-def test_labels_view_split_table_nodes_repeat_the_header_in_their_llm_view():
-    text = "# Item 8. Financial Statements\n\n" + _statement(80) + "\nAfter the table.\n"
-    doc = Document(text=text, metadata={schema.DOCUMENT_TITLE: "Acme 10-K", schema.DOCUMENT_ID: "acme"})
-    parser = LayoutMarkdownParser(max_segment_tokens=128, tokenizer=words)
-    nodes = CascadingMetadataTransform(table_view="labels")(parser.get_nodes_from_documents([doc]))
-    assert "".join(n.get_content(MetadataMode.NONE) for n in nodes) == text  # tiling, no loss
-    tables = [n for n in nodes if schema.get_segment_kind(n) == schema.KIND_TABLE]
-    assert len(tables) > 2
-    header = "| (Millions) | 2018 | 2017 |\n|---|---|---|"
-    seen = []
-    for node in tables:
-        embed = node.get_content(MetadataMode.EMBED)
-        assert COUNT(embed) <= 128
-        assert embed.startswith("Acme 10-K > Item 8 Financial Statements")  # the cascade in every part
-        assert "CONSOLIDATED BALANCE SHEETS" in embed and "Columns: (Millions); 2018; 2017" in embed
-        assert "000" not in embed  # labels, not cells
-        llm = node.get_content(MetadataMode.LLM)
-        assert header in llm and node.text.strip() in llm
-        columns, rows = schema.get_table_labels(node)
-        assert columns == ["(Millions)", "2018", "2017"]
-        seen += rows
-    assert schema.get_table_header(tables[0]) == "" and schema.get_table_header(tables[1]) == header
+    assert schema.get_table_header(tables[0]) == "" and schema.get_table_header(tables[1]) == HEADER
     assert seen == [f"item{i}w0 item{i}w1 item{i}w2" for i in range(80)]

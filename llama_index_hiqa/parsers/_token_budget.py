@@ -36,12 +36,14 @@ word-piece and BPE tokenizers that split on whitespace first.
 from __future__ import annotations
 
 import re
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Literal, Optional, Sequence, Tuple
 
 from llama_index_hiqa import schema
 from llama_index_hiqa.parsers._markdown_segments import Piece, row_label, table_head
 
 Path = List[Tuple[str, str, int]]
+# A table's embedding view (transforms.table_view): its rows with their figures, or HiQA's labels.
+TableView = Literal["rows", "labels"]
 TokenCounter = Callable[[str], int]
 
 # Boundaries tried in order when a unit is too long: paragraph, line, sentence, word.
@@ -135,7 +137,7 @@ def fit_pieces_to_window(
     window: int,
     header_tokens: Callable[[Path], int],
     merge: bool = True,
-    table_view: str = "labels",
+    table_view: TableView = "labels",
 ) -> List[Piece]:
     """Fit text pieces to the embedding model's window.
 
@@ -240,7 +242,7 @@ def split_table_piece(
     window: int,
     header_tokens: Callable[[Path], int],
     max_rows: int = MAX_TABLE_ROWS,
-    table_view: str = "labels",
+    table_view: TableView = "labels",
 ) -> List[Piece]:
     """``piece`` (a table) cut between rows into parts that fit ``window``.
 

@@ -35,7 +35,7 @@ import bisect
 import logging
 import re
 from collections import Counter
-from typing import Any, Callable, ClassVar, Dict, List, Literal, Optional, Sequence, Set, Tuple
+from typing import Any, Callable, ClassVar, Dict, List, Optional, Sequence, Set, Tuple
 
 from llama_index.core.bridge.pydantic import Field, PrivateAttr
 from llama_index.core.schema import BaseNode, Document, TextNode
@@ -62,7 +62,7 @@ from llama_index_hiqa.parsers._markdown_segments import (
     merge_stacked_headings,
     pieces_to_nodes,
 )
-from llama_index_hiqa.parsers._token_budget import cascade_header_counter, fit_pieces_to_window, resolve_window
+from llama_index_hiqa.parsers._token_budget import TableView, cascade_header_counter, fit_pieces_to_window, resolve_window
 from llama_index_hiqa.headings import is_report_heading, join_split_letters
 
 logger = logging.getLogger(__name__)
@@ -118,13 +118,9 @@ class LayoutMarkdownParser(PartsRoundTrip, SegmentNodeParser):
         default=True,
         description="With max_segment_tokens: merge small neighbouring segments of one section.",
     )
-    table_view: Literal["rows", "labels"] = Field(
-        default="labels",
-        description=(
-            "With max_segment_tokens: the tables' embedding view (CascadingMetadataTransform.table_view) "
-            "a long table is cut by rows to fit: 'labels' (HiQA: title, column and row labels) or "
-            "'rows' (title, header lines and the rows with their figures)."
-        ),
+    table_view: TableView = Field(
+        default="labels", description="With max_segment_tokens: the tables' embedding view a long table "
+        "is cut by rows to fit (CascadingMetadataTransform.table_view: 'labels' or 'rows').",
     )
     tables_as_nodes: bool = Field(
         default=True,

@@ -50,7 +50,7 @@ from llama_index_hiqa.component_dict import PartsRoundTrip
 from llama_index_hiqa import schema
 from llama_index_hiqa.headings import clean_inline, heading_key, markdown_heading, parse_heading_number
 from llama_index_hiqa.models.llm_calls import acall_llm, call_llm
-from llama_index_hiqa.parsers._token_budget import MAX_TABLE_ROWS
+from llama_index_hiqa.parsers._token_budget import MAX_TABLE_ROWS, TableView
 from llama_index_hiqa.schema import Heading
 from llama_index_hiqa.transforms.heading_walk import LLAMA_INDEX_HEADER_PATH, heading_paths
 from llama_index_hiqa.transforms.image_view import description_message, image_key, image_view, is_image
@@ -157,7 +157,7 @@ class CascadingMetadataTransform(PartsRoundTrip, TransformComponent):
         default=True,
         description="Give tables a table view (``table_view``); False: a table is embedded as plain text.",
     )
-    table_view: Literal["rows", "labels"] = Field(
+    table_view: TableView = Field(
         default="labels",
         description=(
             "What a table's embedding view holds. 'labels' (HiQA appendix A.4, HCATableNode): cascade, "
