@@ -77,9 +77,19 @@ VARIANTS: Dict[str, Dict[str, Any]] = {
     "finance_vocabulary_collection": {"multi_route": {"expert_vocabulary": "finance", "vocabulary_scope": "collection"}},
     # The look-alike preference of the document focus off (the period and form the question implies).
     "no_implied_period": {"document_focus": {"prefer_implied_period": False}},
+    # How many first places tables take (query time only), each rule off: the focus's table bonus
+    # for every question alike, and no limit on a page's table parts in the first places.
+    "table_bonus_by_kind": {"document_focus": {"table_weight_by_question": False}},
+    "no_table_places": {"multi_route": {"table_places": 0}},
+    "unruled_tables_bonus_by_kind": {"detect_unruled_tables": True, "document_focus": {"table_weight_by_question": False}},
+    "unruled_tables_no_table_places": {"detect_unruled_tables": True, "multi_route": {"table_places": 0}},
 }
 BUILT = ("defaults", "unruled_tables")
-RETRIEVAL_ONLY = {name: "defaults" for name in VARIANTS if name not in BUILT}
+# A retrieval-only variant loads the store of the built variant with the same ingestion.
+RETRIEVAL_ONLY = {
+    name: "unruled_tables" if settings.get("detect_unruled_tables") else "defaults"
+    for name, settings in VARIANTS.items() if name not in BUILT
+}
 VARIANT_LABELS = {
     "defaults": "HiQAPack.from_directory (defaults)",
     "unruled_tables": "HiQAPack, unruled tables as table units (detect_unruled_tables=True)",
@@ -100,6 +110,10 @@ VARIANT_LABELS = {
     "finance_vocabulary": "HiQAPack with the finance expert vocabulary inside the focused filings (expert_vocabulary='finance')",
     "finance_vocabulary_collection": "HiQAPack with the finance expert vocabulary, also over the whole collection (vocabulary_scope='collection')",
     "no_implied_period": "HiQAPack without the look-alike preference (prefer_implied_period=False; the defaults before this change)",
+    "table_bonus_by_kind": "HiQAPack, the focus's table bonus for every question (table_weight_by_question=False)",
+    "no_table_places": "HiQAPack, no limit on a page's table parts in the first places (table_places=0)",
+    "unruled_tables_bonus_by_kind": "HiQAPack, unruled tables, the focus's table bonus for every question",
+    "unruled_tables_no_table_places": "HiQAPack, unruled tables, no limit on a page's table parts in the first places",
 }
 # Rows whose questions are compared one by one with another row (moves up and down, and the
 # kind of each remaining miss): the defaults with the row without this round's change, the vocabulary rows with the row without a vocabulary.

@@ -62,6 +62,10 @@ Rendered views (written by the transforms, shown on purpose):
 ``SECTION_SUMMARY``       LLM summary of the node's section (AutoContext)
 ``IMAGE_DESCRIPTION``     for images: caption, a multimodal LLM's description (when one
                           was given) and the surrounding text (HiQA appendix A.5)
+``TABLE_LEAD``            for a table (or a part of one split by rows) whose own text does not
+                          open with them: the table's title and Markdown header lines, so
+                          the part reads as its statement's name, its year columns and its
+                          rows with their figures
 ========================  ==============================================================
 
 Structured facts (``PAGE_SPANS``, ``LAYOUT_HEADINGS``, ``IMAGES``, ``OCR_PAGES``, ``HEADING_PATH``, the table
@@ -142,6 +146,7 @@ SECTION_TITLE = "section_title"
 DOCUMENT_SUMMARY = "document_summary"
 SECTION_SUMMARY = "section_summary"
 IMAGE_DESCRIPTION = "image_description"  # image view: caption, VLM description, context
+TABLE_LEAD = "table_lead"  # table view: title and header lines a part's text does not hold
 CRITICAL_KEYWORDS = "critical_keywords"  # normalised keyword list, never embedded
 
 # --- retrieval provenance (written by retrievers/postprocessors) -----------------------
@@ -208,7 +213,7 @@ BOOKKEEPING_KEYS: Tuple[str, ...] = (
 )
 
 # The rendered views: shown to the embedding model (and, as configured, the LLM).
-VIEW_KEYS: Tuple[str, ...] = (HEADING_CASCADE, DOCUMENT_SUMMARY, SECTION_SUMMARY, IMAGE_DESCRIPTION)
+VIEW_KEYS: Tuple[str, ...] = (HEADING_CASCADE, DOCUMENT_SUMMARY, SECTION_SUMMARY, IMAGE_DESCRIPTION, TABLE_LEAD)
 
 # Keys that only make sense for a whole document and are not copied onto its segments.
 DOCUMENT_ONLY_KEYS: Tuple[str, ...] = (PAGE_SPANS, LAYOUT_HEADINGS, IMAGES, OCR_PAGES, TEXT_BOXES)

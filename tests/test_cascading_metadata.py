@@ -201,7 +201,7 @@ def test_document_title_is_not_repeated_when_it_is_the_h1():
 
 
 def test_table_embed_view_has_labels_not_cells_and_llm_view_has_everything():
-    out = CascadingMetadataTransform()(_md_nodes(file_name="nx2040.md"))
+    out = CascadingMetadataTransform(table_view="labels")(_md_nodes(file_name="nx2040.md"))
     table = _by_cascade_suffix(out, "| Pin |")
     assert isinstance(table, HCATableNode)
     assert table.metadata[schema.SEGMENT_KIND] == schema.KIND_TABLE
@@ -223,11 +223,58 @@ def test_table_facts_from_the_parser_win_and_text_is_kept():
         [["3", "Power", 1]], kind=schema.KIND_TABLE,
     )
     schema.set_table_facts(node, title="Battery specification", columns=["Item", "Value"], rows=["Capacity"])
-    (out,) = CascadingMetadataTransform()([node])
+    (out,) = CascadingMetadataTransform(table_view="labels")([node])
     embed = out.get_content(MetadataMode.EMBED)
     assert "Battery specification" in embed and "Capacity" in embed
     assert "13,000" not in embed
     assert "13,000 mAh" in out.get_content(MetadataMode.LLM)
+
+
+def test_table_rows_view_embeds_the_figures_and_reads_back_the_same_from_a_store():
+    out = CascadingMetadataTransform(table_view="rows")(_md_nodes(file_name="nx2040.md"))
+    table = _by_cascade_suffix(out, "| Pin |")
+    assert type(table) is TextNode and table.metadata[schema.SEGMENT_KIND] == schema.KIND_TABLE
+    embed = table.get_content(MetadataMode.EMBED)
+    assert embed.splitlines()[0] == "NX-2040 Datasheet > 4 Specifications > 4.3 Pin functions"
+    assert "| 3 | EN | 5.5 |" in embed and "Table 4-1 Pin functions" in embed
+    assert schema.TABLE_LEAD not in table.metadata  # its text holds its title and header
+    # What a store gives back (a plain node from its JSON) renders the same view: BM25 and the
+    # vector read one text.
+    again = TextNode.model_validate_json(table.model_dump_json())
+    assert again.get_content(MetadataMode.EMBED) == embed
+
+
+def test_a_later_part_of_a_table_shows_its_title_and_header_before_its_rows():
+    node = _segment("| Net sales | 32,765 | 31,657 |\n| Cost of sales | 16,682 | 16,055 |",
+                    [["8", "Consolidated Statement of Income", 2]], kind=schema.KIND_TABLE, title="3M 10-K 2018")
+    schema.set_table_facts(node, title="Years ended December 31", columns=["(Millions)", "2018", "2017"],
+                           rows=["Net sales", "Cost of sales"], header="| (Millions) | 2018 | 2017 |\n|---|---|---|")
+    (out,) = CascadingMetadataTransform(table_view="rows")([node])
+    embed = out.get_content(MetadataMode.EMBED)
+    assert embed.splitlines() == [
+        "3M 10-K 2018 > 8 Consolidated Statement of Income", "Years ended December 31",
+        "| (Millions) | 2018 | 2017 |", "|---|---|---|", "", "| Net sales | 32,765 | 31,657 |",
+        "| Cost of sales | 16,682 | 16,055 |",
+    ]
+    assert out.get_content(MetadataMode.LLM).count("| (Millions) | 2018 | 2017 |") == 1
+    assert TextNode.model_validate_json(out.model_dump_json()).get_content(MetadataMode.EMBED) == embed
+    # Run again (a node read back from a store goes through the transform again): one lead.
+    (twice,) = CascadingMetadataTransform(table_view="rows")([TextNode.model_validate_json(out.model_dump_json())])
+    assert twice.get_content(MetadataMode.EMBED) == embed
+    # The labels view leaves the lead out (HCATableNode repeats the header in its LLM view).
+    (labels,) = CascadingMetadataTransform(table_view="labels")([TextNode.model_validate_json(out.model_dump_json())])
+    assert schema.TABLE_LEAD not in labels.metadata and "32,765" not in labels.get_content(MetadataMode.EMBED)
+    assert labels.get_content(MetadataMode.LLM).count("| (Millions) | 2018 | 2017 |") == 1
+
+
+def test_table_lead_leaves_out_what_the_text_or_the_cascade_already_shows():
+    from llama_index_hiqa.transforms.table_view import table_lead
+
+    header = "| Item | 2018 |\n|---|---|"
+    assert table_lead("**Balance Sheet**\n\n| Item | 2018 |\n|---|---|\n| Cash | 1 |", "Balance Sheet", header) == ""
+    assert table_lead("| Cash | 1 |", "Balance Sheet", header) == "Balance Sheet\n| Item | 2018 |\n|---|---|"
+    assert table_lead("| Cash | 1 |", "Balance Sheet", header, own_heading="Balance sheet") == header
+    assert table_lead("| Cash | 1 |", "", "") == ""
 
 
 def test_text_with_prose_around_a_table_is_not_treated_as_a_table():

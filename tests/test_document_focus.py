@@ -203,7 +203,7 @@ def test_a_document_seen_only_where_a_full_head_is_cut_is_not_focused():
     "question, signal",
     [
         ("acme consolidated statement of cash flows", "heading_weight"),
-        ("acme capital spending", "table_weight"),
+        ("how much was acme capital spending", "table_weight"),  # a question for a figure: the whole bonus
         ("acme capital spending in the statement of cash flows", "heading_words_weight"),
     ],
 )

@@ -172,7 +172,7 @@ _SMALL = Document(
     id_="NX-2047", metadata={"title": "NX-2047 Regulator"},
 )
 # What a loaded store cannot show: these shape ingestion, so they are tried on a new pack.
-_INGESTION = {"use_llm_formatter", "use_cascade", "describe_figures", "detect_unruled_tables", "use_chunk_graph",
+_INGESTION = {"use_llm_formatter", "use_cascade", "describe_figures", "detect_unruled_tables", "table_view", "use_chunk_graph",
               "max_segment_chars", "max_segment_tokens", "show_progress", "ingest_batch_size", "ingest_workers",
               "embed_backend", "store_format"}
 

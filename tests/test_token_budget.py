@@ -1,5 +1,6 @@
 """Segments bounded by the embedding model's token window (split long, merge small siblings)."""
 
+import pytest
 from llama_index.core.schema import Document, MetadataMode
 
 from llama_index_hiqa import LayoutMarkdownParser, schema
@@ -154,18 +155,34 @@ def _table_piece(text, path=(A,)):
     return Piece(0, len(text), list(path), schema.KIND_TABLE, title, columns, rows)
 
 
-def test_long_table_is_split_by_rows_each_part_in_the_window_with_its_labels():
+HEADER = "| (Millions) | 2018 | 2017 |\n|---|---|---|"
+
+
+def _rows_view_tokens(text, part, header=HEADER):
+    """The most a part's rows view can hold: its title and header lines (its lead, or the
+    caption and header its text opens with) and its text."""
+    from llama_index_hiqa.parsers._token_budget import table_lead_tokens
+
+    return table_lead_tokens(COUNT, part.table_title, header) + COUNT(text[part.start : part.end])
+
+
+def _labels_view_tokens(text, part):
     from llama_index_hiqa.parsers._token_budget import table_view_tokens
 
+    return table_view_tokens(COUNT, part.table_title, part.table_columns, part.table_rows)
+
+
+@pytest.mark.parametrize("view, view_tokens", [("rows", _rows_view_tokens), ("labels", _labels_view_tokens)])
+def test_long_table_is_split_by_rows_each_part_in_the_window_of_its_view(view, view_tokens):
     text = _statement(80)
     piece = _table_piece(text)
     assert piece.table_title == "CONSOLIDATED BALANCE SHEETS" and piece.table_columns == ["(Millions)", "2018", "2017"]
     header = lambda path: 5  # noqa: E731
-    out = fit_pieces_to_window(text, [piece], COUNT, 120, header)
+    out = fit_pieces_to_window(text, [piece], COUNT, 120, header, table_view=view)
     _tile(text, out)
     assert len(out) > 2 and all(p.kind == schema.KIND_TABLE for p in out)
     for part in out:
-        assert header(part.path) + table_view_tokens(COUNT, part.table_title, part.table_columns, part.table_rows) <= 120
+        assert header(part.path) + view_tokens(text, part) <= 120
         assert part.table_title == piece.table_title and part.table_columns == piece.table_columns
         assert part.path == [A]
         # a part's own rows are exactly the labelled lines of its text
@@ -197,7 +214,7 @@ def test_table_parts_hold_at_most_the_labels_the_view_shows():
 def test_split_tables_property_every_part_fits_and_every_row_appears_once():
     import random
 
-    from llama_index_hiqa.parsers._token_budget import MIN_TEXT_TOKENS, table_view_tokens
+    from llama_index_hiqa.parsers._token_budget import MIN_TEXT_TOKENS, table_lead_tokens
 
     rng = random.Random(7)
     for trial in range(60):
@@ -216,41 +233,56 @@ def test_split_tables_property_every_part_fits_and_every_row_appears_once():
         tables = find_tables(text, 0, len(text))
         start, end, title, columns, labels = tables[0]
         piece = Piece(start, end, [A], schema.KIND_TABLE, title, columns, labels)
-        out = fit_pieces_to_window(text[: end], [piece], COUNT, window, lambda p: head)
+        out = fit_pieces_to_window(text[: end], [piece], COUNT, window, lambda p: head, table_view="rows")
         assert out[0].start == start and out[-1].end == end
         for left, right in zip(out, out[1:]):
             assert left.end == right.start
         assert [r for p in out for r in p.table_rows] == labels, trial
+        caption_chars = text.index("|---|", start) + len("|---|") - start
+        caption = COUNT(text[start : start + caption_chars])
+        fixed = head + table_lead_tokens(COUNT, title, "| Item | 2023 |\n|---|---|") + caption
         for part in out:
-            fixed = head + table_view_tokens(COUNT, part.table_title, part.table_columns, ())
-            fits = fixed + table_view_tokens(COUNT, "", (), part.table_rows) <= window
-            # Over the window only when one row alone does not fit beside the title and columns,
+            rows = COUNT(text[part.start : part.end]) - (caption if part is out[0] else 0)
+            fits = fixed + rows <= window
+            # Over the window only when one row alone does not fit beside the title and header,
             # or when they leave less than MIN_TEXT_TOKENS for the rows (never squeezed below it).
-            floor = table_view_tokens(COUNT, "", (), part.table_rows) - COUNT("Rows:") <= MIN_TEXT_TOKENS
-            assert fits or len(part.table_rows) == 1 or (window - fixed < MIN_TEXT_TOKENS + 1 and floor), trial
+            floor = rows <= MIN_TEXT_TOKENS
+            own_lines = [ln for ln in text[max(part.start, start + caption_chars) : part.end].splitlines() if ln.strip()]
+            assert fits or len(own_lines) == 1 or (window - fixed < MIN_TEXT_TOKENS + 1 and floor), trial
             assert len(part.table_rows) <= 60
 
 
-def test_split_table_nodes_repeat_the_header_in_their_llm_view_and_tile_the_document():
+def _shows_rows(node, embed):
+    """The rows view: the statement, its years and its own rows with their figures, no other part's."""
+    own = [ln for ln in node.text.splitlines() if ln.startswith("| item")]
+    return "CONSOLIDATED BALANCE SHEETS" in embed and HEADER in embed and own and all(
+        ln in embed for ln in own) and embed.count("| item") == len(own)
+
+
+def _shows_labels(node, embed):
+    """HiQA's labels view: title, column and row labels, no cell."""
+    return "CONSOLIDATED BALANCE SHEETS" in embed and "Columns: (Millions); 2018; 2017" in embed and "000" not in embed
+
+
+@pytest.mark.parametrize("view, shows", [("rows", _shows_rows), ("labels", _shows_labels)])
+def test_split_table_nodes_fit_show_their_view_and_tile_the_document(view, shows):
     text = "# Item 8. Financial Statements\n\n" + _statement(80) + "\nAfter the table.\n"
     doc = Document(text=text, metadata={schema.DOCUMENT_TITLE: "Acme 10-K", schema.DOCUMENT_ID: "acme"})
-    parser = LayoutMarkdownParser(max_segment_tokens=128, tokenizer=words)
-    nodes = CascadingMetadataTransform()(parser.get_nodes_from_documents([doc]))
+    parser = LayoutMarkdownParser(max_segment_tokens=128, tokenizer=words, table_view=view)
+    nodes = CascadingMetadataTransform(table_view=view)(parser.get_nodes_from_documents([doc]))
     assert "".join(n.get_content(MetadataMode.NONE) for n in nodes) == text  # tiling, no loss
     tables = [n for n in nodes if schema.get_segment_kind(n) == schema.KIND_TABLE]
     assert len(tables) > 2
-    header = "| (Millions) | 2018 | 2017 |\n|---|---|---|"
     seen = []
     for node in tables:
         embed = node.get_content(MetadataMode.EMBED)
         assert COUNT(embed) <= 128
         assert embed.startswith("Acme 10-K > Item 8 Financial Statements")  # the cascade in every part
-        assert "CONSOLIDATED BALANCE SHEETS" in embed and "Columns: (Millions); 2018; 2017" in embed
-        assert "000" not in embed  # labels, not cells
+        assert shows(node, embed)
         llm = node.get_content(MetadataMode.LLM)
-        assert header in llm and node.text.strip() in llm
+        assert HEADER in llm and node.text.strip() in llm and llm.count(HEADER) == 1
         columns, rows = schema.get_table_labels(node)
         assert columns == ["(Millions)", "2018", "2017"]
         seen += rows
-    assert schema.get_table_header(tables[0]) == "" and schema.get_table_header(tables[1]) == header
+    assert schema.get_table_header(tables[0]) == "" and schema.get_table_header(tables[1]) == HEADER
     assert seen == [f"item{i}w0 item{i}w1 item{i}w2" for i in range(80)]

@@ -56,18 +56,21 @@ def max_retries_field(retried: str = "a failing LLM call") -> Any:
         retried: What is retried, as the field's description says it.
 
     Returns:
-        A pydantic ``Field`` (default 2, at least 0).
+        A pydantic ``Field`` (default 2, 0 to 10: a larger count is a typo, not a policy).
     """
-    return Field(default=2, ge=0, description=f"Retries of {retried}.")
+    return Field(default=2, ge=0, le=10, description=f"Retries of {retried} (0 to 10).")
 
 
 def retry_backoff_field() -> Any:
     """The ``retry_backoff_seconds`` field of an LLM component.
 
     Returns:
-        A pydantic ``Field`` (default 1.0 s, at least 0).
+        A pydantic ``Field`` (default 1.0 s, 0 to 60 s).
     """
-    return Field(default=1.0, ge=0, description="First wait before a retry after an LLM error; doubles on every further retry.")
+    return Field(
+        default=1.0, ge=0, le=60,
+        description="First wait before a retry after an LLM error, 0 to 60 seconds; doubles on every further retry.",
+    )
 
 
 def timeout_field(default: float) -> Any:
@@ -77,9 +80,9 @@ def timeout_field(default: float) -> Any:
         default: The component's time limit of one call, in seconds.
 
     Returns:
-        A pydantic ``Field`` (positive, or None for no limit).
+        A pydantic ``Field`` (positive up to an hour, or None for no limit).
     """
-    return Field(default=default, gt=0, description="Time limit of one LLM call (None: no limit).")
+    return Field(default=default, gt=0, le=3600, description="Time limit of one LLM call, up to 3,600 seconds (None: no limit).")
 
 
 # --- waiting ----------------------------------------------------------------------------------

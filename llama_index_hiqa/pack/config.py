@@ -123,6 +123,13 @@ class HiQAPackSettings(SettingsModel):
         description="PDFLayoutReader's fast engine also renders tables without rules (aligned value "
         "columns under their header row) as table units; off until measured on the product path.",
     )
+    table_view: Optional[Literal["rows", "labels"]] = Field(
+        default=None,
+        description="The tables' embedding view (CascadingMetadataTransform.table_view; long tables are cut "
+        "by rows to fit it): 'rows' (title, header lines and rows with their figures) or 'labels' (HiQA: "
+        "title, column and row labels). None: 'rows' with detect_unruled_tables (statements, whose labels "
+        "every year's filing shares), else 'labels'.",
+    )
     keywords: PackKeywordSettings = Field(
         default_factory=PackKeywordSettings,
         description="CriticalKeywordExtractor settings for ingestion and queries, e.g. "
@@ -206,6 +213,13 @@ class HiQAPackSettings(SettingsModel):
         "memory). None: embedded, unless use_chunk_graph is on or a vector_store is given (both "
         "kept by the folder store only).",
     )
+
+    @property
+    def tables_embedded_by(self) -> Literal["rows", "labels"]:
+        """The tables' embedding view: ``table_view``, or by ``detect_unruled_tables`` when unset."""
+        if self.table_view is not None:
+            return self.table_view
+        return "rows" if self.detect_unruled_tables else "labels"
 
     def new_store_format(self, own_vector_store: bool = False) -> Literal["folder", "embedded"]:
         """The format a new store folder is written in: ``store_format`` when set, else the
@@ -393,7 +407,7 @@ def build_parser(
     if window is not None:
         tokenizer, size = window
         size = size if config.max_segment_tokens == "auto" else min(size, int(config.max_segment_tokens))
-        layout_kwargs.update(tokenizer=tokenizer, max_segment_tokens=size)
+        layout_kwargs.update(tokenizer=tokenizer, max_segment_tokens=size, table_view=config.tables_embedded_by)
     return LayoutMarkdownParser(show_progress=config.show_progress, **layout_kwargs)
 
 

@@ -76,7 +76,8 @@ def ingestion_stages(
         multimodal = llm if config.describe_figures else None
         if config.describe_figures and llm is None:
             logger.warning("describe_figures is set but the pack has no LLM: figures are embedded by caption and context only")
-        cascade = CascadingMetadataTransform(show_progress=config.show_progress, multimodal_llm=multimodal)
+        cascade = CascadingMetadataTransform(
+            show_progress=config.show_progress, multimodal_llm=multimodal, table_view=config.tables_embedded_by)
         stages.append(TimedTransform(stage="cascade", inner=cascade))
     stages.append(TimedTransform(stage="keywords", inner=keywords if keywords is not None else keyword_extractor(config)))
     if embed_model is not None:

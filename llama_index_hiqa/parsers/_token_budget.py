@@ -18,13 +18,15 @@ the heading cut and before the nodes are made:
 Pieces still tile the document: splits and merges only move boundaries between adjacent
 pieces, never drop or repeat a character.
 
-Tables are embedded by their labels, not their cells (HiQA appendix A.4, B.1: cascade, title,
-"Columns: ...", "Rows: ..."), so a table's cost is that view: a financial statement's sixty
-row labels run to 600 word pieces, of which the model reads the first 256.
-[`split_table_piece`][llama_index_hiqa.parsers._token_budget.split_table_piece] cuts such a table between rows into parts whose view fits; every
+With the ``rows`` view (``transforms.table_view``) a table is embedded by its cascade, its
+title and header lines and its rows with their figures, so a table's cost is that view: a
+financial statement of sixty rows runs to well over 256 word pieces, of which the model reads
+the first 256. [`split_table_piece`][llama_index_hiqa.parsers._token_budget.split_table_piece] cuts such a table between rows into parts whose view fits; every
 part keeps the table's title, column labels and cascade, lists only its own rows, and a later
-part carries the table's Markdown header lines (``schema.TABLE_HEADER``), repeated in its LLM
-view. Table parts are never merged.
+part carries the table's Markdown header lines (``schema.TABLE_HEADER``), shown again before
+its rows (``schema.TABLE_LEAD``). With HiQA's labels view (appendix A.4: cascade, title,
+"Columns: ...", "Rows: ..." without the cells) a part's cost is its labels instead: a financial
+statement's sixty row labels run to 600 word pieces. Table parts are never merged.
 
 Token counts come from the model's own tokenizer (any LlamaIndex-style ``tokenizer`` callable:
 text -> list of tokens); the counts of adjacent units are summed, which is exact for
@@ -34,12 +36,14 @@ word-piece and BPE tokenizers that split on whitespace first.
 from __future__ import annotations
 
 import re
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Literal, Optional, Sequence, Tuple
 
 from llama_index_hiqa import schema
 from llama_index_hiqa.parsers._markdown_segments import Piece, row_label, table_head
 
 Path = List[Tuple[str, str, int]]
+# A table's embedding view (transforms.table_view): its rows with their figures, or HiQA's labels.
+TableView = Literal["rows", "labels"]
 TokenCounter = Callable[[str], int]
 
 # Boundaries tried in order when a unit is too long: paragraph, line, sentence, word.
@@ -133,6 +137,7 @@ def fit_pieces_to_window(
     window: int,
     header_tokens: Callable[[Path], int],
     merge: bool = True,
+    table_view: TableView = "labels",
 ) -> List[Piece]:
     """Fit text pieces to the embedding model's window.
 
@@ -146,6 +151,8 @@ def fit_pieces_to_window(
         window: the model's window, in tokens.
         header_tokens: what the cascade of a node with a given heading path costs, in tokens.
         merge: whether small neighbours are merged.
+        table_view: the tables' embedding view, ``"rows"`` or ``"labels"`` (what a table part's
+            cost is: [`split_table_piece`][llama_index_hiqa.parsers._token_budget.split_table_piece]).
 
     Returns:
         The pieces, still tiling ``text``.
@@ -153,7 +160,8 @@ def fit_pieces_to_window(
     split: List[Tuple[Piece, int]] = []  # piece, its text tokens
     for piece in pieces:
         if piece.kind == schema.KIND_TABLE:
-            split.extend((part, -1) for part in split_table_piece(text, piece, count, window, header_tokens))
+            split.extend((part, -1) for part in split_table_piece(
+                text, piece, count, window, header_tokens, table_view=table_view))
             continue
         if piece.kind != schema.KIND_TEXT:
             split.append((piece, -1))
@@ -187,7 +195,7 @@ def fit_pieces_to_window(
 
 
 def table_view_tokens(count: TokenCounter, title: str, columns: Sequence[str], rows: Sequence[str]) -> int:
-    """Tokens of a table's embedding view without its cascade.
+    """Tokens of a table's labels view without its cascade.
 
     Title, ``Columns: a; b`` and ``Rows: r1; r2`` lines (the view
     [`HCATableNode`][llama_index_hiqa.transforms.table_view.HCATableNode] renders), each label
@@ -210,6 +218,23 @@ def table_view_tokens(count: TokenCounter, title: str, columns: Sequence[str], r
     return total
 
 
+def table_lead_tokens(count: TokenCounter, title: str, header: str) -> int:
+    """Tokens of the most a table part's lead can add to its view: its title and header lines.
+
+    The ``rows`` view ([`table_lead`][llama_index_hiqa.transforms.table_view.table_lead]) shows
+    them before a part whose text does not hold them.
+
+    Args:
+        count: the token counter.
+        title: the table's title (``""`` for none).
+        header: its Markdown header lines (``""`` for none).
+
+    Returns:
+        The token count.
+    """
+    return (count(title) + 1 if title else 0) + sum(count(line) + 1 for line in header.splitlines() if line.strip())
+
+
 def split_table_piece(
     text: str,
     piece: Piece,
@@ -217,12 +242,19 @@ def split_table_piece(
     window: int,
     header_tokens: Callable[[Path], int],
     max_rows: int = MAX_TABLE_ROWS,
+    table_view: TableView = "labels",
 ) -> List[Piece]:
     """``piece`` (a table) cut between rows into parts that fit ``window``.
 
-    Each part's embedding view (cascade, title, column labels, its own row labels) fits
-    ``window`` and lists at most ``max_rows`` rows. The parts tile the piece; the first keeps
-    the caption and header lines in its text, the others carry them in ``table_header``.
+    Each part's embedding view fits ``window``, and a part lists at most ``max_rows`` rows.
+    The ``rows`` view is the cascade, the table's title and header lines and the part's rows
+    with their figures: the caption and header lines the piece opens with are counted in every
+    part (the first holds them in its text, the others show them as their lead), and a cut
+    may fall before any row line. The ``labels`` view is the cascade, title, column labels and
+    the part's row labels: a cut falls before a labelled row. The parts tile the piece; the
+    first keeps the caption and header lines in its text, the others carry the header in
+    ``table_header``. A single row longer than the budget is a part of its own (over the
+    window: the model reads its first word pieces).
 
     Args:
         text: the Markdown text.
@@ -231,36 +263,49 @@ def split_table_piece(
         window: the model's window, in tokens.
         header_tokens: what the cascade of a node with a given heading path costs, in tokens.
         max_rows: the most rows a part lists.
+        table_view: ``"rows"`` or ``"labels"`` (``CascadingMetadataTransform.table_view``).
 
     Returns:
         The parts, in order; ``[piece]`` when it fits already.
     """
-    fixed = header_tokens(piece.path) + table_view_tokens(count, piece.table_title, piece.table_columns, ())
-    if len(piece.table_rows) <= max_rows and fixed + table_view_tokens(count, "", (), piece.table_rows) <= window:
-        return [piece]
-    budget = max(MIN_TEXT_TOKENS, window - fixed - count("Rows:"))
     rows_from, head = table_head(text, piece.start, piece.end)
     header = head or piece.table_header
-    lines: List[Tuple[int, str]] = []  # line start, its row label
+    by_rows = table_view == "rows"
+    if by_rows:
+        fixed = (header_tokens(piece.path) + table_lead_tokens(count, piece.table_title, header)
+                 + count(text[piece.start : rows_from]))
+        budget = max(MIN_TEXT_TOKENS, window - fixed)
+        fits = count(text[rows_from : piece.end]) <= budget
+    else:
+        fixed = header_tokens(piece.path) + table_view_tokens(count, piece.table_title, piece.table_columns, ())
+        budget = max(MIN_TEXT_TOKENS, window - fixed - count("Rows:"))
+        fits = fixed + table_view_tokens(count, "", (), piece.table_rows) <= window
+    if len(piece.table_rows) <= max_rows and fits:
+        return [piece]
+    lines: List[Tuple[int, str, int]] = []  # line start, its row label, its tokens in the view
     offset = rows_from
     for line in text[rows_from : piece.end].splitlines(keepends=True):
-        lines.append((offset, row_label(line)))
+        label = row_label(line)
+        cost = (count(line) if line.strip() else 0) if by_rows else (count(label) + 1 if label else 0)
+        lines.append((offset, label, cost))
         offset += len(line)
-    labelled = [i for i, (_, label) in enumerate(lines) if label]
+    labelled = [i for i, (_, label, _) in enumerate(lines) if label]
     # A header row without a |---| line is the columns, not a row (as the parser reads it).
     if len(labelled) == len(piece.table_rows) + 1 and [lines[i][1] for i in labelled[1:]] == piece.table_rows:
-        lines[labelled[0]] = (lines[labelled[0]][0], "")
+        lines[labelled[0]] = (lines[labelled[0]][0], "", lines[labelled[0]][2] if by_rows else 0)
     parts: List[Piece] = []
-    part_start, used = piece.start, 0
+    part_start, used, held = piece.start, 0, 0
     labels: List[str] = []
-    for line_start, label in lines:
-        cost = count(label) + 1 if label else 0
-        if label and labels and (used + cost > budget or len(labels) >= max_rows):
+    for line_start, label, cost in lines:
+        # A cut before any row (an unlabelled one continues the row above, but its figures
+        # cost as much), never before the part holds one.
+        if cost and held and (used + cost > budget or (label and len(labels) >= max_rows)):
             parts.append(_table_part(piece, part_start, line_start, labels, header))
-            part_start, used, labels = line_start, 0, []
+            part_start, used, held, labels = line_start, 0, 0, []
         if label:
             labels.append(label)
-            used += cost
+        used += cost
+        held += 1 if cost else 0
     parts.append(_table_part(piece, part_start, piece.end, labels, header))
     return parts
 

@@ -62,7 +62,7 @@ from llama_index_hiqa.parsers._markdown_segments import (
     merge_stacked_headings,
     pieces_to_nodes,
 )
-from llama_index_hiqa.parsers._token_budget import cascade_header_counter, fit_pieces_to_window, resolve_window
+from llama_index_hiqa.parsers._token_budget import TableView, cascade_header_counter, fit_pieces_to_window, resolve_window
 from llama_index_hiqa.headings import is_report_heading, join_split_letters
 
 logger = logging.getLogger(__name__)
@@ -117,6 +117,10 @@ class LayoutMarkdownParser(PartsRoundTrip, SegmentNodeParser):
     merge_small_segments: bool = Field(
         default=True,
         description="With max_segment_tokens: merge small neighbouring segments of one section.",
+    )
+    table_view: TableView = Field(
+        default="labels", description="With max_segment_tokens: the tables' embedding view a long table "
+        "is cut by rows to fit (CascadingMetadataTransform.table_view: 'labels' or 'rows').",
     )
     tables_as_nodes: bool = Field(
         default=True,
@@ -274,7 +278,8 @@ class LayoutMarkdownParser(PartsRoundTrip, SegmentNodeParser):
         count, size = window
         title = str((metadata or {}).get(schema.DOCUMENT_TITLE) or "")
         return fit_pieces_to_window(
-            text, pieces, count, size, cascade_header_counter(count, title), merge=self.merge_small_segments
+            text, pieces, count, size, cascade_header_counter(count, title), merge=self.merge_small_segments,
+            table_view=self.table_view,
         )
 
     def detect_headings(self, text: str, metadata: Dict[str, Any]) -> List[HeadingMark]:

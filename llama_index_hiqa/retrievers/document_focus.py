@@ -22,8 +22,9 @@ them again with signals that separate pages of one document:
   its embedding is merely close to; with an expert vocabulary the words of the terms its
   concepts add count as named ("quick ratio" names the balance sheet, "legal battles" Legal
   Proceedings);
-* a bonus for table-like nodes (a ``table`` segment, or text that is mostly numbers): the
-  questions such collections get ask for values, and values live in tables;
+* a bonus for table-like nodes (a ``table`` segment, or text that is mostly numbers), as
+  large as the question asks for figures ([`table_places`][llama_index_hiqa.retrievers.table_places]): values live in tables, reasons and
+  events in prose;
 
 then lists one node per page before a second node of any page, so the top k shows k places.
 
@@ -57,7 +58,7 @@ from llama_index.core.storage.docstore.types import BaseDocumentStore
 
 from llama_index_hiqa import schema
 from llama_index_hiqa.questions import CleanQuestions, question_bundle
-from llama_index_hiqa.retrievers import document_period, focus_share
+from llama_index_hiqa.retrievers import document_period, focus_share, table_places
 from llama_index_hiqa.retrievers.multi_route import VOCABULARY, MultiRouteRetriever, Ranking
 from llama_index_hiqa.retrievers.question_rewrite import QuestionRewriter, with_rewrite
 from llama_index_hiqa.retrievers.routes import QuestionKeywords
@@ -648,16 +649,32 @@ class DocumentFocusRetriever(CleanQuestions, BaseRetriever):
         routes = self.multi_route.scores_within(query, union, failed, keywords)
         heading = self._heading_similarity(query, facts)
         named = self._heading_words(query, facts, expansion)
-        return {g: self._ranked(ids, facts, routes, heading, named) for g, ids in groups.items() if ids}
+        table_weight = self.question_table_weight(query.query_str or "")
+        return {g: self._ranked(ids, facts, routes, heading, named, table_weight) for g, ids in groups.items() if ids}
+
+    def question_table_weight(self, question: str) -> float:
+        """The table bonus for ``question``: ``table_weight`` scaled by how much the question
+        asks for figures ([`figure_demand`][llama_index_hiqa.retrievers.table_places.figure_demand]),
+        for table parts and numeric text alike; the whole bonus with ``table_weight_by_question`` off.
+
+        Args:
+            question: the question's text (as asked, not expanded).
+
+        Returns:
+            The weight of the table bonus t.
+        """
+        if not self.config.table_weight_by_question:
+            return self.config.table_weight
+        return self.config.table_weight * table_places.figure_demand(question)
 
     def _ranked(
         self, ids: Sequence[str], facts: Mapping[str, "_NodeFacts"], routes: Mapping[str, Mapping[str, float]],
-        heading: Mapping[str, float], named: Mapping[str, float],
+        heading: Mapping[str, float], named: Mapping[str, float], table_weight: float,
     ) -> RankedRows:
         table = {i: facts[i].table for i in ids}
         alpha = self.multi_route.config.alpha
         fused = focus_scores(
-            ids, routes[VECTOR], routes[BM25], heading, table, alpha, self.config.heading_weight, self.config.table_weight,
+            ids, routes[VECTOR], routes[BM25], heading, table, alpha, self.config.heading_weight, table_weight,
             named, self.config.heading_words_weight,
         )
         ranked = sorted(ids, key=lambda i: (-fused[i], i))

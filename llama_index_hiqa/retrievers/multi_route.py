@@ -64,7 +64,7 @@ from llama_index_hiqa.errors import RetrievalRouteError, UnknownNodeError
 from llama_index_hiqa.events import MultiRouteRetrievalEndEvent
 from llama_index_hiqa.indexes.keyword_index import KeywordIndex, normalize_keyword
 from llama_index_hiqa.questions import CleanQuestions, question_bundle
-from llama_index_hiqa.retrievers import fusion, route_parts, title_match
+from llama_index_hiqa.retrievers import fusion, route_parts, table_places, title_match
 from llama_index_hiqa.retrievers.bm25_route import BM25Route
 from llama_index_hiqa.retrievers.node_collection import NodeCollection
 from llama_index_hiqa.retrievers.route_parts import RouteParts
@@ -453,6 +453,41 @@ class MultiRouteRetriever(CleanQuestions, BaseRetriever):
             rrf_k=c.rrf_k, candidates_per_route=c.candidates_per_route, top_k=top_k, candidates=candidates,
         )
 
+    def spread_tables(
+        self, question: str, fused: List[Tuple[str, float]], known_nodes: Optional[Mapping[str, BaseNode]] = None,
+    ) -> List[Tuple[str, float]]:
+        """``fused`` with at most one table part of a page in its first ``table_places`` places,
+        unless the question asks for figures ([`table_places`][llama_index_hiqa.retrievers.table_places]).
+
+        Only the first ``4 × table_places`` ids are read (their kind and page): a page with
+        more parts than that among them keeps the rest where they were.
+
+        Args:
+            question: the question's text (as asked, not expanded).
+            fused: ``(node id, score)`` pairs, best first.
+            known_nodes: nodes already at hand (the others are read by `nodes_by_id`).
+
+        Returns:
+            The pairs, reordered.
+        """
+        places = self.config.table_places
+        if not places or not fused or table_places.asks_for_figures(question):
+            return fused
+        window = [node_id for node_id, _ in fused[: 4 * places]]
+        known = known_nodes or {}
+        missing = [node_id for node_id in window if node_id not in known]
+        nodes = {**known, **self.nodes_by_id(missing)} if missing else known
+        page_of: Dict[str, Any] = {}
+        tables = set()
+        for node_id in window:
+            node = nodes.get(node_id)
+            if node is None or schema.get_segment_kind(node) != schema.KIND_TABLE:
+                continue
+            pages = schema.get_page_range(node)
+            tables.add(node_id)
+            page_of[node_id] = None if pages is None else (schema.get_document_id(node), pages[0])
+        return table_places.spread_table_parts(fused, page_of, tables, places)
+
     def results_for(
         self,
         ranked: Sequence[Tuple[str, float]],
@@ -483,7 +518,7 @@ class MultiRouteRetriever(CleanQuestions, BaseRetriever):
         if enabled and all(route in errors for route in enabled):
             raise RetrievalRouteError(dict(errors))
         vector, bm25, counts = scores[VECTOR], scores[BM25], scores[KEYWORDS]
-        fused = self.fuse_scores(vector, bm25, counts, self.config.similarity_top_k)
+        fused = self.spread_tables(query, self.fuse_scores(vector, bm25, counts, self.config.similarity_top_k), vector.nodes)
         per_node = {
             node_id: {VECTOR: vector.get(node_id), BM25: bm25.get(node_id), KEYWORDS: float(counts.get(node_id, 0.0))}
             for node_id, _ in fused
@@ -618,7 +653,8 @@ class MultiRouteRetriever(CleanQuestions, BaseRetriever):
         routes = self.route_set()
         scores = routes.ask(bundle, self.config.candidates_per_route, errors, concurrent=False, keywords=keywords)
         counts = scores[KEYWORDS]
-        first = [node_id for node_id, _ in self.fuse_scores(scores[VECTOR], scores[BM25], counts)]
+        first = [node_id for node_id, _ in self.spread_tables(
+            question.query_str or "", self.fuse_scores(scores[VECTOR], scores[BM25], counts), scores[VECTOR].nodes)]
         seen = set(first)
         rest = [node_id for node_id in nodes if node_id not in seen]
         if not rest:

@@ -151,6 +151,15 @@ class RouteFusionSettings(SettingsModel):
         "alone. Each result's route_scores['vocabulary'] shows what was added.",
     )
 
+    table_places: int = Field(
+        default=5,
+        ge=0,
+        le=MAX_TOP_K,
+        description="In this many first places of the fused ranking, at most one table part of a page "
+        "unless the question asks for figures (table_places.asks_for_figures); the page's other parts "
+        f"follow right after them. 0: no limit (0 to {MAX_TOP_K}).",
+    )
+
     vocabulary_scope: Literal["documents", "collection"] = Field(
         default="documents",
         description="Where expert_vocabulary applies: 'documents' scores the nodes inside the documents a "
@@ -240,6 +249,13 @@ class DocumentFocusSettings(SettingsModel):
         le=MAX_WEIGHT,
         description="Bonus (0 to 100) of a table-like node: a table segment, or text whose share of "
         "number tokens is at least table_number_share.",
+    )
+    table_weight_by_question: bool = Field(
+        default=True,
+        description="Scale the table bonus by how much the question asks for figures "
+        "(table_places.figure_demand: 1 for 'how much' or 'what was the X in FY2018', 0.5 for a "
+        "question that names a financial measure, 0 for one that does not, halved for 'why' and "
+        "'what drove'); False: the whole bonus for every question.",
     )
     table_number_share: float = Field(
         default=0.3,

@@ -1,7 +1,8 @@
 """CascadingMetadataTransform: HiQA's Hierarchical Contextual Augmentor (HCA).
 
 HiQA paper, §"Hierarchical Contextual Augmentor", Algorithm 2 and appendices A.2 (cascading
-metadata), A.4 / B.1 (tables embedded by their labels, not their numbers), A.5 (images
+metadata), A.4 / B.1 (tables embedded by their labels, not their numbers: ``table_view="labels"``,
+the default; ``"rows"`` keeps the figures, see ``transforms.table_view``), A.5 (images
 embedded by caption, context and a visual-language description) and Table 2 (the ablation
 variants "HCA", "No Hierarchy", "Original RAG").
 
@@ -29,8 +30,8 @@ Where the heading path comes from, in order:
 
 Embed view format (shared with ContextHeaderTransform through its
 ``apply_header_format``): one header line per view value, in ``schema.VIEW_KEYS`` order —
-cascade, document summary, section summary, image description — a blank line, then the
-body. Values are shown without key names (``metadata_template="{value}"``) unless the node
+cascade, document summary, section summary, image description, table lead — a blank line,
+then the body. Values are shown without key names (``metadata_template="{value}"``) unless the node
 carries a template the user customised.
 """
 
@@ -49,11 +50,11 @@ from llama_index_hiqa.component_dict import PartsRoundTrip
 from llama_index_hiqa import schema
 from llama_index_hiqa.headings import clean_inline, heading_key, markdown_heading, parse_heading_number
 from llama_index_hiqa.models.llm_calls import acall_llm, call_llm
-from llama_index_hiqa.parsers._token_budget import MAX_TABLE_ROWS
+from llama_index_hiqa.parsers._token_budget import MAX_TABLE_ROWS, TableView
 from llama_index_hiqa.schema import Heading
 from llama_index_hiqa.transforms.heading_walk import LLAMA_INDEX_HEADER_PATH, heading_paths
 from llama_index_hiqa.transforms.image_view import description_message, image_key, image_view, is_image
-from llama_index_hiqa.transforms.table_view import HCATableNode, parse_markdown_table
+from llama_index_hiqa.transforms.table_view import HCATableNode, parse_markdown_table, table_lead
 
 logger = logging.getLogger(__name__)
 
@@ -154,7 +155,16 @@ class CascadingMetadataTransform(PartsRoundTrip, TransformComponent):
     )
     augment_tables: bool = Field(
         default=True,
-        description="Embed tables by cascade, title, column and row labels, not their cells.",
+        description="Give tables a table view (``table_view``); False: a table is embedded as plain text.",
+    )
+    table_view: TableView = Field(
+        default="labels",
+        description=(
+            "What a table's embedding view holds. 'labels' (HiQA appendix A.4, HCATableNode): cascade, "
+            "title, column and row labels without the cells. 'rows': cascade, the table's title and "
+            "header lines (schema.TABLE_LEAD, when its own text does not open with them) and its rows "
+            "with their figures: the view BM25 reads and the one a node reloaded from a store renders."
+        ),
     )
     detect_tables: bool = Field(
         default=True,
@@ -286,11 +296,12 @@ class CascadingMetadataTransform(PartsRoundTrip, TransformComponent):
         meta = node.metadata
         kind = self._kind(node)
         meta.pop(schema.HEADING_CASCADE, None)
+        meta.pop(schema.TABLE_LEAD, None)
         if self.variant == "none":
             meta.pop(schema.IMAGE_DESCRIPTION, None)
             return
-        if kind == schema.KIND_TABLE and not isinstance(node, HCATableNode):
-            kind = schema.KIND_TEXT  # a subclass we must not replace: embed it as text
+        if kind == schema.KIND_TABLE and not (isinstance(node, HCATableNode) or self._rows_view(node)):
+            kind = schema.KIND_TEXT  # a subclass we must not replace, or no table view: embed it as text
         if kind == schema.KIND_TABLE:
             self._table_facts(node, path)
 
@@ -319,6 +330,11 @@ class CascadingMetadataTransform(PartsRoundTrip, TransformComponent):
             cascade = shorten_cascade([title, *levels], self.separator, self.max_cascade_chars)
         if cascade:
             meta[schema.HEADING_CASCADE] = cascade
+        if kind == schema.KIND_TABLE and self._rows_view(node):
+            lead = table_lead(node.get_content(MetadataMode.NONE), meta.get(schema.TABLE_TITLE) or "",
+                              schema.get_table_header(node), own.label() if own is not None else "")
+            if lead:
+                meta[schema.TABLE_LEAD] = lead
         if kind == schema.KIND_IMAGE:
             if description is None:
                 description = self._cached_description(node)
@@ -331,6 +347,7 @@ class CascadingMetadataTransform(PartsRoundTrip, TransformComponent):
         schema.apply_header_format(node)
         self._show(node, schema.HEADING_CASCADE, embed=True, llm=self.cascade_in_llm_view)
         self._show(node, schema.IMAGE_DESCRIPTION, embed=True, llm=True)
+        self._show(node, schema.TABLE_LEAD, embed=True, llm=True)
 
     @staticmethod
     def _show(node: BaseNode, key: str, embed: bool, llm: bool) -> None:
@@ -355,10 +372,17 @@ class CascadingMetadataTransform(PartsRoundTrip, TransformComponent):
     def _is_image(self, node: BaseNode) -> bool:
         return is_image(node)
 
+    def _rows_view(self, node: BaseNode) -> bool:
+        """Whether ``node`` (a table) is shown by its rows: a plain ``TextNode`` with the
+        ``rows`` view on (its view is the one any store renders back)."""
+        return self.augment_tables and self.table_view == "rows" and type(node) is TextNode
+
     def _as_view_node(self, node: BaseNode) -> BaseNode:
-        """Tables become [`HCATableNode`][llama_index_hiqa.transforms.table_view.HCATableNode] (same id, text, metadata) so their embed view
-        can leave out the cells; everything else is returned as is."""
-        if type(node) is HCATableNode and (self.variant == "none" or not self.augment_tables):
+        """With the ``labels`` view, tables become [`HCATableNode`][llama_index_hiqa.transforms.table_view.HCATableNode] (same id, text, metadata) so their
+        embed view can leave out the cells; a table stays a plain ``TextNode`` with the ``rows``
+        view (its kind set when detected); everything else is returned as is."""
+        labels = self.table_view == "labels"
+        if type(node) is HCATableNode and (self.variant == "none" or not self.augment_tables or not labels):
             return TextNode.model_validate(node.model_dump())  # back to the plain view
         if self.variant == "none" or not self.augment_tables or type(node) not in (TextNode, HCATableNode):
             return node
@@ -370,7 +394,7 @@ class CascadingMetadataTransform(PartsRoundTrip, TransformComponent):
             return node
         if kind is None or kind == schema.KIND_TEXT:
             node.metadata[schema.SEGMENT_KIND] = schema.KIND_TABLE
-        if type(node) is HCATableNode:
+        if type(node) is HCATableNode or not labels:
             return node
         return HCATableNode.model_validate(node.model_dump())
 

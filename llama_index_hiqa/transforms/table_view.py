@@ -1,9 +1,22 @@
-"""Tables embedded by their labels, not their numbers (HiQA appendices A.4 and B.1).
+"""A table's embedding view: its rows with their figures, or its labels alone.
 
-"HiQA: A Hierarchical Contextual Augmentation RAG for Multi-Documents QA" (Chen et al.): a
-table's embedding view holds its cascade, title, column and row labels but not its data
-cells, whose numbers would make every table of a collection look alike. The LLM view and
-``node.text`` stay the whole table.
+Two views, chosen by ``CascadingMetadataTransform.table_view``:
+
+* ``"rows"``: the cascade, then [`table_lead`][llama_index_hiqa.transforms.table_view.table_lead] (the table's title and
+  Markdown header lines, when the part's own text does not open with them), then the part's
+  rows with their figures. The parser cuts a long table between rows until that whole view
+  fits the embedding model's window, so every part is embedded by its statement's name, its
+  year columns and its own figures. The lead is a metadata view key (``schema.TABLE_LEAD``),
+  so a node read back from any store renders the same view, and BM25 (which reads the embed
+  view) indexes what the vector holds.
+* ``"labels"`` (the default): [`HCATableNode`][llama_index_hiqa.transforms.table_view.HCATableNode], as "HiQA: A Hierarchical Contextual Augmentation RAG for
+  Multi-Documents QA" (Chen et al., appendices A.4 and B.1) embeds a table: cascade, title,
+  column and row labels but not the data cells, whose numbers would make every table of a
+  collection look alike. On yearly filings of one company the labels are the same in every
+  year's filing, so the labels view cannot tell look-alike documents' tables apart; their
+  figures can.
+
+The LLM view and ``node.text`` stay the whole table in both.
 """
 
 from __future__ import annotations
@@ -79,9 +92,36 @@ def parse_markdown_table(text: str) -> Optional[Tuple[str, List[str], List[str]]
     return title, columns, labels
 
 
+def table_lead(text: str, title: str, header: str, own_heading: str = "") -> str:
+    """What a table part's views show before its own text: the table's title unless the
+    part's first lines or its own heading (the cascade's last level) already name it, then its
+    Markdown header lines unless the part's text holds them.
+
+    Args:
+        text: the part's text.
+        title: the table's title (``schema.TABLE_TITLE``; ``""`` for none).
+        header: the table's Markdown header lines (``schema.TABLE_HEADER`` of a later part;
+            ``""`` for none).
+        own_heading: the label of the part's own heading (``""`` for none).
+
+    Returns:
+        The lead lines joined by newlines; ``""`` when the text holds them all.
+    """
+    opening = [clean_inline(line).casefold() for line in text.splitlines()[:6] if line.strip()]
+    lines: List[str] = []
+    name = clean_inline(title)
+    if name and name.casefold() != clean_inline(own_heading).casefold() and not any(name.casefold() in o for o in opening):
+        lines.append(name)
+    header_lines = [line.strip() for line in header.splitlines() if line.strip()]
+    text_lines = {line.strip() for line in text.splitlines()[:8]}
+    if header_lines and header_lines[0] not in text_lines:
+        lines.extend(header_lines)
+    return "\n".join(lines)
+
+
 class HCATableNode(TextNode):
     """A ``TextNode`` whose embedding view holds the table's cascade, title, column and row
-    labels but not its data cells (HiQA appendix A.4, B.1); every other view (LLM, ALL,
+    labels but not its data cells (HiQA appendix A.4, B.1; ``table_view="labels"``); every other view (LLM, ALL,
     NONE) is the whole table, and ``text`` is the whole table.
 
     Why a subclass: LlamaIndex renders ``text_template`` the same for every metadata mode,
