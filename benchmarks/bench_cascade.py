@@ -42,6 +42,7 @@ from llama_index.core.node_parser import MarkdownNodeParser  # noqa: E402
 from llama_index.core.schema import MetadataMode, TextNode  # noqa: E402
 
 from llama_index_hiqa import schema  # noqa: E402
+from llama_index_hiqa.page_geometry import pages_for_span  # noqa: E402
 import shared_data as datasets  # noqa: E402
 from llama_index_hiqa.transforms.cascading_metadata import CascadingMetadataTransform  # noqa: E402
 from llama_index_hiqa.evaluation.metrics import log_rank_score  # noqa: E402
@@ -95,7 +96,7 @@ def segments_with_pages(doc_name: str, title: str, pages: List[Dict]) -> List[Te
         cursor = start
         schema.set_segment_facts(
             node, document_id=doc_name, document_title=title, position=position,
-            page_range=schema.pages_for_span(spans, start, end), parse_path="markdown",
+            page_range=pages_for_span(spans, start, end), parse_path="markdown",
         )
         out.append(node)
     return out

@@ -45,6 +45,7 @@ from llama_index.core.schema import NodeWithScore, QueryBundle, TextNode  # noqa
 from llama_index.core.storage.docstore import SimpleDocumentStore  # noqa: E402
 
 from llama_index_hiqa import schema  # noqa: E402
+from llama_index_hiqa.page_geometry import pages_for_span  # noqa: E402
 import shared_data as datasets  # noqa: E402
 from llama_index_hiqa.postprocessors.segment_integration import SegmentIntegrationPostprocessor  # noqa: E402
 from llama_index_hiqa.postprocessors.segment_selection import select_segments  # noqa: E402
@@ -350,7 +351,7 @@ def demo_setup():
         for position, node in enumerate(splitter.get_nodes_from_documents([document])):
             pages = None
             if node.start_char_idx is not None and spans:
-                pages = schema.pages_for_span(spans, node.start_char_idx, node.end_char_idx)
+                pages = pages_for_span(spans, node.start_char_idx, node.end_char_idx)
             schema.set_segment_facts(
                 node,
                 document_id=doc_id,

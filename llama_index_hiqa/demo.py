@@ -33,6 +33,7 @@ from llama_index_hiqa import schema
 from llama_index_hiqa.evaluation.datasets import EvalQuestion, load_questions_jsonl
 from llama_index_hiqa.models.defaults import resolve_embed_model
 from llama_index_hiqa.pack.hiqa_pack import HiQAPack
+from llama_index_hiqa.page_geometry import pages_for_span
 from llama_index_hiqa.readers.pdf import PDFLayoutReader
 
 # Package data, so `hiqa demo` works from an installed wheel (examples/data links here).
@@ -133,7 +134,7 @@ def build_nodes(documents: Sequence[Document]) -> List[TextNode]:
                 position=position,
                 char_span=(start, end),
                 heading_path=_heading_at(document.text, headings, start, node.text),
-                page_range=schema.pages_for_span(spans, start, end),
+                page_range=pages_for_span(spans, start, end),
                 parse_path="text",
             )
             nodes.append(node)

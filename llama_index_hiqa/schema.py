@@ -76,6 +76,10 @@ write them through the accessors below (``get_heading_path``, ``get_page_spans``
 ``images_of``, ``ocr_pages_of``, ``get_table_labels``, ``get_critical_keywords``, ...), which also read the
 plain lists that stores written before this format hold.
 
+Where a span of a document's text lies on its pages (the pages it touches, from
+``PAGE_SPANS``; the rectangles it covers, from ``TEXT_BOXES``) is computed by
+[`page_geometry`][llama_index_hiqa.page_geometry]; this module stores and reads the results.
+
 Every key of the first two tables is bookkeeping, hidden from both the embedding and the LLM view with
 [`hide_from_views`][llama_index_hiqa.schema.hide_from_views]. Only the rendered views (``HEADING_CASCADE``, ``DOCUMENT_SUMMARY``,
 ``SECTION_SUMMARY``, written by the transforms) are shown, so what each view holds is
@@ -86,7 +90,6 @@ rewritten.
 
 from __future__ import annotations
 
-import bisect
 import functools
 import json
 import math
@@ -95,6 +98,7 @@ from typing import Any, Dict, Iterable, List, Mapping, NamedTuple, Optional, Seq
 from llama_index.core.schema import BaseNode, Document, Node, RelatedNodeInfo, TextNode
 
 from llama_index_hiqa.errors import InvalidMetadataError
+from llama_index_hiqa.page_geometry import TEXT_LINE, Rect, TextBox, boxes_for_span
 
 # --- document-level facts --------------------------------------------------------------
 DOCUMENT_ID = "document_id"
@@ -697,27 +701,6 @@ def ocr_pages_of(metadata: Mapping[str, Any]) -> List[int]:
     return [int(p) for p in read_json(metadata, OCR_PAGES) or []]
 
 
-class TextBox(NamedTuple):
-    """Where a piece of a document's text lies on its page (`TEXT_BOXES`): the characters
-    ``[start, end)`` of ``Document.text`` and their box in PDF points; ``kind`` 0 for a text
-    line (its characters run left to right), 1 for a block such as a table (rows run down)."""
-
-    page: int
-    start: int
-    end: int
-    x0: float
-    y0: float
-    x1: float
-    y1: float
-    kind: int = 0
-
-
-TEXT_LINE, TEXT_BLOCK = 0, 1
-# Beyond this many characters a node's boxes become one box per page: every vector store keeps
-# the node (Pinecone allows 40 KB of metadata a vector) and a highlight needs no finer grain.
-PAGE_BOXES_MAX_CHARS = 1500
-
-
 def set_text_boxes(metadata: Dict[str, Any], boxes: Sequence[Sequence[Any]]) -> None:
     """Store `TEXT_BOXES` as a JSON string (coordinates to a tenth of a point).
 
@@ -757,55 +740,9 @@ def _decoded_text_boxes(value: str) -> List[TextBox]:
     return [TextBox(*b) for b in read_json({TEXT_BOXES: value}, TEXT_BOXES)]
 
 
-def boxes_for_span(boxes: Sequence[TextBox], start: int, end: int) -> Dict[int, List[Tuple[float, float, float, float]]]:
-    """The rectangles the characters ``[start, end)`` cover, by page.
-
-    A line the span covers in part is cut in proportion to its characters (left to right), a
-    block in proportion to its rows (top to bottom); lines of one paragraph that touch are
-    joined into one rectangle.
-
-    Args:
-        boxes: the document's `TEXT_BOXES`, sorted by start.
-        start: the span's first character.
-        end: the span's end (exclusive).
-
-    Returns:
-        ``{page: [(x0, y0, x1, y1), ...]}``, pages and rectangles in text order; empty when
-            the span covers no box.
-    """
-    first = bisect.bisect_left(boxes, start + 1, key=lambda b: b.end)
-    pages: Dict[int, List[Tuple[float, float, float, float]]] = {}
-    for box in boxes[first:]:
-        if box.start >= end:
-            break
-        length = max(box.end - box.start, 1)
-        a = max(start - box.start, 0) / length
-        b = min(end - box.start, length) / length
-        if a >= b:
-            continue
-        if box.kind == TEXT_BLOCK:
-            height = box.y1 - box.y0
-            rect = (box.x0, box.y0 + a * height, box.x1, box.y0 + b * height)
-        else:
-            width = box.x1 - box.x0
-            rect = (box.x0 + a * width, box.y0, box.x0 + b * width, box.y1)
-        rects = pages.setdefault(box.page, [])
-        if rects and _continues(rects[-1], rect):
-            last = rects[-1]
-            rects[-1] = (min(last[0], rect[0]), min(last[1], rect[1]), max(last[2], rect[2]), max(last[3], rect[3]))
-        else:
-            rects.append(rect)
-    return pages
-
-
-def _continues(above: Sequence[float], below: Sequence[float]) -> bool:
-    """Whether ``below`` is the next line of ``above``'s paragraph: it starts within half a
-    line under it, in the same column (left edges within 4 pt, right edges within 40 pt)."""
-    line = max(above[3] - above[1], below[3] - below[1], 1.0)
-    return (
-        -line <= below[1] - above[3] <= 0.5 * line
-        and abs(below[0] - above[0]) <= 4 and abs(below[2] - above[2]) <= 40
-    )
+# Beyond this many characters a node's boxes become one box per page: every vector store keeps
+# the node (Pinecone allows 40 KB of metadata a vector) and a highlight needs no finer grain.
+PAGE_BOXES_MAX_CHARS = 1500
 
 
 def encode_page_boxes(pages: Mapping[int, Sequence[Sequence[float]]]) -> str:
@@ -838,7 +775,7 @@ def encode_page_boxes(pages: Mapping[int, Sequence[Sequence[float]]]) -> str:
     })
 
 
-def get_page_boxes(node: BaseNode) -> Dict[int, List[Tuple[float, float, float, float]]]:
+def get_page_boxes(node: BaseNode) -> Dict[int, List[Rect]]:
     """Where the node's text lies on its pages (`PAGE_BOXES`); an image node's own box.
 
     Args:
@@ -856,7 +793,7 @@ def get_page_boxes(node: BaseNode) -> Dict[int, List[Tuple[float, float, float, 
         bbox = get_image_bbox(node) if get_segment_kind(node) == KIND_IMAGE else None
         pages = get_page_range(node)
         return {pages[0]: [(bbox[0], bbox[1], bbox[2], bbox[3])]} if bbox and pages else {}
-    out: Dict[int, List[Tuple[float, float, float, float]]] = {}
+    out: Dict[int, List[Rect]] = {}
     try:
         for part in str(value).split():
             page, _, rects = part.partition(":")
@@ -897,25 +834,6 @@ def has_pages(node: BaseNode) -> bool:
         ``False`` only for a source format without pages.
     """
     return node.metadata.get(SOURCE_FORMAT) not in FORMATS_WITHOUT_PAGES
-
-
-def pages_for_span(
-    page_spans: Sequence[Sequence[int]], start: int, end: int
-) -> Optional[Tuple[int, int]]:
-    """The inclusive page range that the character span ``[start, end)`` touches.
-
-    Args:
-        page_spans: the document's ``[(page, char_start, char_end), ...]``.
-        start: first character of the span.
-        end: end of the span (exclusive); an empty span counts its first character.
-
-    Returns:
-        ``(first_page, last_page)``; ``None`` when the span touches no page.
-    """
-    pages = [int(p) for p, s, e in page_spans if s < max(end, start + 1) and e > start]
-    if not pages:
-        return None
-    return min(pages), max(pages)
 
 
 def set_segment_facts(

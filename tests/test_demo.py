@@ -10,6 +10,7 @@ import pytest
 from llama_index_hiqa import schema
 from llama_index_hiqa.demo import DEMO_DATA_DIR, build_nodes, load_demo_documents
 from llama_index_hiqa.evaluation.datasets import load_questions_jsonl
+from llama_index_hiqa.page_geometry import pages_for_span
 
 
 @pytest.fixture(scope="module")
@@ -62,7 +63,7 @@ def test_nodes_know_document_pages_and_section(documents):
         start, end = schema.get_char_span(node)
         assert doc.text[start:end] == node.text
         first, last = schema.get_page_range(node)
-        assert schema.pages_for_span(schema.page_spans_of(doc.metadata), start, end) == (first, last)
+        assert pages_for_span(schema.page_spans_of(doc.metadata), start, end) == (first, last)
         # The section shown is the last heading at or before the chunk's start.
         section = node.metadata.get(schema.SECTION_TITLE)
         assert section and section in doc.text[: start + len(section) + 8]

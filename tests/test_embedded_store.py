@@ -217,6 +217,111 @@ def test_memmap_node_ids_follow_this_process_s_writes_without_reading_every_id_a
     assert list(store.node_id_order()) == held + ["n70"]
 
 
+# Steps of one process's view of a store shared with another process: its own adds (new ids
+# and ids again) and deletes, another process's, a write rolled back, then its two readings
+# (the live ids, a query over every row), each of whatever version it was held at, in either
+# order (the first one read must not make the other right by chance).
+_STEPS = st.lists(
+    st.tuples(
+        st.sampled_from(["add", "add_again", "delete", "other_add", "other_delete", "rolled_back"]),
+        st.sampled_from(["ids", "query", "both", "none"]),
+        st.booleans(),
+    ),
+    min_size=1, max_size=10,
+)
+
+
+@settings(max_examples=30, deadline=None)
+@given(_STEPS)
+def test_memmap_ids_and_rows_are_always_of_the_same_version(tmp_path_factory, steps):
+    """What the store has read (the live ids in row order, the mapped rows and the deleted ones)
+    is always of the version on disk: a query returns exactly the live ids, with the vectors a
+    fresh reader reads, whichever of the two this process read last and whoever wrote since."""
+    folder = tmp_path_factory.mktemp("versions")
+    db = SQLiteDatabase(folder / "v.sqlite")
+    store = MemmapVectorStore(str(folder), database=db)
+    other = MemmapVectorStore(str(folder), database=SQLiteDatabase(folder / "v.sqlite"))
+    rng = np.random.default_rng(7)
+    made = iter(range(10_000))
+
+    def fresh():
+        return [_node(next(made), vector=list(rng.normal(size=4))) for _ in range(2)]
+
+    store.add(fresh())
+    query = VectorStoreQuery(query_embedding=[0.5, -1.0, 0.25, 2.0], similarity_top_k=10_000)
+    for step, read, ids_first in steps:
+        live = store.node_ids
+        if step == "add":
+            store.add(fresh())
+        elif step == "add_again" and live:  # an id stored already: overwritten in place
+            store.add([_node(int(live[0][1:]), vector=list(rng.normal(size=4)))])
+        elif step == "delete" and live:
+            store.delete_nodes([live[-1]])
+        elif step == "other_add":
+            other.add(fresh())
+        elif step == "other_delete" and live:
+            other.delete_nodes([live[0]])
+        elif step == "rolled_back":
+            with pytest.raises(RuntimeError):
+                with db.transaction():
+                    store.add(fresh())
+                    store.delete_nodes(live[:1])
+                    assert store.query(query).ids  # read inside the transaction, then undone
+                    raise RuntimeError("undone")
+        if read in ("ids", "both"):
+            store.node_id_order()
+        if read in ("query", "both"):
+            store.query(query)
+        reader = MemmapVectorStore(str(folder), database=SQLiteDatabase(folder / "v.sqlite"))
+        expected = reader.node_ids
+        if ids_first:
+            assert list(store.node_id_order()) == expected
+        got = store.query(query)
+        assert sorted(got.ids) == sorted(expected) and list(store.node_id_order()) == expected
+        assert np.array_equal(store.get_embeddings(expected), reader.get_embeddings(expected))
+        truth = reader.query(query)
+        assert dict(zip(got.ids, got.similarities)) == dict(zip(truth.ids, truth.similarities))
+
+
+def test_a_question_and_a_write_at_once_in_one_process_both_finish(tmp_path, monkeypatch):
+    """A thread reading the live ids while another writes: neither waits for the other forever
+    (the reading is done under the database's lock, which the writer also takes first)."""
+    import threading
+
+    rng = np.random.default_rng(3)
+    db = SQLiteDatabase(tmp_path / "v.sqlite")
+    store = MemmapVectorStore(str(tmp_path), database=db)
+    store.add([_node(i, vector=list(rng.normal(size=4))) for i in range(5)])
+    reading, writing = threading.Event(), threading.Event()
+    rows, on_rollback = db.rows, db.on_rollback
+
+    def slow_rows(sql, params=()):
+        if "ORDER BY row" in sql and threading.current_thread().name == "reader":
+            reading.set()
+            writing.wait(timeout=1.0)  # give the writer every chance to start its transaction
+        return rows(sql, params)
+
+    def entered(undo):
+        writing.set()
+        on_rollback(undo)
+
+    monkeypatch.setattr(db, "rows", slow_rows)
+    monkeypatch.setattr(db, "on_rollback", entered)
+    seen = {}
+    reader = threading.Thread(name="reader", daemon=True, target=lambda: seen.update(ids=list(store.node_id_order())))
+    writer = threading.Thread(
+        name="writer", daemon=True,
+        target=lambda: (reading.wait(timeout=5.0), store.add([_node(9, vector=list(rng.normal(size=4)))])),
+    )
+    reader.start()
+    writer.start()
+    reader.join(timeout=10.0)
+    writer.join(timeout=10.0)
+    assert not reader.is_alive() and not writer.is_alive()
+    assert seen["ids"] in ([f"n{i}" for i in range(5)], [f"n{i}" for i in (0, 1, 2, 3, 4, 9)])
+    assert list(store.node_id_order()) == [f"n{i}" for i in (0, 1, 2, 3, 4, 9)]
+
+
 # --------------------------------------------------------------------------- the pack
 def _keyed(results):
     return [((schema.get_document_id(r.node), schema.get_position(r.node)), r.score) for r in results]

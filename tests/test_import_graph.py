@@ -152,8 +152,8 @@ def test_no_store_module_imports_the_pack():
 LAYERS: List[Tuple[str, Tuple[str, ...]]] = [
     # The package root holds the foundation (the vocabulary every layer imports) and, at the
     # other end, the two front ends; every other layer is a folder.
-    ("foundation", ("schema", "errors", "events", "headings", "settings", "figures", "text_repair",
-                    "progress", "component_dict", "questions")),
+    ("foundation", ("schema", "page_geometry", "errors", "events", "headings", "settings", "figures",
+                    "text_repair", "progress", "component_dict", "questions")),
     ("models", ("models",)),
     ("vocabularies", ("vocabularies",)),
     ("indexes", ("indexes",)),

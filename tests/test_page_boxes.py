@@ -1,5 +1,6 @@
-"""Where a node lies on its page: the reader's text boxes, each node's own rectangles, and
-the gold passages of the demo questions covered by their nodes' rectangles."""
+"""Where a node lies on its page: the pages and rectangles a span covers (`page_geometry`),
+the reader's text boxes, each node's own rectangles, and the gold passages of the demo
+questions covered by their nodes' rectangles."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from llama_index.core.schema import MetadataMode, TextNode
 from llama_index_hiqa import schema
 from llama_index_hiqa.demo import DEMO_DATA_DIR, load_demo_documents
 from llama_index_hiqa.errors import InvalidMetadataError
+from llama_index_hiqa.page_geometry import TEXT_BLOCK, TEXT_LINE, TextBox, boxes_for_span, pages_for_span
 from llama_index_hiqa.parsers.layout_markdown import LayoutMarkdownParser
 from llama_index_hiqa.readers.html_reader import read_html
 from llama_index_hiqa.readers.pdf import PDFLayoutReader
@@ -110,13 +112,21 @@ def test_a_split_node_covers_only_its_own_characters(documents):
     assert area(halves[0]) < area(whole_rects) and area(halves[1]) < area(whole_rects)
 
 
+def test_pages_for_span():
+    spans = [[0, 0, 100], [1, 100, 250], [2, 250, 400]]
+    assert pages_for_span(spans, 10, 20) == (0, 0)
+    assert pages_for_span(spans, 90, 260) == (0, 2)
+    assert pages_for_span(spans, 100, 100) == (1, 1)  # empty span: its page
+    assert pages_for_span(spans, 500, 600) is None
+
+
 def test_a_line_cut_by_a_span_keeps_its_share_and_long_lists_become_one_box_a_page():
-    line = schema.TextBox(0, 100, 200, 10.0, 50.0, 110.0, 60.0, schema.TEXT_LINE)
-    table = schema.TextBox(1, 200, 300, 10.0, 100.0, 210.0, 200.0, schema.TEXT_BLOCK)
-    assert schema.boxes_for_span([line, table], 150, 250) == {
+    line = TextBox(0, 100, 200, 10.0, 50.0, 110.0, 60.0, TEXT_LINE)
+    table = TextBox(1, 200, 300, 10.0, 100.0, 210.0, 200.0, TEXT_BLOCK)
+    assert boxes_for_span([line, table], 150, 250) == {
         0: [(60.0, 50.0, 110.0, 60.0)], 1: [(10.0, 100.0, 210.0, 150.0)]
     }
-    assert schema.boxes_for_span([line, table], 300, 400) == {}
+    assert boxes_for_span([line, table], 300, 400) == {}
     many = {0: [(float(i), 0.0, i + 1.0, 1.0) for i in range(0, 2000, 3)]}
     assert schema.encode_page_boxes(many) == "0:0,0,1999,1"
     node = TextNode(text="x", metadata={schema.PAGE_BOXES: "2:1,2,3,4;5,6,7,8 3:0,0,9,9"})

@@ -22,6 +22,7 @@ from llama_index_hiqa.errors import (
     UndecodableTextError,
     UnsupportedDocumentError,
 )
+from llama_index_hiqa.page_geometry import pages_for_span
 from llama_index_hiqa.readers.pdf import PDFLayoutReader
 
 W, H = 595, 842
@@ -132,7 +133,7 @@ def test_page_spans_are_contiguous_cover_the_text_and_hold_each_pages_text(tmp_p
         assert f"chapter {page + 1} explains" in doc.text[start:end]
         assert f"value {page * 7}." in doc.text[start:end]
     start = doc.text.index("with value 7.")
-    assert schema.pages_for_span(spans, start, start + 5) == (1, 1)
+    assert pages_for_span(spans, start, start + 5) == (1, 1)
     assert doc.metadata[schema.PAGE_COUNT] == 3
 
 

@@ -49,14 +49,6 @@ def test_invalid_kind_is_rejected():
         )
 
 
-def test_pages_for_span():
-    spans = [[0, 0, 100], [1, 100, 250], [2, 250, 400]]
-    assert schema.pages_for_span(spans, 10, 20) == (0, 0)
-    assert schema.pages_for_span(spans, 90, 260) == (0, 2)
-    assert schema.pages_for_span(spans, 100, 100) == (1, 1)  # empty span: its page
-    assert schema.pages_for_span(spans, 500, 600) is None
-
-
 def test_unnumbered_heading_label():
     assert schema.Heading("", "Overview", 1).label() == "Overview"
 

@@ -33,6 +33,7 @@ BASELINE = ROOT / "tools" / "type_baseline.json"
 CLEAN = (
     "llama_index_hiqa/__init__.py",
     "llama_index_hiqa/schema.py",
+    "llama_index_hiqa/page_geometry.py",
     "llama_index_hiqa/errors.py",
     "llama_index_hiqa/events.py",
     "llama_index_hiqa/settings.py",

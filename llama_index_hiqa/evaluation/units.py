@@ -19,6 +19,7 @@ from llama_index.core.schema import BaseNode, Document, MetadataMode, TextNode
 from llama_index_hiqa import schema
 from llama_index_hiqa.evaluation.corpus import Corpus
 from llama_index_hiqa.headings import heading_from_text, markdown_heading, markdown_headings
+from llama_index_hiqa.page_geometry import pages_for_span
 
 CHUNK_SIZE = 256
 CHUNK_OVERLAP = 32
@@ -26,7 +27,7 @@ CHUNK_OVERLAP = 32
 
 def _page_range(doc: Document, start: int, end: int) -> Optional[Tuple[int, int]]:
     spans = schema.page_spans_of(doc.metadata)
-    return schema.pages_for_span(spans, start, end) if spans else None
+    return pages_for_span(spans, start, end) if spans else None
 
 
 def _chunk_into_nodes(

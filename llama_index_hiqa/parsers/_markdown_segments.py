@@ -21,6 +21,7 @@ from llama_index.core.schema import BaseNode, Document, NodeRelationship, TextNo
 
 from llama_index_hiqa import schema
 from llama_index_hiqa.headings import HeadingNumber, clean_inline, iter_lines, markdown_headings
+from llama_index_hiqa.page_geometry import pages_for_span
 from llama_index_hiqa.readers.source_files import SourceReading, has_layout_facts, read_source_files
 
 _TABLE_LINE_RE = re.compile(r"^\s*\|.*\|\s*$")
@@ -557,7 +558,7 @@ def pieces_to_nodes(
             # only the pages around the span (page spans are sorted): keeps this linear
             lo = max(0, bisect.bisect_right(span_starts, c_start) - 1)
             hi = bisect.bisect_right(span_starts, max(c_end, c_start + 1))
-            pages = schema.pages_for_span(page_spans[lo:hi], c_start, c_end)
+            pages = pages_for_span(page_spans[lo:hi], c_start, c_end)
         if pages is None and not page_spans:
             pages = (0, 0)  # .md/.txt input is one page
         schema.set_segment_facts(

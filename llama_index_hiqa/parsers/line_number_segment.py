@@ -43,6 +43,7 @@ from llama_index_hiqa.figures import images_as_nodes_field, with_figure_nodes
 from llama_index_hiqa.models.defaults import resolve_llm
 from llama_index_hiqa.errors import LLMOutputError
 from llama_index_hiqa.models.llm_calls import LLMCallPolicy, acall_llm, max_retries_field, retry_backoff_field, timeout_field
+from llama_index_hiqa.page_geometry import pages_for_span
 from llama_index_hiqa.parsers._markdown_segments import SegmentNodeParser
 
 logger = logging.getLogger(__name__)
@@ -610,7 +611,7 @@ class LineNumberSegmentParser(PartsRoundTrip, SegmentNodeParser):
                 )
                 node.id_ = self.id_func(len(nodes), doc)
                 node.relationships[NodeRelationship.SOURCE] = source
-                page_range = schema.pages_for_span(page_spans, start, end) if page_spans else None
+                page_range = pages_for_span(page_spans, start, end) if page_spans else None
                 schema.set_segment_facts(
                     node,
                     document_id=str(doc_id),

@@ -14,7 +14,7 @@ from collections import Counter
 from typing import Any, Dict, List, Optional, Sequence, Set, Tuple
 
 from llama_index_hiqa.headings import is_report_heading
-from llama_index_hiqa.schema import TEXT_BLOCK, TEXT_LINE
+from llama_index_hiqa.page_geometry import TEXT_BLOCK, TEXT_LINE
 from llama_index_hiqa.readers._page_layout import (
     PAGE_JOINER,
     PageItem,

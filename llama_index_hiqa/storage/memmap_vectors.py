@@ -17,9 +17,9 @@ over unit rows), so both give the same scores and the same order.
 from __future__ import annotations
 
 import os
-import threading
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple
+from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Set, Tuple
 
 import numpy as np
 from llama_index.core.bridge.pydantic import PrivateAttr
@@ -46,6 +46,31 @@ _SCHEMA = (
 )
 
 
+class _Matrix(NamedTuple):
+    """The mapped rows (``None`` while empty) and the mask of deleted ones (``None``: none)."""
+
+    rows: Optional[np.ndarray]
+    dead: Optional[np.ndarray]
+
+
+@dataclass(frozen=True)
+class _Seen:
+    """What this process has read of the store, all of one version (the store's write counter).
+
+    Each part is read at its first use at that version (``None`` until then). The store holds
+    one and replaces it whole, under its database's lock: when the version on disk is another
+    (a write of another process), this one is dropped for an empty one of the new version; a
+    rollback drops it; a write of this process makes the next version's from it (the ids moved
+    on in place, so a write costs what it adds, not a copy of every id; the rows mapped again).
+    So the ids and the rows a query reads can never be of two versions.
+    """
+
+    version: int
+    matrix: Optional[_Matrix] = None
+    # Every live node id in row order (dict keys: ordered, O(1) membership).
+    ids: Optional[Dict[str, None]] = None
+
+
 class MemmapVectorStore(BasePydanticVectorStore):
     """Exact cosine top-k over a memory-mapped float32 matrix; nodes live in the docstore
     (``stores_text=False``). ``MemmapVectorStore.open(folder)`` for a store of its own, or
@@ -56,23 +81,19 @@ class MemmapVectorStore(BasePydanticVectorStore):
     folder: str
 
     _db: SQLiteDatabase = PrivateAttr()
-    _map: Optional[np.ndarray] = PrivateAttr(default=None)
-    _dead: Optional[np.ndarray] = PrivateAttr(default=None)
-    _seen_version: Optional[Tuple[int, int]] = PrivateAttr(default=None)
     _node_loader: Optional[Callable[[List[str]], List[BaseNode]]] = PrivateAttr(default=None)
-    _cache_lock: Any = PrivateAttr(default=None)
-    # Every live node id in row order (dict keys: ordered, O(1) membership) and the version it
-    # is of. This process's writes update it in place, so a retriever rebuilt after adding one
-    # document to a million-node store reads no id again (seconds of reading otherwise);
-    # another process's write (the version moved on) or a rollback makes it read again.
-    _ids: Optional[Dict[str, None]] = PrivateAttr(default=None)
-    _ids_version: Optional[int] = PrivateAttr(default=None)
+    # What this process has read, and of which version. This process's writes carry the ids
+    # on, so a retriever rebuilt after adding one document to a million-node store reads no id
+    # again (seconds of reading otherwise); another process's write (the version moved on) or a
+    # rollback makes everything be read again. Read and replaced only under ``_db.lock``: the
+    # lock a writer of this process holds from its first read to its commit, so a reading is
+    # never of half a write, and there is no second lock to take in another order.
+    _seen: Optional[_Seen] = PrivateAttr(default=None)
 
     def __init__(self, folder: str, database: Optional[SQLiteDatabase] = None, **kwargs: Any) -> None:
         super().__init__(folder=str(folder), **kwargs)
         Path(folder).mkdir(parents=True, exist_ok=True)
         self._db = database or SQLiteDatabase(Path(folder) / DATABASE_FILENAME)
-        self._cache_lock = threading.Lock()
         self._db.create_tables(_SCHEMA)
 
     @classmethod
@@ -137,25 +158,35 @@ class MemmapVectorStore(BasePydanticVectorStore):
         Returns:
             ``{node id: None}`` in row order.
         """
-        version = self._meta_int(_VERSION)
-        with self._cache_lock:
-            if self._ids is None or self._ids_version != version:
-                self._ids = dict.fromkeys(r[0] for r in self._db.rows("SELECT node_id FROM vector_rows ORDER BY row"))
-                self._ids_version = version
-            return dict(self._ids)
+        with self._db.lock:
+            seen = self._seen_now()
+            if seen.ids is None:
+                ids = dict.fromkeys(r[0] for r in self._db.rows("SELECT node_id FROM vector_rows ORDER BY row"))
+                seen = self._seen = replace(seen, ids=ids)
+            assert seen.ids is not None
+            return dict(seen.ids)
 
-    def _track_ids(self, version_before: int, added: Sequence[str] = (), removed: Sequence[str] = ()) -> None:
-        """Apply this process's write to the held ids when they are of the version it started
-        from; otherwise drop them (read again at the next use)."""
-        with self._cache_lock:
-            if self._ids is None or self._ids_version != version_before:
-                self._ids, self._ids_version = None, None
-                return
-            for node_id in removed:
-                self._ids.pop(node_id, None)
-            for node_id in added:
-                self._ids[node_id] = None
-            self._ids_version = self._meta_int(_VERSION)
+    def _seen_now(self) -> _Seen:
+        """What is held, when it is of the version on disk; else an empty reading of that
+        version. The caller holds ``_db.lock``."""
+        version = self._meta_int(_VERSION)
+        seen = self._seen
+        return seen if seen is not None and seen.version == version else _Seen(version)
+
+    def _advance(self, version_before: int, added: Sequence[str] = (), removed: Sequence[str] = ()) -> None:
+        """Move what is held on past this process's write (in its transaction, after the
+        version was bumped): the ids, when held at the version the write started from, with the
+        write applied; the rows are mapped again at the next query. Held at another version,
+        everything is dropped (read again at the next use)."""
+        seen, self._seen = self._seen, None
+        if seen is None or seen.version != version_before or seen.ids is None:
+            return
+        ids = seen.ids  # handed on: the reading it belonged to is gone
+        for node_id in removed:
+            ids.pop(node_id, None)
+        for node_id in added:
+            ids[node_id] = None
+        self._seen = _Seen(self._meta_int(_VERSION), ids=ids)
 
     # -- writes ---------------------------------------------------------------------------
     def add(self, nodes: Sequence[BaseNode], unit: bool = False, **add_kwargs: Any) -> List[str]:
@@ -206,7 +237,7 @@ class MemmapVectorStore(BasePydanticVectorStore):
             self._db.set_meta(_ROWS, str(rows_end + len(fresh)))
             version = self._meta_int(_VERSION)
             self._bump()
-            self._track_ids(version, added=[node_id for _row, node_id, _ref in fresh])
+            self._advance(version, added=[node_id for _row, node_id, _ref in fresh])
         return ids
 
     def _write_rows(self, placed: Dict[str, int], ids: List[str], vectors: np.ndarray, dim: int) -> None:
@@ -233,9 +264,8 @@ class MemmapVectorStore(BasePydanticVectorStore):
         self._db.set_meta(_VERSION, str(self._meta_int(_VERSION) + 1))
 
     def _forget(self) -> None:
-        with self._cache_lock:
-            self._map, self._dead, self._seen_version = None, None, None
-            self._ids, self._ids_version = None, None
+        """Drop what is held (a rollback: called under ``_db.lock`` by the transaction)."""
+        self._seen = None
 
     def _free(self, found: Sequence[Tuple[Any, ...]]) -> None:
         """Mask the rows of ``found`` (``(row, node id)`` pairs) and forget their ids."""
@@ -251,7 +281,7 @@ class MemmapVectorStore(BasePydanticVectorStore):
             self._db.conn.executemany("INSERT OR IGNORE INTO vector_free (row) VALUES (?)", [(r,) for r in rows])
             version = self._meta_int(_VERSION)
             self._bump()
-            self._track_ids(version, removed=[node_id for _row, node_id in found])
+            self._advance(version, removed=[node_id for _row, node_id in found])
 
     def delete(self, ref_doc_id: str, **delete_kwargs: Any) -> None:
         """Delete the vectors of every node of a document.
@@ -292,22 +322,22 @@ class MemmapVectorStore(BasePydanticVectorStore):
     def _matrix(self) -> Tuple[Optional[np.ndarray], Optional[np.ndarray]]:
         """The mapped rows of the last commit and the mask of deleted ones (re-read only
         after a write)."""
-        key = (self._meta_int(_VERSION), self._meta_int(_ROWS))
-        with self._cache_lock:
-            if key != self._seen_version:
-                rows, dim = key[1], self.dim
+        with self._db.lock:
+            seen = self._seen_now()
+            if seen.matrix is None:
+                rows, dim = self._meta_int(_ROWS), self.dim
                 # A plain ndarray view of the mapping: products on the np.memmap subclass itself
                 # take a slow path (hundreds of times slower here).
-                self._map = (
+                mapped = (
                     np.asarray(np.memmap(self.matrix_path, dtype="<f4", mode="r", shape=(rows, dim)))
                     if rows and dim else None
                 )
                 dead = np.zeros(rows, dtype=bool)
                 freed = [r[0] for r in self._db.rows("SELECT row FROM vector_free WHERE row < ?", (rows,))]
                 dead[freed] = True
-                self._dead = dead if freed else None
-                self._seen_version = key
-            return self._map, self._dead
+                seen = self._seen = replace(seen, matrix=_Matrix(mapped, dead if freed else None))
+            assert seen.matrix is not None
+            return seen.matrix.rows, seen.matrix.dead
 
     def _rows_of(self, node_ids: Sequence[str]) -> Dict[str, int]:
         return dict(self._db.rows_in("SELECT node_id, row FROM vector_rows WHERE node_id IN ({})", list(node_ids)))
