@@ -697,3 +697,20 @@ def test_opening_an_embedded_store_builds_no_text_splitter(tmp_path, monkeypatch
     # A document inserted into the index itself still goes through Settings.transformations.
     loaded.index.insert(Document(text="The NX-9999 regulator.\n\nIt delivers 2 A.", id_="extra"))
     assert Settings._node_parser is not None and loaded.index.docstore.get_ref_doc_info("extra") is not None
+
+
+def test_a_row_another_process_deletes_during_a_question_is_left_out(tmp_path, monkeypatch):
+    """The matrix is mapped, then another process deletes a node before the question reads the
+    chosen rows' ids: the deleted node is not an answer and the others keep their scores."""
+    rng = np.random.default_rng(1)
+    nodes = [_node(i, doc=f"doc{i}", vector=list(v)) for i, v in enumerate(rng.normal(size=(6, 8)))]
+    store = MemmapVectorStore.open(str(tmp_path))
+    store.add(nodes)
+    query = VectorStoreQuery(query_embedding=list(rng.normal(size=8)), similarity_top_k=6)
+    before = store.query(query)
+    mapped = store._matrix()  # the reading the question made before the other process wrote
+    MemmapVectorStore.open(str(tmp_path)).delete(f"doc{before.ids[0][1:]}")  # node nI is doc docI
+    monkeypatch.setattr(MemmapVectorStore, "_matrix", lambda self: mapped)
+    during = store.query(query)
+    assert during.ids == before.ids[1:]
+    assert during.similarities == pytest.approx(before.similarities[1:])

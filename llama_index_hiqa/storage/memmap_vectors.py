@@ -421,14 +421,17 @@ class MemmapVectorStore(BasePydanticVectorStore):
             return VectorStoreQueryResult(ids=[], similarities=[], nodes=[] if self._node_loader else None)
         chosen = best if rows is None else rows[best]
         names = dict(self._db.rows_in("SELECT row, node_id FROM vector_rows WHERE row IN ({})", [int(r) for r in chosen]))
-        ids = [names[int(r)] for r in chosen]
+        # Another process may delete a chosen row between the mapping above and this read: the
+        # row is gone, so it is not an answer (never a KeyError in the middle of a question).
+        kept = [(names[int(r)], float(scores[i])) for r, i in zip(chosen, best) if int(r) in names]
+        ids = [node_id for node_id, _ in kept]
         if kwargs.get("ids_only"):
             # The caller wants scores by id (a retriever route that reads its few result nodes
             # later): id-only stand-ins, so LlamaIndex's retriever needs no node from anywhere.
             nodes: Optional[List[BaseNode]] = [TextNode(id_=i, text="") for i in ids]
         else:
             nodes = self._node_loader(ids) if self._node_loader is not None else None
-        return VectorStoreQueryResult(ids=ids, similarities=[float(scores[i]) for i in best], nodes=nodes)
+        return VectorStoreQueryResult(ids=ids, similarities=[score for _, score in kept], nodes=nodes)
 
     def _candidate_rows(self, query: VectorStoreQuery) -> Optional[np.ndarray]:
         """Rows a query is restricted to, ascending (``None``: all live rows)."""
