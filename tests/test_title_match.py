@@ -12,6 +12,7 @@ from llama_index_hiqa import MultiRouteRetriever, schema
 from llama_index_hiqa.retrievers.title_match import (
     CONNECTORS,
     abbreviates,
+    holds_name,
     document_names,
     latest_year_only,
     name_words,
@@ -149,3 +150,20 @@ def test_of_several_years_only_the_latest_is_matched_against_titles():
     assert scores["PEPSICO_2021_10K"] == 3.0  # pepsico in its title; 2021 in its text, counted once
     _, scores = _keyword_scores(question, latest_year_in_titles=False)
     assert scores["PEPSICO_2021_10K"] == scores["PEPSICO_2022_10K"] == 4.0
+
+
+def test_a_title_names_a_company_by_the_first_words_of_a_longer_name():
+    titles = {
+        "Adobe Systems Incorporated, Form 10-K, fiscal year ended December 1, 2017": {"adobesystems", "10k", "2017"},
+        "Adobe Inc., Form 10-K, fiscal year ended December 2, 2022": {"adobe", "10k", "2022"},
+        "American Express Company, Form 10-K, 2022": {"americanexpress", "10k", "2022"},
+    }
+    spellings = document_names(titles)
+    older, newer, amex = (set(k) for k in titles.values())
+    assert holds_name("adobe", older, spellings) and holds_name("adobe", newer, spellings)
+    assert holds_name("adobesystems", older, spellings)
+    # The longer name is not in the shorter one, nor a name in another's letters but not its words.
+    assert not holds_name("adobesystems", newer, spellings)
+    assert not holds_name("american", amex - {"americanexpress"}, spellings)
+    assert holds_name("american", amex, spellings)
+    assert not holds_name("ado", older, spellings)

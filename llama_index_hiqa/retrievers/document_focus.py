@@ -58,7 +58,7 @@ from llama_index.core.storage.docstore.types import BaseDocumentStore
 
 from llama_index_hiqa import schema
 from llama_index_hiqa.questions import CleanQuestions, question_bundle
-from llama_index_hiqa.retrievers import document_period, focus_share, table_places
+from llama_index_hiqa.retrievers import document_period, focus_share, table_places, title_match
 from llama_index_hiqa.retrievers.multi_route import VOCABULARY, MultiRouteRetriever, Ranking
 from llama_index_hiqa.retrievers.question_rewrite import QuestionRewriter, with_rewrite
 from llama_index_hiqa.retrievers.routes import QuestionKeywords
@@ -727,11 +727,18 @@ class DocumentFocusRetriever(CleanQuestions, BaseRetriever):
         period and form the question implies in ``first``'s stead
         ([`document_period`][llama_index_hiqa.retrievers.document_period]): the look-alikes
         are the documents whose titles hold every name (not period) of the question that
-        ``first``'s title holds; the two swap places, so the shares of the first places stay."""
-        names = frozenset(f for f in facets if focus_share.facet_kind(f) == focus_share.NAME and f in titles.get(first, ()))
+        ``first``'s title holds (as a keyword, or as the first words of a longer name: a
+        company renamed between its filings); the two swap places, so the shares of the first
+        places stay."""
+        spellings = self.multi_route.document_names()
+
+        def named(name: str, doc: str) -> bool:
+            return title_match.holds_name(name, titles.get(doc, frozenset()), spellings)
+
+        names = [f for f in facets if focus_share.facet_kind(f) == focus_share.NAME and named(f, first)]
         if not names:  # the question names no company or product of first's title: nothing to tell apart
             return first, head_documents
-        candidates = [d for d in dict.fromkeys([*head_documents, *sorted(titles)]) if d and names <= titles.get(d, frozenset())]
+        candidates = [d for d in dict.fromkeys([*head_documents, *sorted(titles)]) if d and all(named(n, d) for n in names)]
         if len(candidates) < 2:
             return first, head_documents
         known = self.multi_route.document_titles()

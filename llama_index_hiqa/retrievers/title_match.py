@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import re
 from functools import lru_cache
-from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
+from typing import AbstractSet, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 from llama_index_hiqa.indexes.keyword_index import normalize_keyword
 from llama_index_hiqa.transforms.critical_keywords import CriticalKeywordExtractor
@@ -91,6 +91,30 @@ def document_names(title_keywords: Mapping[str, Iterable[str]]) -> Dict[str, Tup
             if words is not None:
                 names.setdefault(keyword, {})[words] = None
     return {keyword: tuple(spellings) for keyword, spellings in names.items()}
+
+
+def holds_name(name: str, title_keywords: AbstractSet[str], spellings: Mapping[str, Tuple[Tuple[str, ...], ...]]) -> bool:
+    """Whether a title names ``name``: as one of its keywords, or as the first words of a
+    longer name it holds. A company's filings of different years may write its name
+    differently ("Adobe Systems Incorporated" on the 2017 cover, "Adobe Inc." on 2022's), so
+    the keyword of one (``adobe``) starts the other's (``adobesystems``, spelled "Adobe Systems").
+
+    Args:
+        name: a name keyword (normalised).
+        title_keywords: the title's keywords.
+        spellings: name keyword -> the words that spell it
+            ([`document_names`][llama_index_hiqa.retrievers.title_match.document_names]).
+
+    Returns:
+        True when the title names it.
+    """
+    if name in title_keywords:
+        return True
+    leads = spellings.get(name) or ((name,),)
+    return any(
+        len(words) > len(lead) and words[: len(lead)] == lead
+        for keyword in title_keywords for words in spellings.get(keyword, ()) for lead in leads
+    )
 
 
 def abbreviates(token: str, words: Tuple[str, ...]) -> bool:
