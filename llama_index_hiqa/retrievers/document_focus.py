@@ -60,7 +60,7 @@ from llama_index_hiqa import schema
 from llama_index_hiqa.questions import CleanQuestions, question_bundle
 from llama_index_hiqa.retrievers import document_period, focus_share, table_places
 from llama_index_hiqa.retrievers.multi_route import VOCABULARY, MultiRouteRetriever, Ranking
-from llama_index_hiqa.retrievers.question_rewrite import QuestionRewriter, with_rewrite
+from llama_index_hiqa.retrievers.question_rewrite import FocusRewrite, rewritten_question
 from llama_index_hiqa.retrievers.routes import QuestionKeywords
 from llama_index_hiqa.retrievers.settings import BM25, KEYWORDS, VECTOR, DocumentFocusSettings, MultiRouteSettings
 from llama_index_hiqa.settings import updated
@@ -476,8 +476,7 @@ class DocumentFocusRetriever(CleanQuestions, BaseRetriever):
         self.config: DocumentFocusSettings = updated(config, settings, model_class=DocumentFocusSettings)
         self.multi_route = multi_route
         # The optional LLM question rewrite: off without an LLM whatever the setting says.
-        rewrite = self.config.question_rewrite
-        self._rewriter = QuestionRewriter(llm, rewrite) if llm is not None and rewrite.enabled else None
+        self._rewrite = FocusRewrite(llm, self.config.question_rewrite)
         self._embed_model = embed_model
         self._stored_headings = heading_vectors
         self._heading_vectors: Dict[str, np.ndarray] = {}
@@ -485,6 +484,10 @@ class DocumentFocusRetriever(CleanQuestions, BaseRetriever):
         # What the ranking needs of a node, read once: a database store then fetches a
         # document's nodes only the first time a question lands on it.
         self._facts: Dict[str, _NodeFacts] = {}
+        # The listed documents' titles, read once (keyed by the listing they were read from),
+        # and the keywords of titles seen only in a ranking's results (a store that cannot list them).
+        self._listed_titles: Optional[Tuple[Mapping[str, frozenset[str]], "_Titles"]] = None
+        self._unlisted_title_keywords: Dict[str, frozenset[str]] = {}
         super().__init__(callback_manager=multi_route.callback_manager)
 
     @classmethod
@@ -614,6 +617,7 @@ class DocumentFocusRetriever(CleanQuestions, BaseRetriever):
     def rank_documents(
         self, query: QueryBundle, document_ids: Sequence[str], failed: Sequence[str] = (),
         keywords: Optional[QuestionKeywords] = None, expansion: Optional[VocabularyExpansion] = None,
+        demand: Optional[float] = None,
     ) -> Dict[str, RankedRows]:
         """Each document's nodes ranked on its own (as [`rank_document`][llama_index_hiqa.retrievers.document_focus.DocumentFocusRetriever.rank_document] ranks one), with
         every route, the stored facts and the heading vectors asked once for all of them.
@@ -624,22 +628,25 @@ class DocumentFocusRetriever(CleanQuestions, BaseRetriever):
             failed: routes that failed on this question (not asked again).
             keywords: the question's keywords when already extracted (``None``: extracted).
             expansion: what the expert vocabulary added to the question (``Ranking.expansion``).
+            demand: the question's ``figure_demand`` (``Ranking.figure_demand``; ``None``: graded here).
 
         Returns:
             Document id -> its ranking, for the documents with nodes and at most
                 ``max_document_nodes`` of them.
         """
         groups = {d: self.multi_route.document_node_ids(d) for d in document_ids}
-        return self._rank_groups(query, groups, failed, keywords, expansion)
+        return self._rank_groups(query, groups, failed, keywords, expansion, demand)
 
     def _rank_groups(
         self, query: QueryBundle, groups: Mapping[str, List[str]], failed: Sequence[str] = (),
         keywords: Optional[QuestionKeywords] = None, expansion: Optional[VocabularyExpansion] = None,
+        demand: Optional[float] = None,
     ) -> Dict[str, RankedRows]:
         """Each group of node ids ranked on its own; the routes asked once over their union.
         A node's route scores do not depend on which other nodes are asked with it (collection-wide
         statistics), and the normalisation is per group, so a group ranks as if asked alone.
-        The routes in ``failed`` (they failed on this question) are not asked again."""
+        The routes in ``failed`` (they failed on this question) are not asked again; ``demand``
+        is the question's ``figure_demand`` when the ranking below graded it (``Ranking.figure_demand``)."""
         groups = {g: ids for g, ids in groups.items() if ids and len(ids) <= self.config.max_document_nodes}
         if not groups:
             return {}
@@ -649,7 +656,9 @@ class DocumentFocusRetriever(CleanQuestions, BaseRetriever):
         routes = self.multi_route.scores_within(query, union, failed, keywords)
         heading = self._heading_similarity(query, facts)
         named = self._heading_words(query, facts, expansion)
-        table_weight = self.question_table_weight(query.query_str or "")
+        if demand is None:
+            demand = table_places.figure_demand(query.query_str or "")
+        table_weight = self._table_weight(demand)
         return {g: self._ranked(ids, facts, routes, heading, named, table_weight) for g, ids in groups.items() if ids}
 
     def question_table_weight(self, question: str) -> float:
@@ -663,9 +672,12 @@ class DocumentFocusRetriever(CleanQuestions, BaseRetriever):
         Returns:
             The weight of the table bonus t.
         """
+        return self._table_weight(table_places.figure_demand(question))
+
+    def _table_weight(self, demand: float) -> float:
         if not self.config.table_weight_by_question:
             return self.config.table_weight
-        return self.config.table_weight * table_places.figure_demand(question)
+        return self.config.table_weight * demand
 
     def _ranked(
         self, ids: Sequence[str], facts: Mapping[str, "_NodeFacts"], routes: Mapping[str, Mapping[str, float]],
@@ -708,42 +720,24 @@ class DocumentFocusRetriever(CleanQuestions, BaseRetriever):
         cut = min(round(hit.score or 0.0, 9) for hit in head) if full and head else float("-inf")
         return [doc for doc in sorted(best, key=lambda d: (-best[d], d)) if doc and best[doc] > cut]
 
-    def _title_keywords(self, head: Sequence[NodeWithScore]) -> Dict[str, frozenset[str]]:
-        """Document id -> its title's keywords: every document the multi-route retriever
-        lists, and the head's documents (a store that cannot list them all)."""
-        known = dict(self.multi_route.document_title_keywords())
-        titles = {schema.get_document_id(hit.node): schema.get_document_title(hit.node) for hit in head}
-        missing = {doc: title for doc, title in titles.items() if doc and doc not in known and title}
-        if missing:
-            by_title = self.multi_route.title_keywords_of(list(dict.fromkeys(missing.values())))
-            known.update({doc: by_title[title] for doc, title in missing.items()})
-        return known
-
-    def _implied_period_first(
-        self, query: QueryBundle, first: str, head_documents: List[str], facets: Sequence[str],
-        titles: Mapping[str, frozenset[str]], head: Sequence[NodeWithScore],
-    ) -> Tuple[str, List[str]]:
-        """The best document and the head's document of each place, with the look-alike whose
-        period and form the question implies in ``first``'s stead
-        ([`document_period`][llama_index_hiqa.retrievers.document_period]): the look-alikes
-        are the documents whose titles hold every name (not period) of the question that
-        ``first``'s title holds; the two swap places, so the shares of the first places stay."""
-        names = frozenset(f for f in facets if focus_share.facet_kind(f) == focus_share.NAME and f in titles.get(first, ()))
-        if not names:  # the question names no company or product of first's title: nothing to tell apart
-            return first, head_documents
-        candidates = [d for d in dict.fromkeys([*head_documents, *sorted(titles)]) if d and names <= titles.get(d, frozenset())]
-        if len(candidates) < 2:
-            return first, head_documents
-        known = self.multi_route.document_titles()
+    def _titles(self, head: Sequence[NodeWithScore]) -> "_Titles":
+        """Every document's title and title keywords: those the multi-route retriever lists
+        (read once), and the head's (a store that cannot list them all)."""
+        listed = self.multi_route.document_title_keywords()
+        if self._listed_titles is None or self._listed_titles[0] is not listed:
+            titles = self.multi_route.document_titles()
+            self._listed_titles = (listed, _Titles(titles, listed, focus_share.title_words(listed)))
+        known = self._listed_titles[1]
         in_head = {schema.get_document_id(hit.node): schema.get_document_title(hit.node) for hit in head}
-        periods = {d: document_period.document_period(known.get(d) or in_head.get(d) or "") for d in candidates}
-        wanted = document_period.question_period(query.query_str or "")
-        preferred = document_period.preferred_document(first, candidates, periods, wanted)
-        if preferred == first:
-            return first, head_documents
-        logger.debug("focus: %s instead of %s (the question implies %s)", preferred, first, wanted)
-        swapped = {first: preferred, preferred: first}
-        return preferred, [swapped.get(d, d) for d in head_documents]
+        missing = {doc: title for doc, title in in_head.items() if doc and doc not in listed and title}
+        if not missing:
+            return known
+        new = [t for t in dict.fromkeys(missing.values()) if t not in self._unlisted_title_keywords]
+        if new:
+            self._unlisted_title_keywords.update(self.multi_route.title_keywords_of(new))
+        keywords = {**listed, **{doc: self._unlisted_title_keywords[t] for doc, t in missing.items()}}
+        titles = {**{d: t for d, t in in_head.items() if d and t}, **{d: t for d, t in known.titles.items() if t}}
+        return _Titles(titles, keywords, focus_share.title_words(keywords))
 
     def choose(
         self, query: QueryBundle, head: Sequence[NodeWithScore], keywords: Optional[QuestionKeywords] = None
@@ -766,13 +760,16 @@ class DocumentFocusRetriever(CleanQuestions, BaseRetriever):
         cap = self.config.focus_documents
         if cap == 1 and not self.config.prefer_implied_period:
             return FocusChoice([first], [first] * len(head), False, [])
-        titles = self._title_keywords(head)
+        known = self._titles(head)
+        titles = known.keywords
         if keywords is None:
             keywords = self.multi_route.question_keywords(query)
-        written = focus_share.names_written(query.query_str or "", titles)
-        facets = focus_share.question_facets([*keywords.normalized, *written], titles)
+        written = focus_share.names_written(query.query_str or "", known.words)
+        facets = focus_share.question_facets([*keywords.normalized, *written], known.words)
         if self.config.prefer_implied_period:
-            first, head_documents = self._implied_period_first(query, first, head_documents, facets, titles, head)
+            first, head_documents = document_period.implied_period_first(
+                query.query_str or "", first, head_documents, facets, titles, known.titles,
+            )
         if cap == 1:
             return FocusChoice([first], [first] * len(head), False, [])
         order = list(dict.fromkeys(d for d in head_documents if d))
@@ -785,53 +782,42 @@ class DocumentFocusRetriever(CleanQuestions, BaseRetriever):
         pattern = focus_share.slot_pattern(documents, head_documents, is_named)
         return FocusChoice(documents, pattern, is_named, facets)
 
-    def _rewritten(self, query: QueryBundle, head: Ranking, terms: Sequence[str]) -> Tuple[QueryBundle, Ranking]:
-        """The question as the routes inside the focused documents search it with the LLM
-        rewrite's ``terms`` appended (its embedding stays the question's), and the head whose
-        expansion lists them (``question_rewrite.REWRITE``); both unchanged without terms."""
-        expansion = with_rewrite(head.expansion, query.query_str or "", list(terms)) if terms else head.expansion
-        if expansion is head.expansion:
-            return query, head
-        bundle = QueryBundle(
-            f"{query.query_str} {'; '.join(terms)}", image_path=query.image_path,
-            custom_embedding_strs=query.embedding_strs, embedding=query.embedding,
-        )
-        return bundle, head._replace(expansion=expansion)
-
-    def _rewrite_terms(self, query: QueryBundle) -> List[str]:
-        return self._rewriter.rewrite(query.query_str or "") if self._rewriter is not None and self.config.enabled else []
-
-    def _focused(self, query: QueryBundle, head: Ranking, terms: Sequence[str] = ()) -> RankedRows:
+    def _focused(
+        self, query: QueryBundle, head: Ranking, terms: Sequence[str] = ()
+    ) -> Tuple[RankedRows, Optional[VocabularyExpansion]]:
         """The focused documents' nodes, sharing the first places: ``(node_id, score, route
-        scores)``, best first; ``[]`` when nothing can be ranked again. The documents are
-        chosen by the question's own words, their nodes ranked with the rewrite's ``terms``."""
+        scores)``, best first (``[]`` when nothing can be ranked again), and what the vocabulary
+        and the rewrite added to the question. The documents are chosen by the question's own
+        words, their nodes ranked with the rewrite's ``terms``."""
         choice = self.choose(query, head.results, head.keywords)
-        query, head = self._rewritten(query, head, terms)
-        rankings = self.rank_documents(query, choice.documents, failed_routes(head.results), head.keywords, head.expansion)
+        searched, expansion = rewritten_question(query, head.expansion, terms)
+        rankings = self.rank_documents(
+            searched, choice.documents, failed_routes(head.results), head.keywords, expansion, head.figure_demand,
+        )
         if not rankings:
-            return []
+            return [], expansion
         documents = [d for d in choice.documents if d in rankings]
         rows = {row[0]: row for ranked in rankings.values() for row in ranked}
         ids = focus_share.share_slots({d: [r[0] for r in rankings[d]] for d in documents}, choice.pattern, documents)
         for row in (rows[i] for i in ids):
             row[2][FOCUS_DOCUMENTS] = len(documents)
-        return [rows[i] for i in ids]
+        return [rows[i] for i in ids], expansion
 
     def _combine(
         self, query: QueryBundle, head: Ranking, limit: Optional[int], terms: Optional[Sequence[str]] = None,
     ) -> List[NodeWithScore]:
         if not self.config.enabled or not head.results:
             return head.results
-        terms = self._rewrite_terms(query) if terms is None else terms
-        ranked = self._focused(query, head, terms)
+        if terms is None:
+            terms = self._rewrite.terms(query.query_str or "", head.results)
+        ranked, expansion = self._focused(query, head, terms)
         if not ranked:
             return head.results
-        _, head = self._rewritten(query, head, terms)  # the rows say what the rewrite added
         keep = ranked if limit is None else ranked[:limit]
         failed = failed_routes(head.results)  # the focused nodes say which routes failed, as the head's do
         rows = {i: ({**r, "failed": failed} if failed else r) for i, _, r in keep}
-        if head.expansion is not None:  # the focused nodes say what the vocabulary added, as the head's do
-            rows = {i: {**r, VOCABULARY: head.expansion.explained()} for i, r in rows.items()}
+        if expansion is not None:  # the focused nodes say what the vocabulary and the rewrite added, as the head's do
+            rows = {i: {**r, VOCABULARY: expansion.explained()} for i, r in rows.items()}
         focused = self.multi_route.results_for([(i, s) for i, s, _ in keep], rows)
         seen = {hit.node.node_id for hit in focused}
         out = focused + [hit for hit in head.results if hit.node.node_id not in seen]
@@ -849,8 +835,7 @@ class DocumentFocusRetriever(CleanQuestions, BaseRetriever):
             return []
         query = await asyncio.to_thread(self._embedded, query_bundle)
         head = await self.multi_route.arank(query)
-        rewriter = self._rewriter if self.config.enabled and head.results else None
-        terms = await rewriter.arewrite(query.query_str or "") if rewriter is not None else []
+        terms = await self._rewrite.aterms(query.query_str or "", head.results) if self.config.enabled else []
         return await asyncio.to_thread(self._combine, query, head, self.similarity_top_k, terms)
 
     def full_ranking(self, query: Union[str, QueryBundle]) -> List[str]:
@@ -868,7 +853,8 @@ class DocumentFocusRetriever(CleanQuestions, BaseRetriever):
             return self.multi_route.full_ranking(bundle)
         head = self.multi_route.rank(bundle)
         rest = self.multi_route.full_ranking(bundle, head.keywords)
-        first = [i for i, _, _ in self._focused(bundle, head, self._rewrite_terms(bundle))] if head.results else []
+        ranked = self._focused(bundle, head, self._rewrite.terms(bundle.query_str or "", head.results))[0] if head.results else []
+        first = [i for i, _, _ in ranked]
         seen = set(first)
         return first + [i for i in rest if i not in seen]
 
@@ -880,6 +866,12 @@ class FocusChoice(NamedTuple):
     pattern: List[str]  # the document of each of the first places
     named: bool  # True: the question names several documents (they take turns)
     facets: List[str]  # the question's keywords found in document titles
+
+
+class _Titles(NamedTuple):
+    titles: Mapping[str, str]  # document id -> its title
+    keywords: Mapping[str, frozenset[str]]  # document id -> its title's keywords
+    words: frozenset[str]  # every title keyword (focus_share.title_words)
 
 
 class _NodeFacts(NamedTuple):

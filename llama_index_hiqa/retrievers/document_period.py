@@ -27,15 +27,19 @@ documents that share the best document's names (the same company).
 from __future__ import annotations
 
 import datetime
+import logging
 import re
-from typing import Callable, Dict, Mapping, NamedTuple, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Mapping, NamedTuple, Optional, Sequence, Tuple
 
 from llama_index_hiqa.readers.titles import DATE_TEXT
+from llama_index_hiqa.retrievers import focus_share
 
 __all__ = [
     "ANNUAL", "QUARTERLY", "RELEASE", "DocumentPeriod", "QuestionPeriod", "document_period",
-    "preferred_document", "question_period",
+    "implied_period_first", "preferred_document", "question_period",
 ]
+
+logger = logging.getLogger(__name__)
 
 ANNUAL, QUARTERLY, RELEASE = "annual", "quarterly", "release"
 PRESENT, PAST = "present", "past"
@@ -216,3 +220,45 @@ def preferred_document(first: str, candidates: Sequence[str], periods: Mapping[s
         latest = max(periods[d].latest() for d in pool)
         narrowed(lambda p: p.latest() == latest)
     return first if first in pool else pool[0]
+
+
+def implied_period_first(
+    question: str, first: str, head_documents: Sequence[str], facets: Sequence[str],
+    title_keywords: Mapping[str, frozenset[str]], titles: Mapping[str, str],
+) -> Tuple[str, List[str]]:
+    """The best document and the document of each first place, with the look-alike whose
+    period and form ``question`` implies in ``first``'s stead: the look-alikes are the
+    documents whose titles hold every name (not period) of the question that ``first``'s title
+    holds ([`preferred_document`][llama_index_hiqa.retrievers.document_period.preferred_document]
+    chooses among them); the two swap places, so the shares of the first places stay.
+
+    Args:
+        question: the question.
+        first: the best document of the routes.
+        head_documents: the document of each of the routes' first places.
+        facets: the question's facets ([`question_facets`][llama_index_hiqa.retrievers.focus_share.question_facets]).
+        title_keywords: document id -> its title's keywords.
+        titles: document id -> its title.
+
+    Returns:
+        ``(best document, head documents)``; as given when the question names no name of
+            ``first``'s title or nothing looks alike.
+    """
+    in_first = title_keywords.get(first, frozenset())
+    names = frozenset(f for f in facets if focus_share.facet_kind(f) == focus_share.NAME and f in in_first)
+    if not names:  # the question names no company or product of first's title: nothing to tell apart
+        return first, list(head_documents)
+    candidates = [
+        d for d in dict.fromkeys([*head_documents, *sorted(title_keywords)])
+        if d and names <= title_keywords.get(d, frozenset())
+    ]
+    if len(candidates) < 2:
+        return first, list(head_documents)
+    periods = {d: document_period(titles.get(d) or "") for d in candidates}
+    wanted = question_period(question)
+    preferred = preferred_document(first, candidates, periods, wanted)
+    if preferred == first:
+        return first, list(head_documents)
+    logger.debug("focus: %s instead of %s (the question implies %s)", preferred, first, wanted)
+    swapped = {first: preferred, preferred: first}
+    return preferred, [swapped.get(d, d) for d in head_documents]
