@@ -72,12 +72,18 @@ logger = logging.getLogger(__name__)
 
 HEADING, HEADING_WORDS, TABLE, FOCUS = "heading", "heading_words", "table", "focus"
 FOCUS_DOCUMENTS = "focus_documents"  # route-score key: how many documents shared the places
-_NUMBER = re.compile(r"^[(\-–$€£]*[\d][\d,.]*[)%]*$")
+# A number token, with the Markdown emphasis a reader writes around it: statements print the
+# current year's column in bold ("**(6,701)**"), and a page of them is a table all the same.
+_NUMBER = re.compile(r"^[*_]*[(\-–$€£]*[\d][\d,.]*[)%]*[*_]*$")
+# The version of what `focus_facts` computes: facts a store wrote under another version (an
+# older number share) are computed again from the node.
+FACTS_VERSION = 2
 
 
 # -- pure functions ----------------------------------------------------------------------
 def numeric_share(text: str) -> float:
-    """Share of whitespace-separated tokens of ``text`` that are numbers.
+    """Share of whitespace-separated tokens of ``text`` that are numbers (with or without
+    Markdown emphasis: ``**1,234**`` is a number).
 
     Args:
         text: the text.
@@ -123,19 +129,34 @@ def _joined(labels: Sequence[str]) -> str:
 
 def focus_facts(node: BaseNode) -> List[Any]:
     """What the focus reads of a node, as stored at ingestion (JSON-able): its heading labels,
-    whether it is a table segment, its share of number tokens, its document and first page.
+    whether it is a table segment, its share of number tokens, its document and first page,
+    and the version of this computation (``FACTS_VERSION``).
 
     Args:
         node: the node.
 
     Returns:
-        ``[heading labels, is table, number share, document id, first page or None]``.
+        ``[heading labels, is table, number share, document id, first page or None, version]``.
     """
     pages = schema.get_page_range(node)
     return [
         list(heading_labels(node)), schema.get_segment_kind(node) == schema.KIND_TABLE,
         numeric_share(node.get_content()), schema.get_document_id(node), None if pages is None else pages[0],
+        FACTS_VERSION,
     ]
+
+
+def current_facts(facts: Sequence[Any]) -> bool:
+    """Whether stored ``facts`` are what `focus_facts` computes now (a store written by an
+    earlier release holds them without a version, or with another one).
+
+    Args:
+        facts: facts as a store returned them.
+
+    Returns:
+        True when they carry ``FACTS_VERSION``.
+    """
+    return len(facts) == 6 and facts[5] == FACTS_VERSION
 
 
 def embed_headings(embed_model: BaseEmbedding, texts: Sequence[str]) -> np.ndarray:
@@ -549,7 +570,8 @@ class DocumentFocusRetriever(CleanQuestions, BaseRetriever):
         stored = getattr(self._stored_headings, "node_facts", None)
         if missing and stored is not None:  # stored at ingestion: no node is read
             for node_id, facts in stored(missing).items():
-                self._facts[node_id] = self._as_facts(facts)
+                if current_facts(facts):  # else read from the node below
+                    self._facts[node_id] = self._as_facts(facts)
             missing = [i for i in missing if i not in self._facts]
         if missing:
             for node_id, node in self.multi_route.nodes_by_id(missing).items():
@@ -557,7 +579,7 @@ class DocumentFocusRetriever(CleanQuestions, BaseRetriever):
         return {i: self._facts[i] for i in ids if i in self._facts}
 
     def _as_facts(self, facts: Sequence[Any]) -> "_NodeFacts":
-        labels, table_kind, share, document, page = facts
+        labels, table_kind, share, document, page = facts[:5]
         table = bool(table_kind) or share >= self.config.table_number_share
         return _NodeFacts(tuple(labels), 1.0 if table else 0.0, None if page is None else (document, int(page)))
 
@@ -766,8 +788,9 @@ class DocumentFocusRetriever(CleanQuestions, BaseRetriever):
             keywords = self.multi_route.question_keywords(query)
         written = focus_share.names_written(query.query_str or "", known.words)
         facets = focus_share.question_facets([*keywords.normalized, *written], known.words)
+        ruled_out: frozenset[str] = frozenset()
         if self.config.prefer_implied_period:
-            first, head_documents = document_period.implied_period_first(
+            first, head_documents, ruled_out = document_period.implied_period_first(
                 query.query_str or "", first, head_documents, facets, titles, known.titles,
             )
         if cap == 1:
@@ -779,7 +802,10 @@ class DocumentFocusRetriever(CleanQuestions, BaseRetriever):
         tied = focus_share.tied_documents(first, facets, titles, self._above_the_cut(head))
         documents = focus_share.choose_documents(first, named, tied, cap)
         is_named = bool(named) and len(documents) > 1
-        pattern = focus_share.slot_pattern(documents, head_documents, is_named)
+        # A tied look-alike whose period or form the question rules out gets no first place;
+        # its nodes still take turns after them (the question's tense is weak evidence).
+        placed = documents if is_named else [d for d in documents if d not in ruled_out]
+        pattern = focus_share.slot_pattern(placed, head_documents, is_named)
         return FocusChoice(documents, pattern, is_named, facets)
 
     def _focused(
