@@ -231,10 +231,10 @@ def preferred_document(first: str, candidates: Sequence[str], periods: Mapping[s
     question in the past tense without a year or date keeps ``first``.
 
     Args:
-        first: the best document of the routes.
-        candidates: the look-alikes, best first.
-        periods: document id -> its [`document_period`][llama_index_hiqa.retrievers.document_period.document_period].
-        wanted: the question's [`question_period`][llama_index_hiqa.retrievers.document_period.question_period].
+        first: the routes' best document, kept whenever it is left.
+        candidates: its look-alikes, best first (the first left wins otherwise).
+        periods: each look-alike's period and form, read from its title.
+        wanted: what the question says of the period and form it asks about.
 
     Returns:
         The preferred document's id.
