@@ -39,18 +39,14 @@ ranking's other results.
 from __future__ import annotations
 
 import asyncio
-import logging
 import re
 from functools import lru_cache
-from typing import (
-    Any, Dict, Hashable, List, Mapping, NamedTuple, Optional, Protocol, Sequence, Tuple, Union, runtime_checkable,
-)
+from typing import Any, Dict, Hashable, List, Mapping, NamedTuple, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import Stemmer
 from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.base.embeddings.base import BaseEmbedding
-from llama_index.core.callbacks.base import CallbackManager
 from llama_index.core.indices.vector_store.base import VectorStoreIndex
 from llama_index.core.llms import LLM
 from llama_index.core.schema import BaseNode, NodeWithScore, QueryBundle
@@ -59,16 +55,16 @@ from llama_index.core.storage.docstore.types import BaseDocumentStore
 from llama_index_hiqa import schema
 from llama_index_hiqa.questions import CleanQuestions, question_bundle
 from llama_index_hiqa.retrievers import document_period, focus_share, table_places
+from llama_index_hiqa.retrievers.focus_seam import MultiRouteRanking, RankedRows, StoredHeadings
 from llama_index_hiqa.retrievers.multi_route import VOCABULARY, MultiRouteRetriever, Ranking
 from llama_index_hiqa.retrievers.question_rewrite import FocusRewrite, rewritten_question
 from llama_index_hiqa.retrievers.routes import QuestionKeywords
-from llama_index_hiqa.retrievers.settings import BM25, KEYWORDS, VECTOR, DocumentFocusSettings, MultiRouteSettings
+from llama_index_hiqa.retrievers.settings import BM25, KEYWORDS, VECTOR, DocumentFocusSettings
 from llama_index_hiqa.settings import updated
 from llama_index_hiqa.vocabularies import VocabularyExpansion
 
+# MultiRouteRanking and StoredHeadings (focus_seam) are listed here too: importable from where they were defined.
 __all__ = ["DocumentFocusRetriever", "DocumentFocusSettings", "FocusChoice", "MultiRouteRanking", "StoredHeadings"]
-
-logger = logging.getLogger(__name__)
 
 HEADING, HEADING_WORDS, TABLE, FOCUS = "heading", "heading_words", "table", "focus"
 FOCUS_DOCUMENTS = "focus_documents"  # route-score key: how many documents shared the places
@@ -308,158 +304,6 @@ def failed_routes(results: Sequence[NodeWithScore]) -> List[str]:
     return sorted({r for hit in results for r in hit.node.metadata.get(schema.ROUTE_SCORES, {}).get("failed", ())})
 
 
-# -- what the focus needs of the ranking below it ---------------------------------------------
-RankedRows = List[Tuple[str, float, Dict[str, Any]]]  # (node id, score, route scores), best first
-
-
-@runtime_checkable
-class MultiRouteRanking(Protocol):
-    """What [`DocumentFocusRetriever`][llama_index_hiqa.retrievers.document_focus.DocumentFocusRetriever]
-    needs of the ranking below it: the ranking of a question with its keywords, one document's
-    nodes and every route's scores of them, the titles' keywords and the results' node copies.
-    [`MultiRouteRetriever`][llama_index_hiqa.retrievers.multi_route.MultiRouteRetriever] is one,
-    over any store."""
-
-    config: MultiRouteSettings
-    callback_manager: CallbackManager
-
-    def rank(self, query: QueryBundle, keywords: Optional[QuestionKeywords] = None) -> Ranking:
-        """The fused results and the question's keywords (``MultiRouteRetriever.rank``).
-
-        Args:
-            query: the question.
-            keywords: the question's keywords when already extracted.
-
-        Returns:
-            The ranking.
-        """
-        ...
-
-    async def arank(self, query: QueryBundle, keywords: Optional[QuestionKeywords] = None) -> Ranking:
-        """``rank`` without blocking the event loop.
-
-        Args:
-            query: the question.
-            keywords: the question's keywords when already extracted.
-
-        Returns:
-            The ranking.
-        """
-        ...
-
-    def full_ranking(self, query: Union[str, QueryBundle], keywords: Optional[QuestionKeywords] = None) -> List[str]:
-        """Every node id, best first.
-
-        Args:
-            query: the question.
-            keywords: the question's keywords when already extracted.
-
-        Returns:
-            The node ids.
-        """
-        ...
-
-    def question_keywords(self, query: Union[str, QueryBundle]) -> QuestionKeywords:
-        """The question's keywords, extracted now.
-
-        Args:
-            query: the question.
-
-        Returns:
-            The keywords.
-        """
-        ...
-
-    def nodes_by_id(self, node_ids: Sequence[str]) -> Dict[str, BaseNode]:
-        """The nodes of ``node_ids`` (unknown ids left out).
-
-        Args:
-            node_ids: the ids.
-
-        Returns:
-            ``{node id: node}``.
-        """
-        ...
-
-    def document_node_ids(self, document_id: str) -> List[str]:
-        """Every node id of a document.
-
-        Args:
-            document_id: the document.
-
-        Returns:
-            Its node ids.
-        """
-        ...
-
-    def scores_within(
-        self, query: Union[str, QueryBundle], node_ids: Sequence[str], skip: Sequence[str] = (),
-        keywords: Optional[QuestionKeywords] = None,
-    ) -> Dict[str, Dict[str, float]]:
-        """Each route's scores of exactly ``node_ids``.
-
-        Args:
-            query: the question.
-            node_ids: the nodes to score.
-            skip: routes not to ask (they failed on this question).
-            keywords: the question's keywords when already extracted.
-
-        Returns:
-            Route name -> ``{node id: score}``.
-        """
-        ...
-
-    def document_titles(self) -> Dict[str, str]:
-        """Document id -> its title, for every document listed."""
-        ...
-
-    def document_title_keywords(self) -> Dict[str, frozenset[str]]:
-        """Document id -> its title's keywords, for every document listed."""
-        ...
-
-    def title_keywords_of(self, titles: Sequence[str]) -> Dict[str, frozenset[str]]:
-        """Each title -> its keywords.
-
-        Args:
-            titles: document titles.
-
-        Returns:
-            ``{title: keywords}``.
-        """
-        ...
-
-    def results_for(
-        self, ranked: Sequence[Tuple[str, float]], route_scores: Mapping[str, Mapping[str, Any]],
-        known_nodes: Optional[Mapping[str, BaseNode]] = None,
-    ) -> List[NodeWithScore]:
-        """Ranked ids as results carrying their route scores.
-
-        Args:
-            ranked: ``[(node id, score), ...]`` in result order.
-            route_scores: node id -> its route scores.
-            known_nodes: nodes already at hand.
-
-        Returns:
-            The results.
-        """
-        ...
-
-
-class StoredHeadings(Protocol):
-    """A store's heading vectors computed at ingestion (``heading_vectors``)."""
-
-    def lookup(self, texts: Sequence[str]) -> Mapping[str, np.ndarray]:
-        """Heading path -> its unit vector, for the paths stored.
-
-        Args:
-            texts: heading paths.
-
-        Returns:
-            ``{path: unit vector}`` for those stored.
-        """
-        ...
-
-
 # -- retriever ---------------------------------------------------------------------------
 class DocumentFocusRetriever(CleanQuestions, BaseRetriever):
     """A multi-route retriever's best document(s) ranked again node by node, listed first.
@@ -470,7 +314,7 @@ class DocumentFocusRetriever(CleanQuestions, BaseRetriever):
         nodes = retriever.retrieve("What is the FY2018 capital expenditure of 3M?")
 
     ``multi_route`` is a [`MultiRouteRetriever`][llama_index_hiqa.retrievers.multi_route.MultiRouteRetriever], or anything
-    [`MultiRouteRanking`][llama_index_hiqa.retrievers.document_focus.MultiRouteRanking] describes (it answers which
+    [`MultiRouteRanking`][llama_index_hiqa.retrievers.focus_seam.MultiRouteRanking] describes (it answers which
     document and scores that document's nodes); ``embed_model`` embeds the question once for
     both and the heading paths (kept in memory after their first use; an embedding model with
     a content-hash cache keeps them across processes). ``heading_vectors`` (the pack passes
