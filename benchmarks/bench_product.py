@@ -116,8 +116,9 @@ VARIANT_LABELS = {
     "unruled_tables_no_table_places": "HiQAPack, unruled tables, no limit on a page's table parts in the first places",
 }
 # Rows whose questions are compared one by one with another row (moves up and down, and the
-# kind of each remaining miss): the defaults with the row without this round's change, the vocabulary rows with the row without a vocabulary.
-COMPARED = {"defaults": "no_implied_period", "finance_vocabulary": "no_vocabulary", "finance_vocabulary_collection": "no_vocabulary"}
+# kind of each remaining miss): the defaults with the saved defaults of the round before (previous_defaults.json,
+# a copy of that round's defaults.json), the vocabulary rows with the row without a vocabulary.
+COMPARED = {"defaults": "previous_defaults", "finance_vocabulary": "no_vocabulary", "finance_vocabulary_collection": "no_vocabulary"}
 
 
 def git_commit() -> str:

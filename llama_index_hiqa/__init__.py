@@ -65,6 +65,9 @@ _EXPORTS: Dict[str, str] = {
     "document_period": "llama_index_hiqa.retrievers.document_period",
     "question_period": "llama_index_hiqa.retrievers.document_period",
     "preferred_document": "llama_index_hiqa.retrievers.document_period",
+    "implied_documents": "llama_index_hiqa.retrievers.document_period",
+    "PeriodChoice": "llama_index_hiqa.retrievers.document_period",
+    "FocusRewrite": "llama_index_hiqa.retrievers.question_rewrite",
     "cross_document_questions": "llama_index_hiqa.evaluation.cross_document",
     "CrossDocumentQuestion": "llama_index_hiqa.evaluation.cross_document",
     #
@@ -252,11 +255,16 @@ if TYPE_CHECKING:
         DocumentFocusRetriever as DocumentFocusRetriever,
         FocusChoice as FocusChoice,
     )
-    from llama_index_hiqa.retrievers.question_rewrite import QuestionRewriter as QuestionRewriter
+    from llama_index_hiqa.retrievers.question_rewrite import (
+        FocusRewrite as FocusRewrite,
+        QuestionRewriter as QuestionRewriter,
+    )
     from llama_index_hiqa.retrievers.document_period import (
         DocumentPeriod as DocumentPeriod,
+        PeriodChoice as PeriodChoice,
         QuestionPeriod as QuestionPeriod,
         document_period as document_period,
+        implied_documents as implied_documents,
         preferred_document as preferred_document,
         question_period as question_period,
     )

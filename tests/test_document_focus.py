@@ -55,6 +55,12 @@ def test_numeric_share_counts_money_percent_and_bracketed_numbers():
     assert numeric_share("") == 0.0
 
 
+def test_numeric_share_reads_numbers_in_markdown_emphasis():
+    # a statement's current-year column as the reader writes it: bold
+    assert numeric_share("Accounts payable **408** 24 148 **(6,701)** _12.5%_") == pytest.approx(5 / 7)
+    assert numeric_share("**Total** **$**") == 0.0  # emphasis alone is not a number
+
+
 def test_min_max_counts_a_missing_id_as_the_lowest_and_flat_scores_as_zero():
     assert min_max({"a": 2.0, "b": 4.0}, ["a", "b", "c"]) == {"a": 0.0, "b": 1.0, "c": 0.0}
     assert min_max({"a": 3.0, "b": 3.0}, ["a", "b"]) == {"a": 0.0, "b": 0.0}

@@ -15,9 +15,12 @@ from llama_index_hiqa.retrievers.document_period import (
     DocumentPeriod,
     QuestionPeriod,
     document_period,
+    implied_documents,
+    implied_period_first,
     preferred_document,
     question_period,
 )
+from llama_index_hiqa.retrievers.title_match import document_names
 from llama_index_hiqa.storage.vector_store import MatrixVectorStore
 from llama_index_hiqa.testing import HashingEmbedding
 from llama_index_hiqa.transforms.critical_keywords import CriticalKeywordExtractor
@@ -160,6 +163,45 @@ def test_preferred_document_keeps_first_without_look_alikes_or_periods():
     assert preferred_document("c", ["c", "b", "a"], tied, question_period("Revenue in FY2022?")) == "b"
 
 
+def test_implied_documents_are_what_the_preference_chooses_from():
+    # present tense: the latest annual report alone
+    assert implied_documents("k2018", ALL, PERIODS, question_period("Does the company have a healthy quick ratio?")) == ["k2022"]
+    # a year and a release's words: that year's releases
+    assert implied_documents("k2022", ALL, PERIODS, question_period("What did the FY2022 earnings release report?")) == ["release2022"]
+    # past tense without a year: nothing is implied, every look-alike stays
+    assert implied_documents("k2018", ALL, PERIODS, question_period("Did the company pay a dividend?")) == ALL
+
+
+def test_implied_period_first_says_which_look_alikes_the_question_rules_out():
+    titles = {"k2018": "Acme, Form 10-K, fiscal year ended December 31, 2018",
+              "k2022": "Acme, Form 10-K, fiscal year ended December 31, 2022",
+              "q2023": "Acme, Form 10-Q, quarter ended June 30, 2023",
+              "globex": "Globex, Form 10-K, fiscal year ended December 31, 2022"}
+    keywords = {"k2018": frozenset({"acme", "2018"}), "k2022": frozenset({"acme", "2022"}),
+                "q2023": frozenset({"acme", "2023"}), "globex": frozenset({"globex", "2022"})}
+    head = ["k2018", "q2023", "k2018", "k2022"]
+    choice = implied_period_first("Does Acme have a healthy quick ratio?", "k2018", head, ["acme"], keywords, titles)
+    assert choice.first == "k2022" and choice.head_documents == ["k2022", "q2023", "k2022", "k2018"]
+    assert choice.ruled_out == {"k2018", "q2023"}  # another company's filing is no look-alike
+    past = implied_period_first("Did Acme pay a dividend?", "k2018", head, ["acme"], keywords, titles)
+    assert past == (("k2018", head, frozenset()))
+    assert implied_period_first("Does it have a healthy quick ratio?", "k2018", head, [], keywords, titles).ruled_out == frozenset()
+
+
+def test_a_company_renamed_between_its_filings_is_still_a_look_alike():
+    """2017's cover reads "Adobe Systems Incorporated" (keyword ``adobesystems``), 2022's
+    "Adobe Inc." (``adobe``): a question about FY2017 that the routes put on 2022 moves to 2017."""
+    titles = {"a2017": "Adobe Systems Incorporated, Form 10-K, fiscal year ended December 1, 2017",
+              "a2022": "Adobe Inc., Form 10-K, fiscal year ended December 2, 2022"}
+    keywords = {"a2017": frozenset({"adobesystems", "10k", "2017"}), "a2022": frozenset({"adobe", "10k", "2022"})}
+    spellings = document_names({titles[d]: keywords[d] for d in titles})
+    question = "What is the FY2017 operating cash flow ratio for Adobe?"
+    moved = implied_period_first(question, "a2022", ["a2022", "a2017"], ["adobe", "2017"], keywords, titles, spellings)
+    assert moved.first == "a2017" and moved.head_documents == ["a2017", "a2022"]
+    # Without the titles' spellings a name is only ever the same keyword: nothing looks alike.
+    assert implied_period_first(question, "a2022", ["a2022", "a2017"], ["adobe", "2017"], keywords, titles).first == "a2022"
+
+
 # --- inside the document focus --------------------------------------------------------------
 
 TITLES = {
@@ -207,6 +249,20 @@ def test_the_focus_puts_the_implied_look_alike_first(extractor, question, expect
     assert focus.full_ranking(question)[0] == results[0].node.node_id
     choice = focus.choose(focus._embedded(QueryBundle(question)), multi.retrieve(question))
     assert choice.documents[0] == expected
+
+
+def test_a_tied_look_alike_the_question_rules_out_gets_no_first_place(extractor):
+    multi, focus = _filings(extractor)
+    question = "Does Acme have an improving gross margin profile?"  # present tense: the latest 10-K
+    head = multi.retrieve(question)
+    assert {schema.get_document_id(hit.node) for hit in head[:2]} == {"acme2018", "acme2022"}  # above the cut
+    choice = focus.choose(focus._embedded(QueryBundle(question)), head)
+    # the routes' first (the 2018 report) is still focused, but every first place is the 2022 report's
+    assert choice.documents == ["acme2022", "acme2018"]
+    assert choice.pattern == ["acme2022"] * len(head)
+    ranked = [schema.get_document_id(hit.node) for hit in focus.retrieve(question)]
+    assert ranked[:2] == ["acme2022", "acme2022"]  # the 2022 report has two nodes; then the 2018 report's
+    assert "acme2018" in ranked
 
 
 @pytest.mark.parametrize("question", ["Does Acme have an improving gross margin profile?", "Is the gross margin profile improving?"])

@@ -15,6 +15,7 @@ from llama_index_hiqa.retrievers.focus_share import (
     share_slots,
     slot_pattern,
     tied_documents,
+    title_words,
 )
 
 FILINGS = {
@@ -36,16 +37,16 @@ def test_facet_kinds():
 def test_names_written_with_a_capital_are_title_names():
     titles = {"a": frozenset({"bestbuy", "2023"}), "b": frozenset({"square", "2020"}), "c": frozenset({"boeing", "3m"})}
     question = "Compare the Business of Boeing's units, 3M and Best Buy in FY2023; square feet of NIKE"
-    assert names_written(question, titles) == ["boeing", "3m", "bestbuy"]
-    assert names_written("What is Square's revenue in 2020?", titles) == ["square"]  # periods are not names
-    assert names_written("", titles) == []
+    assert names_written(question, title_words(titles)) == ["boeing", "3m", "bestbuy"]
+    assert names_written("What is Square's revenue in 2020?", title_words(titles)) == ["square"]  # periods are not names
+    assert names_written("", title_words(titles)) == []
 
 
 def test_question_facets_keep_title_keywords_and_drop_one_inside_another():
     titles = {"a": frozenset({"nx2041", "2041"}), "b": frozenset({"amcor", "q22023", "2023"})}
-    assert question_facets(["nx2041", "2041", "dropout"], titles) == ["nx2041"]
-    assert question_facets(["amcor", "q22023", "2023", "fy2023"], titles) == ["amcor", "q22023"]
-    assert question_facets(["x"], {}) == []
+    assert question_facets(["nx2041", "2041", "dropout"], title_words(titles)) == ["nx2041"]
+    assert question_facets(["amcor", "q22023", "2023", "fy2023"], title_words(titles)) == ["amcor", "q22023"]
+    assert question_facets(["x"], title_words({})) == []
 
 
 @pytest.mark.parametrize(

@@ -4,6 +4,8 @@ them) still loads and falls back to embedding them."""
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
@@ -159,6 +161,26 @@ def test_embedded_store_writes_heading_vectors_with_each_batch(tmp_path, documen
     assert facts == len(again.store.document_node_ids("NX-2040")) > 0
     again.delete_document("NX-2040")
     assert again.store.db.scalar("SELECT count(*) FROM focus_facts") == 0
+
+
+def test_facts_stored_by_an_earlier_release_are_read_from_the_nodes(tmp_path, documents, fact_reads):
+    pack = HiQAPack.from_documents(
+        documents, embed_model=HashEmbedding(), store=tmp_path / "emb", store_format="embedded", **FAST
+    )
+    pack.persist()
+    pack.close()
+    loaded = HiQAPack.load(tmp_path / "emb", embed_model=HashEmbedding())
+    expected = _ranking(loaded.as_retriever())
+    # the five facts an earlier release stored, without a version, and a number share of 0
+    rows = loaded.store.db.rows_in("SELECT node_id, facts FROM focus_facts WHERE node_id IN ({})",
+                                   [n.node_id for n in loaded.nodes])
+    old = [(json.dumps([*json.loads(f)[:2], 0.0, *json.loads(f)[3:5]]), i) for i, f in rows]
+    loaded.store.db.executemany("UPDATE focus_facts SET facts = ? WHERE node_id = ?", old)
+    again = HiQAPack.load(tmp_path / "emb", embed_model=HashEmbedding())
+    retriever = again.as_retriever()
+    fact_reads.clear()
+    assert _ranking(retriever) == expected  # the stale share was not used
+    assert fact_reads  # the facts were computed from the nodes
 
 
 def test_a_rolled_back_embedded_batch_leaves_no_heading_vector(tmp_path, documents, monkeypatch):

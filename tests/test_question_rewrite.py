@@ -10,10 +10,14 @@ import pytest
 
 from llama_index_hiqa import DocumentFocusRetriever, HiQAPack, schema
 from llama_index_hiqa.errors import InvalidSettingError
+from llama_index.core.schema import NodeWithScore, QueryBundle, TextNode
+
 from llama_index_hiqa.retrievers.question_rewrite import (
     REWRITE,
+    FocusRewrite,
     QuestionRewriter,
     parse_rewrite_terms,
+    rewritten_question,
     with_rewrite,
 )
 from llama_index_hiqa.retrievers.settings import DocumentFocusSettings, QuestionRewriteSettings
@@ -55,6 +59,25 @@ def test_the_rewriter_asks_once_and_returns_the_terms():
     terms = QuestionRewriter(llm).rewrite(QUICK)
     assert terms == ["Cash and cash equivalents", "Accounts receivable", "total current liabilities"]
     assert llm.calls == 1 and QUICK in llm.prompts[0]
+
+
+def test_the_focus_asks_only_with_an_llm_enabled_and_results_sync_and_async():
+    found = [NodeWithScore(node=TextNode(text="x"), score=1.0)]
+    llm = ScriptedLLM([ANSWER, ANSWER])
+    step = FocusRewrite(llm, QuestionRewriteSettings(enabled=True))
+    assert step.terms(QUICK, []) == [] and asyncio.run(step.aterms(QUICK, [])) == [] and llm.calls == 0
+    assert step.terms(QUICK, found)[0] == "Cash and cash equivalents"
+    assert asyncio.run(step.aterms(QUICK, found))[0] == "Cash and cash equivalents" and llm.calls == 2
+    assert not FocusRewrite(None, QuestionRewriteSettings(enabled=True)).asks(found)
+    assert not FocusRewrite(ScriptedLLM([ANSWER]), QuestionRewriteSettings(enabled=False)).asks(found)
+
+
+def test_the_rewritten_question_keeps_its_embedding_and_lists_the_terms():
+    query = QueryBundle(QUICK, embedding=[0.1, 0.2])
+    bundle, expansion = rewritten_question(query, None, ["accounts receivable"])
+    assert bundle.query_str == f"{QUICK} accounts receivable" and bundle.embedding == [0.1, 0.2]
+    assert expansion is not None and expansion.explained() == {REWRITE: ["accounts receivable"]}
+    assert rewritten_question(query, None, []) == (query, None)  # no term: unchanged
 
 
 def test_a_malformed_answer_is_retried_then_falls_back_to_the_question_unrewritten(caplog):

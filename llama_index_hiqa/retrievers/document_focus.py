@@ -39,18 +39,14 @@ ranking's other results.
 from __future__ import annotations
 
 import asyncio
-import logging
 import re
 from functools import lru_cache
-from typing import (
-    Any, Dict, Hashable, List, Mapping, NamedTuple, Optional, Protocol, Sequence, Tuple, Union, runtime_checkable,
-)
+from typing import Any, Dict, Hashable, List, Mapping, NamedTuple, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import Stemmer
 from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.base.embeddings.base import BaseEmbedding
-from llama_index.core.callbacks.base import CallbackManager
 from llama_index.core.indices.vector_store.base import VectorStoreIndex
 from llama_index.core.llms import LLM
 from llama_index.core.schema import BaseNode, NodeWithScore, QueryBundle
@@ -58,26 +54,32 @@ from llama_index.core.storage.docstore.types import BaseDocumentStore
 
 from llama_index_hiqa import schema
 from llama_index_hiqa.questions import CleanQuestions, question_bundle
-from llama_index_hiqa.retrievers import document_period, focus_share, table_places, title_match
+from llama_index_hiqa.retrievers import document_period, focus_share, table_places
+from llama_index_hiqa.retrievers.focus_seam import MultiRouteRanking, RankedRows, StoredHeadings
 from llama_index_hiqa.retrievers.multi_route import VOCABULARY, MultiRouteRetriever, Ranking
-from llama_index_hiqa.retrievers.question_rewrite import QuestionRewriter, with_rewrite
+from llama_index_hiqa.retrievers.question_rewrite import FocusRewrite, rewritten_question
 from llama_index_hiqa.retrievers.routes import QuestionKeywords
-from llama_index_hiqa.retrievers.settings import BM25, KEYWORDS, VECTOR, DocumentFocusSettings, MultiRouteSettings
+from llama_index_hiqa.retrievers.settings import BM25, KEYWORDS, VECTOR, DocumentFocusSettings
 from llama_index_hiqa.settings import updated
 from llama_index_hiqa.vocabularies import VocabularyExpansion
 
+# MultiRouteRanking and StoredHeadings (focus_seam) are listed here too: importable from where they were defined.
 __all__ = ["DocumentFocusRetriever", "DocumentFocusSettings", "FocusChoice", "MultiRouteRanking", "StoredHeadings"]
-
-logger = logging.getLogger(__name__)
 
 HEADING, HEADING_WORDS, TABLE, FOCUS = "heading", "heading_words", "table", "focus"
 FOCUS_DOCUMENTS = "focus_documents"  # route-score key: how many documents shared the places
-_NUMBER = re.compile(r"^[(\-–$€£]*[\d][\d,.]*[)%]*$")
+# A number token, with the Markdown emphasis a reader writes around it: statements print the
+# current year's column in bold ("**(6,701)**"), and a page of them is a table all the same.
+_NUMBER = re.compile(r"^[*_]*[(\-–$€£]*[\d][\d,.]*[)%]*[*_]*$")
+# The version of what `focus_facts` computes: facts a store wrote under another version (an
+# older number share) are computed again from the node.
+FACTS_VERSION = 2
 
 
 # -- pure functions ----------------------------------------------------------------------
 def numeric_share(text: str) -> float:
-    """Share of whitespace-separated tokens of ``text`` that are numbers.
+    """Share of whitespace-separated tokens of ``text`` that are numbers (with or without
+    Markdown emphasis: ``**1,234**`` is a number).
 
     Args:
         text: the text.
@@ -123,19 +125,34 @@ def _joined(labels: Sequence[str]) -> str:
 
 def focus_facts(node: BaseNode) -> List[Any]:
     """What the focus reads of a node, as stored at ingestion (JSON-able): its heading labels,
-    whether it is a table segment, its share of number tokens, its document and first page.
+    whether it is a table segment, its share of number tokens, its document and first page,
+    and the version of this computation (``FACTS_VERSION``).
 
     Args:
         node: the node.
 
     Returns:
-        ``[heading labels, is table, number share, document id, first page or None]``.
+        ``[heading labels, is table, number share, document id, first page or None, version]``.
     """
     pages = schema.get_page_range(node)
     return [
         list(heading_labels(node)), schema.get_segment_kind(node) == schema.KIND_TABLE,
         numeric_share(node.get_content()), schema.get_document_id(node), None if pages is None else pages[0],
+        FACTS_VERSION,
     ]
+
+
+def current_facts(facts: Sequence[Any]) -> bool:
+    """Whether stored ``facts`` are what `focus_facts` computes now (a store written by an
+    earlier release holds them without a version, or with another one).
+
+    Args:
+        facts: facts as a store returned them.
+
+    Returns:
+        True when they carry ``FACTS_VERSION``.
+    """
+    return len(facts) == 6 and facts[5] == FACTS_VERSION
 
 
 def embed_headings(embed_model: BaseEmbedding, texts: Sequence[str]) -> np.ndarray:
@@ -287,158 +304,6 @@ def failed_routes(results: Sequence[NodeWithScore]) -> List[str]:
     return sorted({r for hit in results for r in hit.node.metadata.get(schema.ROUTE_SCORES, {}).get("failed", ())})
 
 
-# -- what the focus needs of the ranking below it ---------------------------------------------
-RankedRows = List[Tuple[str, float, Dict[str, Any]]]  # (node id, score, route scores), best first
-
-
-@runtime_checkable
-class MultiRouteRanking(Protocol):
-    """What [`DocumentFocusRetriever`][llama_index_hiqa.retrievers.document_focus.DocumentFocusRetriever]
-    needs of the ranking below it: the ranking of a question with its keywords, one document's
-    nodes and every route's scores of them, the titles' keywords and the results' node copies.
-    [`MultiRouteRetriever`][llama_index_hiqa.retrievers.multi_route.MultiRouteRetriever] is one,
-    over any store."""
-
-    config: MultiRouteSettings
-    callback_manager: CallbackManager
-
-    def rank(self, query: QueryBundle, keywords: Optional[QuestionKeywords] = None) -> Ranking:
-        """The fused results and the question's keywords (``MultiRouteRetriever.rank``).
-
-        Args:
-            query: the question.
-            keywords: the question's keywords when already extracted.
-
-        Returns:
-            The ranking.
-        """
-        ...
-
-    async def arank(self, query: QueryBundle, keywords: Optional[QuestionKeywords] = None) -> Ranking:
-        """``rank`` without blocking the event loop.
-
-        Args:
-            query: the question.
-            keywords: the question's keywords when already extracted.
-
-        Returns:
-            The ranking.
-        """
-        ...
-
-    def full_ranking(self, query: Union[str, QueryBundle], keywords: Optional[QuestionKeywords] = None) -> List[str]:
-        """Every node id, best first.
-
-        Args:
-            query: the question.
-            keywords: the question's keywords when already extracted.
-
-        Returns:
-            The node ids.
-        """
-        ...
-
-    def question_keywords(self, query: Union[str, QueryBundle]) -> QuestionKeywords:
-        """The question's keywords, extracted now.
-
-        Args:
-            query: the question.
-
-        Returns:
-            The keywords.
-        """
-        ...
-
-    def nodes_by_id(self, node_ids: Sequence[str]) -> Dict[str, BaseNode]:
-        """The nodes of ``node_ids`` (unknown ids left out).
-
-        Args:
-            node_ids: the ids.
-
-        Returns:
-            ``{node id: node}``.
-        """
-        ...
-
-    def document_node_ids(self, document_id: str) -> List[str]:
-        """Every node id of a document.
-
-        Args:
-            document_id: the document.
-
-        Returns:
-            Its node ids.
-        """
-        ...
-
-    def scores_within(
-        self, query: Union[str, QueryBundle], node_ids: Sequence[str], skip: Sequence[str] = (),
-        keywords: Optional[QuestionKeywords] = None,
-    ) -> Dict[str, Dict[str, float]]:
-        """Each route's scores of exactly ``node_ids``.
-
-        Args:
-            query: the question.
-            node_ids: the nodes to score.
-            skip: routes not to ask (they failed on this question).
-            keywords: the question's keywords when already extracted.
-
-        Returns:
-            Route name -> ``{node id: score}``.
-        """
-        ...
-
-    def document_titles(self) -> Dict[str, str]:
-        """Document id -> its title, for every document listed."""
-        ...
-
-    def document_title_keywords(self) -> Dict[str, frozenset[str]]:
-        """Document id -> its title's keywords, for every document listed."""
-        ...
-
-    def title_keywords_of(self, titles: Sequence[str]) -> Dict[str, frozenset[str]]:
-        """Each title -> its keywords.
-
-        Args:
-            titles: document titles.
-
-        Returns:
-            ``{title: keywords}``.
-        """
-        ...
-
-    def results_for(
-        self, ranked: Sequence[Tuple[str, float]], route_scores: Mapping[str, Mapping[str, Any]],
-        known_nodes: Optional[Mapping[str, BaseNode]] = None,
-    ) -> List[NodeWithScore]:
-        """Ranked ids as results carrying their route scores.
-
-        Args:
-            ranked: ``[(node id, score), ...]`` in result order.
-            route_scores: node id -> its route scores.
-            known_nodes: nodes already at hand.
-
-        Returns:
-            The results.
-        """
-        ...
-
-
-class StoredHeadings(Protocol):
-    """A store's heading vectors computed at ingestion (``heading_vectors``)."""
-
-    def lookup(self, texts: Sequence[str]) -> Mapping[str, np.ndarray]:
-        """Heading path -> its unit vector, for the paths stored.
-
-        Args:
-            texts: heading paths.
-
-        Returns:
-            ``{path: unit vector}`` for those stored.
-        """
-        ...
-
-
 # -- retriever ---------------------------------------------------------------------------
 class DocumentFocusRetriever(CleanQuestions, BaseRetriever):
     """A multi-route retriever's best document(s) ranked again node by node, listed first.
@@ -449,7 +314,7 @@ class DocumentFocusRetriever(CleanQuestions, BaseRetriever):
         nodes = retriever.retrieve("What is the FY2018 capital expenditure of 3M?")
 
     ``multi_route`` is a [`MultiRouteRetriever`][llama_index_hiqa.retrievers.multi_route.MultiRouteRetriever], or anything
-    [`MultiRouteRanking`][llama_index_hiqa.retrievers.document_focus.MultiRouteRanking] describes (it answers which
+    [`MultiRouteRanking`][llama_index_hiqa.retrievers.focus_seam.MultiRouteRanking] describes (it answers which
     document and scores that document's nodes); ``embed_model`` embeds the question once for
     both and the heading paths (kept in memory after their first use; an embedding model with
     a content-hash cache keeps them across processes). ``heading_vectors`` (the pack passes
@@ -476,8 +341,7 @@ class DocumentFocusRetriever(CleanQuestions, BaseRetriever):
         self.config: DocumentFocusSettings = updated(config, settings, model_class=DocumentFocusSettings)
         self.multi_route = multi_route
         # The optional LLM question rewrite: off without an LLM whatever the setting says.
-        rewrite = self.config.question_rewrite
-        self._rewriter = QuestionRewriter(llm, rewrite) if llm is not None and rewrite.enabled else None
+        self._rewrite = FocusRewrite(llm, self.config.question_rewrite)
         self._embed_model = embed_model
         self._stored_headings = heading_vectors
         self._heading_vectors: Dict[str, np.ndarray] = {}
@@ -485,6 +349,10 @@ class DocumentFocusRetriever(CleanQuestions, BaseRetriever):
         # What the ranking needs of a node, read once: a database store then fetches a
         # document's nodes only the first time a question lands on it.
         self._facts: Dict[str, _NodeFacts] = {}
+        # The listed documents' titles, read once (keyed by the listing they were read from),
+        # and the keywords of titles seen only in a ranking's results (a store that cannot list them).
+        self._listed_titles: Optional[Tuple[Mapping[str, frozenset[str]], "_Titles"]] = None
+        self._unlisted_title_keywords: Dict[str, frozenset[str]] = {}
         super().__init__(callback_manager=multi_route.callback_manager)
 
     @classmethod
@@ -546,7 +414,8 @@ class DocumentFocusRetriever(CleanQuestions, BaseRetriever):
         stored = getattr(self._stored_headings, "node_facts", None)
         if missing and stored is not None:  # stored at ingestion: no node is read
             for node_id, facts in stored(missing).items():
-                self._facts[node_id] = self._as_facts(facts)
+                if current_facts(facts):  # else read from the node below
+                    self._facts[node_id] = self._as_facts(facts)
             missing = [i for i in missing if i not in self._facts]
         if missing:
             for node_id, node in self.multi_route.nodes_by_id(missing).items():
@@ -554,7 +423,7 @@ class DocumentFocusRetriever(CleanQuestions, BaseRetriever):
         return {i: self._facts[i] for i in ids if i in self._facts}
 
     def _as_facts(self, facts: Sequence[Any]) -> "_NodeFacts":
-        labels, table_kind, share, document, page = facts
+        labels, table_kind, share, document, page = facts[:5]
         table = bool(table_kind) or share >= self.config.table_number_share
         return _NodeFacts(tuple(labels), 1.0 if table else 0.0, None if page is None else (document, int(page)))
 
@@ -614,6 +483,7 @@ class DocumentFocusRetriever(CleanQuestions, BaseRetriever):
     def rank_documents(
         self, query: QueryBundle, document_ids: Sequence[str], failed: Sequence[str] = (),
         keywords: Optional[QuestionKeywords] = None, expansion: Optional[VocabularyExpansion] = None,
+        demand: Optional[float] = None,
     ) -> Dict[str, RankedRows]:
         """Each document's nodes ranked on its own (as [`rank_document`][llama_index_hiqa.retrievers.document_focus.DocumentFocusRetriever.rank_document] ranks one), with
         every route, the stored facts and the heading vectors asked once for all of them.
@@ -624,22 +494,25 @@ class DocumentFocusRetriever(CleanQuestions, BaseRetriever):
             failed: routes that failed on this question (not asked again).
             keywords: the question's keywords when already extracted (``None``: extracted).
             expansion: what the expert vocabulary added to the question (``Ranking.expansion``).
+            demand: the question's ``figure_demand`` (``Ranking.figure_demand``; ``None``: graded here).
 
         Returns:
             Document id -> its ranking, for the documents with nodes and at most
                 ``max_document_nodes`` of them.
         """
         groups = {d: self.multi_route.document_node_ids(d) for d in document_ids}
-        return self._rank_groups(query, groups, failed, keywords, expansion)
+        return self._rank_groups(query, groups, failed, keywords, expansion, demand)
 
     def _rank_groups(
         self, query: QueryBundle, groups: Mapping[str, List[str]], failed: Sequence[str] = (),
         keywords: Optional[QuestionKeywords] = None, expansion: Optional[VocabularyExpansion] = None,
+        demand: Optional[float] = None,
     ) -> Dict[str, RankedRows]:
         """Each group of node ids ranked on its own; the routes asked once over their union.
         A node's route scores do not depend on which other nodes are asked with it (collection-wide
         statistics), and the normalisation is per group, so a group ranks as if asked alone.
-        The routes in ``failed`` (they failed on this question) are not asked again."""
+        The routes in ``failed`` (they failed on this question) are not asked again; ``demand``
+        is the question's ``figure_demand`` when the ranking below graded it (``Ranking.figure_demand``)."""
         groups = {g: ids for g, ids in groups.items() if ids and len(ids) <= self.config.max_document_nodes}
         if not groups:
             return {}
@@ -649,7 +522,9 @@ class DocumentFocusRetriever(CleanQuestions, BaseRetriever):
         routes = self.multi_route.scores_within(query, union, failed, keywords)
         heading = self._heading_similarity(query, facts)
         named = self._heading_words(query, facts, expansion)
-        table_weight = self.question_table_weight(query.query_str or "")
+        if demand is None:
+            demand = table_places.figure_demand(query.query_str or "")
+        table_weight = self._table_weight(demand)
         return {g: self._ranked(ids, facts, routes, heading, named, table_weight) for g, ids in groups.items() if ids}
 
     def question_table_weight(self, question: str) -> float:
@@ -663,9 +538,12 @@ class DocumentFocusRetriever(CleanQuestions, BaseRetriever):
         Returns:
             The weight of the table bonus t.
         """
+        return self._table_weight(table_places.figure_demand(question))
+
+    def _table_weight(self, demand: float) -> float:
         if not self.config.table_weight_by_question:
             return self.config.table_weight
-        return self.config.table_weight * table_places.figure_demand(question)
+        return self.config.table_weight * demand
 
     def _ranked(
         self, ids: Sequence[str], facts: Mapping[str, "_NodeFacts"], routes: Mapping[str, Mapping[str, float]],
@@ -708,49 +586,24 @@ class DocumentFocusRetriever(CleanQuestions, BaseRetriever):
         cut = min(round(hit.score or 0.0, 9) for hit in head) if full and head else float("-inf")
         return [doc for doc in sorted(best, key=lambda d: (-best[d], d)) if doc and best[doc] > cut]
 
-    def _title_keywords(self, head: Sequence[NodeWithScore]) -> Dict[str, frozenset[str]]:
-        """Document id -> its title's keywords: every document the multi-route retriever
-        lists, and the head's documents (a store that cannot list them all)."""
-        known = dict(self.multi_route.document_title_keywords())
-        titles = {schema.get_document_id(hit.node): schema.get_document_title(hit.node) for hit in head}
-        missing = {doc: title for doc, title in titles.items() if doc and doc not in known and title}
-        if missing:
-            by_title = self.multi_route.title_keywords_of(list(dict.fromkeys(missing.values())))
-            known.update({doc: by_title[title] for doc, title in missing.items()})
-        return known
-
-    def _implied_period_first(
-        self, query: QueryBundle, first: str, head_documents: List[str], facets: Sequence[str],
-        titles: Mapping[str, frozenset[str]], head: Sequence[NodeWithScore],
-    ) -> Tuple[str, List[str]]:
-        """The best document and the head's document of each place, with the look-alike whose
-        period and form the question implies in ``first``'s stead
-        ([`document_period`][llama_index_hiqa.retrievers.document_period]): the look-alikes
-        are the documents whose titles hold every name (not period) of the question that
-        ``first``'s title holds (as a keyword, or as the first words of a longer name: a
-        company renamed between its filings); the two swap places, so the shares of the first
-        places stay."""
-        spellings = self.multi_route.document_names()
-
-        def named(name: str, doc: str) -> bool:
-            return title_match.holds_name(name, titles.get(doc, frozenset()), spellings)
-
-        names = [f for f in facets if focus_share.facet_kind(f) == focus_share.NAME and named(f, first)]
-        if not names:  # the question names no company or product of first's title: nothing to tell apart
-            return first, head_documents
-        candidates = [d for d in dict.fromkeys([*head_documents, *sorted(titles)]) if d and all(named(n, d) for n in names)]
-        if len(candidates) < 2:
-            return first, head_documents
-        known = self.multi_route.document_titles()
+    def _titles(self, head: Sequence[NodeWithScore]) -> "_Titles":
+        """Every document's title and title keywords: those the multi-route retriever lists
+        (read once), and the head's (a store that cannot list them all)."""
+        listed = self.multi_route.document_title_keywords()
+        if self._listed_titles is None or self._listed_titles[0] is not listed:
+            titles = self.multi_route.document_titles()
+            self._listed_titles = (listed, _Titles(titles, listed, focus_share.title_words(listed)))
+        known = self._listed_titles[1]
         in_head = {schema.get_document_id(hit.node): schema.get_document_title(hit.node) for hit in head}
-        periods = {d: document_period.document_period(known.get(d) or in_head.get(d) or "") for d in candidates}
-        wanted = document_period.question_period(query.query_str or "")
-        preferred = document_period.preferred_document(first, candidates, periods, wanted)
-        if preferred == first:
-            return first, head_documents
-        logger.debug("focus: %s instead of %s (the question implies %s)", preferred, first, wanted)
-        swapped = {first: preferred, preferred: first}
-        return preferred, [swapped.get(d, d) for d in head_documents]
+        missing = {doc: title for doc, title in in_head.items() if doc and doc not in listed and title}
+        if not missing:
+            return known
+        new = [t for t in dict.fromkeys(missing.values()) if t not in self._unlisted_title_keywords]
+        if new:
+            self._unlisted_title_keywords.update(self.multi_route.title_keywords_of(new))
+        keywords = {**listed, **{doc: self._unlisted_title_keywords[t] for doc, t in missing.items()}}
+        titles = {**{d: t for d, t in in_head.items() if d and t}, **{d: t for d, t in known.titles.items() if t}}
+        return _Titles(titles, keywords, focus_share.title_words(keywords))
 
     def choose(
         self, query: QueryBundle, head: Sequence[NodeWithScore], keywords: Optional[QuestionKeywords] = None
@@ -773,13 +626,18 @@ class DocumentFocusRetriever(CleanQuestions, BaseRetriever):
         cap = self.config.focus_documents
         if cap == 1 and not self.config.prefer_implied_period:
             return FocusChoice([first], [first] * len(head), False, [])
-        titles = self._title_keywords(head)
+        known = self._titles(head)
+        titles = known.keywords
         if keywords is None:
             keywords = self.multi_route.question_keywords(query)
-        written = focus_share.names_written(query.query_str or "", titles)
-        facets = focus_share.question_facets([*keywords.normalized, *written], titles)
+        written = focus_share.names_written(query.query_str or "", known.words)
+        facets = focus_share.question_facets([*keywords.normalized, *written], known.words)
+        ruled_out: frozenset[str] = frozenset()
         if self.config.prefer_implied_period:
-            first, head_documents = self._implied_period_first(query, first, head_documents, facets, titles, head)
+            first, head_documents, ruled_out = document_period.implied_period_first(
+                query.query_str or "", first, head_documents, facets, titles, known.titles,
+                self.multi_route.document_names(),
+            )
         if cap == 1:
             return FocusChoice([first], [first] * len(head), False, [])
         order = list(dict.fromkeys(d for d in head_documents if d))
@@ -789,56 +647,48 @@ class DocumentFocusRetriever(CleanQuestions, BaseRetriever):
         tied = focus_share.tied_documents(first, facets, titles, self._above_the_cut(head))
         documents = focus_share.choose_documents(first, named, tied, cap)
         is_named = bool(named) and len(documents) > 1
-        pattern = focus_share.slot_pattern(documents, head_documents, is_named)
+        # A tied look-alike whose period or form the question rules out gets no first place;
+        # its nodes still take turns after them (the question's tense is weak evidence).
+        placed = documents if is_named else [d for d in documents if d not in ruled_out]
+        pattern = focus_share.slot_pattern(placed, head_documents, is_named)
         return FocusChoice(documents, pattern, is_named, facets)
 
-    def _rewritten(self, query: QueryBundle, head: Ranking, terms: Sequence[str]) -> Tuple[QueryBundle, Ranking]:
-        """The question as the routes inside the focused documents search it with the LLM
-        rewrite's ``terms`` appended (its embedding stays the question's), and the head whose
-        expansion lists them (``question_rewrite.REWRITE``); both unchanged without terms."""
-        expansion = with_rewrite(head.expansion, query.query_str or "", list(terms)) if terms else head.expansion
-        if expansion is head.expansion:
-            return query, head
-        bundle = QueryBundle(
-            f"{query.query_str} {'; '.join(terms)}", image_path=query.image_path,
-            custom_embedding_strs=query.embedding_strs, embedding=query.embedding,
-        )
-        return bundle, head._replace(expansion=expansion)
-
-    def _rewrite_terms(self, query: QueryBundle) -> List[str]:
-        return self._rewriter.rewrite(query.query_str or "") if self._rewriter is not None and self.config.enabled else []
-
-    def _focused(self, query: QueryBundle, head: Ranking, terms: Sequence[str] = ()) -> RankedRows:
+    def _focused(
+        self, query: QueryBundle, head: Ranking, terms: Sequence[str] = ()
+    ) -> Tuple[RankedRows, Optional[VocabularyExpansion]]:
         """The focused documents' nodes, sharing the first places: ``(node_id, score, route
-        scores)``, best first; ``[]`` when nothing can be ranked again. The documents are
-        chosen by the question's own words, their nodes ranked with the rewrite's ``terms``."""
+        scores)``, best first (``[]`` when nothing can be ranked again), and what the vocabulary
+        and the rewrite added to the question. The documents are chosen by the question's own
+        words, their nodes ranked with the rewrite's ``terms``."""
         choice = self.choose(query, head.results, head.keywords)
-        query, head = self._rewritten(query, head, terms)
-        rankings = self.rank_documents(query, choice.documents, failed_routes(head.results), head.keywords, head.expansion)
+        searched, expansion = rewritten_question(query, head.expansion, terms)
+        rankings = self.rank_documents(
+            searched, choice.documents, failed_routes(head.results), head.keywords, expansion, head.figure_demand,
+        )
         if not rankings:
-            return []
+            return [], expansion
         documents = [d for d in choice.documents if d in rankings]
         rows = {row[0]: row for ranked in rankings.values() for row in ranked}
         ids = focus_share.share_slots({d: [r[0] for r in rankings[d]] for d in documents}, choice.pattern, documents)
         for row in (rows[i] for i in ids):
             row[2][FOCUS_DOCUMENTS] = len(documents)
-        return [rows[i] for i in ids]
+        return [rows[i] for i in ids], expansion
 
     def _combine(
         self, query: QueryBundle, head: Ranking, limit: Optional[int], terms: Optional[Sequence[str]] = None,
     ) -> List[NodeWithScore]:
         if not self.config.enabled or not head.results:
             return head.results
-        terms = self._rewrite_terms(query) if terms is None else terms
-        ranked = self._focused(query, head, terms)
+        if terms is None:
+            terms = self._rewrite.terms(query.query_str or "", head.results)
+        ranked, expansion = self._focused(query, head, terms)
         if not ranked:
             return head.results
-        _, head = self._rewritten(query, head, terms)  # the rows say what the rewrite added
         keep = ranked if limit is None else ranked[:limit]
         failed = failed_routes(head.results)  # the focused nodes say which routes failed, as the head's do
         rows = {i: ({**r, "failed": failed} if failed else r) for i, _, r in keep}
-        if head.expansion is not None:  # the focused nodes say what the vocabulary added, as the head's do
-            rows = {i: {**r, VOCABULARY: head.expansion.explained()} for i, r in rows.items()}
+        if expansion is not None:  # the focused nodes say what the vocabulary and the rewrite added, as the head's do
+            rows = {i: {**r, VOCABULARY: expansion.explained()} for i, r in rows.items()}
         focused = self.multi_route.results_for([(i, s) for i, s, _ in keep], rows)
         seen = {hit.node.node_id for hit in focused}
         out = focused + [hit for hit in head.results if hit.node.node_id not in seen]
@@ -856,8 +706,7 @@ class DocumentFocusRetriever(CleanQuestions, BaseRetriever):
             return []
         query = await asyncio.to_thread(self._embedded, query_bundle)
         head = await self.multi_route.arank(query)
-        rewriter = self._rewriter if self.config.enabled and head.results else None
-        terms = await rewriter.arewrite(query.query_str or "") if rewriter is not None else []
+        terms = await self._rewrite.aterms(query.query_str or "", head.results) if self.config.enabled else []
         return await asyncio.to_thread(self._combine, query, head, self.similarity_top_k, terms)
 
     def full_ranking(self, query: Union[str, QueryBundle]) -> List[str]:
@@ -875,7 +724,8 @@ class DocumentFocusRetriever(CleanQuestions, BaseRetriever):
             return self.multi_route.full_ranking(bundle)
         head = self.multi_route.rank(bundle)
         rest = self.multi_route.full_ranking(bundle, head.keywords)
-        first = [i for i, _, _ in self._focused(bundle, head, self._rewrite_terms(bundle))] if head.results else []
+        ranked = self._focused(bundle, head, self._rewrite.terms(bundle.query_str or "", head.results))[0] if head.results else []
+        first = [i for i, _, _ in ranked]
         seen = set(first)
         return first + [i for i in rest if i not in seen]
 
@@ -887,6 +737,12 @@ class FocusChoice(NamedTuple):
     pattern: List[str]  # the document of each of the first places
     named: bool  # True: the question names several documents (they take turns)
     facets: List[str]  # the question's keywords found in document titles
+
+
+class _Titles(NamedTuple):
+    titles: Mapping[str, str]  # document id -> its title
+    keywords: Mapping[str, frozenset[str]]  # document id -> its title's keywords
+    words: frozenset[str]  # every title keyword (focus_share.title_words)
 
 
 class _NodeFacts(NamedTuple):

@@ -27,15 +27,19 @@ documents that share the best document's names (the same company).
 from __future__ import annotations
 
 import datetime
+import logging
 import re
-from typing import Callable, Dict, Mapping, NamedTuple, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Mapping, NamedTuple, Optional, Sequence, Tuple
 
 from llama_index_hiqa.readers.titles import DATE_TEXT
+from llama_index_hiqa.retrievers import focus_share, title_match
 
 __all__ = [
-    "ANNUAL", "QUARTERLY", "RELEASE", "DocumentPeriod", "QuestionPeriod", "document_period",
-    "preferred_document", "question_period",
+    "ANNUAL", "QUARTERLY", "RELEASE", "DocumentPeriod", "PeriodChoice", "QuestionPeriod", "document_period",
+    "implied_documents", "implied_period_first", "preferred_document", "question_period",
 ]
+
+logger = logging.getLogger(__name__)
 
 ANNUAL, QUARTERLY, RELEASE = "annual", "quarterly", "release"
 PRESENT, PAST = "present", "past"
@@ -169,6 +173,50 @@ def question_period(question: str) -> QuestionPeriod:
     )
 
 
+def implied_documents(first: str, candidates: Sequence[str], periods: Mapping[str, DocumentPeriod],
+                      wanted: QuestionPeriod) -> List[str]:
+    """The documents among look-alikes whose period and form the question implies, best first
+    (what [`preferred_document`][llama_index_hiqa.retrievers.document_period.preferred_document]
+    chooses from).
+
+    Args:
+        first: the best document of the routes.
+        candidates: the look-alikes, best first.
+        periods: document id -> its [`document_period`][llama_index_hiqa.retrievers.document_period.document_period].
+        wanted: the question's [`question_period`][llama_index_hiqa.retrievers.document_period.question_period].
+
+    Returns:
+        The documents left; ``[first]`` and every candidate when the question implies nothing
+            (a question in the past tense without a year or date) or ``first`` takes no part.
+    """
+    everyone = list(dict.fromkeys([first, *candidates]))
+    # Only filings take part: a title naming no form (a datasheet, an encyclopedia article)
+    # has no period a question's tense could pick.
+    pool = [d for d in everyone if d in periods and periods[d].form]
+    if first not in pool or len(pool) < 2:
+        return everyone
+
+    def narrowed(keep: Callable[[DocumentPeriod], bool]) -> None:
+        nonlocal pool
+        left = [d for d in pool if keep(periods[d])]
+        pool = left or pool
+
+    if wanted.dates:
+        narrowed(lambda p: p.end in wanted.dates)
+    elif wanted.quarters:
+        narrowed(lambda p: max(wanted.quarters) in p.quarters)
+    elif wanted.years:  # a title that writes no year may be of any (a release named "2022Q4")
+        narrowed(lambda p: max(wanted.years) in p.years or not p.years)
+    elif wanted.tense != PRESENT:
+        return everyone
+    forms = (RELEASE, QUARTERLY) if wanted.release else (ANNUAL,)
+    narrowed(lambda p: p.form in forms)
+    if not wanted.dates and not wanted.years:  # now: the latest of what is left
+        latest = max(periods[d].latest() for d in pool)
+        narrowed(lambda p: p.latest() == latest)
+    return pool
+
+
 def preferred_document(first: str, candidates: Sequence[str], periods: Mapping[str, DocumentPeriod],
                        wanted: QuestionPeriod) -> str:
     """The document among look-alikes whose period and form the question implies.
@@ -183,36 +231,78 @@ def preferred_document(first: str, candidates: Sequence[str], periods: Mapping[s
     question in the past tense without a year or date keeps ``first``.
 
     Args:
-        first: the best document of the routes.
-        candidates: the look-alikes, best first.
-        periods: document id -> its [`document_period`][llama_index_hiqa.retrievers.document_period.document_period].
-        wanted: the question's [`question_period`][llama_index_hiqa.retrievers.document_period.question_period].
+        first: the routes' best document, kept whenever it is left.
+        candidates: its look-alikes, best first (the first left wins otherwise).
+        periods: each look-alike's period and form, read from its title.
+        wanted: what the question says of the period and form it asks about.
 
     Returns:
         The preferred document's id.
     """
-    # Only filings take part: a title naming no form (a datasheet, an encyclopedia article)
-    # has no period a question's tense could pick.
-    pool = [d for d in dict.fromkeys([first, *candidates]) if d in periods and periods[d].form]
-    if first not in pool or len(pool) < 2:
-        return first
-
-    def narrowed(keep: Callable[[DocumentPeriod], bool]) -> None:
-        nonlocal pool
-        left = [d for d in pool if keep(periods[d])]
-        pool = left or pool
-
-    if wanted.dates:
-        narrowed(lambda p: p.end in wanted.dates)
-    elif wanted.quarters:
-        narrowed(lambda p: max(wanted.quarters) in p.quarters)
-    elif wanted.years:  # a title that writes no year may be of any (a release named "2022Q4")
-        narrowed(lambda p: max(wanted.years) in p.years or not p.years)
-    elif wanted.tense != PRESENT:
-        return first
-    forms = (RELEASE, QUARTERLY) if wanted.release else (ANNUAL,)
-    narrowed(lambda p: p.form in forms)
-    if not wanted.dates and not wanted.years:  # now: the latest of what is left
-        latest = max(periods[d].latest() for d in pool)
-        narrowed(lambda p: p.latest() == latest)
+    pool = implied_documents(first, candidates, periods, wanted)
     return first if first in pool else pool[0]
+
+
+class PeriodChoice(NamedTuple):
+    """What [`implied_period_first`][llama_index_hiqa.retrievers.document_period.implied_period_first] decided."""
+
+    first: str  # the best document
+    head_documents: List[str]  # the document of each first place
+    ruled_out: frozenset[str]  # look-alikes whose period or form the question rules out
+
+
+def implied_period_first(
+    question: str, first: str, head_documents: Sequence[str], facets: Sequence[str],
+    title_keywords: Mapping[str, frozenset[str]], titles: Mapping[str, str],
+    spellings: Optional[Mapping[str, Tuple[Tuple[str, ...], ...]]] = None,
+) -> PeriodChoice:
+    """The best document and the document of each first place, with the look-alike whose
+    period and form ``question`` implies in ``first``'s stead, and the look-alikes it rules
+    out: the look-alikes are the documents whose titles hold every name (not period) of the
+    question that ``first``'s title holds, as a keyword or as the first words of a longer name
+    (a company renamed between its filings: [`holds_name`][llama_index_hiqa.retrievers.title_match.holds_name])
+    ([`implied_documents`][llama_index_hiqa.retrievers.document_period.implied_documents]
+    keeps those of the period and form it implies,
+    [`preferred_document`][llama_index_hiqa.retrievers.document_period.preferred_document]
+    chooses among them); the two swap places, so the shares of the first places stay.
+
+    Args:
+        question: the question.
+        first: the best document of the routes.
+        head_documents: the document of each of the routes' first places.
+        facets: the question's facets ([`question_facets`][llama_index_hiqa.retrievers.focus_share.question_facets]).
+        title_keywords: document id -> its title's keywords.
+        titles: document id -> its title.
+        spellings: name keyword -> the words that spell it in the titles
+            ([`document_names`][llama_index_hiqa.retrievers.title_match.document_names]);
+            ``None``: a name is only ever the same keyword.
+
+    Returns:
+        The [`PeriodChoice`][llama_index_hiqa.retrievers.document_period.PeriodChoice]; as
+            given, nothing ruled out, when the question names no name of ``first``'s title or
+            nothing looks alike.
+    """
+    unchanged = PeriodChoice(first, list(head_documents), frozenset())
+
+    def named(name: str, doc: str) -> bool:
+        return title_match.holds_name(name, title_keywords.get(doc, frozenset()), spellings or {})
+
+    names = [f for f in facets if focus_share.facet_kind(f) == focus_share.NAME and named(f, first)]
+    if not names:  # the question names no company or product of first's title: nothing to tell apart
+        return unchanged
+    candidates = [
+        d for d in dict.fromkeys([*head_documents, *sorted(title_keywords)])
+        if d and all(named(n, d) for n in names)
+    ]
+    if len(candidates) < 2:
+        return unchanged
+    periods = {d: document_period(titles.get(d) or "") for d in candidates}
+    wanted = question_period(question)
+    implied = implied_documents(first, candidates, periods, wanted)
+    preferred = first if first in implied else implied[0]
+    ruled_out = frozenset(candidates) - frozenset(implied)
+    if preferred == first:
+        return PeriodChoice(first, list(head_documents), ruled_out)
+    logger.debug("focus: %s instead of %s (the question implies %s)", preferred, first, wanted)
+    swapped = {first: preferred, preferred: first}
+    return PeriodChoice(preferred, [swapped.get(d, d) for d in head_documents], ruled_out)

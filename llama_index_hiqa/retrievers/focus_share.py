@@ -34,7 +34,7 @@ rule is checked on its own.
 from __future__ import annotations
 
 import re
-from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Set, Tuple
+from typing import AbstractSet, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 from llama_index_hiqa.indexes.keyword_index import normalize_keyword
 
@@ -57,7 +57,21 @@ def facet_kind(keyword: str) -> str:
     return PERIOD if _PERIOD.match(keyword) else NAME
 
 
-def names_written(question: str, title_keywords: Mapping[str, frozenset[str]], max_words: int = 4) -> List[str]:
+def title_words(title_keywords: Mapping[str, frozenset[str]]) -> frozenset[str]:
+    """Every keyword of some document title: what [`names_written`][llama_index_hiqa.retrievers.focus_share.names_written]
+    and [`question_facets`][llama_index_hiqa.retrievers.focus_share.question_facets] look a question's words up in
+    (built once for a collection, not once per question).
+
+    Args:
+        title_keywords: document id -> its title's keywords.
+
+    Returns:
+        Their union.
+    """
+    return frozenset().union(*title_keywords.values()) if title_keywords else frozenset()
+
+
+def names_written(question: str, words: AbstractSet[str], max_words: int = 4) -> List[str]:
     """Title keywords the question writes as a name: a run of up to ``max_words`` of its words,
     the first one capitalised or a number, whose normalised form is the keyword ("Boeing's",
     "NIKE", "Best Buy", "3M"). The entity recogniser can miss a name or swallow it into a longer
@@ -65,13 +79,13 @@ def names_written(question: str, title_keywords: Mapping[str, frozenset[str]], m
 
     Args:
         question: the question text.
-        title_keywords: document id -> its title's keywords.
+        words: every title keyword ([`title_words`][llama_index_hiqa.retrievers.focus_share.title_words]).
         max_words: the longest run of words tried.
 
     Returns:
         The keywords found, in the question's order, each once.
     """
-    names = {k for keywords in title_keywords.values() for k in keywords if facet_kind(k) != PERIOD}
+    names = {k for k in words if facet_kind(k) != PERIOD}
     words = _QUESTION_WORD.findall(question or "")
     found: Dict[str, None] = {}
     for start, word in enumerate(words):
@@ -84,19 +98,18 @@ def names_written(question: str, title_keywords: Mapping[str, frozenset[str]], m
     return list(found)
 
 
-def question_facets(question_keywords: Iterable[str], title_keywords: Mapping[str, frozenset[str]]) -> List[str]:
+def question_facets(question_keywords: Iterable[str], words: AbstractSet[str]) -> List[str]:
     """The question's (normalised) keywords that are keywords of some document title, in the
     question's order, each once.
 
     Args:
         question_keywords: the question's keywords, normalised.
-        title_keywords: document id -> its title's keywords.
+        words: every title keyword ([`title_words`][llama_index_hiqa.retrievers.focus_share.title_words]).
 
     Returns:
         The facets (a keyword contained in another one found is left out).
     """
-    in_titles: Set[str] = set().union(*title_keywords.values()) if title_keywords else set()
-    found = [k for k in dict.fromkeys(question_keywords) if k in in_titles]
+    found = [k for k in dict.fromkeys(question_keywords) if k in words]
     # A keyword inside another one names the same thing: "2023" of "q22023" (Q2 of FY2023),
     # "2041" of "nx2041".
     return [k for k in found if not any(k != other and k in other for other in found)]

@@ -89,11 +89,14 @@ class Ranking(NamedTuple):
     """One question's fused results and the keywords the keyword route matched (``None`` when
     that route was off or failed): what the document focus builds on, so the question's
     keywords are extracted once; ``expansion`` is what the expert vocabulary added to the
-    question (``None``: no vocabulary, or it named no concept)."""
+    question (``None``: no vocabulary, or it named no concept); ``figure_demand`` is how much
+    the question asks for figures ([`figure_demand`][llama_index_hiqa.retrievers.table_places.figure_demand],
+    ``None``: not graded), read once for the table places and the focus's table bonus."""
 
     results: List[NodeWithScore]
     keywords: Optional[QuestionKeywords]
     expansion: Optional[VocabularyExpansion] = None
+    figure_demand: Optional[float] = None
 
 
 class MultiRouteRetriever(CleanQuestions, BaseRetriever):
@@ -455,6 +458,7 @@ class MultiRouteRetriever(CleanQuestions, BaseRetriever):
 
     def spread_tables(
         self, question: str, fused: List[Tuple[str, float]], known_nodes: Optional[Mapping[str, BaseNode]] = None,
+        demand: Optional[float] = None,
     ) -> List[Tuple[str, float]]:
         """``fused`` with at most one table part of a page in its first ``table_places`` places,
         unless the question asks for figures ([`table_places`][llama_index_hiqa.retrievers.table_places]).
@@ -466,12 +470,13 @@ class MultiRouteRetriever(CleanQuestions, BaseRetriever):
             question: the question's text (as asked, not expanded).
             fused: ``(node id, score)`` pairs, best first.
             known_nodes: nodes already at hand (the others are read by `nodes_by_id`).
+            demand: the question's ``figure_demand`` when already graded (``None``: graded here).
 
         Returns:
             The pairs, reordered.
         """
         places = self.config.table_places
-        if not places or not fused or table_places.asks_for_figures(question):
+        if not places or not fused or table_places.asks_for_figures(question, demand):
             return fused
         window = [node_id for node_id, _ in fused[: 4 * places]]
         known = known_nodes or {}
@@ -518,7 +523,10 @@ class MultiRouteRetriever(CleanQuestions, BaseRetriever):
         if enabled and all(route in errors for route in enabled):
             raise RetrievalRouteError(dict(errors))
         vector, bm25, counts = scores[VECTOR], scores[BM25], scores[KEYWORDS]
-        fused = self.spread_tables(query, self.fuse_scores(vector, bm25, counts, self.config.similarity_top_k), vector.nodes)
+        demand = table_places.figure_demand(query)
+        fused = self.spread_tables(
+            query, self.fuse_scores(vector, bm25, counts, self.config.similarity_top_k), vector.nodes, demand
+        )
         per_node = {
             node_id: {VECTOR: vector.get(node_id), BM25: bm25.get(node_id), KEYWORDS: float(counts.get(node_id, 0.0))}
             for node_id, _ in fused
@@ -535,7 +543,7 @@ class MultiRouteRetriever(CleanQuestions, BaseRetriever):
                 failed_routes=sorted(errors), returned=len(results), beta=self._beta_value,
             )
         )
-        return Ranking(results, counts.keywords, expansion)
+        return Ranking(results, counts.keywords, expansion, demand)
 
     # -- retrieval ---------------------------------------------------------------------------
     def rank(self, query: QueryBundle, keywords: Optional[QuestionKeywords] = None) -> Ranking:

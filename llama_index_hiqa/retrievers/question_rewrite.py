@@ -21,15 +21,19 @@ warning in the log). No LLM, or ``enabled=False``: no call at all.
 from __future__ import annotations
 
 import re
-from typing import List, Optional
+from typing import List, Optional, Sequence, Tuple
 
 from llama_index.core.llms import LLM
+from llama_index.core.schema import NodeWithScore, QueryBundle
 
 from llama_index_hiqa.models.llm_calls import LLMCallPolicy, acall_llm, call_llm
 from llama_index_hiqa.retrievers.settings import QuestionRewriteSettings
 from llama_index_hiqa.vocabularies import VocabularyExpansion
 
-__all__ = ["QUESTION_REWRITE_PROMPT", "REWRITE", "QuestionRewriter", "parse_rewrite_terms", "with_rewrite"]
+__all__ = [
+    "QUESTION_REWRITE_PROMPT", "REWRITE", "FocusRewrite", "QuestionRewriter", "parse_rewrite_terms", "rewritten_question",
+    "with_rewrite",
+]
 
 REWRITE = "rewrite"  # the rewrite's key among route_scores["vocabulary"]'s concepts
 
@@ -98,6 +102,31 @@ def with_rewrite(expansion: Optional[VocabularyExpansion], question: str, terms:
     return VocabularyExpansion(expansion.question if expansion is not None else question, (*concepts, (REWRITE, new)))
 
 
+def rewritten_question(
+    query: QueryBundle, expansion: Optional[VocabularyExpansion], terms: Sequence[str]
+) -> Tuple[QueryBundle, Optional[VocabularyExpansion]]:
+    """The question as the routes inside the focused documents search it: the rewrite's
+    ``terms`` appended to its text (its embedding stays the question's), and the expansion
+    that lists them as ``REWRITE`` ([`with_rewrite`][llama_index_hiqa.retrievers.question_rewrite.with_rewrite]).
+
+    Args:
+        query: the question, embedded.
+        expansion: what the expert vocabulary added (``None``: nothing).
+        terms: the rewrite's terms.
+
+    Returns:
+        ``(bundle, expansion)``; both unchanged when no term is new.
+    """
+    rewritten = with_rewrite(expansion, query.query_str or "", list(terms)) if terms else expansion
+    if rewritten is expansion:
+        return query, expansion
+    bundle = QueryBundle(
+        f"{query.query_str} {'; '.join(terms)}", image_path=query.image_path,
+        custom_embedding_strs=query.embedding_strs, embedding=query.embedding,
+    )
+    return bundle, rewritten
+
+
 class MalformedRewriteError(ValueError):
     """The LLM's answer held no usable term (a failed attempt: retried, then the fallback)."""
 
@@ -160,3 +189,52 @@ class QuestionRewriter:
             ask, what="question rewrite", instead="searching the question unrewritten",
             fallback=lambda _error: [], policy=self._policy,
         )
+
+
+class FocusRewrite:
+    """When the document focus asks for a rewrite: with an LLM and ``enabled``, once for each
+    question the ranking below found something for (the one place that says so, for the
+    synchronous and the asynchronous path alike).
+
+    Args:
+        llm: the LLM (``None``: never asked).
+        config: [`QuestionRewriteSettings`][llama_index_hiqa.retrievers.settings.QuestionRewriteSettings].
+    """
+
+    def __init__(self, llm: Optional[LLM], config: QuestionRewriteSettings) -> None:
+        self.rewriter = QuestionRewriter(llm, config) if llm is not None and config.enabled else None
+
+    def asks(self, results: Sequence[NodeWithScore]) -> bool:
+        """Whether the LLM is asked for a question whose ranking found ``results``.
+
+        Args:
+            results: the ranking's results.
+
+        Returns:
+            True with a rewriter and at least one result.
+        """
+        return self.rewriter is not None and bool(results)
+
+    def terms(self, question: str, results: Sequence[NodeWithScore]) -> List[str]:
+        """The rewrite's terms for ``question`` (``[]`` when not asked or every attempt failed).
+
+        Args:
+            question: the question.
+            results: the ranking's results.
+
+        Returns:
+            The terms.
+        """
+        return self.rewriter.rewrite(question) if self.rewriter is not None and self.asks(results) else []
+
+    async def aterms(self, question: str, results: Sequence[NodeWithScore]) -> List[str]:
+        """[`terms`][llama_index_hiqa.retrievers.question_rewrite.FocusRewrite.terms] without blocking the event loop.
+
+        Args:
+            question: the question.
+            results: the ranking's results.
+
+        Returns:
+            The terms.
+        """
+        return await self.rewriter.arewrite(question) if self.rewriter is not None and self.asks(results) else []

@@ -82,16 +82,17 @@ def figure_demand(question: str) -> float:
     return demand / 2.0 if _PROSE.search(text) else demand
 
 
-def asks_for_figures(question: str) -> bool:
+def asks_for_figures(question: str, demand: Optional[float] = None) -> bool:
     """Whether ``question`` asks for a figure ([`figure_demand`][llama_index_hiqa.retrievers.table_places.figure_demand] is 1).
 
     Args:
         question: the question's text.
+        demand: its ``figure_demand`` when already graded (``None``: graded here).
 
     Returns:
         True for "how much", "what was the X in FY2018", a ratio to compute, a unit named.
     """
-    return figure_demand(question) >= FIGURE_QUESTION
+    return (figure_demand(question) if demand is None else demand) >= FIGURE_QUESTION
 
 
 def spread_table_parts(
