@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 pytest.importorskip("llama_index.vector_stores.postgres")
 
 from llama_index.core.schema import MetadataMode  # noqa: E402
+from sqlalchemy import text  # noqa: E402
 
 from llama_index_hiqa import schema  # noqa: E402
 from llama_index_hiqa.errors import PackStoreError  # noqa: E402
@@ -496,6 +497,44 @@ def test_bm25_top_k_on_random_postings_is_the_top_k_of_every_posting(
     got, skipped = _bm25_top(postings_store, question, n, rare_postings, probe_postings)
     target(float(skipped))  # towards questions whose common terms are skipped
     _assert_same_top(_bm25_every_posting(postings_store, question, n), got)
+
+
+@st.composite
+def _keyword_postings(draw):
+    """Keyword postings of up to four keywords over nodes whose ids sort differently by byte and by
+    language (the route breaks ties by byte order), some in their title; a question's keywords."""
+    nodes = draw(st.lists(st.text("aB_9z-", min_size=1, max_size=4), min_size=1, max_size=40, unique=True))
+    postings = {}
+    for k, keyword in enumerate(("k0", "k1", "k2", "k3")[: draw(st.integers(1, 4))]):
+        held = draw(st.sets(st.sampled_from(nodes), min_size=1, max_size=max(1, (k + 1) * len(nodes) // 4)))
+        postings[keyword] = {node: draw(st.booleans()) for node in held}
+    asked = draw(st.lists(st.sampled_from(sorted(postings) + ["unknown"]), min_size=1, max_size=4, unique=True))
+    in_titles = draw(st.lists(st.sampled_from(asked), unique=True))
+    return postings, asked, in_titles
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(collection=_keyword_postings(), n=st.integers(1, 6), extra=st.sampled_from([-1.0, -0.5, 0.0, 1.0]),
+       few_postings=st.sampled_from([0, 1, 3, pg_schema.KEYWORD_FEW_POSTINGS]))
+def test_keyword_top_k_without_the_common_keywords_postings_is_the_top_k_of_every_posting(
+    postings_store, collection, n, extra, few_postings
+):
+    """KEYWORD_ROUTE_SQL (the commonest keyword's postings read only for its first nodes by id,
+    when it is the one common keyword) returns the nodes and |C| of counting every posting, ties at
+    the cut broken by node id alike, whatever the title weight."""
+    postings, asked, in_titles = collection
+    with postings_store.engine.begin() as conn:
+        conn.exec_driver_sql("DELETE FROM hiqa_keywords")
+        for keyword, held in postings.items():
+            for node_id, in_title in held.items():
+                conn.execute(text("INSERT INTO hiqa_keywords (keyword, node_id, in_title) VALUES (:k, :i, :t)"),
+                             {"k": keyword, "i": node_id, "t": in_title})
+    params = {"kw": asked, "tw": in_titles, "extra": extra, "n": n}
+    got = postings_store.rows(pg_schema.KEYWORD_ROUTE_SQL, few_postings=few_postings, **params)
+    every = postings_store.rows(
+        f"WITH {pg_schema._KEYWORD_TOP} SELECT 'k', node_id, score FROM k WHERE node_id IN (SELECT node_id FROM kt)", **params
+    )
+    assert sorted(got) == sorted(every)
 
 
 def _route_rows(scores):

@@ -278,8 +278,37 @@ WITH {_BM25_TERMS_AND_STATS},
 SELECT 'b', node_id, score FROM b
 UNION ALL SELECT 'k', node_id, score FROM ({_CANDIDATE_KEYWORD_COUNTS.format(candidates="b")}) kb
 """
+# The keyword route's top :n without counting every posting of one common keyword (a year is a
+# keyword of one node in 25): a node holding only the commonest keyword ``big`` (more than
+# ``:few_postings`` postings, the others fewer) scores 1, or 1 + :extra where its title holds
+# it too, so only the first :n such nodes of each kind by node id can reach the top :n (the
+# first :n have its score or more, and come first at a tie). The candidates are every node of
+# the other keywords and those first :n of ``big``'s two kinds; their |C| is counted by primary
+# key. With no common keyword or two, every posting is counted, as in ROUTES_SQL.
+KEYWORD_FEW_POSTINGS = 2000
 KEYWORD_ROUTE_SQL = f"""
-WITH {_KEYWORD_TOP}
+WITH kq AS MATERIALIZED (
+  SELECT q.kw, (SELECT count(*) FROM (SELECT 1 FROM hiqa_keywords p WHERE p.keyword = q.kw LIMIT :few_postings + 1) x) AS c
+  FROM unnest(CAST(:kw AS text[])) AS q(kw)),
+big AS MATERIALIZED (SELECT kw FROM kq WHERE c > :few_postings),
+one_big AS MATERIALIZED (SELECT count(*) = 1 AS yes FROM big),
+cand AS MATERIALIZED (
+  SELECT p.node_id FROM hiqa_keywords p
+  WHERE (SELECT yes FROM one_big) AND p.keyword = ANY(ARRAY(SELECT kw FROM kq WHERE c <= :few_postings))
+  UNION
+  (SELECT p.node_id FROM hiqa_keywords p WHERE (SELECT yes FROM one_big) AND p.keyword = (SELECT kw FROM big) AND p.in_title
+   ORDER BY p.node_id COLLATE "C" LIMIT :n)
+  UNION
+  (SELECT p.node_id FROM hiqa_keywords p WHERE (SELECT yes FROM one_big) AND p.keyword = (SELECT kw FROM big) AND NOT p.in_title
+   ORDER BY p.node_id COLLATE "C" LIMIT :n)),
+k AS MATERIALIZED (
+  SELECT c.node_id, s.score FROM cand c CROSS JOIN LATERAL (
+    SELECT count(*) + CAST(:extra AS float8)
+           * count(*) FILTER (WHERE p.in_title AND p.keyword = ANY(CAST(:tw AS text[]))) AS score
+    FROM hiqa_keywords p WHERE p.keyword = ANY(CAST(:kw AS text[])) AND p.node_id = c.node_id) s
+  UNION ALL
+  SELECT * FROM ({_KEYWORD_COUNTS.format(restrict="AND NOT (SELECT yes FROM one_big)")}) every),
+kt AS (SELECT node_id FROM k ORDER BY score DESC, node_id COLLATE "C" LIMIT :n)
 SELECT 'k', node_id, score FROM k WHERE node_id IN (SELECT node_id FROM kt)
 """
 

@@ -50,6 +50,7 @@ from llama_index_hiqa.settings import updated
 from llama_index_hiqa.storage.pg_schema import (
     BM25_ROUTE_SQL,
     DOCUMENT_NODES_SQL,
+    KEYWORD_FEW_POSTINGS,
     KEYWORD_ROUTE_SQL,
     KEYWORD_SQL,
     PROBE_POSTINGS,
@@ -98,7 +99,8 @@ def _params(embedding: Optional[Sequence[float]], terms: Sequence[str], keywords
     """The parameters of ROUTES_SQL / WITHIN_SQL (a route without input returns no rows)."""
     return {"qvec": _vector_literal(embedding), "use_vector": embedding is not None, "terms": list(terms),
             "kw": list(keywords), "tw": list(title_keywords), "extra": float(extra), "n": int(n),
-            "rare_postings": RARE_POSTINGS, "probe_postings": PROBE_POSTINGS, **more}
+            "rare_postings": RARE_POSTINGS, "probe_postings": PROBE_POSTINGS, "few_postings": KEYWORD_FEW_POSTINGS,
+            **more}
 
 
 def _by_route(rows: Sequence[Tuple[str, str, float]]) -> Dict[str, RouteScores]:
