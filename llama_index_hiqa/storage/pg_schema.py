@@ -189,6 +189,20 @@ _BM25_SUM = f"sum({_BM25_TERM})"
 # before the lookups. One lookup per candidate and skipped term (the first version) was three
 # quarters of the statement.
 RARE_POSTINGS = 5000
+
+
+def _completion_round(read: str, candidates: str, unread: str, reach: str) -> str:
+    """The CTEs of one round of BM25's completion: the postings of the terms ``read`` joined to
+    the ``candidates`` (``{read}_scores``), and the candidates with them added that can still
+    reach the :n-th best partial score with the bounds of the ``unread`` terms (``reach``)."""
+    return f"""{read}_scores AS MATERIALIZED (
+  SELECT p.node_row, {_BM25_SUM} AS score FROM {read} qt JOIN hiqa_postings p USING (term_id)
+  WHERE p.node_row IN (SELECT node_row FROM {candidates}) GROUP BY p.node_row),
+{reach} AS MATERIALIZED (
+  SELECT c.node_row, c.score + coalesce(s.score, 0) AS score FROM {candidates} c LEFT JOIN {read}_scores s USING (node_row)
+  WHERE c.score + coalesce(s.score, 0) >= (SELECT t FROM theta) - coalesce((SELECT sum(ub) FROM {unread}), 0))"""
+
+
 # A primary-key lookup costs about as much as reading this many postings in index order
 # (measured at a million synthetic nodes: 3, 8 and 20 within noise of each other; 8 the best p95).
 PROBE_POSTINGS = 8
@@ -217,21 +231,11 @@ cand AS MATERIALIZED (
 scan AS MATERIALIZED (
   SELECT * FROM skip WHERE df <= :probe_postings * (SELECT count(*) FROM cand)
   AND term_id <> (SELECT term_id FROM skip ORDER BY df DESC, term_id LIMIT 1)),
-scanned AS MATERIALIZED (
-  SELECT p.node_row, {_BM25_SUM} AS score FROM scan qt JOIN hiqa_postings p USING (term_id)
-  WHERE p.node_row IN (SELECT node_row FROM cand) GROUP BY p.node_row),
 later AS MATERIALIZED (SELECT * FROM skip WHERE term_id NOT IN (SELECT term_id FROM scan)),
-reach AS MATERIALIZED (
-  SELECT c.node_row, c.score + coalesce(s.score, 0) AS score FROM cand c LEFT JOIN scanned s USING (node_row)
-  WHERE c.score + coalesce(s.score, 0) >= (SELECT t FROM theta) - coalesce((SELECT sum(ub) FROM later), 0)),
+{_completion_round("scan", "cand", "later", "reach")},
 scan2 AS MATERIALIZED (SELECT * FROM later WHERE df <= :probe_postings * (SELECT count(*) FROM reach)),
-scanned2 AS MATERIALIZED (
-  SELECT p.node_row, {_BM25_SUM} AS score FROM scan2 qt JOIN hiqa_postings p USING (term_id)
-  WHERE p.node_row IN (SELECT node_row FROM reach) GROUP BY p.node_row),
 probe AS MATERIALIZED (SELECT * FROM later WHERE term_id NOT IN (SELECT term_id FROM scan2)),
-reach2 AS MATERIALIZED (
-  SELECT c.node_row, c.score + coalesce(s.score, 0) AS score FROM reach c LEFT JOIN scanned2 s USING (node_row)
-  WHERE c.score + coalesce(s.score, 0) >= (SELECT t FROM theta) - coalesce((SELECT sum(ub) FROM probe), 0)),
+{_completion_round("scan2", "reach", "probe", "reach2")},
 scored AS MATERIALIZED (
   SELECT c.node_row, c.score + coalesce((
     SELECT {_BM25_SUM} FROM probe qt JOIN hiqa_postings p ON p.term_id = qt.term_id AND p.node_row = c.node_row), 0) AS score
