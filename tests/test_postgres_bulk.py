@@ -531,8 +531,9 @@ def test_keyword_top_k_without_the_common_keywords_postings_is_the_top_k_of_ever
                              {"k": keyword, "i": node_id, "t": in_title})
     params = {"kw": asked, "tw": in_titles, "extra": extra, "n": n}
     got = postings_store.rows(pg_schema.KEYWORD_ROUTE_SQL, few_postings=few_postings, **params)
-    every = postings_store.rows(
-        f"WITH {pg_schema._KEYWORD_TOP} SELECT 'k', node_id, score FROM k WHERE node_id IN (SELECT node_id FROM kt)", **params
+    every = postings_store.rows(  # |C| of every node holding a keyword, its top n
+        f"WITH k AS ({pg_schema.KEYWORD_SQL}), kt AS (SELECT node_id FROM k ORDER BY score DESC, node_id COLLATE \"C\" LIMIT :n) "
+        "SELECT 'k', node_id, score FROM k WHERE node_id IN (SELECT node_id FROM kt)", **params
     )
     assert sorted(got) == sorted(every)
 
@@ -541,14 +542,18 @@ def _route_rows(scores):
     return {route: dict(found) for route, found in scores.items()}
 
 
-def test_the_routes_in_concurrent_statements_are_the_one_statements_rows(built, monkeypatch):
+@pytest.mark.parametrize("few_postings", [pg_schema.KEYWORD_FEW_POSTINGS, 1])
+def test_the_routes_in_concurrent_statements_are_the_one_statements_rows(built, monkeypatch, few_postings):
     """VECTOR_ROUTE_SQL, BM25_ROUTE_SQL and KEYWORD_ROUTE_SQL, sent at once (sync on pooled
     connections, async on the asyncpg pool), return every route's candidates and scores as ROUTES_SQL does,
-    so ``pack.as_retriever()`` ranks the same; a failing statement fails only its routes."""
+    so ``pack.as_retriever()`` ranks the same; a failing statement fails only its routes. Also
+    with a keyword of more than one posting counted as common (its first nodes by id only)."""
     from llama_index.core.schema import QueryBundle
 
     from llama_index_hiqa.retrievers.settings import BM25, KEYWORDS, VECTOR
     from llama_index_hiqa.storage.backends import pg_routes
+
+    monkeypatch.setattr(pg_routes, "KEYWORD_FEW_POSTINGS", few_postings)
 
     pack = HiQAPack.load(built, embed_model=HashEmbedding(), **FAST)
     multi = pack.multi_route

@@ -250,25 +250,6 @@ _VECTOR_TOP = f"""
 v AS MATERIALIZED (
   SELECT node_id, 1 - (embedding <=> CAST(:qvec AS vector)) AS score FROM data_{VECTOR_TABLE}
   WHERE CAST(:use_vector AS bool) ORDER BY embedding <=> CAST(:qvec AS vector) LIMIT :n)"""
-# |C| of every node holding a query keyword, and the keyword route's top :n of them.
-_KEYWORD_TOP = f"""
-k AS MATERIALIZED ({_KEYWORD_COUNTS.format(restrict="")}),
-kt AS (SELECT node_id FROM k ORDER BY score DESC, node_id COLLATE "C" LIMIT :n)"""
-
-# The three routes of one question in one statement: pgvector's HNSW top :n (cosine), BM25's
-# top :n (ties at the cut broken by node id, as before) and |C| of the keyword route's top :n
-# plus of every node the other two returned (fusion reads |C| of the candidates only).
-ROUTES_SQL = f"""
-WITH {_VECTOR_TOP},
-{_BM25_TERMS_AND_STATS},
-{_BM25_TOP},
-{_KEYWORD_TOP}
-SELECT 'v', node_id, score FROM v
-UNION ALL SELECT 'b', node_id, score FROM b
-UNION ALL SELECT 'k', node_id, score FROM k
-  WHERE node_id IN (SELECT node_id FROM kt UNION SELECT node_id FROM v UNION SELECT node_id FROM b)
-"""
-
 # |C| of given candidates (``{candidates}``: a CTE of node ids), probing the keyword postings'
 # primary key for each candidate (one descent a query keyword) rather than reading every
 # posting of the query's keywords (a year is a keyword of one node in 25): the planner, which
@@ -302,15 +283,15 @@ UNION ALL SELECT 'k', node_id, score FROM ({_CANDIDATE_KEYWORD_COUNTS.format(can
 # it too, so only the first :n such nodes of each kind by node id can reach the top :n (the
 # first :n have its score or more, and come first at a tie). The candidates are every node of
 # the other keywords and those first :n of ``big``'s two kinds; their |C| is counted by primary
-# key. With no common keyword or two, every posting is counted, as in ROUTES_SQL.
+# key. With no common keyword or two, every posting is counted.
 KEYWORD_FEW_POSTINGS = 2000
-KEYWORD_ROUTE_SQL = f"""
-WITH kq AS MATERIALIZED (
+_KEYWORD_TOP = f"""
+kq AS MATERIALIZED (
   SELECT q.kw, (SELECT count(*) FROM (SELECT 1 FROM hiqa_keywords p WHERE p.keyword = q.kw LIMIT :few_postings + 1) x) AS c
   FROM unnest(CAST(:kw AS text[])) AS q(kw)),
 big AS MATERIALIZED (SELECT kw FROM kq WHERE c > :few_postings),
 one_big AS MATERIALIZED (SELECT count(*) = 1 AS yes FROM big),
-cand AS MATERIALIZED (
+kcand AS MATERIALIZED (
   SELECT p.node_id FROM hiqa_keywords p
   WHERE (SELECT yes FROM one_big) AND p.keyword = ANY(ARRAY(SELECT kw FROM kq WHERE c <= :few_postings))
   UNION
@@ -320,14 +301,32 @@ cand AS MATERIALIZED (
   (SELECT p.node_id FROM hiqa_keywords p WHERE (SELECT yes FROM one_big) AND p.keyword = (SELECT kw FROM big) AND NOT p.in_title
    ORDER BY p.node_id COLLATE "C" LIMIT :n)),
 k AS MATERIALIZED (
-  SELECT c.node_id, s.score FROM cand c CROSS JOIN LATERAL (
+  SELECT c.node_id, s.score FROM kcand c CROSS JOIN LATERAL (
     SELECT count(*) + CAST(:extra AS float8)
            * count(*) FILTER (WHERE p.in_title AND p.keyword = ANY(CAST(:tw AS text[]))) AS score
     FROM hiqa_keywords p WHERE p.keyword = ANY(CAST(:kw AS text[])) AND p.node_id = c.node_id) s
   UNION ALL
   SELECT * FROM ({_KEYWORD_COUNTS.format(restrict="AND NOT (SELECT yes FROM one_big)")}) every),
-kt AS (SELECT node_id FROM k ORDER BY score DESC, node_id COLLATE "C" LIMIT :n)
+kt AS (SELECT node_id FROM k ORDER BY score DESC, node_id COLLATE "C" LIMIT :n)"""
+KEYWORD_ROUTE_SQL = f"""
+WITH {_KEYWORD_TOP}
 SELECT 'k', node_id, score FROM k WHERE node_id IN (SELECT node_id FROM kt)
+"""
+
+# The three routes of one question in one statement, the same rows as the three statements
+# above: pgvector's HNSW top :n (cosine), BM25's top :n (ties at the cut broken by node id) and
+# |C| of the keyword route's top :n plus of every node the other two returned (fusion reads |C|
+# of the candidates only).
+ROUTES_SQL = f"""
+WITH {_VECTOR_TOP},
+{_BM25_TERMS_AND_STATS},
+{_BM25_TOP},
+{_KEYWORD_TOP},
+vb AS MATERIALIZED (SELECT node_id FROM v UNION SELECT node_id FROM b EXCEPT SELECT node_id FROM kt)
+SELECT 'v', node_id, score FROM v
+UNION ALL SELECT 'b', node_id, score FROM b
+UNION ALL SELECT 'k', node_id, score FROM k WHERE node_id IN (SELECT node_id FROM kt)
+UNION ALL SELECT 'k', node_id, score FROM ({_CANDIDATE_KEYWORD_COUNTS.format(candidates="vb")}) kvb
 """
 
 # Every route's score of given nodes (the document focus ranks every node of the documents it
