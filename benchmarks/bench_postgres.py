@@ -21,10 +21,12 @@ The server is a ``pgserver`` instance (PostgreSQL 16.2, pgvector 0.6.2) in ``--p
     nice -n 10 .venv/bin/python benchmarks/bench_postgres.py --part financebench
     nice -n 10 .venv/bin/python benchmarks/bench_postgres.py --part synthetic --sizes 10000,100000
     nice -n 10 .venv/bin/python benchmarks/bench_postgres.py --part routes --database hiqa_synthetic_100000
+    nice -n 10 .venv/bin/python benchmarks/bench_postgres.py --part routes --database hiqa_synthetic_1000000 --before main
 
 Part ``routes``: on a saved database, the routes in a statement each sent at once against the
 one statement, each question asked both ways in turn (``--database hiqa_financebench`` for
-FinanceBench's questions).
+FinanceBench's questions); with ``--before REV``, the route statements of commit REV against
+this checkout's, alternating the same way.
 """
 
 from __future__ import annotations
@@ -667,49 +669,120 @@ def requery_synthetic(args: argparse.Namespace, n_nodes: int) -> None:
     path.write_text(json.dumps(result, indent=1))
 
 
-def routes_concurrency(args: argparse.Namespace) -> Dict[str, Any]:
-    """The routes in two statements at once (``concurrent_routes``, the default) against one
-    statement, on a saved database (``--database``: a synthetic one, or ``hiqa_financebench``
-    with its questions and the pack's own model), each question asked both ways in turn (the
-    order alternating), so both see the same load: ``pack.as_retriever()`` and the routes alone
-    (``RouteSet.ask``), p50/p95, and whether the two give the same results; then ``aretrieve``
-    the same way."""
-    from llama_index.core.schema import QueryBundle
-
+def saved_pack(args: argparse.Namespace) -> Any:
+    """``--part routes``: the questions of the saved database ``--database`` and its pack (FinanceBench's
+    with the pack's own model, a synthetic one's with the seeded embedding)."""
     from llama_index_hiqa import HiQAPack
 
     url = server_url(args, args.database, fresh=False)
     if args.database == "hiqa_financebench":
         questions = [q.question for q in (financebench_questions("FinanceBench questions") or [])][: args.queries]
-        pg = HiQAPack.load(url)
-    else:
-        questions = synthetic_questions(args.queries)
-        pg = HiQAPack.load(url, embed_model=_fast_embedding(), **FAST)
-    settings, multi = pg.store.settings, pg.multi_route
-    retriever = pg.as_retriever()
-    n = multi.config.candidates_per_route
-    embed = pg.embed_model  # the routes alone get the question's embedding
-    times: Dict[str, List[float]] = {"two": [], "one": [], "two_routes": [], "one_routes": []}
+        return questions, HiQAPack.load(url)
+    return synthetic_questions(args.queries), HiQAPack.load(url, embed_model=_fast_embedding(), **FAST)
+
+
+# The statements of pg_routes that --before swaps for an earlier commit's.
+ROUTE_STATEMENTS = ("ROUTES_SQL", "VECTOR_ROUTE_SQL", "BM25_ROUTE_SQL", "KEYWORD_ROUTE_SQL", "WITHIN_SQL", "KEYWORD_SQL",
+                    "DOCUMENT_NODES_SQL", "SHAPE_SQL", "TITLES_SQL")
+
+
+def statements_of(rev: str) -> Dict[str, str]:
+    """The route statements of ``pg_schema.py`` at commit ``rev`` (read with ``git show``, not imported
+    into the package: the code of this checkout runs both arms, only the SQL differs)."""
+    import types
+
+    source = subprocess.run(["git", "show", f"{rev}:llama_index_hiqa/storage/pg_schema.py"], cwd=HERE.parent,
+                            capture_output=True, text=True, check=True).stdout
+    module = types.ModuleType(f"pg_schema_{rev}")
+    exec(compile(source, module.__name__, "exec"), module.__dict__)  # noqa: S102 - this repository's own file
+    return {name: getattr(module, name) for name in ROUTE_STATEMENTS}
+
+
+def alternate(pg: Any, questions: Sequence[str], arms: Dict[str, Any], result: Dict[str, Any]) -> Dict[str, List[float]]:
+    """Each question asked under each arm in turn (``arms``: name -> a function that puts the
+    store in that arm; the order alternating, so both see the same load): ``pack.as_retriever()``,
+    then the routes alone (``RouteSet.ask`` with the question's embedding given). Fills
+    ``result`` with the statements a question of each arm, whether the arms give the same top 5
+    with the same scores and the same route scores, and the load average every 10 questions;
+    returns the times (``ARM`` and ``ARM_routes``)."""
+    from llama_index.core.schema import QueryBundle
+
+    multi, retriever = pg.multi_route, pg.as_retriever()
+    n, embed = multi.config.candidates_per_route, pg.embed_model
+    first, second = arms
+    times: Dict[str, List[float]] = {f"{arm}{what}": [] for arm in arms for what in ("", "_routes")}
+    statements = {arm: 0 for arm in arms}
     same = same_routes = 0
-    result: Dict[str, Any] = {"database": args.database, "nodes": pg.store.node_count(), "questions": len(questions),
-                              "load_average_start": os.getloadavg()}
+    loads = []
     for q in questions[:3]:  # warm: the shape, the titles, the model, the buffers
         retriever.retrieve(q)
     for i, q in enumerate(questions):
         hits: Dict[str, Any] = {}
         routes: Dict[str, Any] = {}
         bundle = QueryBundle(q, embedding=embed.get_query_embedding(q))
-        for arm in (("two", "one") if i % 2 == 0 else ("one", "two")):
-            settings.concurrent_routes = arm == "two"
-            t0 = time.perf_counter()
-            hits[arm] = [(h.node.node_id, round(h.score, 9)) for h in retriever.retrieve(q)]
-            times[arm].append(time.perf_counter() - t0)
+        for arm in ((first, second) if i % 2 == 0 else (second, first)):
+            arms[arm]()
+            with count_statements(pg.store) as counted:
+                t0 = time.perf_counter()
+                hits[arm] = [(h.node.node_id, round(h.score, 9)) for h in retriever.retrieve(q)]
+                times[arm].append(time.perf_counter() - t0)
+            statements[arm] += counted[0]
             t0 = time.perf_counter()
             scores = multi.route_set().ask(bundle, n, {})
             times[arm + "_routes"].append(time.perf_counter() - t0)
             routes[arm] = {name: {k: round(v, 9) for k, v in found.items()} for name, found in scores.items()}
-        same += hits["one"] == hits["two"]
-        same_routes += routes["one"] == routes["two"]
+        same += hits[first] == hits[second]
+        same_routes += routes[first] == routes[second]
+        if i % 10 == 0:
+            loads.append(os.getloadavg()[0])
+    for arm in arms:
+        result[f"{arm}_statements_per_question"] = statements[arm] / len(questions)
+    result["same_results"], result["same_route_scores"], result["load_average_during"] = same, same_routes, loads
+    return times
+
+
+def finished(pg: Any, times: Dict[str, List[float]], result: Dict[str, Any]) -> Dict[str, Any]:
+    """``result`` with each arm's p50/p95 and the load average at the end; the pack closed."""
+    for name, values in times.items():
+        result[f"{name}_p50_ms"], result[f"{name}_p95_ms"] = pct(values, 50), pct(values, 95)
+    result["load_average_end"] = os.getloadavg()
+    pg.close()
+    print(json.dumps(result), flush=True)
+    return result
+
+
+def routes_before_after(args: argparse.Namespace) -> Dict[str, Any]:
+    """The route statements of commit ``--before`` against this checkout's, on a saved database,
+    each question asked with both in turn (`alternate`): p50/p95 of ``pack.as_retriever()`` and
+    of the routes alone (the statements at once), statements a question, and whether both give
+    the same top 5 and route scores."""
+    from llama_index_hiqa.storage.backends import pg_routes
+
+    statements = {"before": statements_of(args.before), "after": {name: getattr(pg_routes, name) for name in ROUTE_STATEMENTS}}
+
+    def arm(name: str) -> Any:
+        return lambda: [setattr(pg_routes, statement, sql) for statement, sql in statements[name].items()]
+
+    questions, pg = saved_pack(args)
+    result: Dict[str, Any] = {"database": args.database, "before": args.before, "after": git_commit(),
+                              "nodes": pg.store.node_count(), "questions": len(questions), "load_average_start": os.getloadavg()}
+    times = alternate(pg, questions, {"before": arm("before"), "after": arm("after")}, result)
+    arm("after")()
+    return finished(pg, times, result)
+
+
+def routes_concurrency(args: argparse.Namespace) -> Dict[str, Any]:
+    """The routes in two statements at once (``concurrent_routes``, the default) against one
+    statement, on a saved database (``--database``: a synthetic one, or ``hiqa_financebench``
+    with its questions and the pack's own model), each question asked both ways in turn
+    (`alternate`): ``pack.as_retriever()`` and the routes alone, p50/p95, and whether the two
+    give the same results; then ``aretrieve`` the same way."""
+    questions, pg = saved_pack(args)
+    settings, retriever = pg.store.settings, pg.as_retriever()
+    result: Dict[str, Any] = {"database": args.database, "nodes": pg.store.node_count(), "questions": len(questions),
+                              "load_average_start": os.getloadavg()}
+    times = alternate(pg, questions, {"two": lambda: setattr(settings, "concurrent_routes", True),
+                                      "one": lambda: setattr(settings, "concurrent_routes", False)}, result)
 
     async def asked() -> None:  # aretrieve on one event loop (one asyncpg pool), the arms alternating
         for i, q in enumerate(questions):
@@ -721,13 +794,7 @@ def routes_concurrency(args: argparse.Namespace) -> Dict[str, Any]:
 
     asyncio.run(asked())
     settings.concurrent_routes = True
-    for arm, values in times.items():
-        result[f"{arm}_p50_ms"], result[f"{arm}_p95_ms"] = pct(values, 50), pct(values, 95)
-    result["same_results"], result["same_route_scores"] = same, same_routes
-    result["load_average_end"] = os.getloadavg()
-    pg.close()
-    print(json.dumps(result), flush=True)
-    return result
+    return finished(pg, times, result)
 
 
 # --- RESULTS.md -------------------------------------------------------------------------------------
@@ -1091,6 +1158,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     parser.add_argument("--filings", type=int, default=46, help="--part shards: the first N FinanceBench filings")
     parser.add_argument("--database", default="hiqa_financebench", help="--part routes: the saved database")
     parser.add_argument("--fulltext", action="store_true", help="also measure full-text search in BM25's place")
+    parser.add_argument("--before", help="--part routes: a commit whose route statements are measured against this checkout's")
     args = parser.parse_args(argv)
     OUT_DIR.mkdir(exist_ok=True)
     args.store_dir.mkdir(parents=True, exist_ok=True)
@@ -1109,10 +1177,10 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
         for size in [int(s) for s in args.sizes.split(",") if s]:
             requery_synthetic(args, size)
     elif args.part == "routes":
-        result = routes_concurrency(args)
+        result = routes_before_after(args) if args.before else routes_concurrency(args)
         result["run"] = run
         name = "financebench" if args.database == "hiqa_financebench" else f"synthetic_{result['nodes']}"
-        (OUT_DIR / f"routes_{name}.json").write_text(json.dumps(result, indent=1))
+        (OUT_DIR / f"routes_{name}{'_before_after' if args.before else ''}.json").write_text(json.dumps(result, indent=1))
     elif args.part == "shards":
         result = run_shards(args)
         if result:

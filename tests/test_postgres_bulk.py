@@ -14,10 +14,13 @@ import json
 from collections import Counter
 
 import pytest
+from hypothesis import HealthCheck, given, settings, target
+from hypothesis import strategies as st
 
 pytest.importorskip("llama_index.vector_stores.postgres")
 
 from llama_index.core.schema import MetadataMode  # noqa: E402
+from sqlalchemy import text  # noqa: E402
 
 from llama_index_hiqa import schema  # noqa: E402
 from llama_index_hiqa.errors import PackStoreError  # noqa: E402
@@ -357,12 +360,13 @@ def test_a_format_3_database_is_migrated_on_open(server, documents):
     _assert_migrated(url, expected, 3)
 
 
-def _bm25_top(store, terms, n, rare_postings):
-    """BM25's top ``n`` as ROUTES_SQL computes it, with the rare terms' postings budget given."""
+def _bm25_top(store, terms, n, rare_postings, probe_postings=pg_schema.PROBE_POSTINGS):
+    """BM25's top ``n`` as ROUTES_SQL computes it, with the rare terms' postings budget and the
+    skipped terms' read-or-look-up rule given; and how many terms were skipped."""
     rows = store.rows(
         f"WITH {pg_schema._BM25_TERMS_AND_STATS}, {pg_schema._BM25_TOP} SELECT node_id, score FROM b "
         "UNION ALL SELECT '#skipped', count(*) FROM skip",
-        terms=terms, n=n, rare_postings=rare_postings,
+        terms=terms, n=n, rare_postings=rare_postings, probe_postings=probe_postings,
     )
     return [(i, float(s)) for i, s in rows if i != "#skipped"], next(int(s) for i, s in rows if i == "#skipped")
 
@@ -406,9 +410,10 @@ def test_bm25_top_k_that_skips_common_terms_is_the_top_k_of_every_posting(server
         for question in questions:
             terms = tokenizer.query(question)
             for n in (1, 2, 3, 5, 10, 100):
-                got, skip = _bm25_top(pack.store, terms, n, 0)
-                _assert_same_top(_bm25_every_posting(pack.store, terms, n), got)
-                skipped += skip
+                for probe_postings in (0, 10**9):  # the skipped terms looked up, or read whole
+                    got, skip = _bm25_top(pack.store, terms, n, 0, probe_postings)
+                    _assert_same_top(_bm25_every_posting(pack.store, terms, n), got)
+                    skipped += skip
                 default, _ = _bm25_top(pack.store, terms, n, pg_schema.RARE_POSTINGS)
                 _assert_same_top(_bm25_every_posting(pack.store, terms, n), default)
         return skipped
@@ -420,18 +425,135 @@ def test_bm25_top_k_that_skips_common_terms_is_the_top_k_of_every_posting(server
     pack.close()
 
 
+@pytest.fixture(scope="module")
+def postings_store(server):
+    """A database holding the BM25 tables alone (no vectors), for random postings."""
+    from llama_index_hiqa.storage.postgres import PostgresStore
+
+    store = PostgresStore(server.database()).connect()
+    with store.engine.begin() as conn:
+        for statement in pg_schema.SCHEMA:
+            if "data_" not in statement:  # the vector table's index: no vector table here
+                conn.exec_driver_sql(statement)
+    yield store
+    store.dispose()
+
+
+def _write_postings(store, lengths, postings):
+    """Replace the collection by nodes of ``lengths`` and ``postings`` ({term: {node: tf}}),
+    with each term's document frequency and bounds as a write keeps them."""
+    with store.engine.begin() as conn:
+        for table in ("hiqa_postings", "hiqa_terms", "hiqa_nodes", "hiqa_documents", "hiqa_pack"):
+            conn.exec_driver_sql(f"DELETE FROM {table}")
+        conn.exec_driver_sql(
+            "INSERT INTO hiqa_pack (id, format, config, embed_model, embed_dim, index_id, node_count, total_length) "
+            f"VALUES (1, {STORE_FORMAT}, '{{}}', 'm', 1, 'i', {len(lengths)}, {sum(lengths)})"
+        )
+        conn.exec_driver_sql(
+            "INSERT INTO hiqa_documents (ref_doc_id, document_id, doc_hash, pages, node_count) VALUES ('d', 'd', 'h', 1, 1)"
+        )
+        for row, length in enumerate(lengths):
+            conn.exec_driver_sql(
+                "INSERT INTO hiqa_nodes (node_id, ref_doc_id, keywords, title_keywords, length, node_row) "
+                f"VALUES ('n{row:03d}', 'd', '{{}}', '{{}}', {length}, {row})"
+            )
+        for term_id, (term, tfs) in enumerate(sorted(postings.items())):
+            conn.exec_driver_sql(
+                "INSERT INTO hiqa_terms (term_id, term, df, max_tf, min_length) VALUES "
+                f"({term_id}, '{term}', {len(tfs)}, {max(tfs.values())}, {min(lengths[r] for r in tfs)})"
+            )
+            for row, tf in tfs.items():
+                conn.exec_driver_sql(
+                    f"INSERT INTO hiqa_postings (term_id, node_row, length, tf) VALUES ({term_id}, {row}, {lengths[row]}, {tf})"
+                )
+
+
+@st.composite
+def _collections(draw):
+    """Node lengths, postings of up to six terms over them (some common, some rare, the same
+    tf often, so that scores tie), and a question of those terms (a term may repeat)."""
+    nodes = draw(st.integers(1, 60))
+    lengths = draw(st.lists(st.integers(1, 30), min_size=nodes, max_size=nodes))
+    postings = {}
+    for k, term in enumerate(("t0", "t1", "t2", "t3", "t4", "t5")[: draw(st.integers(1, 6))]):
+        # t0 is the rarest; each next term is held by more nodes (the commonest are the skipped ones)
+        rows = draw(st.sets(st.integers(0, nodes - 1), min_size=max(1, k * nodes // 6), max_size=max(1, (k + 1) * nodes // 6)))
+        postings[term] = {row: draw(st.integers(1, 3)) for row in sorted(rows)}
+    question = draw(st.lists(st.sampled_from(sorted(postings) + ["unknown"]), min_size=1, max_size=8))
+    return lengths, postings, question
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(collection=_collections(), n=st.integers(1, 6), rare_postings=st.sampled_from([0, 3, 5000]),
+       probe_postings=st.sampled_from([0, 1, pg_schema.PROBE_POSTINGS, 10**9]))
+def test_bm25_top_k_on_random_postings_is_the_top_k_of_every_posting(
+    postings_store, collection, n, rare_postings, probe_postings
+):
+    """Whatever the postings, the pruned top k (the rarest terms read first, the commonest skipped,
+    each skipped term read whole or looked up per candidate) has the scores, and the nodes above
+    the cut, of summing every posting."""
+    lengths, postings, question = collection
+    _write_postings(postings_store, lengths, postings)
+    got, skipped = _bm25_top(postings_store, question, n, rare_postings, probe_postings)
+    target(float(skipped))  # towards questions whose common terms are skipped
+    _assert_same_top(_bm25_every_posting(postings_store, question, n), got)
+
+
+@st.composite
+def _keyword_postings(draw):
+    """Keyword postings of up to four keywords over nodes whose ids sort differently by byte and by
+    language (the route breaks ties by byte order), some in their title; a question's keywords."""
+    nodes = draw(st.lists(st.text("aB_9z-", min_size=1, max_size=4), min_size=1, max_size=40, unique=True))
+    postings = {}
+    for k, keyword in enumerate(("k0", "k1", "k2", "k3")[: draw(st.integers(1, 4))]):
+        held = draw(st.sets(st.sampled_from(nodes), min_size=1, max_size=max(1, (k + 1) * len(nodes) // 4)))
+        postings[keyword] = {node: draw(st.booleans()) for node in held}
+    asked = draw(st.lists(st.sampled_from(sorted(postings) + ["unknown"]), min_size=1, max_size=4, unique=True))
+    in_titles = draw(st.lists(st.sampled_from(asked), unique=True))
+    return postings, asked, in_titles
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(collection=_keyword_postings(), n=st.integers(1, 6), extra=st.sampled_from([-1.0, -0.5, 0.0, 1.0]),
+       few_postings=st.sampled_from([0, 1, 3, pg_schema.KEYWORD_FEW_POSTINGS]))
+def test_keyword_top_k_without_the_common_keywords_postings_is_the_top_k_of_every_posting(
+    postings_store, collection, n, extra, few_postings
+):
+    """KEYWORD_ROUTE_SQL (the commonest keyword's postings read only for its first nodes by id,
+    when it is the one common keyword) returns the nodes and |C| of counting every posting, ties at
+    the cut broken by node id alike, whatever the title weight."""
+    postings, asked, in_titles = collection
+    with postings_store.engine.begin() as conn:
+        conn.exec_driver_sql("DELETE FROM hiqa_keywords")
+        for keyword, held in postings.items():
+            for node_id, in_title in held.items():
+                conn.execute(text("INSERT INTO hiqa_keywords (keyword, node_id, in_title) VALUES (:k, :i, :t)"),
+                             {"k": keyword, "i": node_id, "t": in_title})
+    params = {"kw": asked, "tw": in_titles, "extra": extra, "n": n}
+    got = postings_store.rows(pg_schema.KEYWORD_ROUTE_SQL, few_postings=few_postings, **params)
+    every = postings_store.rows(  # |C| of every node holding a keyword, its top n
+        f"WITH k AS ({pg_schema.KEYWORD_SQL}), kt AS (SELECT node_id FROM k ORDER BY score DESC, node_id COLLATE \"C\" LIMIT :n) "
+        "SELECT 'k', node_id, score FROM k WHERE node_id IN (SELECT node_id FROM kt)", **params
+    )
+    assert sorted(got) == sorted(every)
+
+
 def _route_rows(scores):
     return {route: dict(found) for route, found in scores.items()}
 
 
-def test_the_routes_in_concurrent_statements_are_the_one_statements_rows(built, monkeypatch):
+@pytest.mark.parametrize("few_postings", [pg_schema.KEYWORD_FEW_POSTINGS, 1])
+def test_the_routes_in_concurrent_statements_are_the_one_statements_rows(built, monkeypatch, few_postings):
     """VECTOR_ROUTE_SQL, BM25_ROUTE_SQL and KEYWORD_ROUTE_SQL, sent at once (sync on pooled
     connections, async on the asyncpg pool), return every route's candidates and scores as ROUTES_SQL does,
-    so ``pack.as_retriever()`` ranks the same; a failing statement fails only its routes."""
+    so ``pack.as_retriever()`` ranks the same; a failing statement fails only its routes. Also
+    with a keyword of more than one posting counted as common (its first nodes by id only)."""
     from llama_index.core.schema import QueryBundle
 
     from llama_index_hiqa.retrievers.settings import BM25, KEYWORDS, VECTOR
     from llama_index_hiqa.storage.backends import pg_routes
+
+    monkeypatch.setattr(pg_routes, "KEYWORD_FEW_POSTINGS", few_postings)
 
     pack = HiQAPack.load(built, embed_model=HashEmbedding(), **FAST)
     multi = pack.multi_route
@@ -476,6 +598,43 @@ def test_the_routes_in_concurrent_statements_are_the_one_statements_rows(built, 
     assert set(errors) == {VECTOR} and failed[VECTOR] == {}
     assert failed[BM25] == pytest.approx(one[BM25]) and failed[BM25]
     assert set(failed[KEYWORDS]) <= set(one[KEYWORDS]) and failed[KEYWORDS]
+    pack.close()
+
+
+def _statement_threads():
+    import threading
+
+    return {t for t in threading.enumerate() if t.name.startswith("hiqa-pg-statement")}
+
+
+def test_the_routes_statements_share_the_stores_threads_until_it_closes(built):
+    """A question's concurrent statements run on the store's threads, started once and shared by
+    every question (none started per question), also by questions asked from several threads at
+    once (the same scores as asked one by one); closing the pack stops them, and a question
+    asked afterwards starts them again."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from llama_index.core.schema import QueryBundle
+
+    pack = HiQAPack.load(built, embed_model=HashEmbedding(), **FAST)
+    multi = pack.multi_route
+    n = multi.config.candidates_per_route
+    alone = {q: _route_rows(multi.route_set().ask(QueryBundle(q), n, {})) for q in QUESTIONS}
+    threads = pack.store.statement_threads
+    started = _statement_threads()
+    assert started and len(started) <= pack.store.settings.pool_size + pack.store.settings.max_overflow
+    for question in QUESTIONS:
+        assert _route_rows(multi.route_set().ask(QueryBundle(question), n, {})) == alone[question]
+    assert pack.store.statement_threads is threads  # one pool for every question
+    with ThreadPoolExecutor(max_workers=4) as callers:  # questions from several threads at once
+        together = list(callers.map(lambda q: _route_rows(multi.route_set().ask(QueryBundle(q), n, {})), QUESTIONS * 3))
+    assert together == [alone[q] for q in QUESTIONS * 3]
+    assert pack.store.statement_threads is threads
+    assert _statement_threads() <= started | set(threads._threads)
+    pack.close()
+    assert threads._shutdown and not (_statement_threads() & started)  # stopped with the store
+    assert _route_rows(multi.route_set().ask(QueryBundle(QUESTIONS[0]), n, {})) == alone[QUESTIONS[0]]
+    assert pack.store.statement_threads is not threads
     pack.close()
 
 

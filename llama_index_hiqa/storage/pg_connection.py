@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import asyncio
 import re
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from llama_index.core.bridge.pydantic import BaseModel, ConfigDict, Field
@@ -115,6 +117,8 @@ class PostgresConnection:
         self._engine: Any = None
         self._read_engine: Any = None
         self._async_engine: Any = None
+        self._statement_threads: Optional[ThreadPoolExecutor] = None
+        self._statement_threads_lock = threading.Lock()
         self._password = self._url_password(url)
 
     # -- connections ---------------------------------------------------------------------
@@ -174,6 +178,20 @@ class PostgresConnection:
                 },
             )
         return self._read_engine
+
+    @property
+    def statement_threads(self) -> ThreadPoolExecutor:
+        """The threads that send a question's statements at once, shared by every question
+        of this process (started on first use, stopped by `dispose`); as many as the read
+        pool's connections, so questions asked from several threads do not wait on each
+        other's statements before a connection is free."""
+        with self._statement_threads_lock:
+            if self._statement_threads is None:
+                s = self.settings
+                self._statement_threads = ThreadPoolExecutor(
+                    max_workers=s.pool_size + s.max_overflow, thread_name_prefix="hiqa-pg-statement"
+                )
+            return self._statement_threads
 
     def _read(self, run: Callable[[Any], Any]) -> Any:
         for attempt in (0, 1):
@@ -282,7 +300,11 @@ class PostgresConnection:
             ) from None
 
     def dispose(self) -> None:
-        """Close the pools (a later statement opens them again)."""
+        """Close the pools and stop the statement threads (a later statement opens them again)."""
+        with self._statement_threads_lock:
+            threads, self._statement_threads = self._statement_threads, None
+        if threads is not None:
+            threads.shutdown(wait=True)
         for engine in (self._engine, self._read_engine):
             if engine is not None:
                 engine.dispose()

@@ -154,7 +154,8 @@ GROUP BY p.node_id"""
 # not depend on the posting is computed once per query term: w = qtf * IDF, ka = k1 (1 - b),
 # kb = k1 b / avgdl, so a posting adds w tf / (tf + ka + kb dl); at most
 # ub = w max_tf / (max_tf + ka + kb min_length), the term's bound (a little above it, so that
-# rounding never makes a bound smaller than a score).
+# rounding never makes a bound smaller than a score). ka and kb are float8 (a literal such as 1.5
+# is a numeric in SQL, and numeric arithmetic on every posting cost a third of the statement).
 _BM25_TERMS_AND_STATS = f"""
 q AS (SELECT t AS term, count(*) AS qtf FROM unnest(CAST(:terms AS text[])) t GROUP BY t),
 stats AS (SELECT node_count::float8 AS n, total_length::float8 / greatest(node_count, 1) AS avgdl
@@ -162,7 +163,7 @@ stats AS (SELECT node_count::float8 AS n, total_length::float8 / greatest(node_c
 qt AS MATERIALIZED (
   SELECT term_id, df, w, ka, kb, w * max_tf / (max_tf + ka + kb * min_length) * (1 + 1e-9) AS ub FROM (
     SELECT h.term_id, h.df, h.max_tf, h.min_length, q.qtf * ln(1 + (stats.n - h.df + 0.5) / (h.df + 0.5)) AS w,
-           {BM25_K1} * (1 - {BM25_B}) AS ka, {BM25_K1} * {BM25_B} / stats.avgdl AS kb
+           CAST({BM25_K1 * (1 - BM25_B)!r} AS float8) AS ka, CAST({BM25_K1 * BM25_B!r} AS float8) / stats.avgdl AS kb
     FROM q JOIN hiqa_terms h USING (term) CROSS JOIN stats WHERE h.df > 0) t)"""
 _BM25_TERM = "qt.w * p.tf / (p.tf + qt.ka + qt.kb * p.length)"
 _BM25_SUM = f"sum({_BM25_TERM})"
@@ -173,12 +174,38 @@ _BM25_SUM = f"sum({_BM25_TERM})"
 # ``:rare_postings``, RARE_POSTINGS by default; 5,000 was the fastest of 0 to 60,000 at a
 # million synthetic nodes) give partial scores, whose :n-th best, theta0, is at most the :n-th
 # best full score. The commonest other terms whose bounds add up to less than theta0 (``skip``) cannot
-# bring a node into the top :n on their own, so only the other terms' postings are read; a node
-# read there is then completed by looking up its postings of the skipped terms (by primary
-# key), unless even its bound (partial score + the skipped terms' bounds) stays under the :n-th
-# best partial score. Nodes left out score less than the :n-th best: the top :n and the ties at
-# its cut are those of summing every posting.
+# bring a node into the top :n on their own, so only the other terms' postings are read
+# (``partial``); a node read there is a candidate unless even its bound (partial score + the
+# skipped terms' bounds) stays under the :n-th best partial score. Nodes left out score less
+# than the :n-th best: the top :n and the ties at its cut are those of summing every posting.
+# The candidates are completed with their postings of the skipped terms in two rounds, each
+# term read whole and joined to the candidates by hash when it has at most ``:probe_postings``
+# postings a candidate (``scan``, ``scan2``: one pass in index order), else looked up by
+# primary key for each candidate left (``probe``). The first round reads every skipped term
+# but the commonest; a candidate is then dropped when its score so far plus the bounds of the
+# terms not yet read stays under the :n-th best partial score (``reach``: at a million
+# synthetic nodes, 20,000 to 90,000 candidates become a few hundred to a few thousand), so the
+# commonest term is looked up for those few instead of read whole; ``reach2`` drops again
+# before the lookups. One lookup per candidate and skipped term (the first version) was three
+# quarters of the statement.
 RARE_POSTINGS = 5000
+
+
+def _completion_round(read: str, candidates: str, unread: str, reach: str) -> str:
+    """The CTEs of one round of BM25's completion: the postings of the terms ``read`` joined to
+    the ``candidates`` (``{read}_scores``), and the candidates with them added that can still
+    reach the :n-th best partial score with the bounds of the ``unread`` terms (``reach``)."""
+    return f"""{read}_scores AS MATERIALIZED (
+  SELECT p.node_row, {_BM25_SUM} AS score FROM {read} qt JOIN hiqa_postings p USING (term_id)
+  WHERE p.node_row IN (SELECT node_row FROM {candidates}) GROUP BY p.node_row),
+{reach} AS MATERIALIZED (
+  SELECT c.node_row, c.score + coalesce(s.score, 0) AS score FROM {candidates} c LEFT JOIN {read}_scores s USING (node_row)
+  WHERE c.score + coalesce(s.score, 0) >= (SELECT t FROM theta) - coalesce((SELECT sum(ub) FROM {unread}), 0))"""
+
+
+# A primary-key lookup costs about as much as reading this many postings in index order
+# (measured at a million synthetic nodes: 3, 8 and 20 within noise of each other; 8 the best p95).
+PROBE_POSTINGS = 8
 _BM25_TOP = f"""
 ranked AS MATERIALIZED (
   SELECT qt.*, sum(df) OVER (ORDER BY df, term_id) AS df_cum, row_number() OVER (ORDER BY df, term_id) AS i FROM qt),
@@ -198,12 +225,21 @@ partial AS MATERIALIZED (
     WHERE NOT (qt.i = 1 OR qt.df_cum <= :rare_postings) AND qt.term_id NOT IN (SELECT term_id FROM skip)) x
   GROUP BY node_row),
 theta AS MATERIALIZED (
-  SELECT coalesce((SELECT score FROM partial ORDER BY score DESC OFFSET greatest(:n - 1, 0) LIMIT 1), 0)
-         - coalesce((SELECT sum(ub) FROM skip), 0) AS t),
+  SELECT coalesce((SELECT score FROM partial ORDER BY score DESC OFFSET greatest(:n - 1, 0) LIMIT 1), 0) AS t),
+cand AS MATERIALIZED (
+  SELECT node_row, score FROM partial c WHERE c.score >= (SELECT t FROM theta) - coalesce((SELECT sum(ub) FROM skip), 0)),
+scan AS MATERIALIZED (
+  SELECT * FROM skip WHERE df <= :probe_postings * (SELECT count(*) FROM cand)
+  AND term_id <> (SELECT term_id FROM skip ORDER BY df DESC, term_id LIMIT 1)),
+later AS MATERIALIZED (SELECT * FROM skip WHERE term_id NOT IN (SELECT term_id FROM scan)),
+{_completion_round("scan", "cand", "later", "reach")},
+scan2 AS MATERIALIZED (SELECT * FROM later WHERE df <= :probe_postings * (SELECT count(*) FROM reach)),
+probe AS MATERIALIZED (SELECT * FROM later WHERE term_id NOT IN (SELECT term_id FROM scan2)),
+{_completion_round("scan2", "reach", "probe", "reach2")},
 scored AS MATERIALIZED (
   SELECT c.node_row, c.score + coalesce((
-    SELECT {_BM25_SUM} FROM skip qt JOIN hiqa_postings p ON p.term_id = qt.term_id AND p.node_row = c.node_row), 0) AS score
-  FROM partial c WHERE c.score >= (SELECT t FROM theta)),
+    SELECT {_BM25_SUM} FROM probe qt JOIN hiqa_postings p ON p.term_id = qt.term_id AND p.node_row = c.node_row), 0) AS score
+  FROM reach2 c),
 top AS MATERIALIZED (SELECT node_row, score FROM scored WHERE score > 0 ORDER BY score DESC FETCH FIRST :n ROWS WITH TIES),
 b AS MATERIALIZED (
   SELECT (SELECT node_id FROM hiqa_nodes nd WHERE nd.node_row = t.node_row) AS node_id, t.score FROM top t
@@ -214,25 +250,6 @@ _VECTOR_TOP = f"""
 v AS MATERIALIZED (
   SELECT node_id, 1 - (embedding <=> CAST(:qvec AS vector)) AS score FROM data_{VECTOR_TABLE}
   WHERE CAST(:use_vector AS bool) ORDER BY embedding <=> CAST(:qvec AS vector) LIMIT :n)"""
-# |C| of every node holding a query keyword, and the keyword route's top :n of them.
-_KEYWORD_TOP = f"""
-k AS MATERIALIZED ({_KEYWORD_COUNTS.format(restrict="")}),
-kt AS (SELECT node_id FROM k ORDER BY score DESC, node_id COLLATE "C" LIMIT :n)"""
-
-# The three routes of one question in one statement: pgvector's HNSW top :n (cosine), BM25's
-# top :n (ties at the cut broken by node id, as before) and |C| of the keyword route's top :n
-# plus of every node the other two returned (fusion reads |C| of the candidates only).
-ROUTES_SQL = f"""
-WITH {_VECTOR_TOP},
-{_BM25_TERMS_AND_STATS},
-{_BM25_TOP},
-{_KEYWORD_TOP}
-SELECT 'v', node_id, score FROM v
-UNION ALL SELECT 'b', node_id, score FROM b
-UNION ALL SELECT 'k', node_id, score FROM k
-  WHERE node_id IN (SELECT node_id FROM kt UNION SELECT node_id FROM v UNION SELECT node_id FROM b)
-"""
-
 # |C| of given candidates (``{candidates}``: a CTE of node ids), probing the keyword postings'
 # primary key for each candidate (one descent a query keyword) rather than reading every
 # posting of the query's keywords (a year is a keyword of one node in 25): the planner, which
@@ -260,9 +277,56 @@ WITH {_BM25_TERMS_AND_STATS},
 SELECT 'b', node_id, score FROM b
 UNION ALL SELECT 'k', node_id, score FROM ({_CANDIDATE_KEYWORD_COUNTS.format(candidates="b")}) kb
 """
+# The keyword route's top :n without counting every posting of one common keyword (a year is a
+# keyword of one node in 25): a node holding only the commonest keyword ``big`` (more than
+# ``:few_postings`` postings, the others fewer) scores 1, or 1 + :extra where its title holds
+# it too, so only the first :n such nodes of each kind by node id can reach the top :n (the
+# first :n have its score or more, and come first at a tie). The candidates are every node of
+# the other keywords and those first :n of ``big``'s two kinds; their |C| is counted by primary
+# key. With no common keyword or two, every posting is counted.
+KEYWORD_FEW_POSTINGS = 2000
+_KEYWORD_TOP = f"""
+kq AS MATERIALIZED (
+  SELECT q.kw, (SELECT count(*) FROM (SELECT 1 FROM hiqa_keywords p WHERE p.keyword = q.kw LIMIT :few_postings + 1) x) AS c
+  FROM unnest(CAST(:kw AS text[])) AS q(kw)),
+big AS MATERIALIZED (SELECT kw FROM kq WHERE c > :few_postings),
+one_big AS MATERIALIZED (SELECT count(*) = 1 AS yes FROM big),
+kcand AS MATERIALIZED (
+  SELECT p.node_id FROM hiqa_keywords p
+  WHERE (SELECT yes FROM one_big) AND p.keyword = ANY(ARRAY(SELECT kw FROM kq WHERE c <= :few_postings))
+  UNION
+  (SELECT p.node_id FROM hiqa_keywords p WHERE (SELECT yes FROM one_big) AND p.keyword = (SELECT kw FROM big) AND p.in_title
+   ORDER BY p.node_id COLLATE "C" LIMIT :n)
+  UNION
+  (SELECT p.node_id FROM hiqa_keywords p WHERE (SELECT yes FROM one_big) AND p.keyword = (SELECT kw FROM big) AND NOT p.in_title
+   ORDER BY p.node_id COLLATE "C" LIMIT :n)),
+k AS MATERIALIZED (
+  SELECT c.node_id, s.score FROM kcand c CROSS JOIN LATERAL (
+    SELECT count(*) + CAST(:extra AS float8)
+           * count(*) FILTER (WHERE p.in_title AND p.keyword = ANY(CAST(:tw AS text[]))) AS score
+    FROM hiqa_keywords p WHERE p.keyword = ANY(CAST(:kw AS text[])) AND p.node_id = c.node_id) s
+  UNION ALL
+  SELECT * FROM ({_KEYWORD_COUNTS.format(restrict="AND NOT (SELECT yes FROM one_big)")}) every),
+kt AS (SELECT node_id FROM k ORDER BY score DESC, node_id COLLATE "C" LIMIT :n)"""
 KEYWORD_ROUTE_SQL = f"""
 WITH {_KEYWORD_TOP}
 SELECT 'k', node_id, score FROM k WHERE node_id IN (SELECT node_id FROM kt)
+"""
+
+# The three routes of one question in one statement, the same rows as the three statements
+# above: pgvector's HNSW top :n (cosine), BM25's top :n (ties at the cut broken by node id) and
+# |C| of the keyword route's top :n plus of every node the other two returned (fusion reads |C|
+# of the candidates only).
+ROUTES_SQL = f"""
+WITH {_VECTOR_TOP},
+{_BM25_TERMS_AND_STATS},
+{_BM25_TOP},
+{_KEYWORD_TOP},
+vb AS MATERIALIZED (SELECT node_id FROM v UNION SELECT node_id FROM b EXCEPT SELECT node_id FROM kt)
+SELECT 'v', node_id, score FROM v
+UNION ALL SELECT 'b', node_id, score FROM b
+UNION ALL SELECT 'k', node_id, score FROM k WHERE node_id IN (SELECT node_id FROM kt)
+UNION ALL SELECT 'k', node_id, score FROM ({_CANDIDATE_KEYWORD_COUNTS.format(candidates="vb")}) kvb
 """
 
 # Every route's score of given nodes (the document focus ranks every node of the documents it

@@ -136,6 +136,9 @@ class PostgresStore:
     engine = property(lambda self: self.connection.engine, doc="The pool of writes (PostgresConnection.engine).")
     read_engine = property(lambda self: self.connection.read_engine, doc="The pool of the routes' reads.")
     async_engine = property(lambda self: self.connection.async_engine, doc="The asyncpg pool of this event loop.")
+    statement_threads = property(
+        lambda self: self.connection.statement_threads, doc="The threads sending statements at once (PostgresConnection)."
+    )
 
     def connect(self) -> "PostgresStore":
         """`PostgresConnection.connect`; returns this store."""

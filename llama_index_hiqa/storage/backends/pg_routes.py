@@ -29,7 +29,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import wait
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
@@ -50,8 +50,10 @@ from llama_index_hiqa.settings import updated
 from llama_index_hiqa.storage.pg_schema import (
     BM25_ROUTE_SQL,
     DOCUMENT_NODES_SQL,
+    KEYWORD_FEW_POSTINGS,
     KEYWORD_ROUTE_SQL,
     KEYWORD_SQL,
+    PROBE_POSTINGS,
     RARE_POSTINGS,
     ROUTES_SQL,
     SHAPE_SQL,
@@ -97,7 +99,8 @@ def _params(embedding: Optional[Sequence[float]], terms: Sequence[str], keywords
     """The parameters of ROUTES_SQL / WITHIN_SQL (a route without input returns no rows)."""
     return {"qvec": _vector_literal(embedding), "use_vector": embedding is not None, "terms": list(terms),
             "kw": list(keywords), "tw": list(title_keywords), "extra": float(extra), "n": int(n),
-            "rare_postings": RARE_POSTINGS, **more}
+            "rare_postings": RARE_POSTINGS, "probe_postings": PROBE_POSTINGS, "few_postings": KEYWORD_FEW_POSTINGS,
+            **more}
 
 
 def _by_route(rows: Sequence[Tuple[str, str, float]]) -> Dict[str, RouteScores]:
@@ -459,27 +462,30 @@ class PostgresRouteSet(RouteSet):
                 return self._answered(rows, keywords)
             except Exception as exc:  # noqa: BLE001 - reported as every route's failure
                 return self._failed(exc, errors, text)
-        with ThreadPoolExecutor(max_workers=3) as pool:
-            embedded = pool.submit(self._embedding, query)
+        # The store's threads, shared by every question (a pool a question cost its threads'
+        # start and end each time); this thread sends the vector statement itself.
+        pool = store.statement_threads
+        embedded = pool.submit(self._embedding, query)
+        try:
+            params, keywords = self._text_inputs(query, n, keywords)
+        except Exception as exc:  # noqa: BLE001 - the question's inputs: every route fails
+            wait([embedded])
+            return self._failed(exc, errors, text)
+        sent = {name: pool.submit(store.rows, sql, **params) for name, sql in self._text_statements(params).items()}
+        answers: Dict[str, Any] = {}
+        try:
+            embedding = embedded.result()
+            if embedding is not None:
+                answers[VECTOR] = store.rows(
+                    VECTOR_ROUTE_SQL, _settings=self._statement_settings(), **self._with_vector(params, embedding)
+                )
+        except Exception as exc:  # noqa: BLE001 - reported as the vector route's failure
+            answers[VECTOR] = exc
+        for name, future in sent.items():
             try:
-                params, keywords = self._text_inputs(query, n, keywords)
-            except Exception as exc:  # noqa: BLE001 - the question's inputs: every route fails
-                return self._failed(exc, errors, text)
-            sent = {name: pool.submit(store.rows, sql, **params) for name, sql in self._text_statements(params).items()}
-            answers: Dict[str, Any] = {}
-            try:
-                embedding = embedded.result()
-                if embedding is not None:
-                    answers[VECTOR] = store.rows(
-                        VECTOR_ROUTE_SQL, _settings=self._statement_settings(), **self._with_vector(params, embedding)
-                    )
-            except Exception as exc:  # noqa: BLE001 - reported as the vector route's failure
-                answers[VECTOR] = exc
-            for name, future in sent.items():
-                try:
-                    answers[name] = future.result()
-                except Exception as exc:  # noqa: BLE001 - reported as this route's failure
-                    answers[name] = exc
+                answers[name] = future.result()
+            except Exception as exc:  # noqa: BLE001 - reported as this route's failure
+                answers[name] = exc
         return self._joined(answers, keywords, errors, text)
 
     async def aask(
