@@ -129,6 +129,10 @@ class MultiRouteRanking(Protocol):
         """Document id -> its title's keywords, for every document listed."""
         ...
 
+    def document_names(self) -> Mapping[str, Tuple[Tuple[str, ...], ...]]:
+        """Name keyword -> the words that spell it in the titles."""
+        ...
+
     def title_keywords_of(self, titles: Sequence[str]) -> Dict[str, frozenset[str]]:
         """Each title -> its keywords.
 

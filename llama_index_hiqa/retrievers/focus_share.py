@@ -86,13 +86,13 @@ def names_written(question: str, words: AbstractSet[str], max_words: int = 4) ->
         The keywords found, in the question's order, each once.
     """
     names = {k for k in words if facet_kind(k) != PERIOD}
-    words = _QUESTION_WORD.findall(question or "")
+    tokens = _QUESTION_WORD.findall(question or "")
     found: Dict[str, None] = {}
-    for start, word in enumerate(words):
+    for start, word in enumerate(tokens):
         if not (word[0].isupper() or word[0].isdigit()):
             continue
-        for end in range(start + 1, min(start + max_words, len(words)) + 1):
-            keyword = normalize_keyword(" ".join(words[start:end]))
+        for end in range(start + 1, min(start + max_words, len(tokens)) + 1):
+            keyword = normalize_keyword(" ".join(tokens[start:end]))
             if keyword in names:
                 found[keyword] = None
     return list(found)
