@@ -260,7 +260,7 @@ def implied_period_first(
     period and form ``question`` implies in ``first``'s stead, and the look-alikes it rules
     out: the look-alikes are the documents whose titles hold every name (not period) of the
     question that ``first``'s title holds, as a keyword or as the first words of a longer name
-    (a company renamed between its filings: [`holds_name`][llama_index_hiqa.retrievers.title_match.holds_name])
+    (a company renamed between its filings: `title_match.holds_name`)
     ([`implied_documents`][llama_index_hiqa.retrievers.document_period.implied_documents]
     keeps those of the period and form it implies,
     [`preferred_document`][llama_index_hiqa.retrievers.document_period.preferred_document]
@@ -274,7 +274,7 @@ def implied_period_first(
         title_keywords: document id -> its title's keywords.
         titles: document id -> its title.
         spellings: name keyword -> the words that spell it in the titles
-            ([`document_names`][llama_index_hiqa.retrievers.title_match.document_names]);
+            (`title_match.document_names`);
             ``None``: a name is only ever the same keyword.
 
     Returns:
